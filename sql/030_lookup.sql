@@ -1,0 +1,46 @@
+-- Tenant-of-id lookups. Before the tenant is known, an API function must learn it from an
+-- id; these narrow functions are owned by fabric_lookup (NOLOGIN, BYPASSRLS, owns nothing
+-- else) and return only the tenant key. Only fabric_owner may execute them.
+SET LOCAL ROLE fabric_lookup;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._tenant_of_run: which tenant a run belongs to.
+CREATE OR REPLACE FUNCTION fabric._tenant_of_run(p_run_id uuid)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT r.tenant_id FROM fabric.runs r WHERE r.run_id = p_run_id $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._tenant_of_proposal: which tenant a proposal belongs to.
+CREATE OR REPLACE FUNCTION fabric._tenant_of_proposal(p_proposal_id uuid)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT p.tenant_id FROM fabric.proposals p WHERE p.proposal_id = p_proposal_id $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._tenant_of_record: which tenant a memory record belongs to.
+CREATE OR REPLACE FUNCTION fabric._tenant_of_record(p_memory_id uuid)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT m.tenant_id FROM fabric.memory_records m WHERE m.memory_id = p_memory_id $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._tenants_with_validated_proposals: the committer's drain iterates these.
+CREATE OR REPLACE FUNCTION fabric._tenants_with_validated_proposals()
+RETURNS SETOF text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT DISTINCT p.tenant_id FROM fabric.proposals p WHERE p.status = 'validated' $$;
+
+REVOKE ALL ON FUNCTION fabric._tenant_of_run(uuid), fabric._tenant_of_proposal(uuid),
+  fabric._tenant_of_record(uuid), fabric._tenants_with_validated_proposals() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._tenant_of_run(uuid), fabric._tenant_of_proposal(uuid),
+  fabric._tenant_of_record(uuid), fabric._tenants_with_validated_proposals() TO fabric_owner;
+
+SET LOCAL ROLE fabric_owner;
+GRANT SELECT (tenant_id, run_id) ON fabric.runs TO fabric_lookup;
+GRANT SELECT (tenant_id, proposal_id, status) ON fabric.proposals TO fabric_lookup;
+GRANT SELECT (tenant_id, memory_id) ON fabric.memory_records TO fabric_lookup;

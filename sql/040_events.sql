@@ -1,0 +1,113 @@
+-- The events outbox: the audit trail and the projection feed. Append-only; one NOTIFY per
+-- statement, empty payload, only when a projection consumes one of the inserted types.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._projected_event_types: the event types some projection consumes.
+CREATE OR REPLACE FUNCTION fabric._projected_event_types()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT ARRAY['memory.record.formed', 'memory.record.consolidated', 'memory.record.promoted',
+               'memory.record.demoted', 'memory.record.superseded', 'memory.record.expired',
+               'memory.record.forgotten', 'memory.reflection.completed',
+               'memory.skill.distilled']
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._emit: append one event with the common envelope; actor and run from the context.
+CREATE OR REPLACE FUNCTION fabric._emit(
+  p_event_type text,
+  p_tenant_id text,
+  p_correlation_id text DEFAULT NULL,
+  p_causation_id text DEFAULT NULL,
+  p_memory_id uuid DEFAULT NULL,
+  p_proposal_id uuid DEFAULT NULL,
+  p_payload jsonb DEFAULT '{}'
+)
+RETURNS uuid
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_event_id uuid := pg_catalog.gen_random_uuid();
+BEGIN
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
+                             actor_agent_id, run_id, memory_id, proposal_id, payload)
+  VALUES (v_event_id, p_tenant_id, p_event_type, p_correlation_id, p_causation_id,
+          fabric._setting('fabric.actor'), fabric._setting('fabric.run_id')::uuid,
+          p_memory_id, p_proposal_id, coalesce(p_payload, '{}'));
+  RETURN v_event_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_events__append_only: the audit trail (and the record history) is never
+-- rewritten, not even by its owner.
+CREATE OR REPLACE FUNCTION fabric.tg_events__append_only()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION USING
+    ERRCODE = 'MF003',
+    MESSAGE = pg_catalog.format('%s is append-only: %s is refused', TG_TABLE_NAME, TG_OP),
+    HINT = 'record a new event instead of changing or removing one';
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_append_only
+  BEFORE UPDATE OR DELETE ON fabric.events
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_events__append_only();
+
+CREATE OR REPLACE TRIGGER _200_append_only_truncate
+  BEFORE TRUNCATE ON fabric.events
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_events__notify: wake the projectors once per statement; the table is the truth.
+CREATE OR REPLACE FUNCTION fabric.tg_events__notify()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM inserted_events e
+             WHERE e.event_type = ANY (fabric._projected_event_types())) THEN
+    PERFORM pg_catalog.pg_notify('fabric_events', '');
+  END IF;
+  RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER _900_notify
+  AFTER INSERT ON fabric.events
+  REFERENCING NEW TABLE AS inserted_events
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__notify();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.ensure_event_partitions: monthly partitions from this month on; called by migrate.
+CREATE OR REPLACE FUNCTION fabric.ensure_event_partitions(p_months_ahead integer DEFAULT 3)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_start date := pg_catalog.date_trunc('month', pg_catalog.now())::date;
+  v_from date;
+  v_name text;
+  v_created integer := 0;
+BEGIN
+  FOR i IN 0..p_months_ahead LOOP
+    v_from := (v_start + pg_catalog.make_interval(months => i))::date;
+    v_name := 'events_' || pg_catalog.to_char(v_from, 'YYYY_MM');
+    CONTINUE WHEN pg_catalog.to_regclass('fabric.' || v_name) IS NOT NULL;
+    -- A month whose rows already fell into the default partition stays there.
+    CONTINUE WHEN EXISTS (SELECT 1 FROM fabric.events_default d
+                          WHERE d.occurred_at >= v_from
+                            AND d.occurred_at < (v_from + interval '1 month'));
+    EXECUTE pg_catalog.format(
+      'CREATE TABLE fabric.%I PARTITION OF fabric.events FOR VALUES FROM (%L) TO (%L)',
+      v_name, v_from, (v_from + interval '1 month')::date);
+    v_created := v_created + 1;
+  END LOOP;
+  RETURN v_created;
+END $$;

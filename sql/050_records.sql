@@ -1,0 +1,424 @@
+-- The governed record: normalisation, immutability with its two carve-outs, the lifecycle
+-- table, the history of mutable columns and the events, all from triggers, so no client --
+-- not even the owner's own UPDATE -- changes a record without them.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._legal_transition: DESIGN.md §6; committed records move only forward.
+CREATE OR REPLACE FUNCTION fabric._legal_transition(p_from text, p_to text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE p_from
+    WHEN 'raw' THEN p_to IN ('consolidated', 'reflected', 'superseded', 'expired', 'tombstoned')
+    WHEN 'consolidated' THEN p_to IN ('reflected', 'superseded', 'expired', 'tombstoned')
+    WHEN 'reflected' THEN p_to IN ('superseded', 'expired', 'tombstoned')
+    WHEN 'superseded' THEN p_to = 'tombstoned'
+    WHEN 'expired' THEN p_to = 'tombstoned'
+    ELSE false
+  END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._require_actor: lifecycle changes fail closed without the governance context.
+CREATE OR REPLACE FUNCTION fabric._require_actor()
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_actor text := fabric._setting('fabric.actor');
+BEGIN
+  IF v_actor IS NULL THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF004',
+      MESSAGE = 'memory records change only inside a governed action',
+      HINT = 'use the fabric_api functions; they set the acting agent (fabric.actor)';
+  END IF;
+  RETURN v_actor;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__normalise: a record is born raw (or consolidated/reflected by
+-- a workflow), stamped with the transaction time, its hash computed by the database.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__normalise()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_hash text;
+BEGIN
+  PERFORM fabric._require_actor();
+  IF NEW.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF002',
+      MESSAGE = 'a memory record is formed raw, consolidated or reflected',
+      HINT = 'later states are reached by governed transitions, never at formation';
+  END IF;
+  IF NEW.content IS NULL THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'not_null_violation',
+      MESSAGE = 'a memory record is formed with content',
+      HINT = 'content is removed only by erasure or retention-window closure';
+  END IF;
+  v_hash := fabric.content_hash(NEW.content);
+  IF NEW.content_hash IS NOT NULL AND NEW.content_hash <> v_hash THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'content_hash does not match the content',
+      HINT = 'omit content_hash and let the database compute it (RFC 8785, SHA-256)';
+  END IF;
+  NEW.content_hash := v_hash;
+  NEW.recorded_at := pg_catalog.now();
+  NEW.known_since := pg_catalog.now();
+  NEW.revision := 1;
+  NEW.erased_at := NULL;
+  NEW.erasure_approval_id := NULL;
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _100_normalise
+  BEFORE INSERT ON fabric.memory_records
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__normalise();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__immutable_envelope: content, scope and provenance never change
+-- after commit, with exactly two carve-outs, both inside a lifecycle transition:
+-- erasure (tombstoned, under an approval) and operational window closure (expired).
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__immutable_envelope()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_changed text[];
+  v_to_tombstone boolean := NEW.consolidation_state = 'tombstoned'
+                            AND OLD.consolidation_state <> 'tombstoned';
+  v_window_closure boolean := NEW.consolidation_state = 'expired'
+                              AND OLD.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                              AND OLD.retention_class = 'operational';
+BEGIN
+  SELECT pg_catalog.array_agg(o.key ORDER BY o.key) INTO v_changed
+  FROM pg_catalog.jsonb_each(pg_catalog.to_jsonb(OLD)) o
+  WHERE o.key IN ('tenant_id', 'memory_id', 'visibility', 'business_instance_id',
+                  'content_hash', 'source_event_id', 'correlation_id', 'causation_id',
+                  'formed_by', 'formation_method', 'confidence', 'valid_from', 'recorded_at',
+                  'supersedes', 'retention_class', 'compliance_labels', 'version',
+                  'proposal_id', 'run_id')
+    AND o.value IS DISTINCT FROM (pg_catalog.to_jsonb(NEW) -> o.key);
+  IF v_changed IS NOT NULL THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF001',
+      MESSAGE = pg_catalog.format('committed memory records are immutable: %s cannot change',
+                                  pg_catalog.array_to_string(v_changed, ', ')),
+      HINT = 'a changed fact is a new record that supersedes this one';
+  END IF;
+
+  IF NEW.content IS DISTINCT FROM OLD.content
+     AND NOT (NEW.content IS NULL AND (v_to_tombstone OR v_window_closure)) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF001',
+      MESSAGE = 'committed memory records are immutable: content cannot change',
+      HINT = 'content is only removed by erasure (tombstoned, approved) or by closing an '
+             'operational retention window (expired)';
+  END IF;
+
+  IF (NEW.subject_id IS DISTINCT FROM OLD.subject_id
+      OR NEW.session_id IS DISTINCT FROM OLD.session_id
+      OR NEW.agent_id IS DISTINCT FROM OLD.agent_id)
+     AND NOT (v_to_tombstone AND NEW.subject_id IS NULL AND NEW.session_id IS NULL
+              AND NEW.agent_id IS NULL) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF001',
+      MESSAGE = 'committed memory records are immutable: scope cannot change',
+      HINT = 'scope ids are only destroyed by erasure; a wider scope is a supersession';
+  END IF;
+
+  IF (NEW.erased_at IS DISTINCT FROM OLD.erased_at
+      OR NEW.erasure_approval_id IS DISTINCT FROM OLD.erasure_approval_id)
+     AND NOT v_to_tombstone THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF001',
+      MESSAGE = 'erasure stamps are set once, by the transition to tombstoned',
+      HINT = 'erase through fabric_api.erase under an approval';
+  END IF;
+
+  IF v_to_tombstone AND (NEW.content IS NOT NULL
+                         OR NEW.erasure_approval_id IS DISTINCT FROM
+                            fabric._setting('fabric.approval_id')::uuid) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF002',
+      MESSAGE = 'a tombstone destroys the content and names the approval in force',
+      HINT = 'set content and scope ids to NULL and erasure_approval_id to fabric.approval_id';
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_immutable_envelope
+  BEFORE UPDATE ON fabric.memory_records
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__immutable_envelope();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__no_delete: nothing is deleted; forgetting leaves a tombstone.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__no_delete()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION USING
+    ERRCODE = 'MF001',
+    MESSAGE = pg_catalog.format('%s on %s is refused: memory is never deleted', TG_OP,
+                                TG_TABLE_NAME),
+    HINT = 'forgetting is an approved erasure that leaves a tombstone';
+END $$;
+
+CREATE OR REPLACE TRIGGER _300_no_delete
+  BEFORE DELETE ON fabric.memory_records
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__no_delete();
+CREATE OR REPLACE TRIGGER _300_no_truncate
+  BEFORE TRUNCATE ON fabric.memory_records
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__no_delete();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__lifecycle: DESIGN.md §6's table; valid_until only shrinks and
+-- only when the record is superseded or expires; tier changes only by promotion/demotion.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__lifecycle()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_action text := fabric._setting('fabric.action');
+BEGIN
+  IF (NEW.consolidation_state, NEW.tier, NEW.valid_until, NEW.content, NEW.subject_id,
+      NEW.session_id, NEW.agent_id)
+     IS NOT DISTINCT FROM
+     (OLD.consolidation_state, OLD.tier, OLD.valid_until, OLD.content, OLD.subject_id,
+      OLD.session_id, OLD.agent_id) THEN
+    RETURN NEW;                      -- nothing governed changed; no new revision
+  END IF;
+  PERFORM fabric._require_actor();
+
+  IF NEW.consolidation_state <> OLD.consolidation_state
+     AND NOT fabric._legal_transition(OLD.consolidation_state, NEW.consolidation_state) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF002',
+      MESSAGE = pg_catalog.format('illegal lifecycle transition %s -> %s',
+                                  OLD.consolidation_state, NEW.consolidation_state),
+      HINT = 'records move only forward: raw -> consolidated -> reflected -> '
+             'superseded/expired -> tombstoned';
+  END IF;
+
+  IF NEW.tier <> OLD.tier AND v_action IS DISTINCT FROM 'promote'
+     AND v_action IS DISTINCT FROM 'demote' THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF002',
+      MESSAGE = 'a record changes tier only by promotion or demotion',
+      HINT = 'use fabric_api.promote or fabric_api.demote';
+  END IF;
+
+  IF NEW.valid_until IS DISTINCT FROM OLD.valid_until AND (
+       NEW.valid_until IS NULL
+       OR (OLD.valid_until IS NOT NULL AND NEW.valid_until >= OLD.valid_until)
+       OR NEW.consolidation_state NOT IN ('superseded', 'expired')
+       OR NEW.consolidation_state = OLD.consolidation_state) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'MF002',
+      MESSAGE = 'valid_until only shrinks, and only when the record is superseded or expires',
+      HINT = 'close a record by superseding it or by retention-window closure';
+  END IF;
+
+  NEW.revision := OLD.revision + 1;
+  NEW.known_since := pg_catalog.now();
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _500_lifecycle
+  BEFORE UPDATE ON fabric.memory_records
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__lifecycle();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__history: the previous values of the mutable columns (never
+-- content) with the transaction-time range during which the fabric knew them.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__history()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  INSERT INTO fabric.memory_record_versions
+    (tenant_id, memory_id, revision, tier, consolidation_state, valid_until, known_during,
+     ended_by)
+  VALUES
+    (OLD.tenant_id, OLD.memory_id, OLD.revision, OLD.tier, OLD.consolidation_state,
+     OLD.valid_until, pg_catalog.tstzrange(OLD.known_since, pg_catalog.now(), '[)'),
+     fabric._require_actor());
+  RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER _800_history
+  AFTER UPDATE ON fabric.memory_records
+  FOR EACH ROW WHEN (NEW.revision <> OLD.revision)
+  EXECUTE FUNCTION fabric.tg_memory_records__history();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__emit: every formation and transition emits its memory.* event
+-- in the same transaction, with the record's own correlation and causation ids.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__emit()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_type text;
+  v_payload jsonb;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    v_type := CASE NEW.consolidation_state
+                WHEN 'raw' THEN 'memory.record.formed'
+                WHEN 'consolidated' THEN 'memory.record.consolidated'
+                WHEN 'reflected' THEN 'memory.reflection.completed'
+              END;
+    PERFORM fabric._emit(v_type, NEW.tenant_id, NEW.correlation_id, NEW.causation_id,
+      NEW.memory_id, NEW.proposal_id,
+      pg_catalog.jsonb_build_object('tier', NEW.tier, 'visibility', NEW.visibility,
+        'state', NEW.consolidation_state, 'formation_method', NEW.formation_method,
+        'content_hash', NEW.content_hash, 'retention_class', NEW.retention_class));
+    RETURN NULL;
+  END IF;
+
+  IF NEW.consolidation_state <> OLD.consolidation_state THEN
+    v_type := CASE NEW.consolidation_state
+                WHEN 'consolidated' THEN 'memory.record.consolidated'
+                WHEN 'reflected' THEN 'memory.reflection.completed'
+                WHEN 'superseded' THEN 'memory.record.superseded'
+                WHEN 'expired' THEN 'memory.record.expired'
+                WHEN 'tombstoned' THEN 'memory.record.forgotten'
+              END;
+    v_payload := pg_catalog.jsonb_build_object('tier', NEW.tier,
+      'from_state', OLD.consolidation_state, 'to_state', NEW.consolidation_state,
+      'valid_until', NEW.valid_until, 'content_removed', NEW.content IS NULL AND OLD.content IS NOT NULL,
+      'approval_id', NEW.erasure_approval_id);
+    PERFORM fabric._emit(v_type, NEW.tenant_id, NEW.correlation_id, NEW.causation_id,
+                         NEW.memory_id, NULL, pg_catalog.jsonb_strip_nulls(v_payload));
+  END IF;
+
+  IF NEW.tier <> OLD.tier THEN
+    v_type := CASE fabric._setting('fabric.action')
+                WHEN 'promote' THEN 'memory.record.promoted'
+                ELSE 'memory.record.demoted'
+              END;
+    PERFORM fabric._emit(v_type, NEW.tenant_id, NEW.correlation_id, NEW.causation_id,
+      NEW.memory_id, NULL,
+      pg_catalog.jsonb_build_object('from_tier', OLD.tier, 'to_tier', NEW.tier,
+                                    'state', NEW.consolidation_state));
+  END IF;
+  RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER _900_emit
+  AFTER INSERT OR UPDATE ON fabric.memory_records
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__emit();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__semantic_needs_episode: a semantic record has at least one
+-- episodic ancestor through derived_from; checked at commit, after the lineage rows exist.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__semantic_needs_episode()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT fabric._has_episodic_ancestor(NEW.tenant_id, NEW.memory_id) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'check_violation',
+      CONSTRAINT = 'memory_records_semantic_needs_episode',
+      MESSAGE = 'semantic record needs at least one episodic source',
+      HINT = 'pass derived_from with the episodes it was extracted from';
+  END IF;
+  RETURN NULL;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._has_episodic_ancestor: transitively through derived_from, within one tenant.
+CREATE OR REPLACE FUNCTION fabric._has_episodic_ancestor(p_tenant_id text, p_memory_id uuid)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  WITH RECURSIVE ancestors(memory_id, depth) AS (
+    SELECT l.derived_from_id, 1 FROM fabric.memory_lineage l
+    WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id
+    UNION
+    SELECT l.derived_from_id, a.depth + 1 FROM fabric.memory_lineage l
+    JOIN ancestors a ON l.tenant_id = p_tenant_id AND l.memory_id = a.memory_id
+    WHERE a.depth < 64
+  )
+  SELECT EXISTS (SELECT 1 FROM ancestors a JOIN fabric.memory_records m
+                 ON m.tenant_id = p_tenant_id AND m.memory_id = a.memory_id
+                 WHERE m.tier = 'episodic')
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._ids_have_episodic_ancestor: the same rule for a proposal's derived_from list.
+CREATE OR REPLACE FUNCTION fabric._ids_have_episodic_ancestor(p_tenant_id text, p_ids uuid[])
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT EXISTS (SELECT 1 FROM fabric.memory_records m
+                 WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (p_ids)
+                   AND (m.tier = 'episodic'
+                        OR fabric._has_episodic_ancestor(p_tenant_id, m.memory_id)))
+$$;
+
+DROP TRIGGER IF EXISTS _950_semantic_needs_episode ON fabric.memory_records;
+CREATE CONSTRAINT TRIGGER _950_semantic_needs_episode
+  AFTER INSERT ON fabric.memory_records
+  DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW WHEN (NEW.tier = 'semantic')
+  EXECUTE FUNCTION fabric.tg_memory_records__semantic_needs_episode();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_lineage__append_only: derived_from is part of the immutable envelope;
+-- its rows are written only in the transaction that forms the record, and never changed.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_lineage__append_only()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    IF NOT EXISTS (SELECT 1 FROM fabric.memory_records m
+                   WHERE m.tenant_id = NEW.tenant_id AND m.memory_id = NEW.memory_id
+                     AND m.recorded_at = pg_catalog.now()) THEN
+      RAISE EXCEPTION USING
+        ERRCODE = 'MF001',
+        MESSAGE = 'derived_from is fixed when a record is formed',
+        HINT = 'lineage rows are written only in the transaction that forms the record';
+    END IF;
+    RETURN NEW;
+  END IF;
+  RAISE EXCEPTION USING
+    ERRCODE = 'MF001',
+    MESSAGE = pg_catalog.format('%s on memory_lineage is refused: lineage is append-only', TG_OP),
+    HINT = 'lineage survives supersession and erasure';
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_append_only
+  BEFORE INSERT OR UPDATE OR DELETE ON fabric.memory_lineage
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
+CREATE OR REPLACE TRIGGER _200_append_only_truncate
+  BEFORE TRUNCATE ON fabric.memory_lineage
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_record_versions__append_only: history is never rewritten.
+CREATE OR REPLACE TRIGGER _200_append_only
+  BEFORE UPDATE OR DELETE ON fabric.memory_record_versions
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_events__append_only();
+CREATE OR REPLACE TRIGGER _200_append_only_truncate
+  BEFORE TRUNCATE ON fabric.memory_record_versions
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();

@@ -1,0 +1,149 @@
+-- The registry: agents, their memory profiles and tools. Invariant 11: a tool backed by
+-- os-agt-008 (audit and lineage) can never be allowed to, or enabled for, any agent.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._profile_scope_problem: NULL if a memory_profile scope is well formed, else why.
+CREATE OR REPLACE FUNCTION fabric._memory_profile_problem(p_profile jsonb)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_key text;
+  v_scope jsonb;
+  v_field text;
+  v_allowed text[];
+BEGIN
+  IF p_profile IS NULL OR pg_catalog.jsonb_typeof(p_profile) <> 'object' THEN
+    RETURN 'memory_profile must be a JSON object';
+  END IF;
+  FOR v_key, v_scope IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(p_profile) e LOOP
+    IF v_key NOT IN ('recall_scope', 'propose_scope') THEN
+      RETURN 'memory_profile keys are recall_scope and propose_scope';
+    END IF;
+    IF pg_catalog.jsonb_typeof(v_scope) <> 'object' THEN
+      RETURN pg_catalog.format('memory_profile.%s must be an object', v_key);
+    END IF;
+    FOR v_field IN SELECT k FROM pg_catalog.jsonb_object_keys(v_scope) k LOOP
+      IF v_field NOT IN ('tiers', 'visibility') THEN
+        RETURN pg_catalog.format('memory_profile.%s keys are tiers and visibility', v_key);
+      END IF;
+      v_allowed := CASE v_field
+        WHEN 'tiers' THEN ARRAY['episodic', 'semantic', 'procedural', 'profile', 'relational']
+        ELSE ARRAY['session', 'agent', 'subject', 'tenant'] END;
+      IF pg_catalog.jsonb_typeof(v_scope -> v_field) <> 'array'
+         OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(v_scope -> v_field) x
+                    WHERE pg_catalog.jsonb_typeof(x) <> 'string'
+                       OR NOT (x #>> '{}') = ANY (v_allowed)) THEN
+        RETURN pg_catalog.format('memory_profile.%s.%s must be an array of %s', v_key,
+                                 v_field, pg_catalog.array_to_string(v_allowed, ', '));
+      END IF;
+    END LOOP;
+  END LOOP;
+  RETURN NULL;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._profile_allows: does the memory_profile list this value under scope.field?
+CREATE OR REPLACE FUNCTION fabric._profile_allows(p_profile jsonb, p_scope text,
+                                                  p_field text, p_value text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT coalesce((p_profile -> p_scope -> p_field) ? p_value, false) $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._refuse_audit_tools: invariant 11 for a list of tool ids.
+CREATE OR REPLACE FUNCTION fabric._refuse_audit_tools(p_tools text[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_unknown text;
+  v_audit text;
+BEGIN
+  SELECT t INTO v_unknown FROM pg_catalog.unnest(p_tools) t
+  WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t) LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'foreign_key_violation',
+      MESSAGE = pg_catalog.format('unknown tool %s', pg_catalog.left(v_unknown, 60)),
+      HINT = 'tools are the rows of fabric.tools';
+  END IF;
+  SELECT t INTO v_audit FROM pg_catalog.unnest(p_tools) t
+  JOIN fabric.tools x ON x.tool_id = t WHERE x.agent_id = 'os-agt-008' LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'check_violation',
+      CONSTRAINT = 'tools_audit_agent_is_never_allowed',
+      MESSAGE = pg_catalog.format('tool %s is backed by os-agt-008 and can never be allowed '
+                                  'to an agent (invariant 11)', v_audit),
+      HINT = 'audit reads go through fabric_audit as a member of fabric_auditor';
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_agents__validate: memory_profile shape and invariant 11, for every writer.
+CREATE OR REPLACE FUNCTION fabric.tg_agents__validate()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_problem text := fabric._memory_profile_problem(NEW.memory_profile);
+BEGIN
+  IF v_problem IS NOT NULL THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'invalid_parameter_value',
+      MESSAGE = v_problem,
+      HINT = 'shape: {"recall_scope": {"tiers": [...], "visibility": [...]}, '
+             '"propose_scope": {"tiers": [...], "visibility": [...]}}';
+  END IF;
+  PERFORM fabric._refuse_audit_tools(NEW.tools_allowed);
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_validate
+  BEFORE INSERT OR UPDATE ON fabric.agents
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_agents__validate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_tenant_agent_tools__validate: invariant 11 for tenant enablement.
+CREATE OR REPLACE FUNCTION fabric.tg_tenant_agent_tools__validate()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._refuse_audit_tools(ARRAY[NEW.tool_id::text]);
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_validate
+  BEFORE INSERT OR UPDATE ON fabric.tenant_agent_tools
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_tenant_agent_tools__validate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_tools__validate: a tool that some agent holds cannot become an audit tool.
+CREATE OR REPLACE FUNCTION fabric.tg_tools__validate()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NEW.agent_id = 'os-agt-008'
+     AND EXISTS (SELECT 1 FROM fabric.agents a WHERE NEW.tool_id = ANY (a.tools_allowed)) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'check_violation',
+      CONSTRAINT = 'tools_audit_agent_is_never_allowed',
+      MESSAGE = pg_catalog.format('tool %s is allowed to an agent and cannot be backed by '
+                                  'os-agt-008 (invariant 11)', NEW.tool_id),
+      HINT = 'remove the tool from every agent''s tools_allowed first';
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_validate
+  BEFORE INSERT OR UPDATE ON fabric.tools
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_tools__validate();

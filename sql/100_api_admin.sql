@@ -1,0 +1,148 @@
+-- Administration: tenants, agents and their tenant enablement (members of fabric_admin).
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.create_tenant: a tenant is the contracting organisation; ids are slugs.
+CREATE OR REPLACE FUNCTION fabric_api.create_tenant(p_tenant_id text)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_created boolean;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_admin', 'create tenants');
+  IF p_tenant_id IS NULL OR p_tenant_id !~ '^[a-z0-9][a-z0-9_-]{0,62}$' OR p_tenant_id = 'platform' THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'tenant_id must be a lowercase slug of 1-63 characters and not ''platform''',
+      HINT = 'e.g. fabric_api.create_tenant(''acme'')';
+  END IF;
+  INSERT INTO fabric.tenants (tenant_id) VALUES (p_tenant_id) ON CONFLICT DO NOTHING;
+  v_created := FOUND;
+  IF v_created THEN
+    PERFORM fabric._emit('fabric.tenant.created', p_tenant_id);
+  END IF;
+  RETURN pg_catalog.jsonb_build_object('tenant_id', p_tenant_id, 'created', v_created);
+END $$;
+COMMENT ON FUNCTION fabric_api.create_tenant(text) IS
+  'Create a tenant (idempotent). Admin only. Example: SELECT fabric_api.create_tenant(''acme'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.register_agent: map an agent id to its own login role, with its memory
+-- profile and tools_allowed; the login becomes a member of fabric_agent.
+CREATE OR REPLACE FUNCTION fabric_api.register_agent(
+  p_agent_id text,
+  p_login name,
+  p_memory_profile jsonb DEFAULT '{}',
+  p_tools_allowed text[] DEFAULT '{}'
+)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_role pg_catalog.pg_roles%ROWTYPE;
+  v_existing fabric.agents%ROWTYPE;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_admin', 'register agents');
+  IF p_agent_id IS NULL OR p_agent_id !~ '^[^[:space:][:cntrl:]]{1,200}$' THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'agent_id must be 1-200 printable characters without spaces',
+      HINT = 'e.g. ''com-agt-003''';
+  END IF;
+  SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = p_login;
+  IF NOT FOUND OR NOT v_role.rolcanlogin THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'undefined_object',
+      MESSAGE = 'an agent is registered with an existing login role',
+      HINT = 'CREATE ROLE <login> LOGIN first (one login per agent)';
+  END IF;
+  IF v_role.rolsuper OR v_role.rolbypassrls
+     OR pg_catalog.pg_has_role(p_login, 'fabric_owner', 'MEMBER')
+     OR pg_catalog.pg_has_role(p_login, 'fabric_lookup', 'MEMBER')
+     OR pg_catalog.pg_has_role(p_login, 'fabric_auditor', 'MEMBER') THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'an agent login may not be superuser, BYPASSRLS, an owner or an auditor',
+      HINT = 'give each agent its own unprivileged login';
+  END IF;
+  IF p_tools_allowed IS NULL OR pg_catalog.array_position(p_tools_allowed, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'tools_allowed must be an array of tool ids without NULLs',
+      HINT = 'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']';
+  END IF;
+  SELECT * INTO v_existing FROM fabric.agents a WHERE a.agent_id = p_agent_id;
+  IF FOUND AND v_existing.login <> p_login THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'unique_violation',
+      MESSAGE = 'this agent_id is already registered to another login',
+      HINT = 'one agent, one login: pick another agent_id';
+  END IF;
+  IF EXISTS (SELECT 1 FROM fabric.agents a WHERE a.login = p_login AND a.agent_id <> p_agent_id) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'unique_violation',
+      MESSAGE = 'this login already belongs to another agent',
+      HINT = 'one agent, one login: create a new login role';
+  END IF;
+  INSERT INTO fabric.agents (agent_id, login, memory_profile, tools_allowed)
+  VALUES (p_agent_id, p_login, coalesce(p_memory_profile, '{}'), p_tools_allowed)
+  ON CONFLICT (agent_id) DO UPDATE
+    SET memory_profile = EXCLUDED.memory_profile, tools_allowed = EXCLUDED.tools_allowed;
+  EXECUTE pg_catalog.format('GRANT fabric_agent TO %I', p_login);
+  PERFORM fabric._emit('fabric.agent.registered', 'platform', p_payload =>
+    pg_catalog.jsonb_build_object('agent_id', p_agent_id, 'login', p_login,
+                                  'tools_allowed', p_tools_allowed));
+  RETURN pg_catalog.jsonb_build_object('agent_id', p_agent_id, 'login', p_login,
+    'memory_profile', coalesce(p_memory_profile, '{}'), 'tools_allowed', p_tools_allowed);
+END $$;
+COMMENT ON FUNCTION fabric_api.register_agent(text, name, jsonb, text[]) IS
+  'Register an agent with its own login (re-registering updates profile and tools). Admin only. '
+  'Example: SELECT fabric_api.register_agent(''com-agt-003'', ''com_agt_003'', '
+  '''{"propose_scope": {"tiers": ["episodic"], "visibility": ["subject"]}}'', '
+  'ARRAY[''tool:memory-propose'']);';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.enable_agent: the tenant layer of tool authorization; sets exactly p_tools.
+CREATE OR REPLACE FUNCTION fabric_api.enable_agent(p_tenant_id text, p_agent_id text,
+                                                   p_tools text[] DEFAULT '{}')
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_admin', 'enable agents in tenants');
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
+      HINT = 'create it with fabric_api.create_tenant';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.agents a WHERE a.agent_id = p_agent_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown agent',
+      HINT = 'register it with fabric_api.register_agent';
+  END IF;
+  IF p_tools IS NULL OR pg_catalog.array_position(p_tools, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'tools must be an array of tool ids without NULLs',
+      HINT = 'pass ''{}'' to enable the agent with no tools';
+  END IF;
+  PERFORM fabric._refuse_audit_tools(p_tools);
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  INSERT INTO fabric.tenant_agents (tenant_id, agent_id) VALUES (p_tenant_id, p_agent_id)
+  ON CONFLICT DO NOTHING;
+  DELETE FROM fabric.tenant_agent_tools t
+  WHERE t.tenant_id = p_tenant_id AND t.agent_id = p_agent_id AND NOT t.tool_id = ANY (p_tools);
+  INSERT INTO fabric.tenant_agent_tools (tenant_id, agent_id, tool_id)
+  SELECT DISTINCT p_tenant_id, p_agent_id, x FROM pg_catalog.unnest(p_tools) x
+  ON CONFLICT DO NOTHING;
+  PERFORM fabric._emit('fabric.agent.enabled', p_tenant_id, p_payload =>
+    pg_catalog.jsonb_build_object('agent_id', p_agent_id, 'tools', p_tools));
+  RETURN pg_catalog.jsonb_build_object('tenant_id', p_tenant_id, 'agent_id', p_agent_id,
+                                       'tools', p_tools);
+END $$;
+COMMENT ON FUNCTION fabric_api.enable_agent(text, text, text[]) IS
+  'Enable an agent in a tenant with exactly these tools. Admin only. '
+  'Example: SELECT fabric_api.enable_agent(''acme'', ''com-agt-003'', ARRAY[''tool:memory-propose'']);';

@@ -1,0 +1,160 @@
+-- Runs: the orchestrator binds an agent to a tenant, subject, session and active tool set.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.open_run: the third layer of tool authorization is set here, by the runtime.
+CREATE OR REPLACE FUNCTION fabric_api.open_run(
+  p_tenant_id text,
+  p_agent_id text,
+  p_subject_id text,
+  p_session_id text,
+  p_active_tool_set text[],
+  p_ttl interval DEFAULT '1 hour'
+)
+RETURNS uuid
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_run_id uuid := pg_catalog.gen_random_uuid();
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_orchestrator', 'open runs');
+  IF p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '7 days' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a run''s ttl must be positive and at most 7 days',
+      HINT = 'the default is 1 hour; reopen a run rather than keeping one open';
+  END IF;
+  IF p_active_tool_set IS NULL OR pg_catalog.array_position(p_active_tool_set, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'active_tool_set must be an array of tool ids without NULLs',
+      HINT = 'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']';
+  END IF;
+  IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_active_tool_set) t
+             WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+      MESSAGE = 'active_tool_set names an unknown tool', HINT = 'tools are the rows of fabric.tools';
+  END IF;
+  IF (p_subject_id IS NOT NULL AND p_subject_id !~ '^[^[:space:][:cntrl:]]{1,200}$')
+     OR (p_session_id IS NOT NULL AND p_session_id !~ '^[^[:space:][:cntrl:]]{1,200}$') THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'subject_id and session_id are 1-200 printable characters without spaces',
+      HINT = 'pass NULL when the run has no subject or session';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
+      HINT = 'create it with fabric_api.create_tenant';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
+                 WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_agent_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'the agent is not enabled in this tenant',
+      HINT = 'an admin enables it with fabric_api.enable_agent';
+  END IF;
+  INSERT INTO fabric.runs (tenant_id, run_id, agent_id, subject_id, session_id,
+                           active_tool_set, expires_at)
+  VALUES (p_tenant_id, v_run_id, p_agent_id, p_subject_id, p_session_id,
+          p_active_tool_set, pg_catalog.now() + p_ttl);
+  PERFORM fabric._set_context('run_id', v_run_id::text);
+  PERFORM fabric._emit('fabric.run.opened', p_tenant_id, p_payload =>
+    pg_catalog.jsonb_build_object('agent_id', p_agent_id, 'active_tool_set', p_active_tool_set,
+                                  'expires_at', pg_catalog.now() + p_ttl));
+  RETURN v_run_id;
+END $$;
+COMMENT ON FUNCTION fabric_api.open_run(text, text, text, text, text[], interval) IS
+  'Open a run binding an agent to tenant, subject, session and active tools. Orchestrator only. '
+  'Example: SELECT fabric_api.open_run(''acme'', ''com-agt-003'', ''user-8842'', ''sess-1f9c'', '
+  'ARRAY[''tool:memory-propose''], ''30 minutes'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.close_run: a closed run authorizes nothing more.
+CREATE OR REPLACE FUNCTION fabric_api.close_run(p_run_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_closed_at timestamptz;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_orchestrator', 'close runs');
+  v_tenant := fabric._tenant_of_run(p_run_id);
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown run',
+      HINT = 'runs are opened with fabric_api.open_run';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('run_id', p_run_id::text);
+  UPDATE fabric.runs r SET closed_at = pg_catalog.now()
+  WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id AND r.closed_at IS NULL
+  RETURNING r.closed_at INTO v_closed_at;
+  IF FOUND THEN
+    PERFORM fabric._emit('fabric.run.closed', v_tenant);
+  ELSE
+    SELECT r.closed_at INTO v_closed_at FROM fabric.runs r
+    WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
+  END IF;
+  RETURN pg_catalog.jsonb_build_object('run_id', p_run_id, 'closed_at', v_closed_at);
+END $$;
+COMMENT ON FUNCTION fabric_api.close_run(uuid) IS
+  'Close a run (idempotent). Orchestrator only. Example: SELECT fabric_api.close_run(''<run_id>'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._enter_run: the caller's open, unexpired run; sets tenant, actor and run context.
+-- An unknown, expired, closed or foreign run is an error (42501) that writes nothing.
+CREATE OR REPLACE FUNCTION fabric._enter_run(p_run_id uuid)
+RETURNS fabric.runs
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_agent_id text := fabric._caller_agent_id();
+  v_tenant text;
+  v_run fabric.runs;
+BEGIN
+  IF v_agent_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'the caller is not a registered agent',
+      HINT = 'each agent logs in with the login registered by fabric_api.register_agent';
+  END IF;
+  v_tenant := fabric._tenant_of_run(p_run_id);
+  IF v_tenant IS NOT NULL THEN
+    PERFORM fabric._set_context('tenant_id', v_tenant);
+    SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
+  END IF;
+  IF v_run.run_id IS NULL OR v_run.agent_id <> v_agent_id THEN
+    PERFORM fabric._set_context('tenant_id', NULL);
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'no run of the calling agent has this run_id',
+      HINT = 'the orchestrator opens a run for this agent with fabric_api.open_run';
+  END IF;
+  IF v_run.closed_at IS NOT NULL OR v_run.expires_at <= pg_catalog.now() THEN
+    PERFORM fabric._set_context('tenant_id', NULL);
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'the run is closed or expired',
+      HINT = 'ask the orchestrator to open a new run';
+  END IF;
+  PERFORM fabric._set_context('actor', v_agent_id);
+  PERFORM fabric._set_context('run_id', p_run_id::text);
+  RETURN v_run;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._tool_denial: NULL if the tool holds in all three layers, else which ones miss.
+CREATE OR REPLACE FUNCTION fabric._tool_denial(p_run fabric.runs, p_tool text)
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.array_remove(ARRAY[
+    CASE WHEN NOT EXISTS (SELECT 1 FROM fabric.agents a
+                          WHERE a.agent_id = p_run.agent_id AND p_tool = ANY (a.tools_allowed))
+         THEN 'tools_allowed' END,
+    CASE WHEN NOT EXISTS (SELECT 1 FROM fabric.tenant_agent_tools t
+                          WHERE t.tenant_id = p_run.tenant_id AND t.agent_id = p_run.agent_id
+                            AND t.tool_id = p_tool)
+         THEN 'tenant_enablement' END,
+    CASE WHEN NOT p_tool = ANY (p_run.active_tool_set) THEN 'active_tool_set' END
+  ], NULL)
+$$;

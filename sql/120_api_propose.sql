@@ -1,0 +1,403 @@
+-- Proposals: any registered agent proposes inside its open run; os-agt-012's scope check
+-- runs here. Structural and authorization failures are errors that write nothing;
+-- governance violations inside an authorized tenant become rejected proposals.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._bad_envelope: raise the one structural error of propose (22023), never with values.
+CREATE OR REPLACE FUNCTION fabric._bad_envelope(p_message text, p_hint text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = p_message, HINT = p_hint;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._envelope_text: an optional string field, refused if present and not a string.
+CREATE OR REPLACE FUNCTION fabric._envelope_text(p_value jsonb, p_field text,
+                                                 p_max integer DEFAULT 200)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_text text;
+BEGIN
+  IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
+    RETURN NULL;
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_value) <> 'string' THEN
+    PERFORM fabric._bad_envelope(pg_catalog.format('%s must be a string', p_field),
+                                 'see the envelope of spec section 4');
+  END IF;
+  v_text := p_value #>> '{}';
+  IF v_text !~ pg_catalog.format('^[^[:space:][:cntrl:]]{1,%s}$', p_max) THEN
+    PERFORM fabric._bad_envelope(
+      pg_catalog.format('%s must be 1-%s printable characters without spaces', p_field, p_max),
+      'identifiers look like user-8842, sess-1f9c, evt-7b21');
+  END IF;
+  RETURN v_text;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._envelope_timestamp: RFC 3339 with a mandatory offset; no 'now', no 'infinity'.
+CREATE OR REPLACE FUNCTION fabric._envelope_timestamp(p_value jsonb, p_field text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_text text;
+BEGIN
+  IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
+    RETURN NULL;
+  END IF;
+  v_text := CASE WHEN pg_catalog.jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END;
+  IF v_text IS NULL OR v_text !~
+     '^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})$' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
+      MESSAGE = pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
+      HINT = 'e.g. "2026-08-16T10:00:00Z"; now, yesterday and infinity are refused';
+  END IF;
+  RETURN v_text::timestamptz;
+EXCEPTION
+  WHEN datetime_field_overflow OR invalid_datetime_format THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
+      MESSAGE = pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
+      HINT = 'e.g. "2026-08-16T10:00:00Z"; the date must exist';
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._envelope_text_array: an optional array of identifiers.
+CREATE OR REPLACE FUNCTION fabric._envelope_text_array(p_value jsonb, p_field text)
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_result text[] := '{}';
+  v_item jsonb;
+BEGIN
+  IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
+    RETURN v_result;
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_value) <> 'array' OR pg_catalog.jsonb_array_length(p_value) > 64 THEN
+    PERFORM fabric._bad_envelope(pg_catalog.format('%s must be an array of at most 64 items', p_field),
+                                 'see the envelope of spec section 4');
+  END IF;
+  FOR v_item IN SELECT x FROM pg_catalog.jsonb_array_elements(p_value) x LOOP
+    v_result := v_result || fabric._envelope_text(v_item, p_field || '[]');
+  END LOOP;
+  RETURN v_result;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._jsonb_depth: nesting depth of a jsonb value (scalars are depth 0).
+CREATE OR REPLACE FUNCTION fabric._jsonb_depth(p_value jsonb)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  WITH RECURSIVE walk(v, depth) AS (
+    SELECT p_value, 0
+    UNION ALL
+    SELECT c.v, w.depth + 1
+    FROM walk w
+    CROSS JOIN LATERAL (
+      SELECT e.value AS v FROM pg_catalog.jsonb_each(
+        CASE WHEN pg_catalog.jsonb_typeof(w.v) = 'object' THEN w.v ELSE '{}' END) e
+      UNION ALL
+      SELECT a.value FROM pg_catalog.jsonb_array_elements(
+        CASE WHEN pg_catalog.jsonb_typeof(w.v) = 'array' THEN w.v ELSE '[]' END) a
+    ) c
+    WHERE w.depth < 100
+  )
+  SELECT max(depth) FROM walk
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.propose: validate an envelope inside the caller's run and file a proposal.
+CREATE OR REPLACE FUNCTION fabric_api.propose(p_envelope jsonb, p_run_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_run fabric.runs;
+  v_agent fabric.agents;
+  v_missing text[];
+  v_scope jsonb;
+  v_prov jsonb;
+  v_validity jsonb;
+  v_tier text;
+  v_visibility text;
+  v_tenant text;
+  v_subject text;
+  v_session text;
+  v_scope_agent text;
+  v_content jsonb;
+  v_hash text;
+  v_supplied_hash text;
+  v_source_event text;
+  v_correlation text;
+  v_causation text;
+  v_method text;
+  v_derived uuid[] := '{}';
+  v_supersedes jsonb;
+  v_confidence double precision;
+  v_valid_from timestamptz;
+  v_valid_until timestamptz;
+  v_retention text;
+  v_labels text[];
+  v_version text;
+  v_instance text;
+  v_item jsonb;
+  v_reason text;
+  v_proposal_id uuid := pg_catalog.gen_random_uuid();
+BEGIN
+  PERFORM fabric._reset_context();
+  IF pg_catalog.pg_has_role(session_user, 'fabric_committer', 'MEMBER') THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'committers cannot propose: no agent both proposes and commits durable memory',
+      HINT = 'propose with an agent login that is not a member of fabric_committer';
+  END IF;
+  v_run := fabric._enter_run(p_run_id);
+  SELECT * INTO v_agent FROM fabric.agents a WHERE a.agent_id = v_run.agent_id;
+
+  -- Three-layer tool authorization: a refusal is an answer, not an error.
+  v_missing := fabric._tool_denial(v_run, 'tool:memory-propose');
+  IF pg_catalog.cardinality(v_missing) > 0 THEN
+    v_reason := 'tool:memory-propose is not authorized: missing from '
+                || pg_catalog.array_to_string(v_missing, ', ');
+    PERFORM fabric._emit('agent.tool.unauthorized', v_run.tenant_id, p_payload =>
+      pg_catalog.jsonb_build_object('tool', 'tool:memory-propose', 'agent_id', v_run.agent_id,
+                                    'missing_layers', v_missing));
+    RETURN pg_catalog.jsonb_build_object('proposal_id', NULL, 'status', 'denied',
+                                         'reason', v_reason);
+  END IF;
+
+  -- Structure: errors, nothing written.
+  IF p_envelope IS NULL OR pg_catalog.jsonb_typeof(p_envelope) <> 'object' THEN
+    PERFORM fabric._bad_envelope('the envelope must be a JSON object',
+                                 'see the memory record envelope of spec section 4');
+  END IF;
+  IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_envelope) k
+             WHERE k NOT IN ('tier', 'scope', 'content', 'content_hash', 'provenance',
+                             'derived_from', 'confidence', 'validity_interval',
+                             'retention_class', 'compliance_labels', 'version', 'supersedes',
+                             'business_instance_id')) THEN
+    PERFORM fabric._bad_envelope('the envelope has keys outside the proposal envelope',
+      'allowed: tier, scope, content, content_hash, provenance, derived_from, confidence, '
+      'validity_interval, retention_class, compliance_labels, version, supersedes, '
+      'business_instance_id (memory_id and consolidation_state are set at commit)');
+  END IF;
+
+  v_tier := fabric._envelope_text(p_envelope -> 'tier', 'tier');
+  IF v_tier IS NULL OR v_tier NOT IN ('episodic', 'semantic', 'procedural', 'profile', 'relational') THEN
+    PERFORM fabric._bad_envelope('tier must be one of episodic, semantic, procedural, profile, relational',
+      'working memory never enters the fabric; graph and temporal are not proposed');
+  END IF;
+
+  v_scope := p_envelope -> 'scope';
+  IF v_scope IS NULL OR pg_catalog.jsonb_typeof(v_scope) <> 'object'
+     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v_scope) k
+                WHERE k NOT IN ('tenant_id', 'subject_id', 'agent_id', 'session_id', 'visibility')) THEN
+    PERFORM fabric._bad_envelope('scope must be an object of tenant_id, subject_id, agent_id, session_id, visibility',
+      'tenant_id comes first and is required');
+  END IF;
+  v_tenant := fabric._envelope_text(v_scope -> 'tenant_id', 'scope.tenant_id');
+  v_subject := fabric._envelope_text(v_scope -> 'subject_id', 'scope.subject_id');
+  v_session := fabric._envelope_text(v_scope -> 'session_id', 'scope.session_id');
+  v_scope_agent := fabric._envelope_text(v_scope -> 'agent_id', 'scope.agent_id');
+  v_visibility := fabric._envelope_text(v_scope -> 'visibility', 'scope.visibility');
+  IF v_tenant IS NULL THEN
+    PERFORM fabric._bad_envelope('scope.tenant_id is required',
+                                 'name the tenant of the run; it always comes first');
+  END IF;
+  IF v_visibility IS NULL OR v_visibility NOT IN ('session', 'agent', 'subject', 'tenant') THEN
+    PERFORM fabric._bad_envelope('scope.visibility must be one of session, agent, subject, tenant',
+                                 'there is no cross-tenant visibility');
+  END IF;
+
+  v_content := p_envelope -> 'content';
+  IF v_content IS NULL OR pg_catalog.jsonb_typeof(v_content) <> 'object' THEN
+    PERFORM fabric._bad_envelope('content must be a JSON object', 'e.g. {"assertion": "..."}');
+  END IF;
+  IF pg_catalog.octet_length(v_content::text) > 65536 THEN
+    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+      MESSAGE = 'content exceeds 65536 bytes', HINT = 'store large artefacts elsewhere and reference them';
+  END IF;
+  IF fabric._jsonb_depth(v_content) > 32 THEN
+    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+      MESSAGE = 'content nests deeper than 32 levels', HINT = 'flatten the content';
+  END IF;
+  v_hash := fabric.content_hash(v_content);         -- refuses numbers that are not doubles
+  IF p_envelope ? 'content_hash' AND pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') <> 'null' THEN
+    v_supplied_hash := CASE WHEN pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') = 'string'
+                            THEN p_envelope ->> 'content_hash' END;
+    IF v_supplied_hash IS DISTINCT FROM v_hash THEN
+      PERFORM fabric._bad_envelope('content_hash does not match the content',
+        'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
+    END IF;
+  END IF;
+
+  v_prov := p_envelope -> 'provenance';
+  IF v_prov IS NULL OR pg_catalog.jsonb_typeof(v_prov) <> 'object'
+     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v_prov) k
+                WHERE k NOT IN ('source_event_id', 'correlation_id', 'causation_id', 'formation_method')) THEN
+    PERFORM fabric._bad_envelope('provenance must be an object of source_event_id, correlation_id, causation_id, formation_method',
+      'formed_by is set by the committer');
+  END IF;
+  v_source_event := fabric._envelope_text(v_prov -> 'source_event_id', 'provenance.source_event_id');
+  v_correlation := fabric._envelope_text(v_prov -> 'correlation_id', 'provenance.correlation_id');
+  v_causation := fabric._envelope_text(v_prov -> 'causation_id', 'provenance.causation_id');
+  v_method := fabric._envelope_text(v_prov -> 'formation_method', 'provenance.formation_method');
+  IF v_method IS NULL OR v_method NOT IN ('extraction', 'declaration', 'consolidation', 'reflection', 'import') THEN
+    PERFORM fabric._bad_envelope('provenance.formation_method must be one of extraction, declaration, consolidation, reflection, import',
+                                 'agents propose extraction, declaration or import');
+  END IF;
+
+  IF p_envelope ? 'derived_from' AND pg_catalog.jsonb_typeof(p_envelope -> 'derived_from') <> 'null' THEN
+    IF pg_catalog.jsonb_typeof(p_envelope -> 'derived_from') <> 'array'
+       OR pg_catalog.jsonb_array_length(p_envelope -> 'derived_from') > 256 THEN
+      PERFORM fabric._bad_envelope('derived_from must be an array of at most 256 memory ids', 'memory ids are UUIDs');
+    END IF;
+    FOR v_item IN SELECT x FROM pg_catalog.jsonb_array_elements(p_envelope -> 'derived_from') x LOOP
+      IF pg_catalog.jsonb_typeof(v_item) <> 'string' OR (v_item #>> '{}') !~*
+         '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+        PERFORM fabric._bad_envelope('derived_from must be an array of memory ids', 'memory ids are UUIDs');
+      END IF;
+      v_derived := v_derived || (v_item #>> '{}')::uuid;
+    END LOOP;
+    SELECT pg_catalog.array_agg(DISTINCT d) INTO v_derived FROM pg_catalog.unnest(v_derived) d;
+    v_derived := coalesce(v_derived, '{}');
+  END IF;
+  v_supersedes := p_envelope -> 'supersedes';
+  IF v_supersedes IS NOT NULL AND pg_catalog.jsonb_typeof(v_supersedes) NOT IN ('null', 'string') THEN
+    PERFORM fabric._bad_envelope('supersedes must be a memory id or null', 'memory ids are UUIDs');
+  END IF;
+
+  IF pg_catalog.jsonb_typeof(p_envelope -> 'confidence') IS DISTINCT FROM 'number' THEN
+    PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
+  END IF;
+  IF pg_catalog.abs((p_envelope -> 'confidence')::numeric) > 1e300 THEN
+    PERFORM fabric._bad_envelope('confidence must be a number in [0, 1]', 'e.g. 0.9');
+  END IF;
+  v_confidence := (p_envelope -> 'confidence')::numeric::double precision;
+
+  v_validity := p_envelope -> 'validity_interval';
+  IF v_validity IS NOT NULL AND (pg_catalog.jsonb_typeof(v_validity) <> 'object'
+     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v_validity) k
+                WHERE k NOT IN ('valid_from', 'valid_until'))) THEN
+    PERFORM fabric._bad_envelope('validity_interval must be an object of valid_from, valid_until',
+                                 'valid_until null means open-ended');
+  END IF;
+  v_valid_from := coalesce(fabric._envelope_timestamp(v_validity -> 'valid_from', 'validity_interval.valid_from'),
+                           pg_catalog.now());
+  v_valid_until := fabric._envelope_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
+
+  v_retention := coalesce(fabric._envelope_text(p_envelope -> 'retention_class', 'retention_class'), 'durable');
+  IF v_retention NOT IN ('ephemeral', 'operational', 'durable', 'audit', 'regulated') THEN
+    PERFORM fabric._bad_envelope('retention_class must be one of ephemeral, operational, durable, audit, regulated',
+                                 'the default is durable');
+  END IF;
+  v_labels := fabric._envelope_text_array(p_envelope -> 'compliance_labels', 'compliance_labels');
+  v_version := coalesce(fabric._envelope_text(p_envelope -> 'version', 'version', 64), '1.0.0');
+  v_instance := fabric._envelope_text(p_envelope -> 'business_instance_id', 'business_instance_id');
+
+  -- Scope comes from the run; a request can only narrow it (errors, nothing written).
+  IF v_tenant <> v_run.tenant_id THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'scope.tenant_id is not the tenant of the run',
+      HINT = 'a run acts in exactly one tenant; there is no cross-tenant write';
+  END IF;
+  IF v_subject IS DISTINCT FROM v_run.subject_id AND v_subject IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'scope.subject_id is not the subject of the run',
+      HINT = 'omit subject_id to use the run''s subject';
+  END IF;
+  IF v_session IS DISTINCT FROM v_run.session_id AND v_session IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'scope.session_id is not the session of the run',
+      HINT = 'omit session_id to use the run''s session';
+  END IF;
+  IF v_scope_agent IS NOT NULL AND v_scope_agent <> v_run.agent_id THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'scope.agent_id is neither the calling agent nor null',
+      HINT = 'an agent proposes only for itself';
+  END IF;
+  v_subject := v_run.subject_id;
+  v_session := v_run.session_id;
+  IF v_visibility = 'agent' THEN
+    v_scope_agent := v_run.agent_id;
+  END IF;
+  IF EXISTS (SELECT 1 FROM pg_catalog.unnest(v_derived) d
+             WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
+                               WHERE m.tenant_id = v_run.tenant_id AND m.memory_id = d)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+      MESSAGE = 'derived_from names a memory id that is not a record of this tenant',
+      HINT = 'derive only from committed records of the run''s tenant';
+  END IF;
+
+  -- Governance: a rejected proposal with its reason.
+  v_reason := CASE
+    WHEN v_source_event IS NULL THEN
+      'provenance.source_event_id is required: memory never enters the fabric uncaused (invariant 3)'
+    WHEN v_method NOT IN ('extraction', 'declaration', 'import') THEN
+      'agents propose only extraction, declaration or import; consolidation and reflection are formed from os-agt-011 recommendations'
+    WHEN v_tier = 'relational' THEN
+      'agents never propose into the relational tier; it is reached only by an approved promotion'
+    WHEN v_supersedes IS NOT NULL AND pg_catalog.jsonb_typeof(v_supersedes) <> 'null' THEN
+      'agents never propose with supersedes; supersession is a committer action'
+    WHEN NOT fabric._profile_allows(v_agent.memory_profile, 'propose_scope', 'tiers', v_tier) THEN
+      pg_catalog.format('tier %s is outside the agent''s memory_profile.propose_scope.tiers', v_tier)
+    WHEN NOT fabric._profile_allows(v_agent.memory_profile, 'propose_scope', 'visibility', v_visibility) THEN
+      pg_catalog.format('visibility %s is outside the agent''s memory_profile.propose_scope.visibility', v_visibility)
+    WHEN v_visibility = 'session' AND v_session IS NULL THEN
+      'visibility session needs a session: the run has none'
+    WHEN v_visibility = 'subject' AND v_subject IS NULL THEN
+      'visibility subject needs a subject: the run has none'
+    WHEN v_retention = 'ephemeral' THEN
+      'ephemeral retention belongs to the working tier, which never enters the fabric'
+    WHEN v_retention = 'audit' AND v_tier <> 'episodic' THEN
+      'audit retention is only for episodic records'
+    WHEN v_confidence IS NULL OR NOT (v_confidence BETWEEN 0 AND 1) THEN
+      'confidence must lie in [0, 1]'
+    WHEN v_valid_until IS NOT NULL AND v_valid_until <= v_valid_from THEN
+      'validity_interval.valid_until must be after valid_from'
+    WHEN v_version !~ '^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$' THEN
+      'version must be SemVer (MAJOR.MINOR.PATCH)'
+    WHEN v_tier = 'semantic' AND NOT fabric._ids_have_episodic_ancestor(v_run.tenant_id, v_derived) THEN
+      'semantic record needs at least one episodic source: pass derived_from with the episodes it was extracted from'
+  END;
+
+  INSERT INTO fabric.proposals (tenant_id, proposal_id, run_id, proposed_by, status, reason, tier,
+    visibility, subject_id, agent_id, session_id, business_instance_id, content, content_hash,
+    source_event_id, correlation_id, causation_id, formation_method, derived_from, supersedes,
+    confidence, valid_from, valid_until, retention_class, compliance_labels, version)
+  VALUES (v_run.tenant_id, v_proposal_id, v_run.run_id, v_run.agent_id,
+    CASE WHEN v_reason IS NULL THEN 'validated' ELSE 'rejected' END, v_reason, v_tier,
+    v_visibility, v_subject, v_scope_agent, v_session, v_instance, v_content, v_hash,
+    v_source_event, v_correlation, v_causation, v_method, v_derived,
+    CASE WHEN pg_catalog.jsonb_typeof(v_supersedes) = 'string'
+              AND (v_supersedes #>> '{}') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+         THEN (v_supersedes #>> '{}')::uuid END,
+    v_confidence, v_valid_from, v_valid_until, v_retention, v_labels, v_version);
+
+  PERFORM fabric._emit(
+    CASE WHEN v_reason IS NULL THEN 'memory.proposal.validated' ELSE 'memory.proposal.rejected' END,
+    v_run.tenant_id, v_correlation, v_causation, NULL, v_proposal_id,
+    pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', v_tier,
+      'visibility', v_visibility, 'content_hash', v_hash, 'reason', v_reason)));
+
+  RETURN pg_catalog.jsonb_build_object('proposal_id', v_proposal_id,
+    'status', CASE WHEN v_reason IS NULL THEN 'validated' ELSE 'rejected' END,
+    'reason', v_reason);
+END $$;
+COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
+  'Propose a memory inside your open run; returns {"proposal_id","status","reason"} with status '
+  'validated, rejected or denied. Agents only. Example: SELECT fabric_api.propose('
+  '''{"tier":"episodic","scope":{"tenant_id":"acme","visibility":"subject"},'
+  '"content":{"text":"asked for invoices in EUR"},"provenance":{"source_event_id":"evt-1",'
+  '"formation_method":"extraction"},"confidence":0.9}'', ''<run_id>'');';

@@ -1,0 +1,181 @@
+-- Commit: only members of fabric_committer (os-agt-010) turn validated proposals into
+-- records. Two committers racing on one proposal produce exactly one record.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._record_json: a committed record as spec section 4's envelope.
+CREATE OR REPLACE FUNCTION fabric._record_json(p_record fabric.memory_records)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.jsonb_build_object(
+    'memory_id', p_record.memory_id,
+    'tier', p_record.tier,
+    'scope', pg_catalog.jsonb_build_object('tenant_id', p_record.tenant_id,
+      'subject_id', p_record.subject_id, 'agent_id', p_record.agent_id,
+      'session_id', p_record.session_id, 'visibility', p_record.visibility),
+    'content', p_record.content,
+    'content_hash', p_record.content_hash,
+    'provenance', pg_catalog.jsonb_build_object('source_event_id', p_record.source_event_id,
+      'correlation_id', p_record.correlation_id, 'causation_id', p_record.causation_id,
+      'formed_by', p_record.formed_by, 'formation_method', p_record.formation_method),
+    'derived_from', coalesce((SELECT pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id)
+                              FROM fabric.memory_lineage l
+                              WHERE l.tenant_id = p_record.tenant_id
+                                AND l.memory_id = p_record.memory_id), '[]'),
+    'confidence', p_record.confidence,
+    'validity_interval', pg_catalog.jsonb_build_object('valid_from', p_record.valid_from,
+                                                       'valid_until', p_record.valid_until),
+    'recorded_at', p_record.recorded_at,
+    'consolidation_state', p_record.consolidation_state,
+    'supersedes', p_record.supersedes,
+    'retention_class', p_record.retention_class,
+    'compliance_labels', pg_catalog.to_jsonb(p_record.compliance_labels),
+    'version', p_record.version,
+    'business_instance_id', p_record.business_instance_id)
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._enter_committer: the committer's agent id, the context reset.
+CREATE OR REPLACE FUNCTION fabric._enter_committer()
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_agent_id text;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_committer', 'commit memory');
+  v_agent_id := fabric._caller_agent_id();
+  IF v_agent_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'the committer login is not a registered agent',
+      HINT = 'register it (e.g. as os-agt-010) with fabric_api.register_agent; it is formed_by';
+  END IF;
+  RETURN v_agent_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._commit_locked: form the record of a proposal already locked FOR UPDATE.
+CREATE OR REPLACE FUNCTION fabric._commit_locked(p_proposal fabric.proposals, p_committer text)
+RETURNS fabric.memory_records
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_record fabric.memory_records;
+BEGIN
+  PERFORM fabric._set_context('actor', p_committer);
+  PERFORM fabric._set_context('run_id', p_proposal.run_id::text);
+  PERFORM fabric._set_context('correlation_id', p_proposal.correlation_id);
+  PERFORM fabric._set_context('causation_id', p_proposal.causation_id);
+  INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
+    session_id, business_instance_id, content, content_hash, source_event_id, correlation_id,
+    causation_id, formed_by, formation_method, confidence, valid_from, valid_until,
+    retention_class, compliance_labels, version, proposal_id, run_id)
+  VALUES (p_proposal.tenant_id, p_proposal.tier, p_proposal.visibility, p_proposal.subject_id,
+    p_proposal.agent_id, p_proposal.session_id, p_proposal.business_instance_id,
+    p_proposal.content, p_proposal.content_hash, p_proposal.source_event_id,
+    p_proposal.correlation_id, p_proposal.causation_id, p_committer,
+    p_proposal.formation_method, p_proposal.confidence, p_proposal.valid_from,
+    p_proposal.valid_until, p_proposal.retention_class, p_proposal.compliance_labels,
+    p_proposal.version, p_proposal.proposal_id, p_proposal.run_id)
+  RETURNING * INTO v_record;
+  INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+  SELECT v_record.tenant_id, v_record.memory_id, d FROM pg_catalog.unnest(p_proposal.derived_from) d;
+  UPDATE fabric.proposals p
+  SET status = 'committed', decided_at = pg_catalog.now(), committed_by = p_committer,
+      memory_id = v_record.memory_id
+  WHERE p.tenant_id = p_proposal.tenant_id AND p.proposal_id = p_proposal.proposal_id;
+  -- The deferred rule fires now, so a batch can reject this proposal alone.
+  SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
+  SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+  RETURN v_record;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.commit: commit one validated proposal; returns the record (spec section 4).
+CREATE OR REPLACE FUNCTION fabric_api.commit(p_proposal_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_tenant text := fabric._tenant_of_proposal(p_proposal_id);
+  v_proposal fabric.proposals;
+BEGIN
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown proposal',
+      HINT = 'proposal ids come from fabric_api.propose';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  SELECT * INTO v_proposal FROM fabric.proposals p
+  WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id
+  FOR UPDATE;
+  IF v_proposal.status <> 'validated' THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = pg_catalog.format('the proposal is %s; only validated proposals commit',
+                                  v_proposal.status),
+      HINT = 'a proposal commits once; rejected proposals never do';
+  END IF;
+  RETURN fabric._record_json(fabric._commit_locked(v_proposal, v_committer));
+END $$;
+COMMENT ON FUNCTION fabric_api.commit(uuid) IS
+  'Commit a validated proposal into a raw record; returns the record envelope. Committer only. '
+  'Example: SELECT fabric_api.commit(''<proposal_id>'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.commit_pending: drain validated proposals, tenant by tenant, skipping rows
+-- another committer holds; a proposal that breaks a rule at commit is rejected, not lost.
+CREATE OR REPLACE FUNCTION fabric_api.commit_pending(p_limit integer DEFAULT 100)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_tenant text;
+  v_proposal fabric.proposals;
+  v_committed integer := 0;
+  v_rejected integer := 0;
+  v_reason text;
+BEGIN
+  IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'limit must be between 1 and 10000', HINT = 'the default is 100';
+  END IF;
+  FOR v_tenant IN SELECT t FROM fabric._tenants_with_validated_proposals() t ORDER BY t LOOP
+    PERFORM fabric._reset_context();
+    PERFORM fabric._set_context('tenant_id', v_tenant);
+    FOR v_proposal IN
+      SELECT * FROM fabric.proposals p
+      WHERE p.tenant_id = v_tenant AND p.status = 'validated'
+      ORDER BY p.proposed_at, p.proposal_id
+      LIMIT p_limit - v_committed - v_rejected
+      FOR UPDATE SKIP LOCKED
+    LOOP
+      BEGIN
+        PERFORM fabric._commit_locked(v_proposal, v_committer);
+        v_committed := v_committed + 1;
+      EXCEPTION WHEN check_violation OR foreign_key_violation OR exclusion_violation
+                     OR unique_violation OR SQLSTATE 'MF001' OR SQLSTATE 'MF002' THEN
+        v_reason := pg_catalog.format('refused at commit (SQLSTATE %s)', SQLSTATE);
+        UPDATE fabric.proposals p SET status = 'rejected', reason = v_reason,
+                                      decided_at = pg_catalog.now()
+        WHERE p.tenant_id = v_tenant AND p.proposal_id = v_proposal.proposal_id;
+        PERFORM fabric._emit('memory.proposal.rejected', v_tenant, v_proposal.correlation_id,
+          v_proposal.causation_id, NULL, v_proposal.proposal_id,
+          pg_catalog.jsonb_build_object('reason', v_reason, 'sqlstate', SQLSTATE));
+        v_rejected := v_rejected + 1;
+      END;
+    END LOOP;
+    EXIT WHEN v_committed + v_rejected >= p_limit;
+  END LOOP;
+  PERFORM fabric._reset_context();
+  RETURN pg_catalog.jsonb_build_object('committed', v_committed, 'rejected', v_rejected);
+END $$;
+COMMENT ON FUNCTION fabric_api.commit_pending(integer) IS
+  'Commit up to p_limit validated proposals across tenants (SKIP LOCKED; safe to run '
+  'concurrently). Committer only. Example: SELECT fabric_api.commit_pending(100);';

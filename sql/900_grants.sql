@@ -1,0 +1,25 @@
+-- Grants: group roles get EXECUTE on their doors and nothing else. Agent logins hold no
+-- table privileges at all; tests/golden/privileges.txt is the committed matrix.
+
+REVOKE ALL ON ALL TABLES IN SCHEMA fabric FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fabric, fabric_api, fabric_audit FROM PUBLIC;
+REVOKE ALL ON SCHEMA fabric, fabric_api, fabric_audit FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA fabric_api
+  TO fabric_admin, fabric_orchestrator, fabric_agent, fabric_committer;
+GRANT USAGE ON SCHEMA fabric_audit TO fabric_auditor;
+
+GRANT EXECUTE ON FUNCTION
+  fabric_api.create_tenant(text),
+  fabric_api.register_agent(text, name, jsonb, text[]),
+  fabric_api.enable_agent(text, text, text[])
+  TO fabric_admin;
+GRANT EXECUTE ON FUNCTION
+  fabric_api.open_run(text, text, text, text, text[], interval),
+  fabric_api.close_run(uuid)
+  TO fabric_orchestrator;
+GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid) TO fabric_agent;
+GRANT EXECUTE ON FUNCTION
+  fabric_api.commit(uuid),
+  fabric_api.commit_pending(integer)
+  TO fabric_committer;
