@@ -144,21 +144,29 @@ $fn$;
 -- with characters U+E000..U+FFFF versus U+10000 and above).
 -- Each character of U+E000..U+FFFF becomes U+10FFFF followed by itself, and U+10FFFF
 -- itself becomes U+10FFFF U+0001: a prefix-free, order-preserving recoding under which
--- code point order equals UTF-16 order.
+-- code point order equals UTF-16 order. (plpgsql rather than SQL: a SQL function with a
+-- SET clause is never inlined and is planned again on every call.)
 CREATE OR REPLACE FUNCTION fabric._jcs_key_order(key text)
 RETURNS bytea
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-RETURN pg_catalog.convert_to(
-  pg_catalog.regexp_replace(
-    pg_catalog.replace(key, E'\U0010FFFF', E'\U0010FFFF\u0001'),
-    E'([\uE000-\uFFFF])', E'\U0010FFFF\\1', 'g'),
-  'UTF8');
+AS $fn$
+BEGIN
+  RETURN convert_to(
+    regexp_replace(
+      replace(key, E'\U0010FFFF', E'\U0010FFFF\u0001'),
+      E'([\uE000-\uFFFF])', E'\U0010FFFF\\1', 'g'),
+    'UTF8');
+END
+$fn$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.jcs_canonical
 -- RFC 8785 canonical JSON text of a jsonb value: the exact bytes content_hash hashes.
+-- One query per object or array; scalars are done inline. Two fast paths keep the helper
+-- calls for the rare cases: ASCII keys sort by their bytes (UTF-16 order is byte order
+-- there), and integers within +-2^53 print as numeric text (always exact and shortest).
 CREATE OR REPLACE FUNCTION fabric.jcs_canonical(doc jsonb)
 RETURNS text
 LANGUAGE plpgsql
@@ -173,20 +181,32 @@ BEGIN
     SELECT '{' || coalesce(string_agg(
              to_jsonb(m.key)::text || ':' ||
              CASE jsonb_typeof(m.value)
+               WHEN 'string' THEN m.value::text  -- already JCS-escaped
+               WHEN 'number' THEN
+                 CASE WHEN scale(m.value::numeric) = 0
+                       AND abs(m.value::numeric) <= 9007199254740992
+                      THEN m.value::numeric::text
+                      ELSE fabric._jcs_number(m.value::numeric) END
                WHEN 'object' THEN fabric.jcs_canonical(m.value)
                WHEN 'array'  THEN fabric.jcs_canonical(m.value)
-               WHEN 'number' THEN fabric._jcs_number(m.value::numeric)
-               ELSE m.value::text  -- string (JCS-escaped already), true, false, null
+               ELSE m.value::text  -- true, false, null
              END,
-             ',' ORDER BY fabric._jcs_key_order(m.key)), '') || '}'
+             ',' ORDER BY CASE WHEN octet_length(m.key) = length(m.key)
+                               THEN convert_to(m.key, 'UTF8')
+                               ELSE fabric._jcs_key_order(m.key) END), '') || '}'
       INTO result
       FROM jsonb_each(doc) AS m;
   WHEN 'array' THEN
     SELECT '[' || coalesce(string_agg(
              CASE jsonb_typeof(a.value)
+               WHEN 'string' THEN a.value::text
+               WHEN 'number' THEN
+                 CASE WHEN scale(a.value::numeric) = 0
+                       AND abs(a.value::numeric) <= 9007199254740992
+                      THEN a.value::numeric::text
+                      ELSE fabric._jcs_number(a.value::numeric) END
                WHEN 'object' THEN fabric.jcs_canonical(a.value)
                WHEN 'array'  THEN fabric.jcs_canonical(a.value)
-               WHEN 'number' THEN fabric._jcs_number(a.value::numeric)
                ELSE a.value::text
              END,
              ',' ORDER BY a.ord), '') || ']'
@@ -209,13 +229,18 @@ COMMENT ON FUNCTION fabric.jcs_canonical(jsonb) IS
 -- ---------------------------------------------------------------------------------------
 -- fabric.content_hash
 -- The content address of a memory: identical to memfabric.hashing.content_hash in Python.
+-- (plpgsql for the same reason as _jcs_key_order: planned once per session, not per call.)
 CREATE OR REPLACE FUNCTION fabric.content_hash(doc jsonb)
 RETURNS text
-LANGUAGE sql
+LANGUAGE plpgsql
 IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-RETURN 'sha256:' || pg_catalog.encode(
-  ext.digest(pg_catalog.convert_to(fabric.jcs_canonical(doc), 'UTF8'), 'sha256'), 'hex');
+AS $fn$
+BEGIN
+  RETURN 'sha256:' || encode(
+    ext.digest(convert_to(fabric.jcs_canonical(doc), 'UTF8'), 'sha256'), 'hex');
+END
+$fn$;
 
 COMMENT ON FUNCTION fabric.content_hash(jsonb) IS
   '''sha256:'' || lowercase hex SHA-256 of fabric.jcs_canonical(content) in UTF-8. '
