@@ -199,6 +199,17 @@ def fabric(server: Any, template: str) -> Iterator[Fabric]:
                 sql.Identifier(name), sql.Identifier(template)
             )
         )
+        # ALTER DATABASE settings live in pg_db_role_setting and are not copied by
+        # CREATE DATABASE ... TEMPLATE: re-apply what bootstrap sets (DESIGN.md §7, Logs).
+        for setting, value in (
+            ("log_min_error_statement", "panic"),
+            ("idle_in_transaction_session_timeout", "60s"),
+        ):
+            c.execute(
+                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                    sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
+                )
+            )
     f = Fabric(server, name)
     yield f
     f.close()

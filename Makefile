@@ -1,0 +1,73 @@
+# memfabric: `make help` lists the targets. Everything installs itself into the repo
+# (.venv/ and .local/, both git-ignored). DATABASE_URL, when set, replaces the local server.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PGPORT ?= 54329
+
+.DEFAULT_GOAL := help
+
+.PHONY: help venv pg db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(BIN)/.installed ## create the virtualenv with the package and its dev tools
+
+pg: ## install PostgreSQL 17 + pgvector + plpython3u into .local/pg17
+	@scripts/install-postgres.sh
+
+db-up: pg ## start the local server (127.0.0.1:$PGPORT, database memfabric)
+ifdef DATABASE_URL
+	@echo "DATABASE_URL is set: using it instead of the local server"
+else
+	@scripts/db.sh up
+endif
+
+db-down: ## stop the local server
+	@scripts/db.sh down
+
+db-status: ## is the local server running?
+	@scripts/db.sh status
+
+migrate: venv db-up ## bootstrap + alembic upgrade head + replay sql/ and rls/
+	$(BIN)/memfabric db migrate
+
+psql: db-up ## open psql on the fabric database (as the superuser)
+	@.local/pg17/bin/psql "$${DATABASE_URL:-$$(scripts/db.sh url)}"
+
+demo: migrate ## run the narrated end-to-end scenario on the local server
+	$(BIN)/memfabric demo
+
+worker: migrate ## run the committer worker (drains validated proposals)
+	$(BIN)/memfabric worker commit
+
+test: venv pg ## run the whole suite against real PostgreSQL 17 servers it starts itself
+	$(BIN)/pytest -q
+
+lint: venv ## ruff check + ruff format --check
+	$(BIN)/ruff check py tests migrations
+	$(BIN)/ruff format --check py tests migrations
+
+format: venv ## ruff format in place
+	$(BIN)/ruff format py tests migrations
+	$(BIN)/ruff check --fix py tests migrations
+
+typecheck: venv ## mypy --strict on py/
+	$(BIN)/mypy
+
+check: lint typecheck test ## what CI runs: lint, types, tests
+
+bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted)
+	$(BIN)/python tests/bench/bench_write.py
+
+clean: db-down ## remove the venv, the local server and its data
+	rm -rf $(VENV) .local

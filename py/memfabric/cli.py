@@ -1,0 +1,87 @@
+"""The `memfabric` command line: database lifecycle, the demo and the workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import typer
+
+from memfabric import db
+
+app = typer.Typer(help="memfabric: a Postgres-native memory fabric control plane.",
+                  no_args_is_help=True, add_completion=False)
+db_app = typer.Typer(help="The database: local server lifecycle and migrations.",
+                     no_args_is_help=True)
+worker_app = typer.Typer(help="Background workers.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(worker_app, name="worker")
+
+
+def _db_script(*args: str) -> None:
+    if os.environ.get("DATABASE_URL") and args[0] in ("up", "down"):
+        typer.echo("DATABASE_URL is set: the local server is not used")
+        return
+    code = subprocess.call([str(db.ROOT / "scripts" / "db.sh"), *args])
+    if code:
+        raise typer.Exit(code)
+
+
+@db_app.command("up")
+def db_up() -> None:
+    """Install PostgreSQL 17 if needed and start the local server (127.0.0.1:$PGPORT)."""
+    _db_script("up")
+
+
+@db_app.command("down")
+def db_down() -> None:
+    """Stop the local server."""
+    _db_script("down")
+
+
+@db_app.command("status")
+def db_status() -> None:
+    """Say whether the local server is running."""
+    _db_script("status")
+
+
+@db_app.command("migrate")
+def db_migrate() -> None:
+    """Bootstrap (superuser), alembic upgrade head (migration role), replay sql/ and rls/."""
+    url = db.database_url()
+    db.migrate(url, progress=lambda line: typer.echo(f"[migrate] {line}"))
+    typer.echo("[migrate] at head")
+
+
+@app.command()
+def demo() -> None:
+    """A narrated scenario: tenant, agents with their own logins, a run, proposals, commits."""
+    from memfabric.demo import run_demo
+
+    sys.exit(run_demo(db.database_url()))
+
+
+@worker_app.command("commit")
+def worker_commit(
+    login: str = typer.Option(
+        os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010"),
+        help="the committer's login (a member of fabric_committer, registered as an agent)",
+    ),
+    once: bool = typer.Option(False, help="drain what is validated now, then exit"),
+    batch: int = typer.Option(100, min=1, max=10000, help="proposals per transaction"),
+    poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
+) -> None:
+    """Commit validated proposals as they arrive (safe to run several at once)."""
+    from memfabric.worker import run_committer
+
+    conninfo = os.environ.get("MEMFABRIC_COMMITTER_URL") or db.url_for(db.database_url(), login)
+    committed, rejected = run_committer(
+        conninfo, batch=batch, once=once, poll_seconds=poll,
+        progress=lambda line: typer.echo(f"[commit] {line}"),
+    )
+    typer.echo(f"[commit] done: {committed} committed, {rejected} rejected at commit")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,97 @@
+"""The client: each method is one call of a `fabric_api` function (pgmq's shape).
+
+Identity is the login: build one client (one pool) per identity. The database decides
+everything; errors arrive as `memfabric.errors.FabricError` subclasses by SQLSTATE.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from memfabric.errors import mapped
+
+Json = dict[str, Any]
+
+
+class FabricClient:
+    """A connection pool for one identity and the SQL API as methods."""
+
+    def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 4) -> None:
+        self.pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "row_factory": tuple_row},
+            open=True,
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> FabricClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, function: str, *args: Any) -> Any:
+        query = sql.SQL("SELECT fabric_api.{}({})").format(
+            sql.Identifier(function), sql.SQL(", ").join(sql.Placeholder() * len(args))
+        )
+        with mapped(), self.pool.connection() as conn:
+            row = conn.execute(query, args).fetchone()
+        return None if row is None else row[0]
+
+    # administration (fabric_admin)
+    def create_tenant(self, tenant_id: str) -> Json:
+        return self._call("create_tenant", tenant_id)  # type: ignore[no-any-return]
+
+    def register_agent(
+        self, agent_id: str, login: str, memory_profile: Json, tools_allowed: Sequence[str]
+    ) -> Json:
+        return self._call(  # type: ignore[no-any-return]
+            "register_agent", agent_id, login, Jsonb(memory_profile), list(tools_allowed)
+        )
+
+    def enable_agent(self, tenant_id: str, agent_id: str, tools: Sequence[str]) -> Json:
+        return self._call("enable_agent", tenant_id, agent_id, list(tools))  # type: ignore[no-any-return]
+
+    # orchestrator (fabric_orchestrator)
+    def open_run(
+        self,
+        tenant_id: str,
+        agent_id: str,
+        subject_id: str | None,
+        session_id: str | None,
+        active_tool_set: Sequence[str],
+        ttl: str = "1 hour",
+    ) -> uuid.UUID:
+        query = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, %s::interval)"
+        with mapped(), self.pool.connection() as conn:
+            row = conn.execute(
+                query, (tenant_id, agent_id, subject_id, session_id, list(active_tool_set), ttl)
+            ).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    def close_run(self, run_id: uuid.UUID) -> Json:
+        return self._call("close_run", run_id)  # type: ignore[no-any-return]
+
+    # agents (fabric_agent)
+    def propose(self, envelope: Json, run_id: uuid.UUID) -> Json:
+        return self._call("propose", Jsonb(envelope), run_id)  # type: ignore[no-any-return]
+
+    # committer (fabric_committer)
+    def commit(self, proposal_id: uuid.UUID | str) -> Json:
+        return self._call("commit", proposal_id)  # type: ignore[no-any-return]
+
+    def commit_pending(self, limit: int = 100) -> Json:
+        return self._call("commit_pending", limit)  # type: ignore[no-any-return]

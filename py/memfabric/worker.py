@@ -1,0 +1,67 @@
+"""The committer worker: drains validated proposals through `fabric_api.commit_pending`.
+
+Each batch is one transaction of the database function (FOR UPDATE SKIP LOCKED, tenant by
+tenant), so any number of workers may run at once. Idle, it polls; on a lost connection it
+reconnects with capped, jittered backoff and drains again.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from memfabric.errors import mapped
+
+Progress = Callable[[str], None]
+
+
+def drain_once(conn: psycopg.Connection[tuple[object, ...]], batch: int = 100) -> tuple[int, int]:
+    """Commit validated proposals until none is left; returns (committed, rejected)."""
+    committed = rejected = 0
+    while True:
+        with mapped():
+            row = conn.execute("SELECT fabric_api.commit_pending(%s)", (batch,)).fetchone()
+        assert row is not None
+        result: dict[str, int] = row[0]  # type: ignore[assignment]
+        committed += result["committed"]
+        rejected += result["rejected"]
+        if result["committed"] + result["rejected"] < batch:
+            return committed, rejected
+
+
+def run_committer(
+    conninfo: str,
+    *,
+    batch: int = 100,
+    once: bool = False,
+    poll_seconds: float = 1.0,
+    progress: Progress = print,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> tuple[int, int]:
+    """Run until stopped (or one drain with once=True); returns the totals."""
+    totals = [0, 0]
+    backoff = 0.5
+    while not should_stop():
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                backoff = 0.5
+                while not should_stop():
+                    committed, rejected = drain_once(conn, batch)
+                    totals[0] += committed
+                    totals[1] += rejected
+                    if committed or rejected:
+                        progress(f"committed {committed}, rejected at commit {rejected}")
+                    if once:
+                        return totals[0], totals[1]
+                    time.sleep(poll_seconds)
+        except psycopg.OperationalError as exc:
+            if once:
+                raise
+            delay = min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter only
+            progress(f"connection lost ({exc.sqlstate or 'no sqlstate'}); retrying in {delay:.1f}s")
+            time.sleep(delay)
+            backoff *= 2
+    return totals[0], totals[1]
