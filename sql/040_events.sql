@@ -109,5 +109,12 @@ BEGIN
       v_name, v_from, (v_from + interval '1 month')::date);
     v_created := v_created + 1;
   END LOOP;
+  -- Statement triggers are not inherited: each partition refuses TRUNCATE itself.
+  FOR v_name IN SELECT i.inhrelid::regclass::text FROM pg_catalog.pg_inherits i
+                WHERE i.inhparent = 'fabric.events'::regclass LOOP
+    EXECUTE pg_catalog.format(
+      'CREATE OR REPLACE TRIGGER _200_append_only_truncate BEFORE TRUNCATE ON %s '
+      'FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only()', v_name);
+  END LOOP;
   RETURN v_created;
 END $$;

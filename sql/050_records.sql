@@ -86,6 +86,7 @@ CREATE OR REPLACE TRIGGER _100_normalise
 -- fabric.tg_memory_records__immutable_envelope: content, scope and provenance never change
 -- after commit, with exactly two carve-outs, both inside a lifecycle transition:
 -- erasure (tombstoned, under an approval) and operational window closure (expired).
+-- revision and known_since are the history's clock: only _500_lifecycle advances them.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__immutable_envelope()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -105,7 +106,7 @@ BEGIN
                   'content_hash', 'source_event_id', 'correlation_id', 'causation_id',
                   'formed_by', 'formation_method', 'confidence', 'valid_from', 'recorded_at',
                   'supersedes', 'retention_class', 'compliance_labels', 'version',
-                  'proposal_id', 'run_id')
+                  'proposal_id', 'run_id', 'revision', 'known_since')
     AND o.value IS DISTINCT FROM (pg_catalog.to_jsonb(NEW) -> o.key);
   IF v_changed IS NOT NULL THEN
     RAISE EXCEPTION USING
@@ -144,7 +145,8 @@ BEGIN
       HINT = 'erase through fabric_api.erase under an approval';
   END IF;
 
-  IF v_to_tombstone AND (NEW.content IS NOT NULL
+  IF v_to_tombstone AND (NEW.content IS NOT NULL OR NEW.subject_id IS NOT NULL
+                         OR NEW.session_id IS NOT NULL OR NEW.agent_id IS NOT NULL
                          OR NEW.erasure_approval_id IS DISTINCT FROM
                             fabric._setting('fabric.approval_id')::uuid) THEN
     RAISE EXCEPTION USING

@@ -69,7 +69,11 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("SET LOCAL ROLE fabric_owner")
     op.execute("DROP SCHEMA IF EXISTS fabric_audit, fabric_api, fabric CASCADE")
-    op.execute("ALTER DEFAULT PRIVILEGES FOR ROLE fabric_owner GRANT EXECUTE ON FUNCTIONS TO PUBLIC")
+    op.execute(
+        "ALTER DEFAULT PRIVILEGES FOR ROLE fabric_owner GRANT EXECUTE ON FUNCTIONS TO PUBLIC"
+    )
     op.execute("SET LOCAL ROLE fabric_lookup")
-    op.execute("ALTER DEFAULT PRIVILEGES FOR ROLE fabric_lookup GRANT EXECUTE ON FUNCTIONS TO PUBLIC")
+    op.execute(
+        "ALTER DEFAULT PRIVILEGES FOR ROLE fabric_lookup GRANT EXECUTE ON FUNCTIONS TO PUBLIC"
+    )
     op.execute("RESET ROLE")

@@ -10,10 +10,14 @@ import typer
 
 from memfabric import db
 
-app = typer.Typer(help="memfabric: a Postgres-native memory fabric control plane.",
-                  no_args_is_help=True, add_completion=False)
-db_app = typer.Typer(help="The database: local server lifecycle and migrations.",
-                     no_args_is_help=True)
+app = typer.Typer(
+    help="memfabric: a Postgres-native memory fabric control plane.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_app = typer.Typer(
+    help="The database: local server lifecycle and migrations.", no_args_is_help=True
+)
 worker_app = typer.Typer(help="Background workers.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(worker_app, name="worker")
@@ -77,7 +81,10 @@ def worker_commit(
 
     conninfo = os.environ.get("MEMFABRIC_COMMITTER_URL") or db.url_for(db.database_url(), login)
     committed, rejected = run_committer(
-        conninfo, batch=batch, once=once, poll_seconds=poll,
+        conninfo,
+        batch=batch,
+        once=once,
+        poll_seconds=poll,
         progress=lambda line: typer.echo(f"[commit] {line}"),
     )
     typer.echo(f"[commit] done: {committed} committed, {rejected} rejected at commit")

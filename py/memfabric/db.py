@@ -41,7 +41,7 @@ def url_for(url: str, user: str) -> str:
     """The same server and database, logged in as another role (trust or .pgpass)."""
     params = conninfo_to_dict(url)
     params.pop("password", None)
-    return make_conninfo("", **{**params, "user": user})  # type: ignore[arg-type]
+    return make_conninfo("", **{**params, "user": user})
 
 
 def migrator_url(url: str) -> str:
@@ -125,7 +125,7 @@ def replay(url: str, progress: Progress = _quiet) -> None:
     with psycopg.connect(migrator_url(url)) as conn:
         for path in replay_files():
             conn.execute("SET LOCAL ROLE fabric_owner")
-            conn.execute(path.read_text())  # type: ignore[arg-type]
+            conn.execute(path.read_text())
         conn.execute("RESET ROLE")
     progress(f"replayed {len(replay_files())} files from sql/ and rls/")
 

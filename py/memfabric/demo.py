@@ -50,8 +50,12 @@ def episode(text: str, source_event: str) -> dict[str, Any]:
         "tier": "episodic",
         "scope": {"tenant_id": "acme", "visibility": "subject"},
         "content": {"text": text},
-        "provenance": {"source_event_id": source_event, "correlation_id": "corr-demo-1",
-                       "causation_id": source_event, "formation_method": "extraction"},
+        "provenance": {
+            "source_event_id": source_event,
+            "correlation_id": "corr-demo-1",
+            "causation_id": source_event,
+            "formation_method": "extraction",
+        },
         "confidence": 0.9,
         "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
     }
@@ -63,8 +67,9 @@ def ensure_logins(url: str) -> None:
             if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
             if group:
-                conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(group),
-                                                                sql.Identifier(login)))
+                conn.execute(
+                    sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(login))
+                )
 
 
 def run_demo(url: str) -> int:
@@ -80,34 +85,46 @@ def run_demo(url: str) -> int:
 
     step("1. the admin creates tenant acme and registers the agents")
     show("create_tenant →", admin.create_tenant("acme"))
-    show("register_agent →", admin.register_agent("com-agt-003", "com_agt_003", AGENT_PROFILE, TOOLS))
+    show(
+        "register_agent →", admin.register_agent("com-agt-003", "com_agt_003", AGENT_PROFILE, TOOLS)
+    )
     show("register_agent →", admin.register_agent("os-agt-010", "os_agt_010", {}, []))
     show("enable_agent →", admin.enable_agent("acme", "com-agt-003", TOOLS))
     show("enable_agent →", admin.enable_agent("acme", "os-agt-010", []))
     say("trying to allow tool:audit-lineage (backed by os-agt-008) to the agent:")
     try:
-        admin.register_agent("com-agt-003", "com_agt_003", AGENT_PROFILE, [*TOOLS, "tool:audit-lineage"])
+        admin.register_agent(
+            "com-agt-003", "com_agt_003", AGENT_PROFILE, [*TOOLS, "tool:audit-lineage"]
+        )
     except FabricError as exc:
         say(f"[red]refused[/red] {exc.sqlstate}: {exc}")
 
     step("2. the orchestrator opens a run: agent com-agt-003 serving user-8842")
-    run_id = orchestrator.open_run("acme", "com-agt-003", "user-8842", "sess-demo", TOOLS, "15 minutes")
+    run_id = orchestrator.open_run(
+        "acme", "com-agt-003", "user-8842", "sess-demo", TOOLS, "15 minutes"
+    )
     show("run_id =", str(run_id))
 
     step("3. the agent proposes two episodes")
-    first = agent.propose(episode("Customer asked to be invoiced via Acme Logistics BV (NL).",
-                                  "evt-demo-1"), run_id)
-    second = agent.propose(episode("Customer confirmed Acme Logistics BV as billing entity.",
-                                   "evt-demo-2"), run_id)
+    first = agent.propose(
+        episode("Customer asked to be invoiced via Acme Logistics BV (NL).", "evt-demo-1"), run_id
+    )
+    second = agent.propose(
+        episode("Customer confirmed Acme Logistics BV as billing entity.", "evt-demo-2"), run_id
+    )
     show("propose →", first)
     show("propose →", second)
 
     step("4. the committer (os-agt-010) drains validated proposals")
     show("commit_pending →", committer.commit_pending(100))
     with psycopg.connect(url, autocommit=True) as conn:
-        episode_ids = [r[0] for r in conn.execute(
-            "SELECT memory_id FROM fabric.proposals WHERE proposal_id = ANY(%s)",
-            ([first["proposal_id"], second["proposal_id"]],)).fetchall()]
+        episode_ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT memory_id FROM fabric.proposals WHERE proposal_id = ANY(%s)",
+                ([first["proposal_id"], second["proposal_id"]],),
+            ).fetchall()
+        ]
 
     step("5. a semantic assertion derived from the episodes; one rejected, one refused")
     assertion = {
@@ -123,8 +140,13 @@ def run_demo(url: str) -> int:
     show("propose (semantic, no episodic source) →", rejected)
     say("the agent tries to write about another subject (user-9999):")
     try:
-        agent.propose({**assertion, "scope": {"tenant_id": "acme", "subject_id": "user-9999",
-                                              "visibility": "subject"}}, run_id)
+        agent.propose(
+            {
+                **assertion,
+                "scope": {"tenant_id": "acme", "subject_id": "user-9999", "visibility": "subject"},
+            },
+            run_id,
+        )
     except FabricError as exc:
         say(f"[red]error[/red] {exc.sqlstate} {type(exc).__name__}: {exc} (nothing was written)")
 
@@ -138,20 +160,34 @@ def run_demo(url: str) -> int:
         for row in conn.execute(
             "SELECT memory_id, tier, consolidation_state, scope_key, formed_by, content_hash "
             "FROM fabric.memory_records WHERE run_id = %s ORDER BY recorded_at, memory_id",
-            (run_id,)).fetchall():
-            records.add_row(str(row[0])[:8] + "…", row[1], row[2], row[3], row[4], row[5][:22] + "…")
+            (run_id,),
+        ).fetchall():
+            records.add_row(
+                str(row[0])[:8] + "…", row[1], row[2], row[3], row[4], row[5][:22] + "…"
+            )
         console.print(records)
         versions = conn.execute(
             "SELECT count(*) FROM fabric.memory_record_versions v JOIN fabric.memory_records m "
-            "USING (tenant_id, memory_id) WHERE m.run_id = %s", (run_id,)).fetchone()
-        say(f"history rows (previous values of mutable columns): {versions[0] if versions else 0}"
-            " — records change only by governed transitions, which the lifecycle API adds")
+            "USING (tenant_id, memory_id) WHERE m.run_id = %s",
+            (run_id,),
+        ).fetchone()
+        say(
+            f"history rows (previous values of mutable columns): {versions[0] if versions else 0}"
+            " — records change only by governed transitions, which the lifecycle API adds"
+        )
         events = Table("event_type", "actor", "memory_id", "proposal_id", "reason")
         for row in conn.execute(
             "SELECT event_type, actor_agent_id, memory_id, proposal_id, payload->>'reason' "
-            "FROM fabric.events WHERE run_id = %s ORDER BY xid, occurred_at", (run_id,)).fetchall():
-            events.add_row(row[0], row[1] or "", str(row[2] or "")[:8], str(row[3] or "")[:8],
-                           (row[4] or "")[:40])
+            "FROM fabric.events WHERE run_id = %s ORDER BY xid, occurred_at",
+            (run_id,),
+        ).fetchall():
+            events.add_row(
+                row[0],
+                row[1] or "",
+                str(row[2] or "")[:8],
+                str(row[3] or "")[:8],
+                (row[4] or "")[:40],
+            )
         console.print(events)
     orchestrator.close_run(run_id)
     for client in (admin, orchestrator, agent, committer):

@@ -1,0 +1,49 @@
+-- The governed write path in psql, each identity with its own login.
+-- Run it on a migrated database as the superuser:  make psql  then  \i docs/session.sql
+-- (the README shows this file; tests/integration/test_readme_session.py executes it).
+\set ON_ERROR_STOP on
+
+-- 0. The superuser (or your DBA) creates one login per identity, once per cluster.
+CREATE ROLE readme_admin LOGIN IN ROLE fabric_admin;
+CREATE ROLE readme_orchestrator LOGIN IN ROLE fabric_orchestrator;
+CREATE ROLE readme_committer LOGIN IN ROLE fabric_committer;
+CREATE ROLE readme_agent LOGIN;
+
+-- 1. The admin creates the tenant, registers the agents and enables them in the tenant.
+\connect - readme_admin
+SELECT fabric_api.create_tenant('acme');
+SELECT fabric_api.register_agent('com-agt-003', 'readme_agent',
+  '{"propose_scope": {"tiers": ["episodic", "semantic"], "visibility": ["subject", "tenant"]}}',
+  ARRAY['tool:memory-propose']);
+SELECT fabric_api.register_agent('os-agt-010', 'readme_committer', '{}', '{}');
+SELECT fabric_api.enable_agent('acme', 'com-agt-003', ARRAY['tool:memory-propose']);
+
+-- 2. The orchestrator opens a run: this agent, serving user-8842 in session sess-1f9c.
+\connect - readme_orchestrator
+SELECT fabric_api.open_run('acme', 'com-agt-003', 'user-8842', 'sess-1f9c',
+                           ARRAY['tool:memory-propose'], '30 minutes') AS run_id \gset
+
+-- 3. The agent proposes an episode inside its run: validated.
+\connect - readme_agent
+SELECT fabric_api.propose('{
+  "tier": "episodic",
+  "scope": {"tenant_id": "acme", "visibility": "subject"},
+  "content": {"text": "Customer asked to be invoiced via Acme Logistics BV (NL)."},
+  "provenance": {"source_event_id": "evt-7b21", "correlation_id": "corr-9d4a",
+                 "causation_id": "evt-7b1f", "formation_method": "extraction"},
+  "confidence": 0.9,
+  "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": null}
+}', :'run_id') ->> 'proposal_id' AS proposal_id \gset
+
+-- A semantic assertion with no episodic source is a governance violation: rejected.
+SELECT fabric_api.propose('{
+  "tier": "semantic",
+  "scope": {"tenant_id": "acme", "visibility": "subject"},
+  "content": {"assertion": "Primary billing entity is Acme Logistics BV (NL)."},
+  "provenance": {"source_event_id": "evt-7b22", "formation_method": "extraction"},
+  "confidence": 0.94
+}', :'run_id');
+
+-- 4. The committer (os-agt-010) commits the validated proposal: a raw record.
+\connect - readme_committer
+SELECT fabric_api.commit(:'proposal_id');
