@@ -35,12 +35,23 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT DISTINCT p.tenant_id FROM fabric.proposals p WHERE p.status = 'validated' $$;
 
+-- ---------------------------------------------------------------------------------------
+-- fabric._tool_is_enabled_anywhere: invariant 11 must see every tenant's enablements.
+CREATE OR REPLACE FUNCTION fabric._tool_is_enabled_anywhere(p_tool_id text)
+RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT EXISTS (SELECT 1 FROM fabric.tenant_agent_tools t WHERE t.tool_id = p_tool_id) $$;
+
 REVOKE ALL ON FUNCTION fabric._tenant_of_run(uuid), fabric._tenant_of_proposal(uuid),
-  fabric._tenant_of_record(uuid), fabric._tenants_with_validated_proposals() FROM PUBLIC;
+  fabric._tenant_of_record(uuid), fabric._tenants_with_validated_proposals(),
+  fabric._tool_is_enabled_anywhere(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._tenant_of_run(uuid), fabric._tenant_of_proposal(uuid),
-  fabric._tenant_of_record(uuid), fabric._tenants_with_validated_proposals() TO fabric_owner;
+  fabric._tenant_of_record(uuid), fabric._tenants_with_validated_proposals(),
+  fabric._tool_is_enabled_anywhere(text) TO fabric_owner;
 
 SET LOCAL ROLE fabric_owner;
 GRANT SELECT (tenant_id, run_id) ON fabric.runs TO fabric_lookup;
 GRANT SELECT (tenant_id, proposal_id, status) ON fabric.proposals TO fabric_lookup;
 GRANT SELECT (tenant_id, memory_id) ON fabric.memory_records TO fabric_lookup;
+GRANT SELECT (tool_id) ON fabric.tenant_agent_tools TO fabric_lookup;

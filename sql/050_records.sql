@@ -163,6 +163,8 @@ CREATE OR REPLACE TRIGGER _200_immutable_envelope
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__no_delete: nothing is deleted; forgetting leaves a tombstone.
+-- Statement-level: there is no DELETE policy, so a row trigger would never see a row and
+-- the DELETE would silently remove nothing instead of being refused.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__no_delete()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -178,7 +180,7 @@ END $$;
 
 CREATE OR REPLACE TRIGGER _300_no_delete
   BEFORE DELETE ON fabric.memory_records
-  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__no_delete();
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__no_delete();
 CREATE OR REPLACE TRIGGER _300_no_truncate
   BEFORE TRUNCATE ON fabric.memory_records
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__no_delete();
@@ -385,7 +387,8 @@ CREATE CONSTRAINT TRIGGER _950_semantic_needs_episode
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_lineage__append_only: derived_from is part of the immutable envelope;
--- its rows are written only in the transaction that forms the record, and never changed.
+-- its rows are written only in the transaction that forms the record, and never changed
+-- (UPDATE and DELETE refused per statement, so RLS hiding every row cannot silence them).
 CREATE OR REPLACE FUNCTION fabric.tg_memory_lineage__append_only()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -410,17 +413,21 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE TRIGGER _200_append_only
-  BEFORE INSERT OR UPDATE OR DELETE ON fabric.memory_lineage
+  BEFORE UPDATE OR DELETE ON fabric.memory_lineage
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
+CREATE OR REPLACE TRIGGER _200_fixed_at_formation
+  BEFORE INSERT ON fabric.memory_lineage
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
 CREATE OR REPLACE TRIGGER _200_append_only_truncate
   BEFORE TRUNCATE ON fabric.memory_lineage
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_memory_record_versions__append_only: history is never rewritten.
+-- fabric.tg_memory_record_versions__append_only: history is never rewritten (refused per
+-- statement: there is no DELETE policy, so a row trigger would never fire for DELETE).
 CREATE OR REPLACE TRIGGER _200_append_only
   BEFORE UPDATE OR DELETE ON fabric.memory_record_versions
-  FOR EACH ROW EXECUTE FUNCTION fabric.tg_events__append_only();
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
 CREATE OR REPLACE TRIGGER _200_append_only_truncate
   BEFORE TRUNCATE ON fabric.memory_record_versions
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();

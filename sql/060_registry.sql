@@ -125,7 +125,8 @@ CREATE OR REPLACE TRIGGER _200_validate
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_tenant_agent_tools__validate();
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_tools__validate: a tool that some agent holds cannot become an audit tool.
+-- fabric.tg_tools__validate: a tool that some agent holds (allowed, or enabled in any
+-- tenant: that table is under RLS, hence the lookup) cannot become an audit tool.
 CREATE OR REPLACE FUNCTION fabric.tg_tools__validate()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -133,13 +134,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF NEW.agent_id = 'os-agt-008'
-     AND EXISTS (SELECT 1 FROM fabric.agents a WHERE NEW.tool_id = ANY (a.tools_allowed)) THEN
+     AND (EXISTS (SELECT 1 FROM fabric.agents a WHERE NEW.tool_id = ANY (a.tools_allowed))
+          OR fabric._tool_is_enabled_anywhere(NEW.tool_id)) THEN
     RAISE EXCEPTION USING
       ERRCODE = 'check_violation',
       CONSTRAINT = 'tools_audit_agent_is_never_allowed',
       MESSAGE = pg_catalog.format('tool %s is allowed to an agent and cannot be backed by '
                                   'os-agt-008 (invariant 11)', NEW.tool_id),
-      HINT = 'remove the tool from every agent''s tools_allowed first';
+      HINT = 'remove the tool from every agent''s tools_allowed and tenant enablement first';
   END IF;
   RETURN NEW;
 END $$;

@@ -62,7 +62,8 @@ BEGIN
   END IF;
   RETURN v_text::timestamptz;
 EXCEPTION
-  WHEN datetime_field_overflow OR invalid_datetime_format THEN
+  WHEN datetime_field_overflow OR invalid_datetime_format
+       OR invalid_time_zone_displacement_value THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
       MESSAGE = pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
       HINT = 'e.g. "2026-08-16T10:00:00Z"; the date must exist';

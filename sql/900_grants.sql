@@ -18,8 +18,13 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.open_run(text, text, text, text, text[], interval),
   fabric_api.close_run(uuid)
   TO fabric_orchestrator;
-GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid) TO fabric_agent;
+GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.recall(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION
   fabric_api.commit(uuid),
   fabric_api.commit_pending(integer)
   TO fabric_committer;
+GRANT EXECUTE ON FUNCTION
+  fabric_audit.records_as_of(text, timestamptz, timestamptz),
+  fabric_audit.lineage(text, uuid),
+  fabric_audit.recalls(text, timestamptz, timestamptz)
+  TO fabric_auditor;

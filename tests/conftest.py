@@ -47,6 +47,9 @@ PROFILE_WIDE = {
     },
 }
 PROFILE_EPISODIC_ONLY = {"propose_scope": {"tiers": ["episodic"], "visibility": ["subject"]}}
+PROFILE_RECALL_SEMANTIC = {
+    "recall_scope": {"tiers": ["semantic", "profile"], "visibility": ["subject", "tenant"]},
+}
 MEMORY_TOOLS = ["tool:memory-propose", "tool:memory-recall"]
 
 # login -> (agent_id, group roles, memory profile, tools_allowed, tenants enabled)
@@ -60,6 +63,7 @@ LOGINS: dict[str, tuple[str | None, list[str], dict[str, Any], list[str], list[s
     "mf_agent_b": ("com-agt-004", [], PROFILE_EPISODIC_ONLY, MEMORY_TOOLS, ["acme", "globex"]),
     "mf_agent_g": ("glx-agt-001", [], PROFILE_WIDE, MEMORY_TOOLS, ["globex"]),
     "mf_agent_notools": ("com-agt-009", [], PROFILE_WIDE, [], ["acme"]),
+    "mf_agent_r": ("com-agt-005", [], PROFILE_RECALL_SEMANTIC, MEMORY_TOOLS, ["acme"]),
     "mf_stranger": (None, [], {}, [], []),
 }
 
@@ -84,15 +88,21 @@ def server(postgresql_proc: Any) -> Any:
 def template(server: Any) -> str:
     """A database migrated to head and seeded with the test world; cloned per test."""
     with psycopg.connect(_admin_conninfo(server, "postgres"), autocommit=True) as c:
-        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+        c.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE))
+        )
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
     url = _admin_conninfo(server, TEMPLATE)
     mfdb.migrate(url)
     with psycopg.connect(url, autocommit=True) as c:
         for login, (_, groups, *_rest) in LOGINS.items():
             for group in groups:
-                c.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(login)))
-        admin = psycopg.connect(psycopg.conninfo.make_conninfo(url, user="mf_admin"), autocommit=True)
+                c.execute(
+                    sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(login))
+                )
+        admin = psycopg.connect(
+            psycopg.conninfo.make_conninfo(url, user="mf_admin"), autocommit=True
+        )
         with admin:
             for tenant in ("acme", "globex"):
                 admin.execute("SELECT fabric_api.create_tenant(%s)", (tenant,))
@@ -126,7 +136,9 @@ class Fabric:
         return _admin_conninfo(self.server, self.dbname)
 
     def connect(self, login: str | None = None, autocommit: bool = True) -> psycopg.Connection[Any]:
-        conninfo = self.url if login is None else psycopg.conninfo.make_conninfo(self.url, user=login)
+        conninfo = (
+            self.url if login is None else psycopg.conninfo.make_conninfo(self.url, user=login)
+        )
         conn = psycopg.connect(conninfo, autocommit=autocommit)
         self._conns.append(conn)
         return conn
@@ -145,8 +157,14 @@ class Fabric:
     def counts(self) -> dict[str, int]:
         return {
             t: self.count(t)
-            for t in ("proposals", "memory_records", "memory_lineage", "memory_record_versions",
-                      "events", "runs")
+            for t in (
+                "proposals",
+                "memory_records",
+                "memory_lineage",
+                "memory_record_versions",
+                "events",
+                "runs",
+            )
         }
 
     def open_run(
@@ -179,9 +197,20 @@ class Fabric:
         assert row is not None
         return row[0]  # type: ignore[no-any-return]
 
+    def recall(self, login: str, request: dict[str, Any]) -> dict[str, Any]:
+        row = (
+            self.connect(login)
+            .execute("SELECT fabric_api.recall(%s)", (Jsonb(request),))
+            .fetchone()
+        )
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
     def events(self, where: str = "true") -> list[dict[str, Any]]:
         with psycopg.connect(self.url, autocommit=True) as c:
-            q = sql.SQL("SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at")
+            q = sql.SQL(
+                "SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at"
+            )
             return [r[0] for r in c.execute(q.format(sql.SQL(where))).fetchall()]  # type: ignore[arg-type]
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 ROOT = Path(__file__).resolve().parents[2]
 SQL_DIRS = (ROOT / "sql", ROOT / "rls")
 MIGRATOR = "fabric_migrator"
-EXTENSIONS = ("vector", "plpython3u", "btree_gist", "pgcrypto")
+EXTENSIONS = ("vector", "plpython3u", "btree_gist", "btree_gin", "pgcrypto")
 DEFAULT_PORT = 54329
 
 Progress = Callable[[str], None]
@@ -92,7 +92,7 @@ def bootstrap(url: str, progress: Progress = _quiet) -> None:
                     sql.Identifier(dbname), sql.Identifier(setting), sql.Literal(value)
                 )
             )
-        progress("bootstrap: extensions vector, plpython3u, btree_gist, pgcrypto in schema ext")
+        progress(f"bootstrap: extensions {', '.join(EXTENSIONS)} (schema ext)")
 
 
 def _alembic_config(url: str):  # type: ignore[no-untyped-def]

@@ -1,0 +1,132 @@
+-- fabric_audit: read-only reconstruction for os-agt-008 (members of fabric_auditor only).
+-- Past states come from the history table; erased content is never reconstructed.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._enter_audit: only auditors read here; the tenant is named explicitly.
+CREATE OR REPLACE FUNCTION fabric._enter_audit(p_tenant_id text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_auditor', 'read the audit schema');
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
+      HINT = 'tenants are listed in fabric.tenants';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.records_as_of: what was valid at p_valid_at according to what the fabric
+-- knew at p_known_at -- superseded and tombstoned shells included, erased content never.
+CREATE OR REPLACE FUNCTION fabric_audit.records_as_of(p_tenant_id text, p_valid_at timestamptz,
+                                                      p_known_at timestamptz DEFAULT now())
+RETURNS TABLE (memory_id uuid, tier text, consolidation_state text, visibility text,
+               scope_key text, valid_from timestamptz, valid_until timestamptz,
+               confidence double precision, formation_method text, content_hash text,
+               content jsonb, recorded_at timestamptz, known_since timestamptz,
+               derived_from uuid[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  RETURN QUERY
+    WITH known AS (
+      SELECT m.memory_id,
+             coalesce(v.tier, m.tier) AS tier,
+             coalesce(v.consolidation_state, m.consolidation_state) AS state,
+             m.visibility, m.scope_key, m.valid_from,
+             CASE WHEN v.memory_id IS NULL THEN m.valid_until ELSE v.valid_until END AS valid_until,
+             m.confidence, m.formation_method, m.content_hash, m.content, m.recorded_at,
+             coalesce(pg_catalog.lower(v.known_during), m.known_since) AS known_since
+      FROM fabric.memory_records m
+      LEFT JOIN fabric.memory_record_versions v
+        ON v.tenant_id = m.tenant_id AND v.memory_id = m.memory_id
+       AND v.known_during @> p_known_at
+      WHERE m.tenant_id = p_tenant_id
+        AND m.recorded_at <= p_known_at
+        AND (v.memory_id IS NOT NULL OR m.known_since <= p_known_at)
+    )
+    SELECT k.memory_id, k.tier, k.state, k.visibility, k.scope_key, k.valid_from, k.valid_until,
+           k.confidence, k.formation_method, k.content_hash, k.content, k.recorded_at,
+           k.known_since,
+           ARRAY(SELECT l.derived_from_id FROM fabric.memory_lineage l
+                 WHERE l.tenant_id = p_tenant_id AND l.memory_id = k.memory_id
+                 ORDER BY l.derived_from_id)
+    FROM known k
+    WHERE k.valid_from <= p_valid_at AND (k.valid_until IS NULL OR k.valid_until > p_valid_at)
+    ORDER BY k.valid_from, k.memory_id;
+END $$;
+COMMENT ON FUNCTION fabric_audit.records_as_of(text, timestamptz, timestamptz) IS
+  'What was valid at p_valid_at as known at p_known_at (bitemporal). Auditors only. '
+  'Example: SELECT * FROM fabric_audit.records_as_of(''acme'', ''2026-08-16T10:00Z'', now());';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.lineage: derived_from both ways, recursive, with depth.
+CREATE OR REPLACE FUNCTION fabric_audit.lineage(p_tenant_id text, p_memory_id uuid)
+RETURNS TABLE (direction text, depth integer, memory_id uuid, derived_from_id uuid, tier text,
+               consolidation_state text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  RETURN QUERY
+    WITH RECURSIVE up(child, parent, depth) AS (
+      SELECT l.memory_id, l.derived_from_id, 1 FROM fabric.memory_lineage l
+      WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id
+      UNION
+      SELECT l.memory_id, l.derived_from_id, u.depth + 1 FROM fabric.memory_lineage l
+      JOIN up u ON l.tenant_id = p_tenant_id AND l.memory_id = u.parent
+      WHERE u.depth < 64
+    ), down(child, parent, depth) AS (
+      SELECT l.memory_id, l.derived_from_id, 1 FROM fabric.memory_lineage l
+      WHERE l.tenant_id = p_tenant_id AND l.derived_from_id = p_memory_id
+      UNION
+      SELECT l.memory_id, l.derived_from_id, d.depth + 1 FROM fabric.memory_lineage l
+      JOIN down d ON l.tenant_id = p_tenant_id AND l.derived_from_id = d.child
+      WHERE d.depth < 64
+    ), edges AS (
+      SELECT 'ancestor'::text AS direction, u.depth, u.parent AS node, u.child, u.parent FROM up u
+      UNION ALL
+      SELECT 'descendant', d.depth, d.child, d.child, d.parent FROM down d
+    )
+    SELECT e.direction, e.depth, e.node, CASE WHEN e.direction = 'ancestor' THEN NULL ELSE e.parent END,
+           m.tier, m.consolidation_state
+    FROM edges e
+    JOIN fabric.memory_records m ON m.tenant_id = p_tenant_id AND m.memory_id = e.node
+    ORDER BY e.direction, e.depth, e.node;
+END $$;
+COMMENT ON FUNCTION fabric_audit.lineage(text, uuid) IS
+  'Ancestors and descendants of a record through derived_from, with depth. Auditors only. '
+  'Example: SELECT * FROM fabric_audit.lineage(''acme'', ''<memory_id>'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.recalls: who recalled what, when, in which run and scope.
+CREATE OR REPLACE FUNCTION fabric_audit.recalls(p_tenant_id text, p_from timestamptz,
+                                                p_to timestamptz)
+RETURNS TABLE (occurred_at timestamptz, status text, agent_id text, actor_login name,
+               run_id uuid, correlation_id text, tiers_served jsonb, tiers_denied jsonb,
+               scope jsonb, memory_ids jsonb, request_hash text, reason text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  RETURN QUERY
+    SELECT e.occurred_at, e.payload ->> 'status', e.actor_agent_id, e.actor_login, e.run_id,
+           e.correlation_id, e.payload -> 'tiers_served', e.payload -> 'tiers_denied',
+           e.payload -> 'scope', coalesce(e.payload -> 'memory_ids', '[]'),
+           e.payload ->> 'request_hash', e.payload ->> 'reason'
+    FROM fabric.events e
+    WHERE e.tenant_id = p_tenant_id
+      AND e.event_type IN ('memory.recall.served', 'memory.recall.denied')
+      AND e.occurred_at >= p_from AND e.occurred_at < p_to
+    ORDER BY e.occurred_at, e.event_id;
+END $$;
+COMMENT ON FUNCTION fabric_audit.recalls(text, timestamptz, timestamptz) IS
+  'Recall history (served, partial, denied) of a tenant in [p_from, p_to). Auditors only. '
+  'Example: SELECT * FROM fabric_audit.recalls(''acme'', now() - interval ''1 day'', now());';

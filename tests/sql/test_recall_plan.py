@@ -1,0 +1,266 @@
+"""Recall's retrieval query on a realistic fixture: tenant and scope are index conditions,
+and its explicit tenant/scope predicates are property-tested against a reference filter.
+
+Fixtures are bulk-loaded by the superuser with session_replication_role = replica (no
+triggers): they are data for the planner and the reference, not governed writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import Fabric
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TIERS = ["episodic", "semantic", "procedural", "profile"]
+LIVE = ("raw", "consolidated", "reflected")
+
+BULK = """
+INSERT INTO fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
+  session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
+  confidence, valid_from, valid_until, recorded_at, consolidation_state, retention_class,
+  compliance_labels, search_tsv, erased_at, erasure_approval_id)
+SELECT %(tenant)s::text, gen_random_uuid(), (ARRAY['episodic','semantic','procedural','profile'])[1 + i %% 4],
+       v.vis, 'user-' || (i %% %(subjects)s), 'sess-' || (i %% 7), 'agt-' || (i %% 5),
+       jsonb_build_object('text', 'word' || (i %% 500) || ' note ' || i),
+       'sha256:' || encode(sha256(convert_to(%(tenant)s::text || i, 'UTF8')), 'hex'),
+       'evt-' || i, 'os-agt-010', 'extraction', (i %% 100) / 100.0,
+       now() - make_interval(days => i %% 400), NULL, now(), 'raw', 'durable', '{}',
+       to_tsvector('simple', 'word' || (i %% 500) || ' note ' || i), NULL, NULL
+FROM generate_series(1, %(rows)s) i
+CROSS JOIN LATERAL (SELECT (ARRAY['subject','subject','subject','tenant','session','agent'])
+                           [1 + (i / 4) %% 6] AS vis) v
+"""
+
+
+@pytest.fixture(scope="module")
+def big(server: Any, template: str) -> Iterator[str]:
+    """100,000 records in tenant 'big' and 50 tenants of 1,000 records each."""
+    admin = psycopg.conninfo.make_conninfo(
+        host=server.host, port=server.port, user=server.user, dbname="postgres"
+    )
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS mf_big WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE mf_big TEMPLATE {template} STRATEGY FILE_COPY")
+    url = psycopg.conninfo.make_conninfo(admin, dbname="mf_big")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        tenants = ["big"] + [f"t{n:02d}" for n in range(50)]
+        conn.execute("INSERT INTO fabric.tenants (tenant_id) SELECT unnest(%s::text[])", (tenants,))
+        conn.execute(BULK, {"tenant": "big", "rows": 100_000, "subjects": 2000})
+        for tenant in tenants[1:]:
+            conn.execute(BULK, {"tenant": tenant, "rows": 1000, "subjects": 50})
+        conn.execute("VACUUM ANALYZE fabric.memory_records")
+    yield url
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS mf_big WITH (FORCE)")
+
+
+def plan_of(url: str, query: str | None) -> list[dict[str, Any]]:
+    """The executed plan of the retrieval statement, captured through auto_explain."""
+    plans: list[dict[str, Any]] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.add_notice_handler(
+            lambda d: (
+                plans.append(json.loads(d.message_primary.split("\n", 1)[1]))
+                if d.message_primary
+                and d.message_primary.startswith("duration:")
+                and "memory_records" in d.message_primary
+                else None
+            )
+        )
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_format = 'json'",
+            "SET auto_explain.log_level = 'notice'",
+        ):
+            conn.execute(setting)
+        conn.execute(
+            "SELECT * FROM fabric._recall_candidates('big', ARRAY['subject:user-42', 'tenant', "
+            "'agent:agt-3'], ARRAY['semantic', 'episodic'], now(), 0.2, ARRAY['pci'], %s, "
+            "NULL, NULL, 9)",
+            (query,),
+        )
+    return plans
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+@pytest.mark.parametrize("query", [None, "word42"])
+def test_tenant_and_scope_are_index_conditions_not_filters(big: str, query: str | None) -> None:
+    (explained,) = plan_of(big, query)
+    scans = [
+        n
+        for n in nodes(explained["Plan"])
+        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
+    ]
+    assert scans, explained
+    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], explained
+    conds = " ".join(n.get("Index Cond", "") + n.get("Recheck Cond", "") for n in scans)
+    assert "tenant_id" in conds, explained
+    assert "scope_key" in conds, explained
+    for node in scans:
+        assert "tenant_id" not in node.get("Filter", ""), explained
+
+
+# ----------------------------------------------------------------------------------------
+# Property: the retrieval function returns exactly what a reference filter selects.
+
+
+@pytest.fixture(scope="module")
+def mixed(server: Any, template: str) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    admin = psycopg.conninfo.make_conninfo(
+        host=server.host, port=server.port, user=server.user, dbname="postgres"
+    )
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS mf_mixed WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE mf_mixed TEMPLATE {template} STRATEGY FILE_COPY")
+    url = psycopg.conninfo.make_conninfo(admin, dbname="mf_mixed")
+    rng = random.Random(7)
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    rows = []
+    for _ in range(600):
+        state = rng.choice([*LIVE, *LIVE, "superseded", "expired", "tombstoned"])
+        vis = rng.choice(["session", "agent", "subject", "tenant"])
+        start = base + dt.timedelta(days=rng.randrange(0, 300))
+        rows.append(
+            {
+                "tenant_id": rng.choice(["acme", "globex"]),
+                "memory_id": str(uuid.uuid4()),
+                "tier": rng.choice(TIERS),
+                "visibility": vis,
+                "subject_id": None if state == "tombstoned" else rng.choice(["u1", "u2", "u3"]),
+                "session_id": None if state == "tombstoned" else rng.choice(["s1", "s2"]),
+                "agent_id": None if state == "tombstoned" else rng.choice(["a1", "a2"]),
+                "content": None
+                if state == "tombstoned" or (state == "expired" and rng.random() < 0.5)
+                else {"t": "x"},
+                "confidence": rng.choice([0.1, 0.5, 0.5, 0.8, 0.95]),
+                "valid_from": start,
+                "valid_until": None
+                if rng.random() < 0.5
+                else start + dt.timedelta(days=rng.randrange(1, 90)),
+                "state": state,
+                "labels": rng.sample(["pii", "pci", "phi"], rng.randrange(0, 3)),
+            }
+        )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO fabric.memory_records (tenant_id, memory_id, tier, visibility, "
+                "subject_id, session_id, agent_id, content, content_hash, source_event_id, "
+                "formed_by, formation_method, confidence, valid_from, valid_until, "
+                "consolidation_state, retention_class, compliance_labels, erased_at, "
+                "erasure_approval_id) VALUES (%(tenant_id)s, %(memory_id)s, %(tier)s, "
+                "%(visibility)s, %(subject_id)s, %(session_id)s, %(agent_id)s, %(content)s, "
+                "'sha256:' || repeat('0', 64), 'evt', 'os-agt-010', 'extraction', "
+                "%(confidence)s, %(valid_from)s, %(valid_until)s, %(state)s, 'operational', "
+                "%(labels)s, CASE WHEN %(state)s = 'tombstoned' THEN now() END, "
+                "CASE WHEN %(state)s = 'tombstoned' THEN gen_random_uuid() END)",
+                [
+                    {
+                        **r,
+                        "content": psycopg.types.json.Jsonb(r["content"]) if r["content"] else None,
+                    }
+                    for r in rows
+                ],
+            )
+        recorded = dict(
+            conn.execute(
+                "SELECT memory_id::text, recorded_at FROM fabric.memory_records"
+            ).fetchall()
+        )
+    for r in rows:
+        r["recorded_at"] = recorded[r["memory_id"]]
+        r["scope_key"] = (
+            None
+            if r["state"] == "tombstoned"
+            else {
+                "session": f"session:{r['session_id']}",
+                "agent": f"agent:{r['agent_id']}",
+                "subject": f"subject:{r['subject_id']}",
+                "tenant": "tenant",
+            }[r["visibility"]]
+        )
+    yield url, rows
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS mf_mixed WITH (FORCE)")
+
+
+KEYS = [
+    "session:s1",
+    "session:s2",
+    "agent:a1",
+    "agent:a2",
+    "subject:u1",
+    "subject:u2",
+    "subject:u3",
+    "tenant",
+]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    tenant=st.sampled_from(["acme", "globex"]),
+    keys=st.lists(st.sampled_from(KEYS), unique=True, max_size=4),
+    tiers=st.lists(st.sampled_from(TIERS), unique=True, min_size=1),
+    day=st.integers(0, 400),
+    min_confidence=st.sampled_from([0.0, 0.5, 0.8]),
+    excluded=st.lists(st.sampled_from(["pii", "pci", "phi"]), unique=True, max_size=2),
+    limit=st.integers(1, 40),
+)
+def test_retrieval_returns_exactly_the_reference_selection(
+    mixed: tuple[str, list[dict[str, Any]]],
+    tenant: str,
+    keys: list[str],
+    tiers: list[str],
+    day: int,
+    min_confidence: float,
+    excluded: list[str],
+    limit: int,
+) -> None:
+    url, rows = mixed
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(days=day, hours=12)
+    expected = sorted(
+        (
+            r
+            for r in rows
+            if r["tenant_id"] == tenant
+            and r["scope_key"] in keys
+            and r["tier"] in tiers
+            and r["state"] in LIVE
+            and r["content"] is not None
+            and r["valid_from"] <= at
+            and (r["valid_until"] is None or r["valid_until"] > at)
+            and r["confidence"] >= min_confidence
+            and not set(r["labels"]) & set(excluded)
+        ),
+        key=lambda r: (
+            -r["confidence"],
+            -r["valid_from"].timestamp(),
+            -r["recorded_at"].timestamp(),
+            uuid.UUID(r["memory_id"]),
+        ),
+    )[:limit]
+    with psycopg.connect(url, autocommit=True) as conn:
+        got = conn.execute(
+            "SELECT memory_id::text FROM fabric._recall_candidates(%s, %s, %s, %s, %s, %s, "
+            "NULL, NULL, NULL, %s)",
+            (tenant, keys, tiers, at, min_confidence, excluded, limit),
+        ).fetchall()
+    assert [g[0] for g in got] == [r["memory_id"] for r in expected]
