@@ -7,8 +7,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import MEMORY_TOOLS, Fabric, episode
 from psycopg.types.json import Jsonb
+
+from conftest import MEMORY_TOOLS, Fabric, episode
 
 RECALL_ONLY = ["tool:memory-recall"]
 

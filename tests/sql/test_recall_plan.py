@@ -16,7 +16,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import Fabric
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +27,8 @@ INSERT INTO fabric.memory_records (tenant_id, memory_id, tier, visibility, subje
   session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
   confidence, valid_from, valid_until, recorded_at, consolidation_state, retention_class,
   compliance_labels, search_tsv, erased_at, erasure_approval_id)
-SELECT %(tenant)s::text, gen_random_uuid(), (ARRAY['episodic','semantic','procedural','profile'])[1 + i %% 4],
+SELECT %(tenant)s::text, gen_random_uuid(),
+       (ARRAY['episodic','semantic','procedural','profile'])[1 + i %% 4],
        v.vis, 'user-' || (i %% %(subjects)s), 'sess-' || (i %% 7), 'agt-' || (i %% 5),
        jsonb_build_object('text', 'word' || (i %% 500) || ' note ' || i),
        'sha256:' || encode(sha256(convert_to(%(tenant)s::text || i, 'UTF8')), 'hex'),
