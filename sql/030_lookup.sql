@@ -55,3 +55,25 @@ GRANT SELECT (tenant_id, run_id) ON fabric.runs TO fabric_lookup;
 GRANT SELECT (tenant_id, proposal_id, status) ON fabric.proposals TO fabric_lookup;
 GRANT SELECT (tenant_id, memory_id) ON fabric.memory_records TO fabric_lookup;
 GRANT SELECT (tool_id) ON fabric.tenant_agent_tools TO fabric_lookup;
+
+SET LOCAL ROLE fabric_lookup;
+-- ---------------------------------------------------------------------------------------
+-- fabric._tenant_of_approval / fabric._tenant_of_recommendation: tenant keys by id.
+CREATE OR REPLACE FUNCTION fabric._tenant_of_approval(p_approval_id uuid)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT a.tenant_id FROM fabric.approvals a WHERE a.approval_id = p_approval_id $$;
+
+CREATE OR REPLACE FUNCTION fabric._tenant_of_recommendation(p_recommendation_id uuid)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT r.tenant_id FROM fabric.recommendations r WHERE r.recommendation_id = p_recommendation_id $$;
+
+REVOKE ALL ON FUNCTION fabric._tenant_of_approval(uuid), fabric._tenant_of_recommendation(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._tenant_of_approval(uuid), fabric._tenant_of_recommendation(uuid)
+  TO fabric_owner;
+SET LOCAL ROLE fabric_owner;
+GRANT SELECT (tenant_id, approval_id) ON fabric.approvals TO fabric_lookup;
+GRANT SELECT (tenant_id, recommendation_id) ON fabric.recommendations TO fabric_lookup;

@@ -280,10 +280,12 @@ DECLARE
   v_payload jsonb;
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    v_type := CASE NEW.consolidation_state
-                WHEN 'raw' THEN 'memory.record.formed'
-                WHEN 'consolidated' THEN 'memory.record.consolidated'
-                WHEN 'reflected' THEN 'memory.reflection.completed'
+    v_type := CASE
+                WHEN NEW.tier = 'procedural' AND NEW.formation_method = 'consolidation'
+                  THEN 'memory.skill.distilled'
+                WHEN NEW.consolidation_state = 'raw' THEN 'memory.record.formed'
+                WHEN NEW.consolidation_state = 'consolidated' THEN 'memory.record.consolidated'
+                WHEN NEW.consolidation_state = 'reflected' THEN 'memory.reflection.completed'
               END;
     PERFORM fabric._emit(v_type, NEW.tenant_id, NEW.correlation_id, NEW.causation_id,
       NEW.memory_id, NEW.proposal_id,

@@ -88,6 +88,10 @@ BEGIN
                                  'see the envelope of spec section 4');
   END IF;
   FOR v_item IN SELECT x FROM pg_catalog.jsonb_array_elements(p_value) x LOOP
+    IF pg_catalog.jsonb_typeof(v_item) = 'null' THEN   -- _envelope_text lets null through
+      PERFORM fabric._bad_envelope(pg_catalog.format('%s items must be strings', p_field),
+                                   'see the envelope of spec section 4');
+    END IF;
     v_result := v_result || fabric._envelope_text(v_item, p_field || '[]');
   END LOOP;
   RETURN v_result;

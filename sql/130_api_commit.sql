@@ -58,7 +58,9 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._commit_locked: form the record of a proposal already locked FOR UPDATE.
-CREATE OR REPLACE FUNCTION fabric._commit_locked(p_proposal fabric.proposals, p_committer text)
+DROP FUNCTION IF EXISTS fabric._commit_locked(fabric.proposals, text);   -- older signature
+CREATE OR REPLACE FUNCTION fabric._commit_locked(p_proposal fabric.proposals, p_committer text,
+                                                 p_supersedes uuid DEFAULT NULL)
 RETURNS fabric.memory_records
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -73,14 +75,14 @@ BEGIN
   INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
     session_id, business_instance_id, content, content_hash, source_event_id, correlation_id,
     causation_id, formed_by, formation_method, confidence, valid_from, valid_until,
-    retention_class, compliance_labels, version, proposal_id, run_id)
+    retention_class, compliance_labels, version, proposal_id, run_id, supersedes)
   VALUES (p_proposal.tenant_id, p_proposal.tier, p_proposal.visibility, p_proposal.subject_id,
     p_proposal.agent_id, p_proposal.session_id, p_proposal.business_instance_id,
     p_proposal.content, p_proposal.content_hash, p_proposal.source_event_id,
     p_proposal.correlation_id, p_proposal.causation_id, p_committer,
     p_proposal.formation_method, p_proposal.confidence, p_proposal.valid_from,
     p_proposal.valid_until, p_proposal.retention_class, p_proposal.compliance_labels,
-    p_proposal.version, p_proposal.proposal_id, p_proposal.run_id)
+    p_proposal.version, p_proposal.proposal_id, p_proposal.run_id, p_supersedes)
   RETURNING * INTO v_record;
   INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
   SELECT v_record.tenant_id, v_record.memory_id, d FROM pg_catalog.unnest(p_proposal.derived_from) d;
@@ -120,7 +122,11 @@ BEGIN
                                   v_proposal.status),
       HINT = 'a proposal commits once; rejected proposals never do';
   END IF;
-  RETURN fabric._record_json(fabric._commit_locked(v_proposal, v_committer));
+  BEGIN
+    RETURN fabric._record_json(fabric._commit_locked(v_proposal, v_committer));
+  EXCEPTION WHEN exclusion_violation THEN
+    PERFORM fabric._contradiction();
+  END;
 END $$;
 COMMENT ON FUNCTION fabric_api.commit(uuid) IS
   'Commit a validated proposal into a raw record; returns the record envelope. Committer only. '

@@ -19,6 +19,32 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._known_at: every record of a tenant as the fabric knew it at p_known_at -- the
+-- mutable columns from the history row whose transaction time contains p_known_at.
+CREATE OR REPLACE FUNCTION fabric._known_at(p_tenant_id text, p_known_at timestamptz)
+RETURNS TABLE (memory_id uuid, tier text, consolidation_state text, visibility text,
+               scope_key text, subject_id text, valid_from timestamptz, valid_until timestamptz,
+               confidence double precision, formation_method text, content_hash text,
+               content jsonb, recorded_at timestamptz, known_since timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT m.memory_id,
+         coalesce(v.tier, m.tier),
+         coalesce(v.consolidation_state, m.consolidation_state),
+         m.visibility, m.scope_key, m.subject_id, m.valid_from,
+         CASE WHEN v.memory_id IS NULL THEN m.valid_until ELSE v.valid_until END,
+         m.confidence, m.formation_method, m.content_hash, m.content, m.recorded_at,
+         coalesce(pg_catalog.lower(v.known_during), m.known_since)
+  FROM fabric.memory_records m
+  LEFT JOIN fabric.memory_record_versions v
+    ON v.tenant_id = m.tenant_id AND v.memory_id = m.memory_id AND v.known_during @> p_known_at
+  WHERE m.tenant_id = p_tenant_id
+    AND m.recorded_at <= p_known_at
+    AND (v.memory_id IS NOT NULL OR m.known_since <= p_known_at)
+$$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_audit.records_as_of: what was valid at p_valid_at according to what the fabric
 -- knew at p_known_at -- superseded and tombstoned shells included, erased content never.
 CREATE OR REPLACE FUNCTION fabric_audit.records_as_of(p_tenant_id text, p_valid_at timestamptz,
@@ -34,29 +60,13 @@ AS $$
 BEGIN
   PERFORM fabric._enter_audit(p_tenant_id);
   RETURN QUERY
-    WITH known AS (
-      SELECT m.memory_id,
-             coalesce(v.tier, m.tier) AS tier,
-             coalesce(v.consolidation_state, m.consolidation_state) AS state,
-             m.visibility, m.scope_key, m.valid_from,
-             CASE WHEN v.memory_id IS NULL THEN m.valid_until ELSE v.valid_until END AS valid_until,
-             m.confidence, m.formation_method, m.content_hash, m.content, m.recorded_at,
-             coalesce(pg_catalog.lower(v.known_during), m.known_since) AS known_since
-      FROM fabric.memory_records m
-      LEFT JOIN fabric.memory_record_versions v
-        ON v.tenant_id = m.tenant_id AND v.memory_id = m.memory_id
-       AND v.known_during @> p_known_at
-      WHERE m.tenant_id = p_tenant_id
-        AND m.recorded_at <= p_known_at
-        AND (v.memory_id IS NOT NULL OR m.known_since <= p_known_at)
-    )
-    SELECT k.memory_id, k.tier, k.state, k.visibility, k.scope_key, k.valid_from, k.valid_until,
-           k.confidence, k.formation_method, k.content_hash, k.content, k.recorded_at,
-           k.known_since,
+    SELECT k.memory_id, k.tier, k.consolidation_state, k.visibility, k.scope_key, k.valid_from,
+           k.valid_until, k.confidence, k.formation_method, k.content_hash, k.content,
+           k.recorded_at, k.known_since,
            ARRAY(SELECT l.derived_from_id FROM fabric.memory_lineage l
                  WHERE l.tenant_id = p_tenant_id AND l.memory_id = k.memory_id
                  ORDER BY l.derived_from_id)
-    FROM known k
+    FROM fabric._known_at(p_tenant_id, p_known_at) k
     WHERE k.valid_from <= p_valid_at AND (k.valid_until IS NULL OR k.valid_until > p_valid_at)
     ORDER BY k.valid_from, k.memory_id;
 END $$;
@@ -130,3 +140,28 @@ END $$;
 COMMENT ON FUNCTION fabric_audit.recalls(text, timestamptz, timestamptz) IS
   'Recall history (served, partial, denied) of a tenant in [p_from, p_to). Auditors only. '
   'Example: SELECT * FROM fabric_audit.recalls(''acme'', now() - interval ''1 day'', now());';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.profile_at: a subject's profile as it was at p_at, as known at p_known_at.
+CREATE OR REPLACE FUNCTION fabric_audit.profile_at(p_tenant_id text, p_subject_id text,
+  p_at timestamptz, p_known_at timestamptz DEFAULT now())
+RETURNS TABLE (memory_id uuid, assertion_key text, content jsonb, content_hash text,
+               consolidation_state text, valid_from timestamptz, valid_until timestamptz,
+               confidence double precision, visibility text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  RETURN QUERY
+    SELECT k.memory_id, k.content ->> 'key', k.content, k.content_hash, k.consolidation_state,
+           k.valid_from, k.valid_until, k.confidence, k.visibility
+    FROM fabric._known_at(p_tenant_id, p_known_at) k
+    WHERE k.tier = 'profile' AND k.subject_id = p_subject_id
+      AND k.consolidation_state <> 'tombstoned'
+      AND k.valid_from <= p_at AND (k.valid_until IS NULL OR k.valid_until > p_at)
+    ORDER BY k.content ->> 'key', k.valid_from, k.memory_id;
+END $$;
+COMMENT ON FUNCTION fabric_audit.profile_at(text, text, timestamptz, timestamptz) IS
+  'A subject''s profile valid at p_at as known at p_known_at. Auditors only. '
+  'Example: SELECT * FROM fabric_audit.profile_at(''acme'', ''user-8842'', ''2026-08-16T10:00Z'');';

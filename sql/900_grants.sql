@@ -21,10 +21,23 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.recall(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION
   fabric_api.commit(uuid),
-  fabric_api.commit_pending(integer)
+  fabric_api.commit_pending(integer),
+  fabric_api.request_approval(uuid, text, jsonb, text),
+  fabric_api.promote(uuid, text, uuid, uuid),
+  fabric_api.demote(uuid, text),
+  fabric_api.supersede(uuid, uuid, uuid),
+  fabric_api.commit_recommendation(uuid, uuid)
   TO fabric_committer;
+GRANT USAGE ON SCHEMA fabric_api TO fabric_policy, fabric_consolidator;
+GRANT EXECUTE ON FUNCTION fabric_api.decide_approval(uuid, text, text) TO fabric_policy;
+GRANT EXECUTE ON FUNCTION
+  fabric_api.start_workflow_run(text, text),
+  fabric_api.consolidation_candidates(text, uuid, text, integer),
+  fabric_api.recommend(jsonb)
+  TO fabric_consolidator;
 GRANT EXECUTE ON FUNCTION
   fabric_audit.records_as_of(text, timestamptz, timestamptz),
   fabric_audit.lineage(text, uuid),
-  fabric_audit.recalls(text, timestamptz, timestamptz)
+  fabric_audit.recalls(text, timestamptz, timestamptz),
+  fabric_audit.profile_at(text, text, timestamptz, timestamptz)
   TO fabric_auditor;

@@ -1,0 +1,181 @@
+-- Approvals (spec §7.3): the committer requests, policy (os-agt-002) decides, the committer
+-- consumes one approval once, for the record (or subject) and action it names.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._actor_id: the registered agent behind session_user, else the login itself.
+CREATE OR REPLACE FUNCTION fabric._actor_id()
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT coalesce(fabric._caller_agent_id(), session_user::text) $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._approval_timeout: how long an approval request stays decidable.
+CREATE OR REPLACE FUNCTION fabric._approval_timeout(p_tenant_id text)
+RETURNS interval
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '24 hours' $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._refuse_approval: the one error of approvals (MF005), never with values.
+CREATE OR REPLACE FUNCTION fabric._refuse_approval(p_why text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'MF005', MESSAGE = 'approval refused: ' || p_why,
+    HINT = 'request an approval for this record and action with fabric_api.request_approval; '
+           'os-agt-002 decides it; each approval is used once, before it expires';
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._consume_approval: check and use an approval inside the acting transaction.
+CREATE OR REPLACE FUNCTION fabric._consume_approval(p_tenant_id text, p_approval_id uuid,
+  p_action text, p_memory_id uuid, p_subject_id text, p_target jsonb DEFAULT '{}')
+RETURNS fabric.approvals
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v fabric.approvals;
+BEGIN
+  IF p_approval_id IS NULL THEN
+    PERFORM fabric._refuse_approval(pg_catalog.format('%s needs an approval', p_action));
+  END IF;
+  SELECT * INTO v FROM fabric.approvals a
+  WHERE a.tenant_id = p_tenant_id AND a.approval_id = p_approval_id FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM fabric._refuse_approval('no such approval in this tenant');
+  ELSIF v.status = 'consumed' THEN
+    PERFORM fabric._refuse_approval('the approval was already used');
+  ELSIF v.status = 'denied' THEN
+    PERFORM fabric._refuse_approval('the approval was denied');
+  ELSIF v.status = 'pending' THEN
+    PERFORM fabric._refuse_approval('the approval has not been decided');
+  ELSIF v.expires_at <= pg_catalog.now() THEN
+    PERFORM fabric._refuse_approval('the approval has expired');
+  ELSIF v.action <> p_action THEN
+    PERFORM fabric._refuse_approval(pg_catalog.format('the approval is for %s, not %s',
+                                                      v.action, p_action));
+  ELSIF v.memory_id IS DISTINCT FROM p_memory_id OR v.subject_id IS DISTINCT FROM p_subject_id THEN
+    PERFORM fabric._refuse_approval('the approval is for another record or subject');
+  ELSIF NOT (v.target <@ coalesce(p_target, '{}')) THEN
+    PERFORM fabric._refuse_approval('the approval is for another target');
+  END IF;
+  UPDATE fabric.approvals a SET status = 'consumed', consumed_at = pg_catalog.now()
+  WHERE a.tenant_id = p_tenant_id AND a.approval_id = p_approval_id
+  RETURNING * INTO v;
+  PERFORM fabric._set_context('approval_id', p_approval_id::text);
+  PERFORM fabric._emit('memory.approval.consumed', p_tenant_id, NULL, NULL, p_memory_id, NULL,
+    pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'action', p_action));
+  RETURN v;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._file_approval: insert a pending approval request and its event.
+CREATE OR REPLACE FUNCTION fabric._file_approval(p_tenant_id text, p_action text,
+  p_memory_id uuid, p_subject_id text, p_target jsonb, p_reason text)
+RETURNS uuid
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_id uuid := pg_catalog.gen_random_uuid();
+BEGIN
+  IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'an approval request needs a reason of 1-1000 characters',
+      HINT = 'say why the action is needed; the policy agent reads it';
+  END IF;
+  IF p_target IS NULL OR pg_catalog.jsonb_typeof(p_target) <> 'object' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'an approval target must be a JSON object', HINT = 'e.g. {"tier": "relational"}';
+  END IF;
+  INSERT INTO fabric.approvals (tenant_id, approval_id, action, memory_id, subject_id, target,
+                                reason, requested_by, expires_at)
+  VALUES (p_tenant_id, v_id, p_action, p_memory_id, p_subject_id, p_target, p_reason,
+          fabric._actor_id(), pg_catalog.now() + fabric._approval_timeout(p_tenant_id));
+  PERFORM fabric._emit('memory.approval.requested', p_tenant_id, NULL, NULL, p_memory_id, NULL,
+    pg_catalog.jsonb_build_object('approval_id', v_id, 'action', p_action, 'target', p_target));
+  RETURN v_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.request_approval: the committer asks policy for a promotion or supersession.
+CREATE OR REPLACE FUNCTION fabric_api.request_approval(p_memory_id uuid, p_action text,
+  p_target jsonb DEFAULT '{}', p_reason text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_tenant text := fabric._tenant_of_record(p_memory_id);
+BEGIN
+  IF p_action IS NULL OR p_action NOT IN ('promote', 'supersede', 'erase') THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'action must be promote, supersede or erase',
+      HINT = 'a data subject''s erasure is fabric_api.request_subject_erasure';
+  END IF;
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
+      HINT = 'memory ids come from fabric_api.commit';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('actor', v_committer);
+  RETURN pg_catalog.jsonb_build_object('approval_id',
+    fabric._file_approval(v_tenant, p_action, p_memory_id, NULL, coalesce(p_target, '{}'), p_reason));
+END $$;
+COMMENT ON FUNCTION fabric_api.request_approval(uuid, text, jsonb, text) IS
+  'Request a policy approval for one record and action. Committer only. Example: SELECT '
+  'fabric_api.request_approval(''<memory_id>'', ''promote'', ''{"tier": "relational"}'', ''billing master data'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.decide_approval: os-agt-002 approves or denies a pending, unexpired request.
+CREATE OR REPLACE FUNCTION fabric_api.decide_approval(p_approval_id uuid, p_decision text,
+                                                      p_reason text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v fabric.approvals;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_policy', 'decide approvals');
+  IF p_decision IS NULL OR p_decision NOT IN ('approved', 'denied') THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'decision must be approved or denied', HINT = 'e.g. fabric_api.decide_approval(id, ''approved'', ''ok'')';
+  END IF;
+  v_tenant := fabric._tenant_of_approval(p_approval_id);
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown approval',
+      HINT = 'approval ids come from fabric_api.request_approval';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('actor', fabric._actor_id());
+  SELECT * INTO v FROM fabric.approvals a
+  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id FOR UPDATE;
+  IF v.status <> 'pending' THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = pg_catalog.format('the approval is already %s', v.status),
+      HINT = 'a decision is final; request a new approval';
+  END IF;
+  IF v.expires_at <= pg_catalog.now() THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = 'the approval request has expired', HINT = 'request a new approval';
+  END IF;
+  UPDATE fabric.approvals a SET status = p_decision, decided_by = fabric._actor_id(),
+         decided_at = pg_catalog.now(), decision_reason = p_reason
+  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id;
+  PERFORM fabric._emit('memory.approval.decided', v_tenant, NULL, NULL, v.memory_id, NULL,
+    pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'action', v.action,
+                                  'decision', p_decision));
+  RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'status', p_decision);
+END $$;
+COMMENT ON FUNCTION fabric_api.decide_approval(uuid, text, text) IS
+  'Approve or deny a pending approval. Policy (os-agt-002) only. Example: SELECT '
+  'fabric_api.decide_approval(''<approval_id>'', ''approved'', ''within policy'');';

@@ -1,0 +1,234 @@
+-- Promotion and demotion (spec §7): the same record changes tier, keeping memory_id,
+-- content and its correlation and causation ids; the event comes from the record trigger.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._threshold: an instance's threshold, else its domain pack's default, else the
+-- fabric's default (DESIGN.md §7: 2 episodes, confidence 0.8, 3 trajectories).
+CREATE OR REPLACE FUNCTION fabric._threshold(p_tenant_id text, p_instance text, p_name text)
+RETURNS double precision
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(
+    (SELECT (pg_catalog.to_jsonb(c) ->> p_name)::double precision FROM fabric.instance_config c
+     WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = coalesce(p_instance, '')),
+    (SELECT (pg_catalog.to_jsonb(d) ->> p_name)::double precision
+     FROM fabric.instance_config c JOIN fabric.domain_pack_defaults d USING (domain_pack_id)
+     WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = coalesce(p_instance, '')),
+    CASE p_name WHEN 'min_corroborating_episodes' THEN 2
+                WHEN 'min_confidence' THEN 0.8
+                WHEN 'min_successful_trajectories' THEN 3 END)
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._episodic_ancestors: distinct episodic records in a record's lineage.
+CREATE OR REPLACE FUNCTION fabric._episodic_ancestors(p_tenant_id text, p_memory_id uuid)
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  WITH RECURSIVE up(id, depth) AS (
+    SELECT l.derived_from_id, 1 FROM fabric.memory_lineage l
+    WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id
+    UNION
+    SELECT l.derived_from_id, u.depth + 1 FROM fabric.memory_lineage l
+    JOIN up u ON l.tenant_id = p_tenant_id AND l.memory_id = u.id WHERE u.depth < 64)
+  SELECT pg_catalog.count(DISTINCT m.memory_id)::integer
+  FROM up JOIN fabric.memory_records m ON m.tenant_id = p_tenant_id AND m.memory_id = up.id
+  WHERE m.tier = 'episodic'
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__tier_change: invariant 1, structurally. A tier changes only
+-- along a promotion edge (never for audit-class records) or back to a tier the record held
+-- before, and the record trigger emits its promoted/demoted event in the same transaction.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__tier_change()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_action text := fabric._setting('fabric.action');
+BEGIN
+  IF v_action = 'promote' THEN
+    IF OLD.retention_class = 'audit' THEN
+      RAISE EXCEPTION USING ERRCODE = 'MF002',
+        MESSAGE = 'audit-class records are never promoted',
+        HINT = 'an audit record is an episode; derive a new record from it instead';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fabric.promotion_edges e
+                   WHERE e.from_tier = OLD.tier AND e.to_tier = NEW.tier) THEN
+      RAISE EXCEPTION USING ERRCODE = 'MF002',
+        MESSAGE = pg_catalog.format('illegal promotion %s -> %s', OLD.tier, NEW.tier),
+        HINT = 'legal: semantic->profile, semantic->procedural, any->relational (approved); '
+               'episodic->semantic is a consolidation, not a promotion';
+    END IF;
+  ELSIF v_action = 'demote' THEN
+    IF NOT EXISTS (SELECT 1 FROM fabric.memory_record_versions v
+                   WHERE v.tenant_id = OLD.tenant_id AND v.memory_id = OLD.memory_id
+                     AND v.tier = NEW.tier) THEN
+      RAISE EXCEPTION USING ERRCODE = 'MF002',
+        MESSAGE = pg_catalog.format('a demotion returns a record to a tier it held before; it never held %s', NEW.tier),
+        HINT = 'see fabric_audit.records_as_of for the record''s past tiers';
+    END IF;
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _510_tier_change
+  BEFORE UPDATE OF tier ON fabric.memory_records
+  FOR EACH ROW WHEN (NEW.tier IS DISTINCT FROM OLD.tier)
+  EXECUTE FUNCTION fabric.tg_memory_records__tier_change();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._enter_record: committer context on a locked, live record of its tenant.
+CREATE OR REPLACE FUNCTION fabric._enter_record(p_memory_id uuid, p_committer text)
+RETURNS fabric.memory_records
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text := fabric._tenant_of_record(p_memory_id);
+  v fabric.memory_records;
+BEGIN
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
+      HINT = 'memory ids come from fabric_api.commit';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('actor', p_committer);
+  SELECT * INTO v FROM fabric.memory_records m
+  WHERE m.tenant_id = v_tenant AND m.memory_id = p_memory_id FOR UPDATE;
+  IF v.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = pg_catalog.format('the record is %s; only live records change tier or are superseded',
+                                  v.consolidation_state),
+      HINT = 'live means raw, consolidated or reflected';
+  END IF;
+  PERFORM fabric._set_context('correlation_id', v.correlation_id);
+  PERFORM fabric._set_context('causation_id', v.causation_id);
+  RETURN v;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._close_for_successor: supersede a live record (state superseded, valid_until
+-- shrunk to p_until when that is a shrink).
+CREATE OR REPLACE FUNCTION fabric._close_for_successor(p_old fabric.memory_records, p_until timestamptz)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+  UPDATE fabric.memory_records m
+  SET consolidation_state = 'superseded',
+      valid_until = CASE WHEN p_until > m.valid_from AND (m.valid_until IS NULL OR m.valid_until > p_until)
+                         THEN p_until ELSE m.valid_until END
+  WHERE m.tenant_id = p_old.tenant_id AND m.memory_id = p_old.memory_id;
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._contradiction: re-raise an EXCLUDE violation without its DETAIL (which carries
+-- values) and with the fix.
+CREATE OR REPLACE FUNCTION fabric._contradiction()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'exclusion_violation',
+    CONSTRAINT = 'memory_records_one_live_assertion_per_key',
+    MESSAGE = 'contradiction: a live record already asserts this key in this tier and scope '
+              'for an overlapping validity interval',
+    HINT = 'resolve it by supersession: fabric_api.supersede(old_memory_id, proposal_id)';
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.promote: move the same record to another tier along a legal edge.
+CREATE OR REPLACE FUNCTION fabric_api.promote(p_memory_id uuid, p_target_tier text,
+  p_approval_id uuid DEFAULT NULL, p_supersedes uuid DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v fabric.memory_records := fabric._enter_record(p_memory_id, v_committer);
+  v_edge fabric.promotion_edges;
+  v_live fabric.memory_records;
+  v_need integer;
+  v_min_conf double precision;
+BEGIN
+  SELECT * INTO v_edge FROM fabric.promotion_edges e
+  WHERE e.from_tier = v.tier AND e.to_tier = p_target_tier;
+  IF v_edge.threshold = 'corroboration' THEN
+    v_need := fabric._threshold(v.tenant_id, v.business_instance_id, 'min_corroborating_episodes');
+    v_min_conf := fabric._threshold(v.tenant_id, v.business_instance_id, 'min_confidence');
+    IF fabric._episodic_ancestors(v.tenant_id, v.memory_id) < v_need OR v.confidence < v_min_conf THEN
+      RAISE EXCEPTION USING ERRCODE = 'check_violation',
+        CONSTRAINT = 'promotion_threshold_corroboration',
+        MESSAGE = pg_catalog.format('promotion threshold not met: needs %s corroborating episodes '
+                                    'and confidence >= %s', v_need, v_min_conf),
+        HINT = 'thresholds are instance configuration (fabric_api.configure_instance)';
+    END IF;
+  END IF;
+  IF v_edge.needs_approval OR p_approval_id IS NOT NULL THEN
+    PERFORM fabric._consume_approval(v.tenant_id, p_approval_id, 'promote', v.memory_id, NULL,
+                                     pg_catalog.jsonb_build_object('tier', p_target_tier));
+  END IF;
+  IF v.assertion_key IS NOT NULL THEN
+    SELECT * INTO v_live FROM fabric.memory_records m
+    WHERE m.tenant_id = v.tenant_id AND m.tier = p_target_tier AND m.scope_key = v.scope_key
+      AND m.assertion_key = v.assertion_key
+      AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+      AND pg_catalog.tstzrange(m.valid_from, m.valid_until) && pg_catalog.tstzrange(v.valid_from, v.valid_until)
+    FOR UPDATE;
+    IF FOUND THEN
+      IF p_supersedes IS DISTINCT FROM v_live.memory_id THEN
+        PERFORM fabric._contradiction();
+      END IF;
+      PERFORM fabric._close_for_successor(v_live, pg_catalog.now());
+    ELSIF p_supersedes IS NOT NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+        MESSAGE = 'p_supersedes names no live record with this key in the target tier',
+        HINT = 'pass p_supersedes only when the key is already live in the target tier';
+    END IF;
+  END IF;
+  PERFORM fabric._set_context('action', 'promote');
+  BEGIN
+    UPDATE fabric.memory_records m SET tier = p_target_tier
+    WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id
+    RETURNING * INTO v;
+  EXCEPTION WHEN exclusion_violation THEN
+    PERFORM fabric._contradiction();
+  END;
+  PERFORM fabric._set_context('action', NULL);
+  RETURN fabric._record_json(v);
+END $$;
+COMMENT ON FUNCTION fabric_api.promote(uuid, text, uuid, uuid) IS
+  'Promote a record to another tier (same memory_id, content and ids). Committer only. '
+  'Example: SELECT fabric_api.promote(''<memory_id>'', ''profile'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.demote: return a record to a tier it held before; always legal, always logged.
+CREATE OR REPLACE FUNCTION fabric_api.demote(p_memory_id uuid, p_target_tier text)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v fabric.memory_records := fabric._enter_record(p_memory_id, v_committer);
+BEGIN
+  PERFORM fabric._set_context('action', 'demote');
+  BEGIN
+    UPDATE fabric.memory_records m SET tier = p_target_tier
+    WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id
+    RETURNING * INTO v;
+  EXCEPTION WHEN exclusion_violation THEN
+    PERFORM fabric._contradiction();
+  END;
+  PERFORM fabric._set_context('action', NULL);
+  RETURN fabric._record_json(v);
+END $$;
+COMMENT ON FUNCTION fabric_api.demote(uuid, text) IS
+  'Return a record to a tier it held before. Committer only. '
+  'Example: SELECT fabric_api.demote(''<memory_id>'', ''semantic'');';

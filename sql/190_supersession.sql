@@ -1,0 +1,104 @@
+-- Supersession (spec §9): contradictions are resolved by a successor that closes the old
+-- record, never by deletion. First close the old record, then commit the successor.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._semver_cmp: SemVer precedence of MAJOR.MINOR.PATCH, compared numerically.
+CREATE OR REPLACE FUNCTION fabric._semver_cmp(p_a text, p_b text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN a < b THEN -1 WHEN a > b THEN 1
+              WHEN pa IS NULL AND pb IS NOT NULL THEN 1        -- a release outranks a pre-release
+              WHEN pa IS NOT NULL AND pb IS NULL THEN -1
+              WHEN pa < pb THEN -1 WHEN pa > pb THEN 1 ELSE 0 END
+  FROM (SELECT pg_catalog.string_to_array(pg_catalog.split_part(pg_catalog.split_part(p_a, '+', 1), '-', 1), '.')::numeric[] AS a,
+               pg_catalog.string_to_array(pg_catalog.split_part(pg_catalog.split_part(p_b, '+', 1), '-', 1), '.')::numeric[] AS b,
+               nullif(pg_catalog.substring(pg_catalog.split_part(p_a, '+', 1), '-(.*)$'), '') AS pa,
+               nullif(pg_catalog.substring(pg_catalog.split_part(p_b, '+', 1), '-(.*)$'), '') AS pb) v
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._visibility_rank: how wide a visibility is (session and agent are the narrowest).
+CREATE OR REPLACE FUNCTION fabric._visibility_rank(p_visibility text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT CASE p_visibility WHEN 'session' THEN 1 WHEN 'agent' THEN 1
+                               WHEN 'subject' THEN 2 WHEN 'tenant' THEN 3 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._supersession_rule: raise the broken supersession rule (23514, named constraint).
+CREATE OR REPLACE FUNCTION fabric._supersession_rule(p_constraint text, p_message text, p_hint text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = p_constraint,
+    MESSAGE = p_message, HINT = p_hint;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.supersede: close p_old_memory_id and commit the validated proposal as its
+-- successor (supersedes = old), in one transaction.
+CREATE OR REPLACE FUNCTION fabric_api.supersede(p_old_memory_id uuid, p_proposal_id uuid,
+                                                p_approval_id uuid DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_old fabric.memory_records := fabric._enter_record(p_old_memory_id, v_committer);
+  v_new fabric.proposals;
+  v_needs_approval boolean;
+BEGIN
+  SELECT * INTO v_new FROM fabric.proposals p
+  WHERE p.tenant_id = v_old.tenant_id AND p.proposal_id = p_proposal_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+      MESSAGE = 'no proposal with this id in the record''s tenant',
+      HINT = 'a successor is a validated proposal of the same tenant';
+  END IF;
+  IF v_new.status <> 'validated' THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = pg_catalog.format('the successor proposal is %s; only validated proposals commit', v_new.status),
+      HINT = 'propose the successor first';
+  END IF;
+  IF v_new.tier <> v_old.tier THEN
+    PERFORM fabric._supersession_rule('supersession_within_one_tier',
+      'supersession stays within one tier', 'a tier change is a promotion (fabric_api.promote)');
+  END IF;
+  IF v_new.valid_from <= v_old.valid_from THEN
+    PERFORM fabric._supersession_rule('supersession_successor_starts_later',
+      'the successor''s valid_from must be after the superseded record''s',
+      'a backdated successor would rewrite the past; use the time the new fact became true');
+  END IF;
+  IF v_new.valid_from > pg_catalog.now() THEN
+    PERFORM fabric._supersession_rule('supersession_successor_not_in_future',
+      'the successor''s valid_from is in the future',
+      'propose a future fact when it becomes true');
+  END IF;
+  IF v_old.tier = 'procedural' AND fabric._semver_cmp(v_new.version, v_old.version) <= 0 THEN
+    PERFORM fabric._supersession_rule('supersession_procedural_version_increases',
+      'a procedure is superseded only by a numerically greater version',
+      'bump MAJOR.MINOR.PATCH of the successor');
+  END IF;
+  v_needs_approval :=
+    (v_old.formation_method = 'declaration' AND v_new.formation_method IN ('extraction', 'reflection'))
+    OR fabric._visibility_rank(v_new.visibility) > fabric._visibility_rank(v_old.visibility);
+  IF v_needs_approval OR p_approval_id IS NOT NULL THEN
+    PERFORM fabric._consume_approval(v_old.tenant_id, p_approval_id, 'supersede', v_old.memory_id,
+      NULL, pg_catalog.jsonb_build_object('proposal_id', p_proposal_id));
+  END IF;
+  PERFORM fabric._close_for_successor(v_old, v_new.valid_from);
+  BEGIN
+    RETURN fabric._record_json(fabric._commit_locked(v_new, v_committer, v_old.memory_id));
+  EXCEPTION WHEN exclusion_violation THEN
+    PERFORM fabric._contradiction();
+  END;
+END $$;
+COMMENT ON FUNCTION fabric_api.supersede(uuid, uuid, uuid) IS
+  'Supersede a live record by a validated proposal (closes the old, commits the successor). '
+  'Committer only. Example: SELECT fabric_api.supersede(''<old_memory_id>'', ''<proposal_id>'');';

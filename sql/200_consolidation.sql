@@ -1,0 +1,299 @@
+-- Consolidation and reflection (spec §5, guide §4): os-agt-011 reads candidates (audited,
+-- like a recall) and recommends; os-agt-010 commits after scope validation and, where
+-- §7.3 applies, approval. Recommending commits nothing.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._enter_consolidator: members of fabric_consolidator, registered as agents.
+CREATE OR REPLACE FUNCTION fabric._enter_consolidator(p_tenant_id text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_agent text;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_consolidator', 'read consolidation candidates or recommend');
+  v_agent := fabric._caller_agent_id();
+  IF v_agent IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'the consolidator login is not a registered agent',
+      HINT = 'register it (e.g. as os-agt-011) with fabric_api.register_agent';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
+      HINT = 'tenants are created with fabric_api.create_tenant';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  PERFORM fabric._set_context('actor', v_agent);
+  RETURN v_agent;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.start_workflow_run: a WF-OS-MEMORY-CONSOLIDATE run records the event that its
+-- records cite as provenance.source_event_id.
+CREATE OR REPLACE FUNCTION fabric_api.start_workflow_run(p_tenant_id text,
+  p_workflow text DEFAULT 'WF-OS-MEMORY-CONSOLIDATE')
+RETURNS uuid
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_consolidator(p_tenant_id);
+  IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z0-9_.:-]{1,100}$' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'workflow must be an identifier', HINT = 'e.g. WF-OS-MEMORY-CONSOLIDATE';
+  END IF;
+  RETURN fabric._emit('memory.workflow.started', p_tenant_id, p_payload =>
+    pg_catalog.jsonb_build_object('workflow', p_workflow));
+END $$;
+COMMENT ON FUNCTION fabric_api.start_workflow_run(text, text) IS
+  'Record the start of a consolidation workflow run; returns its event id. Consolidator only. '
+  'Example: SELECT fabric_api.start_workflow_run(''acme'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._workflow_event: the run's start event must exist in this tenant.
+CREATE OR REPLACE FUNCTION fabric._require_workflow_event(p_tenant_id text, p_event_id uuid)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM fabric.events e WHERE e.event_id = p_event_id
+                 AND e.tenant_id = p_tenant_id AND e.event_type = 'memory.workflow.started') THEN
+    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+      MESSAGE = 'no workflow run with this event id in this tenant',
+      HINT = 'start the run with fabric_api.start_workflow_run';
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.consolidation_candidates: live episodic records of a tenant (optionally one
+-- subject), a memory read audited like a recall (ids, never content, in the event).
+CREATE OR REPLACE FUNCTION fabric_api.consolidation_candidates(p_tenant_id text,
+  p_workflow_event_id uuid, p_subject_id text DEFAULT NULL, p_limit integer DEFAULT 1000)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_rows jsonb;
+BEGIN
+  PERFORM fabric._enter_consolidator(p_tenant_id);
+  PERFORM fabric._require_workflow_event(p_tenant_id, p_workflow_event_id);
+  IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'limit must be between 1 and 10000', HINT = 'the default is 1000';
+  END IF;
+  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+           'memory_id', m.memory_id, 'tier', m.tier, 'scope_key', m.scope_key,
+           'visibility', m.visibility, 'subject_id', m.subject_id, 'key', m.assertion_key,
+           'content', m.content, 'content_hash', m.content_hash, 'confidence', m.confidence,
+           'valid_from', m.valid_from, 'business_instance_id', m.business_instance_id)
+           ORDER BY m.recorded_at, m.memory_id), '[]')
+  INTO v_rows
+  FROM (SELECT * FROM fabric.memory_records m
+        WHERE m.tenant_id = p_tenant_id AND m.tier = 'episodic'
+          AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+          AND m.content IS NOT NULL
+          AND (p_subject_id IS NULL OR m.subject_id = p_subject_id)
+        ORDER BY m.recorded_at, m.memory_id LIMIT p_limit) m;
+  PERFORM fabric._emit('memory.consolidation.candidates_read', p_tenant_id,
+    p_workflow_event_id::text, p_workflow_event_id::text, NULL, NULL,
+    pg_catalog.jsonb_build_object('memory_ids',
+      (SELECT coalesce(pg_catalog.jsonb_agg(r -> 'memory_id'), '[]') FROM pg_catalog.jsonb_array_elements(v_rows) r)));
+  RETURN v_rows;
+END $$;
+COMMENT ON FUNCTION fabric_api.consolidation_candidates(text, uuid, text, integer) IS
+  'Live episodic records to consolidate (an audited memory read). Consolidator only. '
+  'Example: SELECT fabric_api.consolidation_candidates(''acme'', ''<workflow_event_id>'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.recommend: file a consolidation, reflection, promotion or distillation
+-- recommendation naming its sources. Commits nothing.
+CREATE OR REPLACE FUNCTION fabric_api.recommend(p_recommendation jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text := p_recommendation ->> 'tenant_id';
+  v_agent text;
+  v_kind text := p_recommendation ->> 'kind';
+  v_workflow uuid;
+  v_sources uuid[];
+  v_proposal jsonb := coalesce(p_recommendation -> 'proposal', '{}');
+  v_id uuid := pg_catalog.gen_random_uuid();
+BEGIN
+  IF p_recommendation IS NULL OR pg_catalog.jsonb_typeof(p_recommendation) <> 'object'
+     OR v_tenant IS NULL OR v_kind IS NULL
+     OR v_kind NOT IN ('consolidation', 'reflection', 'promotion', 'distillation')
+     OR pg_catalog.jsonb_typeof(p_recommendation -> 'sources') IS DISTINCT FROM 'array'
+     OR (p_recommendation ->> 'workflow_event_id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_recommendation -> 'sources') s
+                WHERE pg_catalog.jsonb_typeof(s) <> 'string'
+                   OR (s #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')
+     OR pg_catalog.jsonb_typeof(v_proposal) <> 'object' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a recommendation is {"tenant_id", "kind", "workflow_event_id", "sources": [memory ids], "proposal": {...}}',
+      HINT = 'kind is consolidation, reflection, promotion or distillation';
+  END IF;
+  v_agent := fabric._enter_consolidator(v_tenant);
+  v_workflow := (p_recommendation ->> 'workflow_event_id')::uuid;
+  PERFORM fabric._require_workflow_event(v_tenant, v_workflow);
+  SELECT pg_catalog.array_agg(DISTINCT (s #>> '{}')::uuid) INTO v_sources
+  FROM pg_catalog.jsonb_array_elements(p_recommendation -> 'sources') s;
+  IF v_sources IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(v_sources) s
+      WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
+                        WHERE m.tenant_id = v_tenant AND m.memory_id = s)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+      MESSAGE = 'a recommendation names at least one source, all records of its tenant',
+      HINT = 'sources come from fabric_api.consolidation_candidates';
+  END IF;
+  INSERT INTO fabric.recommendations (tenant_id, recommendation_id, kind, workflow_event_id,
+                                      sources, proposal, recommended_by)
+  VALUES (v_tenant, v_id, v_kind, v_workflow, v_sources, v_proposal, v_agent);
+  PERFORM fabric._emit('memory.recommendation.filed', v_tenant, v_workflow::text, v_workflow::text,
+    NULL, NULL, pg_catalog.jsonb_build_object('recommendation_id', v_id, 'kind', v_kind,
+                                              'sources', pg_catalog.to_jsonb(v_sources)));
+  RETURN pg_catalog.jsonb_build_object('recommendation_id', v_id, 'status', 'pending');
+END $$;
+COMMENT ON FUNCTION fabric_api.recommend(jsonb) IS
+  'File a recommendation (commits nothing). Consolidator only. Example: SELECT fabric_api.recommend('
+  '''{"tenant_id":"acme","kind":"consolidation","workflow_event_id":"<id>","sources":["<m1>","<m2>"],'
+  '"proposal":{"content":{"key":"billing.entity","value":"Acme BV"},"confidence":0.9}}'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._reject_recommendation: a governance refusal of a recommendation, with its reason.
+CREATE OR REPLACE FUNCTION fabric._reject_recommendation(p_rec fabric.recommendations, p_reason text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  UPDATE fabric.recommendations r SET status = 'rejected', reason = p_reason,
+         decided_at = pg_catalog.now()
+  WHERE r.tenant_id = p_rec.tenant_id AND r.recommendation_id = p_rec.recommendation_id;
+  PERFORM fabric._emit('memory.recommendation.rejected', p_rec.tenant_id,
+    p_rec.workflow_event_id::text, p_rec.workflow_event_id::text, NULL, NULL,
+    pg_catalog.jsonb_build_object('recommendation_id', p_rec.recommendation_id, 'reason', p_reason));
+  RETURN pg_catalog.jsonb_build_object('recommendation_id', p_rec.recommendation_id,
+                                       'status', 'rejected', 'reason', p_reason);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.commit_recommendation: the committer forms the recommended record (or runs
+-- the recommended promotion) after scope validation and, where needed, approval.
+CREATE OR REPLACE FUNCTION fabric_api.commit_recommendation(p_recommendation_id uuid,
+                                                            p_approval_id uuid DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_tenant text := fabric._tenant_of_recommendation(p_recommendation_id);
+  v_rec fabric.recommendations;
+  v_src fabric.memory_records;
+  v_scopes integer;
+  v_live integer;
+  v_tier text;
+  v_state text;
+  v_method text;
+  v_need integer;
+  v_content jsonb;
+  v_confidence double precision;
+  v_record fabric.memory_records;
+  v_sources_live boolean;
+BEGIN
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown recommendation',
+      HINT = 'recommendation ids come from fabric_api.recommend';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('actor', v_committer);
+  SELECT * INTO v_rec FROM fabric.recommendations r
+  WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id FOR UPDATE;
+  IF v_rec.status <> 'pending' THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = pg_catalog.format('the recommendation is %s; it is decided once', v_rec.status),
+      HINT = 'file a new recommendation';
+  END IF;
+  PERFORM fabric._set_context('correlation_id', v_rec.workflow_event_id::text);
+
+  IF v_rec.kind = 'promotion' THEN
+    v_record := NULL;
+    UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
+           memory_id = v_rec.sources[1]
+    WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id;
+    RETURN fabric_api.promote(v_rec.sources[1], v_rec.proposal ->> 'target_tier', p_approval_id,
+                              (v_rec.proposal ->> 'supersedes')::uuid);
+  END IF;
+
+  -- Scope validation (os-agt-012): live sources sharing one scope.
+  SELECT pg_catalog.count(DISTINCT m.scope_key),
+         pg_catalog.count(*) FILTER (WHERE m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                                      AND m.content IS NOT NULL)
+  INTO v_scopes, v_live
+  FROM fabric.memory_records m
+  WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_rec.sources);
+  IF v_live <> pg_catalog.cardinality(v_rec.sources) THEN
+    RETURN fabric._reject_recommendation(v_rec, 'every source must be a live record with content');
+  END IF;
+  IF v_scopes <> 1 THEN
+    RETURN fabric._reject_recommendation(v_rec, 'sources span several scopes; a formed record keeps one scope');
+  END IF;
+  SELECT * INTO v_src FROM fabric.memory_records m
+  WHERE m.tenant_id = v_tenant AND m.memory_id = v_rec.sources[1];
+
+  v_tier := CASE v_rec.kind WHEN 'distillation' THEN 'procedural'
+                            ELSE coalesce(v_rec.proposal ->> 'tier', 'semantic') END;
+  v_state := CASE v_rec.kind WHEN 'consolidation' THEN 'consolidated'
+                             WHEN 'reflection' THEN 'reflected' ELSE 'raw' END;
+  v_method := CASE v_rec.kind WHEN 'reflection' THEN 'reflection' ELSE 'consolidation' END;
+  v_need := CASE v_rec.kind
+              WHEN 'consolidation' THEN fabric._threshold(v_tenant, v_src.business_instance_id, 'min_corroborating_episodes')
+              WHEN 'distillation' THEN fabric._threshold(v_tenant, v_src.business_instance_id, 'min_successful_trajectories')
+              ELSE 1 END;
+  IF pg_catalog.cardinality(v_rec.sources) < v_need THEN
+    RETURN fabric._reject_recommendation(v_rec, pg_catalog.format(
+      'a %s needs at least %s sources (instance threshold)', v_rec.kind, v_need));
+  END IF;
+  IF v_tier NOT IN ('semantic', 'procedural', 'profile') THEN
+    RETURN fabric._reject_recommendation(v_rec, 'consolidation forms semantic, procedural or profile records');
+  END IF;
+  v_content := v_rec.proposal -> 'content';
+  v_confidence := (v_rec.proposal ->> 'confidence')::double precision;
+  IF v_content IS NULL OR pg_catalog.jsonb_typeof(v_content) <> 'object'
+     OR v_confidence IS NULL OR v_confidence NOT BETWEEN 0 AND 1 THEN
+    RETURN fabric._reject_recommendation(v_rec, 'the proposal needs an object content and a confidence in [0, 1]');
+  END IF;
+
+  BEGIN
+    INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
+      session_id, business_instance_id, content, source_event_id, correlation_id, causation_id,
+      formed_by, formation_method, confidence, valid_from, consolidation_state, retention_class,
+      compliance_labels, version)
+    SELECT v_tenant, v_tier, v_src.visibility, v_src.subject_id, v_src.agent_id, v_src.session_id,
+           v_src.business_instance_id, v_content, v_rec.workflow_event_id::text,
+           v_rec.workflow_event_id::text, v_rec.workflow_event_id::text, v_committer, v_method,
+           v_confidence, pg_catalog.now(), v_state, 'durable',
+           ARRAY(SELECT DISTINCT l FROM fabric.memory_records m, pg_catalog.unnest(m.compliance_labels) l
+                 WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_rec.sources) ORDER BY l),
+           coalesce(v_rec.proposal ->> 'version', '1.0.0')
+    RETURNING * INTO v_record;
+    INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+    SELECT v_tenant, v_record.memory_id, s FROM pg_catalog.unnest(v_rec.sources) s;
+  EXCEPTION WHEN exclusion_violation THEN
+    RETURN fabric._reject_recommendation(v_rec,
+      'contradiction: the key is already live in this tier and scope; supersede it instead');
+  END;
+  UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
+         memory_id = v_record.memory_id
+  WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id;
+  RETURN pg_catalog.jsonb_build_object('recommendation_id', p_recommendation_id,
+    'status', 'committed', 'record', fabric._record_json(v_record));
+END $$;
+COMMENT ON FUNCTION fabric_api.commit_recommendation(uuid, uuid) IS
+  'Commit a recommendation: form the consolidated/reflected/distilled record, or run the '
+  'promotion. Committer only. Example: SELECT fabric_api.commit_recommendation(''<id>'');';
