@@ -11,3 +11,7 @@ DROP POLICY IF EXISTS update_same_tenant ON fabric.instance_config;
 CREATE POLICY update_same_tenant ON fabric.instance_config FOR UPDATE
   USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true))
   WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
+-- configure_instance replaces the row whole.
+DROP POLICY IF EXISTS delete_same_tenant ON fabric.instance_config;
+CREATE POLICY delete_same_tenant ON fabric.instance_config FOR DELETE
+  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));

@@ -331,12 +331,15 @@ CREATE OR REPLACE TRIGGER _900_emit
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__semantic_needs_episode: a semantic record has at least one
 -- episodic ancestor through derived_from; checked at commit, after the lineage rows exist.
+-- A deferred trigger fires outside the API function that caused it, as the login, so it is
+-- a definer (the owner) and reads under the record's own tenant.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__semantic_needs_episode()
 RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  PERFORM pg_catalog.set_config('fabric.tenant_id', NEW.tenant_id, true);
   IF NOT fabric._has_episodic_ancestor(NEW.tenant_id, NEW.memory_id) THEN
     RAISE EXCEPTION USING
       ERRCODE = 'check_violation',

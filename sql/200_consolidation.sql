@@ -69,7 +69,8 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.consolidation_candidates: live episodic records of a tenant (optionally one
--- subject), a memory read audited like a recall (ids, never content, in the event).
+-- subject), a memory read audited like a recall (ids, never content, in the event), with
+-- the live assertion keys (to skip what is already known) and the instance's thresholds.
 CREATE OR REPLACE FUNCTION fabric_api.consolidation_candidates(p_tenant_id text,
   p_workflow_event_id uuid, p_subject_id text DEFAULT NULL, p_limit integer DEFAULT 1000)
 RETURNS jsonb
@@ -102,7 +103,19 @@ BEGIN
     p_workflow_event_id::text, p_workflow_event_id::text, NULL, NULL,
     pg_catalog.jsonb_build_object('memory_ids',
       (SELECT coalesce(pg_catalog.jsonb_agg(r -> 'memory_id'), '[]') FROM pg_catalog.jsonb_array_elements(v_rows) r)));
-  RETURN v_rows;
+  RETURN pg_catalog.jsonb_build_object(
+    'candidates', v_rows,
+    'live_assertions', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                          'tier', m.tier, 'scope_key', m.scope_key, 'key', m.assertion_key,
+                          'content_hash', m.content_hash) ORDER BY m.scope_key, m.assertion_key), '[]')
+                        FROM fabric.memory_records m
+                        WHERE m.tenant_id = p_tenant_id AND m.assertion_key IS NOT NULL
+                          AND m.tier IN ('semantic', 'profile', 'procedural')
+                          AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')),
+    'thresholds', pg_catalog.jsonb_build_object(
+      'min_corroborating_episodes', fabric._threshold(p_tenant_id, NULL, 'min_corroborating_episodes'),
+      'min_confidence', fabric._threshold(p_tenant_id, NULL, 'min_confidence'),
+      'min_successful_trajectories', fabric._threshold(p_tenant_id, NULL, 'min_successful_trajectories')));
 END $$;
 COMMENT ON FUNCTION fabric_api.consolidation_candidates(text, uuid, text, integer) IS
   'Live episodic records to consolidate (an audited memory read). Consolidator only. '
@@ -284,6 +297,8 @@ BEGIN
     RETURNING * INTO v_record;
     INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
     SELECT v_tenant, v_record.memory_id, s FROM pg_catalog.unnest(v_rec.sources) s;
+    SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
+    SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
   EXCEPTION WHEN exclusion_violation THEN
     RETURN fabric._reject_recommendation(v_rec,
       'contradiction: the key is already live in this tier and scope; supersede it instead');

@@ -12,7 +12,9 @@ GRANT USAGE ON SCHEMA fabric_audit TO fabric_auditor;
 GRANT EXECUTE ON FUNCTION
   fabric_api.create_tenant(text),
   fabric_api.register_agent(text, name, jsonb, text[]),
-  fabric_api.enable_agent(text, text, text[])
+  fabric_api.enable_agent(text, text, text[]),
+  fabric_api.configure_instance(text, text, jsonb),
+  fabric_api.declare_pack_defaults(text, jsonb)
   TO fabric_admin;
 GRANT EXECUTE ON FUNCTION
   fabric_api.open_run(text, text, text, text, text[], interval),

@@ -90,5 +90,47 @@ def worker_commit(
     typer.echo(f"[commit] done: {committed} committed, {rejected} rejected at commit")
 
 
+@worker_app.command("consolidate")
+def worker_consolidate(
+    tenant: list[str] = typer.Option(..., help="tenant(s) to consolidate"),
+    consolidator_login: str = typer.Option(
+        os.environ.get("MEMFABRIC_CONSOLIDATOR_LOGIN", "os_agt_011"),
+        help="the consolidator's login (member of fabric_consolidator, registered as an agent)",
+    ),
+    committer_login: str = typer.Option(
+        os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010"), help="the committer's login"
+    ),
+    once: bool = typer.Option(False, help="run the workflow once, then exit"),
+    interval: float = typer.Option(300.0, min=1.0, help="seconds between scheduled runs"),
+    budget: int | None = typer.Option(
+        None, min=0, help="recommendations per run; the rest is deferred"
+    ),
+) -> None:
+    """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator, validation, commit."""
+    import time
+
+    import psycopg
+
+    from memfabric.consolidate import run_consolidation
+
+    url = db.database_url()
+    while True:
+        with (
+            psycopg.connect(db.url_for(url, consolidator_login), autocommit=True) as reader,
+            psycopg.connect(db.url_for(url, committer_login), autocommit=True) as committer,
+        ):
+            for name in tenant:
+                run_consolidation(
+                    reader,
+                    committer,
+                    name,
+                    budget=budget,
+                    progress=lambda line: typer.echo(f"[consolidate] {line}"),
+                )
+        if once:
+            return
+        time.sleep(interval)
+
+
 if __name__ == "__main__":
     app()

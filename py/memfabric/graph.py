@@ -1,0 +1,515 @@
+"""The graph projection (DESIGN §8): memories, their lineage and the agents that formed them,
+written over Bolt with the official `neo4j` driver.
+
+Production talks to a self-hosted Neo4j 5 (`NEO4J_URI`, database usually `neo4j`); tests
+and the demo talk to the ArcadeDB server that `scripts/graph.sh` installs and starts
+(database `graph`). Every statement here stays in the Cypher subset both accept, is
+parameterized (inputs never reach the query text) and names the tenant in every MATCH and
+MERGE; the only statements without a tenant are the whole-graph `wipe()` and
+`count_memories()` of drills.
+
+Shape:
+
+- `(:Memory {tenant_id, memory_id, tier, consolidation_state, visibility, scope_key,
+  content_hash, formation_method, formed_by, valid_from, valid_until, confidence})`, unique
+  on (tenant_id, memory_id) with a composite uniqueness constraint (accepted and enforced by
+  both Neo4j 5 and ArcadeDB, so no derived `key` property is stored). Timestamps are
+  stored as the ISO 8601 strings they arrive as (datetimes are converted to UTC ISO
+  strings), so an export compares byte for byte across servers.
+- `(:Agent {tenant_id, agent_id})-[:FORMED]->(:Memory)`. Agents are keyed per tenant, so
+  no node is shared between tenants and no path crosses from one tenant to another.
+- `(:Memory)-[:DERIVED_FROM]->(:Memory)` and `(:Memory)-[:SUPERSEDES]->(:Memory)`, always
+  inside one tenant: the target is MERGEd by (row's tenant, target id), so a child may
+  arrive before its parent (the parent is a bare node until its own row arrives).
+- Erasure (`forget`) keeps tenant_id, memory_id, content_hash and the edges, sets
+  consolidation_state 'tombstoned' and removes every other property. A tombstone is final:
+  a later (replayed) upsert of the same memory changes nothing but a missing content_hash,
+  so "forget, then replay" and "replay, then forget" end in the same graph.
+
+Projection is idempotent (MERGE everywhere) and batched (UNWIND, `BATCH` rows per write
+transaction).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+from neo4j import Driver, GraphDatabase, ManagedTransaction
+
+BATCH: Final = 500
+WIPE_BATCH: Final = 5_000
+
+LOCAL_BOLT_PORT: Final = 57687
+LOCAL_USER: Final = "root"
+LOCAL_PASSWORD: Final = "memfabric-graph"  # noqa: S105 (the local dev server, graph.sh)
+LOCAL_DATABASE: Final = "graph"
+NEO4J_DEFAULT_USER: Final = "neo4j"
+NEO4J_DEFAULT_DATABASE: Final = "neo4j"
+
+TOMBSTONED: Final = "tombstoned"
+
+#: Properties a (:Memory) node carries besides its key (tenant_id, memory_id).
+MEMORY_PROPERTIES: Final = (
+    "tier",
+    "consolidation_state",
+    "visibility",
+    "scope_key",
+    "content_hash",
+    "formation_method",
+    "formed_by",
+    "valid_from",
+    "valid_until",
+    "confidence",
+)
+#: What erasure keeps (besides consolidation_state, which becomes 'tombstoned').
+KEPT_ON_FORGET: Final = ("tenant_id", "memory_id", "content_hash")
+#: Keys every row given to `upsert_memories` must have (others are ignored).
+ROW_KEYS: Final = ("tenant_id", "memory_id", *MEMORY_PROPERTIES, "derived_from", "supersedes")
+
+_TEXT_PROPERTIES: Final = frozenset(MEMORY_PROPERTIES) - {"valid_from", "valid_until", "confidence"}
+
+SCHEMA: Final = (
+    "CREATE CONSTRAINT memory_key IF NOT EXISTS "
+    "FOR (m:Memory) REQUIRE (m.tenant_id, m.memory_id) IS UNIQUE",
+    "CREATE CONSTRAINT agent_key IF NOT EXISTS "
+    "FOR (a:Agent) REQUIRE (a.tenant_id, a.agent_id) IS UNIQUE",
+)
+
+# --- statements (all parameterized; relationship types are literals, never inputs) -------
+
+_UPSERT_NODES: Final = """
+UNWIND $rows AS r
+MERGE (m:Memory {tenant_id: r.tenant_id, memory_id: r.memory_id})
+WITH m, r
+WHERE coalesce(m.consolidation_state, '') <> 'tombstoned'
+SET m += r.props
+"""
+
+# A tombstone only gains a content_hash it lacks (it was forgotten before first projected).
+_FILL_TOMBSTONES: Final = """
+UNWIND $rows AS r
+MATCH (m:Memory {tenant_id: r.tenant_id, memory_id: r.memory_id})
+WHERE m.consolidation_state = 'tombstoned' AND m.content_hash IS NULL
+SET m.content_hash = r.props.content_hash
+"""
+
+_UPSERT_FORMED: Final = """
+UNWIND $links AS l
+MATCH (m:Memory {tenant_id: l.tenant_id, memory_id: l.memory_id})
+MERGE (a:Agent {tenant_id: l.tenant_id, agent_id: l.agent_id})
+MERGE (a)-[:FORMED]->(m)
+"""
+
+_UPSERT_DERIVED_FROM: Final = """
+UNWIND $links AS l
+MATCH (m:Memory {tenant_id: l.tenant_id, memory_id: l.memory_id})
+MERGE (p:Memory {tenant_id: l.tenant_id, memory_id: l.target_id})
+MERGE (m)-[:DERIVED_FROM]->(p)
+"""
+
+_UPSERT_SUPERSEDES: Final = """
+UNWIND $links AS l
+MATCH (m:Memory {tenant_id: l.tenant_id, memory_id: l.memory_id})
+MERGE (p:Memory {tenant_id: l.tenant_id, memory_id: l.target_id})
+MERGE (m)-[:SUPERSEDES]->(p)
+"""
+
+# MERGE, not MATCH: erasure may be projected before the memory itself; the tombstone then
+# stops the late upsert from writing the erased properties.
+_FORGET: Final = """
+UNWIND $memory_ids AS id
+MERGE (m:Memory {tenant_id: $tenant_id, memory_id: id})
+SET m = {tenant_id: m.tenant_id, memory_id: m.memory_id, content_hash: m.content_hash,
+         consolidation_state: 'tombstoned'}
+RETURN count(m) AS n
+"""
+
+_WIPE_MEMORIES: Final = "MATCH (n:Memory) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
+_WIPE_AGENTS: Final = "MATCH (n:Agent) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
+_WIPE_TENANT_MEMORIES: Final = """
+MATCH (n:Memory {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
+RETURN count(*) AS n
+"""
+_WIPE_TENANT_AGENTS: Final = """
+MATCH (n:Agent {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
+RETURN count(*) AS n
+"""
+
+_COUNT_ALL: Final = "MATCH (m:Memory) RETURN count(m) AS n"
+_COUNT_TENANT: Final = "MATCH (m:Memory {tenant_id: $tenant_id}) RETURN count(m) AS n"
+
+_EXPORT_MEMORIES: Final = """
+MATCH (m:Memory {tenant_id: $tenant_id}) RETURN m.memory_id AS id, properties(m) AS props
+"""
+_EXPORT_AGENTS: Final = """
+MATCH (a:Agent {tenant_id: $tenant_id}) RETURN a.agent_id AS id, properties(a) AS props
+"""
+# One row per relationship (duplicates would show: MERGE must never make them).
+_EXPORT_EDGES: Final = (
+    (
+        "FORMED",
+        "MATCH (a:Agent {tenant_id: $tenant_id})-[:FORMED]->(m:Memory {tenant_id: $tenant_id}) "
+        "RETURN a.agent_id AS src, m.memory_id AS dst",
+    ),
+    (
+        "DERIVED_FROM",
+        "MATCH (m:Memory {tenant_id: $tenant_id})-[:DERIVED_FROM]->"
+        "(p:Memory {tenant_id: $tenant_id}) RETURN m.memory_id AS src, p.memory_id AS dst",
+    ),
+    (
+        "SUPERSEDES",
+        "MATCH (m:Memory {tenant_id: $tenant_id})-[:SUPERSEDES]->"
+        "(p:Memory {tenant_id: $tenant_id}) RETURN m.memory_id AS src, p.memory_id AS dst",
+    ),
+)
+
+# One level of lineage; `lineage` walks it breadth first (a variable-length bound cannot
+# be a parameter, and level by level stays linear on wide DAGs).
+_PARENTS: Final = """
+UNWIND $ids AS id
+MATCH (:Memory {tenant_id: $tenant_id, memory_id: id})-[:DERIVED_FROM]->
+      (p:Memory {tenant_id: $tenant_id})
+RETURN DISTINCT p.memory_id AS id
+"""
+
+
+@dataclass(frozen=True)
+class GraphExport:
+    """One tenant's projection in canonical order, for drills and verification.
+
+    nodes: (label, key, properties) sorted by label then key; key is `tenant_id:memory_id`
+    for a Memory and `tenant_id:agent_id` for an Agent; properties with sorted keys.
+    edges: (type, from key, to key), sorted, one entry per relationship. FORMED goes from
+    an Agent key to a Memory key, DERIVED_FROM and SUPERSEDES from Memory to Memory.
+    """
+
+    nodes: list[tuple[str, str, dict[str, Any]]]
+    edges: list[tuple[str, str, str]]
+
+    def as_json(self) -> str:
+        """Canonical JSON text (sorted keys, no whitespace), e.g. to hash or diff."""
+        return json.dumps(
+            {"nodes": self.nodes, "edges": self.edges},
+            sort_keys=True,
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+
+def _key(tenant_id: str, ident: str) -> str:
+    return f"{tenant_id}:{ident}"
+
+
+def _key_text(row: Mapping[str, Any], name: str) -> str:
+    value = row[name]
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"graph row: {name} must be a non-empty string")
+    return value
+
+
+def _text(row: Mapping[str, Any], name: str) -> str | None:
+    value = row[name]
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"graph row: {name} must be a string or None")
+    return value
+
+
+def _timestamp(row: Mapping[str, Any], name: str) -> str | None:
+    value = row[name]
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"graph row: {name} is a naive datetime")
+        return value.astimezone(UTC).isoformat()
+    raise ValueError(f"graph row: {name} must be an ISO string, a datetime or None")
+
+
+def _confidence(row: Mapping[str, Any]) -> float | None:
+    value = row["confidence"]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        raise ValueError("graph row: confidence must be a number or None")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class _Row:
+    tenant_id: str
+    memory_id: str
+    props: dict[str, Any]
+    formed_by: str | None
+    derived_from: tuple[str, ...]
+    supersedes: str | None
+
+
+def _normalize(row: Mapping[str, Any]) -> _Row:
+    missing = [k for k in ROW_KEYS if k not in row]
+    if missing:
+        raise ValueError(f"graph row: missing keys {missing}")
+    props: dict[str, Any] = {name: _text(row, name) for name in sorted(_TEXT_PROPERTIES)}
+    props["valid_from"] = _timestamp(row, "valid_from")
+    props["valid_until"] = _timestamp(row, "valid_until")
+    props["confidence"] = _confidence(row)
+    if props["consolidation_state"] == TOMBSTONED:
+        # An erased record: only what erasure keeps (None removes a property on SET +=).
+        props = {name: None for name in MEMORY_PROPERTIES} | {
+            "content_hash": props["content_hash"],
+            "consolidation_state": TOMBSTONED,
+        }
+    derived = row["derived_from"]
+    if derived is None:
+        derived = ()
+    if isinstance(derived, str | bytes) or not isinstance(derived, Iterable):
+        raise ValueError("graph row: derived_from must be a list of memory ids")
+    parents = tuple(derived)
+    if not all(isinstance(p, str) and p for p in parents):
+        raise ValueError("graph row: derived_from must hold non-empty strings")
+    return _Row(
+        tenant_id=_key_text(row, "tenant_id"),
+        memory_id=_key_text(row, "memory_id"),
+        props=props,
+        formed_by=_text(row, "formed_by"),
+        derived_from=parents,
+        supersedes=_text(row, "supersedes"),
+    )
+
+
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _write_batch(tx: ManagedTransaction, batch: Sequence[_Row]) -> None:
+    rows = [{"tenant_id": r.tenant_id, "memory_id": r.memory_id, "props": r.props} for r in batch]
+    tx.run(_UPSERT_NODES, rows=rows).consume()
+    tx.run(_FILL_TOMBSTONES, rows=rows).consume()
+    formed = [
+        {"tenant_id": r.tenant_id, "memory_id": r.memory_id, "agent_id": r.formed_by}
+        for r in batch
+        if r.formed_by is not None
+    ]
+    if formed:
+        tx.run(_UPSERT_FORMED, links=formed).consume()
+    derived = [
+        {"tenant_id": r.tenant_id, "memory_id": r.memory_id, "target_id": parent}
+        for r in batch
+        for parent in r.derived_from
+    ]
+    if derived:
+        tx.run(_UPSERT_DERIVED_FROM, links=derived).consume()
+    supersedes = [
+        {"tenant_id": r.tenant_id, "memory_id": r.memory_id, "target_id": r.supersedes}
+        for r in batch
+        if r.supersedes is not None
+    ]
+    if supersedes:
+        tx.run(_UPSERT_SUPERSEDES, links=supersedes).consume()
+
+
+def _single_int(tx: ManagedTransaction, query: str, /, **params: Any) -> int:
+    record = tx.run(query, params).single(strict=True)
+    return int(record["n"])
+
+
+class GraphStore:
+    """The (:Memory)/(:Agent) projection in one Neo4j-compatible database over Bolt."""
+
+    def __init__(
+        self,
+        uri: str,
+        user: str,
+        password: str,
+        database: str = LOCAL_DATABASE,
+        *,
+        batch_size: int = BATCH,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be positive")
+        self.uri = uri
+        self.database = database
+        self.batch_size = batch_size
+        self._driver: Driver = GraphDatabase.driver(
+            uri,
+            auth=(user, password),
+            max_connection_pool_size=10,
+            connection_timeout=15.0,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._driver.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def verify(self) -> None:
+        """Raise unless the server answers a query in our database."""
+        with self._driver.session(database=self.database) as session:
+            session.run("RETURN 1 AS n").consume()
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def ensure_schema(self) -> None:
+        """Composite uniqueness on (:Memory) (tenant_id, memory_id) and (:Agent) (tenant_id,
+        agent_id). Idempotent (IF NOT EXISTS). Each constraint is backed by an index, which
+        is what makes MERGE on the key fast."""
+        with self._driver.session(database=self.database) as session:
+            for statement in SCHEMA:
+                session.run(statement).consume()
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def upsert_memories(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Project memory rows (keys: ROW_KEYS); returns the number of rows written.
+
+        Every row is validated before anything is written. Each batch of `batch_size`
+        rows is one write transaction: nodes, then FORMED, DERIVED_FROM and SUPERSEDES
+        edges, all MERGEd, so re-running a batch (at-least-once delivery) is a no-op.
+        """
+        normalized = [_normalize(row) for row in rows]
+        with self._driver.session(database=self.database) as session:
+            for batch in _chunks(normalized, self.batch_size):
+                session.execute_write(_write_batch, batch)
+        return len(normalized)
+
+    def forget(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
+        """Erasure: keep tenant_id, memory_id, content_hash and every edge; set
+        consolidation_state 'tombstoned'; remove every other property. Returns the number
+        of nodes tombstoned (a memory not projected yet becomes a bare tombstone)."""
+        if not tenant_id:
+            raise ValueError("tenant_id is required")
+        ids = list(dict.fromkeys(memory_ids))
+        if not all(isinstance(i, str) and i for i in ids):
+            raise ValueError("memory_ids must be non-empty strings")
+        total = 0
+        with self._driver.session(database=self.database) as session:
+            for chunk in _chunks(ids, self.batch_size):
+                total += session.execute_write(
+                    _single_int, _FORGET, tenant_id=tenant_id, memory_ids=list(chunk)
+                )
+        return total
+
+    def wipe(self, tenant_id: str | None = None) -> int:
+        """Delete the projection (every :Memory and :Agent node and their edges; with
+        tenant_id, only that tenant's) in batches of DETACH DELETE. Returns nodes deleted.
+        Other labels in the database are left alone."""
+        if tenant_id is None:
+            statements = (_WIPE_MEMORIES, _WIPE_AGENTS)
+            params: dict[str, Any] = {}
+        else:
+            statements = (_WIPE_TENANT_MEMORIES, _WIPE_TENANT_AGENTS)
+            params = {"tenant_id": tenant_id}
+        total = 0
+        with self._driver.session(database=self.database) as session:
+            for statement in statements:
+                while True:
+                    n = session.execute_write(_single_int, statement, limit=WIPE_BATCH, **params)
+                    total += n
+                    if n == 0:
+                        break
+        return total
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def count_memories(self, tenant_id: str | None = None) -> int:
+        """(:Memory) nodes, of one tenant or all (bare parent nodes and tombstones count)."""
+        with self._driver.session(database=self.database) as session:
+            if tenant_id is None:
+                return session.execute_read(_single_int, _COUNT_ALL)
+            return session.execute_read(_single_int, _COUNT_TENANT, tenant_id=tenant_id)
+
+    def export(self, tenant_id: str) -> GraphExport:
+        """The tenant's nodes and edges in canonical order (see GraphExport)."""
+
+        def read(tx: ManagedTransaction) -> GraphExport:
+            nodes: list[tuple[str, str, dict[str, Any]]] = []
+            for label, query in (("Agent", _EXPORT_AGENTS), ("Memory", _EXPORT_MEMORIES)):
+                for record in tx.run(query, tenant_id=tenant_id):
+                    props = dict(sorted(dict(record["props"]).items()))
+                    nodes.append((label, _key(tenant_id, record["id"]), props))
+            edges: list[tuple[str, str, str]] = []
+            for rel_type, query in _EXPORT_EDGES:
+                for record in tx.run(query, tenant_id=tenant_id):
+                    edges.append(
+                        (rel_type, _key(tenant_id, record["src"]), _key(tenant_id, record["dst"]))
+                    )
+            nodes.sort(key=lambda node: (node[0], node[1]))
+            edges.sort()
+            return GraphExport(nodes=nodes, edges=edges)
+
+        with self._driver.session(database=self.database) as session:
+            return session.execute_read(read)
+
+    def lineage(self, tenant_id: str, memory_id: str, depth: int) -> list[str]:
+        """Ancestors of a memory through DERIVED_FROM, up to `depth` hops, inside the
+        tenant: nearest first, then by memory id; each ancestor once (at its shortest
+        distance); the memory itself is never listed."""
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ValueError("depth must be a non-negative integer")
+
+        def read(tx: ManagedTransaction) -> list[str]:
+            seen = {memory_id}
+            frontier = [memory_id]
+            found: list[str] = []
+            for _ in range(depth):
+                if not frontier:
+                    break
+                result = tx.run(_PARENTS, tenant_id=tenant_id, ids=frontier)
+                level = sorted({str(r["id"]) for r in result} - seen)
+                seen.update(level)
+                found.extend(level)
+                frontier = level
+            return found
+
+        with self._driver.session(database=self.database) as session:
+            return session.execute_read(read)
+
+
+def graph_from_env() -> GraphStore:
+    """NEO4J_URI / NEO4J_USER / NEO4J_PASSWORD / NEO4J_DATABASE.
+
+    Without NEO4J_URI: the local ArcadeDB of scripts/graph.sh (bolt://127.0.0.1:57687 or
+    GRAPH_BOLT_PORT, user root, password GRAPH_PASSWORD or memfabric-graph, database
+    `graph`). With NEO4J_URI (a real Neo4j 5): user `neo4j` and database `neo4j` unless
+    named, and NEO4J_PASSWORD is required.
+    """
+    env = os.environ
+    uri = env.get("NEO4J_URI")
+    if uri:
+        password = env.get("NEO4J_PASSWORD")
+        if password is None:
+            raise RuntimeError("NEO4J_URI is set but NEO4J_PASSWORD is not")
+        return GraphStore(
+            uri,
+            env.get("NEO4J_USER") or NEO4J_DEFAULT_USER,
+            password,
+            env.get("NEO4J_DATABASE") or NEO4J_DEFAULT_DATABASE,
+        )
+    port = env.get("GRAPH_BOLT_PORT") or str(LOCAL_BOLT_PORT)
+    return GraphStore(
+        f"bolt://127.0.0.1:{port}",
+        env.get("NEO4J_USER") or LOCAL_USER,
+        env.get("NEO4J_PASSWORD") or env.get("GRAPH_PASSWORD") or LOCAL_PASSWORD,
+        env.get("NEO4J_DATABASE") or LOCAL_DATABASE,
+    )

@@ -1,0 +1,99 @@
+-- Business-instance configuration (spec §7.4, §8.2, §11): one row per (tenant, instance),
+-- set only by the instance's administrator; every rule on it is checked by the database.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.configure_instance: merge p_config into the instance's row (created on first
+-- use). Keys are the columns of fabric.instance_config; unknown keys are refused.
+CREATE OR REPLACE FUNCTION fabric_api.configure_instance(p_tenant_id text,
+  p_business_instance_id text, p_config jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_instance text := coalesce(p_business_instance_id, '');
+  v_row fabric.instance_config;
+  v_settable text[];
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_admin', 'configure business instances');
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
+      HINT = 'create it with fabric_api.create_tenant';
+  END IF;
+  SELECT pg_catalog.array_agg(a.attname::text) INTO v_settable
+  FROM pg_catalog.pg_attribute a
+  WHERE a.attrelid = 'fabric.instance_config'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+    AND a.attname NOT IN ('tenant_id', 'business_instance_id', 'updated_at', 'updated_by');
+  IF p_config IS NULL OR pg_catalog.jsonb_typeof(p_config) <> 'object'
+     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_config) k WHERE NOT k = ANY (v_settable)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'the configuration must be an object of instance settings',
+      HINT = 'settable keys: ' || pg_catalog.array_to_string(v_settable, ', ');
+  END IF;
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  PERFORM fabric._set_context('actor', fabric._actor_id());
+  SELECT * INTO v_row FROM fabric.instance_config c
+  WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = v_instance FOR UPDATE;
+  IF NOT FOUND THEN
+    v_row.tenant_id := p_tenant_id;
+    v_row.business_instance_id := v_instance;
+  END IF;
+  BEGIN
+    v_row := pg_catalog.jsonb_populate_record(v_row, p_config);
+  EXCEPTION WHEN data_exception THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a configuration value has the wrong type',
+      HINT = 'intervals are ISO 8601 or PostgreSQL text (e.g. "P30D", "30 days"); thresholds are numbers';
+  END;
+  v_row.updated_at := pg_catalog.now();
+  v_row.updated_by := session_user;
+  -- Replace the row whole: the settable columns grow with the schema, so no column list.
+  INSERT INTO fabric.instance_config SELECT v_row.*
+  ON CONFLICT (tenant_id, business_instance_id) DO NOTHING;
+  IF NOT FOUND THEN
+    DELETE FROM fabric.instance_config c
+    WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = v_instance;
+    INSERT INTO fabric.instance_config SELECT v_row.*;
+  END IF;
+  PERFORM fabric._emit('fabric.instance.configured', p_tenant_id, p_payload =>
+    pg_catalog.jsonb_build_object('business_instance_id', v_instance,
+                                  'keys', (SELECT pg_catalog.jsonb_agg(k ORDER BY k)
+                                           FROM pg_catalog.jsonb_object_keys(p_config) k)));
+  RETURN pg_catalog.to_jsonb(v_row) - 'updated_by';
+END $$;
+COMMENT ON FUNCTION fabric_api.configure_instance(text, text, jsonb) IS
+  'Set a business instance''s configuration (thresholds, retention, deployment). Admin only. '
+  'Example: SELECT fabric_api.configure_instance(''acme'', '''', ''{"min_corroborating_episodes": 3}'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.declare_pack_defaults: a domain pack's default thresholds.
+CREATE OR REPLACE FUNCTION fabric_api.declare_pack_defaults(p_domain_pack_id text, p_defaults jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_row fabric.domain_pack_defaults;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_admin', 'declare domain pack defaults');
+  IF p_defaults IS NULL OR pg_catalog.jsonb_typeof(p_defaults) <> 'object'
+     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_defaults) k
+                WHERE k NOT IN ('min_corroborating_episodes', 'min_confidence', 'min_successful_trajectories')) THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'pack defaults are min_corroborating_episodes, min_confidence, min_successful_trajectories',
+      HINT = 'only the instance sets its own values (fabric_api.configure_instance)';
+  END IF;
+  v_row := pg_catalog.jsonb_populate_record(NULL::fabric.domain_pack_defaults,
+             p_defaults || pg_catalog.jsonb_build_object('domain_pack_id', p_domain_pack_id));
+  INSERT INTO fabric.domain_pack_defaults SELECT v_row.*
+  ON CONFLICT (domain_pack_id) DO UPDATE SET
+    min_corroborating_episodes = EXCLUDED.min_corroborating_episodes,
+    min_confidence = EXCLUDED.min_confidence,
+    min_successful_trajectories = EXCLUDED.min_successful_trajectories;
+  RETURN pg_catalog.to_jsonb(v_row);
+END $$;
+COMMENT ON FUNCTION fabric_api.declare_pack_defaults(text, jsonb) IS
+  'Declare a domain pack''s default thresholds. Admin only. Example: SELECT '
+  'fabric_api.declare_pack_defaults(''com-pack'', ''{"min_corroborating_episodes": 3}'');';
