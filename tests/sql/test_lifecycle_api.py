@@ -10,9 +10,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import Fabric, episode
 from psycopg.types.json import Jsonb
 
+from conftest import Fabric, episode
 from memfabric.consolidate import DeterministicConsolidator, run_consolidation
 
 MF005 = "MF005"
