@@ -97,7 +97,8 @@ DECLARE
   v_to_tombstone boolean := NEW.consolidation_state = 'tombstoned'
                             AND OLD.consolidation_state <> 'tombstoned';
   v_window_closure boolean := NEW.consolidation_state = 'expired'
-                              AND OLD.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                              AND OLD.consolidation_state IN ('raw', 'consolidated', 'reflected',
+                                                              'expired')
                               AND OLD.retention_class = 'operational';
 BEGIN
   SELECT pg_catalog.array_agg(o.key ORDER BY o.key) INTO v_changed
@@ -309,6 +310,14 @@ BEGIN
       'approval_id', NEW.erasure_approval_id);
     PERFORM fabric._emit(v_type, NEW.tenant_id, NEW.correlation_id, NEW.causation_id,
                          NEW.memory_id, NULL, pg_catalog.jsonb_strip_nulls(v_payload));
+  END IF;
+
+  IF NEW.consolidation_state = OLD.consolidation_state AND NEW.content IS NULL
+     AND OLD.content IS NOT NULL THEN        -- an expired record's retention window closed
+    PERFORM fabric._emit('memory.record.expired', NEW.tenant_id, NEW.correlation_id,
+      NEW.causation_id, NEW.memory_id, NULL,
+      pg_catalog.jsonb_build_object('tier', NEW.tier, 'from_state', OLD.consolidation_state,
+                                    'to_state', NEW.consolidation_state, 'content_removed', true));
   END IF;
 
   IF NEW.tier <> OLD.tier THEN

@@ -21,6 +21,8 @@ BEGIN
   INSERT INTO fabric.tenants (tenant_id) VALUES (p_tenant_id) ON CONFLICT DO NOTHING;
   v_created := FOUND;
   IF v_created THEN
+    PERFORM fabric._set_context('tenant_id', p_tenant_id);
+    INSERT INTO fabric.instance_config (tenant_id) VALUES (p_tenant_id);  -- the default instance
     PERFORM fabric._emit('fabric.tenant.created', p_tenant_id);
   END IF;
   RETURN pg_catalog.jsonb_build_object('tenant_id', p_tenant_id, 'created', v_created);

@@ -10,14 +10,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT coalesce(fabric._caller_agent_id(), session_user::text) $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._approval_timeout: how long an approval request stays decidable.
-CREATE OR REPLACE FUNCTION fabric._approval_timeout(p_tenant_id text)
-RETURNS interval
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT interval '24 hours' $$;
-
--- ---------------------------------------------------------------------------------------
 -- fabric._refuse_approval: the one error of approvals (MF005), never with values.
 CREATE OR REPLACE FUNCTION fabric._refuse_approval(p_why text)
 RETURNS void
@@ -96,7 +88,7 @@ BEGIN
   INSERT INTO fabric.approvals (tenant_id, approval_id, action, memory_id, subject_id, target,
                                 reason, requested_by, expires_at)
   VALUES (p_tenant_id, v_id, p_action, p_memory_id, p_subject_id, p_target, p_reason,
-          fabric._actor_id(), pg_catalog.now() + fabric._approval_timeout(p_tenant_id));
+          fabric._actor_id(), pg_catalog.now() + fabric._approval_timeout(p_tenant_id, p_action));
   PERFORM fabric._emit('memory.approval.requested', p_tenant_id, NULL, NULL, p_memory_id, NULL,
     pg_catalog.jsonb_build_object('approval_id', v_id, 'action', p_action, 'target', p_target));
   RETURN v_id;

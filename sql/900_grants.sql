@@ -28,18 +28,32 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.promote(uuid, text, uuid, uuid),
   fabric_api.demote(uuid, text),
   fabric_api.supersede(uuid, uuid, uuid),
-  fabric_api.commit_recommendation(uuid, uuid)
+  fabric_api.commit_recommendation(uuid, uuid),
+  fabric_api.run_decay(timestamptz, integer),
+  fabric_api.request_erasure(uuid, text, boolean),
+  fabric_api.request_subject_erasure(text, text, text, boolean),
+  fabric_api.erase(uuid)
   TO fabric_committer;
+-- The committer VACUUMs what erasure touched (PostgreSQL 17's MAINTAIN privilege).
+GRANT MAINTAIN ON fabric.memory_records, fabric.proposals, fabric.memory_embeddings,
+  fabric.runs, fabric.temporal_summaries TO fabric_committer;
+GRANT USAGE ON SCHEMA fabric TO fabric_committer;
+GRANT USAGE ON SCHEMA fabric_api TO fabric_projector;
+GRANT EXECUTE ON FUNCTION fabric_api.store_embedding(uuid, text, text, ext.vector, text)
+  TO fabric_projector;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_policy, fabric_consolidator;
 GRANT EXECUTE ON FUNCTION fabric_api.decide_approval(uuid, text, text) TO fabric_policy;
 GRANT EXECUTE ON FUNCTION
   fabric_api.start_workflow_run(text, text),
   fabric_api.consolidation_candidates(text, uuid, text, integer),
-  fabric_api.recommend(jsonb)
+  fabric_api.recommend(jsonb),
+  fabric_api.review_queue(text)
   TO fabric_consolidator;
 GRANT EXECUTE ON FUNCTION
   fabric_audit.records_as_of(text, timestamptz, timestamptz),
   fabric_audit.lineage(text, uuid),
   fabric_audit.recalls(text, timestamptz, timestamptz),
-  fabric_audit.profile_at(text, text, timestamptz, timestamptz)
+  fabric_audit.profile_at(text, text, timestamptz, timestamptz),
+  fabric_audit.verify_tombstone(uuid, jsonb),
+  fabric_audit.erasure_receipt(uuid)
   TO fabric_auditor;

@@ -60,6 +60,7 @@ LOGINS: dict[str, tuple[str | None, list[str], dict[str, Any], list[str], list[s
     "mf_committer2": ("os-agt-010b", ["fabric_committer"], {}, [], ["acme", "globex"]),
     "mf_auditor": (None, ["fabric_auditor"], {}, [], []),
     "mf_policy": ("os-agt-002", ["fabric_policy"], {}, [], []),
+    "mf_projector": (None, ["fabric_projector"], {}, [], []),
     "mf_consolidator": ("os-agt-011", ["fabric_consolidator"], {}, [], []),
     "mf_agent_a": ("com-agt-003", [], PROFILE_WIDE, MEMORY_TOOLS, ["acme"]),
     "mf_agent_b": ("com-agt-004", [], PROFILE_EPISODIC_ONLY, MEMORY_TOOLS, ["acme", "globex"]),

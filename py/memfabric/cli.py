@@ -79,7 +79,7 @@ def worker_commit(
     """Commit validated proposals as they arrive (safe to run several at once)."""
     from memfabric.worker import run_committer
 
-    conninfo = os.environ.get("MEMFABRIC_COMMITTER_URL") or db.url_for(db.database_url(), login)
+    conninfo = _committer_conninfo(login)
     committed, rejected = run_committer(
         conninfo,
         batch=batch,
@@ -130,6 +130,59 @@ def worker_consolidate(
         if once:
             return
         time.sleep(interval)
+
+
+def _committer_conninfo(login: str) -> str:
+    return os.environ.get("MEMFABRIC_COMMITTER_URL") or db.url_for(db.database_url(), login)
+
+
+COMMITTER_LOGIN = os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010")
+
+
+@app.command()
+def decay(
+    now: str | None = typer.Option(None, help="run as of this RFC 3339 time (default: now)"),
+    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+) -> None:
+    """Run decay once: interval expiry, operational window closure, regulated ceilings."""
+    import psycopg
+
+    from memfabric.worker import run_decay_once
+
+    with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
+        typer.echo(f"[decay] {run_decay_once(conn, now)}")
+
+
+@worker_app.command("decay")
+def worker_decay(
+    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+    interval: float = typer.Option(3600.0, min=1.0, help="seconds between scheduled passes"),
+) -> None:
+    """Run decay on a schedule (never opportunistically: recall never mutates anything)."""
+    import time
+
+    import psycopg
+
+    from memfabric.worker import run_decay_once
+
+    while True:
+        with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
+            typer.echo(f"[decay] {run_decay_once(conn)}")
+        time.sleep(interval)
+
+
+@app.command("erase")
+def erase_command(
+    approval_id: str = typer.Argument(..., help="an approved erase or erase_subject approval"),
+    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+) -> None:
+    """Execute an approved erasure, leave tombstones, then VACUUM the touched tables."""
+    import psycopg
+
+    from memfabric.worker import erase
+
+    with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
+        typer.echo(f"[erase] {erase(conn, approval_id)}")
 
 
 if __name__ == "__main__":

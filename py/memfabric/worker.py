@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
+from psycopg import sql
 
 from memfabric.errors import mapped
 
@@ -65,3 +66,34 @@ def run_committer(
             time.sleep(delay)
             backoff *= 2
     return totals[0], totals[1]
+
+
+def run_decay_once(
+    conn: psycopg.Connection[tuple[object, ...]], now: str | None = None, batch: int = 1000
+) -> dict[str, object]:
+    """One decay pass at `now` (default: the database's now); loops while batches are full."""
+    totals: dict[str, int] = {"expired": 0, "windows_closed": 0, "erasure_requests": 0}
+    while True:
+        with mapped():
+            row = conn.execute(
+                "SELECT fabric_api.run_decay(coalesce(%s::timestamptz, now()), %s)", (now, batch)
+            ).fetchone()
+        assert row is not None
+        result: dict[str, int] = row[0]  # type: ignore[assignment]
+        for key in totals:
+            totals[key] += int(result[key])
+        if max(int(result[k]) for k in totals) < batch:
+            return {**totals, "at": result["at"]}
+
+
+def erase(conn: psycopg.Connection[tuple[object, ...]], approval_id: str) -> dict[str, object]:
+    """Execute an approved erasure, then VACUUM what it touched so the old tuple versions
+    (which still hold the content) leave the heap. `conn` must be in autocommit mode."""
+    with mapped():
+        row = conn.execute("SELECT fabric_api.erase(%s)", (approval_id,)).fetchone()
+    assert row is not None
+    result: dict[str, object] = row[0]  # type: ignore[assignment]
+    for table in result["vacuum"]:  # type: ignore[attr-defined]
+        schema, name = str(table).split(".")
+        conn.execute(sql.SQL("VACUUM {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
+    return result

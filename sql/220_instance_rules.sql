@@ -1,0 +1,151 @@
+-- Instance configuration rules (spec §8.2, §11), checked by the database at configuration
+-- time whoever writes the row: air-gapped means local endpoints only; checkpoints outlive
+-- every approval; a regulated ceiling is never below its floor.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._uri_host: the lowercased host of a URI; 'unix' for unix sockets; NULL if none.
+CREATE OR REPLACE FUNCTION fabric._uri_host(p_uri text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE
+    WHEN p_uri ~* '^(unix|[a-z]+\+unix):' OR p_uri LIKE '/%' THEN 'unix'
+    ELSE pg_catalog.lower(pg_catalog.btrim(pg_catalog.substring(p_uri,
+           '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?(\[[^]]+\]|[^:/?#]+)'), '[]'))
+  END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._host_is_local: loopback, unix sockets, or the instance's local allowlist.
+CREATE OR REPLACE FUNCTION fabric._host_is_local(p_host text, p_allowlist text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT p_host IS NOT NULL AND (
+    p_host IN ('unix', 'localhost', '::1', '0:0:0:0:0:0:0:1')
+    OR p_host ~ '^127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$'
+    OR p_host = ANY (ARRAY(SELECT pg_catalog.lower(h) FROM pg_catalog.unnest(p_allowlist) h)))
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._config_rule: raise a configuration rule (23514, named constraint).
+CREATE OR REPLACE FUNCTION fabric._config_rule(p_constraint text, p_message text, p_hint text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = p_constraint,
+    MESSAGE = p_message, HINT = p_hint;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._longest_approval_timeout: the default timeout or any per-action one.
+CREATE OR REPLACE FUNCTION fabric._longest_approval_timeout(p_config fabric.instance_config)
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.max(t) FROM (
+    SELECT p_config.approval_timeout AS t
+    UNION ALL
+    SELECT (v #>> '{}')::interval FROM pg_catalog.jsonb_each(p_config.approval_timeouts) e(k, v)) x
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_instance_config__validate: the three load-bearing configuration rules.
+CREATE OR REPLACE FUNCTION fabric.tg_instance_config__validate()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_key text;
+  v_value jsonb;
+BEGIN
+  IF NEW.deployment_mode = 'air-gapped' THEN
+    IF NEW.model_uri IS NOT NULL AND NOT fabric._host_is_local(fabric._uri_host(NEW.model_uri), NEW.local_hosts) THEN
+      PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+        'an air-gapped instance cannot use a model URI whose host is not local',
+        'use a loopback or unix-socket endpoint, or add the host to local_hosts');
+    END IF;
+    IF NEW.embedding_uri IS NOT NULL AND NOT fabric._host_is_local(fabric._uri_host(NEW.embedding_uri), NEW.local_hosts) THEN
+      PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+        'an air-gapped instance cannot use an embedding URI whose host is not local',
+        'use a loopback or unix-socket endpoint, or add the host to local_hosts');
+    END IF;
+  END IF;
+  FOR v_key, v_value IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(NEW.approval_timeouts) e LOOP
+    IF v_key NOT IN ('promote', 'supersede', 'erase', 'erase_subject')
+       OR pg_catalog.jsonb_typeof(v_value) <> 'string'
+       OR pg_catalog.pg_input_is_valid(v_value #>> '{}', 'interval') IS NOT TRUE THEN
+      RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+        MESSAGE = 'approval_timeouts maps an action (promote, supersede, erase, erase_subject) to an interval',
+        HINT = 'e.g. {"erase": "3 days"}';
+    END IF;
+  END LOOP;
+  IF NEW.checkpoint_retention <= fabric._longest_approval_timeout(NEW) THEN
+    PERFORM fabric._config_rule('instance_config_checkpoint_outlives_approvals',
+      'checkpoint retention must exceed the longest approval timeout',
+      'a checkpoint that expires before its approval leaves an approved action with no run to resume');
+  END IF;
+  FOR v_key, v_value IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(NEW.regulated_retention) e LOOP
+    IF pg_catalog.jsonb_typeof(v_value) <> 'object'
+       OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v_value) k WHERE k NOT IN ('floor', 'ceiling'))
+       OR pg_catalog.pg_input_is_valid(v_value ->> 'floor', 'interval') IS NOT TRUE
+       OR pg_catalog.pg_input_is_valid(v_value ->> 'ceiling', 'interval') IS NOT TRUE THEN
+      RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+        MESSAGE = 'regulated_retention maps a jurisdiction to {"floor": interval, "ceiling": interval}',
+        HINT = 'e.g. {"eu": {"floor": "1 year", "ceiling": "7 years"}, "default": {...}}';
+    END IF;
+    IF (v_value ->> 'ceiling')::interval < (v_value ->> 'floor')::interval THEN
+      PERFORM fabric._config_rule('instance_config_regulated_ceiling_above_floor',
+        pg_catalog.format('the regulated ceiling of jurisdiction %s is below its floor', pg_catalog.left(v_key, 40)),
+        'a ceiling is when regulated records must go; a floor is how long they must stay');
+    END IF;
+  END LOOP;
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_validate
+  BEFORE INSERT OR UPDATE ON fabric.instance_config
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_instance_config__validate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._instance_config: a record's instance configuration, else the tenant default's
+-- (created with the tenant).
+CREATE OR REPLACE FUNCTION fabric._instance_config(p_tenant_id text, p_instance text)
+RETURNS fabric.instance_config
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v fabric.instance_config;
+BEGIN
+  SELECT * INTO v FROM fabric.instance_config c
+  WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = coalesce(p_instance, '');
+  IF NOT FOUND THEN
+    SELECT * INTO v FROM fabric.instance_config c
+    WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = '';
+  END IF;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+      MESSAGE = 'the tenant has no instance configuration',
+      HINT = 'fabric_api.create_tenant creates the default instance''s row';
+  END IF;
+  RETURN v;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._approval_timeout: how long an approval request stays decidable (per action).
+DROP FUNCTION IF EXISTS fabric._approval_timeout(text);
+CREATE OR REPLACE FUNCTION fabric._approval_timeout(p_tenant_id text, p_action text DEFAULT NULL)
+RETURNS interval
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce((c.approval_timeouts ->> p_action)::interval, c.approval_timeout)
+  FROM fabric._instance_config(p_tenant_id, NULL) c
+$$;

@@ -1,0 +1,288 @@
+-- Erasure (spec §8.4): an approved action that leaves a tombstone. Content and the subject,
+-- session and agent ids are destroyed in the record, its proposal(s), the search text, the
+-- stored embeddings and every derived table; the tombstone keeps memory_id, tier, tenant,
+-- content_hash, provenance, derived_from, validity interval, approval and erasure time.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.request_erasure: file an erasure approval for one record.
+CREATE OR REPLACE FUNCTION fabric_api.request_erasure(p_memory_id uuid, p_reason text,
+                                                      p_legal_erasure boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_tenant text := fabric._tenant_of_record(p_memory_id);
+  v_id uuid;
+BEGIN
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
+      HINT = 'memory ids come from fabric_api.commit';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('actor', v_committer);
+  v_id := fabric._file_approval(v_tenant, 'erase', p_memory_id, NULL, '{}', p_reason);
+  UPDATE fabric.approvals a SET legal_erasure = coalesce(p_legal_erasure, false)
+  WHERE a.tenant_id = v_tenant AND a.approval_id = v_id;
+  RETURN pg_catalog.jsonb_build_object('approval_id', v_id);
+END $$;
+COMMENT ON FUNCTION fabric_api.request_erasure(uuid, text, boolean) IS
+  'Request the erasure of one record (policy decides). Committer only. Example: SELECT '
+  'fabric_api.request_erasure(''<memory_id>'', ''right to erasure, ticket 4411'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.request_subject_erasure: one approval for all of a data subject's records
+-- and proposals.
+CREATE OR REPLACE FUNCTION fabric_api.request_subject_erasure(p_tenant_id text, p_subject_id text,
+  p_reason text, p_legal_erasure boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_id uuid;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
+      HINT = 'tenants are created with fabric_api.create_tenant';
+  END IF;
+  IF p_subject_id IS NULL OR p_subject_id !~ '^[^[:space:][:cntrl:]]{1,200}$' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'subject_id must be 1-200 printable characters', HINT = 'e.g. user-8842';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  PERFORM fabric._set_context('actor', v_committer);
+  v_id := fabric._file_approval(p_tenant_id, 'erase_subject', NULL, p_subject_id, '{}', p_reason);
+  UPDATE fabric.approvals a SET legal_erasure = coalesce(p_legal_erasure, false)
+  WHERE a.tenant_id = p_tenant_id AND a.approval_id = v_id;
+  RETURN pg_catalog.jsonb_build_object('approval_id', v_id);
+END $$;
+COMMENT ON FUNCTION fabric_api.request_subject_erasure(text, text, text, boolean) IS
+  'Request the erasure of every record and proposal of a data subject. Committer only. '
+  'Example: SELECT fabric_api.request_subject_erasure(''acme'', ''user-8842'', ''GDPR art. 17'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._tombstone: erase one locked record under the approval in context.
+CREATE OR REPLACE FUNCTION fabric._tombstone(p_record fabric.memory_records, p_approval fabric.approvals,
+                                             p_committer text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_floor interval;
+  v_embeddings integer;
+  v_proposals integer;
+  v_flagged integer;
+  v_destroyed jsonb;
+BEGIN
+  IF p_record.retention_class = 'regulated' AND NOT p_approval.legal_erasure THEN
+    SELECT l.floor INTO v_floor FROM fabric._regulated_limits(p_record) l;
+    IF v_floor IS NOT NULL AND p_record.recorded_at + v_floor > pg_catalog.now() THEN
+      PERFORM fabric._refuse_approval('a regulated record is erased before its floor only under a legal erasure');
+    END IF;
+  END IF;
+  UPDATE fabric.memory_records m
+  SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL,
+      consolidation_state = 'tombstoned', erased_at = pg_catalog.now(),
+      erasure_approval_id = p_approval.approval_id
+  WHERE m.tenant_id = p_record.tenant_id AND m.memory_id = p_record.memory_id;
+  DELETE FROM fabric.memory_embeddings e
+  WHERE e.tenant_id = p_record.tenant_id AND e.memory_id = p_record.memory_id;
+  GET DIAGNOSTICS v_embeddings = ROW_COUNT;
+  UPDATE fabric.proposals p
+  SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL
+  WHERE p.tenant_id = p_record.tenant_id AND p.proposal_id = p_record.proposal_id;
+  GET DIAGNOSTICS v_proposals = ROW_COUNT;
+  INSERT INTO fabric.review_flags (tenant_id, memory_id, tombstoned_source)
+  SELECT l.tenant_id, l.memory_id, l.derived_from_id FROM fabric.memory_lineage l
+  JOIN fabric.memory_records d ON d.tenant_id = l.tenant_id AND d.memory_id = l.memory_id
+  WHERE l.tenant_id = p_record.tenant_id AND l.derived_from_id = p_record.memory_id
+    AND d.consolidation_state <> 'tombstoned'
+  ON CONFLICT DO NOTHING;
+  GET DIAGNOSTICS v_flagged = ROW_COUNT;
+  v_destroyed := pg_catalog.jsonb_build_object(
+    'record', pg_catalog.jsonb_build_array('content', 'search_text', 'subject_id', 'session_id', 'agent_id'),
+    'proposals', v_proposals, 'embeddings', v_embeddings, 'flagged_for_review', v_flagged,
+    'kept', pg_catalog.jsonb_build_array('memory_id', 'tier', 'tenant_id', 'content_hash',
+      'provenance', 'derived_from', 'validity_interval', 'erasure_approval_id', 'erased_at'));
+  INSERT INTO fabric.erasure_receipts (tenant_id, memory_id, approval_id, erased_by, destroyed)
+  VALUES (p_record.tenant_id, p_record.memory_id, p_approval.approval_id, p_committer, v_destroyed);
+  RETURN v_destroyed;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.erase: execute an approved erasure (one record or one data subject). Returns
+-- the tables to VACUUM so the old tuple versions leave the heap (the worker does it).
+CREATE OR REPLACE FUNCTION fabric_api.erase(p_approval_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_tenant text := fabric._tenant_of_approval(p_approval_id);
+  v_approval fabric.approvals;
+  v_record fabric.memory_records;
+  v_erased uuid[] := '{}';
+  v_proposals integer := 0;
+BEGIN
+  IF v_tenant IS NULL THEN
+    PERFORM fabric._refuse_approval('no such approval');
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('actor', v_committer);
+  SELECT * INTO v_approval FROM fabric.approvals a
+  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id;
+  IF v_approval.action NOT IN ('erase', 'erase_subject') THEN
+    PERFORM fabric._refuse_approval(pg_catalog.format('the approval is for %s, not erasure', v_approval.action));
+  END IF;
+  v_approval := fabric._consume_approval(v_tenant, p_approval_id, v_approval.action,
+                                         v_approval.memory_id, v_approval.subject_id);
+  FOR v_record IN
+    SELECT * FROM fabric.memory_records m
+    WHERE m.tenant_id = v_tenant AND m.consolidation_state <> 'tombstoned'
+      AND ((v_approval.action = 'erase' AND m.memory_id = v_approval.memory_id)
+           OR (v_approval.action = 'erase_subject' AND m.subject_id = v_approval.subject_id))
+    ORDER BY m.memory_id
+    FOR UPDATE
+  LOOP
+    PERFORM fabric._set_context('correlation_id', v_record.correlation_id);
+    PERFORM fabric._tombstone(v_record, v_approval, v_committer);
+    v_erased := v_erased || v_record.memory_id;
+  END LOOP;
+  IF v_approval.action = 'erase_subject' THEN
+    UPDATE fabric.proposals p SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL
+    WHERE p.tenant_id = v_tenant AND p.subject_id = v_approval.subject_id;
+    GET DIAGNOSTICS v_proposals = ROW_COUNT;
+    UPDATE fabric.runs r SET subject_id = NULL
+    WHERE r.tenant_id = v_tenant AND r.subject_id = v_approval.subject_id;
+    UPDATE fabric.temporal_summaries s SET subject_id = NULL
+    WHERE s.tenant_id = v_tenant AND s.subject_id = v_approval.subject_id;
+  END IF;
+  RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'action', v_approval.action,
+    'erased', pg_catalog.to_jsonb(v_erased), 'proposals_scrubbed', v_proposals,
+    'vacuum', pg_catalog.jsonb_build_array('fabric.memory_records', 'fabric.proposals',
+      'fabric.memory_embeddings', 'fabric.runs', 'fabric.temporal_summaries'));
+END $$;
+COMMENT ON FUNCTION fabric_api.erase(uuid) IS
+  'Execute an approved erasure, leaving tombstones; then VACUUM the returned tables. '
+  'Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.store_embedding: the only way an embedding is written. A tombstoned or
+-- content-less record refuses it, so a projector racing an erasure cannot resurrect it.
+CREATE OR REPLACE FUNCTION fabric_api.store_embedding(p_memory_id uuid, p_model text,
+  p_model_version text, p_embedding ext.vector, p_content_hash text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v fabric.memory_records;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_projector', 'store embeddings');
+  v_tenant := fabric._tenant_of_record(p_memory_id);
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
+      HINT = 'embeddings are stored for committed records';
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  SELECT * INTO v FROM fabric.memory_records m
+  WHERE m.tenant_id = v_tenant AND m.memory_id = p_memory_id FOR SHARE;
+  IF v.consolidation_state = 'tombstoned' OR v.content IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = 'the record has no content (erased or expired); no embedding is stored',
+      HINT = 'drop the projection of this record instead';
+  END IF;
+  IF v.content_hash IS DISTINCT FROM p_content_hash THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = 'the embedding was computed from other content than the record holds',
+      HINT = 're-read the record and embed again';
+  END IF;
+  INSERT INTO fabric.memory_embeddings (tenant_id, memory_id, model, model_version, dims,
+                                        embedding, content_hash)
+  VALUES (v_tenant, p_memory_id, p_model, p_model_version, ext.vector_dims(p_embedding),
+          p_embedding, p_content_hash)
+  ON CONFLICT (tenant_id, memory_id, model, model_version)
+  DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims,
+                content_hash = EXCLUDED.content_hash, created_at = pg_catalog.now();
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION fabric_api.store_embedding(uuid, text, text, ext.vector, text) IS
+  'Store a record''s embedding (refused for tombstoned or content-less records). Projector '
+  'only. Example: SELECT fabric_api.store_embedding(''<memory_id>'', ''all-MiniLM-L6-v2'', ''v1'', ''[...]'', ''sha256:...'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.review_queue: records derived from tombstoned records, for os-agt-011.
+CREATE OR REPLACE FUNCTION fabric_api.review_queue(p_tenant_id text)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_consolidator(p_tenant_id);
+  RETURN (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'memory_id', f.memory_id, 'tombstoned_source', f.tombstoned_source,
+            'flagged_at', f.flagged_at) ORDER BY f.flagged_at, f.memory_id), '[]')
+          FROM fabric.review_flags f WHERE f.tenant_id = p_tenant_id AND f.resolved_at IS NULL);
+END $$;
+COMMENT ON FUNCTION fabric_api.review_queue(text) IS
+  'Records derived from tombstoned records, flagged for review (not cascaded). Consolidator '
+  'only. Example: SELECT fabric_api.review_queue(''acme'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.verify_tombstone: does a claimed content match the record's content hash?
+CREATE OR REPLACE FUNCTION fabric_audit.verify_tombstone(p_memory_id uuid, p_claimed_content jsonb)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text := fabric._tenant_of_record(p_memory_id);
+BEGIN
+  PERFORM fabric._require_role('fabric_auditor', 'verify tombstones');
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
+      HINT = 'tombstones keep their memory_id';
+  END IF;
+  PERFORM fabric._enter_audit(v_tenant);
+  RETURN (SELECT m.content_hash = fabric.content_hash(p_claimed_content)
+          FROM fabric.memory_records m WHERE m.tenant_id = v_tenant AND m.memory_id = p_memory_id);
+END $$;
+COMMENT ON FUNCTION fabric_audit.verify_tombstone(uuid, jsonb) IS
+  'Check a claim about what an erased record contained against its content hash. Auditors '
+  'only. Example: SELECT fabric_audit.verify_tombstone(''<memory_id>'', ''{"text": "..."}'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.erasure_receipt: what was destroyed, when, under which approval.
+CREATE OR REPLACE FUNCTION fabric_audit.erasure_receipt(p_memory_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text := fabric._tenant_of_record(p_memory_id);
+BEGIN
+  PERFORM fabric._require_role('fabric_auditor', 'read erasure receipts');
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
+      HINT = 'tombstones keep their memory_id';
+  END IF;
+  PERFORM fabric._enter_audit(v_tenant);
+  RETURN (SELECT pg_catalog.jsonb_build_object('memory_id', r.memory_id, 'tenant_id', r.tenant_id,
+            'approval_id', r.approval_id, 'erased_at', r.erased_at, 'erased_by', r.erased_by,
+            'destroyed', r.destroyed, 'approval', pg_catalog.jsonb_build_object(
+              'action', a.action, 'reason', a.reason, 'requested_by', a.requested_by,
+              'decided_by', a.decided_by, 'decided_at', a.decided_at, 'legal_erasure', a.legal_erasure))
+          FROM fabric.erasure_receipts r
+          JOIN fabric.approvals a ON a.tenant_id = r.tenant_id AND a.approval_id = r.approval_id
+          WHERE r.tenant_id = v_tenant AND r.memory_id = p_memory_id);
+END $$;
+COMMENT ON FUNCTION fabric_audit.erasure_receipt(uuid) IS
+  'The erasure receipt of a tombstone. Auditors only. '
+  'Example: SELECT fabric_audit.erasure_receipt(''<memory_id>'');';

@@ -1,0 +1,511 @@
+"""Retention, decay and erasure (spec §8): scheduled forgetting that leaves tombstones, and
+instance configuration validated by the database."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from conftest import Fabric, episode
+from memfabric.errors import FabricError
+from memfabric.worker import erase, run_decay_once
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_DUMP = ROOT / ".local" / "pg17" / "bin" / "pg_dump"
+
+
+def form(fabric: Fabric, run: uuid.UUID, text: str = "e", **overrides: Any) -> str:
+    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
+    assert result["status"] == "validated", result
+    return str(fabric.commit(result["proposal_id"])["memory_id"])
+
+
+def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
+    row = fabric.connect(login).execute(sql, args).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def configure(fabric: Fabric, config: dict[str, Any]) -> dict[str, Any]:
+    return call(
+        fabric,
+        "mf_admin",
+        "SELECT fabric_api.configure_instance('acme', '', %s)",  # type: ignore[no-any-return]
+        Jsonb(config),
+    )
+
+
+def decay(fabric: Fabric, now: str | None = None) -> dict[str, Any]:
+    return run_decay_once(fabric.connect("mf_committer"), now)  # type: ignore[return-value]
+
+
+def approved_erasure(fabric: Fabric, memory_id: str, legal: bool = False) -> str:
+    a = call(
+        fabric,
+        "mf_committer",
+        "SELECT fabric_api.request_erasure(%s, 'gdpr', %s)",
+        memory_id,
+        legal,
+    )["approval_id"]
+    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    return str(a)
+
+
+def state(fabric: Fabric, memory_id: str) -> tuple[Any, ...]:
+    with fabric.su() as su:
+        row = su.execute(
+            "SELECT consolidation_state, content IS NOT NULL, content_hash, "
+            "subject_id FROM fabric.memory_records WHERE memory_id = %s",
+            (memory_id,),
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def sqlstate(fn: Any) -> str | None:
+    with pytest.raises((psycopg.Error, FabricError)) as caught:
+        fn()
+    return caught.value.sqlstate
+
+
+@pytest.fixture
+def run(fabric: Fabric) -> uuid.UUID:
+    return fabric.open_run()
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "constraint"),
+    [
+        (
+            {"deployment_mode": "air-gapped", "model_uri": "https://api.openai.com/v1"},
+            "instance_config_air_gapped_is_local",
+        ),
+        (
+            {"deployment_mode": "air-gapped", "embedding_uri": "http://gpu-box.example.com:8000"},
+            "instance_config_air_gapped_is_local",
+        ),
+        (
+            {"checkpoint_retention": "1 day", "approval_timeout": "2 days"},
+            "instance_config_checkpoint_outlives_approvals",
+        ),
+        (
+            {"checkpoint_retention": "3 days", "approval_timeouts": {"erase": "3 days"}},
+            "instance_config_checkpoint_outlives_approvals",
+        ),
+        (
+            {"regulated_retention": {"eu": {"floor": "7 years", "ceiling": "1 year"}}},
+            "instance_config_regulated_ceiling_above_floor",
+        ),
+    ],
+)
+def test_configuration_rules_are_refused_at_configuration_time(
+    fabric: Fabric, config: dict[str, Any], constraint: str
+) -> None:
+    before = fabric.su().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
+    with pytest.raises(psycopg.errors.CheckViolation) as caught:
+        configure(fabric, config)
+    assert caught.value.diag.constraint_name == constraint
+    after = fabric.su().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
+    assert after == before
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {
+            "deployment_mode": "air-gapped",
+            "model_uri": "http://127.0.0.1:8000/v1",
+            "embedding_uri": "http://localhost:8080",
+        },
+        {"deployment_mode": "air-gapped", "embedding_uri": "unix:///run/tei.sock"},
+        {"deployment_mode": "air-gapped", "model_uri": "http://[::1]:8000"},
+        {
+            "deployment_mode": "air-gapped",
+            "model_uri": "http://gpu-1.lan:8000",
+            "local_hosts": ["gpu-1.lan"],
+        },
+        {"deployment_mode": "saas", "model_uri": "https://api.example.com"},
+        {"checkpoint_retention": "3 days", "approval_timeouts": {"erase": "2 days"}},
+        {"regulated_retention": {"eu": {"floor": "1 year", "ceiling": "7 years"}}},
+    ],
+)
+def test_valid_configurations_are_accepted(fabric: Fabric, config: dict[str, Any]) -> None:
+    assert configure(fabric, config)["tenant_id"] == "acme"
+
+
+def test_malformed_configuration_is_an_error(fabric: Fabric) -> None:
+    for bad in (
+        {"regulated_retention": {"eu": {"floor": "soon"}}},
+        {"approval_timeouts": {"dance": "1 day"}},
+        {"operational_window": "banana"},
+        {"deployment_mode": "moon"},
+    ):
+        assert sqlstate(lambda b=bad: configure(fabric, b)) in ("22023", "23514")  # type: ignore[misc]
+
+
+# --- decay --------------------------------------------------------------------------------------
+
+
+def test_interval_expiry_happens_exactly_at_valid_until(fabric: Fabric, run: uuid.UUID) -> None:
+    rid = form(
+        fabric,
+        run,
+        validity_interval={
+            "valid_from": "2026-01-01T00:00:00Z",
+            "valid_until": "2026-02-01T00:00:00Z",
+        },
+    )
+    assert decay(fabric, "2026-01-31T23:59:59.999999Z")["expired"] == 0
+    assert state(fabric, rid)[0] == "raw"
+    assert decay(fabric, "2026-02-01T00:00:00Z")["expired"] == 1
+    assert state(fabric, rid)[:2] == ("expired", True)  # readable for audit
+    assert decay(fabric, "2026-02-01T00:00:00Z")["expired"] == 0  # idempotent
+    assert len(fabric.events(f"memory_id = '{rid}' AND event_type = 'memory.record.expired'")) == 1
+
+
+def test_decay_refuses_a_future_time(fabric: Fabric) -> None:
+    assert sqlstate(lambda: decay(fabric, "2999-01-01T00:00:00Z")) == "22023"
+
+
+def test_operational_window_closure_summarises_what_it_removes(
+    fabric: Fabric, run: uuid.UUID
+) -> None:
+    configure(fabric, {"operational_window": "1 millisecond"})
+    ops = [form(fabric, run, f"op {i}", retention_class="operational") for i in range(3)]
+    other = fabric.open_run(subject="user-1")
+    ops.append(form(fabric, other, "op other", retention_class="operational"))
+    durable = form(fabric, run, "durable")
+    audit = form(fabric, run, "audit", retention_class="audit")
+    time.sleep(0.05)
+    result = decay(fabric)
+    assert result["windows_closed"] == 4
+    for rid in ops:
+        assert state(fabric, rid)[:2] == ("expired", False)
+    assert state(fabric, durable)[:2] == ("raw", True)
+    assert state(fabric, audit)[:2] == ("raw", True)
+    with fabric.su() as su:
+        rows = su.execute(
+            "SELECT day::text, tier, subject_id, retention_class, records "
+            "FROM fabric.temporal_summaries ORDER BY subject_id"
+        ).fetchall()
+    assert rows == [
+        ("2026-07-02", "episodic", "user-1", "operational", 1),
+        ("2026-07-02", "episodic", "user-8842", "operational", 3),
+    ]
+    assert decay(fabric)["windows_closed"] == 0
+
+
+def test_window_closure_of_an_already_expired_record_removes_its_content(
+    fabric: Fabric, run: uuid.UUID
+) -> None:
+    rid = form(
+        fabric,
+        run,
+        retention_class="operational",
+        validity_interval={
+            "valid_from": "2026-01-01T00:00:00Z",
+            "valid_until": "2026-02-01T00:00:00Z",
+        },
+    )
+    decay(fabric, "2026-03-01T00:00:00Z")
+    assert state(fabric, rid)[:2] == ("expired", True)
+    configure(fabric, {"operational_window": "1 millisecond"})
+    time.sleep(0.02)
+    assert decay(fabric)["windows_closed"] == 1
+    assert state(fabric, rid)[:2] == ("expired", False)
+    types = [e["event_type"] for e in fabric.events(f"memory_id = '{rid}'")]
+    assert types == ["memory.record.formed", "memory.record.expired", "memory.record.expired"]
+
+
+def test_regulated_ceiling_raises_an_erasure_request_never_erases(
+    fabric: Fabric, run: uuid.UUID
+) -> None:
+    configure(
+        fabric,
+        {"regulated_retention": {"default": {"floor": "0 seconds", "ceiling": "1 millisecond"}}},
+    )
+    rid = form(fabric, run, retention_class="regulated")
+    time.sleep(0.02)
+    assert decay(fabric)["erasure_requests"] == 1
+    assert decay(fabric)["erasure_requests"] == 0
+    assert state(fabric, rid)[:2] == ("raw", True)
+    with fabric.su() as su:
+        row = su.execute(
+            "SELECT action, status FROM fabric.approvals WHERE memory_id = %s", (rid,)
+        ).fetchone()
+    assert row == ("erase", "pending")
+
+
+def test_regulated_floor_blocks_erasure_unless_legal(fabric: Fabric, run: uuid.UUID) -> None:
+    configure(fabric, {"regulated_retention": {"jp": {"floor": "10 years", "ceiling": "20 years"}}})
+    rid = form(fabric, run, retention_class="regulated", compliance_labels=["jurisdiction:jp"])
+    conn = fabric.connect("mf_committer")
+    assert sqlstate(lambda: erase(conn, approved_erasure(fabric, rid))) == "MF005"
+    assert state(fabric, rid)[0] == "raw"
+    erase(conn, approved_erasure(fabric, rid, legal=True))
+    assert state(fabric, rid)[0] == "tombstoned"
+
+
+def test_concurrent_decay_runs_expire_each_record_once(fabric: Fabric, run: uuid.UUID) -> None:
+    ids = [
+        form(
+            fabric,
+            run,
+            f"r{i}",
+            validity_interval={
+                "valid_from": "2026-01-01T00:00:00Z",
+                "valid_until": "2026-02-01T00:00:00Z",
+            },
+        )
+        for i in range(40)
+    ]
+    results: list[dict[str, Any]] = []
+    logins = ["mf_committer", "mf_committer2"]
+
+    def work(login: str) -> None:
+        with psycopg.connect(
+            psycopg.conninfo.make_conninfo(fabric.url, user=login), autocommit=True
+        ) as conn:
+            results.append(run_decay_once(conn, "2026-03-01T00:00:00Z", batch=5))  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=work, args=(lg,)) for lg in logins]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r["expired"] for r in results) == 40
+    assert fabric.count("memory_records", "consolidation_state = 'expired'") == 40
+    assert len(fabric.events("event_type = 'memory.record.expired'")) == len(ids)
+
+
+def test_recall_never_decays_anything(fabric: Fabric, run: uuid.UUID) -> None:
+    rid = form(
+        fabric,
+        run,
+        validity_interval={
+            "valid_from": "2026-01-01T00:00:00Z",
+            "valid_until": "2026-02-01T00:00:00Z",
+        },
+    )
+    fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
+    assert state(fabric, rid)[0] == "raw"
+
+
+# --- erasure ----------------------------------------------------------------------------------
+
+
+def test_erasure_needs_a_decided_unused_erase_approval(fabric: Fabric, run: uuid.UUID) -> None:
+    rid, other = form(fabric, run), form(fabric, run)
+    conn = fabric.connect("mf_committer")
+    pending = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", rid)[
+        "approval_id"
+    ]
+    assert sqlstate(lambda: erase(conn, pending)) == "MF005"
+    denied = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", rid)[
+        "approval_id"
+    ]
+    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'denied', 'no')", denied)
+    assert sqlstate(lambda: erase(conn, denied)) == "MF005"
+    expired = approved_erasure(fabric, rid)
+    with fabric.su() as su:
+        su.execute(
+            "UPDATE fabric.approvals SET expires_at = requested_at + interval '1 microsecond'"
+            " WHERE approval_id = %s",
+            (expired,),
+        )
+    assert sqlstate(lambda: erase(conn, expired)) == "MF005"
+    promote = call(
+        fabric, "mf_committer", "SELECT fabric_api.request_approval(%s, 'promote', '{}', 'x')", rid
+    )["approval_id"]
+    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", promote)
+    assert sqlstate(lambda: erase(conn, promote)) == "MF005"
+    assert sqlstate(lambda: erase(conn, str(uuid.uuid4()))) == "MF005"
+    assert state(fabric, rid)[0] == "raw"
+    good = approved_erasure(fabric, rid)
+    assert erase(conn, good)["erased"] == [rid]
+    assert sqlstate(lambda: erase(conn, good)) == "MF005"  # reused
+    assert state(fabric, other)[0] == "raw"
+    assert (
+        sqlstate(lambda: call(fabric, "mf_agent_a", "SELECT fabric_api.erase(%s)", good)) == "42501"
+    )
+
+
+def test_tombstone_keeps_exactly_the_spec_list(fabric: Fabric, run: uuid.UUID) -> None:
+    source = form(fabric, run, "source")
+    derived = form(
+        fabric,
+        run,
+        "derived",
+        tier="semantic",
+        derived_from=[source],
+        content={"assertion": "derived"},
+    )
+    erase(fabric.connect("mf_committer"), approved_erasure(fabric, source))
+    with fabric.su() as su:
+        row = su.execute(
+            "SELECT tier, tenant_id, content, content_hash, source_event_id, correlation_id, "
+            "valid_from, subject_id, session_id, agent_id, scope_key, search_tsv, "
+            "erasure_approval_id IS NOT NULL, erased_at IS NOT NULL, consolidation_state "
+            "FROM fabric.memory_records WHERE memory_id = %s",
+            (source,),
+        ).fetchone()
+        proposal = su.execute(
+            "SELECT content, subject_id FROM fabric.proposals WHERE memory_id = %s", (source,)
+        ).fetchone()
+    assert row is not None
+    assert row[0] == "episodic" and row[1] == "acme" and row[3].startswith("sha256:")
+    assert row[4] == "evt-7b21" and row[5] == "corr-9d4a" and row[6] is not None
+    assert row[2] is None and row[7:12] == (None, None, None, None, None)
+    assert row[12:] == (True, True, "tombstoned")
+    assert proposal == (None, None)
+    assert fabric.count("memory_lineage", f"derived_from_id = '{source}'") == 1
+    assert state(fabric, derived)[:2] == ("raw", True)  # not cascaded
+    queue = call(fabric, "mf_consolidator", "SELECT fabric_api.review_queue('acme')")
+    assert [(q["memory_id"], q["tombstoned_source"]) for q in queue] == [(derived, source)]
+    (event,) = fabric.events(f"memory_id = '{source}' AND event_type = 'memory.record.forgotten'")
+    assert event["payload"]["approval_id"]
+    auditor = fabric.connect("mf_auditor")
+    receipt = auditor.execute("SELECT fabric_audit.erasure_receipt(%s)", (source,)).fetchone()
+    assert receipt is not None and receipt[0]["destroyed"]["proposals"] == 1
+    assert auditor.execute(
+        "SELECT fabric_audit.verify_tombstone(%s, %s)", (source, Jsonb({"text": "source"}))
+    ).fetchone() == (True,)
+    assert auditor.execute(
+        "SELECT fabric_audit.verify_tombstone(%s, %s)", (source, Jsonb({"text": "something else"}))
+    ).fetchone() == (False,)
+
+
+def test_subject_erasure_covers_every_tier_and_uncommitted_proposals(
+    fabric: Fabric, run: uuid.UUID
+) -> None:
+    ep = form(fabric, run, "ep")
+    sem = form(fabric, run, "sem", tier="semantic", derived_from=[ep], content={"a": "sem"})
+    validated = fabric.propose("mf_agent_a", episode("not yet committed"), run)
+    rejected = fabric.propose("mf_agent_a", episode("bad", confidence=5), run)
+    other_run = fabric.open_run(subject="user-other")
+    keep = form(fabric, other_run, "someone else")
+    a = call(
+        fabric,
+        "mf_committer",
+        "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')",
+    )["approval_id"]
+    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    result = erase(fabric.connect("mf_committer"), a)
+    assert sorted(result["erased"]) == sorted([ep, sem])  # type: ignore[type-var]
+    assert state(fabric, keep)[:2] == ("raw", True)
+    with fabric.su() as su:
+        left = su.execute(
+            "SELECT count(*) FROM fabric.proposals WHERE subject_id = 'user-8842' "
+            "OR (proposal_id = ANY(%s) AND content IS NOT NULL)",
+            ([validated["proposal_id"], rejected["proposal_id"]],),
+        ).fetchone()
+        runs = su.execute(
+            "SELECT count(*) FROM fabric.runs WHERE subject_id = 'user-8842'"
+        ).fetchone()
+    assert left == (0,) and runs == (0,)
+
+
+def test_erase_racing_a_recall_never_tears_a_result(fabric: Fabric, run: uuid.UUID) -> None:
+    rid = form(fabric, run, "racing")
+    approval_id = approved_erasure(fabric, rid)
+    eraser = fabric.connect("mf_committer", autocommit=False)
+    eraser.execute("SELECT fabric_api.erase(%s)", (approval_id,))
+    during = fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
+    assert [(r["memory_id"], r["content"]) for r in during["records"]] == [
+        (rid, {"text": "racing"})
+    ]
+    eraser.commit()
+    after = fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
+    assert after["records"] == []
+
+
+def test_erase_racing_an_embedding_write_cannot_resurrect_a_vector(
+    fabric: Fabric, run: uuid.UUID
+) -> None:
+    rid = form(fabric, run, "vector me")
+    with fabric.su() as su:
+        (content_hash,) = su.execute(
+            "SELECT content_hash FROM fabric.memory_records WHERE memory_id = %s", (rid,)
+        ).fetchone()  # type: ignore[misc]
+    projector = fabric.connect("mf_projector")
+    store = "SELECT fabric_api.store_embedding(%s, 'm', 'v1', '[1,0,0]', %s)"
+    projector.execute(store, (rid, content_hash))
+    eraser = fabric.connect("mf_committer", autocommit=False)
+    eraser.execute("SELECT fabric_api.erase(%s)", (approved_erasure(fabric, rid),))
+    outcome: list[str] = []
+
+    def write() -> None:
+        try:
+            fabric.connect("mf_projector").execute(store, (rid, content_hash))
+            outcome.append("stored")
+        except psycopg.Error as exc:
+            outcome.append(exc.sqlstate or "?")
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    time.sleep(0.3)
+    assert outcome == []  # blocked behind the erasure's row lock
+    eraser.commit()
+    thread.join(timeout=30)
+    assert outcome == ["55000"]
+    assert fabric.count("memory_embeddings") == 0
+
+
+def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUID) -> None:
+    canary = f"canary{uuid.uuid4().hex}"
+    rid = form(fabric, run, canary)
+    child = form(fabric, run, "child", tier="semantic", derived_from=[rid], content={"c": 1})
+    with fabric.su() as su:
+        (content_hash,) = su.execute(
+            "SELECT content_hash FROM fabric.memory_records WHERE memory_id = %s", (rid,)
+        ).fetchone()  # type: ignore[misc]
+    fabric.connect("mf_projector").execute(
+        "SELECT fabric_api.store_embedding(%s, 'm', 'v1', '[0.5,0.5]', %s)", (rid, content_hash)
+    )
+    answer = fabric.recall(
+        "mf_agent_a", {"run_id": str(run), "tiers": ["episodic"], "query": canary}
+    )
+    assert [r["memory_id"] for r in answer["records"]] == [rid]
+    with fabric.su() as su:
+        su.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
+        su.execute("SET ROLE fabric_owner")
+        su.execute("SELECT set_config('fabric.actor', 'os-agt-010', false)")
+        su.execute(
+            "UPDATE fabric.memory_records SET consolidation_state = 'consolidated' "
+            "WHERE memory_id = %s",
+            (rid,),
+        )  # a history row too
+
+    def dump() -> str:
+        return subprocess.run(
+            [str(PG_DUMP), "--data-only", "-d", fabric.url],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    assert canary in dump()
+    erase(fabric.connect("mf_committer"), approved_erasure(fabric, rid))
+    data = dump()
+    assert canary not in data
+    assert content_hash in data and rid in data and child in data
+    assert canary not in Path(fabric.server.logfile).read_text(errors="replace")
+    with fabric.su() as su:
+        raw = su.execute(
+            "SELECT count(*) FROM fabric.memory_records m WHERE m::text LIKE %s", (f"%{canary}%",)
+        ).fetchone()
+    assert raw == (0,)
+    assert fabric.connect("mf_auditor").execute(
+        "SELECT fabric_audit.verify_tombstone(%s, %s)", (rid, Jsonb({"text": canary}))
+    ).fetchone() == (True,)
