@@ -77,3 +77,17 @@ GRANT EXECUTE ON FUNCTION fabric._tenant_of_approval(uuid), fabric._tenant_of_re
 SET LOCAL ROLE fabric_owner;
 GRANT SELECT (tenant_id, approval_id) ON fabric.approvals TO fabric_lookup;
 GRANT SELECT (tenant_id, recommendation_id) ON fabric.recommendations TO fabric_lookup;
+
+SET LOCAL ROLE fabric_lookup;
+-- ---------------------------------------------------------------------------------------
+-- fabric._air_gapped_allowlists: the local allowlist of every air-gapped instance, across
+-- tenants (returns no tenant content).
+CREATE OR REPLACE FUNCTION fabric._air_gapped_allowlists()
+RETURNS SETOF text[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT c.local_hosts FROM fabric.instance_config c WHERE c.deployment_mode = 'air-gapped' $$;
+REVOKE ALL ON FUNCTION fabric._air_gapped_allowlists() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._air_gapped_allowlists() TO fabric_owner;
+SET LOCAL ROLE fabric_owner;
+GRANT SELECT (local_hosts, deployment_mode) ON fabric.instance_config TO fabric_lookup;

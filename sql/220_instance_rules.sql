@@ -76,6 +76,13 @@ BEGIN
         'an air-gapped instance cannot use an embedding URI whose host is not local',
         'use a loopback or unix-socket endpoint, or add the host to local_hosts');
     END IF;
+    IF EXISTS (SELECT 1 FROM fabric.deployment_settings d
+               WHERE d.embedder_url IS NOT NULL
+                 AND NOT fabric._host_is_local(fabric._uri_host(d.embedder_url), NEW.local_hosts)) THEN
+      PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+        'an air-gapped instance cannot run on a deployment whose embedder endpoint is not local',
+        'point the deployment embedder at a loopback or unix-socket endpoint');
+    END IF;
   END IF;
   FOR v_key, v_value IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(NEW.approval_timeouts) e LOOP
     IF v_key NOT IN ('promote', 'supersede', 'erase', 'erase_subject')
@@ -149,3 +156,26 @@ AS $$
   SELECT coalesce((c.approval_timeouts ->> p_action)::interval, c.approval_timeout)
   FROM fabric._instance_config(p_tenant_id, NULL) c
 $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_deployment_settings__validate: the deployment embedder must be local for every
+-- air-gapped instance (the same rule, checked from the other side).
+CREATE OR REPLACE FUNCTION fabric.tg_deployment_settings__validate()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NEW.embedder_url IS NOT NULL AND EXISTS (
+       SELECT 1 FROM fabric._air_gapped_allowlists() a
+       WHERE NOT fabric._host_is_local(fabric._uri_host(NEW.embedder_url), a)) THEN
+    PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+      'an air-gapped instance exists: the deployment embedder endpoint must be local to it',
+      'use a loopback or unix-socket endpoint, or add the host to that instance''s local_hosts');
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_validate
+  BEFORE INSERT OR UPDATE ON fabric.deployment_settings
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_deployment_settings__validate();

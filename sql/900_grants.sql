@@ -14,7 +14,8 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.register_agent(text, name, jsonb, text[]),
   fabric_api.enable_agent(text, text, text[]),
   fabric_api.configure_instance(text, text, jsonb),
-  fabric_api.declare_pack_defaults(text, jsonb)
+  fabric_api.declare_pack_defaults(text, jsonb),
+  fabric_api.configure_deployment(jsonb)
   TO fabric_admin;
 GRANT EXECUTE ON FUNCTION
   fabric_api.open_run(text, text, text, text, text[], interval),
@@ -39,8 +40,16 @@ GRANT MAINTAIN ON fabric.memory_records, fabric.proposals, fabric.memory_embeddi
   fabric.runs, fabric.temporal_summaries TO fabric_committer;
 GRANT USAGE ON SCHEMA fabric TO fabric_committer;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_projector;
-GRANT EXECUTE ON FUNCTION fabric_api.store_embedding(uuid, text, text, ext.vector, text)
+GRANT EXECUTE ON FUNCTION
+  fabric_api.store_embedding(uuid, text, text, ext.vector, text),
+  fabric_api.projection_events(text, integer),
+  fabric_api.set_projection_cursor(text, xid8, uuid, boolean),
+  fabric_api.projection_horizon(),
+  fabric_api.projection_records(uuid[], text, text),
+  fabric_api.projection_snapshot(text, uuid, integer, text, text),
+  fabric_api.deployment_embedder()
   TO fabric_projector;
+GRANT EXECUTE ON FUNCTION fabric_api.deployment_embedder() TO fabric_agent;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_policy, fabric_consolidator;
 GRANT EXECUTE ON FUNCTION fabric_api.decide_approval(uuid, text, text) TO fabric_policy;
 GRANT EXECUTE ON FUNCTION
