@@ -233,10 +233,7 @@ def fabric(server: Any, template: str) -> Iterator[Fabric]:
         )
         # ALTER DATABASE settings live in pg_db_role_setting and are not copied by
         # CREATE DATABASE ... TEMPLATE: re-apply what bootstrap sets (DESIGN.md §7, Logs).
-        for setting, value in (
-            ("log_min_error_statement", "panic"),
-            ("idle_in_transaction_session_timeout", "60s"),
-        ):
+        for setting, value in mfdb.DATABASE_SETTINGS:
             c.execute(
                 sql.SQL("ALTER DATABASE {} SET {} = {}").format(
                     sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)

@@ -20,6 +20,14 @@ SQL_DIRS = (ROOT / "sql", ROOT / "rls")
 MIGRATOR = "fabric_migrator"
 EXTENSIONS = ("vector", "plpython3u", "btree_gist", "btree_gin", "pgcrypto")
 DEFAULT_PORT = 54329
+# Database-level settings of the install (DESIGN.md §7, Logs): failing statements and the
+# DETAIL/CONTEXT of errors (which can quote values) never reach the server log, and one
+# stuck session cannot stall projection.
+DATABASE_SETTINGS = (
+    ("log_min_error_statement", "panic"),
+    ("log_error_verbosity", "terse"),
+    ("idle_in_transaction_session_timeout", "60s"),
+)
 
 Progress = Callable[[str], None]
 
@@ -83,10 +91,7 @@ def bootstrap(url: str, progress: Progress = _quiet) -> None:
                 if ext != "plpython3u"
                 else sql.SQL("CREATE EXTENSION IF NOT EXISTS plpython3u")
             )
-        for setting, value in (
-            ("log_min_error_statement", "panic"),
-            ("idle_in_transaction_session_timeout", "60s"),
-        ):
+        for setting, value in DATABASE_SETTINGS:
             conn.execute(
                 sql.SQL("ALTER DATABASE {} SET {} = {}").format(
                     sql.Identifier(dbname), sql.Identifier(setting), sql.Literal(value)
