@@ -1,0 +1,287 @@
+"""The projector: committed state from the outbox into Qdrant and the graph.
+
+One cursor per projection (`qdrant`, `graph`), so an outage of one never stalls the other.
+Events are read after the cursor and below the snapshot's xmin (the database does that),
+records are hydrated from Postgres, embeddings are computed outside any transaction and
+stored through `fabric_api.store_embedding` (which refuses erased records), then the
+projection is written idempotently (point id = memory_id, Cypher MERGE) and flushed before
+the cursor moves: at-least-once, never skipping. NOTIFY only wakes the loop.
+"""
+
+from __future__ import annotations
+
+import random
+import select
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from memfabric.embedding import Embedder, text_of
+from memfabric.errors import mapped
+from memfabric.graph import GraphStore
+from memfabric.vectors import INDEXED_TIERS, MemoryPayload, VectorPoint, VectorStore
+
+Json = dict[str, Any]
+Progress = Callable[[str], None]
+PROJECTIONS = ("qdrant", "graph")
+
+
+def _ts(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def vector_payload(record: Json) -> MemoryPayload:
+    """A projection record (fabric._record_projection) as the Guide §2.3 payload."""
+    return MemoryPayload(
+        memory_id=record["memory_id"],
+        tenant_id=record["tenant_id"],
+        tier=record["tier"],
+        visibility=record["visibility"],
+        subject_id=record["subject_id"],
+        agent_id=record["agent_id"],
+        session_id=record["session_id"],
+        content_hash=record["content_hash"],
+        confidence=float(record["confidence"]),
+        valid_from=_ts(record["valid_from"]),  # type: ignore[arg-type]
+        valid_until=_ts(record["valid_until"]),
+        consolidation_state=record["consolidation_state"],
+        retention_class=record["retention_class"],
+        compliance_labels=tuple(record["compliance_labels"]),
+        version=record["version"],
+    )
+
+
+def graph_row(record: Json) -> Json:
+    return {
+        k: record[k]
+        for k in (
+            "tenant_id",
+            "memory_id",
+            "tier",
+            "consolidation_state",
+            "visibility",
+            "scope_key",
+            "content_hash",
+            "formation_method",
+            "formed_by",
+            "valid_from",
+            "valid_until",
+            "confidence",
+            "derived_from",
+            "supersedes",
+        )
+    }
+
+
+def projectable(record: Json) -> bool:
+    """A point exists only for records with content in an indexed tier; erased,
+    window-closed and relational records have none (superseded ones stay, filtered out)."""
+    return record["content"] is not None and record["tier"] in INDEXED_TIERS
+
+
+@dataclass
+class Projector:
+    """Applies outbox events to the vector store and/or the graph."""
+
+    conninfo: str  # a login that is a member of fabric_projector
+    embedder: Embedder
+    store: VectorStore | None = None
+    graph: GraphStore | None = None
+    batch: int = 500
+    progress: Progress = lambda _: None
+
+    def _call(self, conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> Any:
+        with mapped():
+            row = conn.execute(query, params).fetchone()
+        assert row is not None
+        return row[0]
+
+    # -- applying records ----------------------------------------------------------------------
+
+    def vectors_for(
+        self, conn: psycopg.Connection[Any], records: Sequence[Json]
+    ) -> dict[str, list[float]]:
+        """Stored embeddings where they exist; the rest embedded now and stored (refused,
+        and skipped, if the record was erased meanwhile)."""
+        out: dict[str, list[float]] = {}
+        missing = []
+        for r in records:
+            if r.get("embedding") is not None:
+                out[r["memory_id"]] = [float(x) for x in r["embedding"]]
+            else:
+                missing.append(r)
+        if missing:
+            vectors = self.embedder.embed([text_of(r["content"]) for r in missing])
+            for r, vector in zip(missing, vectors, strict=True):
+                try:
+                    self._call(
+                        conn,
+                        "SELECT fabric_api.store_embedding(%s, %s, %s, %s::ext.vector, %s)",
+                        (
+                            r["memory_id"],
+                            self.embedder.model,
+                            self.embedder.version,
+                            str(vector),
+                            r["content_hash"],
+                        ),
+                    )
+                    out[r["memory_id"]] = vector
+                except Exception as exc:
+                    if getattr(exc, "sqlstate", None) != "55000":
+                        raise
+        return out
+
+    def apply_vectors(self, conn: psycopg.Connection[Any], records: Sequence[Json]) -> None:
+        assert self.store is not None
+        live = [r for r in records if projectable(r)]
+        vectors = self.vectors_for(conn, live)
+        by_tier: dict[str, list[VectorPoint]] = {t: [] for t in INDEXED_TIERS}
+        for r in live:
+            if r["memory_id"] in vectors:
+                by_tier[r["tier"]].append(VectorPoint(vector_payload(r), vectors[r["memory_id"]]))
+        for tier in INDEXED_TIERS:
+            keep = {p.memory_id for p in by_tier[tier]}
+            drop = [r["memory_id"] for r in records if r["memory_id"] not in keep]
+            if drop:
+                self.store.delete(tier, drop)  # erased, or moved to another tier
+            if by_tier[tier]:
+                self.store.upsert(tier, by_tier[tier])
+        self.store.flush()
+
+    def apply_graph(self, records: Sequence[Json]) -> None:
+        assert self.graph is not None
+        self.graph.upsert_memories([graph_row(r) for r in records])
+        erased: dict[str, list[str]] = {}
+        for r in records:
+            if r["consolidation_state"] == "tombstoned":
+                erased.setdefault(r["tenant_id"], []).append(r["memory_id"])
+        for tenant, ids in erased.items():
+            self.graph.forget(tenant, ids)
+
+    def apply(
+        self, projection: str, conn: psycopg.Connection[Any], records: Sequence[Json]
+    ) -> None:
+        if projection == "qdrant":
+            self.apply_vectors(conn, records)
+        else:
+            self.apply_graph(records)
+
+    def records(self, conn: psycopg.Connection[Any], ids: Sequence[str]) -> list[Json]:
+        rows: list[Json] = self._call(
+            conn,
+            "SELECT fabric_api.projection_records(%s::uuid[], %s, %s)",
+            (list(ids), self.embedder.model, self.embedder.version),
+        )
+        return rows
+
+    # -- the outbox ----------------------------------------------------------------------------
+
+    def drain(self, conn: psycopg.Connection[Any], projection: str) -> int:
+        """Apply every event the cursor has not passed; returns how many were applied."""
+        applied = 0
+        while True:
+            events: list[Json] = self._call(
+                conn, "SELECT fabric_api.projection_events(%s, %s)", (projection, self.batch)
+            )
+            if not events:
+                return applied
+            ids = sorted({e["memory_id"] for e in events if e["memory_id"]})
+            if ids:
+                self.apply(projection, conn, self.records(conn, ids))
+            last = events[-1]
+            self._call(
+                conn,
+                "SELECT fabric_api.set_projection_cursor(%s, %s::xid8, %s)",
+                (projection, last["xid"], last["event_id"]),
+            )
+            applied += len(events)
+
+    def run(
+        self,
+        projections: Sequence[str] = PROJECTIONS,
+        *,
+        poll_seconds: float = 1.0,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """LISTEN, drain, wait; on a lost connection or projection back end, back off
+        (capped, jittered) and drain again from the cursor."""
+        backoff = 0.5
+        while not should_stop():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    conn.execute("LISTEN fabric_events")
+                    while not should_stop():
+                        for projection in projections:
+                            n = self.drain(conn, projection)
+                            if n:
+                                self.progress(f"{projection}: applied {n} events")
+                        backoff = 0.5
+                        if select.select([conn.fileno()], [], [], poll_seconds)[0]:
+                            for _ in conn.notifies(timeout=0):
+                                pass
+            except Exception as exc:
+                if should_stop():
+                    return
+                delay = min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter
+                self.progress(f"projection paused ({type(exc).__name__}); retrying in {delay:.1f}s")
+                time.sleep(delay)
+                backoff *= 2
+
+    # -- rebuild ---------------------------------------------------------------------------------
+
+    def snapshot(self, conn: psycopg.Connection[Any], page: int = 1000) -> Iterator[list[Json]]:
+        after_tenant: str | None = None
+        after_memory: str | None = None
+        while True:
+            rows: list[Json] = self._call(
+                conn,
+                "SELECT fabric_api.projection_snapshot(%s, %s::uuid, %s, %s, %s)",
+                (after_tenant, after_memory, page, self.embedder.model, self.embedder.version),
+            )
+            if not rows:
+                return
+            yield rows
+            after_tenant, after_memory = rows[-1]["tenant_id"], rows[-1]["memory_id"]
+
+    def rebuild(self, projection: str, *, on_page: Callable[[int], None] = lambda _: None) -> int:
+        """Wipe the projection and rebuild it from Postgres alone (stored embeddings are
+        reused; nothing already embedded is embedded again). Returns records projected."""
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            horizon = str(self._call(conn, "SELECT fabric_api.projection_horizon()", ()))
+            if projection == "qdrant":
+                assert self.store is not None
+                self.store.wipe()
+            else:
+                assert self.graph is not None
+                self.graph.wipe()
+                self.graph.ensure_schema()
+            total = 0
+            for rows in self.snapshot(conn):
+                self.apply(projection, conn, rows)
+                total += len(rows)
+                on_page(len(rows))
+            # Every transaction below the horizon is in the snapshot; later events replay.
+            below = str(max(int(horizon) - 1, 0))
+            self._call(
+                conn,
+                "SELECT fabric_api.set_projection_cursor(%s, %s::xid8, %s, true)",
+                (projection, below, "ffffffff-ffff-ffff-ffff-ffffffffffff"),
+            )
+            return total
+
+
+def count_records(conn: psycopg.Connection[Any]) -> int:
+    """How many records the snapshot will walk (for progress bars)."""
+    row = conn.execute(
+        "SELECT jsonb_array_length(fabric_api.projection_snapshot(NULL, NULL, 1))"
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def jsonb(value: Any) -> Jsonb:
+    return Jsonb(value)

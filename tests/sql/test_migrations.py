@@ -1,0 +1,262 @@
+"""Migrations (STYLE.md Layout, DESIGN.md §3): a fresh install and an upgraded one dump to
+the same schema, a downgrade to base and a new migrate give the same schema again,
+migrate is idempotent, and roles, being cluster-wide, survive a downgrade.
+
+Each install is its own database on the session's server, named uniquely and dropped at
+the end; dumps are `pg_dump --schema-only` with owners and privileges kept.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from alembic.script import ScriptDirectory
+from psycopg import sql
+
+from memfabric import db as mfdb
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_DUMP = ROOT / ".local" / "pg17" / "bin" / "pg_dump"
+FABRIC_ROLES = {
+    "fabric_owner",
+    "fabric_lookup",
+    "fabric_admin",
+    "fabric_orchestrator",
+    "fabric_agent",
+    "fabric_committer",
+    "fabric_consolidator",
+    "fabric_policy",
+    "fabric_auditor",
+    "fabric_projector",
+    "fabric_migrator",
+}
+FABRIC_SCHEMAS = {"fabric", "fabric_api", "fabric_audit"}
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def conninfo(server: Any, dbname: str) -> str:
+    return psycopg.conninfo.make_conninfo(
+        host=server.host, port=server.port, user=server.user, dbname=dbname
+    )
+
+
+def create_database(server: Any, dbname: str) -> str:
+    with psycopg.connect(conninfo(server, "postgres"), autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+    return conninfo(server, dbname)
+
+
+def drop_database(server: Any, dbname: str) -> None:
+    with psycopg.connect(conninfo(server, "postgres"), autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+
+
+def dump(server: Any, dbname: str) -> list[str]:
+    """The schema with owners and grants; without comments, blank lines and the random
+    \\restrict keys that pg_dump 17.6+ writes."""
+    out = subprocess.run(
+        [
+            str(PG_DUMP),
+            "--schema-only",
+            "-h",
+            str(server.host),
+            "-p",
+            str(server.port),
+            "-U",
+            str(server.user),
+            "-d",
+            dbname,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [
+        line
+        for line in out.splitlines()
+        if line.strip()
+        and not line.startswith("--")
+        and not line.startswith(("\\restrict", "\\unrestrict"))
+    ]
+
+
+def same_schema(expected: list[str], actual: list[str], what: str) -> None:
+    diff = "\n".join(list(difflib.unified_diff(expected, actual, "fresh", what, lineterm=""))[:200])
+    assert actual == expected, f"{what} differs from a fresh install:\n{diff}"
+
+
+def revisions(url: str) -> list[str]:
+    """Every alembic revision, base first."""
+    script = ScriptDirectory.from_config(mfdb._alembic_config(url))
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+def fabric_roles(url: str) -> set[str]:
+    with psycopg.connect(url, autocommit=True) as c:
+        return {
+            r[0] for r in c.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE 'fabric\\_%'")
+        }
+
+
+def fabric_schemas(url: str) -> set[str]:
+    with psycopg.connect(url, autocommit=True) as c:
+        return {
+            r[0] for r in c.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'fabric%'")
+        }
+
+
+def first_release() -> str | None:
+    """The commit that first shipped the schema (migration 0001): an install of it is the
+    oldest database an upgrade has to carry forward."""
+    try:
+        out = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(ROOT),
+                "log",
+                "--format=%H",
+                "--diff-filter=A",
+                "--",
+                "migrations/versions/0001_roles_and_schemas.py",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out[-1] if out else None
+
+
+def install_release(url: str, commit: str) -> None:
+    """migrate() as that commit did it: its migrations, then its sql/ and rls/ replayed."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "migrations", "sql", "rls"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        from alembic import command
+
+        cfg = mfdb._alembic_config(mfdb.migrator_url(url))
+        cfg.set_main_option("script_location", str(Path(tmp) / "migrations"))
+        mfdb.bootstrap(url)
+        command.upgrade(cfg, "head")
+        files = [f for d in ("sql", "rls") for f in sorted((Path(tmp) / d).glob("*.sql"))]
+        with psycopg.connect(mfdb.migrator_url(url)) as conn:
+            for path in files:
+                conn.execute("SET LOCAL ROLE fabric_owner")
+                conn.execute(path.read_text())  # type: ignore[arg-type]
+
+
+# --- the installs -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def installs(server: Any) -> Iterator[dict[str, Any]]:
+    """fresh: migrate on an empty database (then again, then downgrade and migrate);
+    stepwise: every revision in turn, then the replay."""
+    tag = f"{os.getpid()}"
+    names = {k: f"mf_mig_{tag}_{k}" for k in ("fresh", "stepwise")}
+    facts: dict[str, Any] = {}
+    try:
+        url = create_database(server, names["fresh"])
+        mfdb.migrate(url)
+        facts["fresh"] = dump(server, names["fresh"])
+        mfdb.migrate(url)
+        facts["fresh_twice"] = dump(server, names["fresh"])
+        roles_before = fabric_roles(url)
+        mfdb.downgrade(url, "base")
+        facts["roles_before_downgrade"] = roles_before
+        facts["roles_after_downgrade"] = fabric_roles(url)
+        facts["schemas_after_downgrade"] = fabric_schemas(url)
+        mfdb.migrate(url)
+        facts["fresh_after_downgrade"] = dump(server, names["fresh"])
+
+        url = create_database(server, names["stepwise"])
+        mfdb.bootstrap(url)
+        steps = revisions(url)
+        facts["revisions"] = steps
+        for revision in steps:
+            mfdb.upgrade(url, revision)
+        # sql/ and rls/ are written against head: they cannot replay at an older revision.
+        mfdb.replay(url)
+        mfdb.upgrade(url, "head")
+        mfdb.replay(url)
+        facts["stepwise"] = dump(server, names["stepwise"])
+        yield facts
+    finally:
+        for name in names.values():
+            drop_database(server, name)
+
+
+@pytest.fixture(scope="module")
+def released(server: Any) -> Iterator[list[str]]:
+    """The first release installed with its own migrate, then migrated to this tree."""
+    commit = first_release()
+    if commit is None:
+        pytest.skip("no git history to install the first release from")
+    name = f"mf_mig_{os.getpid()}_released"
+    try:
+        url = create_database(server, name)
+        install_release(url, commit)
+        mfdb.migrate(url)
+        yield dump(server, name)
+    finally:
+        drop_database(server, name)
+
+
+# --- the rules ------------------------------------------------------------------------------
+
+
+def test_a_fresh_install_has_the_fabric(installs: dict[str, Any]) -> None:
+    fresh = "\n".join(installs["fresh"])
+    for needle in (
+        "CREATE TABLE fabric.memory_records",
+        "CREATE FUNCTION fabric_api.propose",
+        "ALTER TABLE ONLY fabric.memory_records FORCE ROW LEVEL SECURITY",
+        "OWNER TO fabric_owner",
+        "GRANT ALL ON FUNCTION fabric_api.propose(",
+    ):
+        assert needle in fresh, needle
+    assert len(installs["revisions"]) >= 2
+
+
+def test_an_upgraded_install_dumps_like_a_fresh_one(installs: dict[str, Any]) -> None:
+    same_schema(installs["fresh"], installs["stepwise"], "revision-by-revision upgrade")
+
+
+def test_an_install_of_the_first_release_upgrades_to_a_fresh_schema(
+    installs: dict[str, Any], released: list[str]
+) -> None:
+    same_schema(installs["fresh"], released, "first release, then migrate")
+
+
+def test_migrate_is_idempotent(installs: dict[str, Any]) -> None:
+    same_schema(installs["fresh"], installs["fresh_twice"], "second migrate")
+
+
+def test_downgrade_to_base_then_migrate_restores_the_schema(installs: dict[str, Any]) -> None:
+    assert installs["schemas_after_downgrade"] == {"fabric_migrations"}  # alembic's own
+    same_schema(installs["fresh"], installs["fresh_after_downgrade"], "downgrade, then migrate")
+
+
+def test_roles_survive_a_downgrade(installs: dict[str, Any]) -> None:
+    assert installs["roles_before_downgrade"] >= FABRIC_ROLES
+    assert installs["roles_after_downgrade"] == installs["roles_before_downgrade"]
