@@ -196,8 +196,12 @@ AS $$
     WHEN EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_request) k
                  WHERE k NOT IN ('run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                                  'tiers', 'scope', 'query', 'filters', 'limit', 'allow_partial',
-                                 'candidates')) THEN
-      'the recall request has keys outside spec section 6.2 (plus run_id, allow_partial, candidates)'
+                                 'candidates', 'mode')) THEN
+      'the recall request has keys outside spec section 6.2 (plus run_id, allow_partial, mode, candidates)'
+    WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid') THEN
+      'mode must be text, semantic or hybrid'
+    WHEN (p_request ->> 'mode') IN ('semantic', 'hybrid') AND pg_catalog.jsonb_typeof(p_request -> 'query') IS DISTINCT FROM 'string' THEN
+      'semantic and hybrid recall need a query'
     WHEN pg_catalog.jsonb_typeof(p_request -> 'run_id') IS DISTINCT FROM 'string'
       OR (p_request ->> 'run_id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
       'run_id is required and must be the UUID of your open run'
@@ -275,6 +279,13 @@ DECLARE
   v_valid_at timestamptz;
   v_records jsonb;
   v_count integer;
+  v_keys text[];
+  v_tiers text[];
+  v_min_conf double precision;
+  v_excluded text[];
+  v_mode text;
+  v_ids uuid[];
+  v_scores double precision[];
 BEGIN
   PERFORM fabric._reset_context();
   IF v_problem IS NOT NULL THEN
@@ -322,26 +333,60 @@ BEGIN
                    THEN 'partial' ELSE 'served' END;
 
   -- 3-5. Retrieval with every filter in the query; one more row than asked tells truncation.
-  SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object('score', r.score)
-                                       ORDER BY r.ord) FILTER (WHERE r.ord <= v_limit), '[]'),
-         pg_catalog.count(*)
-  INTO v_records, v_count
-  FROM fabric._recall_candidates(
-         v_run.tenant_id,
-         ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_resolved -> 'scope_keys')),
-         ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_resolved -> 'tiers')),
-         v_valid_at,
-         coalesce((p_request #>> '{filters,min_confidence}')::double precision, 0),
-         ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
-                 coalesce(p_request #> '{filters,compliance_labels_excluded}', '[]'))),
-         p_request ->> 'query',
-         CASE WHEN p_request ? 'candidates' THEN ARRAY(
-           SELECT (x ->> 'memory_id')::uuid
-           FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x) END,
-         CASE WHEN p_request ? 'candidates' THEN ARRAY(
-           SELECT (x ->> 'score')::double precision
-           FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x) END,
-         v_limit + 1) WITH ORDINALITY AS r(memory_id, score, record, ord);
+  v_keys := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_resolved -> 'scope_keys'));
+  v_tiers := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_resolved -> 'tiers'));
+  v_min_conf := coalesce((p_request #>> '{filters,min_confidence}')::double precision, 0);
+  v_excluded := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
+                  coalesce(p_request #> '{filters,compliance_labels_excluded}', '[]')));
+  v_mode := coalesce(p_request ->> 'mode', 'text');
+
+  -- Semantic and hybrid recall come in two steps: first the broker learns the resolved
+  -- filter (nothing is retrieved, nothing audited but a denial), then it returns the
+  -- vector store's candidates, which are re-checked here against every rule.
+  IF v_mode <> 'text' AND NOT p_request ? 'candidates' THEN
+    RETURN pg_catalog.jsonb_build_object('correlation_id', p_request -> 'correlation_id',
+      'status', 'resolved', 'tiers_denied', v_resolved -> 'tiers_denied',
+      'scope_applied', v_resolved -> 'scope_applied',
+      'filter', pg_catalog.jsonb_build_object('tenant_id', v_run.tenant_id,
+        'scope_keys', v_resolved -> 'scope_keys', 'tiers', v_resolved -> 'tiers',
+        'valid_at', v_valid_at, 'min_confidence', v_min_conf,
+        'excluded_labels', pg_catalog.to_jsonb(v_excluded), 'limit', v_limit));
+  END IF;
+  IF p_request ? 'candidates' THEN
+    v_ids := ARRAY(SELECT (x ->> 'memory_id')::uuid
+                   FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x);
+    v_scores := ARRAY(SELECT (x ->> 'score')::double precision
+                      FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x);
+  END IF;
+
+  IF v_mode = 'hybrid' THEN
+    -- Reciprocal rank fusion of the vector candidates and the full-text matches, both
+    -- retrieved by the one retrieval query, in one statement (one snapshot).
+    SELECT coalesce(pg_catalog.jsonb_agg(f.record || pg_catalog.jsonb_build_object('score', f.score)
+                                         ORDER BY f.score DESC, f.memory_id)
+                      FILTER (WHERE f.rank <= v_limit), '[]'),
+           pg_catalog.count(*)
+    INTO v_records, v_count
+    FROM (SELECT u.memory_id, u.record, u.score,
+                 pg_catalog.row_number() OVER (ORDER BY u.score DESC, u.memory_id) AS rank
+          FROM (SELECT coalesce(a.memory_id, b.memory_id) AS memory_id,
+                       coalesce(a.record, b.record) AS record,
+                       coalesce(1.0 / (60 + a.ord), 0) + coalesce(1.0 / (60 + b.ord), 0) AS score
+                FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at,
+                       v_min_conf, v_excluded, NULL, v_ids, v_scores, 1000)
+                       WITH ORDINALITY AS a(memory_id, score, record, ord)
+                FULL JOIN fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at,
+                       v_min_conf, v_excluded, p_request ->> 'query', NULL, NULL, 1000)
+                       WITH ORDINALITY AS b(memory_id, score, record, ord) USING (memory_id)) u) f;
+  ELSE
+    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object('score', r.score)
+                                         ORDER BY r.ord) FILTER (WHERE r.ord <= v_limit), '[]'),
+           pg_catalog.count(*)
+    INTO v_records, v_count
+    FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at, v_min_conf,
+           v_excluded, p_request ->> 'query', v_ids, v_scores, v_limit + 1)
+           WITH ORDINALITY AS r(memory_id, score, record, ord);
+  END IF;
 
   RETURN fabric._recall_answer(v_run.tenant_id, p_request, v_status, NULL, v_resolved, v_records,
                                v_count > v_limit);

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import typer
 
@@ -183,6 +185,130 @@ def erase_command(
 
     with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
         typer.echo(f"[erase] {erase(conn, approval_id)}")
+
+
+def _operate(op: str, **kwargs: Any) -> dict[str, Any]:
+    """Run rebuild/drill/verify in `memfabric serve` when it runs (it owns the Edge
+    shards), else here over the stores the environment names."""
+    from memfabric import ops
+    from memfabric.broker import RemoteBroker, default_socket, serving
+    from memfabric.runtime import close_projector, open_projector, projector_conninfo
+
+    if not os.environ.get("QDRANT_URL") and serving(default_socket()):
+        typer.echo(f"[{op}] asking memfabric serve ({default_socket()})")
+        return RemoteBroker(default_socket()).run(op, **kwargs)
+    projector = open_projector(projector_conninfo())
+    try:
+        if op == "verify":
+            return ops.verify(projector)
+        from rich.progress import Progress
+
+        with Progress() as bar:
+            task = bar.add_task(op, total=None)
+            progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
+            if op == "rebuild":
+                return ops.rebuild(projector, kwargs["target"], progress)
+            return ops.drill(projector, progress)
+    finally:
+        close_projector(projector)
+
+
+@app.command()
+def rebuild(target: str = typer.Argument("all", help="qdrant, graph or all")) -> None:
+    """Wipe a projection and rebuild it from Postgres alone (stored embeddings are reused)."""
+    if target not in ("qdrant", "graph", "all"):
+        raise typer.BadParameter("target is qdrant, graph or all")
+    typer.echo(json.dumps(_operate("rebuild", target=target)))
+
+
+@app.command()
+def drill() -> None:
+    """Probe, wipe, rebuild, probe again: fails unless both answers are identical."""
+    result = _operate("drill")
+    typer.echo(json.dumps(result))
+    if not result["identical"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def verify() -> None:
+    """Compare counts and payload hashes between Postgres and each projection."""
+    result = _operate("verify")
+    typer.echo(json.dumps(result))
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def serve(
+    poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
+) -> None:
+    """Own the vector shards, run the projector and answer vector queries on a unix socket."""
+    import threading
+
+    from memfabric import ops
+    from memfabric.broker import LocalBroker, default_socket, serve_socket
+    from memfabric.runtime import close_projector, open_projector, projector_conninfo
+
+    lock = threading.Lock()
+    projector = open_projector(
+        projector_conninfo(), guard=lock, progress=lambda line: typer.echo(f"[project] {line}")
+    )
+    assert projector.store is not None
+    broker = LocalBroker(
+        projector.store,
+        projector.embedder,
+        {
+            "rebuild": lambda target="all": ops.rebuild(projector, target),
+            "drill": lambda: ops.drill(projector),
+            "verify": lambda: ops.verify(projector),
+        },
+    )
+    server = serve_socket(broker, default_socket(), lock)
+    typer.echo(f"[serve] listening on {default_socket()}; projecting to qdrant and graph")
+    try:
+        projector.run(poll_seconds=poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        default_socket().unlink(missing_ok=True)
+        close_projector(projector)
+
+
+@app.command("recall")
+def recall_command(
+    login: str = typer.Option(..., help="the agent's login"),
+    run_id: str = typer.Option(..., "--run", help="the agent's open run"),
+    query: str | None = typer.Option(None, help="what to recall"),
+    mode: str = typer.Option("text", help="text, semantic or hybrid"),
+    tier: list[str] | None = typer.Option(None, help="tiers to recall (repeatable)"),
+    limit: int = typer.Option(8, min=1),
+) -> None:
+    """Recall as an agent (its own login), through the vector broker for semantic modes."""
+    import psycopg
+
+    from memfabric.broker import RemoteBroker, default_socket
+    from memfabric.recall import recall
+
+    request: dict[str, Any] = {"run_id": run_id, "mode": mode, "limit": limit}
+    if query:
+        request["query"] = query
+    if tier:
+        request["tiers"] = tier
+    broker = None
+    if mode != "text":
+        if os.environ.get("QDRANT_URL"):
+            from memfabric.broker import LocalBroker
+            from memfabric.runtime import open_projector, projector_conninfo
+
+            p = open_projector(projector_conninfo(), graph=False)
+            assert p.store is not None
+            broker = LocalBroker(p.store, p.embedder, {})
+        else:
+            broker = RemoteBroker(default_socket())  # type: ignore[assignment]
+    with psycopg.connect(db.url_for(db.database_url(), login), autocommit=True) as conn:
+        typer.echo(json.dumps(recall(conn, request, broker), indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -10,11 +10,13 @@ the cursor moves: at-least-once, never skipping. NOTIFY only wakes the loop.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import select
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -94,6 +96,10 @@ class Projector:
     graph: GraphStore | None = None
     batch: int = 500
     progress: Progress = lambda _: None
+    guard: threading.Lock | None = field(default=None, repr=False)  # shared with a broker
+
+    def _guarded(self) -> contextlib.AbstractContextManager[object]:
+        return self.guard if self.guard is not None else contextlib.nullcontext()
 
     def _call(self, conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> Any:
         with mapped():
@@ -192,7 +198,9 @@ class Projector:
                 return applied
             ids = sorted({e["memory_id"] for e in events if e["memory_id"]})
             if ids:
-                self.apply(projection, conn, self.records(conn, ids))
+                records = self.records(conn, ids)
+                with self._guarded():
+                    self.apply(projection, conn, records)
             last = events[-1]
             self._call(
                 conn,

@@ -4,8 +4,8 @@ Postgres is write-authoritative; these collections are a disposable projection (
 §1, §8; Guide §2.3). Every point is one memory record: id = `memory_id`, the record's
 embedding, and the Guide's required payload fields plus `scope_key` and integer epoch
 microseconds for the validity bounds (`valid_from_ts`, `valid_until_ts`, open end =
-`OPEN_ENDED_TS`), so a recall's validity test is two exact range conditions in one flat
-conjunction on either backend.
+`OPEN_ENDED_TS`), so a recall's validity test is two integer range conditions in one flat
+conjunction on either backend, microsecond-exact (see OPEN_ENDED_TS for the limit).
 
 Collections are versioned by their contract (logical name, model, model version, dims,
 Cosine): `mem_semantic__<model>_<version>_<dims>d_<hash>` is the physical collection and
@@ -16,8 +16,8 @@ someone drops it.
 
 Recall filters are always pushed into the vector query (tenant, scope keys, live states,
 validity at an instant, minimum confidence, excluded labels); results go back to Postgres
-as `(memory_id, score)` pairs, ties broken by `memory_id` so exact search is reproducible
-across a wipe and rebuild.
+as `(memory_id, score)` pairs, scores as f32 (Qdrant's type), ties broken by `memory_id` so
+exact search is reproducible across a wipe and rebuild.
 
 Backends:
 
@@ -38,9 +38,11 @@ import fcntl
 import hashlib
 import json
 import math
+import operator
 import os
 import re
 import shutil
+import struct
 import threading
 import uuid
 import warnings
@@ -64,11 +66,11 @@ DISTANCE = "Cosine"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-# 10000-01-01T00:00:00Z in epoch microseconds: later than every datetime Python can hold,
-# so `valid_until_ts > at` is true for every instant when the record is open-ended.
-OPEN_ENDED_TS = (
-    datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC) - _EPOCH
-) // _MICROSECOND + 1
+# The open end of an open-ended record's `valid_until_ts`: 2**62 microseconds (year
+# ~148,000), beyond every datetime Python holds, so `valid_until_ts > at` always holds.
+# Range bounds travel as IEEE doubles: exact to the microsecond up to 2**53 us (2255-06-05);
+# later instants compare at a coarser grain (at most 32 us by year 9999).
+OPEN_ENDED_TS = 2**62
 
 # Payload indexes: every field a filter may name (Guide §2.3: the required fields are
 # "indexed for filterable search"). Kinds: keyword, tenant (keyword, is_tenant), float,
@@ -174,14 +176,21 @@ def _norm_id(value: object) -> str:
 
 
 def _as_vector(vector: VectorLike, dims: int) -> list[float]:
-    tolist = getattr(vector, "tolist", None)
-    values: list[float] = [float(x) for x in (tolist() if callable(tolist) else vector)]
+    tolist = getattr(vector, "tolist", None)  # numpy: one C call instead of one per element
+    values: list[float] = list(map(float, tolist() if callable(tolist) else vector))
     if len(values) != dims:
         raise ValueError(f"vector has {len(values)} dimensions, the collection contract {dims}")
-    norm = math.fsum(x * x for x in values)
+    norm = sum(map(operator.mul, values, values))  # inf or nan when any element is
     if not math.isfinite(norm) or norm == 0.0:
         raise ValueError("vector must be finite and non-zero (Cosine distance)")
     return values
+
+
+def _f32(score: float) -> float:
+    """Scores as Qdrant types them (f32). Edge and a server already return f32 values;
+    qdrant-client's local mode computes in f64 with BLAS, where identical vectors can score
+    one ulp apart, which would break memory_id tie-breaking."""
+    return float(struct.unpack("<f", struct.pack("<f", score))[0])
 
 
 def _slug(text: str, width: int) -> str:
@@ -479,7 +488,7 @@ class RecallFilter:
             raise ValueError(f"states must be a non-empty subset of {LIVE_STATES}")
 
     def spec(self) -> FilterSpec:
-        at = float(epoch_us(self.valid_at))  # exact: epoch microseconds < 2**53
+        at = float(epoch_us(self.valid_at))  # exact while below 2**53 us (until 2255)
         must: list[Condition] = [
             MatchCond("tenant_id", (self.tenant_id,)),
             MatchCond("scope_key", tuple(self.scope_keys)),
@@ -667,6 +676,9 @@ class _StoreBase:
     def _close_raw(self) -> None:
         raise NotImplementedError
 
+    def _release_unbound(self) -> None:
+        """Free what only collections other than the bound ones hold (Edge: open shards)."""
+
     # public --------------------------------------------------------------------------
     def ensure_collections(
         self, model: str, version: str, dims: int, *, activate: bool = True
@@ -677,6 +689,7 @@ class _StoreBase:
             for contract in bound.values():
                 self._open_or_create(contract)
             self._bound = bound
+            self._release_unbound()
             if activate:
                 self.cutover()
             return dict(bound)
@@ -783,9 +796,8 @@ class _StoreBase:
         so fetch past the k-th score until the tie group at the boundary is complete."""
         n = k + 1
         while True:
-            hits = sorted(
-                self._query_raw(physical, query, spec, n, exact), key=lambda h: (-h[1], h[0])
-            )
+            raw = self._query_raw(physical, query, spec, n, exact)
+            hits = sorted(((i, _f32(s)) for i, s in raw), key=lambda h: (-h[1], h[0]))
             if len(hits) < n or hits[-1][1] < hits[k - 1][1] or n >= _TIE_FETCH_CAP:
                 return hits[:k]
             n = min(n * 2, _TIE_FETCH_CAP)
@@ -938,8 +950,8 @@ class EdgeVectorStore(_StoreBase):
                 else:
                     directory.mkdir(parents=True, exist_ok=True)
                     shard = qe.EdgeShard.create(str(directory), config)
-            except Exception as exc:
-                raise ContractMismatch(f"cannot open {directory} as {contract}: {exc}") from exc
+            except Exception as exc:  # the engine raises a bare Exception
+                raise VectorStoreError(f"cannot open {directory} as {contract}: {exc}") from exc
             self._shards[physical] = shard
         shard = self._shards[physical]
         present = set(shard.info().payload_schema)
@@ -1044,6 +1056,13 @@ class EdgeVectorStore(_StoreBase):
     def _flush_raw(self) -> None:
         for shard in self._shards.values():
             shard.flush()
+
+    def _release_unbound(self) -> None:
+        bound = {c.physical_name for c in (self._bound or {}).values()}
+        for physical in [p for p in self._shards if p not in bound]:
+            shard = self._shards.pop(physical)
+            shard.flush()
+            shard.close()
 
     def _close_raw(self) -> None:
         try:

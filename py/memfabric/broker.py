@@ -1,0 +1,182 @@
+"""The vector broker: the one process that holds Qdrant access. Agents never query Qdrant;
+they ask the database to resolve their recall, the broker searches with exactly that
+filter, and the database re-checks and hydrates the candidates (memfabric.recall).
+
+Embedded mode: `memfabric serve` owns the Qdrant Edge shards (one process per shard
+directory), runs the projector, and answers the other commands over a unix socket with
+JSON lines. With QDRANT_URL the broker is in-process over qdrant-client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import socketserver
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from memfabric.embedding import Embedder
+from memfabric.vectors import RecallFilter, VectorStore
+
+Json = dict[str, Any]
+
+
+def default_socket() -> Path:
+    from memfabric.db import ROOT
+
+    return Path(os.environ.get("MEMFABRIC_SOCKET") or ROOT / ".local" / "run" / "memfabric.sock")
+
+
+def default_vector_dir() -> Path:
+    from memfabric.db import ROOT
+
+    return Path(os.environ.get("MEMFABRIC_VECTOR_DIR") or ROOT / ".local" / "qdrant")
+
+
+def recall_filter(resolved: Json) -> RecallFilter:
+    """The database's resolved filter (fabric_api.recall, status 'resolved') as a vector
+    filter: nothing is added, nothing is dropped."""
+    return RecallFilter(
+        tenant_id=resolved["tenant_id"],
+        scope_keys=list(resolved["scope_keys"]),
+        valid_at=datetime.fromisoformat(resolved["valid_at"]),
+        min_confidence=float(resolved["min_confidence"]),
+        excluded_labels=list(resolved["excluded_labels"]),
+    )
+
+
+class Broker(Protocol):
+    def search(
+        self, resolved: Json, query: str, limit: int, exact: bool = False
+    ) -> list[tuple[str, float]]: ...
+
+    def run(self, op: str, **kwargs: Any) -> Json: ...
+
+
+@dataclass
+class LocalBroker:
+    """A broker in this process: the store, the embedder, and the operations it may run."""
+
+    store: VectorStore
+    embedder: Embedder
+    ops: dict[str, Callable[..., Json]]
+
+    def search(
+        self, resolved: Json, query: str, limit: int, exact: bool = False
+    ) -> list[tuple[str, float]]:
+        if not resolved["scope_keys"] or not resolved["tiers"]:
+            return []
+        vector = self.embedder.embed([query])[0]
+        return self.store.search(
+            list(resolved["tiers"]), vector, recall_filter(resolved), limit, exact=exact
+        )
+
+    def run(self, op: str, **kwargs: Any) -> Json:
+        if op not in self.ops:
+            raise ValueError(f"unknown operation {op!r}; known: {', '.join(sorted(self.ops))}")
+        return self.ops[op](**kwargs)
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    broker: LocalBroker
+    lock: threading.Lock
+
+    def handle(self) -> None:
+        for line in self.rfile:
+            try:
+                request = json.loads(line)
+                with self.lock:  # Edge shards: one writer at a time
+                    if request["op"] == "search":
+                        hits = self.broker.search(
+                            request["resolved"],
+                            request["query"],
+                            int(request["limit"]),
+                            bool(request.get("exact")),
+                        )
+                        answer: Json = {"ok": True, "hits": hits}
+                    else:
+                        answer = {
+                            "ok": True,
+                            "result": self.broker.run(request["op"], **request.get("args", {})),
+                        }
+            except Exception as exc:
+                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            self.wfile.write(json.dumps(answer, default=str).encode() + b"\n")
+            self.wfile.flush()
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def serve_socket(broker: LocalBroker, path: Path, lock: threading.Lock) -> _Server:
+    """Listen on `path` (replacing a stale socket file); returns the started server."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        try:
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(str(path))
+            raise RuntimeError(f"another memfabric serve is listening on {path}")
+        except ConnectionRefusedError:
+            path.unlink()
+    handler = type("Handler", (_Handler,), {"broker": broker, "lock": lock})
+    server = _Server(str(path), handler)
+    os.chmod(path, 0o600)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class RemoteBroker:
+    """The client side: talks to `memfabric serve` over its unix socket."""
+
+    def __init__(self, path: Path, timeout: float = 600.0) -> None:
+        self.path = path
+        self.timeout = timeout
+
+    def _ask(self, request: Json) -> Json:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(self.timeout)
+            conn.connect(str(self.path))
+            conn.sendall(json.dumps(request, default=str).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        answer: Json = json.loads(data)
+        if not answer.get("ok"):
+            raise RuntimeError(f"memfabric serve refused: {answer.get('error')}")
+        return answer
+
+    def search(
+        self, resolved: Json, query: str, limit: int, exact: bool = False
+    ) -> list[tuple[str, float]]:
+        hits = self._ask(
+            {"op": "search", "resolved": resolved, "query": query, "limit": limit, "exact": exact}
+        )["hits"]
+        return [(str(h[0]), float(h[1])) for h in hits]
+
+    def run(self, op: str, **kwargs: Any) -> Json:
+        result: Json = self._ask({"op": op, "args": kwargs})["result"]
+        return result
+
+
+def serving(path: Path) -> bool:
+    """Is a `memfabric serve` answering on this socket?"""
+    try:
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.settimeout(2)
+            probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+
+
+def hits_as_candidates(hits: Sequence[tuple[str, float]]) -> list[Json]:
+    return [{"memory_id": memory_id, "score": score} for memory_id, score in hits]

@@ -1,0 +1,166 @@
+"""Operations on the projections: rebuild, drill, verify.
+
+Projections are disposable (spec invariant 6): `rebuild` wipes one and rebuilds it from
+Postgres alone, reusing stored embeddings; `drill` proves it by running a fixed probe set
+(exact vector search with ties broken by memory_id, and graph reads), wiping, rebuilding and
+running the probes again; `verify` compares counts and payload hashes with Postgres.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from memfabric.graph import GraphStore
+from memfabric.projector import Projector, projectable, vector_payload
+from memfabric.vectors import INDEXED_TIERS
+
+Json = dict[str, Any]
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+def _all_records(projector: Projector) -> list[Json]:
+    with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+        return [r for page in projector.snapshot(conn) for r in page]
+
+
+def rebuild(projector: Projector, target: str, progress: Progress = lambda _d, _t: None) -> Json:
+    """Wipe and rebuild `qdrant`, `graph` or `all` from Postgres."""
+    with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+        total = len([r for page in projector.snapshot(conn) for r in page])
+    done: dict[str, int] = {}
+    for projection in ("qdrant", "graph") if target == "all" else (target,):
+        counted = _Counter(total, progress)
+        done[projection] = projector.rebuild(projection, on_page=counted.step)
+    return {"rebuilt": done, "records": total}
+
+
+class _Counter:
+    def __init__(self, total: int, progress: Progress) -> None:
+        self.done, self.total, self.progress = 0, total, progress
+
+    def step(self, n: int) -> None:
+        self.done += n
+        self.progress(self.done, self.total)
+
+
+def _probe_vectors(projector: Projector, records: list[Json]) -> list[tuple[str, list[float]]]:
+    """Fixed probes: the embeddings of fixed texts (deterministic model)."""
+    texts = ["billing entity", "invoice currency preference", "customer asked", "refund skill"]
+    return list(zip(texts, projector.embedder.embed(texts), strict=True))
+
+
+def probes(projector: Projector) -> Json:
+    """Run the probe set against the current projections; a canonical, comparable answer."""
+    records = _all_records(projector)
+    out: Json = {"semantic": {}, "graph": {}}
+    if projector.store is not None:
+        from datetime import UTC, datetime
+
+        from memfabric.vectors import RecallFilter
+
+        tenants = sorted({r["tenant_id"] for r in records})
+        for tenant in tenants:
+            keys = sorted(
+                {r["scope_key"] for r in records if r["tenant_id"] == tenant and r["scope_key"]}
+            )
+            if not keys:
+                continue
+            flt = RecallFilter(tenant_id=tenant, scope_keys=keys, valid_at=datetime.now(UTC))
+            for text, vector in _probe_vectors(projector, records):
+                hits = projector.store.search(list(INDEXED_TIERS), vector, flt, 10, exact=True)
+                out["semantic"][f"{tenant}|{text}"] = [(i, round(s, 5)) for i, s in hits]
+    if projector.graph is not None:
+        graph: GraphStore = projector.graph
+        for tenant in sorted({r["tenant_id"] for r in records}):
+            export = graph.export(tenant)
+            out["graph"][tenant] = hashlib.sha256(export.as_json().encode()).hexdigest()
+            derived = sorted(
+                r["memory_id"] for r in records if r["tenant_id"] == tenant and r["derived_from"]
+            )
+            for memory_id in derived[:5]:
+                out["graph"][f"{tenant}|lineage|{memory_id}"] = graph.lineage(tenant, memory_id, 5)
+    return out
+
+
+def drill(projector: Projector, progress: Progress = lambda _d, _t: None) -> Json:
+    """Probes, wipe, rebuild, probes again; `identical` is the verdict (invariant 6)."""
+    before = probes(projector)
+    rebuilt = rebuild(
+        projector,
+        "all"
+        if projector.graph and projector.store
+        else ("qdrant" if projector.store else "graph"),
+        progress,
+    )
+    after = probes(projector)
+    diffs = [
+        k
+        for k in sorted(set(before["semantic"]) | set(after["semantic"]))
+        if before["semantic"].get(k) != after["semantic"].get(k)
+    ]
+    diffs += [
+        k
+        for k in sorted(set(before["graph"]) | set(after["graph"]))
+        if before["graph"].get(k) != after["graph"].get(k)
+    ]
+    return {
+        "identical": not diffs,
+        "differences": diffs,
+        "rebuilt": rebuilt["rebuilt"],
+        "probes": len(before["semantic"]) + len(before["graph"]),
+    }
+
+
+def _payload_hash(payload: Json) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def verify(projector: Projector) -> Json:
+    """Counts and payload hashes, Postgres against each projection: drift and orphans."""
+    records = _all_records(projector)
+    report: Json = {"records": len(records)}
+    if projector.store is not None:
+        expected = {
+            r["memory_id"]: (r["tier"], vector_payload(r).to_payload())
+            for r in records
+            if projectable(r)
+        }
+        seen: dict[str, tuple[str, Json]] = {}
+        for tier in INDEXED_TIERS:
+            for memory_id, payload in projector.store.scroll(tier):
+                seen[memory_id] = (tier, payload)
+
+        def drifted(memory_id: str) -> bool:
+            tier, want = expected[memory_id]
+            got_tier, got = seen[memory_id]
+            same = _payload_hash(want) == _payload_hash({k: got.get(k) for k in want})
+            return tier != got_tier or not same
+
+        report["qdrant"] = {
+            "expected": len(expected),
+            "points": len(seen),
+            "missing": sorted(set(expected) - set(seen)),
+            "orphans": sorted(set(seen) - set(expected)),
+            "drift": sorted(m for m in set(expected) & set(seen) if drifted(m)),
+        }
+    if projector.graph is not None:
+        by_tenant: dict[str, int] = {}
+        for r in records:
+            by_tenant[r["tenant_id"]] = by_tenant.get(r["tenant_id"], 0) + 1
+        report["graph"] = {
+            t: {"expected": n, "nodes": projector.graph.count_memories(t)}
+            for t, n in sorted(by_tenant.items())
+        }
+        report["graph_drift"] = sorted(
+            t for t, v in report["graph"].items() if v["expected"] != v["nodes"]
+        )
+    qdrant = report.get("qdrant", {})
+    report["ok"] = not any(
+        qdrant.get(k) for k in ("missing", "orphans", "drift")
+    ) and not report.get("graph_drift")
+    return report

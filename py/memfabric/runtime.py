@@ -1,0 +1,66 @@
+"""Wiring of the long-lived parts from the environment and the database's settings."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg
+
+from memfabric import db
+from memfabric.embedding import Embedder, embedder_from_settings
+from memfabric.graph import GraphStore, graph_from_env
+from memfabric.projector import Projector
+from memfabric.vectors import VectorStore, store_from_env
+
+PROJECTOR_LOGIN = os.environ.get("MEMFABRIC_PROJECTOR_LOGIN", "memfabric_projector")
+
+
+def projector_conninfo(login: str = PROJECTOR_LOGIN) -> str:
+    return os.environ.get("MEMFABRIC_PROJECTOR_URL") or db.url_for(db.database_url(), login)
+
+
+def deployment_embedder(conninfo: str) -> Embedder:
+    """The embedder the database names (one per deployment); never re-validated here."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute("SELECT fabric_api.deployment_embedder()").fetchone()
+    settings: dict[str, Any] = row[0] if row else {"embedder": "minilm"}
+    if settings["embedder"] == "http":
+        return embedder_from_settings(
+            "http",
+            base_url=settings["url"],
+            model=settings["model"],
+            dims=int(os.environ.get("MEMFABRIC_EMBEDDER_DIMS", "384")),
+        )
+    return embedder_from_settings("minilm")
+
+
+def open_projector(
+    conninfo: str,
+    *,
+    vectors: bool = True,
+    graph: bool = True,
+    vector_dir: str | None = None,
+    **kwargs: Any,
+) -> Projector:
+    """A projector over the stores the environment names (Edge in `vector_dir` unless
+    QDRANT_URL; the local Bolt server unless NEO4J_URI)."""
+    from memfabric.broker import default_vector_dir
+
+    embedder = deployment_embedder(conninfo)
+    store: VectorStore | None = None
+    graph_store: GraphStore | None = None
+    if vectors:
+        store = store_from_env(vector_dir or default_vector_dir())
+        store.ensure_collections(embedder.model, embedder.version, embedder.dims)
+    if graph:
+        graph_store = graph_from_env()
+        graph_store.ensure_schema()
+    return Projector(conninfo, embedder, store, graph_store, **kwargs)
+
+
+def close_projector(projector: Projector) -> None:
+    if projector.store is not None:
+        projector.store.close()
+    if projector.graph is not None:
+        projector.graph.close()

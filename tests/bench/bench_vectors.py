@@ -1,0 +1,175 @@
+"""Vector store: Qdrant Edge against qdrant-client's local mode, same data, same filters.
+
+Prints, never asserts (STYLE.md). Run: `.venv/bin/python tests/bench/bench_vectors.py`.
+
+N points (default 20,000, 384 dims, random unit vectors) in one tier collection, spread
+over 10 tenants; per tenant 20 % tenant-visible and 80 % over 50 subjects; confidence
+uniform; 10 % labelled `pii`. Queries are full recall filters (tenant, scope keys, live
+states, valid at now, confidence >= 0.5, `pii` excluded), limit 10:
+
+- narrow: one subject's key plus 'tenant' (about 2 % of the collection qualifies);
+- broad: all 50 subject keys of one tenant plus 'tenant' (about 10 %).
+
+Edge data lives in a temporary directory on disk unless --dir says otherwise; payload
+indexes on every filter field; `optimize()` is never called. Local mode is brute force
+in Python and ignores payload indexes (INFRA.md), so it gets fewer queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+from memfabric.vectors import (
+    EdgeVectorStore,
+    MemoryPayload,
+    QdrantServerStore,
+    RecallFilter,
+    VectorPoint,
+    VectorStore,
+)
+
+TENANTS = [f"tenant-{i}" for i in range(10)]
+SUBJECTS = [f"user-{i}" for i in range(50)]
+NOW = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+def make_points(n: int, dims: int, seed: int) -> list[VectorPoint]:
+    rng = np.random.default_rng(seed)
+    vecs = rng.normal(size=(n, dims)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    points = []
+    for i in range(n):
+        tenant_scoped = rng.random() < 0.2
+        payload = MemoryPayload(
+            memory_id=str(uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | i)),
+            tenant_id=TENANTS[i % len(TENANTS)],
+            tier="semantic",
+            visibility="tenant" if tenant_scoped else "subject",
+            subject_id=None if tenant_scoped else SUBJECTS[int(rng.integers(len(SUBJECTS)))],
+            content_hash="sha256:" + "0" * 64,
+            confidence=float(rng.random()),
+            valid_from=NOW - timedelta(days=int(rng.integers(1, 400))),
+            valid_until=None if rng.random() < 0.8 else NOW + timedelta(days=30),
+            consolidation_state="raw",
+            retention_class="durable",
+            compliance_labels=("pii",) if rng.random() < 0.1 else (),
+        )
+        points.append(VectorPoint(payload, vecs[i]))
+    return points
+
+
+def recall_filter(tenant: str, keys: list[str]) -> RecallFilter:
+    return RecallFilter(tenant, keys, NOW, min_confidence=0.5, excluded_labels=["pii"])
+
+
+def queries(n: int, dims: int, seed: int) -> list[tuple[list[float], RecallFilter, RecallFilter]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        q = rng.normal(size=dims)
+        tenant = TENANTS[i % len(TENANTS)]
+        subject = SUBJECTS[int(rng.integers(len(SUBJECTS)))]
+        narrow = recall_filter(tenant, [f"subject:{subject}", "tenant"])
+        broad = recall_filter(tenant, [f"subject:{s}" for s in SUBJECTS] + ["tenant"])
+        out.append(((q / np.linalg.norm(q)).tolist(), narrow, broad))
+    return out
+
+
+def pct(samples: list[float], p: float) -> float:
+    return sorted(samples)[min(len(samples) - 1, int(p * len(samples)))]
+
+
+def run(
+    name: str,
+    open_store: Callable[[], VectorStore],
+    points: list[VectorPoint],
+    qs: list[tuple[list[float], RecallFilter, RecallFilter]],
+    dims: int,
+    exact_too: bool,
+    reopen: bool,
+) -> None:
+    t = time.perf_counter()
+    store = open_store()
+    store.ensure_collections("bench-model", "1", dims)
+    ensure_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    for start in range(0, len(points), 1000):
+        store.upsert("semantic", points[start : start + 1000])
+    store.flush()
+    upsert_s = time.perf_counter() - t
+
+    print(f"\n{name}: {len(points)} points x {dims} dims")
+    print(f"  ensure_collections (4 collections, 20 payload indexes each): {ensure_s:7.2f} s")
+    print(f"  upsert + flush: {upsert_s:7.2f} s = {len(points) / upsert_s:9.0f} points/s")
+    modes = [False, True] if exact_too else [False]
+    for exact in modes:
+        for shape in ("narrow", "broad"):
+            lat = []
+            found = 0
+            for vec, narrow, broad in qs:
+                rfilter = narrow if shape == "narrow" else broad
+                t = time.perf_counter()
+                hits = store.search(["semantic"], vec, rfilter, 10, exact=exact)
+                lat.append((time.perf_counter() - t) * 1000)
+                found += len(hits)
+            mode = "exact " if exact else "approx"
+            print(
+                f"  query {shape:6} {mode}: p50 {statistics.median(lat):8.2f} ms"
+                f"  p95 {pct(lat, 0.95):8.2f} ms  ({len(lat)} queries, {found / len(lat):.1f} hits)"
+            )
+    if reopen:
+        store.close()
+        t = time.perf_counter()
+        store = open_store()
+        n = store.count("semantic")
+        print(f"  close + reopen + count ({n}): {time.perf_counter() - t:7.2f} s")
+    store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--points", type=int, default=20_000)
+    ap.add_argument("--dims", type=int, default=384)
+    ap.add_argument("--edge-queries", type=int, default=200)
+    ap.add_argument("--local-queries", type=int, default=20)
+    ap.add_argument("--dir", type=Path, default=None, help="parent directory for Edge data")
+    ap.add_argument("--skip-local", action="store_true")
+    args = ap.parse_args()
+
+    points = make_points(args.points, args.dims, seed=1)
+    work = Path(tempfile.mkdtemp(prefix="mf-bench-vectors-", dir=args.dir))
+    try:
+        qs = queries(args.edge_queries, args.dims, seed=2)
+        run(
+            "Qdrant Edge", lambda: EdgeVectorStore(work / "edge"), points, qs, args.dims, True, True
+        )
+        if not args.skip_local:
+            warnings.simplefilter("ignore")
+            qs = queries(args.local_queries, args.dims, seed=2)
+            run(
+                "qdrant-client local (:memory:)",
+                lambda: QdrantServerStore(location=":memory:"),
+                points,
+                qs,
+                args.dims,
+                False,
+                False,
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

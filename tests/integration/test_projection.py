@@ -1,0 +1,316 @@
+"""Projections (spec invariants 6-8): the outbox into Qdrant (Edge, and qdrant-client for
+the QDRANT_URL path) and the Bolt graph; semantic recall re-checked by the database;
+rebuild, drill and verify; faults."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from conftest import Fabric, episode
+from integration.test_graph import DATABASE, PASSWORD, GraphServer, _graph_sh, graph_server  # noqa: F401
+from memfabric import ops
+from memfabric.broker import LocalBroker
+from memfabric.embedding import MiniLMEmbedder
+from memfabric.graph import GraphStore
+from memfabric.projector import Projector
+from memfabric.recall import recall
+from memfabric.vectors import EdgeVectorStore, QdrantServerStore, VectorStore
+
+
+class CountingEmbedder:
+    """The real model, counting what it embeds (to prove rebuilds re-embed nothing)."""
+
+    def __init__(self, inner: MiniLMEmbedder) -> None:
+        self.inner, self.texts = inner, 0
+        self.model, self.version, self.dims = inner.model, inner.version, inner.dims
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+@pytest.fixture(scope="module")
+def model() -> MiniLMEmbedder:
+    m = MiniLMEmbedder()
+    m.embed(["warm up"])
+    return m
+
+
+@pytest.fixture(params=["edge", "qdrant-client"])
+def vectors(
+    request: pytest.FixtureRequest, tmp_path: Path, model: MiniLMEmbedder
+) -> Iterator[VectorStore]:
+    store: VectorStore = (
+        EdgeVectorStore(tmp_path / "qdrant")
+        if request.param == "edge"
+        else QdrantServerStore(location=":memory:")
+    )
+    store.ensure_collections(model.model, model.version, model.dims)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def graph(graph_server: GraphServer) -> Iterator[GraphStore]:  # noqa: F811
+    with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as g:
+        g.ensure_schema()
+        g.wipe()
+        yield g
+
+
+@pytest.fixture
+def projector(
+    fabric: Fabric, vectors: VectorStore, graph: GraphStore, model: MiniLMEmbedder
+) -> Projector:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    return Projector(url, CountingEmbedder(model), vectors, graph)  # type: ignore[arg-type]
+
+
+def drain(projector: Projector) -> int:
+    with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+        return sum(projector.drain(conn, p) for p in ("qdrant", "graph"))
+
+
+def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
+    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
+    assert result["status"] == "validated", result
+    return str(fabric.commit(result["proposal_id"])["memory_id"])
+
+
+def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
+    row = fabric.connect(login).execute(sql, args).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def point_ids(store: VectorStore, tier: str) -> set[str]:
+    return {i for i, _ in store.scroll(tier)}
+
+
+@pytest.fixture
+def seeded(fabric: Fabric) -> dict[str, Any]:
+    run = fabric.open_run()
+    a = form(fabric, run, "Customer asked to be invoiced in euros")
+    b = form(fabric, run, "Customer confirmed euros as invoice currency")
+    c = form(fabric, run, "The weather in Amsterdam was rainy")
+    s = form(
+        fabric,
+        run,
+        "invoices are in EUR",
+        tier="semantic",
+        derived_from=[a, b],
+        content={"key": "invoice.currency", "value": "EUR", "text": "invoices are in EUR"},
+    )
+    return {"run": run, "episodes": [a, b, c], "semantic": s}
+
+
+def test_projection_follows_formation_promotion_supersession_and_erasure(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any]
+) -> None:
+    store, graph = projector.store, projector.graph
+    assert store is not None and graph is not None
+    assert drain(projector) > 0
+    assert point_ids(store, "episodic") == set(seeded["episodes"])
+    assert point_ids(store, "semantic") == {seeded["semantic"]}
+    assert graph.count_memories("acme") == 4
+    assert fabric.count("memory_embeddings") == 4
+    assert drain(projector) == 0  # nothing left after the cursor
+
+    promoted = call(
+        fabric, "mf_committer", "SELECT fabric_api.promote(%s, 'profile')", seeded["semantic"]
+    )
+    assert promoted["tier"] == "profile"
+    drain(projector)
+    assert point_ids(store, "semantic") == set() and point_ids(store, "profile") == {
+        seeded["semantic"]
+    }
+
+    victim = seeded["episodes"][2]
+    approval = call(
+        fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", victim
+    )["approval_id"]
+    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    call(fabric, "mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    drain(projector)
+    assert victim not in point_ids(store, "episodic")
+    export = graph.export("acme").as_json()
+    assert "rainy" not in export and victim in export  # shell and edges kept
+    assert fabric.count("memory_embeddings", f"memory_id = '{victim}'") == 0
+
+
+def test_semantic_recall_is_resolved_searched_then_rechecked(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any]
+) -> None:
+    drain(projector)
+    assert projector.store is not None
+    broker = LocalBroker(projector.store, projector.embedder, {})
+    agent = fabric.connect("mf_agent_a")
+    request = {
+        "run_id": str(seeded["run"]),
+        "mode": "semantic",
+        "query": "which currency do invoices use",
+        "tiers": ["episodic"],
+        "limit": 2,
+    }
+    answer = recall(agent, request, broker)
+    assert answer["status"] == "served"
+    assert {r["memory_id"] for r in answer["records"]} == set(seeded["episodes"][:2])
+    assert answer["records"][0]["score"] >= answer["records"][1]["score"]
+
+    # A stale projection never leaks: erase one, do not project, recall again.
+    victim = answer["records"][0]["memory_id"]
+    approval = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", victim)[
+        "approval_id"
+    ]
+    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    call(fabric, "mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    stale = recall(agent, request, broker)
+    assert victim not in {r["memory_id"] for r in stale["records"]}
+
+    hybrid = recall(agent, {**request, "mode": "hybrid", "query": "euros"}, broker)
+    assert hybrid["status"] == "served" and hybrid["records"]
+    denied = recall(agent, {**request, "scope": {"subject_id": "user-9999"}}, broker)
+    assert denied["status"] == "denied"
+    events = [e["event_type"] for e in fabric.events("event_type LIKE 'memory.recall.%'")]
+    assert events == [
+        "memory.recall.served",
+        "memory.recall.served",
+        "memory.recall.served",
+        "memory.recall.denied",
+    ]
+
+
+def test_rebuild_and_drill_give_identical_answers_without_reembedding(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any]
+) -> None:
+    drain(projector)
+    embedded = projector.embedder.texts  # type: ignore[attr-defined]
+    report = ops.verify(projector)
+    assert report["ok"], report
+    result = ops.drill(projector)
+    assert result["identical"], result["differences"]
+    assert result["rebuilt"] == {"qdrant": 4, "graph": 4}
+    assert projector.embedder.texts - embedded == 4 * 2  # type: ignore[attr-defined]  # probes only
+    assert ops.verify(projector)["ok"]
+    assert drain(projector) == 0 or ops.verify(projector)["ok"]
+
+
+def test_verify_reports_drift_and_orphans(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any]
+) -> None:
+    drain(projector)
+    assert projector.store is not None
+    projector.store.delete("episodic", [seeded["episodes"][0]])
+    projector.store.set_payload(
+        "episodic", [seeded["episodes"][1]], {"consolidation_state": "expired"}
+    )
+    report = ops.verify(projector)
+    assert not report["ok"]
+    assert report["qdrant"]["missing"] == [seeded["episodes"][0]]
+    assert report["qdrant"]["drift"] == [seeded["episodes"][1]]
+
+
+def test_a_slow_transactions_events_are_never_skipped(fabric: Fabric, projector: Projector) -> None:
+    run = fabric.open_run()
+    slow_proposal = fabric.propose("mf_agent_a", episode("slow one"), run)["proposal_id"]
+    fast_proposal = fabric.propose("mf_agent_a", episode("fast one"), run)["proposal_id"]
+    slow = fabric.connect("mf_committer", autocommit=False)
+    slow_id = slow.execute(
+        "SELECT fabric_api.commit(%s) ->> 'memory_id'", (slow_proposal,)
+    ).fetchone()[0]  # type: ignore[index]
+    fast_id = fabric.commit(fast_proposal)["memory_id"]  # commits while the slow one is open
+    drain(projector)
+    assert projector.store is not None
+    assert point_ids(projector.store, "episodic") == set()  # held back below the slow xmin
+    slow.commit()
+    drain(projector)
+    assert point_ids(projector.store, "episodic") == {slow_id, fast_id}
+
+
+class FailingStore:
+    """Wraps a store and fails once, after the first write of a batch (a crash mid-batch)."""
+
+    def __init__(self, inner: VectorStore) -> None:
+        self.inner, self.failed = inner, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def upsert(self, tier: str, points: Any) -> None:
+        self.inner.upsert(tier, points[:1])
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("killed mid-batch")
+        self.inner.upsert(tier, points)
+
+
+def test_projector_killed_mid_batch_resumes_without_loss(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any]
+) -> None:
+    assert projector.store is not None
+    crashing = Projector(
+        projector.conninfo, projector.embedder, FailingStore(projector.store), None
+    )  # type: ignore[arg-type]
+    with psycopg.connect(projector.conninfo, autocommit=True) as conn, pytest.raises(RuntimeError):
+        crashing.drain(conn, "qdrant")
+    drain(projector)
+    assert ops.verify(projector)["ok"]
+    assert ops.drill(projector)["identical"]
+
+
+def test_graph_server_away_and_back(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any], graph_server: GraphServer
+) -> None:
+    drain(projector)
+    _graph_sh(graph_server.env, "down", timeout=60)
+    try:
+        run = seeded["run"]
+        late = form(fabric, run, "formed while the graph was away")
+        with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+            assert projector.drain(conn, "qdrant") > 0  # the vector projection goes on
+            with pytest.raises(Exception):  # noqa: B017 - the driver's error while away
+                projector.drain(conn, "graph")
+    finally:
+        assert _graph_sh(graph_server.env, "up").returncode == 0
+    with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as fresh:
+        projector.graph = fresh
+        drain(projector)
+        assert late in fresh.export("acme").as_json()
+        assert ops.verify(projector)["ok"]
+
+
+def test_projector_loop_wakes_on_notify_and_applies(fabric: Fabric, projector: Projector) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=projector.run, kwargs={"poll_seconds": 0.2, "should_stop": stop.is_set}
+    )
+    thread.start()
+    try:
+        run = fabric.open_run()
+        rid = form(fabric, run, "notified")
+        assert projector.store is not None
+        for _ in range(100):
+            if rid in point_ids(projector.store, "episodic"):
+                break
+            threading.Event().wait(0.1)
+        assert rid in point_ids(projector.store, "episodic")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def test_only_projectors_read_the_feed(fabric: Fabric) -> None:
+    for login in ("mf_agent_a", "mf_committer"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            fabric.connect(login).execute("SELECT fabric_api.projection_events('qdrant', 10)")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        fabric.connect("mf_agent_a").execute("SELECT fabric_api.projection_records(%s)", ([],))
+    _ = Jsonb
