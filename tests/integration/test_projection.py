@@ -267,7 +267,10 @@ def test_projector_killed_mid_batch_resumes_without_loss(
 
 
 def test_graph_server_away_and_back(
-    fabric: Fabric, projector: Projector, seeded: dict[str, Any], graph_server: GraphServer
+    fabric: Fabric,
+    projector: Projector,
+    seeded: dict[str, Any],
+    graph_server: GraphServer,  # noqa: F811 - the module fixture of test_graph
 ) -> None:
     drain(projector)
     _graph_sh(graph_server.env, "down", timeout=60)
