@@ -38,7 +38,16 @@ ROLES = (
     "public",
 )
 AGENT_LOGINS = ("fabric_agent", "mf_agent_a", "mf_stranger")
-TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
+TABLE_PRIVILEGES = (
+    "SELECT",
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "TRUNCATE",
+    "REFERENCES",
+    "TRIGGER",
+    "MAINTAIN",
+)
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "REFERENCES")
 HEADER = [
     "# <role> <privilege> <object>: every privilege held in the fabric schemas.",
