@@ -9,7 +9,7 @@ export PGPORT ?= 54329
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
+.PHONY: help venv pg graph graph-up graph-down bench-projection serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -79,6 +79,12 @@ check: lint typecheck test ## what CI runs: lint, types, tests
 
 bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted)
 	$(BIN)/python tests/bench/bench_write.py
+
+bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic recall at 100k (printed)
+	$(BIN)/python tests/bench/bench_projection.py
+
+serve: migrate graph-up ## run memfabric serve (projector + vector broker) on the local servers
+	$(BIN)/memfabric serve
 
 clean: db-down ## remove the venv, the local server and its data
 	rm -rf $(VENV) .local

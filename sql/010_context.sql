@@ -5,9 +5,12 @@
 -- fabric._setting: a transaction setting, NULL when unset or empty.
 CREATE OR REPLACE FUNCTION fabric._setting(p_name text)
 RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT nullif(pg_catalog.current_setting(p_name, true), '') $$;
+AS $$
+BEGIN
+  RETURN (SELECT nullif(pg_catalog.current_setting(p_name, true), ''));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._reset_context: every API function starts from nothing, whatever the caller set.
@@ -29,9 +32,12 @@ END $$;
 -- fabric._set_context: set one governance setting for the rest of the transaction.
 CREATE OR REPLACE FUNCTION fabric._set_context(p_name text, p_value text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_catalog.set_config('fabric.' || p_name, coalesce(p_value, ''), true); $$;
+AS $$
+BEGIN
+  PERFORM pg_catalog.set_config('fabric.' || p_name, coalesce(p_value, ''), true);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._require_role: authority comes from membership in a group role (DESIGN.md §4).
@@ -53,6 +59,9 @@ END $$;
 -- fabric._caller_agent_id: the registered agent behind session_user, or NULL.
 CREATE OR REPLACE FUNCTION fabric._caller_agent_id()
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT a.agent_id FROM fabric.agents a WHERE a.login = session_user $$;
+AS $$
+BEGIN
+  RETURN (SELECT a.agent_id FROM fabric.agents a WHERE a.login = session_user);
+END $$;

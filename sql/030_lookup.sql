@@ -7,25 +7,34 @@ SET LOCAL ROLE fabric_lookup;
 -- fabric._tenant_of_run: which tenant a run belongs to.
 CREATE OR REPLACE FUNCTION fabric._tenant_of_run(p_run_id uuid)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT r.tenant_id FROM fabric.runs r WHERE r.run_id = p_run_id $$;
+AS $$
+BEGIN
+  RETURN (SELECT r.tenant_id FROM fabric.runs r WHERE r.run_id = p_run_id);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._tenant_of_proposal: which tenant a proposal belongs to.
 CREATE OR REPLACE FUNCTION fabric._tenant_of_proposal(p_proposal_id uuid)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT p.tenant_id FROM fabric.proposals p WHERE p.proposal_id = p_proposal_id $$;
+AS $$
+BEGIN
+  RETURN (SELECT p.tenant_id FROM fabric.proposals p WHERE p.proposal_id = p_proposal_id);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._tenant_of_record: which tenant a memory record belongs to.
 CREATE OR REPLACE FUNCTION fabric._tenant_of_record(p_memory_id uuid)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT m.tenant_id FROM fabric.memory_records m WHERE m.memory_id = p_memory_id $$;
+AS $$
+BEGIN
+  RETURN (SELECT m.tenant_id FROM fabric.memory_records m WHERE m.memory_id = p_memory_id);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._tenants_with_validated_proposals: the committer's drain iterates these.
@@ -80,14 +89,20 @@ GRANT SELECT (tenant_id, recommendation_id) ON fabric.recommendations TO fabric_
 
 SET LOCAL ROLE fabric_lookup;
 -- ---------------------------------------------------------------------------------------
--- fabric._air_gapped_allowlists: the local allowlist of every air-gapped instance, across
--- tenants (returns no tenant content).
-CREATE OR REPLACE FUNCTION fabric._air_gapped_allowlists()
-RETURNS SETOF text[]
-LANGUAGE sql STABLE SECURITY DEFINER
+-- fabric._local_to_every_air_gapped_instance: is this endpoint local for every air-gapped
+-- instance, across tenants? (a yes/no, never a row)
+DROP FUNCTION IF EXISTS fabric._air_gapped_allowlists();
+CREATE OR REPLACE FUNCTION fabric._local_to_every_air_gapped_instance(p_uri text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT c.local_hosts FROM fabric.instance_config c WHERE c.deployment_mode = 'air-gapped' $$;
-REVOKE ALL ON FUNCTION fabric._air_gapped_allowlists() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fabric._air_gapped_allowlists() TO fabric_owner;
+AS $$
+BEGIN
+  RETURN NOT EXISTS (SELECT 1 FROM fabric.instance_config c
+                     WHERE c.deployment_mode = 'air-gapped'
+                       AND NOT fabric._host_is_local(fabric._uri_host(p_uri), c.local_hosts));
+END $$;
+REVOKE ALL ON FUNCTION fabric._local_to_every_air_gapped_instance(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._local_to_every_air_gapped_instance(text) TO fabric_owner;
 SET LOCAL ROLE fabric_owner;
 GRANT SELECT (local_hosts, deployment_mode) ON fabric.instance_config TO fabric_lookup;

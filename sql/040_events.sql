@@ -5,14 +5,15 @@
 -- fabric._projected_event_types: the event types some projection consumes.
 CREATE OR REPLACE FUNCTION fabric._projected_event_types()
 RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT ARRAY['memory.record.formed', 'memory.record.consolidated', 'memory.record.promoted',
+BEGIN
+  RETURN (SELECT ARRAY['memory.record.formed', 'memory.record.consolidated', 'memory.record.promoted',
                'memory.record.demoted', 'memory.record.superseded', 'memory.record.expired',
                'memory.record.forgotten', 'memory.reflection.completed',
-               'memory.skill.distilled']
-$$;
+               'memory.skill.distilled']);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._emit: append one event with the common envelope; actor and run from the context.

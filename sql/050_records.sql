@@ -6,18 +6,19 @@
 -- fabric._legal_transition: DESIGN.md §6; committed records move only forward.
 CREATE OR REPLACE FUNCTION fabric._legal_transition(p_from text, p_to text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT CASE p_from
+BEGIN
+  RETURN (SELECT CASE p_from
     WHEN 'raw' THEN p_to IN ('consolidated', 'reflected', 'superseded', 'expired', 'tombstoned')
     WHEN 'consolidated' THEN p_to IN ('reflected', 'superseded', 'expired', 'tombstoned')
     WHEN 'reflected' THEN p_to IN ('superseded', 'expired', 'tombstoned')
     WHEN 'superseded' THEN p_to = 'tombstoned'
     WHEN 'expired' THEN p_to = 'tombstoned'
     ELSE false
-  END
-$$;
+  END);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._require_actor: lifecycle changes fail closed without the governance context.
@@ -363,10 +364,11 @@ END $$;
 -- fabric._has_episodic_ancestor: transitively through derived_from, within one tenant.
 CREATE OR REPLACE FUNCTION fabric._has_episodic_ancestor(p_tenant_id text, p_memory_id uuid)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  WITH RECURSIVE ancestors(memory_id, depth) AS (
+BEGIN
+  RETURN (WITH RECURSIVE ancestors(memory_id, depth) AS (
     SELECT l.derived_from_id, 1 FROM fabric.memory_lineage l
     WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id
     UNION
@@ -376,21 +378,22 @@ AS $$
   )
   SELECT EXISTS (SELECT 1 FROM ancestors a JOIN fabric.memory_records m
                  ON m.tenant_id = p_tenant_id AND m.memory_id = a.memory_id
-                 WHERE m.tier = 'episodic')
-$$;
+                 WHERE m.tier = 'episodic'));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._ids_have_episodic_ancestor: the same rule for a proposal's derived_from list.
 CREATE OR REPLACE FUNCTION fabric._ids_have_episodic_ancestor(p_tenant_id text, p_ids uuid[])
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT EXISTS (SELECT 1 FROM fabric.memory_records m
+BEGIN
+  RETURN (SELECT EXISTS (SELECT 1 FROM fabric.memory_records m
                  WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (p_ids)
                    AND (m.tier = 'episodic'
-                        OR fabric._has_episodic_ancestor(p_tenant_id, m.memory_id)))
-$$;
+                        OR fabric._has_episodic_ancestor(p_tenant_id, m.memory_id))));
+END $$;
 
 DROP TRIGGER IF EXISTS _950_semantic_needs_episode ON fabric.memory_records;
 CREATE CONSTRAINT TRIGGER _950_semantic_needs_episode

@@ -48,9 +48,12 @@ END $$;
 CREATE OR REPLACE FUNCTION fabric._profile_allows(p_profile jsonb, p_scope text,
                                                   p_field text, p_value text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT coalesce((p_profile -> p_scope -> p_field) ? p_value, false) $$;
+AS $$
+BEGIN
+  RETURN (SELECT coalesce((p_profile -> p_scope -> p_field) ? p_value, false));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._refuse_audit_tools: invariant 11 for a list of tool ids.

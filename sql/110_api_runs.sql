@@ -144,10 +144,11 @@ END $$;
 -- fabric._tool_denial: NULL if the tool holds in all three layers, else which ones miss.
 CREATE OR REPLACE FUNCTION fabric._tool_denial(p_run fabric.runs, p_tool text)
 RETURNS text[]
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.array_remove(ARRAY[
+BEGIN
+  RETURN (SELECT pg_catalog.array_remove(ARRAY[
     CASE WHEN NOT EXISTS (SELECT 1 FROM fabric.agents a
                           WHERE a.agent_id = p_run.agent_id AND p_tool = ANY (a.tools_allowed))
          THEN 'tools_allowed' END,
@@ -156,5 +157,5 @@ AS $$
                             AND t.tool_id = p_tool)
          THEN 'tenant_enablement' END,
     CASE WHEN NOT p_tool = ANY (p_run.active_tool_set) THEN 'active_tool_set' END
-  ], NULL)
-$$;
+  ], NULL));
+END $$;

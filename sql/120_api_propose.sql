@@ -32,7 +32,7 @@ BEGIN
                                  'see the envelope of spec section 4');
   END IF;
   v_text := p_value #>> '{}';
-  IF v_text !~ pg_catalog.format('^[^[:space:][:cntrl:]]{1,%s}$', p_max) THEN
+  IF v_text !~ '^[^[:space:][:cntrl:]]+$' OR pg_catalog.length(v_text) > p_max THEN
     PERFORM fabric._bad_envelope(
       pg_catalog.format('%s must be 1-%s printable characters without spaces', p_field, p_max),
       'identifiers look like user-8842, sess-1f9c, evt-7b21');
@@ -101,10 +101,11 @@ END $$;
 -- fabric._jsonb_depth: nesting depth of a jsonb value (scalars are depth 0).
 CREATE OR REPLACE FUNCTION fabric._jsonb_depth(p_value jsonb)
 RETURNS integer
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  WITH RECURSIVE walk(v, depth) AS (
+BEGIN
+  RETURN (WITH RECURSIVE walk(v, depth) AS (
     SELECT p_value, 0
     UNION ALL
     SELECT c.v, w.depth + 1
@@ -118,8 +119,8 @@ AS $$
     ) c
     WHERE w.depth < 100
   )
-  SELECT max(depth) FROM walk
-$$;
+  SELECT max(depth) FROM walk);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.propose: validate an envelope inside the caller's run and file a proposal.
@@ -187,11 +188,10 @@ BEGIN
     PERFORM fabric._bad_envelope('the envelope must be a JSON object',
                                  'see the memory record envelope of spec section 4');
   END IF;
-  IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_envelope) k
-             WHERE k NOT IN ('tier', 'scope', 'content', 'content_hash', 'provenance',
-                             'derived_from', 'confidence', 'validity_interval',
-                             'retention_class', 'compliance_labels', 'version', 'supersedes',
-                             'business_instance_id')) THEN
+  IF (p_envelope - ARRAY['tier', 'scope', 'content', 'content_hash', 'provenance',
+                         'derived_from', 'confidence', 'validity_interval', 'retention_class',
+                         'compliance_labels', 'version', 'supersedes',
+                         'business_instance_id']) <> '{}'::jsonb THEN
     PERFORM fabric._bad_envelope('the envelope has keys outside the proposal envelope',
       'allowed: tier, scope, content, content_hash, provenance, derived_from, confidence, '
       'validity_interval, retention_class, compliance_labels, version, supersedes, '
@@ -206,8 +206,7 @@ BEGIN
 
   v_scope := p_envelope -> 'scope';
   IF v_scope IS NULL OR pg_catalog.jsonb_typeof(v_scope) <> 'object'
-     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v_scope) k
-                WHERE k NOT IN ('tenant_id', 'subject_id', 'agent_id', 'session_id', 'visibility')) THEN
+     OR (v_scope - ARRAY['tenant_id', 'subject_id', 'agent_id', 'session_id', 'visibility']) <> '{}'::jsonb THEN
     PERFORM fabric._bad_envelope('scope must be an object of tenant_id, subject_id, agent_id, session_id, visibility',
       'tenant_id comes first and is required');
   END IF;
@@ -249,8 +248,7 @@ BEGIN
 
   v_prov := p_envelope -> 'provenance';
   IF v_prov IS NULL OR pg_catalog.jsonb_typeof(v_prov) <> 'object'
-     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v_prov) k
-                WHERE k NOT IN ('source_event_id', 'correlation_id', 'causation_id', 'formation_method')) THEN
+     OR (v_prov - ARRAY['source_event_id', 'correlation_id', 'causation_id', 'formation_method']) <> '{}'::jsonb THEN
     PERFORM fabric._bad_envelope('provenance must be an object of source_event_id, correlation_id, causation_id, formation_method',
       'formed_by is set by the committer');
   END IF;
@@ -293,8 +291,7 @@ BEGIN
 
   v_validity := p_envelope -> 'validity_interval';
   IF v_validity IS NOT NULL AND (pg_catalog.jsonb_typeof(v_validity) <> 'object'
-     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v_validity) k
-                WHERE k NOT IN ('valid_from', 'valid_until'))) THEN
+     OR (v_validity - ARRAY['valid_from', 'valid_until']) <> '{}'::jsonb) THEN
     PERFORM fabric._bad_envelope('validity_interval must be an object of valid_from, valid_until',
                                  'valid_until null means open-ended');
   END IF;

@@ -5,10 +5,11 @@
 -- fabric._record_json: a committed record as spec section 4's envelope.
 CREATE OR REPLACE FUNCTION fabric._record_json(p_record fabric.memory_records)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.jsonb_build_object(
+BEGIN
+  RETURN (SELECT pg_catalog.jsonb_build_object(
     'memory_id', p_record.memory_id,
     'tier', p_record.tier,
     'scope', pg_catalog.jsonb_build_object('tenant_id', p_record.tenant_id,
@@ -32,8 +33,8 @@ AS $$
     'retention_class', p_record.retention_class,
     'compliance_labels', pg_catalog.to_jsonb(p_record.compliance_labels),
     'version', p_record.version,
-    'business_instance_id', p_record.business_instance_id)
-$$;
+    'business_instance_id', p_record.business_instance_id));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._enter_committer: the committer's agent id, the context reset.

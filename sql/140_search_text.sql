@@ -5,9 +5,12 @@
 -- fabric._text_search_config: the deployment's configuration (default simple).
 CREATE OR REPLACE FUNCTION fabric._text_search_config()
 RETURNS regconfig
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT s.text_search_config FROM fabric.deployment_settings s $$;
+AS $$
+BEGIN
+  RETURN (SELECT s.text_search_config FROM fabric.deployment_settings s);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__search_text: search text follows content, never the reverse.

@@ -5,9 +5,12 @@
 -- fabric._actor_id: the registered agent behind session_user, else the login itself.
 CREATE OR REPLACE FUNCTION fabric._actor_id()
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT coalesce(fabric._caller_agent_id(), session_user::text) $$;
+AS $$
+BEGIN
+  RETURN (SELECT coalesce(fabric._caller_agent_id(), session_user::text));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._refuse_approval: the one error of approvals (MF005), never with values.

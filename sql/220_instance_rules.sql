@@ -162,13 +162,12 @@ $$;
 -- air-gapped instance (the same rule, checked from the other side).
 CREATE OR REPLACE FUNCTION fabric.tg_deployment_settings__validate()
 RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  IF NEW.embedder_url IS NOT NULL AND EXISTS (
-       SELECT 1 FROM fabric._air_gapped_allowlists() a
-       WHERE NOT fabric._host_is_local(fabric._uri_host(NEW.embedder_url), a)) THEN
+  IF NEW.embedder_url IS NOT NULL
+     AND NOT fabric._local_to_every_air_gapped_instance(NEW.embedder_url) THEN
     PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
       'an air-gapped instance exists: the deployment embedder endpoint must be local to it',
       'use a loopback or unix-socket endpoint, or add the host to that instance''s local_hosts');

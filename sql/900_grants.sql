@@ -66,3 +66,6 @@ GRANT EXECUTE ON FUNCTION
   fabric_audit.verify_tombstone(uuid, jsonb),
   fabric_audit.erasure_receipt(uuid)
   TO fabric_auditor;
+-- The narrow cross-tenant check of the deployment embedder runs as fabric_lookup.
+GRANT EXECUTE ON FUNCTION fabric._host_is_local(text, text[]), fabric._uri_host(text)
+  TO fabric_lookup;

@@ -95,3 +95,42 @@ class FabricClient:
 
     def commit_pending(self, limit: int = 100) -> Json:
         return self._call("commit_pending", limit)  # type: ignore[no-any-return]
+
+    def promote(
+        self,
+        memory_id: uuid.UUID | str,
+        target_tier: str,
+        approval_id: uuid.UUID | str | None = None,
+        supersedes: uuid.UUID | str | None = None,
+    ) -> Json:
+        return self._call("promote", memory_id, target_tier, approval_id, supersedes)  # type: ignore[no-any-return]
+
+    def demote(self, memory_id: uuid.UUID | str, target_tier: str) -> Json:
+        return self._call("demote", memory_id, target_tier)  # type: ignore[no-any-return]
+
+    def supersede(
+        self,
+        old_memory_id: uuid.UUID | str,
+        proposal_id: uuid.UUID | str,
+        approval_id: uuid.UUID | str | None = None,
+    ) -> Json:
+        return self._call("supersede", old_memory_id, proposal_id, approval_id)  # type: ignore[no-any-return]
+
+    def request_approval(
+        self, memory_id: uuid.UUID | str, action: str, target: Json, reason: str
+    ) -> Json:
+        return self._call("request_approval", memory_id, action, Jsonb(target), reason)  # type: ignore[no-any-return]
+
+    def request_erasure(self, memory_id: uuid.UUID | str, reason: str, legal: bool = False) -> Json:
+        return self._call("request_erasure", memory_id, reason, legal)  # type: ignore[no-any-return]
+
+    def run_decay(self) -> Json:
+        return self._call("run_decay")  # type: ignore[no-any-return]
+
+    # policy (fabric_policy)
+    def decide_approval(self, approval_id: uuid.UUID | str, decision: str, reason: str) -> Json:
+        return self._call("decide_approval", approval_id, decision, reason)  # type: ignore[no-any-return]
+
+    # agents: recall (text mode; semantic and hybrid go through memfabric.recall)
+    def recall(self, request: Json) -> Json:
+        return self._call("recall", Jsonb(request))  # type: ignore[no-any-return]

@@ -24,6 +24,9 @@ LOGINS = {
     "mf_demo_admin": "fabric_admin",
     "mf_demo_orchestrator": "fabric_orchestrator",
     "os_agt_010": "fabric_committer",
+    "os_agt_002": "fabric_policy",
+    "mf_demo_auditor": "fabric_auditor",
+    "memfabric_projector": "fabric_projector",
     "com_agt_003": None,
 }
 AGENT_PROFILE = {
@@ -189,8 +192,74 @@ def run_demo(url: str) -> int:
                 (row[4] or "")[:40],
             )
         console.print(events)
+    step("8. the agent recalls inside its run: scope from the run, filters in the query, audited")
+    answer = agent.recall(
+        {
+            "run_id": str(run_id),
+            "tiers": ["semantic"],
+            "query": "billing entity",
+            "correlation_id": "corr-demo-2",
+        }
+    )
+    for record in answer["records"]:
+        say(
+            f"{record['tier']} {record['memory_id'][:8]}… {record['content']} "
+            f"(confidence {record['confidence']}, "
+            f"derived from {len(record['derived_from'])} episodes)"
+        )
+    show("scope_applied =", answer["scope_applied"])
+    denied = agent.recall({"run_id": str(run_id), "tiers": ["episodic"]})
+    say(
+        f"asking for episodic (outside its recall profile): [red]{denied['status']}[/red] "
+        f"— {denied['reason']}"
+    )
+
+    step("9. a contradiction is resolved by supersession, never by deletion")
+    policy = FabricClient(db.url_for(url, "os_agt_002"))
+    newer = agent.propose(
+        {
+            **assertion,
+            "content": {"assertion": "Primary billing entity is Acme Logistics GmbH (DE)."},
+            "validity_interval": {"valid_from": "2026-09-01T00:00:00Z"},
+        },
+        run_id,
+    )
+    successor = committer.supersede(record["memory_id"], newer["proposal_id"])
+    say(
+        f"{record['memory_id'][:8]}… superseded by {successor['memory_id'][:8]}… "
+        f"(valid from {successor['validity_interval']['valid_from']})"
+    )
+
+    step("10. forgetting is an approved action that leaves a tombstone")
+    erasure = committer.request_erasure(episode_ids[0], "demo: right to erasure")
+    policy.decide_approval(erasure["approval_id"], "approved", "verified request")
+    with psycopg.connect(db.url_for(url, "os_agt_010"), autocommit=True) as conn:
+        from memfabric.worker import erase
+
+        erased = erase(conn, erasure["approval_id"])
+    say(f"erased {erased['erased']} and vacuumed {erased['vacuum']}")
+
+    step("11. the auditor (os-agt-008) reconstructs: lineage, the past, recalls")
+    with psycopg.connect(db.url_for(url, "mf_demo_auditor"), autocommit=True) as conn:
+        for row in conn.execute(
+            "SELECT direction, depth, memory_id, consolidation_state "
+            "FROM fabric_audit.lineage('acme', %s)",
+            (successor["memory_id"],),
+        ):
+            say(f"lineage: {row[0]} depth {row[1]} {str(row[2])[:8]}… {row[3]}")
+        receipt = conn.execute(
+            "SELECT fabric_audit.erasure_receipt(%s)", (episode_ids[0],)
+        ).fetchone()
+        say(f"erasure receipt: destroyed {receipt[0]['destroyed']['record'] if receipt else '?'}")
+        for row in conn.execute(
+            "SELECT status, agent_id, jsonb_array_length(memory_ids) "
+            "FROM fabric_audit.recalls('acme', now() - interval '1 hour', "
+            "now() + interval '1 minute')"
+        ):
+            say(f"recall audit: {row[0]} by {row[1]}, {row[2]} records returned")
+
     orchestrator.close_run(run_id)
-    for client in (admin, orchestrator, agent, committer):
+    for client in (admin, orchestrator, agent, committer, policy):
         client.close()
     step("done: every row above was written by a database rule, not by this script")
     return 0

@@ -1,0 +1,388 @@
+"""Projection lag, projector throughput, rebuild rates, semantic recall at 100k records.
+
+Prints, never asserts (STYLE.md). Needs `make migrate` and `scripts/graph.sh up`.
+1. Lag: one governed episodic write every 1/--rate s while `Projector.run()` (Edge in a temp
+   dir, the local graph, real MiniLM) runs in a thread: the later of a record's two `apply`s
+   minus its commit return. 2. One full drain of a --backlog, embedding included.
+3. Rebuilds from stored embeddings (embed calls counted). 4. --records bulk-loaded as the
+   superuser (triggers off, random unit vectors stored as embeddings), rebuilt into Edge;
+   `recall()` end to end against the same filtered query straight to Edge, interleaved.
+Tenants benchp (writes) and benchb (bulk; rows stay, reused). The product's Projector is kept
+to its tenant (other tenants' records and snapshot rows skipped, graph wipes per tenant); the
+global projection cursors are put back as found, so no other projector may be connected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector.psycopg.vector import register_vector_info
+from psycopg import sql
+from psycopg.types import TypeInfo
+from psycopg.types.json import Jsonb
+
+from memfabric import db
+from memfabric.broker import LocalBroker
+from memfabric.embedding import MiniLMEmbedder
+from memfabric.graph import graph_from_env
+from memfabric.projector import Projector
+from memfabric.recall import CANDIDATE_FACTOR, recall
+from memfabric.vectors import EdgeVectorStore, RecallFilter
+
+Conn, Row, Write = psycopg.Connection[Any], tuple[str, str, str], Callable[[], str]
+OK = ("NOT met", "met")
+TENANT, BULK, AGENT, COMMITTER = "benchp", "benchb", "benchp-agt-001", "benchp-agt-010"
+TOOLS, TIERS = ["tool:memory-propose", "tool:memory-recall"], ["episodic", "semantic"]
+SCOPE = {"tiers": TIERS, "visibility": ["subject", "tenant"]}
+GROUPS = ("committer", "orchestrator", "admin", "projector")
+LOGINS = {"benchp_agent": None, **{f"benchp_{g}": f"fabric_{g}" for g in GROUPS}}
+ZERO, TOP = "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"
+SUBJECTS, LIMIT, ORDER = 2000, 10, ("e2e", "embed+edge", "edge")
+FILTERS = {"min_confidence": 0.3, "compliance_labels_excluded": ["pii"]}
+TEXTS = """Customer asked to be invoiced in euros from next quarter|which currency do invoices use
+The shipment to Rotterdam was delayed two days at customs|what happened to the shipment
+User prefers short answers and replies in Dutch|how does the user like to be answered
+Support ticket about a failed card payment was escalated|open payment problems
+Agreed to a call on Thursday about the renewal terms|when is the renewal call
+The billing entity changed to Acme Logistics BV|who is the billing entity"""
+TOPICS, QUERIES = zip(*(line.split("|") for line in TEXTS.splitlines()), strict=True)
+OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '6 hours'::interval)"
+SET_CURSOR = "SELECT fabric_api.set_projection_cursor(%s, %s::xid8, %s::uuid, true)"
+SNAPSHOT = "SELECT fabric_api.projection_snapshot(%s, %s::uuid, %s, %s, %s)"
+BULK_COPY = """COPY fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
+  session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
+  confidence, valid_from, valid_until, consolidation_state, retention_class, compliance_labels)
+  FROM STDIN"""
+EMBEDDINGS = """COPY fabric.memory_embeddings (tenant_id, memory_id, model, model_version, dims,
+  embedding, content_hash) FROM STDIN (FORMAT BINARY)"""
+OTHER_PROJECTORS = """SELECT DISTINCT usename FROM pg_stat_activity
+  WHERE usename <> 'benchp_projector' AND pg_has_role(usename, 'fabric_projector', 'MEMBER')
+  AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = usename)"""
+MACHINE = """SELECT format('PostgreSQL %%s, fsync=%%s, synchronous_commit=%%s', current_setting(
+  'server_version'), current_setting('fsync'), current_setting('synchronous_commit'))"""
+
+
+def call(conn: Conn, query: str, *args: Any) -> Any:
+    row = conn.execute(query, args).fetchone()
+    return None if row is None else row[0]
+
+
+def connect(url: str, login: str | None = None) -> Conn:
+    return psycopg.connect(db.url_for(url, login) if login else url, autocommit=True)
+
+
+def pct(xs: Sequence[float], q: int) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else xs[0]
+
+
+class Counting(MiniLMEmbedder):
+    """The real model, counting what it embeds (a rebuild must embed nothing)."""
+
+    texts = 0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+@dataclass
+class BenchProjector(Projector):
+    """The product's Projector, kept to one tenant, stamping when it applies each record."""
+
+    tenant: str = TENANT
+    applied: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+
+    def records(self, conn: Conn, ids: Sequence[str]) -> list[dict[str, Any]]:
+        return [r for r in super().records(conn, ids) if r["tenant_id"] == self.tenant]
+
+    def apply(self, projection: str, conn: Conn, records: Sequence[Any]) -> None:
+        super().apply(projection, conn, records)
+        now, seen = time.perf_counter(), self.applied[projection]
+        for r in records:
+            seen.setdefault(r["memory_id"], now)
+
+    def snapshot(self, conn: Conn, page: int = 1000) -> Iterator[list[Any]]:
+        after, e = ZERO, self.embedder
+        while True:
+            rows = self._call(conn, SNAPSHOT, (self.tenant, after, page, e.model, e.version))
+            mine = [r for r in rows if r["tenant_id"] == self.tenant]
+            if mine:
+                yield mine
+            if not rows or len(mine) < len(rows):
+                return
+            after = mine[-1]["memory_id"]
+
+
+def setup(url: str) -> list[tuple[str, str, str]]:
+    """Logins, tenants and agents (idempotent); returns the cursors to put back."""
+    with connect(url) as su:
+        for login, group in LOGINS.items():
+            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
+                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+            if group:
+                su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+        if others := su.execute(OTHER_PROJECTORS).fetchall():
+            raise SystemExit(f"projectors {others} are connected (the cursors are global)")
+        cursors = su.execute("SELECT projection, last_xid::text, last_event_id::text"
+                             " FROM fabric.projection_cursors").fetchall()  # fmt: skip
+    with connect(url, "benchp_admin") as admin:
+        register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
+        profile = Jsonb({"propose_scope": SCOPE, "recall_scope": SCOPE})
+        call(admin, register, AGENT, "benchp_agent", profile, TOOLS)
+        call(admin, register, COMMITTER, "benchp_committer", Jsonb({}), [])
+        for tenant in (TENANT, BULK):
+            call(admin, "SELECT fabric_api.create_tenant(%s)", tenant)
+            call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", tenant, AGENT, TOOLS)
+            call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", tenant, COMMITTER, [])
+    return cursors
+
+
+def set_cursors(p: Projector, cursors: Sequence[tuple[str, str, str]] | None = None) -> None:
+    """Put the cursors back, or (None) move them past every transaction finished so far."""
+    with psycopg.connect(p.conninfo, autocommit=True) as conn:
+        below = str(max(int(call(conn, "SELECT fabric_api.projection_horizon()")) - 1, 0))
+        for proj, xid, event in cursors or [(x, below, TOP) for x in ("qdrant", "graph")]:
+            call(conn, SET_CURSOR, proj, xid, event)
+
+
+def writer(url: str, run_id: uuid.UUID) -> Write:
+    """Governed writes: propose as the agent, commit as the committer, one record per call."""
+    agent, committer = connect(url, "benchp_agent"), connect(url, "benchp_committer")
+    tag, count = uuid.uuid4().hex[:8], itertools.count(1)
+
+    def write() -> str:
+        i = next(count)
+        cause = f"evt-benchp-{tag}-{i}"
+        env = {"tier": "episodic", "scope": {"tenant_id": TENANT, "visibility": "subject"},
+               "content": {"text": f"{TOPICS[i % len(TOPICS)]} ({tag}-{i})"},
+               "provenance": {"source_event_id": cause, "correlation_id": f"corr-{tag}",
+                              "causation_id": cause, "formation_method": "extraction"},
+               "confidence": 0.9,
+               "validity_interval": {"valid_from": "2026-07-02T09:14:00Z"}}  # fmt: skip
+        proposal = call(agent, "SELECT fabric_api.propose(%s, %s)", Jsonb(env), run_id)
+        if proposal["status"] != "validated":
+            raise SystemExit(f"proposal not validated: {proposal}")
+        record = call(committer, "SELECT fabric_api.commit(%s)", proposal["proposal_id"])
+        return str(record["memory_id"])
+
+    return write
+
+
+def ms(xs: Sequence[float]) -> str:
+    return f"{pct(xs, 50) * 1e3:.1f} / {pct(xs, 95) * 1e3:.1f} ms"
+
+
+def lag_phase(p: BenchProjector, write: Write, args: argparse.Namespace) -> list[Row]:
+    stop, committed = threading.Event(), {}
+    kwargs = {"poll_seconds": 0.5, "should_stop": stop.is_set}
+    thread = threading.Thread(target=p.run, kwargs=kwargs)
+    thread.start()
+    t0, step, i = time.perf_counter(), 1 / args.rate, 0
+    start, end = t0 + args.warmup, t0 + args.warmup + args.seconds
+    while (due := t0 + i * step) < end:  # on schedule; a late write does not shift the next
+        time.sleep(max(0.0, due - time.perf_counter()))
+        memory_id = write()
+        if due >= start:
+            committed[memory_id] = time.perf_counter()
+        i += 1
+    rate = len(committed) / (time.perf_counter() - start)
+    q, g, deadline = p.applied["qdrant"], p.applied["graph"], time.perf_counter() + 120
+    while time.perf_counter() < deadline and not all(m in q and m in g for m in committed):
+        time.sleep(0.05)
+    stop.set()
+    thread.join(timeout=60)
+    done = [m for m in committed if m in q and m in g]
+    lags = [max(q[m], g[m]) - committed[m] for m in done]
+    each = [[x[m] - committed[m] for m in done] for x in (q, g)]
+    return [
+        (f"projection lag p50 / p95, both projections ({len(done)} records)", ms(lags),
+         f"p95 <= 1 s: {OK[pct(lags, 95) <= 1]}"),
+        ("  Edge alone / graph alone", f"{ms(each[0])}; {ms(each[1])}", "p50 / p95"),
+        ("write rate achieved during the lag run", f"{rate:.1f} writes/s",
+         f"asked {args.rate:g}; {len(committed) - len(done)} not applied after 120 s"),
+    ]  # fmt: skip
+
+
+def drain_phase(p: BenchProjector, emb: Counting, write: Write, n: int) -> list[Row]:
+    t = time.perf_counter()
+    for _ in range(n):
+        write()
+    writes, texts = n / (time.perf_counter() - t), emb.texts
+    with psycopg.connect(p.conninfo, autocommit=True) as conn:
+        t = time.perf_counter()
+        p.drain(conn, "qdrant")
+        tq = time.perf_counter() - t
+        p.drain(conn, "graph")
+        tg = time.perf_counter() - t - tq
+    return [
+        (f"full drain of a {n}-record backlog, embedding included",
+         f"{n / (tq + tg):.0f} records/s",
+         f"Edge+embed {tq:.1f} s, graph {tg:.1f} s; {emb.texts - texts} embedded"),
+        ("governed writes building it (serial propose+commit)", f"{writes:.0f} records/s", ""),
+    ]  # fmt: skip
+
+
+def rebuild(p: BenchProjector, emb: Counting, projection: str) -> Row:
+    texts, t = emb.texts, time.perf_counter()
+    n = p.rebuild(projection)
+    took = time.perf_counter() - t
+    where = "Edge" if projection == "qdrant" else "graph"
+    return (f"rebuild into {where} ({n:,} records)", f"{n / took:.0f} records/s",
+            f"{took:.1f} s; {emb.texts - texts} embedded")  # fmt: skip
+
+
+def bulk_load(url: str, n: int, seed: int, model: str, version: str) -> tuple[int, float]:
+    """Records in BULK up to n, with stored embeddings (as the superuser, triggers off)."""
+    with connect(url) as su:
+        have = call(su, "SELECT count(*) FROM fabric.memory_records WHERE tenant_id = %s", BULK)
+        if have >= n:
+            return have, 0.0
+        t, rng, now = time.perf_counter(), np.random.default_rng(seed + have), datetime.now(UTC)
+        vecs = rng.normal(size=(n - have, 384)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        register_vector_info(su, vector := TypeInfo.fetch(su, "ext.vector"))
+        su.execute("SET session_replication_role = replica")
+        keys = []
+        with su.transaction():
+            with su.cursor().copy(BULK_COPY) as cp:
+                for i in range(have, n):
+                    mid, r = uuid.UUID(bytes=rng.bytes(16), version=4), rng.random(7)
+                    start = now - timedelta(days=int(r[0] * 400), seconds=i)
+                    until = None if r[1] < 0.85 else start + timedelta(days=1 + int(r[6] * 800))
+                    keys.append((mid, "sha256:" + hashlib.sha256(mid.bytes).hexdigest()))
+                    cp.write_row((BULK, mid, "episodic" if r[2] < 0.7 else "semantic",
+                                  "tenant" if r[3] < 0.2 else "subject", f"user-{i % SUBJECTS}",
+                                  f"sess-{i % 97}", AGENT, Jsonb({"text": f"{TOPICS[i % 6]} {i}"}),
+                                  keys[-1][1], f"evt-bulk-{i}", AGENT, "extraction",
+                                  round(float(r[4]), 3), start, until,
+                                  "superseded" if r[5] < 0.03 else "raw", "durable",
+                                  ["pii"] if r[5] > 0.95 else []))  # fmt: skip
+            with su.cursor().copy(EMBEDDINGS) as cp:
+                cp.set_types(["text", "uuid", "text", "text", "int4", vector.oid, "text"])
+                for (mid, h), v in zip(keys, vecs, strict=True):
+                    cp.write_row((BULK, mid, model, version, 384, v, h))
+        su.execute("VACUUM ANALYZE fabric.memory_records, fabric.memory_embeddings")
+        return n, time.perf_counter() - t
+
+
+def recall_phase(url: str, store: EdgeVectorStore, emb: Counting, args: Any) -> list[Row]:
+    rng = np.random.default_rng(args.seed + 1)
+    subjects = [f"user-{s}" for s in rng.integers(SUBJECTS, size=args.queries + 20)]
+    with connect(url, "benchp_orchestrator") as orch:
+        runs = {s: call(orch, OPEN_RUN, BULK, AGENT, s, "sess-q", TOOLS) for s in set(subjects)}
+    vectors = dict(zip(QUERIES, emb.embed(QUERIES), strict=True))
+    broker = LocalBroker(store, emb, {})
+    out: dict[str, list[float]] = {"e2e": [], "pg": [], "embed+edge": [], "edge": []}
+    served, hits, n = [], [], LIMIT * CANDIDATE_FACTOR  # the candidates recall() asks for
+    with connect(url, "benchp_agent") as agent:
+        for k, subject in enumerate(subjects):
+            text, took = QUERIES[k % len(QUERIES)], {}
+            request = {"run_id": str(runs[subject]), "mode": "semantic", "query": text,
+                       "tiers": TIERS, "limit": LIMIT, "filters": FILTERS}  # fmt: skip
+            keys = [f"subject:{subject}", "tenant"]  # what the database resolves, as FILTERS
+            flt = RecallFilter(BULK, keys, datetime.now(UTC), 0.3, ["pii"])
+            for what in ORDER[k % 3 :] + ORDER[: k % 3]:  # turns rotate: noise hits all three
+                t = time.perf_counter()
+                if what == "e2e":
+                    served.append(len(recall(agent, request, broker)["records"]))
+                elif what == "embed+edge":
+                    store.search(TIERS, emb.embed([text])[0], flt, n)
+                else:
+                    hits.append(len(store.search(TIERS, vectors[text], flt, n)))
+                took[what] = time.perf_counter() - t
+            took["pg"] = took["e2e"] - took["embed+edge"]  # paired: the same query and filter
+            for what, s in took.items() if k >= 20 else ():  # the first 20 warm plans and caches
+                out[what].append(s)
+    e2e, direct = out["e2e"], out["embed+edge"]
+    return [
+        (f"semantic recall end to end p50 / p95 ({len(e2e)} queries)", ms(e2e),
+         f"p95 <= 30 ms: {OK[pct(e2e, 95) <= 0.030]}; {statistics.mean(served):.1f} served"),
+        ("  end to end - direct with embedding, per query", ms(out["pg"]),
+         "Postgres: resolution, re-check, hydration"),
+        ("direct Edge search, same filter, with query embedding", ms(direct), f"limit {n}"),
+        ("direct Edge search, same filter, no embedding", ms(out["edge"]),
+         f"{statistics.mean(hits):.1f} hits"),
+        ("cost of governance: end to end / direct with embedding",
+         f"{pct(e2e, 50) / pct(direct, 50):.2f}x p50, {pct(e2e, 95) / pct(direct, 95):.2f}x p95",
+         "interleaved query by query"),
+    ]  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    opts = {"records": 100_000, "seconds": 20.0, "warmup": 3.0, "rate": 50.0, "backlog": 1000,
+            "queries": 200, "seed": 7}  # fmt: skip
+    for name, default in opts.items():
+        ap.add_argument(f"--{name}", type=type(default), default=default)
+    args = ap.parse_args()
+    url, emb, rows = db.database_url(), Counting(), []
+    saved = setup(url)
+    emb.embed(["warm up"])
+    tmp = Path(tempfile.mkdtemp(prefix="bench-projection-"))
+    stores = [EdgeVectorStore(tmp / "edge-writes"), EdgeVectorStore(tmp / "edge-bulk")]
+    for s in stores:
+        s.ensure_collections(emb.model, emb.version, emb.dims)
+    graph = graph_from_env()
+    graph.wipe = partial(graph.wipe, tenant_id=TENANT)  # type: ignore[method-assign]  # ours only
+    graph.ensure_schema()
+    graph.wipe()
+    conninfo = db.url_for(url, "benchp_projector")
+    p = BenchProjector(conninfo, emb, stores[0], graph)
+    pb = BenchProjector(conninfo, emb, stores[1], None, tenant=BULK)
+    try:
+        with connect(url, "benchp_orchestrator") as orch:
+            run_id = call(orch, OPEN_RUN, TENANT, AGENT, "user-w", "sess-w", TOOLS)
+        set_cursors(p)  # start after everything committed so far (other tenants' too)
+        w = writer(url, run_id)
+        print(f"1/4 lag: {args.rate:g} writes/s for {args.warmup:g}+{args.seconds:g} s ...")
+        rows += lag_phase(p, w, args)
+        print(f"2/4 drain: {args.backlog} records committed with the projector stopped ...")
+        rows += drain_phase(p, emb, w, args.backlog)
+        print("3/4 rebuild from stored embeddings ...")
+        rows += [rebuild(p, emb, "qdrant"), rebuild(p, emb, "graph")]
+        print(f"4/4 semantic recall: loading {args.records:,} records ...")
+        have, load_s = bulk_load(url, args.records, args.seed, emb.model, emb.version)
+        rows.append(rebuild(pb, emb, "qdrant"))
+        rows += recall_phase(url, stores[1], emb, args)
+    finally:
+        set_cursors(p, saved)
+        graph.wipe()
+        graph.close()
+        for s in stores:
+            s.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    with connect(url) as su:
+        pg = call(su, MACHINE)
+    print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; nproc {os.cpu_count()}; {cpu}; {pg}")
+    print("Shared machine (another test run was in progress): the numbers are noisy.")
+    print(f"{have:,} records in {BULK} ({f'loaded in {load_s:.0f} s' if load_s else 'reused'});"
+          " its Postgres rows stay for the next run; Edge dirs removed, graph tenant wiped,"
+          " projection cursors put back.\n")  # fmt: skip
+    print("| measure | value | note |\n|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

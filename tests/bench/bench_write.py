@@ -1,0 +1,369 @@
+"""`make bench-write`: the governed write path against the same rows as plain INSERTs.
+
+Prints, never asserts (STYLE.md). One run, governed and baseline alternating every --slice
+pairs (25; whole batches) within each round, order flipped each turn, so noise hits both:
+- governed single: `fabric_api.propose` as login bench_agent, then `fabric_api.commit` as
+  bench_committer; two connections, each call its own autocommit transaction.
+- baseline single: the same rows (proposal; record, lineage, events, proposal update) as
+  plain INSERT/UPDATE, one transaction per side on the same two connections, pipelined:
+  one round trip per side, like the one SELECT per side of the governed path.
+- governed batch: B `propose` calls in one agent transaction, then `commit_pending(B)`;
+  baseline batch: the same rows, one transaction per side (`executemany`, pipelined).
+Half the envelopes are episodic, half semantic derived_from the previous episode (lineage
+rows). The baseline writes the events per pair and side the governed warm-up wrote
+(counted in fabric.events), the same payloads, and a content hash precomputed client-side.
+
+Baseline tables (schema bench_baseline, recreated each run) are `CREATE TABLE (LIKE fabric.x
+INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING INDEXES)`: same columns, defaults, generated
+scope_key, primary keys and secondary indexes (the fair choice: the governed writes maintain
+them all). NOT NULL stays; no CHECK, foreign key, trigger or RLS policy; fabric.ident and
+fabric.tenant_ident domain columns become text (a domain CHECK is governance too). events is
+one plain table (fabric.events is partitioned by month). The derived search text (search_tsv,
+when present) is computed in the baseline INSERT: data the governed row holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from memfabric import db
+from memfabric.hashing import content_hash
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+Rows = list[tuple[Any, ...]]
+TENANT, SUBJECT, SESSION, CORR = "bench", "user-bench", "sess-bench", "corr-bench"
+AGENT, COMMITTER = "bench-agt-001", "bench-agt-010"
+LOGINS = {
+    "bench_agent": None,
+    "bench_committer": "fabric_committer",
+    "bench_orchestrator": "fabric_orchestrator",
+    "bench_admin": "fabric_admin",
+}
+TOOLS = ["tool:memory-propose"]
+PROFILE = {
+    "propose_scope": {"tiers": ["episodic", "semantic"], "visibility": ["subject", "tenant"]}
+}
+VALID_FROM = datetime(2026, 7, 2, 9, 14, tzinfo=UTC)
+FILLER = "Customer prefers invoices in EUR via Acme Logistics BV; confirmed on the call. " * 3
+
+PROPOSE = "SELECT fabric_api.propose(%s, %s)"
+COMMIT = "SELECT fabric_api.commit(%s)"
+COMMIT_PENDING = "SELECT fabric_api.commit_pending(%s)"
+BASELINE_DDL = """
+DROP SCHEMA IF EXISTS bench_baseline CASCADE;
+CREATE SCHEMA bench_baseline;
+DO $$
+DECLARE c record; t text;
+BEGIN
+  FOREACH t IN ARRAY ARRAY['proposals', 'memory_records', 'memory_lineage', 'events'] LOOP
+    EXECUTE format('CREATE TABLE bench_baseline.%I (LIKE fabric.%I INCLUDING DEFAULTS'
+                   ' INCLUDING GENERATED INCLUDING INDEXES)', t, t);
+  END LOOP;
+  ALTER TABLE bench_baseline.memory_records DROP COLUMN scope_key;  -- and its index
+  FOR c IN SELECT a.attrelid::regclass AS rel, a.attname FROM pg_attribute a
+           JOIN pg_class r ON r.oid = a.attrelid JOIN pg_type t ON t.oid = a.atttypid
+           WHERE r.relnamespace = 'bench_baseline'::regnamespace AND r.relkind = 'r'
+             AND t.typtype = 'd' AND t.typbasetype = 'text'::regtype AND a.attnum > 0 LOOP
+    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE text', c.rel, c.attname);
+  END LOOP;
+END $$;
+ALTER TABLE bench_baseline.memory_records ADD COLUMN scope_key text GENERATED ALWAYS AS (
+  CASE visibility WHEN 'session' THEN 'session:' || session_id
+    WHEN 'agent' THEN 'agent:' || agent_id WHEN 'subject' THEN 'subject:' || subject_id
+    WHEN 'tenant' THEN 'tenant' END) STORED;
+CREATE INDEX ON bench_baseline.memory_records (tenant_id, scope_key, tier, consolidation_state);
+GRANT USAGE ON SCHEMA bench_baseline TO bench_agent, bench_committer;
+GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA bench_baseline
+  TO bench_agent, bench_committer;
+"""
+B_PROPOSAL = """INSERT INTO bench_baseline.proposals (tenant_id, proposal_id, run_id, proposed_by,
+  status, tier, visibility, subject_id, session_id, content, content_hash, source_event_id,
+  correlation_id, causation_id, formation_method, derived_from, confidence, valid_from,
+  retention_class, version)
+VALUES (%s, %s, %s, %s, 'validated', %s, 'subject', %s, %s, %s, %s, %s, %s, %s, 'extraction',
+  %s, 0.9, %s, 'durable', '1.0.0')"""
+B_RECORD = """INSERT INTO bench_baseline.memory_records (tenant_id, memory_id, tier, visibility,
+  subject_id, agent_id, session_id, business_instance_id, content, content_hash,
+  source_event_id, correlation_id, causation_id, formed_by, formation_method, confidence,
+  valid_from, valid_until, retention_class, compliance_labels, version, proposal_id, run_id{})
+SELECT p.tenant_id, %s, p.tier, p.visibility, p.subject_id, p.agent_id, p.session_id,
+  p.business_instance_id, p.content, p.content_hash, p.source_event_id, p.correlation_id,
+  p.causation_id, %s, p.formation_method, p.confidence, p.valid_from, p.valid_until,
+  p.retention_class, p.compliance_labels, p.version, p.proposal_id, p.run_id{}
+FROM bench_baseline.proposals p WHERE p.tenant_id = %s AND p.proposal_id = %s"""
+# The derived search text (migration 0003), when present: data the governed row carries.
+TSV = (", search_tsv", """, jsonb_to_tsvector(%s::regconfig, p.content, '["string"]')""")
+HAS_TSV = """SELECT (SELECT text_search_config::text FROM fabric.deployment_settings)
+  WHERE EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'fabric.memory_records'::regclass
+                AND attname = 'search_tsv' AND NOT attisdropped)"""
+WAITING = """SELECT tenant_id, count(*) FROM fabric.proposals
+  WHERE status = 'validated' AND tenant_id <> %s GROUP BY 1"""
+B_LINEAGE = "INSERT INTO bench_baseline.memory_lineage VALUES (%s, %s, %s)"
+B_EVENT = """INSERT INTO bench_baseline.events (tenant_id, event_type, correlation_id,
+  causation_id, actor_agent_id, run_id, memory_id, proposal_id, payload)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"""
+B_DECIDE = """UPDATE bench_baseline.proposals SET status = 'committed', decided_at = now(),
+  committed_by = %s, memory_id = %s WHERE tenant_id = %s AND proposal_id = %s"""
+
+
+@dataclass
+class Item:
+    """One envelope's worth of work; its hash precomputed for the baseline."""
+
+    i: int
+    tier: str
+    content: dict[str, Any]
+    hash: str
+
+
+@dataclass
+class State:
+    run_id: uuid.UUID
+    record_sql: sql.Composed
+    tsconfig: tuple[str, ...]  # the text search configuration, if records carry search_tsv
+    gov_episode: str = ""  # the last committed governed episode (memory_id)
+    base_episode: uuid.UUID | None = None
+    agent_events: tuple[str, ...] = ()
+    committer_events: tuple[str, ...] = ()
+
+
+Mode = tuple[str, Callable[[Conn, Conn, State, Sequence[Item], int], list[float]], int]
+
+
+def make_items(start: int, n: int) -> list[Item]:
+    items = []
+    for i in range(start, start + n):
+        content = {"text": f"bench {i:010d}: {FILLER}", "turn": i}
+        items.append(Item(i, ("episodic", "semantic")[i % 2], content, content_hash(content)))
+    return items
+
+
+def envelope(it: Item, episode: str) -> Jsonb:
+    cause = f"evt-bench-{it.i}"
+    prov = {"source_event_id": cause, "correlation_id": CORR, "causation_id": cause}
+    return Jsonb({
+        "tier": it.tier,
+        "scope": {"tenant_id": TENANT, "visibility": "subject"},
+        "content": it.content,
+        "provenance": {**prov, "formation_method": "extraction"},
+        "confidence": 0.9,
+        "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
+        **({"derived_from": [episode]} if it.tier == "semantic" else {}),
+    })  # fmt: skip
+
+
+def call(conn: Conn, query: str, *args: Any) -> Any:
+    row = conn.execute(query, args).fetchone()
+    return None if row is None else row[0]
+
+
+def setup(url: str) -> State:
+    """Logins, tenant, agents and a run (idempotent); the baseline schema (fresh)."""
+    with psycopg.connect(url, autocommit=True) as su:
+        for login, group in LOGINS.items():
+            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
+                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+            if group:
+                grant = sql.SQL("GRANT {} TO {}")
+                su.execute(grant.format(sql.Identifier(group), sql.Identifier(login)))
+        su.execute(BASELINE_DDL)
+        tsconfig = tuple(r[0] for r in su.execute(HAS_TSV))
+        waiting = su.execute(WAITING, (TENANT,)).fetchall()
+    if waiting:  # commit_pending drains every tenant: it would commit these too
+        raise SystemExit(f"validated proposals wait in tenants {waiting}: drain them first")
+    with psycopg.connect(db.url_for(url, "bench_admin"), autocommit=True) as admin:
+        call(admin, "SELECT fabric_api.create_tenant(%s)", TENANT)
+        register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
+        call(admin, register, AGENT, "bench_agent", Jsonb(PROFILE), TOOLS)
+        call(admin, register, COMMITTER, "bench_committer", Jsonb({}), [])
+        call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", TENANT, AGENT, TOOLS)
+        call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", TENANT, COMMITTER, [])
+    with psycopg.connect(db.url_for(url, "bench_orchestrator"), autocommit=True) as orch:
+        open_run = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, %s::interval)"
+        run_id = call(orch, open_run, TENANT, AGENT, SUBJECT, SESSION, TOOLS, "6 hours")
+    with psycopg.connect(db.url_for(url, "bench_committer"), autocommit=True) as committer:
+        while call(committer, COMMIT_PENDING, 1000)["committed"]:  # a killed run's leftovers
+            pass
+    tsv = [sql.SQL(x if tsconfig else "") for x in TSV]
+    return State(run_id, sql.SQL(B_RECORD).format(*tsv), tsconfig)
+
+
+def governed_single(a: Conn, c: Conn, st: State, items: Sequence[Item], _: int) -> list[float]:
+    lat = []
+    for it in items:
+        env = envelope(it, st.gov_episode)
+        t0 = time.perf_counter()
+        proposal = call(a, PROPOSE, env, st.run_id)
+        record = call(c, COMMIT, uuid.UUID(proposal["proposal_id"]))
+        lat.append(time.perf_counter() - t0)
+        if it.tier == "episodic":
+            st.gov_episode = record["memory_id"]
+    return lat
+
+
+def governed_batch(a: Conn, c: Conn, st: State, items: Sequence[Item], b: int) -> list[float]:
+    lat = []
+    for chunk in (items[k : k + b] for k in range(0, len(items), b)):
+        params = [(envelope(it, st.gov_episode), st.run_id) for it in chunk]
+        t0 = time.perf_counter()
+        with a.transaction(), a.cursor() as cur:
+            cur.executemany(PROPOSE, params)
+        done = call(c, COMMIT_PENDING, len(chunk))
+        lat.append(time.perf_counter() - t0)
+        if done != {"committed": len(chunk), "rejected": 0}:
+            raise SystemExit(f"commit_pending({len(chunk)}) drained {done}: not the same work")
+    return lat
+
+
+def baseline_rows(st: State, chunk: Sequence[Item]) -> tuple[Rows, Rows, Rows, Rows, Rows, Rows]:
+    """Rows of: proposals, agent events; records, lineage, committer events, decisions."""
+    prop, a_ev, rec, lin, c_ev, dec = ([] for _ in range(6))
+    for it in chunk:
+        pid, mid, cause = uuid.uuid4(), uuid.uuid4(), f"evt-bench-{it.i}"
+        derived = [st.base_episode] if it.tier == "semantic" and st.base_episode else []
+        body = (Jsonb(it.content), it.hash, cause, CORR, cause, derived, VALID_FROM)
+        prop.append((TENANT, pid, st.run_id, AGENT, it.tier, SUBJECT, SESSION, *body))
+        small = {"tier": it.tier, "visibility": "subject", "content_hash": it.hash}
+        big = {
+            **small,
+            "state": "raw",
+            "formation_method": "extraction",
+            "retention_class": "durable",
+        }
+        ae, ce, run = st.agent_events, st.committer_events, st.run_id
+        a_ev += [(TENANT, e, CORR, cause, AGENT, run, None, pid, Jsonb(small)) for e in ae]
+        c_ev += [(TENANT, e, CORR, cause, COMMITTER, run, mid, pid, Jsonb(big)) for e in ce]
+        rec.append((mid, COMMITTER, *st.tsconfig, TENANT, pid))
+        lin += [(TENANT, mid, d) for d in derived]
+        dec.append((COMMITTER, mid, TENANT, pid))
+        if it.tier == "episodic":
+            st.base_episode = mid
+    return prop, a_ev, rec, lin, c_ev, dec
+
+
+def baseline(a: Conn, c: Conn, st: State, items: Sequence[Item], b: int) -> list[float]:
+    lat = []
+    for chunk in (items[k : k + b] for k in range(0, len(items), b)):
+        prop, a_ev, rec, lin, c_ev, dec = baseline_rows(st, chunk)
+        t0 = time.perf_counter()
+        with a.pipeline(), a.transaction(), a.cursor() as cur:
+            cur.executemany(B_PROPOSAL, prop)
+            cur.executemany(B_EVENT, a_ev)
+        with c.pipeline(), c.transaction(), c.cursor() as cur:
+            cur.executemany(st.record_sql, rec)
+            if lin:
+                cur.executemany(B_LINEAGE, lin)
+            cur.executemany(B_EVENT, c_ev)
+            cur.executemany(B_DECIDE, dec)
+        lat.append(time.perf_counter() - t0)
+    return lat
+
+
+def events_per_pair(url: str, since: datetime, pairs: int, login: str) -> tuple[str, ...]:
+    """Event types the governed path wrote per pair on one side (by the side's login)."""
+    with psycopg.connect(url, autocommit=True) as su:
+        rows = su.execute(
+            "SELECT event_type, count(*) FROM fabric.events WHERE tenant_id = %s"
+            " AND occurred_at >= %s AND actor_login = %s GROUP BY 1 ORDER BY 1",
+            (TENANT, since, login),
+        ).fetchall()
+    return tuple(e for e, n in rows for _ in range(round(n / pairs)))
+
+
+def machine(url: str) -> tuple[str, str]:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    with psycopg.connect(url, autocommit=True) as su:
+        s: dict[str, str] = dict(su.execute("SELECT name, setting FROM pg_settings").fetchall())
+    pg = f"PostgreSQL {s['server_version']}, fsync={s['fsync']}"
+    return f"nproc {os.cpu_count()}, {cpu}", f"{pg}, sync_commit={s['synchronous_commit']}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=1000, help="pairs per mode, all rounds")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=50, help="unmeasured pairs per mode")
+    parser.add_argument("--slice", type=int, default=25, help="pairs per turn within a round")
+    args = parser.parse_args()
+    url = db.database_url()
+    st = setup(url)
+    per_round, b = max(args.pairs // args.rounds, 1), args.batch
+    turns = iter(range(1, 10**6))
+
+    def fresh(n: int) -> list[Item]:  # unique turn numbers: unique contents and hashes
+        return make_items(next(turns) * 10**6, n)
+
+    agent = psycopg.connect(db.url_for(url, "bench_agent"), autocommit=True)
+    committer = psycopg.connect(db.url_for(url, "bench_committer"), autocommit=True)
+    modes: list[tuple[Mode, Mode]] = [
+        (("governed single", governed_single, 1), ("baseline single", baseline, 1)),
+        ((f"governed batch {b}", governed_batch, b), (f"baseline batch {b}", baseline, b)),
+    ]
+    lat: dict[str, list[float]] = {m[0]: [] for pair in modes for m in pair}
+    wall = dict.fromkeys(lat, 0.0)
+    with agent, committer:
+        # Warm-up (plans, caches); the governed single part counts the events per pair.
+        since = call(agent, "SELECT clock_timestamp()")
+        governed_single(agent, committer, st, fresh(args.warmup), 1)
+        st.agent_events = events_per_pair(url, since, args.warmup, "bench_agent")
+        st.committer_events = events_per_pair(url, since, args.warmup, "bench_committer")
+        print(f"events per pair (governed warm-up): agent {st.agent_events},"
+              f" committer {st.committer_events}")  # fmt: skip
+        for _, fn, size in [m for pair in modes for m in pair][1:]:
+            fn(agent, committer, st, fresh(max(args.warmup // size, 1) * size), size)
+        for r in range(args.rounds):
+            line = []
+            for gov, base in modes:
+                took = dict.fromkeys((gov[0], base[0]), 0.0)
+                step = gov[2] * max(1, args.slice // gov[2])  # whole batches
+                for k, start in enumerate(range(0, per_round, step)):
+                    for name, fn, size in (gov, base) if (r + k) % 2 == 0 else (base, gov):
+                        items = fresh(min(step, per_round - start))
+                        t0 = time.perf_counter()
+                        lat[name] += fn(agent, committer, st, items, size)
+                        took[name] += time.perf_counter() - t0
+                for name in took:
+                    wall[name] += took[name]
+                line.append(f"{gov[0]} {took[base[0]] / took[gov[0]]:.2f}")
+            print(f"round {r + 1}/{args.rounds} governed/baseline: " + ", ".join(line))
+
+    n = per_round * args.rounds
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cpu, pg = machine(url)
+    print(f"\n{when} | {cpu} | {pg}")
+    print(f"N={n} pairs per mode in {args.rounds} rounds; batch p50/p95 are per batch of {b}\n")
+    header = ("mode", "N", "pairs/s", "p50 ms", "p95 ms", "governed/baseline")
+    table = []
+    for gov, base in modes:
+        for name in (gov[0], base[0]):
+            p95 = statistics.quantiles(lat[name], n=20)[18] if len(lat[name]) > 1 else lat[name][0]
+            ratio = f"{wall[base[0]] / wall[gov[0]]:.2f}" if name == gov[0] else ""
+            p50 = statistics.median(lat[name])
+            table.append((name, str(n), f"{n / wall[name]:.0f}", f"{p50 * 1e3:.2f}",
+                          f"{p95 * 1e3:.2f}", ratio))  # fmt: skip
+    widths = [max(len(row[k]) for row in (header, *table)) for k in range(len(header))]
+    for row in (header, *table):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    print(f"\nMarkdown ({when}; {cpu}; {pg}):\n")
+    print("| " + " | ".join(header) + " |\n|" + "|".join("---" for _ in header) + "|")
+    for row in table:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
