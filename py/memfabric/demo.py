@@ -176,7 +176,7 @@ def run_demo(url: str) -> int:
         ).fetchone()
         say(
             f"history rows (previous values of mutable columns): {versions[0] if versions else 0}"
-            " — records change only by governed transitions, which the lifecycle API adds"
+            " — none yet: records change only by governed transitions (steps 9 and 10)"
         )
         events = Table("event_type", "actor", "memory_id", "proposal_id", "reason")
         for row in conn.execute(
@@ -254,7 +254,8 @@ def run_demo(url: str) -> int:
         for row in conn.execute(
             "SELECT status, agent_id, jsonb_array_length(memory_ids) "
             "FROM fabric_audit.recalls('acme', now() - interval '1 hour', "
-            "now() + interval '1 minute')"
+            "now() + interval '1 minute') WHERE run_id = %s",
+            (run_id,),
         ):
             say(f"recall audit: {row[0]} by {row[1]}, {row[2]} records returned")
 
