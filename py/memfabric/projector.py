@@ -187,15 +187,18 @@ class Projector:
 
     # -- the outbox ----------------------------------------------------------------------------
 
-    def drain(self, conn: psycopg.Connection[Any], projection: str) -> int:
-        """Apply every event the cursor has not passed; returns how many were applied."""
-        applied = 0
-        while True:
+    def drain(
+        self, conn: psycopg.Connection[Any], projection: str, max_batches: int | None = None
+    ) -> int:
+        """Apply the events the cursor has not passed (all of them, or at most
+        `max_batches` batches); returns how many were applied."""
+        applied = batches = 0
+        while max_batches is None or batches < max_batches:
             events: list[Json] = self._call(
                 conn, "SELECT fabric_api.projection_events(%s, %s)", (projection, self.batch)
             )
             if not events:
-                return applied
+                break
             ids = sorted({e["memory_id"] for e in events if e["memory_id"]})
             if ids:
                 records = self.records(conn, ids)
@@ -208,6 +211,8 @@ class Projector:
                 (projection, last["xid"], last["event_id"]),
             )
             applied += len(events)
+            batches += 1
+        return applied
 
     def run(
         self,
@@ -224,11 +229,17 @@ class Projector:
                 with psycopg.connect(self.conninfo, autocommit=True) as conn:
                     conn.execute("LISTEN fabric_events")
                     while not should_stop():
+                        # One batch per projection per turn: under steady writes neither
+                        # projection waits for the other to run dry.
+                        busy = False
                         for projection in projections:
-                            n = self.drain(conn, projection)
+                            n = self.drain(conn, projection, max_batches=1)
                             if n:
+                                busy = True
                                 self.progress(f"{projection}: applied {n} events")
                         backoff = 0.5
+                        if busy:
+                            continue
                         if select.select([conn.fileno()], [], [], poll_seconds)[0]:
                             for _ in conn.notifies(timeout=0):
                                 pass

@@ -193,7 +193,7 @@ def ms(xs: Sequence[float]) -> str:
 def lag_phase(p: BenchProjector, write: Write, args: argparse.Namespace) -> list[Row]:
     stop, committed = threading.Event(), {}
     kwargs = {"poll_seconds": 0.5, "should_stop": stop.is_set}
-    thread = threading.Thread(target=p.run, kwargs=kwargs)
+    thread = threading.Thread(target=p.run, kwargs=kwargs, daemon=True)
     thread.start()
     t0, step, i = time.perf_counter(), 1 / args.rate, 0
     start, end = t0 + args.warmup, t0 + args.warmup + args.seconds
@@ -374,7 +374,8 @@ def main() -> int:
     with connect(url) as su:
         pg = call(su, MACHINE)
     print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; nproc {os.cpu_count()}; {cpu}; {pg}")
-    print("Shared machine (another test run was in progress): the numbers are noisy.")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"Shared machine, load average {load} (other work runs too): the numbers are noisy.")
     print(f"{have:,} records in {BULK} ({f'loaded in {load_s:.0f} s' if load_s else 'reused'});"
           " its Postgres rows stay for the next run; Edge dirs removed, graph tenant wiped,"
           " projection cursors put back.\n")  # fmt: skip

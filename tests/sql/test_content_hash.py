@@ -226,7 +226,7 @@ def _sample_doubles(rng: random.Random) -> list[float]:
 
 
 def test_number_text_sample_matches_rfc8785(db: psycopg.Connection[Any]) -> None:
-    numbers = _sample_doubles(random.Random(20240501))  # noqa: S311 - reproducible sample
+    numbers = _sample_doubles(random.Random(20240501))
     rows = db.execute(
         "SELECT fabric._jcs_number(n) FROM unnest(%s::text[]::numeric[])"
         " WITH ORDINALITY AS u(n, i) ORDER BY i",
@@ -258,7 +258,7 @@ def test_number_refusal_sample_matches_python(db: psycopg.Connection[Any]) -> No
         END $$
         """
     )
-    rng = random.Random(7)  # noqa: S311 - reproducible sample
+    rng = random.Random(7)
 
     def digits(count: int) -> str:
         return str(rng.randint(10 ** (count - 1), 10**count - 1))

@@ -1,0 +1,172 @@
+"""`memfabric serve` and the commands that talk to it, end to end: projection, semantic
+recall through the broker, verify, drill (invariant 6), rebuild, and PostgreSQL restarted
+under the running projector."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import Fabric, episode
+from integration.test_graph import PASSWORD, GraphServer, graph_server  # noqa: F401
+from memfabric.broker import serving
+from memfabric.graph import GraphStore
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
+
+
+@pytest.fixture
+def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa: F811
+    with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
+        graph.wipe()  # each test's fabric starts empty
+    sock = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp")) / "s.sock"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "QDRANT_"))},
+        "DATABASE_URL": fabric.url,
+        "MEMFABRIC_PROJECTOR_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector"),
+        "MEMFABRIC_SOCKET": str(sock),
+        "MEMFABRIC_VECTOR_DIR": str(tmp_path / "qdrant"),
+        "GRAPH_BOLT_PORT": graph_server.env["GRAPH_BOLT_PORT"],
+        "GRAPH_PASSWORD": PASSWORD,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memfabric.cli", "serve", "--poll", "0.2"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for _ in range(600):
+            if serving(sock) or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert serving(sock), proc.stdout.read() if proc.poll() is not None else "no socket"
+        yield {"env": env, "proc": proc, "socket": sock}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memfabric.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def wait_verified(env: dict[str, str], memory_ids: set[str], timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        out = cli(env, "verify")
+        report = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
+        points = report.get("qdrant", {}).get("expected", 0)
+        if out.returncode == 0 and report.get("ok") and points >= len(memory_ids):
+            return report
+        if time.monotonic() > deadline:
+            raise AssertionError(f"projection did not converge: {out.stdout}\n{out.stderr}")
+        time.sleep(0.5)
+
+
+def form(fabric: Fabric, run: uuid.UUID, text: str) -> str:
+    result = fabric.propose("mf_agent_a", episode(text), run)
+    return str(fabric.commit(result["proposal_id"])["memory_id"])
+
+
+def test_serve_projects_answers_recall_and_passes_the_drill(
+    fabric: Fabric, served: dict[str, Any]
+) -> None:
+    env = served["env"]
+    run = fabric.open_run()
+    ids = {
+        form(fabric, run, t)
+        for t in ("invoices in euros please", "ship to Rotterdam", "the customer prefers email")
+    }
+    wait_verified(env, ids)
+
+    recalled = cli(
+        env,
+        "recall",
+        "--login",
+        "mf_agent_a",
+        "--run",
+        str(run),
+        "--query",
+        "which currency for invoices",
+        "--mode",
+        "semantic",
+        "--tier",
+        "episodic",
+        "--limit",
+        "1",
+    )
+    assert recalled.returncode == 0, recalled.stderr
+    answer = json.loads(recalled.stdout)
+    assert answer["status"] == "served"
+    assert answer["records"][0]["content"] == {"text": "invoices in euros please"}
+
+    drilled = cli(env, "drill")
+    assert drilled.returncode == 0, drilled.stdout + drilled.stderr
+    assert json.loads(drilled.stdout.strip().splitlines()[-1])["identical"] is True
+    rebuilt = cli(env, "rebuild", "all")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads(rebuilt.stdout.strip().splitlines()[-1])["rebuilt"] == {
+        "qdrant": 3,
+        "graph": 3,
+    }
+
+
+def test_postgres_restarted_under_the_projector_loses_nothing(
+    fabric: Fabric, served: dict[str, Any]
+) -> None:
+    env = served["env"]
+    run = fabric.open_run()
+    before = {form(fabric, run, "before the restart")}
+    wait_verified(env, before)
+    fabric.close()
+    restart = subprocess.run(  # the server's output goes to its log, not to a pipe we wait on
+        [
+            str(PG_CTL),
+            "restart",
+            "-D",
+            fabric.server.datadir,
+            "-m",
+            "fast",
+            "-w",
+            "-l",
+            fabric.server.logfile,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+    assert restart.returncode == 0
+    run = fabric.open_run()
+    after = form(fabric, run, "after the restart")
+    report = wait_verified(env, before | {after})
+    assert report["qdrant"]["points"] == 2
+    assert served["proc"].poll() is None  # the serve process rode it out
