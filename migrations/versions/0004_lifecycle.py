@@ -144,8 +144,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("SET LOCAL ROLE fabric_owner")
     op.execute("DROP TABLE IF EXISTS fabric.recommendations CASCADE")
-    op.execute("ALTER TABLE fabric.memory_records "
-               "DROP CONSTRAINT IF EXISTS memory_records_one_live_assertion_per_key")
+    op.execute(
+        "ALTER TABLE fabric.memory_records "
+        "DROP CONSTRAINT IF EXISTS memory_records_one_live_assertion_per_key"
+    )
     op.execute("ALTER TABLE fabric.memory_records DROP COLUMN IF EXISTS assertion_key")
     op.execute("DROP TABLE IF EXISTS fabric.promotion_edges CASCADE")
     op.execute("DROP TABLE IF EXISTS fabric.approvals CASCADE")

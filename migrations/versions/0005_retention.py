@@ -122,10 +122,18 @@ def downgrade() -> None:
         + ", ".join(
             f"DROP COLUMN IF EXISTS {c}"
             for c in (
-                "deployment_mode", "model_uri", "embedding_uri", "local_hosts",
-                "operational_window", "regulated_retention", "regulated_labels",
-                "approval_timeout", "approval_timeouts", "checkpoint_retention",
-                "consolidation_budget", "decay_interval",
+                "deployment_mode",
+                "model_uri",
+                "embedding_uri",
+                "local_hosts",
+                "operational_window",
+                "regulated_retention",
+                "regulated_labels",
+                "approval_timeout",
+                "approval_timeouts",
+                "checkpoint_retention",
+                "consolidation_budget",
+                "decay_interval",
             )
         )
     )
