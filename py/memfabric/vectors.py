@@ -32,6 +32,7 @@ Backends:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import errno
 import fcntl
@@ -619,7 +620,7 @@ class VectorStore(Protocol):
 # Shared logic
 
 
-class _StoreBase:
+class _StoreBase(abc.ABC):
     """Validation, contract binding, tie-stable merging; backends supply the primitives."""
 
     def __init__(self) -> None:
@@ -628,55 +629,69 @@ class _StoreBase:
         self._closed = False
 
     # primitives --------------------------------------------------------------------
+    @abc.abstractmethod
     def _open_or_create(self, contract: CollectionContract) -> None:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _drop(self, physical: str) -> None:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _alias_map(self) -> dict[str, str]:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _set_aliases(self, targets: Mapping[str, str]) -> None:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _contract_of(self, physical: str) -> CollectionContract | None:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _physical_names(self) -> list[str]:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _upsert_raw(
         self, physical: str, rows: list[tuple[str, list[float], dict[str, Any]]]
     ) -> None:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _delete_raw(self, physical: str, ids: list[str]) -> None:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _set_payload_raw(self, physical: str, ids: list[str], payload: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _query_raw(
         self, physical: str, vector: list[float], spec: FilterSpec, n: int, exact: bool
     ) -> list[tuple[str, float]]:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _count_raw(self, physical: str) -> int:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _scroll_raw(
         self, physical: str, offset: str | None
     ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _flush_raw(self) -> None:
-        raise NotImplementedError
+        """A backend primitive."""
 
+    @abc.abstractmethod
     def _close_raw(self) -> None:
-        raise NotImplementedError
+        """A backend primitive."""
 
-    def _release_unbound(self) -> None:
+    def _release_unbound(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free what only collections other than the bound ones hold (Edge: open shards)."""
 
     # public --------------------------------------------------------------------------
