@@ -65,3 +65,57 @@ AS $$
 BEGIN
   RETURN (SELECT a.agent_id FROM fabric.agents a WHERE a.login = session_user);
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._require_tenant: an id names an existing tenant, else a clear error (P0002).
+CREATE OR REPLACE FUNCTION fabric._require_tenant(p_tenant_id text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
+      HINT = 'tenants are created with fabric_api.create_tenant';
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._enter_as: a fresh context for a member of p_role that is a registered agent
+-- (its agent id is what it acts as, e.g. formed_by); returns that agent id.
+CREATE OR REPLACE FUNCTION fabric._enter_as(p_role name, p_action text, p_agent_example text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_agent_id text;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role(p_role, p_action);
+  v_agent_id := fabric._caller_agent_id();
+  IF v_agent_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = pg_catalog.format('the %s login is not a registered agent', p_role),
+      HINT = pg_catalog.format('register it (e.g. as %s) with fabric_api.register_agent',
+                               p_agent_example);
+  END IF;
+  RETURN v_agent_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._tenant_of_known_record: the tenant of a record, or a clear error (P0002).
+CREATE OR REPLACE FUNCTION fabric._tenant_of_known_record(p_memory_id uuid)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text := fabric._tenant_of_record(p_memory_id);
+BEGIN
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
+      HINT = 'memory ids come from fabric_api.commit; tombstones keep theirs';
+  END IF;
+  RETURN v_tenant;
+END $$;

@@ -118,10 +118,7 @@ AS $$
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_admin', 'enable agents in tenants');
-  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
-      HINT = 'create it with fabric_api.create_tenant';
-  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
   IF NOT EXISTS (SELECT 1 FROM fabric.agents a WHERE a.agent_id = p_agent_id) THEN
     RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown agent',
       HINT = 'register it with fabric_api.register_agent';

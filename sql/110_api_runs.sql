@@ -40,10 +40,7 @@ BEGIN
       MESSAGE = 'subject_id and session_id are 1-200 printable characters without spaces',
       HINT = 'pass NULL when the run has no subject or session';
   END IF;
-  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
-      HINT = 'create it with fabric_api.create_tenant';
-  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
                  WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_agent_id) THEN

@@ -43,18 +43,8 @@ RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_agent_id text;
 BEGIN
-  PERFORM fabric._reset_context();
-  PERFORM fabric._require_role('fabric_committer', 'commit memory');
-  v_agent_id := fabric._caller_agent_id();
-  IF v_agent_id IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the committer login is not a registered agent',
-      HINT = 'register it (e.g. as os-agt-010) with fabric_api.register_agent; it is formed_by';
-  END IF;
-  RETURN v_agent_id;
+  RETURN fabric._enter_as('fabric_committer', 'commit memory', 'os-agt-010');
 END $$;
 
 -- ---------------------------------------------------------------------------------------

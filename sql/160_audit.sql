@@ -11,10 +11,7 @@ AS $$
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_auditor', 'read the audit schema');
-  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
-      HINT = 'tenants are listed in fabric.tenants';
-  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
 END $$;
 

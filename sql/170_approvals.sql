@@ -107,16 +107,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_committer text := fabric._enter_committer();
-  v_tenant text := fabric._tenant_of_record(p_memory_id);
+  v_tenant text := fabric._tenant_of_known_record(p_memory_id);
 BEGIN
   IF p_action IS NULL OR p_action NOT IN ('promote', 'supersede', 'erase') THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'action must be promote, supersede or erase',
       HINT = 'a data subject''s erasure is fabric_api.request_subject_erasure';
-  END IF;
-  IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
-      HINT = 'memory ids come from fabric_api.commit';
   END IF;
   PERFORM fabric._set_context('tenant_id', v_tenant);
   PERFORM fabric._set_context('actor', v_committer);

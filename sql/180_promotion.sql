@@ -88,13 +88,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_tenant text := fabric._tenant_of_record(p_memory_id);
+  v_tenant text := fabric._tenant_of_known_record(p_memory_id);
   v fabric.memory_records;
 BEGIN
-  IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
-      HINT = 'memory ids come from fabric_api.commit';
-  END IF;
   PERFORM fabric._set_context('tenant_id', v_tenant);
   PERFORM fabric._set_context('actor', p_committer);
   SELECT * INTO v FROM fabric.memory_records m
@@ -139,6 +135,30 @@ BEGIN
     MESSAGE = 'contradiction: a live record already asserts this key in this tier and scope '
               'for an overlapping validity interval',
     HINT = 'resolve it by supersession: fabric_api.supersede(old_memory_id, proposal_id)';
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._change_tier: the one tier UPDATE, under the action the tier trigger checks; a
+-- contradiction in the target tier is re-raised without values.
+CREATE OR REPLACE FUNCTION fabric._change_tier(p_record fabric.memory_records, p_target_tier text,
+                                               p_action text)
+RETURNS fabric.memory_records
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v fabric.memory_records;
+BEGIN
+  PERFORM fabric._set_context('action', p_action);
+  BEGIN
+    UPDATE fabric.memory_records m SET tier = p_target_tier
+    WHERE m.tenant_id = p_record.tenant_id AND m.memory_id = p_record.memory_id
+    RETURNING * INTO v;
+  EXCEPTION WHEN exclusion_violation THEN
+    PERFORM fabric._contradiction();
+  END;
+  PERFORM fabric._set_context('action', NULL);
+  RETURN v;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -192,16 +212,7 @@ BEGIN
         HINT = 'pass p_supersedes only when the key is already live in the target tier';
     END IF;
   END IF;
-  PERFORM fabric._set_context('action', 'promote');
-  BEGIN
-    UPDATE fabric.memory_records m SET tier = p_target_tier
-    WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id
-    RETURNING * INTO v;
-  EXCEPTION WHEN exclusion_violation THEN
-    PERFORM fabric._contradiction();
-  END;
-  PERFORM fabric._set_context('action', NULL);
-  RETURN fabric._record_json(v);
+  RETURN fabric._record_json(fabric._change_tier(v, p_target_tier, 'promote'));
 END $$;
 COMMENT ON FUNCTION fabric_api.promote(uuid, text, uuid, uuid) IS
   'Promote a record to another tier (same memory_id, content and ids). Committer only. '
@@ -218,16 +229,7 @@ DECLARE
   v_committer text := fabric._enter_committer();
   v fabric.memory_records := fabric._enter_record(p_memory_id, v_committer);
 BEGIN
-  PERFORM fabric._set_context('action', 'demote');
-  BEGIN
-    UPDATE fabric.memory_records m SET tier = p_target_tier
-    WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id
-    RETURNING * INTO v;
-  EXCEPTION WHEN exclusion_violation THEN
-    PERFORM fabric._contradiction();
-  END;
-  PERFORM fabric._set_context('action', NULL);
-  RETURN fabric._record_json(v);
+  RETURN fabric._record_json(fabric._change_tier(v, p_target_tier, 'demote'));
 END $$;
 COMMENT ON FUNCTION fabric_api.demote(uuid, text) IS
   'Return a record to a tier it held before. Committer only. '

@@ -10,20 +10,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_agent text;
+  v_agent text := fabric._enter_as('fabric_consolidator',
+                                   'read consolidation candidates or recommend', 'os-agt-011');
 BEGIN
-  PERFORM fabric._reset_context();
-  PERFORM fabric._require_role('fabric_consolidator', 'read consolidation candidates or recommend');
-  v_agent := fabric._caller_agent_id();
-  IF v_agent IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the consolidator login is not a registered agent',
-      HINT = 'register it (e.g. as os-agt-011) with fabric_api.register_agent';
-  END IF;
-  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
-      HINT = 'tenants are created with fabric_api.create_tenant';
-  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   PERFORM fabric._set_context('actor', v_agent);
   RETURN v_agent;

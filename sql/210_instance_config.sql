@@ -17,10 +17,7 @@ DECLARE
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_admin', 'configure business instances');
-  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
-      HINT = 'create it with fabric_api.create_tenant';
-  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
   SELECT pg_catalog.array_agg(a.attname::text) INTO v_settable
   FROM pg_catalog.pg_attribute a
   WHERE a.attrelid = 'fabric.instance_config'::regclass AND a.attnum > 0 AND NOT a.attisdropped

@@ -13,13 +13,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_committer text := fabric._enter_committer();
-  v_tenant text := fabric._tenant_of_record(p_memory_id);
+  v_tenant text := fabric._tenant_of_known_record(p_memory_id);
   v_id uuid;
 BEGIN
-  IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
-      HINT = 'memory ids come from fabric_api.commit';
-  END IF;
   PERFORM fabric._set_context('tenant_id', v_tenant);
   PERFORM fabric._set_context('actor', v_committer);
   v_id := fabric._file_approval(v_tenant, 'erase', p_memory_id, NULL, '{}', p_reason);
@@ -44,10 +40,7 @@ DECLARE
   v_committer text := fabric._enter_committer();
   v_id uuid;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
-      HINT = 'tenants are created with fabric_api.create_tenant';
-  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
   IF p_subject_id IS NULL OR p_subject_id !~ '^[^[:space:][:cntrl:]]{1,200}$' THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'subject_id must be 1-200 printable characters', HINT = 'e.g. user-8842';
@@ -186,11 +179,7 @@ DECLARE
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_projector', 'store embeddings');
-  v_tenant := fabric._tenant_of_record(p_memory_id);
-  IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
-      HINT = 'embeddings are stored for committed records';
-  END IF;
+  v_tenant := fabric._tenant_of_known_record(p_memory_id);
   PERFORM fabric._set_context('tenant_id', v_tenant);
   SELECT * INTO v FROM fabric.memory_records m
   WHERE m.tenant_id = v_tenant AND m.memory_id = p_memory_id FOR SHARE;
@@ -243,13 +232,9 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_tenant text := fabric._tenant_of_record(p_memory_id);
+  v_tenant text := fabric._tenant_of_known_record(p_memory_id);
 BEGIN
   PERFORM fabric._require_role('fabric_auditor', 'verify tombstones');
-  IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
-      HINT = 'tombstones keep their memory_id';
-  END IF;
   PERFORM fabric._enter_audit(v_tenant);
   RETURN (SELECT m.content_hash = fabric.content_hash(p_claimed_content)
           FROM fabric.memory_records m WHERE m.tenant_id = v_tenant AND m.memory_id = p_memory_id);
@@ -266,13 +251,9 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_tenant text := fabric._tenant_of_record(p_memory_id);
+  v_tenant text := fabric._tenant_of_known_record(p_memory_id);
 BEGIN
   PERFORM fabric._require_role('fabric_auditor', 'read erasure receipts');
-  IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
-      HINT = 'tombstones keep their memory_id';
-  END IF;
   PERFORM fabric._enter_audit(v_tenant);
   RETURN (SELECT pg_catalog.jsonb_build_object('memory_id', r.memory_id, 'tenant_id', r.tenant_id,
             'approval_id', r.approval_id, 'erased_at', r.erased_at, 'erased_by', r.erased_by,

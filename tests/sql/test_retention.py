@@ -509,3 +509,48 @@ def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUI
     assert fabric.connect("mf_auditor").execute(
         "SELECT fabric_audit.verify_tombstone(%s, %s)", (rid, Jsonb({"text": canary}))
     ).fetchone() == (True,)
+
+
+# --- the deployment embedder and air-gapped instances --------------------------------------
+
+
+def deploy(fabric: Fabric, settings: dict[str, Any]) -> dict[str, Any]:
+    return call(
+        fabric,
+        "mf_admin",
+        "SELECT fabric_api.configure_deployment(%s)",  # type: ignore[no-any-return]
+        Jsonb(settings),
+    )
+
+
+def test_a_remote_embedder_is_refused_while_an_instance_is_air_gapped(fabric: Fabric) -> None:
+    remote = {
+        "embedder": "http",
+        "embedder_url": "http://gpu.example.com:8080",
+        "embedder_model": "bge-small",
+    }
+    deploy(fabric, remote)  # no air-gapped instance yet
+    with pytest.raises(psycopg.errors.CheckViolation) as caught:  # the instance side refuses
+        configure(fabric, {"deployment_mode": "air-gapped"})
+    assert caught.value.diag.constraint_name == "instance_config_air_gapped_is_local"
+    deploy(fabric, {"embedder_url": "http://127.0.0.1:8080"})
+    configure(fabric, {"deployment_mode": "air-gapped"})
+    with pytest.raises(psycopg.errors.CheckViolation) as caught:  # the deployment side refuses
+        deploy(fabric, remote)
+    assert caught.value.diag.constraint_name == "instance_config_air_gapped_is_local"
+    with fabric.su() as su:
+        row = su.execute("SELECT embedder_url FROM fabric.deployment_settings").fetchone()
+    assert row == ("http://127.0.0.1:8080",)  # nothing half-written
+    configure(fabric, {"local_hosts": ["gpu.example.com"]})
+    assert deploy(fabric, remote)["embedder_url"] == "http://gpu.example.com:8080"
+
+
+def test_deployment_settings_are_validated(fabric: Fabric) -> None:
+    assert sqlstate(lambda: deploy(fabric, {"embedder": "http"})) == "23514"  # needs url+model
+    assert sqlstate(lambda: deploy(fabric, {"recall_max_limit": 5000})) == "23514"
+    assert sqlstate(lambda: deploy(fabric, {"bogus": 1})) == "22023"
+    assert (
+        sqlstate(lambda: call(fabric, "mf_agent_a", "SELECT fabric_api.configure_deployment('{}')"))
+        == "42501"
+    )
+    assert deploy(fabric, {"recall_default_limit": 5})["recall_default_limit"] == 5
