@@ -107,14 +107,16 @@ def run_demo(url: str) -> int:
     step(f"2. the orchestrator opens a run: agent {AGENT} serving user-8842")
     run_id = orchestrator.open_run(TENANT, AGENT, "user-8842", "sess-demo", TOOLS, "15 minutes")
     show("run_id =", str(run_id))
-    events = f"evt-demo-{str(run_id)[:8]}"  # each run is a new conversation with new events
+    conversation = f"evt-demo-{str(run_id)[:8]}"  # a new conversation per run
 
     step("3. the agent proposes two episodes")
     first = agent.propose(
-        episode("Customer asked to be invoiced via Acme Logistics BV (NL).", f"{events}-1"), run_id
+        episode("Customer asked to be invoiced via Acme Logistics BV (NL).", f"{conversation}-1"),
+        run_id,
     )
     second = agent.propose(
-        episode("Customer confirmed Acme Logistics BV as billing entity.", f"{events}-2"), run_id
+        episode("Customer confirmed Acme Logistics BV as billing entity.", f"{conversation}-2"),
+        run_id,
     )
     show("propose →", first)
     show("propose →", second)
@@ -132,7 +134,7 @@ def run_demo(url: str) -> int:
 
     step("5. a semantic assertion derived from the episodes; one rejected, one refused")
     assertion = {
-        **episode("Primary billing entity is Acme Logistics BV (NL).", f"{events}-3"),
+        **episode("Primary billing entity is Acme Logistics BV (NL).", f"{conversation}-3"),
         "tier": "semantic",
         "derived_from": [str(i) for i in episode_ids],
         "confidence": 0.94,
