@@ -2,6 +2,7 @@
 -- session and agent ids are destroyed in the record, its proposal(s), the search text, the
 -- stored embeddings and every derived table; the tombstone keeps memory_id, tier, tenant,
 -- content_hash, provenance, derived_from, validity interval, approval and erasure time.
+-- A data subject's erasure also withdraws the subject's uncommitted proposals.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.request_erasure: file an erasure approval for one record.
@@ -183,8 +184,8 @@ BEGIN
       'fabric.memory_embeddings', 'fabric.runs', 'fabric.temporal_summaries'));
 END $$;
 COMMENT ON FUNCTION fabric_api.erase(uuid) IS
-  'Execute an approved erasure, leaving tombstones; then VACUUM the returned tables. '
-  'Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
+  'Execute an approved erasure, leaving tombstones (a subject''s uncommitted proposals are '
+  'withdrawn); then VACUUM the returned tables. Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.store_embedding: the only way an embedding is written. A tombstoned or
