@@ -174,6 +174,50 @@ def test_a_transient_failure_leaves_the_proposal_validated_for_the_next_drain(
     assert again is not None and again[0] == {"committed": 1, "rejected": 0, "retry": 0}
 
 
+def test_a_timed_out_drain_stops_and_keeps_what_it_committed(fabric: Fabric) -> None:
+    good = propose(fabric, fabric.open_run(), "fine")
+    run_g = fabric.open_run("glx-agt-001", "globex")
+    later = fabric.propose("mf_agent_g", glx("waits for a lock"), run_g)["proposal_id"]
+    holder = fabric.connect(None, autocommit=False)
+    holder.execute("SELECT 1 FROM fabric.tenants WHERE tenant_id = 'globex' FOR UPDATE")
+    committer = fabric.connect("mf_committer")
+    committer.execute("SET statement_timeout = '1s'")
+    drained = committer.execute("SELECT fabric_api.commit_pending(100)").fetchone()
+    holder.rollback()
+    assert drained is not None and drained[0] == {"committed": 1, "rejected": 0, "retry": 1}
+    assert status(fabric, good)[0] == "committed"
+    assert status(fabric, later) == ("validated", None, False)
+
+
+@pytest.mark.parametrize(
+    ("state", "kind"),
+    [
+        ("22023", "rejected"),
+        ("22P02", "rejected"),
+        ("23502", "rejected"),
+        ("23P01", "rejected"),
+        ("MF001", "rejected"),
+        ("MF005", "rejected"),
+        ("P0001", "rejected"),
+        ("40001", "retry"),
+        ("40P01", "retry"),
+        ("55P03", "retry"),
+        ("57014", "retry"),
+        ("53100", "retry"),
+        ("53200", "retry"),
+        ("42501", None),
+        ("55000", None),
+        ("P0002", None),
+        ("XX000", None),
+    ],
+)
+def test_a_commit_failure_is_rejected_retried_or_a_fault_by_its_sqlstate(
+    fabric: Fabric, state: str, kind: str | None
+) -> None:
+    row = fabric.su().execute("SELECT fabric._commit_failure_kind(%s)", (state,)).fetchone()
+    assert row == (kind,)
+
+
 def test_the_commit_worker_reports_a_refused_drain_and_keeps_running(fabric: Fabric) -> None:
     waiting = propose(fabric, fabric.open_run(), "acme's proposal")
     su = fabric.su()
