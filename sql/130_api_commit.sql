@@ -48,6 +48,48 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._committer_enabled_in: tenant enablement binds committers too. Enters the tenant
+-- (fabric.tenant_id) and says whether the committer's agent is enabled there (an
+-- enablement with no tools suffices). With p_refuse, a committer that is not is refused
+-- (42501); every committer action calls this before it writes anything in a tenant.
+CREATE OR REPLACE FUNCTION fabric._committer_enabled_in(p_tenant_id text, p_committer text,
+                                                        p_refuse boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  IF EXISTS (SELECT 1 FROM fabric.tenant_agents e
+             WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_committer) THEN
+    RETURN true;
+  END IF;
+  IF p_refuse THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'the committer is not enabled in this tenant; a committer acts only in '
+                'tenants where its agent is enabled',
+      HINT = 'an admin enables the committer agent in the tenant: '
+             'fabric_api.enable_agent(tenant_id, committer_agent_id, ''{}'')';
+  END IF;
+  RETURN false;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._record_json_now: the record as a fresh read returns it, for an API that has just
+-- written it. VOLATILE, so it sees every write of the transaction so far (lineage rows,
+-- the successor's supersedes, triggers' changes), even those of the calling expression,
+-- which a STABLE function called in the same statement would not.
+CREATE OR REPLACE FUNCTION fabric._record_json_now(p_tenant_id text, p_memory_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN (SELECT fabric._record_json(m) FROM fabric.memory_records m
+          WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_memory_id);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._commit_locked: form the record of a proposal already locked FOR UPDATE.
 DROP FUNCTION IF EXISTS fabric._commit_locked(fabric.proposals, text);   -- older signature
 CREATE OR REPLACE FUNCTION fabric._commit_locked(p_proposal fabric.proposals, p_committer text,
@@ -98,12 +140,13 @@ DECLARE
   v_committer text := fabric._enter_committer();
   v_tenant text := fabric._tenant_of_proposal(p_proposal_id);
   v_proposal fabric.proposals;
+  v_record fabric.memory_records;
 BEGIN
   IF v_tenant IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown proposal',
       HINT = 'proposal ids come from fabric_api.propose';
   END IF;
-  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   SELECT * INTO v_proposal FROM fabric.proposals p
   WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id
   FOR UPDATE;
@@ -114,18 +157,40 @@ BEGIN
       HINT = 'a proposal commits once; rejected proposals never do';
   END IF;
   BEGIN
-    RETURN fabric._record_json(fabric._commit_locked(v_proposal, v_committer));
+    v_record := fabric._commit_locked(v_proposal, v_committer);
   EXCEPTION WHEN exclusion_violation THEN
     PERFORM fabric._contradiction();
   END;
+  RETURN fabric._record_json_now(v_tenant, v_record.memory_id);
 END $$;
 COMMENT ON FUNCTION fabric_api.commit(uuid) IS
   'Commit a validated proposal into a raw record; returns the record envelope. Committer only. '
   'Example: SELECT fabric_api.commit(''<proposal_id>'');';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.commit_pending: drain validated proposals, tenant by tenant, skipping rows
--- another committer holds; a proposal that breaks a rule at commit is rejected, not lost.
+-- fabric._commit_failure_kind: what a drain does with a proposal whose commit failed.
+-- 'rejected': the proposal itself breaks a rule (data exception 22, integrity 23, the
+-- fabric's MFxxx, a plain RAISE P0001) and never will commit; 'retry': a transient
+-- condition (serialization failure, deadlock, lock not available, cancel or timeout,
+-- insufficient resources 53) that the next drain retries; NULL: a fault of the fabric or
+-- the server, not of the proposal, which aborts the drain.
+CREATE OR REPLACE FUNCTION fabric._commit_failure_kind(p_sqlstate text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN pg_catalog.left(p_sqlstate, 2) IN ('22', '23', 'MF') OR p_sqlstate = 'P0001'
+              THEN 'rejected'
+              WHEN p_sqlstate IN ('40001', '40P01', '55P03', '57014')
+                OR pg_catalog.left(p_sqlstate, 2) = '53'
+              THEN 'retry' END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.commit_pending: drain validated proposals of the tenants the committer is
+-- enabled in, tenant by tenant, skipping rows another committer holds. One proposal never
+-- aborts the drain: one that breaks a rule at commit is rejected (with its event), one
+-- that meets a transient failure stays validated for the next drain (counted as retry).
 CREATE OR REPLACE FUNCTION fabric_api.commit_pending(p_limit integer DEFAULT 100)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -137,42 +202,61 @@ DECLARE
   v_proposal fabric.proposals;
   v_committed integer := 0;
   v_rejected integer := 0;
+  v_retry integer := 0;
+  v_cancelled boolean := false;
+  v_state text;
   v_reason text;
 BEGIN
   IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'limit must be between 1 and 10000', HINT = 'the default is 100';
   END IF;
+  <<tenants>>
   FOR v_tenant IN SELECT t FROM fabric._tenants_with_validated_proposals() t ORDER BY t LOOP
     PERFORM fabric._reset_context();
-    PERFORM fabric._set_context('tenant_id', v_tenant);
+    CONTINUE WHEN NOT fabric._committer_enabled_in(v_tenant, v_committer, false);
+    PERFORM fabric._set_context('actor', v_committer);
     FOR v_proposal IN
       SELECT * FROM fabric.proposals p
       WHERE p.tenant_id = v_tenant AND p.status = 'validated'
       ORDER BY p.proposed_at, p.proposal_id
-      LIMIT p_limit - v_committed - v_rejected
+      LIMIT p_limit - v_committed - v_rejected - v_retry
       FOR UPDATE SKIP LOCKED
     LOOP
       BEGIN
         PERFORM fabric._commit_locked(v_proposal, v_committer);
         v_committed := v_committed + 1;
-      EXCEPTION WHEN check_violation OR foreign_key_violation OR exclusion_violation
-                     OR unique_violation OR SQLSTATE 'MF001' OR SQLSTATE 'MF002' THEN
-        v_reason := pg_catalog.format('refused at commit (SQLSTATE %s)', SQLSTATE);
-        UPDATE fabric.proposals p SET status = 'rejected', reason = v_reason,
-                                      decided_at = pg_catalog.now()
-        WHERE p.tenant_id = v_tenant AND p.proposal_id = v_proposal.proposal_id;
-        PERFORM fabric._emit('memory.proposal.rejected', v_tenant, v_proposal.correlation_id,
-          v_proposal.causation_id, NULL, v_proposal.proposal_id,
-          pg_catalog.jsonb_build_object('reason', v_reason, 'sqlstate', SQLSTATE));
-        v_rejected := v_rejected + 1;
+      EXCEPTION
+        WHEN query_canceled THEN           -- a cancel or timeout stops the drain, keeping its work
+          v_retry := v_retry + 1;
+          v_cancelled := true;
+        WHEN OTHERS THEN
+          v_state := SQLSTATE;
+          CASE fabric._commit_failure_kind(v_state)
+            WHEN 'rejected' THEN
+              v_reason := pg_catalog.format('refused at commit (%s)', v_state);
+              UPDATE fabric.proposals p SET status = 'rejected', reason = v_reason,
+                                            decided_at = pg_catalog.now()
+              WHERE p.tenant_id = v_tenant AND p.proposal_id = v_proposal.proposal_id;
+              PERFORM fabric._emit('memory.proposal.rejected', v_tenant, v_proposal.correlation_id,
+                v_proposal.causation_id, NULL, v_proposal.proposal_id,
+                pg_catalog.jsonb_build_object('reason', v_reason, 'sqlstate', v_state));
+              v_rejected := v_rejected + 1;
+            WHEN 'retry' THEN
+              v_retry := v_retry + 1;
+            ELSE
+              RAISE;
+          END CASE;
       END;
+      EXIT tenants WHEN v_cancelled;
     END LOOP;
-    EXIT WHEN v_committed + v_rejected >= p_limit;
+    EXIT WHEN v_committed + v_rejected + v_retry >= p_limit;
   END LOOP;
   PERFORM fabric._reset_context();
-  RETURN pg_catalog.jsonb_build_object('committed', v_committed, 'rejected', v_rejected);
+  RETURN pg_catalog.jsonb_build_object('committed', v_committed, 'rejected', v_rejected,
+                                       'retry', v_retry);
 END $$;
 COMMENT ON FUNCTION fabric_api.commit_pending(integer) IS
-  'Commit up to p_limit validated proposals across tenants (SKIP LOCKED; safe to run '
-  'concurrently). Committer only. Example: SELECT fabric_api.commit_pending(100);';
+  'Commit up to p_limit validated proposals in the tenants the committer is enabled in '
+  '(SKIP LOCKED; safe to run concurrently); answers {"committed", "rejected", "retry"}. '
+  'Committer only. Example: SELECT fabric_api.commit_pending(100);';

@@ -109,6 +109,7 @@ DECLARE
   v_committer text := fabric._enter_committer();
   v_tenant text := fabric._tenant_of_known_record(p_memory_id);
 BEGIN
+  PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   IF p_action IS NULL OR p_action NOT IN ('promote', 'supersede', 'erase') THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'action must be promote, supersede or erase',

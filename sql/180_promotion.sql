@@ -91,7 +91,7 @@ DECLARE
   v_tenant text := fabric._tenant_of_known_record(p_memory_id);
   v fabric.memory_records;
 BEGIN
-  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._committer_enabled_in(v_tenant, p_committer);
   PERFORM fabric._set_context('actor', p_committer);
   SELECT * INTO v FROM fabric.memory_records m
   WHERE m.tenant_id = v_tenant AND m.memory_id = p_memory_id FOR UPDATE;
@@ -212,7 +212,8 @@ BEGIN
         HINT = 'pass p_supersedes only when the key is already live in the target tier';
     END IF;
   END IF;
-  RETURN fabric._record_json(fabric._change_tier(v, p_target_tier, 'promote'));
+  PERFORM fabric._change_tier(v, p_target_tier, 'promote');
+  RETURN fabric._record_json_now(v.tenant_id, v.memory_id);
 END $$;
 COMMENT ON FUNCTION fabric_api.promote(uuid, text, uuid, uuid) IS
   'Promote a record to another tier (same memory_id, content and ids). Committer only. '
@@ -229,7 +230,8 @@ DECLARE
   v_committer text := fabric._enter_committer();
   v fabric.memory_records := fabric._enter_record(p_memory_id, v_committer);
 BEGIN
-  RETURN fabric._record_json(fabric._change_tier(v, p_target_tier, 'demote'));
+  PERFORM fabric._change_tier(v, p_target_tier, 'demote');
+  RETURN fabric._record_json_now(v.tenant_id, v.memory_id);
 END $$;
 COMMENT ON FUNCTION fabric_api.demote(uuid, text) IS
   'Return a record to a tier it held before. Committer only. '

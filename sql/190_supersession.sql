@@ -94,7 +94,8 @@ BEGIN
   END IF;
   PERFORM fabric._close_for_successor(v_old, v_new.valid_from);
   BEGIN
-    RETURN fabric._record_json(fabric._commit_locked(v_new, v_committer, v_old.memory_id));
+    RETURN fabric._record_json_now(v_old.tenant_id,
+      (fabric._commit_locked(v_new, v_committer, v_old.memory_id)).memory_id);
   EXCEPTION WHEN exclusion_violation THEN
     PERFORM fabric._contradiction();
   END;

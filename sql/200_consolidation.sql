@@ -213,7 +213,7 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown recommendation',
       HINT = 'recommendation ids come from fabric_api.recommend';
   END IF;
-  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   PERFORM fabric._set_context('actor', v_committer);
   SELECT * INTO v_rec FROM fabric.recommendations r
   WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id FOR UPDATE;
@@ -297,7 +297,7 @@ BEGIN
          memory_id = v_record.memory_id
   WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id;
   RETURN pg_catalog.jsonb_build_object('recommendation_id', p_recommendation_id,
-    'status', 'committed', 'record', fabric._record_json(v_record));
+    'status', 'committed', 'record', fabric._record_json_now(v_tenant, v_record.memory_id));
 END $$;
 COMMENT ON FUNCTION fabric_api.commit_recommendation(uuid, uuid) IS
   'Commit a recommendation: form the consolidated/reflected/distilled record, or run the '

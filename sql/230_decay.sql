@@ -61,7 +61,7 @@ BEGIN
   END IF;
   FOR v_tenant IN SELECT t FROM fabric._tenants_with_records() t LOOP
     PERFORM fabric._reset_context();
-    PERFORM fabric._set_context('tenant_id', v_tenant);
+    CONTINUE WHEN NOT fabric._committer_enabled_in(v_tenant, v_committer, false);
     PERFORM fabric._set_context('actor', v_committer);
 
     -- 1. Operational window closure: summarise, then remove content, set valid_until, expire.

@@ -2,6 +2,7 @@
 -- session and agent ids are destroyed in the record, its proposal(s), the search text, the
 -- stored embeddings and every derived table; the tombstone keeps memory_id, tier, tenant,
 -- content_hash, provenance, derived_from, validity interval, approval and erasure time.
+-- A data subject's erasure also withdraws the subject's uncommitted proposals.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.request_erasure: file an erasure approval for one record.
@@ -16,7 +17,7 @@ DECLARE
   v_tenant text := fabric._tenant_of_known_record(p_memory_id);
   v_id uuid;
 BEGIN
-  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   PERFORM fabric._set_context('actor', v_committer);
   v_id := fabric._file_approval(v_tenant, 'erase', p_memory_id, NULL, '{}', p_reason);
   UPDATE fabric.approvals a SET legal_erasure = coalesce(p_legal_erasure, false)
@@ -41,6 +42,7 @@ DECLARE
   v_id uuid;
 BEGIN
   PERFORM fabric._require_tenant(p_tenant_id);
+  PERFORM fabric._committer_enabled_in(p_tenant_id, v_committer);
   IF p_subject_id IS NULL OR p_subject_id !~ '^[^[:space:][:cntrl:]]{1,200}$' THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'subject_id must be 1-200 printable characters', HINT = 'e.g. user-8842';
@@ -120,12 +122,14 @@ DECLARE
   v_approval fabric.approvals;
   v_record fabric.memory_records;
   v_erased uuid[] := '{}';
+  v_proposal record;
   v_proposals integer := 0;
+  v_withdrawn integer := 0;
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._refuse_approval('no such approval');
   END IF;
-  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   PERFORM fabric._set_context('actor', v_committer);
   SELECT * INTO v_approval FROM fabric.approvals a
   WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id;
@@ -134,6 +138,27 @@ BEGIN
   END IF;
   v_approval := fabric._consume_approval(v_tenant, p_approval_id, v_approval.action,
                                          v_approval.memory_id, v_approval.subject_id);
+  IF v_approval.action = 'erase_subject' THEN
+    -- The subject's proposals first: uncommitted ones are withdrawn (terminal, with their
+    -- event), so no drain ever tries to commit a scrubbed proposal; a committer holding one
+    -- is waited for, and the record it formed is erased by the loop below.
+    FOR v_proposal IN
+      UPDATE fabric.proposals p
+      SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL,
+          status = CASE WHEN p.status = 'validated' THEN 'withdrawn' ELSE p.status END,
+          decided_at = CASE WHEN p.status = 'validated' THEN pg_catalog.now() ELSE p.decided_at END
+      WHERE p.tenant_id = v_tenant AND p.subject_id = v_approval.subject_id
+      RETURNING p.proposal_id, p.status, p.correlation_id, p.causation_id
+    LOOP
+      v_proposals := v_proposals + 1;
+      CONTINUE WHEN v_proposal.status <> 'withdrawn';
+      v_withdrawn := v_withdrawn + 1;
+      PERFORM fabric._emit('memory.proposal.withdrawn', v_tenant, v_proposal.correlation_id,
+        v_proposal.causation_id, NULL, v_proposal.proposal_id,
+        pg_catalog.jsonb_build_object('approval_id', p_approval_id,
+                                      'reason', 'the data subject was erased'));
+    END LOOP;
+  END IF;
   FOR v_record IN
     SELECT * FROM fabric.memory_records m
     WHERE m.tenant_id = v_tenant AND m.consolidation_state <> 'tombstoned'
@@ -147,9 +172,6 @@ BEGIN
     v_erased := v_erased || v_record.memory_id;
   END LOOP;
   IF v_approval.action = 'erase_subject' THEN
-    UPDATE fabric.proposals p SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL
-    WHERE p.tenant_id = v_tenant AND p.subject_id = v_approval.subject_id;
-    GET DIAGNOSTICS v_proposals = ROW_COUNT;
     UPDATE fabric.runs r SET subject_id = NULL
     WHERE r.tenant_id = v_tenant AND r.subject_id = v_approval.subject_id;
     UPDATE fabric.temporal_summaries s SET subject_id = NULL
@@ -157,12 +179,13 @@ BEGIN
   END IF;
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'action', v_approval.action,
     'erased', pg_catalog.to_jsonb(v_erased), 'proposals_scrubbed', v_proposals,
+    'proposals_withdrawn', v_withdrawn,
     'vacuum', pg_catalog.jsonb_build_array('fabric.memory_records', 'fabric.proposals',
       'fabric.memory_embeddings', 'fabric.runs', 'fabric.temporal_summaries'));
 END $$;
 COMMENT ON FUNCTION fabric_api.erase(uuid) IS
-  'Execute an approved erasure, leaving tombstones; then VACUUM the returned tables. '
-  'Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
+  'Execute an approved erasure, leaving tombstones (a subject''s uncommitted proposals are '
+  'withdrawn); then VACUUM the returned tables. Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.store_embedding: the only way an embedding is written. A tombstoned or
@@ -216,13 +239,86 @@ AS $$
 BEGIN
   PERFORM fabric._enter_consolidator(p_tenant_id);
   RETURN (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'memory_id', f.memory_id, 'tombstoned_source', f.tombstoned_source,
+            'flag_id', f.flag_id, 'memory_id', f.memory_id, 'tombstoned_source', f.tombstoned_source,
             'flagged_at', f.flagged_at) ORDER BY f.flagged_at, f.memory_id), '[]')
           FROM fabric.review_flags f WHERE f.tenant_id = p_tenant_id AND f.resolved_at IS NULL);
 END $$;
 COMMENT ON FUNCTION fabric_api.review_queue(text) IS
-  'Records derived from tombstoned records, flagged for review (not cascaded). Consolidator '
-  'only. Example: SELECT fabric_api.review_queue(''acme'');';
+  'Open review flags: records derived from tombstoned records (not cascaded); resolve '
+  'each with fabric_api.resolve_review_flag. Consolidator only. Example: SELECT fabric_api.review_queue(''acme'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._tenant_of_review_flag: which tenant a review flag belongs to (content-free lookup).
+SET LOCAL ROLE fabric_lookup;
+CREATE OR REPLACE FUNCTION fabric._tenant_of_review_flag(p_flag_id uuid)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT f.tenant_id FROM fabric.review_flags f WHERE f.flag_id = p_flag_id $$;
+REVOKE ALL ON FUNCTION fabric._tenant_of_review_flag(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._tenant_of_review_flag(uuid) TO fabric_owner;
+SET LOCAL ROLE fabric_owner;
+GRANT SELECT (tenant_id, flag_id) ON fabric.review_flags TO fabric_lookup;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.resolve_review_flag: os-agt-011 judges a record derived from a tombstoned
+-- one, once: keep it, or request its erasure (an erase approval that policy decides and
+-- the committer executes). The resolution is recorded on the flag and in an event, and
+-- the flag leaves the review queue.
+CREATE OR REPLACE FUNCTION fabric_api.resolve_review_flag(p_flag_id uuid, p_decision text,
+                                                          p_reason text)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_agent text;
+  v_flag fabric.review_flags;
+  v_approval uuid;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_consolidator', 'resolve review flags');
+  IF p_decision IS NULL OR p_decision NOT IN ('keep', 'request_erasure') THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'decision must be keep or request_erasure',
+      HINT = 'keep the derived record, or request_erasure to file an erasure approval for it';
+  END IF;
+  IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a resolution needs a reason of 1-1000 characters',
+      HINT = 'say why the derived record is kept or should be erased';
+  END IF;
+  v_tenant := fabric._tenant_of_review_flag(p_flag_id);
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown review flag',
+      HINT = 'flag ids come from fabric_api.review_queue';
+  END IF;
+  v_agent := fabric._enter_consolidator(v_tenant);
+  SELECT * INTO v_flag FROM fabric.review_flags f
+  WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id FOR UPDATE;
+  IF v_flag.resolved_at IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = 'the review flag is already resolved',
+      HINT = 'a resolution is final; fabric_api.review_queue lists the open flags';
+  END IF;
+  IF p_decision = 'request_erasure' THEN
+    v_approval := fabric._file_approval(v_tenant, 'erase', v_flag.memory_id, NULL, '{}', p_reason);
+  END IF;
+  UPDATE fabric.review_flags f
+  SET resolved_at = pg_catalog.now(), resolution = p_decision, resolved_by = v_agent,
+      resolution_reason = p_reason
+  WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id;
+  PERFORM fabric._emit('memory.review_flag.resolved', v_tenant, NULL, NULL, v_flag.memory_id, NULL,
+    pg_catalog.jsonb_build_object('flag_id', p_flag_id, 'tombstoned_source', v_flag.tombstoned_source,
+                                  'decision', p_decision, 'approval_id', v_approval));
+  RETURN pg_catalog.jsonb_build_object('flag_id', p_flag_id, 'memory_id', v_flag.memory_id,
+    'decision', p_decision, 'approval_id', v_approval);
+END $$;
+COMMENT ON FUNCTION fabric_api.resolve_review_flag(uuid, text, text) IS
+  'Resolve a review flag once: keep the derived record or request its erasure (files an '
+  'erase approval). Consolidator only. Example: SELECT fabric_api.resolve_review_flag('
+  '''<flag_id>'', ''keep'', ''the summary holds nothing of the erased source'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_audit.verify_tombstone: does a claimed content match the record's content hash?

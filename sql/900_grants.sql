@@ -56,7 +56,8 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.start_workflow_run(text, text),
   fabric_api.consolidation_candidates(text, uuid, text, integer),
   fabric_api.recommend(jsonb),
-  fabric_api.review_queue(text)
+  fabric_api.review_queue(text),
+  fabric_api.resolve_review_flag(uuid, text, text)
   TO fabric_consolidator;
 GRANT EXECUTE ON FUNCTION
   fabric_audit.records_as_of(text, timestamptz, timestamptz),

@@ -1,7 +1,9 @@
 """`make demo`: the governed write path, narrated, on the embedded local server.
 
-Each identity connects with its own login: an admin, an orchestrator, an agent
-(com-agt-003) and the committer (os-agt-010). The superuser only creates the logins.
+Each identity connects with its own login: an admin, an orchestrator, an agent and a
+committer. The demo keeps to its own tenant, agent ids and logins, so it can run again, on
+a database that serves other tenants, without touching them. The superuser only creates
+the logins.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from memfabric.errors import FabricError
 
 console = Console(highlight=False, width=110)
 
+TENANT = "acme-demo"
+AGENT = "demo-agt-003"  # the demo's own ids: a shared database keeps its real agents
+COMMITTER = "demo-os-agt-010"
 LOGINS = {
     "mf_demo_admin": "fabric_admin",
     "mf_demo_orchestrator": "fabric_orchestrator",
-    "os_agt_010": "fabric_committer",
-    "os_agt_002": "fabric_policy",
+    "mf_demo_committer": "fabric_committer",
+    "mf_demo_policy": "fabric_policy",
     "mf_demo_auditor": "fabric_auditor",
-    "memfabric_projector": "fabric_projector",
-    "com_agt_003": None,
+    "memfabric_projector": "fabric_projector",  # the login `memfabric serve` uses
+    "mf_demo_agent": None,
 }
 AGENT_PROFILE = {
     "propose_scope": {"tiers": ["episodic", "semantic"], "visibility": ["subject", "tenant"]},
@@ -51,7 +56,7 @@ def show(label: str, value: Any) -> None:
 def episode(text: str, source_event: str) -> dict[str, Any]:
     return {
         "tier": "episodic",
-        "scope": {"tenant_id": "acme", "visibility": "subject"},
+        "scope": {"tenant_id": TENANT, "visibility": "subject"},
         "content": {"text": text},
         "provenance": {
             "source_event_id": source_event,
@@ -83,42 +88,40 @@ def run_demo(url: str) -> int:
 
     admin = FabricClient(db.url_for(url, "mf_demo_admin"))
     orchestrator = FabricClient(db.url_for(url, "mf_demo_orchestrator"))
-    agent = FabricClient(db.url_for(url, "com_agt_003"))
-    committer = FabricClient(db.url_for(url, "os_agt_010"))
+    agent = FabricClient(db.url_for(url, "mf_demo_agent"))
+    committer = FabricClient(db.url_for(url, "mf_demo_committer"))
 
-    step("1. the admin creates tenant acme and registers the agents")
-    show("create_tenant →", admin.create_tenant("acme"))
-    show(
-        "register_agent →", admin.register_agent("com-agt-003", "com_agt_003", AGENT_PROFILE, TOOLS)
-    )
-    show("register_agent →", admin.register_agent("os-agt-010", "os_agt_010", {}, []))
-    show("enable_agent →", admin.enable_agent("acme", "com-agt-003", TOOLS))
-    show("enable_agent →", admin.enable_agent("acme", "os-agt-010", []))
+    step(f"1. the admin creates tenant {TENANT} and registers the agents")
+    show("create_tenant →", admin.create_tenant(TENANT))
+    show("register_agent →", admin.register_agent(AGENT, "mf_demo_agent", AGENT_PROFILE, TOOLS))
+    show("register_agent →", admin.register_agent(COMMITTER, "mf_demo_committer", {}, []))
+    show("enable_agent →", admin.enable_agent(TENANT, AGENT, TOOLS))
+    say("the committer commits only in tenants where it is enabled (no tools needed):")
+    show("enable_agent →", admin.enable_agent(TENANT, COMMITTER, []))
     say("trying to allow tool:audit-lineage (backed by os-agt-008) to the agent:")
     try:
-        admin.register_agent(
-            "com-agt-003", "com_agt_003", AGENT_PROFILE, [*TOOLS, "tool:audit-lineage"]
-        )
+        admin.register_agent(AGENT, "mf_demo_agent", AGENT_PROFILE, [*TOOLS, "tool:audit-lineage"])
     except FabricError as exc:
         say(f"[red]refused[/red] {exc.sqlstate}: {exc}")
 
-    step("2. the orchestrator opens a run: agent com-agt-003 serving user-8842")
-    run_id = orchestrator.open_run(
-        "acme", "com-agt-003", "user-8842", "sess-demo", TOOLS, "15 minutes"
-    )
+    step(f"2. the orchestrator opens a run: agent {AGENT} serving user-8842")
+    run_id = orchestrator.open_run(TENANT, AGENT, "user-8842", "sess-demo", TOOLS, "15 minutes")
     show("run_id =", str(run_id))
+    conversation = f"evt-demo-{str(run_id)[:8]}"  # a new conversation per run
 
     step("3. the agent proposes two episodes")
     first = agent.propose(
-        episode("Customer asked to be invoiced via Acme Logistics BV (NL).", "evt-demo-1"), run_id
+        episode("Customer asked to be invoiced via Acme Logistics BV (NL).", f"{conversation}-1"),
+        run_id,
     )
     second = agent.propose(
-        episode("Customer confirmed Acme Logistics BV as billing entity.", "evt-demo-2"), run_id
+        episode("Customer confirmed Acme Logistics BV as billing entity.", f"{conversation}-2"),
+        run_id,
     )
     show("propose →", first)
     show("propose →", second)
 
-    step("4. the committer (os-agt-010) drains validated proposals")
+    step(f"4. the committer ({COMMITTER}) drains validated proposals of its tenants")
     show("commit_pending →", committer.commit_pending(100))
     with psycopg.connect(url, autocommit=True) as conn:
         episode_ids = [
@@ -131,7 +134,7 @@ def run_demo(url: str) -> int:
 
     step("5. a semantic assertion derived from the episodes; one rejected, one refused")
     assertion = {
-        **episode("Primary billing entity is Acme Logistics BV (NL).", "evt-demo-3"),
+        **episode("Primary billing entity is Acme Logistics BV (NL).", f"{conversation}-3"),
         "tier": "semantic",
         "derived_from": [str(i) for i in episode_ids],
         "confidence": 0.94,
@@ -146,7 +149,7 @@ def run_demo(url: str) -> int:
         agent.propose(
             {
                 **assertion,
-                "scope": {"tenant_id": "acme", "subject_id": "user-9999", "visibility": "subject"},
+                "scope": {"tenant_id": TENANT, "subject_id": "user-9999", "visibility": "subject"},
             },
             run_id,
         )
@@ -215,7 +218,7 @@ def run_demo(url: str) -> int:
     )
 
     step("9. a contradiction is resolved by supersession, never by deletion")
-    policy = FabricClient(db.url_for(url, "os_agt_002"))
+    policy = FabricClient(db.url_for(url, "mf_demo_policy"))
     newer = agent.propose(
         {
             **assertion,
@@ -233,7 +236,7 @@ def run_demo(url: str) -> int:
     step("10. forgetting is an approved action that leaves a tombstone")
     erasure = committer.request_erasure(episode_ids[0], "demo: right to erasure")
     policy.decide_approval(erasure["approval_id"], "approved", "verified request")
-    with psycopg.connect(db.url_for(url, "os_agt_010"), autocommit=True) as conn:
+    with psycopg.connect(db.url_for(url, "mf_demo_committer"), autocommit=True) as conn:
         from memfabric.worker import erase
 
         erased = erase(conn, erasure["approval_id"])
@@ -243,8 +246,8 @@ def run_demo(url: str) -> int:
     with psycopg.connect(db.url_for(url, "mf_demo_auditor"), autocommit=True) as conn:
         for row in conn.execute(
             "SELECT direction, depth, memory_id, consolidation_state "
-            "FROM fabric_audit.lineage('acme', %s)",
-            (successor["memory_id"],),
+            "FROM fabric_audit.lineage(%s, %s)",
+            (TENANT, successor["memory_id"]),
         ):
             say(f"lineage: {row[0]} depth {row[1]} {str(row[2])[:8]}… {row[3]}")
         receipt = conn.execute(
@@ -253,9 +256,9 @@ def run_demo(url: str) -> int:
         say(f"erasure receipt: destroyed {receipt[0]['destroyed']['record'] if receipt else '?'}")
         for row in conn.execute(
             "SELECT status, agent_id, jsonb_array_length(memory_ids) "
-            "FROM fabric_audit.recalls('acme', now() - interval '1 hour', "
+            "FROM fabric_audit.recalls(%s, now() - interval '1 hour', "
             "now() + interval '1 minute') WHERE run_id = %s",
-            (run_id,),
+            (TENANT, run_id),
         ):
             say(f"recall audit: {row[0]} by {row[1]}, {row[2]} records returned")
 

@@ -14,14 +14,17 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from memfabric.errors import mapped
+from memfabric.errors import FabricError, mapped
 
 Progress = Callable[[str], None]
 
 
-def drain_once(conn: psycopg.Connection[tuple[object, ...]], batch: int = 100) -> tuple[int, int]:
-    """Commit validated proposals until none is left; returns (committed, rejected)."""
-    committed = rejected = 0
+def drain_once(
+    conn: psycopg.Connection[tuple[object, ...]], batch: int = 100
+) -> tuple[int, int, int]:
+    """Commit validated proposals until none is left (or only transient failures remain);
+    returns (committed, rejected, retry)."""
+    committed = rejected = retry = 0
     while True:
         with mapped():
             row = conn.execute("SELECT fabric_api.commit_pending(%s)", (batch,)).fetchone()
@@ -29,8 +32,13 @@ def drain_once(conn: psycopg.Connection[tuple[object, ...]], batch: int = 100) -
         result: dict[str, int] = row[0]  # type: ignore[assignment]
         committed += result["committed"]
         rejected += result["rejected"]
+        retry += result.get("retry", 0)
         if result["committed"] + result["rejected"] < batch:
-            return committed, rejected
+            return committed, rejected, retry
+
+
+def _delay(backoff: float) -> float:
+    return min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter only
 
 
 def run_committer(
@@ -42,7 +50,9 @@ def run_committer(
     progress: Progress = print,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[int, int]:
-    """Run until stopped (or one drain with once=True); returns the totals."""
+    """Run until stopped (or one drain with once=True); returns the totals (committed,
+    rejected). A drain the database refuses is reported and retried with backoff: the
+    worker never exits on it unless once=True."""
     totals = [0, 0]
     backoff = 0.5
     while not should_stop():
@@ -50,18 +60,31 @@ def run_committer(
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 backoff = 0.5
                 while not should_stop():
-                    committed, rejected = drain_once(conn, batch)
+                    try:
+                        committed, rejected, retry = drain_once(conn, batch)
+                    except FabricError as exc:
+                        if once:
+                            raise
+                        delay = _delay(backoff)
+                        progress(f"drain refused: {exc} ({exc.sqlstate}); retrying in {delay:.1f}s")
+                        time.sleep(delay)
+                        backoff *= 2
+                        continue
+                    backoff = 0.5
                     totals[0] += committed
                     totals[1] += rejected
-                    if committed or rejected:
-                        progress(f"committed {committed}, rejected at commit {rejected}")
+                    if committed or rejected or retry:
+                        progress(
+                            f"committed {committed}, rejected at commit {rejected}, "
+                            f"left for retry {retry}"
+                        )
                     if once:
                         return totals[0], totals[1]
                     time.sleep(poll_seconds)
         except psycopg.OperationalError as exc:
             if once:
                 raise
-            delay = min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter only
+            delay = _delay(backoff)
             progress(f"connection lost ({exc.sqlstate or 'no sqlstate'}); retrying in {delay:.1f}s")
             time.sleep(delay)
             backoff *= 2

@@ -412,7 +412,7 @@ def test_contradicting_commit_fails_with_a_hint_and_no_values(
     assert "supersede" in (diag.message_hint or "")
     assert diag.message_detail is None and "Globex" not in str(caught.value)
     rejected = call(fabric, "mf_committer", "SELECT fabric_api.commit_pending(10)")
-    assert rejected == {"committed": 0, "rejected": 1}
+    assert rejected == {"committed": 0, "rejected": 1, "retry": 0}
 
 
 def test_supersession_closes_the_old_record_then_commits_the_successor(
