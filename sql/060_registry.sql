@@ -1,5 +1,7 @@
 -- The registry: agents, their memory profiles and tools. Invariant 11: a tool backed by
--- os-agt-008 (audit and lineage) can never be allowed to, or enabled for, any agent.
+-- os-agt-008 (audit and lineage) can never be allowed to, or enabled for, any agent, nor
+-- be active in a run; and os-agt-008 itself is read-only: it holds no tool and no propose
+-- scope, in its registration or in any tenant.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._profile_scope_problem: NULL if a memory_profile scope is well formed, else why.
@@ -87,6 +89,25 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._refuse_writing_audit_agent: invariant 11 for os-agt-008 itself (read-only).
+CREATE OR REPLACE FUNCTION fabric._refuse_writing_audit_agent(p_agent_id text, p_what text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_agent_id = 'os-agt-008' THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'check_violation',
+      CONSTRAINT = 'audit_agent_is_read_only',
+      MESSAGE = pg_catalog.format('os-agt-008, the audit agent, is read-only and can hold no %s '
+                                  '(invariant 11)', p_what),
+      HINT = 'register os-agt-008 with no tools and at most a recall_scope, enable it with '
+             '''{}''; audit reads go through fabric_audit as a member of fabric_auditor';
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_agents__validate: memory_profile shape and invariant 11, for every writer.
 CREATE OR REPLACE FUNCTION fabric.tg_agents__validate()
 RETURNS trigger
@@ -104,6 +125,12 @@ BEGIN
              '"propose_scope": {"tiers": [...], "visibility": [...]}}';
   END IF;
   PERFORM fabric._refuse_audit_tools(NEW.tools_allowed);
+  IF pg_catalog.cardinality(NEW.tools_allowed) > 0 THEN
+    PERFORM fabric._refuse_writing_audit_agent(NEW.agent_id, 'tool');
+  END IF;
+  IF NEW.memory_profile ? 'propose_scope' THEN
+    PERFORM fabric._refuse_writing_audit_agent(NEW.agent_id, 'propose scope');
+  END IF;
   RETURN NEW;
 END $$;
 
@@ -120,6 +147,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM fabric._refuse_audit_tools(ARRAY[NEW.tool_id::text]);
+  PERFORM fabric._refuse_writing_audit_agent(NEW.agent_id, 'tool');
   RETURN NEW;
 END $$;
 
@@ -152,3 +180,19 @@ END $$;
 CREATE OR REPLACE TRIGGER _200_validate
   BEFORE INSERT OR UPDATE ON fabric.tools
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_tools__validate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_runs__validate: invariant 11 for a run's active tool set, for every writer.
+CREATE OR REPLACE FUNCTION fabric.tg_runs__validate()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._refuse_audit_tools(NEW.active_tool_set);
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_validate
+  BEFORE INSERT OR UPDATE OF active_tool_set ON fabric.runs
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_runs__validate();

@@ -77,6 +77,12 @@ BEGIN
       MESSAGE = 'tools_allowed must be an array of tool ids without NULLs',
       HINT = 'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']';
   END IF;
+  IF pg_catalog.cardinality(p_tools_allowed) > 0 THEN
+    PERFORM fabric._refuse_writing_audit_agent(p_agent_id, 'tool');
+  END IF;
+  IF coalesce(p_memory_profile, '{}') ? 'propose_scope' THEN
+    PERFORM fabric._refuse_writing_audit_agent(p_agent_id, 'propose scope');
+  END IF;
   SELECT * INTO v_existing FROM fabric.agents a WHERE a.agent_id = p_agent_id;
   IF FOUND AND v_existing.login <> p_login THEN
     RAISE EXCEPTION USING
@@ -129,6 +135,9 @@ BEGIN
       HINT = 'pass ''{}'' to enable the agent with no tools';
   END IF;
   PERFORM fabric._refuse_audit_tools(p_tools);
+  IF pg_catalog.cardinality(p_tools) > 0 THEN
+    PERFORM fabric._refuse_writing_audit_agent(p_agent_id, 'tool');
+  END IF;
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   INSERT INTO fabric.tenant_agents (tenant_id, agent_id) VALUES (p_tenant_id, p_agent_id)
   ON CONFLICT DO NOTHING;
