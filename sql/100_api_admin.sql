@@ -65,10 +65,12 @@ BEGIN
   IF v_role.rolsuper OR v_role.rolbypassrls
      OR pg_catalog.pg_has_role(p_login, 'fabric_owner', 'MEMBER')
      OR pg_catalog.pg_has_role(p_login, 'fabric_lookup', 'MEMBER')
-     OR pg_catalog.pg_has_role(p_login, 'fabric_auditor', 'MEMBER') THEN
+     OR pg_catalog.pg_has_role(p_login, 'fabric_auditor', 'MEMBER')
+     OR pg_catalog.pg_has_role(p_login, 'fabric_maintainer', 'MEMBER') THEN
     RAISE EXCEPTION USING
       ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'an agent login may not be superuser, BYPASSRLS, an owner or an auditor',
+      MESSAGE = 'an agent login may not be superuser, BYPASSRLS, an owner, an auditor or a '
+                'maintainer',
       HINT = 'give each agent its own unprivileged login';
   END IF;
   IF p_tools_allowed IS NULL OR pg_catalog.array_position(p_tools_allowed, NULL) IS NOT NULL THEN

@@ -27,6 +27,7 @@ LOGINS = {
     "os_agt_002": "fabric_policy",
     "mf_demo_auditor": "fabric_auditor",
     "memfabric_projector": "fabric_projector",
+    "memfabric_maintainer": "fabric_maintainer",
     "com_agt_003": None,
 }
 AGENT_PROFILE = {
@@ -233,11 +234,14 @@ def run_demo(url: str) -> int:
     step("10. forgetting is an approved action that leaves a tombstone")
     erasure = committer.request_erasure(episode_ids[0], "demo: right to erasure")
     policy.decide_approval(erasure["approval_id"], "approved", "verified request")
-    with psycopg.connect(db.url_for(url, "os_agt_010"), autocommit=True) as conn:
+    with (
+        psycopg.connect(db.url_for(url, "os_agt_010"), autocommit=True) as conn,
+        psycopg.connect(db.url_for(url, "memfabric_maintainer"), autocommit=True) as maint,
+    ):
         from memfabric.worker import erase
 
-        erased = erase(conn, erasure["approval_id"])
-    say(f"erased {erased['erased']} and vacuumed {erased['vacuum']}")
+        erased = erase(conn, erasure["approval_id"], maintainer=maint)
+    say(f"erased {erased['erased']}; the maintenance login vacuumed {erased['vacuumed']}")
 
     step("11. the auditor (os-agt-008) reconstructs: lineage, the past, recalls")
     with psycopg.connect(db.url_for(url, "mf_demo_auditor"), autocommit=True) as conn:

@@ -7,18 +7,19 @@ backed by os-agt-008 in its active tool set. Each refusal is 23514 and writes no
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import errors
+from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
 from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric, episode
 
 REGISTRY = ("agents", "tenant_agents", "tenant_agent_tools", "tools", "tenants")
 RECALL_ONLY = {"recall_scope": {"tiers": ["semantic"], "visibility": ["tenant"]}}
-AUDIT_LOGIN = "mf_audit_agent"
 
 
 def world(fabric: Fabric) -> dict[str, int]:
@@ -29,12 +30,15 @@ def world(fabric: Fabric) -> dict[str, int]:
 
 
 @pytest.fixture
-def audit_login(fabric: Fabric) -> str:
-    """A plain login (cluster-wide, so created once) for attempts to register os-agt-008."""
-    su = fabric.su()
-    if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (AUDIT_LOGIN,)).fetchone():
-        su.execute(f"CREATE ROLE {AUDIT_LOGIN} LOGIN")
-    return AUDIT_LOGIN
+def audit_login(fabric: Fabric) -> Iterator[str]:
+    """A fresh plain login for attempts to register os-agt-008 (logins are cluster-wide, and
+    registering one makes it a member of fabric_agent: dropped after the test)."""
+    login = f"mf_audit_{uuid.uuid4().hex[:12]}"
+    fabric.su().execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+    yield login
+    fabric.close()
+    with psycopg.connect(fabric.url, autocommit=True) as su:
+        su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
 
 
 def owner(fabric: Fabric, tenant: str | None = None) -> psycopg.Connection[Any]:
@@ -94,39 +98,40 @@ def test_os_agt_008_registered_read_only_cannot_be_re_registered_with_tools(
 
 
 @pytest.mark.parametrize(
-    "statement",
-    [
-        "INSERT INTO fabric.agents (agent_id, login, tools_allowed)"
-        " VALUES ('os-agt-008', 'mf_audit_agent', ARRAY['tool:memory-propose'])",
-        "INSERT INTO fabric.agents (agent_id, login, memory_profile)"
-        " VALUES ('os-agt-008', 'mf_audit_agent', '{\"propose_scope\": {}}')",
-    ],
+    ("tools", "profile"),
+    [(["tool:memory-propose"], {}), ([], {"propose_scope": {}})],
     ids=["tools", "propose-scope"],
 )
 def test_the_owners_raw_insert_of_a_writing_audit_agent_is_refused(
-    fabric: Fabric, audit_login: str, statement: str
+    fabric: Fabric, audit_login: str, tools: list[str], profile: dict[str, Any]
 ) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(statement)
+        owner(fabric).execute(
+            "INSERT INTO fabric.agents (agent_id, login, tools_allowed, memory_profile)"
+            " VALUES ('os-agt-008', %s, %s, %s)",
+            (audit_login, tools, Jsonb(profile)),
+        )
     assert info.value.diag.constraint_name == "audit_agent_is_read_only"
     assert world(fabric) == before
 
 
 @pytest.mark.parametrize(
-    "assignment",
+    "statement",
     [
-        "tools_allowed = ARRAY['tool:memory-propose']",
-        "memory_profile = '{\"propose_scope\": {\"tiers\": [\"episodic\"]}}'",
+        "UPDATE fabric.agents SET tools_allowed = ARRAY['tool:memory-propose']"
+        " WHERE agent_id = 'os-agt-008'",
+        'UPDATE fabric.agents SET memory_profile = \'{"propose_scope": {"tiers": []}}\''
+        " WHERE agent_id = 'os-agt-008'",
     ],
     ids=["tools", "propose-scope"],
 )
 def test_the_owners_raw_update_of_the_audit_agent_is_refused(
-    fabric: Fabric, audit_login: str, assignment: str
+    fabric: Fabric, audit_login: str, statement: str
 ) -> None:
     register(fabric, audit_login, RECALL_ONLY, [])
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(f"UPDATE fabric.agents SET {assignment} WHERE agent_id = 'os-agt-008'")
+        owner(fabric).execute(statement)
     assert info.value.diag.constraint_name == "audit_agent_is_read_only"
     row = fabric.su().execute(
         "SELECT tools_allowed, memory_profile FROM fabric.agents WHERE agent_id = 'os-agt-008'"
@@ -134,11 +139,11 @@ def test_the_owners_raw_update_of_the_audit_agent_is_refused(
     assert row.fetchone() == ([], RECALL_ONLY)
 
 
-def test_a_writing_agent_renamed_to_os_agt_008_is_refused(fabric: Fabric) -> None:
+def test_a_writing_agent_renamed_to_os_agt_008_is_refused(fabric: Fabric, audit_login: str) -> None:
     """Renaming a writing agent (enabled nowhere) to os-agt-008 is an update path too."""
     fabric.connect("mf_admin").execute(
-        "SELECT fabric_api.register_agent('new-agt-001', 'mf_stranger', %s, %s)",
-        (Jsonb(PROFILE_WIDE), MEMORY_TOOLS),
+        "SELECT fabric_api.register_agent('new-agt-001', %s, %s, %s)",
+        (audit_login, Jsonb(PROFILE_WIDE), MEMORY_TOOLS),
     )
     with pytest.raises(errors.CheckViolation) as info:
         owner(fabric).execute(
