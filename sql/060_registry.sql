@@ -65,15 +65,13 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_unknown text;
   v_audit text;
 BEGIN
-  SELECT t INTO v_unknown FROM pg_catalog.unnest(p_tools) t
-  WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t) LIMIT 1;
-  IF FOUND THEN
+  IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_tools) t
+             WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t)) THEN
     RAISE EXCEPTION USING
       ERRCODE = 'foreign_key_violation',
-      MESSAGE = pg_catalog.format('unknown tool %s', pg_catalog.left(v_unknown, 60)),
+      MESSAGE = 'a tool id names no known tool',
       HINT = 'tools are the rows of fabric.tools';
   END IF;
   SELECT t INTO v_audit FROM pg_catalog.unnest(p_tools) t

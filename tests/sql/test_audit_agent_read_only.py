@@ -216,3 +216,16 @@ def test_the_audit_agent_cannot_write_memory_end_to_end(fabric: Fabric, audit_lo
     after = fabric.counts()
     assert after["proposals"] == before["proposals"]
     assert after["memory_records"] == before["memory_records"]
+
+
+def test_an_unknown_tool_is_refused_without_echoing_it(fabric: Fabric) -> None:
+    canary = "tool:CANARY-" + uuid.uuid4().hex
+    before = world(fabric)
+    with pytest.raises(errors.ForeignKeyViolation) as info:
+        fabric.connect("mf_admin").execute(
+            "SELECT fabric_api.enable_agent('acme', 'com-agt-003', %s)", ([canary],)
+        )
+    assert info.value.sqlstate == "23503"
+    assert canary not in str(info.value)
+    assert info.value.diag.message_hint
+    assert world(fabric) == before
