@@ -71,6 +71,30 @@ EOF
     mv "$new" "$DATA"
 }
 
+# Content-safe logging, cluster-wide (SERVER_LOG_SETTINGS in py/memfabric/db.py): no
+# statement text and no DETAIL/CONTEXT in the log. The postmaster ignores database settings,
+# and it logs a crashed backend's statement ("Failed process was running: ...", a DETAIL)
+# unless log_error_verbosity is terse here. Applied on every `up`, so older data dirs get it.
+LOG_SETTINGS=(
+    "log_error_verbosity=terse"
+    "log_min_error_statement=panic"
+    "log_statement=none"
+    "log_min_duration_statement=-1"
+    "log_min_duration_sample=-1"
+    "log_transaction_sample_rate=0"
+    "debug_print_parse=off"
+    "debug_print_rewritten=off"
+    "debug_print_plan=off"
+)
+
+apply_log_settings() {
+    local kv
+    for kv in "${LOG_SETTINGS[@]}"; do
+        psql_ -d postgres -c "ALTER SYSTEM SET ${kv%%=*} = '${kv#*=}'"
+    done
+    psql_ -d postgres -tAc "SELECT pg_reload_conf()" >/dev/null
+}
+
 cmd_up() {
     if ! installed; then
         "$ROOT/scripts/install-postgres.sh"
@@ -99,6 +123,7 @@ cmd_up() {
             die "server did not start"
         fi
     fi
+    apply_log_settings
     if [ -z "$(psql_ -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB'")" ]; then
         log "creating database $DB"
         psql_ -d postgres -c "CREATE DATABASE $DB"

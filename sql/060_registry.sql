@@ -1,5 +1,7 @@
 -- The registry: agents, their memory profiles and tools. Invariant 11: a tool backed by
--- os-agt-008 (audit and lineage) can never be allowed to, or enabled for, any agent.
+-- os-agt-008 (audit and lineage) can never be allowed to, or enabled for, any agent, nor
+-- be active in a run; and os-agt-008 itself is read-only: it holds no tool and no propose
+-- scope, in its registration or in any tenant.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._profile_scope_problem: NULL if a memory_profile scope is well formed, else why.
@@ -63,15 +65,13 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_unknown text;
   v_audit text;
 BEGIN
-  SELECT t INTO v_unknown FROM pg_catalog.unnest(p_tools) t
-  WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t) LIMIT 1;
-  IF FOUND THEN
+  IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_tools) t
+             WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t)) THEN
     RAISE EXCEPTION USING
       ERRCODE = 'foreign_key_violation',
-      MESSAGE = pg_catalog.format('unknown tool %s', pg_catalog.left(v_unknown, 60)),
+      MESSAGE = 'a tool id names no known tool',
       HINT = 'tools are the rows of fabric.tools';
   END IF;
   SELECT t INTO v_audit FROM pg_catalog.unnest(p_tools) t
@@ -83,6 +83,25 @@ BEGIN
       MESSAGE = pg_catalog.format('tool %s is backed by os-agt-008 and can never be allowed '
                                   'to an agent (invariant 11)', v_audit),
       HINT = 'audit reads go through fabric_audit as a member of fabric_auditor';
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._refuse_writing_audit_agent: invariant 11 for os-agt-008 itself (read-only).
+CREATE OR REPLACE FUNCTION fabric._refuse_writing_audit_agent(p_agent_id text, p_what text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_agent_id = 'os-agt-008' THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'check_violation',
+      CONSTRAINT = 'audit_agent_is_read_only',
+      MESSAGE = pg_catalog.format('os-agt-008, the audit agent, is read-only and can hold no %s '
+                                  '(invariant 11)', p_what),
+      HINT = 'register os-agt-008 with no tools and at most a recall_scope, enable it with '
+             '''{}''; audit reads go through fabric_audit as a member of fabric_auditor';
   END IF;
 END $$;
 
@@ -104,6 +123,12 @@ BEGIN
              '"propose_scope": {"tiers": [...], "visibility": [...]}}';
   END IF;
   PERFORM fabric._refuse_audit_tools(NEW.tools_allowed);
+  IF pg_catalog.cardinality(NEW.tools_allowed) > 0 THEN
+    PERFORM fabric._refuse_writing_audit_agent(NEW.agent_id, 'tool');
+  END IF;
+  IF NEW.memory_profile ? 'propose_scope' THEN
+    PERFORM fabric._refuse_writing_audit_agent(NEW.agent_id, 'propose scope');
+  END IF;
   RETURN NEW;
 END $$;
 
@@ -120,6 +145,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM fabric._refuse_audit_tools(ARRAY[NEW.tool_id::text]);
+  PERFORM fabric._refuse_writing_audit_agent(NEW.agent_id, 'tool');
   RETURN NEW;
 END $$;
 
@@ -152,3 +178,19 @@ END $$;
 CREATE OR REPLACE TRIGGER _200_validate
   BEFORE INSERT OR UPDATE ON fabric.tools
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_tools__validate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_runs__validate: invariant 11 for a run's active tool set, for every writer.
+CREATE OR REPLACE FUNCTION fabric.tg_runs__validate()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._refuse_audit_tools(NEW.active_tool_set);
+  RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER _200_validate
+  BEFORE INSERT OR UPDATE OF active_tool_set ON fabric.runs
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_runs__validate();

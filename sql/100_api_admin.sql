@@ -65,10 +65,12 @@ BEGIN
   IF v_role.rolsuper OR v_role.rolbypassrls
      OR pg_catalog.pg_has_role(p_login, 'fabric_owner', 'MEMBER')
      OR pg_catalog.pg_has_role(p_login, 'fabric_lookup', 'MEMBER')
-     OR pg_catalog.pg_has_role(p_login, 'fabric_auditor', 'MEMBER') THEN
+     OR pg_catalog.pg_has_role(p_login, 'fabric_auditor', 'MEMBER')
+     OR pg_catalog.pg_has_role(p_login, 'fabric_maintainer', 'MEMBER') THEN
     RAISE EXCEPTION USING
       ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'an agent login may not be superuser, BYPASSRLS, an owner or an auditor',
+      MESSAGE = 'an agent login may not be superuser, BYPASSRLS, an owner, an auditor or a '
+                'maintainer',
       HINT = 'give each agent its own unprivileged login';
   END IF;
   IF p_tools_allowed IS NULL OR pg_catalog.array_position(p_tools_allowed, NULL) IS NOT NULL THEN
@@ -76,6 +78,12 @@ BEGIN
       ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'tools_allowed must be an array of tool ids without NULLs',
       HINT = 'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']';
+  END IF;
+  IF pg_catalog.cardinality(p_tools_allowed) > 0 THEN
+    PERFORM fabric._refuse_writing_audit_agent(p_agent_id, 'tool');
+  END IF;
+  IF coalesce(p_memory_profile, '{}') ? 'propose_scope' THEN
+    PERFORM fabric._refuse_writing_audit_agent(p_agent_id, 'propose scope');
   END IF;
   SELECT * INTO v_existing FROM fabric.agents a WHERE a.agent_id = p_agent_id;
   IF FOUND AND v_existing.login <> p_login THEN
@@ -129,6 +137,9 @@ BEGIN
       HINT = 'pass ''{}'' to enable the agent with no tools';
   END IF;
   PERFORM fabric._refuse_audit_tools(p_tools);
+  IF pg_catalog.cardinality(p_tools) > 0 THEN
+    PERFORM fabric._refuse_writing_audit_agent(p_agent_id, 'tool');
+  END IF;
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   INSERT INTO fabric.tenant_agents (tenant_id, agent_id) VALUES (p_tenant_id, p_agent_id)
   ON CONFLICT DO NOTHING;

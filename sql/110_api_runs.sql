@@ -34,6 +34,7 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
       MESSAGE = 'active_tool_set names an unknown tool', HINT = 'tools are the rows of fabric.tools';
   END IF;
+  PERFORM fabric._refuse_audit_tools(p_active_tool_set);  -- invariant 11
   IF (p_subject_id IS NOT NULL AND p_subject_id !~ '^[^[:space:][:cntrl:]]{1,200}$')
      OR (p_session_id IS NOT NULL AND p_session_id !~ '^[^[:space:][:cntrl:]]{1,200}$') THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',

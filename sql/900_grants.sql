@@ -35,10 +35,12 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.request_subject_erasure(text, text, text, boolean),
   fabric_api.erase(uuid)
   TO fabric_committer;
--- The committer VACUUMs what erasure touched (PostgreSQL 17's MAINTAIN privilege).
+-- The maintenance login VACUUMs what erasure and decay rewrote (PostgreSQL 17's MAINTAIN;
+-- VACUUM cannot run inside a function). MAINTAIN also allows LOCK TABLE, so the committer
+-- never holds it: fabric_maintainer holds it on these tables only, and nothing else.
 GRANT MAINTAIN ON fabric.memory_records, fabric.proposals, fabric.memory_embeddings,
-  fabric.runs, fabric.temporal_summaries TO fabric_committer;
-GRANT USAGE ON SCHEMA fabric TO fabric_committer;
+  fabric.runs, fabric.temporal_summaries, fabric.temporal_summaries_default TO fabric_maintainer;
+GRANT USAGE ON SCHEMA fabric TO fabric_maintainer;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_projector;
 GRANT EXECUTE ON FUNCTION
   fabric_api.store_embedding(uuid, text, text, ext.vector, text),

@@ -61,6 +61,7 @@ LOGINS: dict[str, tuple[str | None, list[str], dict[str, Any], list[str], list[s
     "mf_auditor": (None, ["fabric_auditor"], {}, [], []),
     "mf_policy": ("os-agt-002", ["fabric_policy"], {}, [], []),
     "mf_projector": (None, ["fabric_projector"], {}, [], []),
+    "mf_maintainer": (None, ["fabric_maintainer"], {}, [], []),
     "mf_consolidator": ("os-agt-011", ["fabric_consolidator"], {}, [], []),
     "mf_agent_a": ("com-agt-003", [], PROFILE_WIDE, MEMORY_TOOLS, ["acme"]),
     "mf_agent_b": ("com-agt-004", [], PROFILE_EPISODIC_ONLY, MEMORY_TOOLS, ["acme", "globex"]),
@@ -79,8 +80,10 @@ def _admin_conninfo(proc: Any, dbname: str) -> str:
 
 @pytest.fixture(scope="session")
 def server(postgresql_proc: Any) -> Any:
-    """The running server; creates the session's logins once."""
+    """The running server; creates the session's logins once and sets the content-safe
+    logging settings cluster-wide, as scripts/db.sh does for the local server."""
     with psycopg.connect(_admin_conninfo(postgresql_proc, "postgres"), autocommit=True) as c:
+        mfdb.apply_server_log_settings(c)
         for login in LOGINS:
             if not c.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
                 c.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))

@@ -56,7 +56,11 @@ def db_status() -> None:
 def db_migrate() -> None:
     """Bootstrap (superuser), alembic upgrade head (migration role), replay sql/ and rls/."""
     url = db.database_url()
-    db.migrate(url, progress=lambda line: typer.echo(f"[migrate] {line}"))
+    db.migrate(
+        url,
+        progress=lambda line: typer.echo(f"[migrate] {line}"),
+        warn=lambda line: typer.echo(f"[migrate] WARNING: {line}", err=True),
+    )
     typer.echo("[migrate] at head")
 
 
@@ -139,25 +143,40 @@ def _committer_conninfo(login: str) -> str:
 
 
 COMMITTER_LOGIN = os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010")
+# The maintenance login (member of fabric_maintainer): VACUUM after erasure and decay only.
+MAINTAINER_LOGIN = os.environ.get("MEMFABRIC_MAINTAINER_LOGIN", "memfabric_maintainer")
+MAINTAINER_HELP = (
+    "the maintenance login that VACUUMs what erasure/decay rewrote (member of "
+    "fabric_maintainer; env MEMFABRIC_MAINTAINER_LOGIN, or MEMFABRIC_MAINTAINER_URL)"
+)
+
+
+def _maintainer_conninfo(login: str) -> str:
+    return os.environ.get("MEMFABRIC_MAINTAINER_URL") or db.url_for(db.database_url(), login)
 
 
 @app.command()
 def decay(
     now: str | None = typer.Option(None, help="run as of this RFC 3339 time (default: now)"),
     login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+    maintainer_login: str = typer.Option(MAINTAINER_LOGIN, help=MAINTAINER_HELP),
 ) -> None:
     """Run decay once: interval expiry, operational window closure, regulated ceilings."""
     import psycopg
 
     from memfabric.worker import run_decay_once
 
-    with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
-        typer.echo(f"[decay] {run_decay_once(conn, now)}")
+    with (
+        psycopg.connect(_committer_conninfo(login), autocommit=True) as conn,
+        psycopg.connect(_maintainer_conninfo(maintainer_login), autocommit=True) as maintainer,
+    ):
+        typer.echo(f"[decay] {run_decay_once(conn, now, maintainer=maintainer)}")
 
 
 @worker_app.command("decay")
 def worker_decay(
     login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+    maintainer_login: str = typer.Option(MAINTAINER_LOGIN, help=MAINTAINER_HELP),
     interval: float = typer.Option(3600.0, min=1.0, help="seconds between scheduled passes"),
 ) -> None:
     """Run decay on a schedule (never opportunistically: recall never mutates anything)."""
@@ -168,8 +187,11 @@ def worker_decay(
     from memfabric.worker import run_decay_once
 
     while True:
-        with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
-            typer.echo(f"[decay] {run_decay_once(conn)}")
+        with (
+            psycopg.connect(_committer_conninfo(login), autocommit=True) as conn,
+            psycopg.connect(_maintainer_conninfo(maintainer_login), autocommit=True) as maint,
+        ):
+            typer.echo(f"[decay] {run_decay_once(conn, maintainer=maint)}")
         time.sleep(interval)
 
 
@@ -177,14 +199,19 @@ def worker_decay(
 def erase_command(
     approval_id: str = typer.Argument(..., help="an approved erase or erase_subject approval"),
     login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+    maintainer_login: str = typer.Option(MAINTAINER_LOGIN, help=MAINTAINER_HELP),
 ) -> None:
-    """Execute an approved erasure, leave tombstones, then VACUUM the touched tables."""
+    """Execute an approved erasure as the committer, leave tombstones, then VACUUM the
+    touched tables as the maintenance login."""
     import psycopg
 
     from memfabric.worker import erase
 
-    with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
-        typer.echo(f"[erase] {erase(conn, approval_id)}")
+    with (
+        psycopg.connect(_committer_conninfo(login), autocommit=True) as conn,
+        psycopg.connect(_maintainer_conninfo(maintainer_login), autocommit=True) as maintainer,
+    ):
+        typer.echo(f"[erase] {erase(conn, approval_id, maintainer=maintainer)}")
 
 
 def _operate(op: str, **kwargs: Any) -> dict[str, Any]:

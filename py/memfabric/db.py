@@ -29,6 +29,33 @@ DATABASE_SETTINGS = (
     ("idle_in_transaction_session_timeout", "60s"),
 )
 
+# Server-wide settings the install needs (postgresql.conf or ALTER SYSTEM; scripts/db.sh sets
+# them on the local server). The database-level ones above do not reach the postmaster: when a
+# backend crashes, the postmaster logs "Failed process was running: <statement>" as a DETAIL
+# under its own log_error_verbosity, and a statement holds memory content. `terse` drops it.
+SERVER_LOG_SETTINGS = (
+    ("log_error_verbosity", "terse"),
+    ("log_min_error_statement", "panic"),
+    ("log_statement", "none"),
+    ("log_min_duration_statement", "-1"),
+    ("log_min_duration_sample", "-1"),
+    ("log_transaction_sample_rate", "0"),
+    ("debug_print_parse", "off"),
+    ("debug_print_rewritten", "off"),
+    ("debug_print_plan", "off"),
+)
+# Which value the postmaster runs with: the session's, unless a database or role setting
+# masks it; then the last applied line of the configuration files, else the built-in default.
+_SERVER_VALUES_SQL = """
+SELECT s.name,
+       CASE WHEN s.source IN ('database', 'user', 'database user', 'client', 'session')
+            THEN coalesce((SELECT f.setting FROM pg_catalog.pg_file_settings f
+                           WHERE f.name = s.name AND f.applied AND f.error IS NULL
+                           ORDER BY f.seqno DESC LIMIT 1), s.boot_val)
+            ELSE s.setting END
+FROM pg_catalog.pg_settings s WHERE s.name = ANY (%s)
+"""
+
 Progress = Callable[[str], None]
 
 
@@ -56,7 +83,32 @@ def migrator_url(url: str) -> str:
     return os.environ.get("MEMFABRIC_MIGRATOR_URL") or url_for(url, MIGRATOR)
 
 
-def bootstrap(url: str, progress: Progress = _quiet) -> None:
+def server_log_risks(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """The server-wide settings (not the database's) that would let statement text or quoted
+    values reach the server log, as `name = 'safe value'` lines; empty when all are safe.
+    Needs a superuser (or pg_read_all_settings) to see the configuration files."""
+    names = [name for name, _ in SERVER_LOG_SETTINGS]
+    server = {str(n): str(v) for n, v in conn.execute(_SERVER_VALUES_SQL, (names,)).fetchall()}
+    return [
+        f"{name} = '{safe}'"
+        for name, safe in SERVER_LOG_SETTINGS
+        if name in server and server[name].strip().lower() not in (safe, _ALIASES.get(safe))
+    ]
+
+
+_ALIASES = {"off": "false", "0": "0.0", "-1": "-1ms"}
+
+
+def apply_server_log_settings(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """ALTER SYSTEM the content-safe logging settings and reload (superuser, autocommit)."""
+    for name, value in SERVER_LOG_SETTINGS:
+        conn.execute(
+            sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+        )
+    conn.execute("SELECT pg_catalog.pg_reload_conf()")
+
+
+def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) -> None:
     """What only a superuser can do, idempotently: the migration role, the extensions,
     the database-level settings that keep content out of the server log."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -98,6 +150,14 @@ def bootstrap(url: str, progress: Progress = _quiet) -> None:
                 )
             )
         progress(f"bootstrap: extensions {', '.join(EXTENSIONS)} (schema ext)")
+        risks = server_log_risks(conn)
+        if risks:
+            warn(
+                "the server's own settings can write statement text (memory content) to its "
+                "log, e.g. when a backend crashes; database settings do not cover that. Set "
+                "cluster-wide (postgresql.conf, or ALTER SYSTEM then SELECT pg_reload_conf()): "
+                + ", ".join(risks)
+            )
 
 
 def _alembic_config(url: str):  # type: ignore[no-untyped-def]
@@ -135,10 +195,10 @@ def replay(url: str, progress: Progress = _quiet) -> None:
     progress(f"replayed {len(replay_files())} files from sql/ and rls/")
 
 
-def migrate(url: str | None = None, progress: Progress = _quiet) -> None:
+def migrate(url: str | None = None, progress: Progress = _quiet, warn: Progress = _quiet) -> None:
     """Bootstrap, upgrade to head, replay: the one way a schema reaches a database."""
     url = url or database_url()
-    bootstrap(url, progress)
+    bootstrap(url, progress, warn)
     upgrade(url)
     progress("alembic: upgraded to head")
     replay(url, progress)

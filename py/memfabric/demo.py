@@ -32,6 +32,7 @@ LOGINS = {
     "mf_demo_policy": "fabric_policy",
     "mf_demo_auditor": "fabric_auditor",
     "memfabric_projector": "fabric_projector",  # the login `memfabric serve` uses
+    "memfabric_maintainer": "fabric_maintainer",  # the login that VACUUMs after erasure
     "mf_demo_agent": None,
 }
 AGENT_PROFILE = {
@@ -236,11 +237,14 @@ def run_demo(url: str) -> int:
     step("10. forgetting is an approved action that leaves a tombstone")
     erasure = committer.request_erasure(episode_ids[0], "demo: right to erasure")
     policy.decide_approval(erasure["approval_id"], "approved", "verified request")
-    with psycopg.connect(db.url_for(url, "mf_demo_committer"), autocommit=True) as conn:
+    with (
+        psycopg.connect(db.url_for(url, "mf_demo_committer"), autocommit=True) as conn,
+        psycopg.connect(db.url_for(url, "memfabric_maintainer"), autocommit=True) as maint,
+    ):
         from memfabric.worker import erase
 
-        erased = erase(conn, erasure["approval_id"])
-    say(f"erased {erased['erased']} and vacuumed {erased['vacuum']}")
+        erased = erase(conn, erasure["approval_id"], maintainer=maint)
+    say(f"erased {erased['erased']}; the maintenance login vacuumed {erased['vacuumed']}")
 
     step("11. the auditor (os-agt-008) reconstructs: lineage, the past, recalls")
     with psycopg.connect(db.url_for(url, "mf_demo_auditor"), autocommit=True) as conn:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from memfabric.errors import FabricError, mapped
+from memfabric.errors import FabricError, NotAuthorized, mapped
 
 Progress = Callable[[str], None]
 
@@ -91,10 +91,52 @@ def run_committer(
     return totals[0], totals[1]
 
 
+# What erasure and operational window closure rewrite; fabric_maintainer holds MAINTAIN on
+# exactly these (the committer holds none: MAINTAIN also allows LOCK TABLE).
+ERASURE_VACUUM = (
+    "fabric.memory_records",
+    "fabric.proposals",
+    "fabric.memory_embeddings",
+    "fabric.runs",
+    "fabric.temporal_summaries",
+)
+DECAY_VACUUM = ("fabric.memory_records",)
+
+
+def vacuum(maintainer: psycopg.Connection[tuple[object, ...]], tables: list[str]) -> list[str]:
+    """VACUUM `tables` as the maintenance login (autocommit), so the old tuple versions that
+    still hold erased content leave the heap. PostgreSQL only warns and skips a table the
+    login may not vacuum; here that is an error."""
+    with mapped():
+        row = maintainer.execute(
+            "SELECT CASE WHEN has_schema_privilege('fabric', 'USAGE') THEN ("
+            " SELECT bool_and(has_table_privilege(p.relid, 'MAINTAIN'))"
+            " FROM unnest(%s::text[]) t, LATERAL (SELECT t::regclass AS relid"
+            " UNION SELECT relid FROM pg_partition_tree(t::regclass)) p) ELSE false END",
+            (tables,),
+        ).fetchone()
+    if not row or not row[0]:
+        raise NotAuthorized(
+            "the maintenance login may not VACUUM the tables erasure rewrote",
+            sqlstate="42501",
+            hint="grant fabric_maintainer to the login named by MEMFABRIC_MAINTAINER_LOGIN",
+        )
+    for table in tables:
+        schema, name = table.split(".")
+        maintainer.execute(
+            sql.SQL("VACUUM {}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+        )
+    return tables
+
+
 def run_decay_once(
-    conn: psycopg.Connection[tuple[object, ...]], now: str | None = None, batch: int = 1000
+    conn: psycopg.Connection[tuple[object, ...]],
+    now: str | None = None,
+    batch: int = 1000,
+    maintainer: psycopg.Connection[tuple[object, ...]] | None = None,
 ) -> dict[str, object]:
-    """One decay pass at `now` (default: the database's now); loops while batches are full."""
+    """One decay pass at `now` (default: the database's now); loops while batches are full.
+    With a maintenance connection, VACUUMs the records when a window closure removed content."""
     totals: dict[str, int] = {"expired": 0, "windows_closed": 0, "erasure_requests": 0}
     while True:
         with mapped():
@@ -106,17 +148,26 @@ def run_decay_once(
         for key in totals:
             totals[key] += int(result[key])
         if max(int(result[k]) for k in totals) < batch:
-            return {**totals, "at": result["at"]}
+            break
+    answer: dict[str, object] = {**totals, "at": result["at"]}
+    if maintainer is not None:
+        closed = totals["windows_closed"] > 0
+        answer["vacuumed"] = vacuum(maintainer, list(DECAY_VACUUM)) if closed else []
+    return answer
 
 
-def erase(conn: psycopg.Connection[tuple[object, ...]], approval_id: str) -> dict[str, object]:
-    """Execute an approved erasure, then VACUUM what it touched so the old tuple versions
-    (which still hold the content) leave the heap. `conn` must be in autocommit mode."""
+def erase(
+    conn: psycopg.Connection[tuple[object, ...]],
+    approval_id: str,
+    maintainer: psycopg.Connection[tuple[object, ...]] | None = None,
+) -> dict[str, object]:
+    """Execute an approved erasure as the committer (`conn`), then VACUUM what it touched
+    through `maintainer` (the maintenance login, autocommit) so the old tuple versions, which
+    still hold the content, leave the heap. Without `maintainer` nothing is vacuumed."""
     with mapped():
         row = conn.execute("SELECT fabric_api.erase(%s)", (approval_id,)).fetchone()
     assert row is not None
     result: dict[str, object] = row[0]  # type: ignore[assignment]
-    for table in result["vacuum"]:  # type: ignore[attr-defined]
-        schema, name = str(table).split(".")
-        conn.execute(sql.SQL("VACUUM {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
+    if maintainer is not None:
+        result["vacuumed"] = vacuum(maintainer, [str(t) for t in result["vacuum"]])  # type: ignore[attr-defined]
     return result

@@ -31,9 +31,11 @@ ROLES = (
     "fabric_policy",
     "fabric_auditor",
     "fabric_projector",
+    "fabric_maintainer",
     "fabric_migrator",
     "mf_agent_a",
     "mf_committer",
+    "mf_maintainer",
     "mf_stranger",
     "public",
 )
