@@ -26,10 +26,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import psycopg
 from bench_projection import call, connect
 from bench_write import machine
 from psycopg import sql
@@ -159,7 +157,10 @@ def baselines(
 
 
 def governed(
-    url: str, data: Dataset, runs: dict[str, uuid.UUID], turn_of: dict[str, str],
+    url: str,
+    data: Dataset,
+    runs: dict[str, uuid.UUID],
+    turn_of: dict[str, str],
     broker: LocalBroker,
 ) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]], dict[str, list[str]]]:
     """Every question through recall() in each mode, modes rotating question by question."""
@@ -206,7 +207,9 @@ def ms(xs: Sequence[float]) -> str:
 
 
 def report(
-    data: Dataset, ranked: dict[str, dict[str, Ranked]], took: dict[str, list[float]],
+    data: Dataset,
+    ranked: dict[str, dict[str, Ranked]],
+    took: dict[str, list[float]],
     errors: dict[str, list[str]],
 ) -> None:
     qs = data.questions

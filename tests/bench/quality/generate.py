@@ -61,10 +61,70 @@ class Dataset:
 
 # --------------------------------------------------------------------------- vocabulary
 
-WOMEN = """Maria Priya Aisha Sofia Fatima Elena Chloe Hannah Grace Leila Yuki Nadia Zara Ines
-Julia Amara Rosa Mei Clara Lucy Freya Alma Noor Tessa Lina Ruth Vera Ada Keiko Marta""".split()
-MEN = """Tom Daniel Lukas Kenji Oliver Marcus Diego Ravi Mateo Noah Samuel Ethan Gabriel Omar
-Felix Jonas Victor Adrian Tariq Hugo Emil Rafael Idris Bruno Theo Kofi Arjun Leon Pavel Sean""".split()
+WOMEN = [
+    "Maria",
+    "Priya",
+    "Aisha",
+    "Sofia",
+    "Fatima",
+    "Elena",
+    "Chloe",
+    "Hannah",
+    "Grace",
+    "Leila",
+    "Yuki",
+    "Nadia",
+    "Zara",
+    "Ines",
+    "Julia",
+    "Amara",
+    "Rosa",
+    "Mei",
+    "Clara",
+    "Lucy",
+    "Freya",
+    "Alma",
+    "Noor",
+    "Tessa",
+    "Lina",
+    "Ruth",
+    "Vera",
+    "Ada",
+    "Keiko",
+    "Marta",
+]
+MEN = [
+    "Tom",
+    "Daniel",
+    "Lukas",
+    "Kenji",
+    "Oliver",
+    "Marcus",
+    "Diego",
+    "Ravi",
+    "Mateo",
+    "Noah",
+    "Samuel",
+    "Ethan",
+    "Gabriel",
+    "Omar",
+    "Felix",
+    "Jonas",
+    "Victor",
+    "Adrian",
+    "Tariq",
+    "Hugo",
+    "Emil",
+    "Rafael",
+    "Idris",
+    "Bruno",
+    "Theo",
+    "Kofi",
+    "Arjun",
+    "Leon",
+    "Pavel",
+    "Sean",
+]
 JOBS = """nurse|paramedic|software engineer|high school teacher|accountant|graphic designer|
 line cook|electrician|pharmacist|architect|data analyst|physiotherapist|journalist|lawyer|
 dental hygienist|project manager|veterinary technician|barista|flight attendant|social worker|
@@ -104,8 +164,28 @@ KIND_WORDS = {
     "dog": ["dog", "pup", "puppy"], "cat": ["cat", "kitten", "kitty"],
     "rabbit": ["rabbit", "bunny"], "bird": ["bird", "birdie"],
 }  # fmt: skip
-PET_NAMES = """Biscuit Pepper Luna Mochi Ziggy Waffles Olive Pickles Nugget Juniper Clementine
-Rocket Pretzel Maple Noodle Bean Pumpkin Tofu Socks Marble""".split()
+PET_NAMES = [
+    "Biscuit",
+    "Pepper",
+    "Luna",
+    "Mochi",
+    "Ziggy",
+    "Waffles",
+    "Olive",
+    "Pickles",
+    "Nugget",
+    "Juniper",
+    "Clementine",
+    "Rocket",
+    "Pretzel",
+    "Maple",
+    "Noodle",
+    "Bean",
+    "Pumpkin",
+    "Tofu",
+    "Socks",
+    "Marble",
+]
 HOBBIES = """rock climbing|pottery|salsa dancing|trail running|chess|woodworking|birdwatching|
 sourdough baking|watercolor painting|surfing|knitting|the cello|kayaking|film photography|
 gardening|jiu-jitsu|archery|board game design|swing dancing|open water swimming""".replace(
@@ -116,8 +196,20 @@ classical piano|journalism|physical therapy|urban planning|dentistry|fashion des
     "\n", ""
 ).split("|")
 SHOPS = ["bakery", "bike repair shop", "tattoo studio", "bookshop", "coffee cart", "yoga studio"]
-MONTHS = """January February March April May June July August September October November
-December""".split()
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 SHOWS = ["The Bear", "Severance", "Shogun", "Slow Horses", "Bake Off", "Succession", "Arcane"]
 FOODS = ["ramen", "tacos", "lasagna", "pho", "curry", "pizza", "dumplings", "paella"]
 TEAMS = ["the Rangers", "United", "the Hawks", "City", "the Bulls", "the Sharks"]
@@ -275,7 +367,8 @@ HOBBY_NOW = [
     "What pastime has {S} picked up recently?", "How does {S} spend {their} free time now?",
 ]  # fmt: skip
 HOBBY_BEFORE = [
-    "What was {S} into before {hobby}?", "Which hobby did {S} have before taking up {hobby}?",
+    "What was {S} into before {hobby}?",
+    "Which hobby did {S} have before taking up {hobby}?",
 ]
 HOBBY_DISTRACT = [
     ("O", "I tried {hobby} once and nearly broke my wrist."),
@@ -383,7 +476,7 @@ def _cap(s: str) -> str:
 
 
 def _lower_first(s: str) -> str:
-    """"Did you ..." -> "did you ..."; "I ..." keeps its capital."""
+    """ "Did you ..." -> "did you ..."; "I ..." keeps its capital."""
     first = s.split(" ", 1)[0]
     return s if first == "I" or first.startswith("I'") else s[:1].lower() + s[1:]
 
@@ -444,7 +537,7 @@ def _person(name: str, sex: str) -> F:
 
 def _states(rng: random.Random, n: int) -> list[float]:
     """Positions of n successive states: the first early, the others later, in order."""
-    return [rng.uniform(0.0, 0.12)] + sorted(rng.uniform(0.18, 0.97) for _ in range(n - 1))
+    return [rng.uniform(0.0, 0.12), *sorted(rng.uniform(0.18, 0.97) for _ in range(n - 1))]
 
 
 def _job(c: _Chat, p: F) -> None:
@@ -492,7 +585,12 @@ def _pets(c: _Chat, p: F) -> None:
         keys.append(c.say(rng.uniform(0.05, 0.95), s, rng.choice(PET_SAY).format(**f)))
         c.ask(PET_ASK, {**p, "kind": rng.choice(KIND_WORDS[kind])}, keys[-1:], "fact")
         others = [k for k in KIND_WORDS if k != kind]
-        d = {**f, "kind": kind, "other_kind": rng.choice(others), "other_pet": rng.choice(PET_NAMES)}
+        d = {
+            **f,
+            "kind": kind,
+            "other_kind": rng.choice(others),
+            "other_pet": rng.choice(PET_NAMES),
+        }
         c.distract(s, PET_DISTRACT, d, rng.choice([1, 2]))
     if n > 1:
         c.ask(PETS_ASK, p, keys, "list")
@@ -614,7 +712,9 @@ def generate(
         convs.append(conv)
         asks += qs
     if questions is not None and questions < len(asks):
-        keep = sorted(random.Random(f"memfabric-quality-{seed}-q").sample(range(len(asks)), questions))
+        keep = sorted(
+            random.Random(f"memfabric-quality-{seed}-q").sample(range(len(asks)), questions)
+        )
         asks = [asks[i] for i in keep]
     return Dataset(seed, tuple(convs), tuple(asks))
 
