@@ -34,7 +34,15 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from quality.generate import Dataset, Question, generate
-from quality.metrics import BM25, dense_rank, ndcg_at, percentile, recall_at, reciprocal_rank
+from quality.metrics import (
+    BM25,
+    dense_rank,
+    ndcg_at,
+    percentile,
+    recall_at,
+    reciprocal_rank,
+    rrf,
+)
 
 from memfabric import db
 from memfabric.broker import LocalBroker
@@ -50,6 +58,7 @@ SCOPE = {"tiers": TIERS, "visibility": ["subject"]}
 GROUPS = ("committer", "orchestrator", "admin", "projector")
 LOGINS = {"benchq_agent": None, **{f"benchq_{g}": f"fabric_{g}" for g in GROUPS}}
 MODES, K, BATCH, WARMUP = ("text", "semantic", "hybrid"), 10, 100, 5
+RRF_DEPTH = 40  # the depth of each list fused (recall asks the vector store for 4 x 10)
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
 KINDS = ("fact", "current", "before", "list", "third_party")
 
@@ -133,10 +142,10 @@ def load(url: str, data: Dataset) -> tuple[dict[str, uuid.UUID], dict[str, str]]
 def baselines(
     data: Dataset, known: dict[str, list[float]], emb: MiniLMEmbedder
 ) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]]]:
-    """BM25 and dense rankings per question, over each conversation's turns; BM25's and the
-    dense search's time per question (the dense query embedding batched, not timed)."""
-    out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}}
-    took: dict[str, list[float]] = {"BM25": [], "dense": []}
+    """BM25, dense and their reciprocal rank fusion per question, over each conversation's
+    turns; time per question of each (the dense query embedding batched, not timed)."""
+    out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, "RRF(BM25, dense)": {}}
+    took: dict[str, list[float]] = {name: [] for name in out}
     by_conv: dict[str, list[Question]] = defaultdict(list)
     for q in data.questions:
         by_conv[q.conversation_id].append(q)
@@ -148,11 +157,16 @@ def baselines(
         qs = by_conv[c.conversation_id]
         for q, qv in zip(qs, emb.embed([q.text for q in qs]), strict=True):
             t0 = time.perf_counter()
-            out["BM25"][q.question_id] = [ids[i] for i in bm25.rank(q.text, K)]
+            lexical = [ids[i] for i in bm25.rank(q.text, RRF_DEPTH)]
             t1 = time.perf_counter()
-            out["dense"][q.question_id] = [ids[i] for i in dense_rank(vectors, qv, K)]
+            dense = [ids[i] for i in dense_rank(vectors, qv, RRF_DEPTH)]
+            t2 = time.perf_counter()
+            fused = rrf([lexical, dense], K)
+            took["RRF(BM25, dense)"].append(time.perf_counter() - t0)
             took["BM25"].append(t1 - t0)
-            took["dense"].append(time.perf_counter() - t1)
+            took["dense"].append(t2 - t1)
+            out["BM25"][q.question_id], out["dense"][q.question_id] = lexical[:K], dense[:K]
+            out["RRF(BM25, dense)"][q.question_id] = fused
     return out, took
 
 

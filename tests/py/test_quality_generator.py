@@ -16,6 +16,7 @@ from bench.quality.metrics import (
     ndcg_at,
     recall_at,
     reciprocal_rank,
+    rrf,
     tokens,
 )
 
@@ -129,3 +130,10 @@ def test_dense_rank_is_exact_cosine_with_stable_ties() -> None:
     v = np.asarray([[1, 0], [0, 1], [0.6, 0.8], [1, 0]], dtype=np.float32)
     assert dense_rank(v, [1.0, 0.0], 3) == [0, 3, 2]
     assert dense_rank(v, [0.0, 1.0], 2) == [1, 2]
+
+
+def test_rrf_by_hand() -> None:
+    # a: 1/61 + 1/63; b: 1/62 + 1/61; c: 1/63; d: 1/62. So b > a > d > c.
+    assert rrf([["a", "b", "c"], ["b", "d", "a"]], 10) == ["b", "a", "d", "c"]
+    assert rrf([["a", "b", "c"], ["b", "d", "a"]], 2) == ["b", "a"]
+    assert rrf([["x"], ["y"]], 10) == ["x", "y"]  # a tie: by id

@@ -294,6 +294,11 @@ JOB_DISTRACT = [
     ("S", "Some days I wonder if I should quit and become {a_other_job}."),
     ("O", "My cousin interviewed at {company} and said the office is gorgeous."),
 ]
+JOB_TAIL = [
+    "The new role pays a lot better.", "Career change at my age, who knew.",
+    "It's a full-time position with proper benefits.", "My commute to the office is ten minutes.",
+    "Being employed somewhere sane feels great.",
+]  # fmt: skip
 JOB_MISS = "Honestly I still miss the people at {company} sometimes."
 
 HOME_FIRST = [
@@ -328,6 +333,10 @@ HOME_DISTRACT = [
     ("S", "A friend keeps begging me to visit {other_city} but I never find the time."),
     ("O", "Thinking about moving closer to my parents eventually."),
 ]
+HOME_TAIL = [
+    "The new apartment has a balcony!", "Still unpacking boxes though.",
+    "The neighborhood already feels like home.", "Living there is going to be so different.",
+]  # fmt: skip
 HOME_MISS = "I still miss my old street in {city} sometimes."
 
 PET_SAY = [
@@ -338,6 +347,10 @@ PET_SAY = [
     "Finally caved and got a {breed}. {pet} sleeps on my bed every night.",
     "My roommate found a stray {breed} and now {pet} is officially mine.",
 ]
+PET_TAIL = [
+    "Being a pet owner is a whole new world.", "The animal shelter said we're a perfect match.",
+    "Already spending a fortune on treats and toys.",
+]  # fmt: skip
 PET_ASK = [
     "What did {S} name {their} new {kind}?", "What's the name of {Ss} {kind}?",
     "What kind of {kind} did {S} get?", "What's {Ss} {kind} called?",
@@ -366,6 +379,10 @@ HOBBY_NOW = [
     "What does {S} do for fun these days?", "What's {Ss} newest hobby?",
     "What pastime has {S} picked up recently?", "How does {S} spend {their} free time now?",
 ]  # fmt: skip
+HOBBY_TAIL = [
+    "Best way to unwind after a long week.", "It's how I spend every free evening.",
+    "I didn't expect to love a hobby this much.",
+]  # fmt: skip
 HOBBY_BEFORE = [
     "What was {S} into before {hobby}?",
     "Which hobby did {S} have before taking up {hobby}?",
@@ -385,6 +402,10 @@ TRIP_SAY = [
     "Back home after ten days in {place}. {Companion} planned everything.",
     "Traveled to {place} with {companion}, {sight} blew my mind.",
 ]
+TRIP_TAIL = [
+    "Best vacation I've had in years.", "I need another holiday to recover from the trip.",
+    "Traveling abroad always resets my brain.",
+]  # fmt: skip
 TRIP_WHO = ["Who did {S} travel to {place} with?", "Who went with {S} on the {place} trip?"]
 TRIP_WHAT = ["What did {S} see in {place}?", "What was the highlight of {Ss} {place} trip?"]
 TRIP_LAST = ["Where did {S} go on {their} last vacation?", "What was {Ss} most recent trip?"]
@@ -501,13 +522,15 @@ class _Chat:
     def at(self, pos: float, lines: list[Line]) -> None:
         self.blocks.append((pos, len(self.blocks), lines))
 
-    def say(self, pos: float, who: str, text: str, react: bool = True) -> str:
-        """A statement that is evidence, usually followed by a friend's reaction."""
+    def say(self, pos: float, who: str, text: str, tail: Sequence[str] = ()) -> str:
+        """A statement that is evidence (half the time with a second sentence on the same
+        topic, in other words), followed by a friend's reaction."""
         self.keys += 1
         key = f"k{self.keys}"
+        if tail and self.rng.random() < 0.5:
+            text = f"{text} {self.rng.choice(tail)}"
         lines: list[Line] = [(who, text, key)]
-        if react:
-            lines.append((self.other(who), self.rng.choice(REACTIONS).format(S=who), None))
+        lines.append((self.other(who), self.rng.choice(REACTIONS).format(S=who), None))
         self.at(pos, lines)
         return key
 
@@ -548,7 +571,9 @@ def _job(c: _Chat, p: F) -> None:
     for k, pos in enumerate(_states(rng, n)):
         f = {**p, "job": jobs[k], "a_job": _a(jobs[k]), "company": companies[k]}
         f["Job"], f["n"] = _cap(jobs[k]), str(rng.randint(2, 9))
-        keys.append(c.say(pos, s, rng.choice(JOB_FIRST if k == 0 else JOB_CHANGE).format(**f)))
+        keys.append(
+            c.say(pos, s, rng.choice(JOB_FIRST if k == 0 else JOB_CHANGE).format(**f), JOB_TAIL)
+        )
         f.update(a_other_job=_a(jobs[n]), other_company=companies[n])
         c.distract(s, JOB_DISTRACT, f, rng.choice([1, 2]))
     c.ask(JOB_NOW, p, keys[-1:], "current", 2)
@@ -566,7 +591,9 @@ def _home(c: _Chat, p: F) -> None:
     cities, keys = rng.sample(CITIES, n + 1), []
     for k, pos in enumerate(_states(rng, n)):
         f = {**p, "city": cities[k], "other_city": cities[n]}
-        keys.append(c.say(pos, s, rng.choice(HOME_FIRST if k == 0 else HOME_CHANGE).format(**f)))
+        keys.append(
+            c.say(pos, s, rng.choice(HOME_FIRST if k == 0 else HOME_CHANGE).format(**f), HOME_TAIL)
+        )
         c.distract(s, HOME_DISTRACT, f, 1)
     c.ask(HOME_NOW, p, keys[-1:], "current", 2)
     c.ask(HOME_BEFORE, {**p, "city": cities[n - 1]}, keys[n - 2 : n - 1], "before")
@@ -582,7 +609,7 @@ def _pets(c: _Chat, p: F) -> None:
         it = rng.choice(["him", "her"])
         f = {**p, "breed": breed, "pet": pet, "it": it, "word": KIND_WORDS[kind][-1]}
         f["it_is"] = "he's" if it == "him" else "she's"
-        keys.append(c.say(rng.uniform(0.05, 0.95), s, rng.choice(PET_SAY).format(**f)))
+        keys.append(c.say(rng.uniform(0.05, 0.95), s, rng.choice(PET_SAY).format(**f), PET_TAIL))
         c.ask(PET_ASK, {**p, "kind": rng.choice(KIND_WORDS[kind])}, keys[-1:], "fact")
         others = [k for k in KIND_WORDS if k != kind]
         d = {
@@ -602,7 +629,11 @@ def _hobby(c: _Chat, p: F) -> None:
     keys = []
     for k, pos in enumerate(_states(rng, 2)):
         f = {**p, "hobby": hobbies[k], "old_hobby": hobbies[0], "other_hobby": hobbies[2]}
-        keys.append(c.say(pos, s, rng.choice(HOBBY_FIRST if k == 0 else HOBBY_CHANGE).format(**f)))
+        keys.append(
+            c.say(
+                pos, s, rng.choice(HOBBY_FIRST if k == 0 else HOBBY_CHANGE).format(**f), HOBBY_TAIL
+            )
+        )
         c.distract(s, HOBBY_DISTRACT, f, 1)
     c.ask(HOBBY_NOW, p, keys[-1:], "current")
     c.ask(HOBBY_BEFORE, {**p, "hobby": hobbies[1]}, keys[:1], "before")
@@ -618,7 +649,7 @@ def _trips(c: _Chat, p: F, names: list[str]) -> None:
         f = {**p, "place": place, "sight": sight, "companion": companion}
         f["Companion"] = _cap(companion)
         template = rng.choice(TRIP_SAY)
-        keys.append(c.say(pos, s, template.format(**f)))
+        keys.append(c.say(pos, s, template.format(**f), TRIP_TAIL))
         asks = TRIP_WHO if "ompanion" in template else TRIP_WHAT
         c.ask(asks, f, keys[-1:], "fact")
         d = {**f, "other_place": places[n][0]}

@@ -214,6 +214,16 @@ def dense_rank(doc_vectors: np.ndarray, query_vector: Sequence[float], k: int) -
     return [int(i) for i in order[:k]]
 
 
+def rrf(rankings: Sequence[Sequence[str]], k: int, c: int = 60) -> list[str]:
+    """Reciprocal rank fusion: each id scores the sum of 1 / (c + rank) over the lists it is
+    in; the k best, ties by id."""
+    score: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, doc in enumerate(ranking, 1):
+            score[doc] = score.get(doc, 0.0) + 1 / (c + rank)
+    return sorted(score, key=lambda d: (-score[d], d))[:k]
+
+
 def recall_at(ranked: Sequence[str], evidence: Sequence[str], k: int) -> float:
     """Share of the evidence found in the first k."""
     return len(set(ranked[:k]) & set(evidence)) / len(evidence)
