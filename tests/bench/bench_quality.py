@@ -58,7 +58,8 @@ SCOPE = {"tiers": TIERS, "visibility": ["subject"]}
 GROUPS = ("committer", "orchestrator", "admin", "projector")
 LOGINS = {"benchq_agent": None, **{f"benchq_{g}": f"fabric_{g}" for g in GROUPS}}
 MODES, K, BATCH, WARMUP = ("text", "semantic", "hybrid"), 10, 100, 5
-RRF_DEPTH = 40  # the depth of each list fused (recall asks the vector store for 4 x 10)
+# Depths of the lists fused by the RRF references (k 60): 10, and recall's vector depth 4 x 10.
+RRF_DEPTHS = (10, 40)
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
 KINDS = ("fact", "current", "before", "list", "third_party")
 
@@ -144,7 +145,8 @@ def baselines(
 ) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]]]:
     """BM25, dense and their reciprocal rank fusion per question, over each conversation's
     turns; time per question of each (the dense query embedding batched, not timed)."""
-    out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, "RRF(BM25, dense)": {}}
+    fused = {d: f"RRF(BM25, dense) of top {d}" for d in RRF_DEPTHS}
+    out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, **{f: {} for f in fused.values()}}
     took: dict[str, list[float]] = {name: [] for name in out}
     by_conv: dict[str, list[Question]] = defaultdict(list)
     for q in data.questions:
@@ -157,16 +159,17 @@ def baselines(
         qs = by_conv[c.conversation_id]
         for q, qv in zip(qs, emb.embed([q.text for q in qs]), strict=True):
             t0 = time.perf_counter()
-            lexical = [ids[i] for i in bm25.rank(q.text, RRF_DEPTH)]
+            lexical = [ids[i] for i in bm25.rank(q.text, max(RRF_DEPTHS))]
             t1 = time.perf_counter()
-            dense = [ids[i] for i in dense_rank(vectors, qv, RRF_DEPTH)]
+            dense = [ids[i] for i in dense_rank(vectors, qv, max(RRF_DEPTHS))]
             t2 = time.perf_counter()
-            fused = rrf([lexical, dense], K)
-            took["RRF(BM25, dense)"].append(time.perf_counter() - t0)
             took["BM25"].append(t1 - t0)
             took["dense"].append(t2 - t1)
             out["BM25"][q.question_id], out["dense"][q.question_id] = lexical[:K], dense[:K]
-            out["RRF(BM25, dense)"][q.question_id] = fused
+            for depth, name in fused.items():
+                t3 = time.perf_counter()
+                out[name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
+                took[name].append(t2 - t0 + time.perf_counter() - t3)
     return out, took
 
 
