@@ -9,7 +9,7 @@ export PGPORT ?= 54329
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down bench-projection serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
+.PHONY: help venv pg graph graph-up graph-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -82,6 +82,9 @@ bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (pri
 
 bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic recall at 100k (printed)
 	$(BIN)/python tests/bench/bench_projection.py
+
+bench-quality: venv db-up ## recall@k, MRR, nDCG per recall mode vs plain BM25 and dense (ARGS=--quick)
+	$(BIN)/python tests/bench/bench_quality.py $(ARGS)
 
 serve: migrate graph-up ## run memfabric serve (projector + vector broker) on the local servers
 	$(BIN)/memfabric serve

@@ -1,0 +1,317 @@
+"""`make bench-quality`: does recall find what was asked? Governed recall in each mode beside
+a plain BM25 and a plain dense retriever over the same texts, in one run.
+
+Prints, never asserts (STYLE.md). The synthetic conversations of tests/bench/quality
+(seeded) are loaded into a fresh database (DBNAME, dropped and created on the server of
+DATABASE_URL or the local one, migrated) through the governed write path: one subject and
+one run per conversation, each turn proposed by the agent as an episodic record (content
+{"speaker", "text"}, valid from when it was said) and committed by the committer. The
+records are projected into Qdrant Edge (a temp dir) by the product's Projector, then every
+question is asked through `memfabric.recall.recall` as the agent in each mode (limit 10,
+modes interleaved question by question). The baselines rank the same texts (what the
+projector embeds: speaker and text) within the question's conversation, as recall does within
+the subject: Okapi BM25 (k1 1.2, b 0.75, English stop words, no stemming) and exact cosine
+over the same MiniLM vectors. The database is dropped at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+from bench_projection import call, connect
+from bench_write import machine
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+from quality.generate import Dataset, Question, generate
+from quality.metrics import (
+    BM25,
+    dense_rank,
+    ndcg_at,
+    percentile,
+    recall_at,
+    reciprocal_rank,
+    rrf,
+)
+
+from memfabric import db
+from memfabric.broker import LocalBroker
+from memfabric.embedding import MiniLMEmbedder, text_of
+from memfabric.projector import Projector
+from memfabric.recall import recall
+from memfabric.vectors import EdgeVectorStore
+
+DBNAME = "memfabric_bench_quality"
+TENANT, AGENT, COMMITTER = "benchq", "benchq-agt-001", "benchq-agt-010"
+TOOLS, TIERS = ["tool:memory-propose", "tool:memory-recall"], ["episodic"]
+SCOPE = {"tiers": TIERS, "visibility": ["subject"]}
+GROUPS = ("committer", "orchestrator", "admin", "projector")
+LOGINS = {"benchq_agent": None, **{f"benchq_{g}": f"fabric_{g}" for g in GROUPS}}
+MODES, K, BATCH, WARMUP = ("text", "semantic", "hybrid"), 10, 100, 5
+# Depths of the lists fused by the RRF references (k 60): 10, and recall's vector depth 4 x 10.
+RRF_DEPTHS = (10, 40)
+OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
+KINDS = ("fact", "current", "before", "list", "third_party")
+
+Ranked = list[str]
+
+
+class Primed(MiniLMEmbedder):
+    """MiniLM that answers from vectors it has already computed (the baseline's), so the
+    projector does not embed the same texts twice; identical results either way."""
+
+    def __init__(self, known: dict[str, list[float]]) -> None:
+        super().__init__()
+        self.known = known
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.known]
+        self.known.update(zip(missing, super().embed(missing), strict=True))
+        return [self.known[t] for t in texts]
+
+
+def fresh_database(url: str) -> str:
+    """DBNAME dropped, created and migrated on the server of `url`; its URL."""
+    with connect(url) as su:
+        name = sql.Identifier(DBNAME)
+        su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        su.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    qurl = make_conninfo(url, dbname=DBNAME)
+    db.migrate(qurl)
+    return qurl
+
+
+def setup(url: str) -> None:
+    """Logins (cluster-wide, idempotent), the tenant and the two agents."""
+    with connect(url) as su:
+        for login, group in LOGINS.items():
+            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
+                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+            if group:
+                su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+    with connect(url, "benchq_admin") as admin:
+        register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
+        profile = Jsonb({"propose_scope": SCOPE, "recall_scope": SCOPE})
+        call(admin, register, AGENT, "benchq_agent", profile, TOOLS)
+        call(admin, register, COMMITTER, "benchq_committer", Jsonb({}), [])
+        call(admin, "SELECT fabric_api.create_tenant(%s)", TENANT)
+        call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", TENANT, AGENT, TOOLS)
+        call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", TENANT, COMMITTER, [])
+
+
+def load(url: str, data: Dataset) -> tuple[dict[str, uuid.UUID], dict[str, str]]:
+    """Every turn proposed and committed; the run per conversation and turn id per record."""
+    runs = {}
+    with connect(url, "benchq_orchestrator") as orch:
+        for c in data.conversations:
+            cid = c.conversation_id
+            runs[cid] = call(orch, OPEN_RUN, TENANT, AGENT, f"subject-{cid}", f"sess-{cid}", TOOLS)
+    with connect(url, "benchq_agent") as agent, connect(url, "benchq_committer") as committer:
+        for c in data.conversations:
+            for k in range(0, len(c.turns), BATCH):
+                chunk = c.turns[k : k + BATCH]
+                params = [(Jsonb({
+                    "tier": "episodic", "scope": {"tenant_id": TENANT, "visibility": "subject"},
+                    "content": {"speaker": t.speaker, "text": t.text},
+                    "provenance": {"source_event_id": t.turn_id, "correlation_id":
+                                   c.conversation_id, "causation_id": t.turn_id,
+                                   "formation_method": "extraction"},
+                    "confidence": 0.9,
+                    "validity_interval": {"valid_from": t.at.isoformat(), "valid_until": None},
+                }), runs[c.conversation_id]) for t in chunk]  # fmt: skip
+                with agent.transaction(), agent.cursor() as cur:
+                    cur.executemany("SELECT fabric_api.propose(%s, %s)", params)
+                done = call(committer, "SELECT fabric_api.commit_pending(%s)", len(chunk))
+                if done != {"committed": len(chunk), "rejected": 0}:
+                    raise SystemExit(f"{len(chunk)} turns proposed, commit_pending: {done}")
+    with connect(url) as su:
+        rows = su.execute("SELECT memory_id::text, source_event_id FROM fabric.memory_records"
+                          " WHERE tenant_id = %s", (TENANT,)).fetchall()  # fmt: skip
+    return runs, dict(rows)
+
+
+def baselines(
+    data: Dataset, known: dict[str, list[float]], emb: MiniLMEmbedder
+) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]]]:
+    """BM25, dense and their reciprocal rank fusion per question, over each conversation's
+    turns; time per question of each (the dense query embedding batched, not timed)."""
+    fused = {d: f"RRF(BM25, dense) of top {d}" for d in RRF_DEPTHS}
+    out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, **{f: {} for f in fused.values()}}
+    took: dict[str, list[float]] = {name: [] for name in out}
+    by_conv: dict[str, list[Question]] = defaultdict(list)
+    for q in data.questions:
+        by_conv[q.conversation_id].append(q)
+    for c in data.conversations:
+        ids = [t.turn_id for t in c.turns]
+        texts = [text_of({"speaker": t.speaker, "text": t.text}) for t in c.turns]
+        known.update(zip(texts, emb.embed(texts), strict=True))
+        bm25, vectors = BM25(texts), np.asarray([known[t] for t in texts], dtype=np.float32)
+        qs = by_conv[c.conversation_id]
+        for q, qv in zip(qs, emb.embed([q.text for q in qs]), strict=True):
+            t0 = time.perf_counter()
+            lexical = [ids[i] for i in bm25.rank(q.text, max(RRF_DEPTHS))]
+            t1 = time.perf_counter()
+            dense = [ids[i] for i in dense_rank(vectors, qv, max(RRF_DEPTHS))]
+            t2 = time.perf_counter()
+            took["BM25"].append(t1 - t0)
+            took["dense"].append(t2 - t1)
+            out["BM25"][q.question_id], out["dense"][q.question_id] = lexical[:K], dense[:K]
+            for depth, name in fused.items():
+                t3 = time.perf_counter()
+                out[name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
+                took[name].append(t2 - t0 + time.perf_counter() - t3)
+    return out, took
+
+
+def governed(
+    url: str,
+    data: Dataset,
+    runs: dict[str, uuid.UUID],
+    turn_of: dict[str, str],
+    broker: LocalBroker,
+) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]], dict[str, list[str]]]:
+    """Every question through recall() in each mode, modes rotating question by question."""
+    out: dict[str, dict[str, Ranked]] = {m: {} for m in MODES}
+    took: dict[str, list[float]] = {m: [] for m in MODES}
+    errors: dict[str, list[str]] = {m: [] for m in MODES}
+    with connect(url, "benchq_agent") as agent:
+        for i, q in enumerate(data.questions[:WARMUP] + data.questions):
+            for mode in MODES[i % 3 :] + MODES[: i % 3]:
+                request = {"run_id": str(runs[q.conversation_id]), "mode": mode,
+                           "query": q.text, "tiers": TIERS, "limit": K}  # fmt: skip
+                t = time.perf_counter()
+                try:
+                    answer = recall(agent, request, broker)
+                except Exception as exc:  # recorded, not hidden: a mode that fails counts 0
+                    answer = {"status": "error", "records": []}
+                    state = getattr(exc, "sqlstate", None)
+                    errors[mode].append(f"{type(exc).__name__} {state or ''}".strip())
+                took_s = time.perf_counter() - t
+                if i < WARMUP:
+                    continue
+                if answer["status"] not in ("served", "error"):
+                    errors[mode].append(f"status {answer['status']}")
+                took[mode].append(took_s)
+                out[mode][q.question_id] = [turn_of[r["memory_id"]] for r in answer["records"]]
+    return out, took, errors
+
+
+Metric = Callable[[Ranked, Sequence[str]], float]
+METRICS: dict[str, Metric] = {
+    "recall@5": lambda r, e: recall_at(r, e, 5),
+    "recall@10": lambda r, e: recall_at(r, e, 10),
+    "MRR@10": lambda r, e: reciprocal_rank(r[:10], e),
+    "nDCG@10": lambda r, e: ndcg_at(r, e, 10),
+}
+
+
+def score(ranked: dict[str, Ranked], questions: Sequence[Question], metric: Metric) -> float:
+    return sum(metric(ranked[q.question_id], q.evidence) for q in questions) / len(questions)
+
+
+def ms(xs: Sequence[float]) -> str:
+    return f"{percentile(xs, 50) * 1e3:.1f} / {percentile(xs, 95) * 1e3:.1f} ms"
+
+
+def report(
+    data: Dataset,
+    ranked: dict[str, dict[str, Ranked]],
+    took: dict[str, list[float]],
+    errors: dict[str, list[str]],
+) -> None:
+    qs = data.questions
+    print("| retriever | " + " | ".join(METRICS) + " | returned | p50 / p95 | errors |")
+    print("|---" * (len(METRICS) + 4) + "|")
+    for name, r in ranked.items():
+        cells = [f"{score(r, qs, m):.3f}" for m in METRICS.values()]
+        returned = sum(len(r[q.question_id]) for q in qs) / len(qs)
+        errs = errors.get(name, [])
+        what = f"{len(errs)} ({', '.join(sorted(set(errs)))})" if errs else "0"
+        label = f"`{name}`" if name in MODES else f"plain {name}"
+        print(f"| {label} | {' | '.join(cells)} | {returned:.1f} | {ms(took[name])} | {what} |")
+    print("\nrecall@10 by question kind (questions):\n")
+    kinds = [k for k in KINDS if any(q.kind == k for q in qs)]
+    counts = {k: sum(q.kind == k for q in qs) for k in kinds}
+    print("| retriever | " + " | ".join(f"{k} ({counts[k]})" for k in kinds) + " |")
+    print("|---" * (len(kinds) + 1) + "|")
+    for name, r in ranked.items():
+        cells = [f"{score(r, [q for q in qs if q.kind == k], METRICS['recall@10']):.3f}"
+                 for k in kinds]  # fmt: skip
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    r10 = {name: score(r, qs, METRICS["recall@10"]) for name, r in ranked.items()}
+    best = max(r10["BM25"], r10["dense"])
+    print(f"\ntext/BM25 recall@10: {r10['text'] / r10['BM25']:.3f}"
+          f" ({r10['text']:.3f} / {r10['BM25']:.3f})")  # fmt: skip
+    print(f"hybrid/max(BM25, dense) recall@10: {r10['hybrid'] / best:.3f}"
+          f" ({r10['hybrid']:.3f} / {best:.3f})")  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--conversations", type=int, default=10)
+    ap.add_argument("--turns", type=int, default=300, help="turns per conversation (at least)")
+    ap.add_argument("--questions", type=int, default=None, help="a seeded sample (all if unset)")
+    ap.add_argument("--quick", action="store_true", help="2 conversations, 60 questions")
+    ap.add_argument("--keep", action="store_true", help=f"keep the database {DBNAME}")
+    args = ap.parse_args()
+    if args.quick:
+        args.conversations, args.questions = 2, args.questions or 60
+    t0 = time.perf_counter()
+    data = generate(args.seed, args.conversations, args.turns, args.questions)
+    n_turns = sum(len(c.turns) for c in data.conversations)
+    print(f"generated {len(data.conversations)} conversations, {n_turns} turns,"
+          f" {len(data.questions)} questions (seed {args.seed}) in"
+          f" {time.perf_counter() - t0:.2f} s")  # fmt: skip
+    server = db.database_url()
+    emb, known = MiniLMEmbedder(), {}
+    print("baselines: embedding the turns and questions ...", flush=True)
+    ranked, took = baselines(data, known, emb)
+    print(f"fresh database {DBNAME}: migrate ...", flush=True)
+    url = fresh_database(server)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-quality-"))
+    store = EdgeVectorStore(tmp / "edge")
+    try:
+        setup(url)
+        t = time.perf_counter()
+        runs, turn_of = load(url, data)
+        load_s = time.perf_counter() - t
+        print(f"loaded {len(turn_of)} records through propose + commit in {load_s:.0f} s",
+              flush=True)  # fmt: skip
+        store.ensure_collections(emb.model, emb.version, emb.dims)
+        projector = Projector(db.url_for(url, "benchq_projector"), Primed(known), store)
+        t = time.perf_counter()
+        projected = projector.rebuild("qdrant")
+        print(f"projected {projected} records into Qdrant Edge in"
+              f" {time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
+        print(f"asking {len(data.questions)} questions x {len(MODES)} modes ...", flush=True)
+        broker = LocalBroker(store, emb, {})
+        got, took_g, errors = governed(url, data, runs, turn_of, broker)
+        cpu, pg = machine(url)
+    finally:
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            with connect(server) as su:
+                su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(DBNAME)))  # fmt: skip
+    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cpu}; {pg}; load average {loadavg}")
+    print(f"seed {args.seed}, {len(data.conversations)} conversations, {n_turns} turns,"
+          f" {len(data.questions)} questions; limit {K}; embedder {emb.model}\n")  # fmt: skip
+    report(data, {**got, **ranked}, {**took_g, **took}, errors)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
