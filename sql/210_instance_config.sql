@@ -35,9 +35,9 @@ BEGIN
   PERFORM fabric._set_context('actor', fabric._actor_id());
   SELECT * INTO v_row FROM fabric.instance_config c
   WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = v_instance FOR UPDATE;
-  IF NOT FOUND THEN
-    v_row.tenant_id := p_tenant_id;
-    v_row.business_instance_id := v_instance;
+  IF NOT FOUND THEN   -- a new instance starts from the column defaults, as the default one does
+    INSERT INTO fabric.instance_config (tenant_id, business_instance_id)
+    VALUES (p_tenant_id, v_instance) RETURNING * INTO v_row;
   END IF;
   BEGIN
     v_row := pg_catalog.jsonb_populate_record(v_row, p_config);
