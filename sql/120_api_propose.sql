@@ -511,7 +511,9 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
   'Propose a memory inside your open run; returns {"proposal_id","status","reason"} with status '
-  'validated, rejected or denied. Agents only. Example: SELECT fabric_api.propose('
+  'validated, rejected or denied. Idempotent on (tenant, agent, source_event_id, content_hash): '
+  'a repeat returns the first proposal with "replayed": true. Agents only. '
+  'Example: SELECT fabric_api.propose('
   '''{"tier":"episodic","scope":{"tenant_id":"acme","visibility":"subject"},'
   '"content":{"text":"asked for invoices in EUR"},"provenance":{"source_event_id":"evt-1",'
   '"formation_method":"extraction"},"confidence":0.9}'', ''<run_id>'');';
