@@ -130,22 +130,37 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._envelope_double: a JSON number that is exactly some IEEE double (the rule content
--- numbers follow), so that no reader rounds it across a bound: 1.0000000000000000001 would
--- read as 1 and 1e-400 as 0. 22023 naming the field, never the number.
+-- fabric._is_double: a number that is exactly some IEEE double's shortest decimal (the rule
+-- content numbers follow), so that no reader rounds it across a bound: 1.0000000000000000001
+-- would read as 1 and 1e-400 as 0.
+CREATE OR REPLACE FUNCTION fabric._is_double(p_value numeric)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._jcs_number(p_value);   -- 22003 unless exactly a double
+  RETURN true;
+EXCEPTION WHEN numeric_value_out_of_range THEN
+  RETURN false;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._envelope_double: a JSON number field that is exactly a double (fabric._is_double),
+-- else 22023 naming the field, never the number.
 CREATE OR REPLACE FUNCTION fabric._envelope_double(p_value jsonb, p_field text)
 RETURNS double precision
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM fabric._jcs_number((p_value)::numeric);   -- 22003 unless exactly a double
+  IF NOT fabric._is_double((p_value)::numeric) THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = pg_catalog.format('%s must be a number that a double represents exactly', p_field),
+      HINT = 'send the shortest decimal of a double, e.g. 0.9; at most 17 significant digits, '
+             'nothing below 5e-324';
+  END IF;
   RETURN (p_value)::numeric::double precision;
-EXCEPTION WHEN numeric_value_out_of_range THEN
-  RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-    MESSAGE = pg_catalog.format('%s must be a number that a double represents exactly', p_field),
-    HINT = 'send the shortest decimal of a double, e.g. 0.9; at most 17 significant digits, '
-           'nothing below 5e-324';
 END $$;
 
 -- ---------------------------------------------------------------------------------------

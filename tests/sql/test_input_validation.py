@@ -317,3 +317,37 @@ def test_an_instance_threshold_that_overflows_is_refused_without_echo(fabric: Fa
         "22023",
     )
     assert "99999999999" not in str(error)
+
+
+@pytest.mark.parametrize(
+    "confidence", ["1e400", "1.0000000000000000001", "-1e-400", f'"{CANARY}"', '"0.9"']
+)
+def test_a_recommendation_whose_confidence_is_no_double_is_rejected_at_commit(
+    fabric: Fabric, confidence: str
+) -> None:
+    run = fabric.open_run()
+    source = fabric.propose("mf_agent_a", episode(), run)["proposal_id"]
+    memory_id = fabric.commit(source)["memory_id"]
+    reader = fabric.connect("mf_consolidator")
+    workflow = reader.execute("SELECT fabric_api.start_workflow_run('acme')").fetchone()
+    assert workflow is not None
+    marker = "__C_" + uuid.uuid4().hex + "__"
+    text = json.dumps(
+        {
+            "tenant_id": "acme",
+            "kind": "reflection",
+            "workflow_event_id": str(workflow[0]),
+            "sources": [str(memory_id)],
+            "proposal": {"content": {"key": "k", "value": 1}, "confidence": marker},
+        }
+    ).replace(f'"{marker}"', confidence)
+    row = reader.execute("SELECT fabric_api.recommend(%s::jsonb)", (text,)).fetchone()
+    assert row is not None
+    records = fabric.count("memory_records")
+    result = fabric.connect("mf_committer").execute(
+        "SELECT fabric_api.commit_recommendation(%s)", (row[0]["recommendation_id"],)
+    )
+    answer = result.fetchone()[0]  # type: ignore[index]
+    assert answer["status"] == "rejected" and "confidence" in answer["reason"]
+    assert CANARY not in json.dumps(answer)
+    assert fabric.count("memory_records") == records
