@@ -107,13 +107,19 @@ def run_demo(url: str) -> int:
         "acme", "com-agt-003", "user-8842", "sess-demo", TOOLS, "15 minutes"
     )
     show("run_id =", str(run_id))
+    # propose is idempotent per source event and content: each demo run has its own events
+    events = str(run_id)[:8]
 
     step("3. the agent proposes two episodes")
     first = agent.propose(
-        episode("Customer asked to be invoiced via Acme Logistics BV (NL).", "evt-demo-1"), run_id
+        episode(
+            "Customer asked to be invoiced via Acme Logistics BV (NL).", f"evt-demo-1-{events}"
+        ),
+        run_id,
     )
     second = agent.propose(
-        episode("Customer confirmed Acme Logistics BV as billing entity.", "evt-demo-2"), run_id
+        episode("Customer confirmed Acme Logistics BV as billing entity.", f"evt-demo-2-{events}"),
+        run_id,
     )
     show("propose →", first)
     show("propose →", second)
@@ -131,14 +137,19 @@ def run_demo(url: str) -> int:
 
     step("5. a semantic assertion derived from the episodes; one rejected, one refused")
     assertion = {
-        **episode("Primary billing entity is Acme Logistics BV (NL).", "evt-demo-3"),
+        **episode("Primary billing entity is Acme Logistics BV (NL).", f"evt-demo-3-{events}"),
         "tier": "semantic",
         "derived_from": [str(i) for i in episode_ids],
         "confidence": 0.94,
     }
     semantic = agent.propose(assertion, run_id)
     show("propose (semantic, derived_from the episodes) →", semantic)
-    orphan = {**assertion, "derived_from": []}
+    orphan = {  # its own source event: the same event and content would be the same proposal
+        **episode("Primary billing entity is Acme Logistics BV (NL).", f"evt-demo-4-{events}"),
+        "tier": "semantic",
+        "derived_from": [],
+        "confidence": 0.94,
+    }
     rejected = agent.propose(orphan, run_id)
     show("propose (semantic, no episodic source) →", rejected)
     say("the agent tries to write about another subject (user-9999):")
