@@ -108,17 +108,17 @@ def run_demo(url: str) -> int:
     )
     show("run_id =", str(run_id))
     # propose is idempotent per source event and content: each demo run has its own events
-    events = str(run_id)[:8]
+    tag = str(run_id)[:8]
 
     step("3. the agent proposes two episodes")
     first = agent.propose(
         episode(
-            "Customer asked to be invoiced via Acme Logistics BV (NL).", f"evt-demo-1-{events}"
+            "Customer asked to be invoiced via Acme Logistics BV (NL).", f"evt-demo-1-{tag}"
         ),
         run_id,
     )
     second = agent.propose(
-        episode("Customer confirmed Acme Logistics BV as billing entity.", f"evt-demo-2-{events}"),
+        episode("Customer confirmed Acme Logistics BV as billing entity.", f"evt-demo-2-{tag}"),
         run_id,
     )
     show("propose →", first)
@@ -137,7 +137,7 @@ def run_demo(url: str) -> int:
 
     step("5. a semantic assertion derived from the episodes; one rejected, one refused")
     assertion = {
-        **episode("Primary billing entity is Acme Logistics BV (NL).", f"evt-demo-3-{events}"),
+        **episode("Primary billing entity is Acme Logistics BV (NL).", f"evt-demo-3-{tag}"),
         "tier": "semantic",
         "derived_from": [str(i) for i in episode_ids],
         "confidence": 0.94,
@@ -145,7 +145,7 @@ def run_demo(url: str) -> int:
     semantic = agent.propose(assertion, run_id)
     show("propose (semantic, derived_from the episodes) →", semantic)
     orphan = {  # its own source event: the same event and content would be the same proposal
-        **episode("Primary billing entity is Acme Logistics BV (NL).", f"evt-demo-4-{events}"),
+        **episode("Primary billing entity is Acme Logistics BV (NL).", f"evt-demo-4-{tag}"),
         "tier": "semantic",
         "derived_from": [],
         "confidence": 0.94,
