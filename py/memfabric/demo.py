@@ -112,9 +112,7 @@ def run_demo(url: str) -> int:
 
     step("3. the agent proposes two episodes")
     first = agent.propose(
-        episode(
-            "Customer asked to be invoiced via Acme Logistics BV (NL).", f"evt-demo-1-{tag}"
-        ),
+        episode("Customer asked to be invoiced via Acme Logistics BV (NL).", f"evt-demo-1-{tag}"),
         run_id,
     )
     second = agent.propose(
