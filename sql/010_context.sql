@@ -119,3 +119,29 @@ BEGIN
   END IF;
   RETURN v_tenant;
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._ident: the one identifier rule for every API input (22023 naming the field, never
+-- the value). The rule itself is the fabric.ident domain: 1-200 printable characters, no
+-- spaces, controls, format characters (bidi overrides, zero-width, BOM) or private use,
+-- every code point assigned, Unicode NFC. p_max only shortens it. NULL passes as NULL.
+CREATE OR REPLACE FUNCTION fabric._ident(p_value text, p_field text, p_max integer DEFAULT 200)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_value IS NULL THEN
+    RETURN NULL;
+  END IF;
+  IF pg_catalog.length(p_value) > p_max THEN
+    RAISE EXCEPTION USING ERRCODE = 'check_violation';
+  END IF;
+  RETURN p_value::fabric.ident;
+EXCEPTION WHEN check_violation THEN
+  RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+    MESSAGE = pg_catalog.format('%s must be 1-%s printable characters in Unicode NFC, without '
+                                'spaces, control or format characters', p_field, p_max),
+    HINT = 'identifiers look like user-8842, sess-1f9c, evt-7b21; bidi overrides, '
+           'zero-width characters and a BOM are refused';
+END $$;

@@ -49,12 +49,12 @@ DECLARE
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_admin', 'register agents');
-  IF p_agent_id IS NULL OR p_agent_id !~ '^[^[:space:][:cntrl:]]{1,200}$' THEN
+  IF p_agent_id IS NULL THEN
     RAISE EXCEPTION USING
-      ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'agent_id must be 1-200 printable characters without spaces',
+      ERRCODE = 'invalid_parameter_value', MESSAGE = 'agent_id is required',
       HINT = 'e.g. ''com-agt-003''';
   END IF;
+  PERFORM fabric._ident(p_agent_id, 'agent_id');
   SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = p_login;
   IF NOT FOUND OR NOT v_role.rolcanlogin THEN
     RAISE EXCEPTION USING

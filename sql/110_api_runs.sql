@@ -35,12 +35,8 @@ BEGIN
       MESSAGE = 'active_tool_set names an unknown tool', HINT = 'tools are the rows of fabric.tools';
   END IF;
   PERFORM fabric._refuse_audit_tools(p_active_tool_set);  -- invariant 11
-  IF (p_subject_id IS NOT NULL AND p_subject_id !~ '^[^[:space:][:cntrl:]]{1,200}$')
-     OR (p_session_id IS NOT NULL AND p_session_id !~ '^[^[:space:][:cntrl:]]{1,200}$') THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'subject_id and session_id are 1-200 printable characters without spaces',
-      HINT = 'pass NULL when the run has no subject or session';
-  END IF;
+  PERFORM fabric._ident(p_subject_id, 'subject_id');   -- NULL: the run has no subject
+  PERFORM fabric._ident(p_session_id, 'session_id');
   PERFORM fabric._require_tenant(p_tenant_id);
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e

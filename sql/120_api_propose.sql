@@ -14,15 +14,14 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._envelope_text: an optional string field, refused if present and not a string.
+-- fabric._envelope_text: an optional identifier field, refused if present and not a string
+-- or not an identifier (fabric._ident).
 CREATE OR REPLACE FUNCTION fabric._envelope_text(p_value jsonb, p_field text,
                                                  p_max integer DEFAULT 200)
 RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_text text;
 BEGIN
   IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
     RETURN NULL;
@@ -31,17 +30,13 @@ BEGIN
     PERFORM fabric._bad_envelope(pg_catalog.format('%s must be a string', p_field),
                                  'see the envelope of spec section 4');
   END IF;
-  v_text := p_value #>> '{}';
-  IF v_text !~ '^[^[:space:][:cntrl:]]+$' OR pg_catalog.length(v_text) > p_max THEN
-    PERFORM fabric._bad_envelope(
-      pg_catalog.format('%s must be 1-%s printable characters without spaces', p_field, p_max),
-      'identifiers look like user-8842, sess-1f9c, evt-7b21');
-  END IF;
-  RETURN v_text;
+  RETURN fabric._ident(p_value #>> '{}', p_field, p_max);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._envelope_timestamp: RFC 3339 with a mandatory offset; no 'now', no 'infinity'.
+-- fabric._envelope_timestamp: RFC 3339 with a mandatory offset; no 'now', no 'infinity', no
+-- 24:00:00 or leap second (PostgreSQL would roll both into the next day or minute), and only
+-- instants in the years 1900-9999 (UTC), which every client library can represent.
 CREATE OR REPLACE FUNCTION fabric._envelope_timestamp(p_value jsonb, p_field text)
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -49,6 +44,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_text text;
+  v_at timestamptz;
 BEGIN
   IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
     RETURN NULL;
@@ -60,7 +56,18 @@ BEGIN
       MESSAGE = pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
       HINT = 'e.g. "2026-08-16T10:00:00Z"; now, yesterday and infinity are refused';
   END IF;
-  RETURN v_text::timestamptz;
+  IF pg_catalog.substr(v_text, 12, 2) > '23' OR pg_catalog.substr(v_text, 18, 2) > '59' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
+      MESSAGE = pg_catalog.format('%s has an hour above 23 or a second above 59', p_field),
+      HINT = 'write 24:00:00 as 00:00:00 of the next day; leap seconds (:60) are not represented';
+  END IF;
+  v_at := v_text::timestamptz;
+  IF v_at < '1900-01-01 00:00:00+00' OR v_at >= '10000-01-01 00:00:00+00' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
+      MESSAGE = pg_catalog.format('%s must lie in the years 1900 to 9999 (UTC)', p_field),
+      HINT = 'open-ended validity is valid_until null, not a far-future date';
+  END IF;
+  RETURN v_at;
 EXCEPTION
   WHEN datetime_field_overflow OR invalid_datetime_format
        OR invalid_time_zone_displacement_value THEN
@@ -123,6 +130,78 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._is_double: a number that is exactly some IEEE double's shortest decimal (the rule
+-- content numbers follow), so that no reader rounds it across a bound: 1.0000000000000000001
+-- would read as 1 and 1e-400 as 0.
+CREATE OR REPLACE FUNCTION fabric._is_double(p_value numeric)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._jcs_number(p_value);   -- 22003 unless exactly a double
+  RETURN true;
+EXCEPTION WHEN numeric_value_out_of_range THEN
+  RETURN false;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._envelope_double: a JSON number field that is exactly a double (fabric._is_double),
+-- else 22023 naming the field, never the number.
+CREATE OR REPLACE FUNCTION fabric._envelope_double(p_value jsonb, p_field text)
+RETURNS double precision
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT fabric._is_double((p_value)::numeric) THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = pg_catalog.format('%s must be a number that a double represents exactly', p_field),
+      HINT = 'send the shortest decimal of a double, e.g. 0.9; at most 17 significant digits, '
+             'nothing below 5e-324';
+  END IF;
+  RETURN (p_value)::numeric::double precision;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._replayed_proposal: the answer to a proposal whose idempotency key (tenant, agent,
+-- source event, content hash) is already taken, or NULL when it is free. The same request
+-- gets the first proposal's id and current status and writes nothing; another request
+-- under the same key is refused (23505). An erased proposal's subject and session are gone:
+-- its key and request hash still answer, so a replayed event does not re-form erased memory.
+CREATE OR REPLACE FUNCTION fabric._replayed_proposal(p_tenant_id text, p_agent_id text,
+  p_source_event_id text, p_content_hash text, p_request_hash text, p_subject_id text,
+  p_session_id text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_first fabric.proposals;
+BEGIN
+  SELECT * INTO v_first FROM fabric.proposals p
+  WHERE p.tenant_id = p_tenant_id AND p.proposed_by = p_agent_id
+    AND p.source_event_id = p_source_event_id AND p.content_hash = p_content_hash
+    AND p.request_hash IS NOT NULL;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  IF v_first.request_hash <> p_request_hash
+     OR (v_first.content IS NOT NULL AND (v_first.subject_id IS DISTINCT FROM p_subject_id
+                                          OR v_first.session_id IS DISTINCT FROM p_session_id)) THEN
+    RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+      MESSAGE = 'idempotency key reused: this agent already proposed this content for this '
+                'source event, with a different envelope or run scope',
+      HINT = 'resend the first envelope unchanged (in a run of the same subject and session) '
+             'to get its status, or propose under a new provenance.source_event_id';
+  END IF;
+  RETURN pg_catalog.jsonb_build_object('proposal_id', v_first.proposal_id,
+           'status', v_first.status, 'reason', v_first.reason, 'replayed', true)
+         || CASE WHEN v_first.memory_id IS NULL THEN '{}'::jsonb
+                 ELSE pg_catalog.jsonb_build_object('memory_id', v_first.memory_id) END;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.propose: validate an envelope inside the caller's run and file a proposal.
 CREATE OR REPLACE FUNCTION fabric_api.propose(p_envelope jsonb, p_run_id uuid)
 RETURNS jsonb
@@ -160,6 +239,9 @@ DECLARE
   v_instance text;
   v_item jsonb;
   v_reason text;
+  v_given_from timestamptz;
+  v_request_hash text;
+  v_answer jsonb;
   v_proposal_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
   PERFORM fabric._reset_context();
@@ -273,7 +355,7 @@ BEGIN
       END IF;
       v_derived := v_derived || (v_item #>> '{}')::uuid;
     END LOOP;
-    SELECT pg_catalog.array_agg(DISTINCT d) INTO v_derived FROM pg_catalog.unnest(v_derived) d;
+    SELECT pg_catalog.array_agg(DISTINCT d ORDER BY d) INTO v_derived FROM pg_catalog.unnest(v_derived) d;
     v_derived := coalesce(v_derived, '{}');
   END IF;
   v_supersedes := p_envelope -> 'supersedes';
@@ -284,10 +366,7 @@ BEGIN
   IF pg_catalog.jsonb_typeof(p_envelope -> 'confidence') IS DISTINCT FROM 'number' THEN
     PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
   END IF;
-  IF pg_catalog.abs((p_envelope -> 'confidence')::numeric) > 1e300 THEN
-    PERFORM fabric._bad_envelope('confidence must be a number in [0, 1]', 'e.g. 0.9');
-  END IF;
-  v_confidence := (p_envelope -> 'confidence')::numeric::double precision;
+  v_confidence := fabric._envelope_double(p_envelope -> 'confidence', 'confidence');
 
   v_validity := p_envelope -> 'validity_interval';
   IF v_validity IS NOT NULL AND (pg_catalog.jsonb_typeof(v_validity) <> 'object'
@@ -295,8 +374,8 @@ BEGIN
     PERFORM fabric._bad_envelope('validity_interval must be an object of valid_from, valid_until',
                                  'valid_until null means open-ended');
   END IF;
-  v_valid_from := coalesce(fabric._envelope_timestamp(v_validity -> 'valid_from', 'validity_interval.valid_from'),
-                           pg_catalog.now());
+  v_given_from := fabric._envelope_timestamp(v_validity -> 'valid_from', 'validity_interval.valid_from');
+  v_valid_from := coalesce(v_given_from, pg_catalog.now());
   v_valid_until := fabric._envelope_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
 
   v_retention := coalesce(fabric._envelope_text(p_envelope -> 'retention_class', 'retention_class'), 'durable');
@@ -306,6 +385,13 @@ BEGIN
   END IF;
   v_labels := fabric._envelope_text_array(p_envelope -> 'compliance_labels', 'compliance_labels');
   v_version := coalesce(fabric._envelope_text(p_envelope -> 'version', 'version', 64), '1.0.0');
+  IF EXISTS (SELECT 1 FROM pg_catalog.regexp_split_to_table(
+               pg_catalog.split_part(pg_catalog.split_part(v_version, '+', 1), '-', 1), '\.') c
+             WHERE c ~ '^[0-9]+$'
+               AND CASE WHEN pg_catalog.length(c) > 10 THEN true ELSE c::bigint > 2147483647 END) THEN
+    PERFORM fabric._bad_envelope('version components must be at most 2147483647',
+                                 'MAJOR.MINOR.PATCH, e.g. 1.4.2');
+  END IF;
   v_instance := fabric._envelope_text(p_envelope -> 'business_instance_id', 'business_instance_id');
 
   -- Scope comes from the run; a request can only narrow it (errors, nothing written).
@@ -328,6 +414,13 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
       MESSAGE = 'scope.agent_id is neither the calling agent nor null',
       HINT = 'an agent proposes only for itself';
+  END IF;
+  IF v_instance IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM fabric.instance_config c
+       WHERE c.tenant_id = v_run.tenant_id AND c.business_instance_id = v_instance) THEN
+    PERFORM fabric._bad_envelope('business_instance_id names no configured instance of the tenant',
+      'omit it for the tenant''s default instance, or configure the instance first '
+      '(fabric_api.configure_instance)');
   END IF;
   v_subject := v_run.subject_id;
   v_session := v_run.session_id;
@@ -374,10 +467,31 @@ BEGIN
       'semantic record needs at least one episodic source: pass derived_from with the episodes it was extracted from'
   END;
 
+  -- Idempotency: the key is (tenant, agent, source event, content hash); the request hash
+  -- covers the rest of what was asked (subject and session are compared as stored, so no
+  -- digest of them outlives an erasure). An omitted valid_from is hashed as omitted.
+  v_request_hash := 'sha256:' || pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+    pg_catalog.jsonb_build_object('tier', v_tier, 'visibility', v_visibility,
+      'agent_id', v_scope_agent, 'business_instance_id', v_instance,
+      'correlation_id', v_correlation, 'causation_id', v_causation, 'formation_method', v_method,
+      'derived_from', v_derived, 'supersedes', v_supersedes,
+      'confidence', pg_catalog.trim_scale((p_envelope -> 'confidence')::numeric),
+      'valid_from', pg_catalog.extract('epoch', v_given_from),
+      'valid_until', pg_catalog.extract('epoch', v_valid_until),
+      'retention_class', v_retention, 'compliance_labels', v_labels, 'version', v_version
+    )::text, 'UTF8')), 'hex');
+  IF v_source_event IS NOT NULL THEN
+    v_answer := fabric._replayed_proposal(v_run.tenant_id, v_run.agent_id, v_source_event, v_hash,
+                                          v_request_hash, v_subject, v_session);
+    IF v_answer IS NOT NULL THEN
+      RETURN v_answer;
+    END IF;
+  END IF;
+
   INSERT INTO fabric.proposals (tenant_id, proposal_id, run_id, proposed_by, status, reason, tier,
     visibility, subject_id, agent_id, session_id, business_instance_id, content, content_hash,
     source_event_id, correlation_id, causation_id, formation_method, derived_from, supersedes,
-    confidence, valid_from, valid_until, retention_class, compliance_labels, version)
+    confidence, valid_from, valid_until, retention_class, compliance_labels, version, request_hash)
   VALUES (v_run.tenant_id, v_proposal_id, v_run.run_id, v_run.agent_id,
     CASE WHEN v_reason IS NULL THEN 'validated' ELSE 'rejected' END, v_reason, v_tier,
     v_visibility, v_subject, v_scope_agent, v_session, v_instance, v_content, v_hash,
@@ -385,7 +499,20 @@ BEGIN
     CASE WHEN pg_catalog.jsonb_typeof(v_supersedes) = 'string'
               AND (v_supersedes #>> '{}') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
          THEN (v_supersedes #>> '{}')::uuid END,
-    v_confidence, v_valid_from, v_valid_until, v_retention, v_labels, v_version);
+    v_confidence, v_valid_from, v_valid_until, v_retention, v_labels, v_version, v_request_hash)
+  ON CONFLICT (tenant_id, proposed_by, source_event_id, content_hash) WHERE request_hash IS NOT NULL
+  DO NOTHING;
+  IF NOT FOUND THEN
+    -- A concurrent twin took the key first; its transaction has committed by now.
+    v_answer := fabric._replayed_proposal(v_run.tenant_id, v_run.agent_id, v_source_event, v_hash,
+                                          v_request_hash, v_subject, v_session);
+    IF v_answer IS NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+        MESSAGE = 'a concurrent proposal with the same idempotency key is not visible yet',
+        HINT = 'retry the call';
+    END IF;
+    RETURN v_answer;
+  END IF;
 
   PERFORM fabric._emit(
     CASE WHEN v_reason IS NULL THEN 'memory.proposal.validated' ELSE 'memory.proposal.rejected' END,
@@ -399,7 +526,9 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
   'Propose a memory inside your open run; returns {"proposal_id","status","reason"} with status '
-  'validated, rejected or denied. Agents only. Example: SELECT fabric_api.propose('
+  'validated, rejected or denied. Idempotent on (tenant, agent, source_event_id, content_hash): '
+  'a repeat returns the first proposal with "replayed": true. Agents only. '
+  'Example: SELECT fabric_api.propose('
   '''{"tier":"episodic","scope":{"tenant_id":"acme","visibility":"subject"},'
   '"content":{"text":"asked for invoices in EUR"},"provenance":{"source_event_id":"evt-1",'
   '"formation_method":"extraction"},"confidence":0.9}'', ''<run_id>'');';

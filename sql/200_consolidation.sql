@@ -266,7 +266,9 @@ BEGIN
     RETURN fabric._reject_recommendation(v_rec, 'consolidation forms semantic, procedural or profile records');
   END IF;
   v_content := v_rec.proposal -> 'content';
-  v_confidence := (v_rec.proposal ->> 'confidence')::double precision;
+  v_confidence := CASE WHEN pg_catalog.jsonb_typeof(v_rec.proposal -> 'confidence') = 'number'
+                            AND fabric._is_double((v_rec.proposal -> 'confidence')::numeric)
+                       THEN (v_rec.proposal -> 'confidence')::numeric::double precision END;
   IF v_content IS NULL OR pg_catalog.jsonb_typeof(v_content) <> 'object'
      OR v_confidence IS NULL OR v_confidence NOT BETWEEN 0 AND 1 THEN
     RETURN fabric._reject_recommendation(v_rec, 'the proposal needs an object content and a confidence in [0, 1]');

@@ -18,6 +18,9 @@ BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_admin', 'configure business instances');
   PERFORM fabric._require_tenant(p_tenant_id);
+  IF v_instance <> '' THEN
+    PERFORM fabric._ident(v_instance, 'business_instance_id');
+  END IF;
   SELECT pg_catalog.array_agg(a.attname::text) INTO v_settable
   FROM pg_catalog.pg_attribute a
   WHERE a.attrelid = 'fabric.instance_config'::regclass AND a.attnum > 0 AND NOT a.attisdropped
@@ -32,9 +35,9 @@ BEGIN
   PERFORM fabric._set_context('actor', fabric._actor_id());
   SELECT * INTO v_row FROM fabric.instance_config c
   WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = v_instance FOR UPDATE;
-  IF NOT FOUND THEN
-    v_row.tenant_id := p_tenant_id;
-    v_row.business_instance_id := v_instance;
+  IF NOT FOUND THEN   -- a new instance starts from the column defaults, as the default one does
+    INSERT INTO fabric.instance_config (tenant_id, business_instance_id)
+    VALUES (p_tenant_id, v_instance) RETURNING * INTO v_row;
   END IF;
   BEGIN
     v_row := pg_catalog.jsonb_populate_record(v_row, p_config);
@@ -82,8 +85,16 @@ BEGIN
       MESSAGE = 'pack defaults are min_corroborating_episodes, min_confidence, min_successful_trajectories',
       HINT = 'only the instance sets its own values (fabric_api.configure_instance)';
   END IF;
-  v_row := pg_catalog.jsonb_populate_record(NULL::fabric.domain_pack_defaults,
-             p_defaults || pg_catalog.jsonb_build_object('domain_pack_id', p_domain_pack_id));
+  PERFORM fabric._ident(p_domain_pack_id, 'domain_pack_id');
+  BEGIN
+    v_row := pg_catalog.jsonb_populate_record(NULL::fabric.domain_pack_defaults,
+               p_defaults || pg_catalog.jsonb_build_object('domain_pack_id', p_domain_pack_id));
+  EXCEPTION WHEN data_exception THEN   -- e.g. an integer overflow, whose message prints the value
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a pack default has the wrong type or is out of range',
+      HINT = 'min_corroborating_episodes and min_successful_trajectories are integers, '
+             'min_confidence a number in [0, 1]';
+  END;
   INSERT INTO fabric.domain_pack_defaults SELECT v_row.*
   ON CONFLICT (domain_pack_id) DO UPDATE SET
     min_corroborating_episodes = EXCLUDED.min_corroborating_episodes,

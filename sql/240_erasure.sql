@@ -43,10 +43,11 @@ DECLARE
 BEGIN
   PERFORM fabric._require_tenant(p_tenant_id);
   PERFORM fabric._committer_enabled_in(p_tenant_id, v_committer);
-  IF p_subject_id IS NULL OR p_subject_id !~ '^[^[:space:][:cntrl:]]{1,200}$' THEN
+  IF p_subject_id IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'subject_id must be 1-200 printable characters', HINT = 'e.g. user-8842';
+      MESSAGE = 'subject_id is required', HINT = 'e.g. user-8842';
   END IF;
+  PERFORM fabric._ident(p_subject_id, 'subject_id');
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   PERFORM fabric._set_context('actor', v_committer);
   v_id := fabric._file_approval(p_tenant_id, 'erase_subject', NULL, p_subject_id, '{}', p_reason);

@@ -249,14 +249,19 @@ def fabric(server: Any, template: str) -> Iterator[Fabric]:
         c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+_source_events = itertools.count(1)
+
+
 def episode(text: str = "asked for invoices in EUR", **overrides: Any) -> dict[str, Any]:
-    """A valid episodic envelope for tenant acme, subject visibility."""
+    """A valid episodic envelope for tenant acme, subject visibility. Each call has its own
+    source event (evt-7b21-<n>): propose is idempotent on source event and content, so two
+    calls are two proposals."""
     env: dict[str, Any] = {
         "tier": "episodic",
         "scope": {"tenant_id": "acme", "visibility": "subject"},
         "content": {"text": text},
         "provenance": {
-            "source_event_id": "evt-7b21",
+            "source_event_id": f"evt-7b21-{next(_source_events)}",
             "correlation_id": "corr-9d4a",
             "causation_id": "evt-7b1f",
             "formation_method": "extraction",

@@ -142,7 +142,12 @@ def run_demo(url: str) -> int:
     }
     semantic = agent.propose(assertion, run_id)
     show("propose (semantic, derived_from the episodes) →", semantic)
-    orphan = {**assertion, "derived_from": []}
+    orphan = {  # its own source event: the same event and content would be the same proposal
+        **episode("Primary billing entity is Acme Logistics BV (NL).", f"{conversation}-4"),
+        "tier": "semantic",
+        "derived_from": [],
+        "confidence": 0.94,
+    }
     rejected = agent.propose(orphan, run_id)
     show("propose (semantic, no episodic source) →", rejected)
     say("the agent tries to write about another subject (user-9999):")

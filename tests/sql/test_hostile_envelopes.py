@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import copy
 import json
+import unicodedata
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -81,16 +83,35 @@ sql_text = st.one_of(
     st.builds(lambda a, f, b: a + f + b, no_nul_text, st.sampled_from(SQL_FRAGMENTS), no_nul_text),
 )
 hostile_text = st.one_of(no_nul_text, sql_text)
-# text that is not a valid identifier: empty, or with a space or control character
+# Characters an identifier never holds: controls, separators (every space), format
+# characters (bidi overrides and isolates, zero-width, BOM, tags), private use.
+NOT_IN_IDENTIFIERS = ("Cc", "Cf", "Co", "Zs", "Zl", "Zp")
+not_in_identifiers = st.characters(categories=NOT_IN_IDENTIFIERS, exclude_characters="\x00")
+# assigned code points (by this Python's Unicode, which the database's Unicode contains)
+assigned = st.characters(exclude_categories=("Cs", "Cn"), exclude_characters="\x00")
+
+
+def is_identifier(text: str) -> bool:
+    """The identifier rule: 1-200 assigned, printable code points, none of the above, NFC."""
+    return (
+        1 <= len(text) <= 200
+        and unicodedata.is_normalized("NFC", text)
+        and all(unicodedata.category(c) not in (*NOT_IN_IDENTIFIERS, "Cn", "Cs") for c in text)
+    )
+
+
+# text that is not a valid identifier: empty, with a space, control or format character,
+# not in NFC, or too long
 bad_ident = st.one_of(
     st.just(""),
     sql_text,
     st.builds(
         lambda a, c, b: a + c + b,
         no_nul_text,
-        st.sampled_from([" ", "\t", "\n", "\x7f"]),
+        st.one_of(st.sampled_from([" ", "\t", "\n", "\x7f"]), not_in_identifiers),
         no_nul_text,
     ),
+    st.builds(lambda a, b: a + "e\u0301" + b, no_nul_text, no_nul_text),  # NFC is U+00E9
     st.text(alphabet="abc-", min_size=201, max_size=260),
 )
 safe_scalar = st.one_of(
@@ -448,6 +469,89 @@ def test_timestamps_without_an_offset_are_an_error(
         lambda: harness.propose(base_envelope() | {"validity_interval": validity})
     )
     assert exc.sqlstate == "22007"
+
+
+# --- identifiers: the database accepts exactly what the rule accepts ----------------------
+
+identifier_candidates = st.one_of(
+    st.text(alphabet=assigned, min_size=1, max_size=12),
+    st.builds(
+        lambda a, c, b: a + c + b,
+        st.text(alphabet=assigned, max_size=8),
+        not_in_identifiers,
+        st.text(alphabet=assigned, max_size=8),
+    ),
+    st.builds(
+        lambda a, m: a + m,
+        st.text(alphabet="aeiouAEIOU", min_size=1, max_size=4),
+        st.sampled_from(["\u0301", "\u0308", "\u0327", "\u030a"]),  # composes under NFC
+    ),
+    st.text(alphabet=assigned, min_size=195, max_size=205),
+)
+
+
+@SETTINGS
+@given(
+    path=st.sampled_from(
+        [
+            ("provenance", "source_event_id"),
+            ("provenance", "correlation_id"),
+            ("provenance", "causation_id"),
+            ("compliance_labels",),
+        ]
+    ),
+    text=identifier_candidates,
+)
+def test_an_identifier_is_accepted_exactly_when_it_is_printable_nfc_without_format_characters(
+    harness: Harness, path: tuple[str, ...], text: str
+) -> None:
+    value: Any = [text] if path == ("compliance_labels",) else text
+    envelope = set_path(base_envelope(), path, value)
+    if is_identifier(text):
+        assert harness.propose(envelope)["status"] == "validated"
+    else:
+        exc = harness.refused(lambda: harness.propose(envelope))
+        assert exc.sqlstate == "22023"
+        assert exc.diag.message_primary is not None
+        assert exc.diag.message_primary.startswith(".".join(path))
+
+
+timestamp_text = st.builds(
+    lambda y, mo, d, h, mi, s, off: f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}{off}",
+    st.integers(0, 9999),
+    st.integers(1, 12),
+    st.integers(1, 28),
+    st.integers(0, 24),
+    st.integers(0, 59),
+    st.integers(0, 60),
+    st.sampled_from(["Z", "+00:00", "+14:00", "-12:00", "+05:30"]),
+)
+
+
+def names_an_instant_in_range(text: str) -> bool:
+    """No 24:00 or leap second, and the instant is in the years 1900-9999 in UTC."""
+    if int(text[11:13]) > 23 or int(text[17:19]) > 59 or int(text[:4]) == 0:
+        return False
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except OverflowError:  # the offset moves it past year 1 or 9999
+        return False
+    return 1900 <= at.year <= 9999
+
+
+@SETTINGS
+@given(field=st.sampled_from(["valid_from", "valid_until"]), stamp=timestamp_text)
+def test_a_timestamp_is_accepted_exactly_when_it_names_an_instant_in_range(
+    harness: Harness, field: str, stamp: str
+) -> None:
+    other = "1900-01-01T00:00:00Z" if field == "valid_until" else None
+    validity = {"valid_from": other, "valid_until": None, field: stamp}
+    envelope = base_envelope() | {"validity_interval": validity}
+    if names_an_instant_in_range(stamp):  # accepted; valid_until may still precede valid_from
+        assert harness.propose(envelope)["status"] in {"validated", "rejected"}
+    else:
+        exc = harness.refused(lambda: harness.propose(envelope))
+        assert exc.sqlstate == "22007"
 
 
 # --- SQL inside content is data -----------------------------------------------------------

@@ -365,7 +365,7 @@ def test_tombstone_keeps_exactly_the_spec_list(fabric: Fabric, run: uuid.UUID) -
         ).fetchone()
     assert row is not None
     assert row[0] == "episodic" and row[1] == "acme" and row[3].startswith("sha256:")
-    assert row[4] == "evt-7b21" and row[5] == "corr-9d4a" and row[6] is not None
+    assert row[4].startswith("evt-7b21-") and row[5] == "corr-9d4a" and row[6] is not None
     assert row[2] is None and row[7:12] == (None, None, None, None, None)
     assert row[12:] == (True, True, "tombstoned")
     assert proposal == (None, None)
