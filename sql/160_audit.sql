@@ -72,7 +72,9 @@ COMMENT ON FUNCTION fabric_audit.records_as_of(text, timestamptz, timestamptz) I
   'Example: SELECT * FROM fabric_audit.records_as_of(''acme'', ''2026-08-16T10:00Z'', now());';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_audit.lineage: derived_from both ways, recursive, with depth.
+-- fabric_audit.lineage: derived_from both ways, recursive, with depth; and the supersession
+-- chain both ways ('supersedes': records this one replaced, 'superseded_by': its successors,
+-- with derived_from_id naming the record each successor replaced).
 CREATE OR REPLACE FUNCTION fabric_audit.lineage(p_tenant_id text, p_memory_id uuid)
 RETURNS TABLE (direction text, depth integer, memory_id uuid, derived_from_id uuid, tier text,
                consolidation_state text)
@@ -96,19 +98,39 @@ BEGIN
       SELECT l.memory_id, l.derived_from_id, d.depth + 1 FROM fabric.memory_lineage l
       JOIN down d ON l.tenant_id = p_tenant_id AND l.derived_from_id = d.child
       WHERE d.depth < 64
+    ), older(child, parent, depth) AS (
+      SELECT m.memory_id, m.supersedes, 1 FROM fabric.memory_records m
+      WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_memory_id AND m.supersedes IS NOT NULL
+      UNION
+      SELECT m.memory_id, m.supersedes, o.depth + 1 FROM fabric.memory_records m
+      JOIN older o ON m.tenant_id = p_tenant_id AND m.memory_id = o.parent
+      WHERE m.supersedes IS NOT NULL AND o.depth < 64
+    ), newer(child, parent, depth) AS (
+      SELECT m.memory_id, m.supersedes, 1 FROM fabric.memory_records m
+      WHERE m.tenant_id = p_tenant_id AND m.supersedes = p_memory_id
+      UNION
+      SELECT m.memory_id, m.supersedes, n.depth + 1 FROM fabric.memory_records m
+      JOIN newer n ON m.tenant_id = p_tenant_id AND m.supersedes = n.child
+      WHERE n.depth < 64
     ), edges AS (
       SELECT 'ancestor'::text AS direction, u.depth, u.parent AS node, u.child, u.parent FROM up u
       UNION ALL
       SELECT 'descendant', d.depth, d.child, d.child, d.parent FROM down d
+      UNION ALL
+      SELECT 'supersedes', o.depth, o.parent, o.child, o.parent FROM older o
+      UNION ALL
+      SELECT 'superseded_by', n.depth, n.child, n.child, n.parent FROM newer n
     )
-    SELECT e.direction, e.depth, e.node, CASE WHEN e.direction = 'ancestor' THEN NULL ELSE e.parent END,
+    SELECT e.direction, e.depth, e.node,
+           CASE WHEN e.direction IN ('ancestor', 'supersedes') THEN NULL ELSE e.parent END,
            m.tier, m.consolidation_state
     FROM edges e
     JOIN fabric.memory_records m ON m.tenant_id = p_tenant_id AND m.memory_id = e.node
     ORDER BY e.direction, e.depth, e.node;
 END $$;
 COMMENT ON FUNCTION fabric_audit.lineage(text, uuid) IS
-  'Ancestors and descendants of a record through derived_from, with depth. Auditors only. '
+  'Ancestors and descendants of a record through derived_from, and its supersession chain '
+  '(supersedes / superseded_by), with depth. Auditors only. '
   'Example: SELECT * FROM fabric_audit.lineage(''acme'', ''<memory_id>'');';
 
 -- ---------------------------------------------------------------------------------------
