@@ -42,7 +42,7 @@ def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
     return row[0]
 
 
-def sqlstate(fn: Any) -> psycopg.Error:
+def refusal(fn: Any) -> psycopg.Error:
     with pytest.raises(psycopg.Error) as caught:
         fn()
     return caught.value
@@ -61,8 +61,13 @@ def approval(fabric: Fabric, memory_id: str, action: str, target: dict[str, Any]
     return str(a)
 
 
-def promote(fabric: Fabric, memory_id: str, tier: str, supersedes: str | None = None,
-            approval_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+def promote(
+    fabric: Fabric,
+    memory_id: str,
+    tier: str,
+    supersedes: str | None = None,
+    approval_id: str | None = None,
+) -> dict[str, Any]:
     return call(  # type: ignore[no-any-return]
         fabric,
         "mf_committer",
@@ -76,7 +81,12 @@ def promote(fabric: Fabric, memory_id: str, tier: str, supersedes: str | None = 
 
 def supersede(fabric: Fabric, old: str, proposal: str, approval_id: str | None = None) -> Any:
     return call(
-        fabric, "mf_committer", "SELECT fabric_api.supersede(%s, %s, %s)", old, proposal, approval_id
+        fabric,
+        "mf_committer",
+        "SELECT fabric_api.supersede(%s, %s, %s)",
+        old,
+        proposal,
+        approval_id,
     )
 
 
@@ -156,15 +166,20 @@ def test_promote_with_supersedes_closes_the_old_at_the_successors_valid_from(
         .fetchall()
     )
     assert edges == [("supersedes", old)]
-    assert len(fabric.events(f"memory_id = '{old}' AND event_type = 'memory.record.superseded'")) == 1
+    assert (
+        len(fabric.events(f"memory_id = '{old}' AND event_type = 'memory.record.superseded'")) == 1
+    )
 
 
 def test_supersede_shows_the_edge_in_lineage_both_ways(fabric: Fabric, run: uuid.UUID) -> None:
     old = old_profile(fabric, run, {"key": "k", "value": "a"})
     proposal = propose(
-        fabric, run, tier="profile", content={"key": "k", "value": "b"},
+        fabric,
+        run,
+        tier="profile",
+        content={"key": "k", "value": "b"},
         derived_from=[form(fabric, run)],
-    )  # fmt: skip
+    )
     new = supersede(fabric, old, proposal)["memory_id"]
     auditor = fabric.connect("mf_auditor")
     down = auditor.execute(
@@ -190,8 +205,12 @@ def test_a_promotion_that_cannot_supersede_is_an_error_that_changes_nothing(
     )
     dead = old_profile(fabric, run, {"text": "dead"})
     replacement = propose(
-        fabric, run, tier="profile", content={"text": "r"}, derived_from=[in_other_tier],
-    )  # fmt: skip
+        fabric,
+        run,
+        tier="profile",
+        content={"text": "r"},
+        derived_from=[in_other_tier],
+    )
     supersede(fabric, dead, replacement)
     cases = [
         (str(uuid.uuid4()), "P0002"),
@@ -200,7 +219,7 @@ def test_a_promotion_that_cannot_supersede_is_an_error_that_changes_nothing(
         (dead, "55000"),  # already superseded
     ]
     for target, code in cases:
-        err = sqlstate(lambda t=target: promote(fabric, new, "profile", supersedes=t))  # type: ignore[misc]
+        err = refusal(lambda t=target: promote(fabric, new, "profile", supersedes=t))  # type: ignore[misc]
         assert err.sqlstate == code, (target, err)
         assert err.diag.message_hint
     assert row(fabric, new)["tier"] == "semantic" and row(fabric, new)["supersedes"] is None
@@ -210,17 +229,19 @@ def test_a_promotion_that_cannot_supersede_is_an_error_that_changes_nothing(
 def test_a_promotion_into_a_live_key_still_needs_supersedes(fabric: Fabric, run: uuid.UUID) -> None:
     old = old_profile(fabric, run, {"key": "k", "value": "a"})
     new = semantic(fabric, run, {"key": "k", "value": "b"})
-    assert sqlstate(lambda: promote(fabric, new, "profile")).sqlstate == "23P01"
+    assert refusal(lambda: promote(fabric, new, "profile")).sqlstate == "23P01"
     assert row(fabric, old)["consolidation_state"] == "raw"
 
 
 def test_promoted_supersession_follows_the_authority_rule(fabric: Fabric, run: uuid.UUID) -> None:
     declared = old_profile(
-        fabric, run, {"text": "said"},
+        fabric,
+        run,
+        {"text": "said"},
         provenance={"source_event_id": "e1", "formation_method": "declaration"},
-    )  # fmt: skip
+    )
     new = semantic(fabric, run, {"text": "inferred"})
-    assert sqlstate(lambda: promote(fabric, new, "profile", supersedes=declared)).sqlstate == "MF005"
+    assert refusal(lambda: promote(fabric, new, "profile", supersedes=declared)).sqlstate == "MF005"
     assert row(fabric, declared)["consolidation_state"] == "raw"
     ok = approval(fabric, new, "promote", {"tier": "profile", "supersedes": declared})
     assert promote(fabric, new, "profile", declared, ok)["supersedes"] == declared
@@ -239,17 +260,20 @@ def test_promoted_supersession_follows_the_authority_rule(fabric: Fabric, run: u
         ("supersede", {"tier": "profile"}, "proposal_id"),
         ("supersede", {}, "proposal_id"),
         ("supersede", {"proposal_id": "canary-id"}, "proposal_id"),
-        ("supersede", {"proposal_id": str(uuid.uuid4()), "retention_class": "forever"},
-         "retention_class"),
+        (
+            "supersede",
+            {"proposal_id": str(uuid.uuid4()), "retention_class": "forever"},
+            "retention_class",
+        ),
         ("erase", {"tier": "profile"}, "{}"),
     ],
-)  # fmt: skip
+)
 def test_request_approval_checks_the_target_against_the_action(
     fabric: Fabric, run: uuid.UUID, action: str, target: dict[str, Any], expected: str
 ) -> None:
     rid = form(fabric, run)
     before = fabric.count("approvals")
-    err = sqlstate(
+    err = refusal(
         lambda: call(
             fabric,
             "mf_committer",
@@ -272,11 +296,14 @@ def test_supersede_refuses_a_longer_retention_without_approval(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
     old = form(
-        fabric, run, "old", retention_class="operational",
+        fabric,
+        run,
+        "old",
+        retention_class="operational",
         validity_interval={"valid_from": OLD_FROM, "valid_until": None},
-    )  # fmt: skip
+    )
     longer = propose(fabric, run, retention_class="durable")
-    assert sqlstate(lambda: supersede(fabric, old, longer)).sqlstate == "MF005"
+    assert refusal(lambda: supersede(fabric, old, longer)).sqlstate == "MF005"
     assert row(fabric, old)["consolidation_state"] == "raw"
     assert fabric.count("memory_records", f"supersedes = '{old}'") == 0
     same = propose(fabric, run, retention_class="operational")
@@ -287,25 +314,30 @@ def test_supersede_of_a_regulated_label_record_into_a_longer_class_needs_approva
     fabric: Fabric, run: uuid.UUID
 ) -> None:
     old = form(
-        fabric, run, "old", retention_class="regulated", compliance_labels=["phi"],
+        fabric,
+        run,
+        "old",
+        retention_class="regulated",
+        compliance_labels=["phi"],
         validity_interval={"valid_from": OLD_FROM, "valid_until": None},
-    )  # fmt: skip
-    longer = propose(fabric, run, retention_class="durable", compliance_labels=["phi"])
-    assert sqlstate(lambda: supersede(fabric, old, longer)).sqlstate == "MF005"
-    assert row(fabric, old)["consolidation_state"] == "raw"
-    ok = approval(
-        fabric, old, "supersede", {"proposal_id": longer, "retention_class": "durable"}
     )
+    longer = propose(fabric, run, retention_class="durable", compliance_labels=["phi"])
+    assert refusal(lambda: supersede(fabric, old, longer)).sqlstate == "MF005"
+    assert row(fabric, old)["consolidation_state"] == "raw"
+    ok = approval(fabric, old, "supersede", {"proposal_id": longer, "retention_class": "durable"})
     assert supersede(fabric, old, longer, ok)["retention_class"] == "durable"
 
 
 def test_audit_records_are_never_superseded(fabric: Fabric, run: uuid.UUID) -> None:
     old = form(
-        fabric, run, "audit", retention_class="audit",
+        fabric,
+        run,
+        "audit",
+        retention_class="audit",
         validity_interval={"valid_from": OLD_FROM, "valid_until": None},
-    )  # fmt: skip
+    )
     successor = propose(fabric, run, retention_class="audit")
-    err = sqlstate(lambda: supersede(fabric, old, successor))
+    err = refusal(lambda: supersede(fabric, old, successor))
     assert err.sqlstate == "MF002" and err.diag.message_hint
     assert row(fabric, old)["consolidation_state"] == "raw"
     assert fabric.count("proposals", f"proposal_id = '{successor}' AND status = 'validated'") == 1
@@ -313,10 +345,15 @@ def test_audit_records_are_never_superseded(fabric: Fabric, run: uuid.UUID) -> N
 
 def test_audit_records_never_decay_whoever_tries(fabric: Fabric, run: uuid.UUID) -> None:
     rid = form(
-        fabric, run, "audit", retention_class="audit",
-        validity_interval={"valid_from": "2026-01-01T00:00:00Z",
-                           "valid_until": "2026-02-01T00:00:00Z"},
-    )  # fmt: skip
+        fabric,
+        run,
+        "audit",
+        retention_class="audit",
+        validity_interval={
+            "valid_from": "2026-01-01T00:00:00Z",
+            "valid_until": "2026-02-01T00:00:00Z",
+        },
+    )
     done = call(fabric, "mf_committer", "SELECT fabric_api.run_decay()")
     assert done["expired"] == 0
     assert row(fabric, rid)["consolidation_state"] == "raw"
@@ -383,9 +420,7 @@ def test_consolidation_takes_the_earliest_ending_class_of_its_sources(
     assert row(fabric, result["record"]["memory_id"])["retention_class"] == expected
 
 
-def test_consolidation_never_lengthens_retention_on_request(
-    fabric: Fabric, run: uuid.UUID
-) -> None:
+def test_consolidation_never_lengthens_retention_on_request(fabric: Fabric, run: uuid.UUID) -> None:
     sources = [form(fabric, run, f"ep {i}", retention_class="operational") for i in range(2)]
     before = fabric.count("memory_records")
     longer = commit_recommendation(
