@@ -454,3 +454,15 @@ def test_operational_window_longer_than_the_ceiling_orders_by_effective_end(
     ]
     result = commit_recommendation(fabric, recommend(fabric, sources, {}))
     assert result["record"]["retention_class"] == "regulated"
+
+
+def test_a_promotion_that_supersedes_never_lengthens_retention_without_approval(
+    fabric: Fabric, run: uuid.UUID
+) -> None:
+    old = old_profile(fabric, run, {"text": "old"}, retention_class="operational")
+    new = semantic(fabric, run, {"text": "new"})  # durable
+    assert refusal(lambda: promote(fabric, new, "profile", supersedes=old)).sqlstate == "MF005"
+    assert row(fabric, old)["consolidation_state"] == "raw"
+    assert row(fabric, new)["tier"] == "semantic"
+    ok = approval(fabric, new, "promote", {"tier": "profile", "supersedes": old})
+    assert promote(fabric, new, "profile", old, ok)["retention_class"] == "durable"
