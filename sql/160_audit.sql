@@ -44,26 +44,42 @@ $$;
 -- ---------------------------------------------------------------------------------------
 -- fabric_audit.records_as_of: what was valid at p_valid_at according to what the fabric
 -- knew at p_known_at -- superseded and tombstoned shells included, erased content never.
+-- supersedes names the record a successor replaced once that replacement was known.
+DO $drop_older_shape$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+             WHERE p.oid = pg_catalog.to_regprocedure(
+                             'fabric_audit.records_as_of(text, timestamptz, timestamptz)')
+               AND NOT ('supersedes' = ANY (p.proargnames))) THEN
+    DROP FUNCTION fabric_audit.records_as_of(text, timestamptz, timestamptz);
+  END IF;
+END
+$drop_older_shape$;
 CREATE OR REPLACE FUNCTION fabric_audit.records_as_of(p_tenant_id text, p_valid_at timestamptz,
                                                       p_known_at timestamptz DEFAULT now())
 RETURNS TABLE (memory_id uuid, tier text, consolidation_state text, visibility text,
                scope_key text, valid_from timestamptz, valid_until timestamptz,
                confidence double precision, formation_method text, content_hash text,
                content jsonb, recorded_at timestamptz, known_since timestamptz,
-               derived_from uuid[])
+               derived_from uuid[], supersedes uuid)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM fabric._enter_audit(p_tenant_id);
   RETURN QUERY
+    WITH k AS MATERIALIZED (SELECT * FROM fabric._known_at(p_tenant_id, p_known_at))
     SELECT k.memory_id, k.tier, k.consolidation_state, k.visibility, k.scope_key, k.valid_from,
            k.valid_until, k.confidence, k.formation_method, k.content_hash, k.content,
            k.recorded_at, k.known_since,
            ARRAY(SELECT l.derived_from_id FROM fabric.memory_lineage l
                  WHERE l.tenant_id = p_tenant_id AND l.memory_id = k.memory_id
-                 ORDER BY l.derived_from_id)
-    FROM fabric._known_at(p_tenant_id, p_known_at) k
+                 ORDER BY l.derived_from_id),
+           (SELECT m.supersedes FROM fabric.memory_records m
+            JOIN k o ON o.memory_id = m.supersedes
+            WHERE m.tenant_id = p_tenant_id AND m.memory_id = k.memory_id
+              AND o.consolidation_state IN ('superseded', 'tombstoned'))
+    FROM k
     WHERE k.valid_from <= p_valid_at AND (k.valid_until IS NULL OR k.valid_until > p_valid_at)
     ORDER BY k.valid_from, k.memory_id;
 END $$;

@@ -148,6 +148,8 @@ def test_promote_with_supersedes_closes_the_old_at_the_successors_valid_from(
 ) -> None:
     old = old_profile(fabric, run, {**content, "value": "old"})
     new = semantic(fabric, run, {**content, "value": "new"})
+    auditor = fabric.connect("mf_auditor")
+    (before,) = auditor.execute("SELECT clock_timestamp()").fetchone()  # type: ignore[misc]
     record = promote(fabric, new, "profile", supersedes=old)
     assert record["supersedes"] == old and record["tier"] == "profile"
     assert row(fabric, new)["supersedes"] == old
@@ -156,6 +158,16 @@ def test_promote_with_supersedes_closes_the_old_at_the_successors_valid_from(
     assert closed["valid_until"].startswith("2026-07-02T09:14:00")
     assert as_of(fabric, "2026-06-15T00:00:00Z") == [old]
     assert as_of(fabric, "2026-08-01T00:00:00Z") == [new]  # one fact, not both
+
+    def known_supersedes(known_at: Any) -> list[tuple[Any, ...]]:
+        return auditor.execute(
+            "SELECT tier, supersedes::text FROM fabric_audit.records_as_of('acme', %s, %s) "
+            "WHERE memory_id = %s",
+            ("2026-08-01T00:00:00Z", known_at, new),
+        ).fetchall()
+
+    assert known_supersedes("infinity") == [("profile", old)]
+    assert known_supersedes(before) == [("semantic", None)]  # not yet known to replace it
     edges = (
         fabric.connect("mf_auditor")
         .execute(
