@@ -19,7 +19,7 @@ DO $guard$
 BEGIN
   IF pg_catalog.current_setting('server_encoding') <> 'UTF8' THEN
     RAISE EXCEPTION 'fabric.content_hash needs a UTF8 database'
-      USING HINT = 'create the database with ENCODING ''UTF8''';
+      USING ERRCODE = 'feature_not_supported', HINT = 'create the database with ENCODING ''UTF8''';
   END IF;
 END
 $guard$;

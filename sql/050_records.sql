@@ -87,6 +87,7 @@ CREATE OR REPLACE TRIGGER _100_normalise
 -- fabric.tg_memory_records__immutable_envelope: content, scope and provenance never change
 -- after commit, with exactly two carve-outs, both inside a lifecycle transition:
 -- erasure (tombstoned, under an approval) and operational window closure (expired).
+-- supersedes is set once after formation only by a promotion that supersedes.
 -- revision and known_since are the history's clock: only _500_lifecycle advances them.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__immutable_envelope()
 RETURNS trigger
@@ -109,7 +110,10 @@ BEGIN
                   'formed_by', 'formation_method', 'confidence', 'valid_from', 'recorded_at',
                   'supersedes', 'retention_class', 'compliance_labels', 'version',
                   'proposal_id', 'run_id', 'revision', 'known_since')
-    AND o.value IS DISTINCT FROM (pg_catalog.to_jsonb(NEW) -> o.key);
+    AND o.value IS DISTINCT FROM (pg_catalog.to_jsonb(NEW) -> o.key)
+    -- a promotion that supersedes names its predecessor once, in its tier change
+    AND NOT (o.key = 'supersedes' AND OLD.supersedes IS NULL AND NEW.tier <> OLD.tier
+             AND fabric._setting('fabric.action') IS NOT DISTINCT FROM 'promote');
   IF v_changed IS NOT NULL THEN
     RAISE EXCEPTION USING
       ERRCODE = 'MF001',

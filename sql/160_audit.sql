@@ -44,26 +44,42 @@ $$;
 -- ---------------------------------------------------------------------------------------
 -- fabric_audit.records_as_of: what was valid at p_valid_at according to what the fabric
 -- knew at p_known_at -- superseded and tombstoned shells included, erased content never.
+-- supersedes names the record a successor replaced once that replacement was known.
+DO $drop_older_shape$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+             WHERE p.oid = pg_catalog.to_regprocedure(
+                             'fabric_audit.records_as_of(text, timestamptz, timestamptz)')
+               AND NOT ('supersedes' = ANY (p.proargnames))) THEN
+    DROP FUNCTION fabric_audit.records_as_of(text, timestamptz, timestamptz);
+  END IF;
+END
+$drop_older_shape$;
 CREATE OR REPLACE FUNCTION fabric_audit.records_as_of(p_tenant_id text, p_valid_at timestamptz,
                                                       p_known_at timestamptz DEFAULT now())
 RETURNS TABLE (memory_id uuid, tier text, consolidation_state text, visibility text,
                scope_key text, valid_from timestamptz, valid_until timestamptz,
                confidence double precision, formation_method text, content_hash text,
                content jsonb, recorded_at timestamptz, known_since timestamptz,
-               derived_from uuid[])
+               derived_from uuid[], supersedes uuid)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM fabric._enter_audit(p_tenant_id);
   RETURN QUERY
+    WITH k AS MATERIALIZED (SELECT * FROM fabric._known_at(p_tenant_id, p_known_at))
     SELECT k.memory_id, k.tier, k.consolidation_state, k.visibility, k.scope_key, k.valid_from,
            k.valid_until, k.confidence, k.formation_method, k.content_hash, k.content,
            k.recorded_at, k.known_since,
            ARRAY(SELECT l.derived_from_id FROM fabric.memory_lineage l
                  WHERE l.tenant_id = p_tenant_id AND l.memory_id = k.memory_id
-                 ORDER BY l.derived_from_id)
-    FROM fabric._known_at(p_tenant_id, p_known_at) k
+                 ORDER BY l.derived_from_id),
+           (SELECT m.supersedes FROM fabric.memory_records m
+            JOIN k o ON o.memory_id = m.supersedes
+            WHERE m.tenant_id = p_tenant_id AND m.memory_id = k.memory_id
+              AND o.consolidation_state IN ('superseded', 'tombstoned'))
+    FROM k
     WHERE k.valid_from <= p_valid_at AND (k.valid_until IS NULL OR k.valid_until > p_valid_at)
     ORDER BY k.valid_from, k.memory_id;
 END $$;
@@ -72,7 +88,9 @@ COMMENT ON FUNCTION fabric_audit.records_as_of(text, timestamptz, timestamptz) I
   'Example: SELECT * FROM fabric_audit.records_as_of(''acme'', ''2026-08-16T10:00Z'', now());';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_audit.lineage: derived_from both ways, recursive, with depth.
+-- fabric_audit.lineage: derived_from both ways, recursive, with depth; and the supersession
+-- chain both ways ('supersedes': records this one replaced, 'superseded_by': its successors,
+-- with derived_from_id naming the record each successor replaced).
 CREATE OR REPLACE FUNCTION fabric_audit.lineage(p_tenant_id text, p_memory_id uuid)
 RETURNS TABLE (direction text, depth integer, memory_id uuid, derived_from_id uuid, tier text,
                consolidation_state text)
@@ -96,19 +114,39 @@ BEGIN
       SELECT l.memory_id, l.derived_from_id, d.depth + 1 FROM fabric.memory_lineage l
       JOIN down d ON l.tenant_id = p_tenant_id AND l.derived_from_id = d.child
       WHERE d.depth < 64
+    ), older(child, parent, depth) AS (
+      SELECT m.memory_id, m.supersedes, 1 FROM fabric.memory_records m
+      WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_memory_id AND m.supersedes IS NOT NULL
+      UNION
+      SELECT m.memory_id, m.supersedes, o.depth + 1 FROM fabric.memory_records m
+      JOIN older o ON m.tenant_id = p_tenant_id AND m.memory_id = o.parent
+      WHERE m.supersedes IS NOT NULL AND o.depth < 64
+    ), newer(child, parent, depth) AS (
+      SELECT m.memory_id, m.supersedes, 1 FROM fabric.memory_records m
+      WHERE m.tenant_id = p_tenant_id AND m.supersedes = p_memory_id
+      UNION
+      SELECT m.memory_id, m.supersedes, n.depth + 1 FROM fabric.memory_records m
+      JOIN newer n ON m.tenant_id = p_tenant_id AND m.supersedes = n.child
+      WHERE n.depth < 64
     ), edges AS (
       SELECT 'ancestor'::text AS direction, u.depth, u.parent AS node, u.child, u.parent FROM up u
       UNION ALL
       SELECT 'descendant', d.depth, d.child, d.child, d.parent FROM down d
+      UNION ALL
+      SELECT 'supersedes', o.depth, o.parent, o.child, o.parent FROM older o
+      UNION ALL
+      SELECT 'superseded_by', n.depth, n.child, n.child, n.parent FROM newer n
     )
-    SELECT e.direction, e.depth, e.node, CASE WHEN e.direction = 'ancestor' THEN NULL ELSE e.parent END,
+    SELECT e.direction, e.depth, e.node,
+           CASE WHEN e.direction IN ('ancestor', 'supersedes') THEN NULL ELSE e.parent END,
            m.tier, m.consolidation_state
     FROM edges e
     JOIN fabric.memory_records m ON m.tenant_id = p_tenant_id AND m.memory_id = e.node
     ORDER BY e.direction, e.depth, e.node;
 END $$;
 COMMENT ON FUNCTION fabric_audit.lineage(text, uuid) IS
-  'Ancestors and descendants of a record through derived_from, with depth. Auditors only. '
+  'Ancestors and descendants of a record through derived_from, and its supersession chain '
+  '(supersedes / superseded_by), with depth. Auditors only. '
   'Example: SELECT * FROM fabric_audit.lineage(''acme'', ''<memory_id>'');';
 
 -- ---------------------------------------------------------------------------------------

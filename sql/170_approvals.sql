@@ -98,6 +98,51 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._check_approval_target: the target names what the approval is for, in the shape
+-- of its action, checked when it is requested (22023, the expected keys in the hint):
+-- promote {"tier", "supersedes"?}; supersede {"proposal_id", "retention_class"?}; erase {}.
+CREATE OR REPLACE FUNCTION fabric._check_approval_target(p_action text, p_target jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  c_uuid constant text := '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+  v_ok boolean;
+BEGIN
+  v_ok := p_target IS NOT NULL AND pg_catalog.jsonb_typeof(p_target) = 'object';
+  IF v_ok AND p_action = 'promote' THEN
+    v_ok := NOT EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_target) k
+                        WHERE k NOT IN ('tier', 'supersedes'))
+      AND pg_catalog.jsonb_typeof(p_target -> 'tier') = 'string'
+      AND EXISTS (SELECT 1 FROM fabric.promotion_edges e WHERE e.to_tier = p_target ->> 'tier')
+      AND (NOT p_target ? 'supersedes'
+           OR (pg_catalog.jsonb_typeof(p_target -> 'supersedes') = 'string'
+               AND (p_target ->> 'supersedes') ~ c_uuid));
+  ELSIF v_ok AND p_action = 'supersede' THEN
+    v_ok := NOT EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_target) k
+                        WHERE k NOT IN ('proposal_id', 'retention_class'))
+      AND pg_catalog.jsonb_typeof(p_target -> 'proposal_id') = 'string'
+      AND (p_target ->> 'proposal_id') ~ c_uuid
+      AND (NOT p_target ? 'retention_class'
+           OR (pg_catalog.jsonb_typeof(p_target -> 'retention_class') = 'string'
+               AND (p_target ->> 'retention_class') IN ('operational', 'regulated', 'durable', 'audit')));
+  ELSIF v_ok THEN
+    v_ok := p_target = '{}'::jsonb;
+  END IF;
+  IF NOT coalesce(v_ok, false) THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = pg_catalog.format('the approval target does not fit the action %s', p_action),
+      HINT = CASE p_action
+        WHEN 'promote' THEN 'promote expects {"tier": <target tier: profile, procedural or '
+                            'relational>, "supersedes": <memory_id, optional>}'
+        WHEN 'supersede' THEN 'supersede expects {"proposal_id": <the successor proposal id>, '
+                              '"retention_class": <operational, regulated, durable or audit, optional>}'
+        ELSE 'erase expects {} (the record is the approval''s memory_id)' END;
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.request_approval: the committer asks policy for a promotion or supersession.
 CREATE OR REPLACE FUNCTION fabric_api.request_approval(p_memory_id uuid, p_action text,
   p_target jsonb DEFAULT '{}', p_reason text DEFAULT NULL)
@@ -115,13 +160,16 @@ BEGIN
       MESSAGE = 'action must be promote, supersede or erase',
       HINT = 'a data subject''s erasure is fabric_api.request_subject_erasure';
   END IF;
+  PERFORM fabric._check_approval_target(p_action, coalesce(p_target, '{}'));
   PERFORM fabric._set_context('tenant_id', v_tenant);
   PERFORM fabric._set_context('actor', v_committer);
   RETURN pg_catalog.jsonb_build_object('approval_id',
     fabric._file_approval(v_tenant, p_action, p_memory_id, NULL, coalesce(p_target, '{}'), p_reason));
 END $$;
 COMMENT ON FUNCTION fabric_api.request_approval(uuid, text, jsonb, text) IS
-  'Request a policy approval for one record and action. Committer only. Example: SELECT '
+  'Request a policy approval for one record and action; the target has the action''s shape '
+  '(promote {"tier", "supersedes"?}, supersede {"proposal_id", "retention_class"?}, erase {}). '
+  'Committer only. Example: SELECT '
   'fabric_api.request_approval(''<memory_id>'', ''promote'', ''{"tier": "relational"}'', ''billing master data'');';
 
 -- ---------------------------------------------------------------------------------------

@@ -139,9 +139,11 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._change_tier: the one tier UPDATE, under the action the tier trigger checks; a
--- contradiction in the target tier is re-raised without values.
+-- contradiction in the target tier is re-raised without values. A promotion that supersedes
+-- names its predecessor in the same UPDATE (the one change of supersedes after formation).
+DROP FUNCTION IF EXISTS fabric._change_tier(fabric.memory_records, text, text);  -- older signature
 CREATE OR REPLACE FUNCTION fabric._change_tier(p_record fabric.memory_records, p_target_tier text,
-                                               p_action text)
+                                               p_action text, p_supersedes uuid DEFAULT NULL)
 RETURNS fabric.memory_records
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -151,7 +153,8 @@ DECLARE
 BEGIN
   PERFORM fabric._set_context('action', p_action);
   BEGIN
-    UPDATE fabric.memory_records m SET tier = p_target_tier
+    UPDATE fabric.memory_records m
+    SET tier = p_target_tier, supersedes = coalesce(p_supersedes, m.supersedes)
     WHERE m.tenant_id = p_record.tenant_id AND m.memory_id = p_record.memory_id
     RETURNING * INTO v;
   EXCEPTION WHEN exclusion_violation THEN
@@ -162,7 +165,44 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.promote: move the same record to another tier along a legal edge.
+-- fabric._superseded_by_promotion: the live record a promotion names in p_supersedes,
+-- locked; an error (never a silent no-op) when the promotion cannot supersede it.
+CREATE OR REPLACE FUNCTION fabric._superseded_by_promotion(p_record fabric.memory_records,
+                                                           p_supersedes uuid)
+RETURNS fabric.memory_records
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_old fabric.memory_records;
+BEGIN
+  SELECT * INTO v_old FROM fabric.memory_records m
+  WHERE m.tenant_id = p_record.tenant_id AND m.memory_id = p_supersedes FOR UPDATE;
+  IF NOT FOUND OR p_supersedes = p_record.memory_id THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+      MESSAGE = 'p_supersedes names no other record of the promoted record''s tenant',
+      HINT = 'pass the memory_id of the live record in the target tier that this promotion replaces';
+  END IF;
+  IF v_old.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = pg_catalog.format('the record named in p_supersedes is %s; only live records are superseded',
+                                  v_old.consolidation_state),
+      HINT = 'live means raw, consolidated or reflected; promote without p_supersedes';
+  END IF;
+  IF p_record.supersedes IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = 'the promoted record already supersedes a record; a record names one predecessor',
+      HINT = 'supersede inside the target tier with fabric_api.supersede after promoting';
+  END IF;
+  RETURN v_old;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.promote: move the same record to another tier along a legal edge. With
+-- p_supersedes it also supersedes that live record of the target tier, exactly as
+-- fabric_api.supersede does: the old record closes at the promoted record's valid_from and
+-- the promoted record names it in supersedes. A key already live in the target tier is a
+-- contradiction unless p_supersedes names that record.
 CREATE OR REPLACE FUNCTION fabric_api.promote(p_memory_id uuid, p_target_tier text,
   p_approval_id uuid DEFAULT NULL, p_supersedes uuid DEFAULT NULL)
 RETURNS jsonb
@@ -173,7 +213,8 @@ DECLARE
   v_committer text := fabric._enter_committer();
   v fabric.memory_records := fabric._enter_record(p_memory_id, v_committer);
   v_edge fabric.promotion_edges;
-  v_live fabric.memory_records;
+  v_old fabric.memory_records;
+  v_sup_approval boolean := false;
   v_need integer;
   v_min_conf double precision;
 BEGIN
@@ -190,29 +231,21 @@ BEGIN
         HINT = 'thresholds are instance configuration (fabric_api.configure_instance)';
     END IF;
   END IF;
-  IF v_edge.needs_approval OR p_approval_id IS NOT NULL THEN
+  IF p_supersedes IS NOT NULL THEN
+    v_old := fabric._superseded_by_promotion(v, p_supersedes);
+    v_sup_approval := fabric._supersession_needs_approval(v_old, p_target_tier, v.valid_from,
+      v.version, v.formation_method, v.visibility, v.retention_class, v.compliance_labels,
+      v.business_instance_id);
+  END IF;
+  IF v_edge.needs_approval OR v_sup_approval OR p_approval_id IS NOT NULL THEN
     PERFORM fabric._consume_approval(v.tenant_id, p_approval_id, 'promote', v.memory_id, NULL,
-                                     pg_catalog.jsonb_build_object('tier', p_target_tier));
+      pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', p_target_tier,
+                                                                 'supersedes', p_supersedes)));
   END IF;
-  IF v.assertion_key IS NOT NULL THEN
-    SELECT * INTO v_live FROM fabric.memory_records m
-    WHERE m.tenant_id = v.tenant_id AND m.tier = p_target_tier AND m.scope_key = v.scope_key
-      AND m.assertion_key = v.assertion_key
-      AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
-      AND pg_catalog.tstzrange(m.valid_from, m.valid_until) && pg_catalog.tstzrange(v.valid_from, v.valid_until)
-    FOR UPDATE;
-    IF FOUND THEN
-      IF p_supersedes IS DISTINCT FROM v_live.memory_id THEN
-        PERFORM fabric._contradiction();
-      END IF;
-      PERFORM fabric._close_for_successor(v_live, pg_catalog.now());
-    ELSIF p_supersedes IS NOT NULL THEN
-      RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-        MESSAGE = 'p_supersedes names no live record with this key in the target tier',
-        HINT = 'pass p_supersedes only when the key is already live in the target tier';
-    END IF;
+  IF p_supersedes IS NOT NULL THEN
+    PERFORM fabric._close_for_successor(v_old, v.valid_from);
   END IF;
-  PERFORM fabric._change_tier(v, p_target_tier, 'promote');
+  PERFORM fabric._change_tier(v, p_target_tier, 'promote', p_supersedes);
   RETURN fabric._record_json_now(v.tenant_id, v.memory_id);
 END $$;
 COMMENT ON FUNCTION fabric_api.promote(uuid, text, uuid, uuid) IS

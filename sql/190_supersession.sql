@@ -40,6 +40,54 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._supersession_needs_approval: the one meaning of supersession, for every path
+-- (fabric_api.supersede, fabric_api.promote with p_supersedes). Raises the broken rule;
+-- returns whether the supersession needs an approval: a declaration replaced by an
+-- extraction or reflection, a wider visibility, or a retention that ends later than the
+-- superseded record's (a successor never outlives what it replaces without one).
+CREATE OR REPLACE FUNCTION fabric._supersession_needs_approval(p_old fabric.memory_records,
+  p_tier text, p_valid_from timestamptz, p_version text, p_method text, p_visibility text,
+  p_retention text, p_labels text[], p_instance text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_old.retention_class = 'audit' THEN
+    RAISE EXCEPTION USING ERRCODE = 'MF002',
+      MESSAGE = 'audit-class records are never superseded',
+      HINT = 'an audit record is append-only evidence; record the new fact as a new record';
+  END IF;
+  IF p_tier <> p_old.tier THEN
+    PERFORM fabric._supersession_rule('supersession_within_one_tier',
+      'supersession stays within one tier',
+      'a tier change is a promotion (fabric_api.promote); a promotion supersedes only a '
+      'record of its target tier');
+  END IF;
+  IF p_valid_from <= p_old.valid_from THEN
+    PERFORM fabric._supersession_rule('supersession_successor_starts_later',
+      'the successor''s valid_from must be after the superseded record''s',
+      'a backdated successor would rewrite the past; use the time the new fact became true');
+  END IF;
+  IF p_valid_from > pg_catalog.now() THEN
+    PERFORM fabric._supersession_rule('supersession_successor_not_in_future',
+      'the successor''s valid_from is in the future',
+      'propose a future fact when it becomes true');
+  END IF;
+  IF p_old.tier = 'procedural' AND fabric._semver_cmp(p_version, p_old.version) <= 0 THEN
+    PERFORM fabric._supersession_rule('supersession_procedural_version_increases',
+      'a procedure is superseded only by a numerically greater version',
+      'bump MAJOR.MINOR.PATCH of the successor');
+  END IF;
+  RETURN (p_old.formation_method = 'declaration' AND p_method IN ('extraction', 'reflection'))
+      OR fabric._visibility_rank(p_visibility) > fabric._visibility_rank(p_old.visibility)
+      OR fabric._outlives(p_old.tenant_id, p_instance, p_retention, p_labels,
+                          CASE p_old.retention_class WHEN 'audit' THEN 'durable'
+                                                     ELSE p_old.retention_class END,
+                          p_old.compliance_labels);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.supersede: close p_old_memory_id and commit the validated proposal as its
 -- successor (supersedes = old), in one transaction.
 CREATE OR REPLACE FUNCTION fabric_api.supersede(p_old_memory_id uuid, p_proposal_id uuid,
@@ -66,31 +114,13 @@ BEGIN
       MESSAGE = pg_catalog.format('the successor proposal is %s; only validated proposals commit', v_new.status),
       HINT = 'propose the successor first';
   END IF;
-  IF v_new.tier <> v_old.tier THEN
-    PERFORM fabric._supersession_rule('supersession_within_one_tier',
-      'supersession stays within one tier', 'a tier change is a promotion (fabric_api.promote)');
-  END IF;
-  IF v_new.valid_from <= v_old.valid_from THEN
-    PERFORM fabric._supersession_rule('supersession_successor_starts_later',
-      'the successor''s valid_from must be after the superseded record''s',
-      'a backdated successor would rewrite the past; use the time the new fact became true');
-  END IF;
-  IF v_new.valid_from > pg_catalog.now() THEN
-    PERFORM fabric._supersession_rule('supersession_successor_not_in_future',
-      'the successor''s valid_from is in the future',
-      'propose a future fact when it becomes true');
-  END IF;
-  IF v_old.tier = 'procedural' AND fabric._semver_cmp(v_new.version, v_old.version) <= 0 THEN
-    PERFORM fabric._supersession_rule('supersession_procedural_version_increases',
-      'a procedure is superseded only by a numerically greater version',
-      'bump MAJOR.MINOR.PATCH of the successor');
-  END IF;
-  v_needs_approval :=
-    (v_old.formation_method = 'declaration' AND v_new.formation_method IN ('extraction', 'reflection'))
-    OR fabric._visibility_rank(v_new.visibility) > fabric._visibility_rank(v_old.visibility);
+  v_needs_approval := fabric._supersession_needs_approval(v_old, v_new.tier, v_new.valid_from,
+    v_new.version, v_new.formation_method, v_new.visibility, v_new.retention_class,
+    v_new.compliance_labels, v_new.business_instance_id);
   IF v_needs_approval OR p_approval_id IS NOT NULL THEN
     PERFORM fabric._consume_approval(v_old.tenant_id, p_approval_id, 'supersede', v_old.memory_id,
-      NULL, pg_catalog.jsonb_build_object('proposal_id', p_proposal_id));
+      NULL, pg_catalog.jsonb_build_object('proposal_id', p_proposal_id,
+                                          'retention_class', v_new.retention_class));
   END IF;
   PERFORM fabric._close_for_successor(v_old, v_new.valid_from);
   BEGIN

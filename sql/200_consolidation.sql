@@ -208,6 +208,9 @@ DECLARE
   v_confidence double precision;
   v_record fabric.memory_records;
   v_sources_live boolean;
+  v_labels text[];
+  v_retention text;
+  v_asked text;
 BEGIN
   IF v_tenant IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown recommendation',
@@ -274,6 +277,31 @@ BEGIN
     RETURN fabric._reject_recommendation(v_rec, 'the proposal needs an object content and a confidence in [0, 1]');
   END IF;
 
+  -- Retention never grows: the formed record takes the earliest-ending class of its sources
+  -- (audit counts as durable); a recommendation may ask for a shorter one, never a longer.
+  v_labels := ARRAY(SELECT DISTINCT l FROM fabric.memory_records m, pg_catalog.unnest(m.compliance_labels) l
+                    WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_rec.sources) ORDER BY l);
+  SELECT CASE m.retention_class WHEN 'audit' THEN 'durable' ELSE m.retention_class END
+  INTO v_retention
+  FROM fabric.memory_records m
+  WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_rec.sources)
+  ORDER BY fabric._retention_end(v_tenant, m.business_instance_id, m.retention_class,
+                                 m.compliance_labels), m.memory_id
+  LIMIT 1;
+  v_asked := v_rec.proposal ->> 'retention_class';
+  IF v_asked IS NOT NULL THEN
+    IF v_asked NOT IN ('operational', 'regulated', 'durable') THEN
+      RETURN fabric._reject_recommendation(v_rec,
+        'a formed record''s retention_class is operational, regulated or durable');
+    END IF;
+    IF fabric._outlives(v_tenant, v_src.business_instance_id, v_asked, v_labels, v_retention, v_labels) THEN
+      RETURN fabric._reject_recommendation(v_rec,
+        'a formed record never outlives its shortest-lived source (retention_class); '
+        'a longer retention is a supersession under approval');
+    END IF;
+    v_retention := v_asked;
+  END IF;
+
   BEGIN
     INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
       session_id, business_instance_id, content, source_event_id, correlation_id, causation_id,
@@ -282,9 +310,7 @@ BEGIN
     SELECT v_tenant, v_tier, v_src.visibility, v_src.subject_id, v_src.agent_id, v_src.session_id,
            v_src.business_instance_id, v_content, v_rec.workflow_event_id::text,
            v_rec.workflow_event_id::text, v_rec.workflow_event_id::text, v_committer, v_method,
-           v_confidence, pg_catalog.now(), v_state, 'durable',
-           ARRAY(SELECT DISTINCT l FROM fabric.memory_records m, pg_catalog.unnest(m.compliance_labels) l
-                 WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_rec.sources) ORDER BY l),
+           v_confidence, pg_catalog.now(), v_state, v_retention, v_labels,
            coalesce(v_rec.proposal ->> 'version', '1.0.0')
     RETURNING * INTO v_record;
     INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)

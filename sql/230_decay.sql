@@ -90,10 +90,11 @@ BEGIN
     v_closed := v_closed + v_n;
 
     -- 2. Interval expiry: valid_until has passed (end exclusive: at valid_until it is over).
+    --    Audit records never decay.
     WITH due AS (
       SELECT m.memory_id FROM fabric.memory_records m
       WHERE m.tenant_id = v_tenant AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
-        AND m.valid_until <= p_now
+        AND m.retention_class <> 'audit' AND m.valid_until <= p_now
       ORDER BY m.valid_until, m.memory_id LIMIT p_batch
       FOR UPDATE SKIP LOCKED
     )

@@ -1,6 +1,6 @@
 """SQLSTATE -> exception map. The database decides; Python only names the outcome.
 
-Never parse message text: the SQLSTATE is the interface (README, "Errors").
+Never parse message text: the SQLSTATE is the interface (docs/errors.md).
 """
 
 from __future__ import annotations
@@ -66,12 +66,17 @@ class LimitExceeded(InvalidEnvelope):
     """54000: content too large or too deep."""
 
 
+class Unsupported(FabricError):
+    """0A000: the database cannot hold the fabric (e.g. not UTF8)."""
+
+
 _BY_SQLSTATE: dict[str, type[FabricError]] = {
     "42501": NotAuthorized,
     "P0002": NotFound,
     "42704": NotFound,
     "55000": WrongState,
     "54000": LimitExceeded,
+    "0A000": Unsupported,
     "MF001": ImmutableRecord,
     "MF002": IllegalTransition,
     "MF003": AppendOnly,

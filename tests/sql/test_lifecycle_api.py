@@ -298,10 +298,14 @@ def test_promoting_into_a_live_key_needs_supersedes(
         [ep],
         tier="profile",
         provenance={"source_event_id": "e1", "formation_method": "declaration"},
+        validity_interval={"valid_from": "2026-06-01T00:00:00Z", "valid_until": None},
     )
     assert sqlstate(lambda: promote(fabric, corroborated, "profile")) == "23P01"
-    record = promote(fabric, corroborated, "profile", supersedes=declared)
-    assert record["tier"] == "profile"
+    # an extraction replacing a declaration needs an approval, as in fabric_api.supersede
+    assert sqlstate(lambda: promote(fabric, corroborated, "profile", supersedes=declared)) == MF005
+    ok = approval(fabric, corroborated, "promote", {"tier": "profile", "supersedes": declared})
+    record = promote(fabric, corroborated, "profile", ok, supersedes=declared)
+    assert record["tier"] == "profile" and record["supersedes"] == declared
     assert (
         fabric.count(
             "memory_records", f"memory_id = '{declared}' AND consolidation_state = 'superseded'"
@@ -504,7 +508,7 @@ def test_widening_visibility_needs_approval_narrowing_does_not(
         fabric, run, "k", "b", [ep], scope={"tenant_id": "acme", "visibility": "tenant"}
     )
     assert sqlstate(lambda: supersede(fabric, narrow, wide)) == MF005
-    ok = approval(fabric, narrow, "supersede", {})
+    ok = approval(fabric, narrow, "supersede", {"proposal_id": wide})
     tenant_wide = supersede(fabric, narrow, wide, ok)["memory_id"]
     back = successor(fabric, run, "k", "c", [ep], "2026-10-01T00:00:00Z")
     assert supersede(fabric, tenant_wide, back)["scope"]["visibility"] == "subject"

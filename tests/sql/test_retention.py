@@ -326,7 +326,10 @@ def test_erasure_needs_a_decided_unused_erase_approval(fabric: Fabric, run: uuid
         )
     assert sqlstate(lambda: erase(conn, expired)) == "MF005"
     promote = call(
-        fabric, "mf_committer", "SELECT fabric_api.request_approval(%s, 'promote', '{}', 'x')", rid
+        fabric,
+        "mf_committer",
+        "SELECT fabric_api.request_approval(%s, 'promote', '{\"tier\": \"relational\"}', 'x')",
+        rid,
     )["approval_id"]
     call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", promote)
     assert sqlstate(lambda: erase(conn, promote)) == "MF005"
