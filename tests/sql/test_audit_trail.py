@@ -140,7 +140,8 @@ def test_approvals_store_the_subject_only_as_its_pseudonym(fabric: Fabric, canar
     )["approval_id"]
     with fabric.su() as su:
         row = su.execute(
-            "SELECT to_jsonb(a)::text, a.subject_ref FROM fabric.approvals a WHERE approval_id = %s",
+            "SELECT to_jsonb(a)::text, a.subject_ref FROM fabric.approvals a"
+            " WHERE approval_id = %s",
             (approval,),
         ).fetchone()
     assert row is not None and canary not in row[0] and row[1].startswith("hmac:")
