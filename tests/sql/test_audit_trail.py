@@ -10,8 +10,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from conftest import Fabric, episode
+from memfabric import db as mfdb
 from memfabric.errors import FabricError
 from memfabric.worker import erase
 
@@ -197,3 +199,60 @@ def test_erasing_a_subject_whose_key_is_already_destroyed_is_refused(fabric: Fab
             "SELECT status FROM fabric.approvals WHERE approval_id = %s", (second,)
         ).fetchone()
     assert status == ("approved",)
+
+
+def test_upgrading_rewrites_clear_subject_ids_into_pseudonyms(server: Any) -> None:
+    """An install at 0007 holds clear subject ids in recall events and approvals; the
+    upgrade keys them, so erasing the subject later unlinks the old trail too."""
+    name = f"mf_pseudonym_upgrade_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.conninfo.make_conninfo(
+        host=server.host, port=server.port, user=server.user, dbname="postgres"
+    )
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = psycopg.conninfo.make_conninfo(admin, dbname=name)
+    canary = f"canary-{uuid.uuid4().hex}"
+    try:
+        mfdb.bootstrap(url)
+        mfdb.upgrade(url, "0007")
+        with psycopg.connect(url, autocommit=True) as su:
+            su.execute("INSERT INTO fabric.tenants (tenant_id) VALUES ('acme')")
+            su.execute(
+                "INSERT INTO fabric.approvals (tenant_id, action, subject_id, reason,"
+                " requested_by, expires_at) VALUES ('acme', 'erase_subject', %s, 'art. 17',"
+                " 'os-agt-010', now() + interval '1 day')",
+                (canary,),
+            )
+            su.execute(
+                "INSERT INTO fabric.events (tenant_id, event_type, payload) VALUES ('acme',"
+                " 'memory.recall.served', jsonb_build_object('scope', jsonb_build_object("
+                "'tenant_id', 'acme', 'subject_id', %s::text, 'session_id', %s::text),"
+                " 'request_hash', 'sha256:00'))",
+                (canary, f"{canary}-session"),
+            )
+        mfdb.upgrade(url)
+        with psycopg.connect(url, autocommit=True) as su:
+            (scope, request_hash) = su.execute(  # type: ignore[misc]
+                "SELECT payload -> 'scope', payload ->> 'request_hash' FROM fabric.events"
+            ).fetchone()
+            (approval_ref,) = su.execute(  # type: ignore[misc]
+                "SELECT subject_ref FROM fabric.approvals"
+            ).fetchone()
+            (key_ref,) = su.execute(  # type: ignore[misc]
+                "SELECT subject_ref FROM fabric.subject_keys WHERE subject_id = %s", (canary,)
+            ).fetchone()
+            su.execute("DELETE FROM fabric.subject_keys")  # what erasure does, by hand
+        assert scope["subject_ref"] == approval_ref == key_ref
+        assert scope["session_ref"].startswith("hmac:") and request_hash.startswith("hmac:")
+        assert canary not in dump_url(url)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def dump_url(url: str) -> str:
+    return subprocess.run(
+        [str(PG_DUMP), "--data-only", "-d", url], check=True, capture_output=True, text=True
+    ).stdout
