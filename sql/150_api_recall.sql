@@ -143,6 +143,8 @@ GRANT EXECUTE ON FUNCTION fabric._record_json(fabric.memory_records),
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_answer: the response and its one audit event (identifiers, never content).
+-- The event names the run's subject and session only by pseudonyms under the subject's key,
+-- and hashes the request without them, under that key: erasing the key unlinks the event.
 CREATE OR REPLACE FUNCTION fabric._recall_answer(
   p_tenant_id text, p_request jsonb, p_status text, p_reason text, p_resolved jsonb,
   p_records jsonb, p_truncated boolean)
@@ -153,7 +155,22 @@ AS $$
 DECLARE
   v_ids jsonb := coalesce((SELECT pg_catalog.jsonb_agg(r -> 'memory_id')
                            FROM pg_catalog.jsonb_array_elements(p_records) r), '[]');
+  v_run fabric.runs;
+  v_key fabric.subject_keys;
+  v_scope jsonb;
+  v_request text;
 BEGIN
+  SELECT * INTO v_run FROM fabric.runs r
+  WHERE r.tenant_id = p_tenant_id AND r.run_id = fabric._setting('fabric.run_id')::uuid;
+  v_key := fabric._subject_key(p_tenant_id, v_run.subject_id);
+  v_scope := CASE WHEN v_key.key IS NULL THEN p_resolved -> 'scope_applied'  -- no subject
+    ELSE (p_resolved -> 'scope_applied') - 'subject_id' - 'session_id'
+         || pg_catalog.jsonb_build_object('subject_ref', v_key.subject_ref,
+              'session_ref', fabric._pseudonym(v_key.key, 'session', v_run.session_id)) END;
+  v_request := (CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'scope') = 'object'
+                     THEN pg_catalog.jsonb_set(p_request, '{scope}',
+                            (p_request -> 'scope') - 'subject_id' - 'session_id')
+                     ELSE p_request END)::text;
   PERFORM fabric._emit(
     CASE WHEN p_status = 'denied' THEN 'memory.recall.denied' ELSE 'memory.recall.served' END,
     p_tenant_id,
@@ -168,9 +185,10 @@ BEGIN
       'tiers_requested', p_resolved -> 'tiers_requested',
       'tiers_served', CASE WHEN p_status <> 'denied' THEN p_resolved -> 'tiers' END,
       'tiers_denied', p_resolved -> 'tiers_denied',
-      'scope', p_resolved -> 'scope_applied',
-      'request_hash', 'sha256:' || pg_catalog.encode(pg_catalog.sha256(
-                        pg_catalog.convert_to(p_request::text, 'UTF8')), 'hex'),
+      'scope', v_scope,
+      'request_hash', coalesce(fabric._pseudonym(v_key.key, 'request', v_request),
+                               'sha256:' || pg_catalog.encode(pg_catalog.sha256(
+                                 pg_catalog.convert_to(v_request, 'UTF8')), 'hex')),
       'memory_ids', v_ids,
       'truncated', p_truncated)));
   RETURN pg_catalog.jsonb_build_object(

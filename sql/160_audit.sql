@@ -200,3 +200,38 @@ END $$;
 COMMENT ON FUNCTION fabric_audit.profile_at(text, text, timestamptz, timestamptz) IS
   'A subject''s profile valid at p_at as known at p_known_at. Auditors only. '
   'Example: SELECT * FROM fabric_audit.profile_at(''acme'', ''user-8842'', ''2026-08-16T10:00Z'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.subject_events: a living subject's events in [p_from, p_to) -- those that
+-- name it by its pseudonym and those of its runs. After its erasure there is no key to
+-- compute the pseudonym with, so nothing is found.
+CREATE OR REPLACE FUNCTION fabric_audit.subject_events(p_tenant_id text, p_subject_id text,
+  p_from timestamptz, p_to timestamptz)
+RETURNS TABLE (occurred_at timestamptz, event_id uuid, event_type text, actor_agent_id text,
+               run_id uuid, memory_id uuid, payload jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ref text;
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  SELECT k.subject_ref INTO v_ref FROM fabric.subject_keys k
+  WHERE k.tenant_id = p_tenant_id AND k.subject_id = p_subject_id;
+  RETURN QUERY
+    SELECT e.occurred_at, e.event_id, e.event_type, e.actor_agent_id, e.run_id, e.memory_id,
+           e.payload
+    FROM fabric.events e
+    WHERE e.tenant_id = p_tenant_id
+      AND e.occurred_at >= p_from AND e.occurred_at < p_to
+      AND ((v_ref IS NOT NULL AND e.payload #>> '{scope,subject_ref}' = v_ref)
+           OR e.run_id IN (SELECT r.run_id FROM fabric.runs r
+                           WHERE r.tenant_id = p_tenant_id AND r.subject_id = p_subject_id))
+    ORDER BY e.occurred_at, e.event_id;
+END $$;
+COMMENT ON FUNCTION fabric_audit.subject_events(text, text, timestamptz, timestamptz) IS
+  'A living data subject''s events in [p_from, p_to) (pseudonymous recall events and the '
+  'events of its runs). Auditors only. Example: SELECT * FROM fabric_audit.subject_events('
+  '''acme'', ''user-8842'', now() - interval ''1 day'', now());';
+GRANT EXECUTE ON FUNCTION fabric_audit.subject_events(text, text, timestamptz, timestamptz)
+  TO fabric_auditor;

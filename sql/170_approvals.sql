@@ -54,7 +54,8 @@ BEGIN
   ELSIF v.action <> p_action THEN
     PERFORM fabric._refuse_approval(pg_catalog.format('the approval is for %s, not %s',
                                                       v.action, p_action));
-  ELSIF v.memory_id IS DISTINCT FROM p_memory_id OR v.subject_id IS DISTINCT FROM p_subject_id THEN
+  ELSIF v.memory_id IS DISTINCT FROM p_memory_id
+        OR v.subject_ref IS DISTINCT FROM (fabric._subject_key(p_tenant_id, p_subject_id)).subject_ref THEN
     PERFORM fabric._refuse_approval('the approval is for another record or subject');
   ELSIF NOT (v.target <@ coalesce(p_target, '{}')) THEN
     PERFORM fabric._refuse_approval('the approval is for another target');
@@ -69,7 +70,8 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._file_approval: insert a pending approval request and its event.
+-- fabric._file_approval: insert a pending approval request and its event. A data subject
+-- is stored as its pseudonym, so the approval outlives the subject's erasure unlinked.
 CREATE OR REPLACE FUNCTION fabric._file_approval(p_tenant_id text, p_action text,
   p_memory_id uuid, p_subject_id text, p_target jsonb, p_reason text)
 RETURNS uuid
@@ -88,9 +90,10 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'an approval target must be a JSON object', HINT = 'e.g. {"tier": "relational"}';
   END IF;
-  INSERT INTO fabric.approvals (tenant_id, approval_id, action, memory_id, subject_id, target,
+  INSERT INTO fabric.approvals (tenant_id, approval_id, action, memory_id, subject_ref, target,
                                 reason, requested_by, expires_at)
-  VALUES (p_tenant_id, v_id, p_action, p_memory_id, p_subject_id, p_target, p_reason,
+  VALUES (p_tenant_id, v_id, p_action, p_memory_id,
+          (fabric._subject_key(p_tenant_id, p_subject_id)).subject_ref, p_target, p_reason,
           fabric._actor_id(), pg_catalog.now() + fabric._approval_timeout(p_tenant_id, p_action));
   PERFORM fabric._emit('memory.approval.requested', p_tenant_id, NULL, NULL, p_memory_id, NULL,
     pg_catalog.jsonb_build_object('approval_id', v_id, 'action', p_action, 'target', p_target));

@@ -110,6 +110,21 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._subject_key_receipt: what a subject erasure states about the subject's key.
+CREATE OR REPLACE FUNCTION fabric._subject_key_receipt()
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.jsonb_build_object('subject_key', pg_catalog.jsonb_build_object(
+    'destroyed', true,
+    'unlinked', pg_catalog.jsonb_build_array('events', 'approvals'),
+    'note', 'events and approvals name the subject only by pseudonyms under this key; without '
+            'it they stay countable but can no longer be linked to the subject. Backups taken '
+            'before the erasure still hold the key.'))
+$$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.erase: execute an approved erasure (one record or one data subject). Returns
 -- the tables to VACUUM so the old tuple versions leave the heap (the worker does it).
 CREATE OR REPLACE FUNCTION fabric_api.erase(p_approval_id uuid)
@@ -126,6 +141,8 @@ DECLARE
   v_proposal record;
   v_proposals integer := 0;
   v_withdrawn integer := 0;
+  v_subject text;
+  v_shredded boolean := false;
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._refuse_approval('no such approval');
@@ -137,8 +154,12 @@ BEGIN
   IF v_approval.action NOT IN ('erase', 'erase_subject') THEN
     PERFORM fabric._refuse_approval(pg_catalog.format('the approval is for %s, not erasure', v_approval.action));
   END IF;
+  v_subject := fabric._subject_of_ref(v_tenant, v_approval.subject_ref);
+  IF v_approval.action = 'erase_subject' AND v_subject IS NULL THEN
+    PERFORM fabric._refuse_approval('the subject was already erased (its key is destroyed)');
+  END IF;
   v_approval := fabric._consume_approval(v_tenant, p_approval_id, v_approval.action,
-                                         v_approval.memory_id, v_approval.subject_id);
+                                         v_approval.memory_id, v_subject);
   IF v_approval.action = 'erase_subject' THEN
     -- The subject's proposals first: uncommitted ones are withdrawn (terminal, with their
     -- event), so no drain ever tries to commit a scrubbed proposal; a committer holding one
@@ -148,7 +169,7 @@ BEGIN
       SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL,
           status = CASE WHEN p.status = 'validated' THEN 'withdrawn' ELSE p.status END,
           decided_at = CASE WHEN p.status = 'validated' THEN pg_catalog.now() ELSE p.decided_at END
-      WHERE p.tenant_id = v_tenant AND p.subject_id = v_approval.subject_id
+      WHERE p.tenant_id = v_tenant AND p.subject_id = v_subject
       RETURNING p.proposal_id, p.status, p.correlation_id, p.causation_id
     LOOP
       v_proposals := v_proposals + 1;
@@ -164,7 +185,7 @@ BEGIN
     SELECT * FROM fabric.memory_records m
     WHERE m.tenant_id = v_tenant AND m.consolidation_state <> 'tombstoned'
       AND ((v_approval.action = 'erase' AND m.memory_id = v_approval.memory_id)
-           OR (v_approval.action = 'erase_subject' AND m.subject_id = v_approval.subject_id))
+           OR (v_approval.action = 'erase_subject' AND m.subject_id = v_subject))
     ORDER BY m.memory_id
     FOR UPDATE
   LOOP
@@ -173,16 +194,24 @@ BEGIN
     v_erased := v_erased || v_record.memory_id;
   END LOOP;
   IF v_approval.action = 'erase_subject' THEN
-    UPDATE fabric.runs r SET subject_id = NULL
-    WHERE r.tenant_id = v_tenant AND r.subject_id = v_approval.subject_id;
+    UPDATE fabric.runs r SET subject_id = NULL, session_id = NULL
+    WHERE r.tenant_id = v_tenant AND r.subject_id = v_subject;
     UPDATE fabric.temporal_summaries s SET subject_id = NULL
-    WHERE s.tenant_id = v_tenant AND s.subject_id = v_approval.subject_id;
+    WHERE s.tenant_id = v_tenant AND s.subject_id = v_subject;
+    -- Crypto-shredding: without the key no event or approval can be linked to the subject.
+    v_shredded := fabric._shred_subject_key(v_tenant, v_subject);
+    UPDATE fabric.erasure_receipts r
+    SET destroyed = r.destroyed || fabric._subject_key_receipt()
+    WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
   END IF;
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'action', v_approval.action,
     'erased', pg_catalog.to_jsonb(v_erased), 'proposals_scrubbed', v_proposals,
     'proposals_withdrawn', v_withdrawn,
+    'subject_key', CASE WHEN v_approval.action = 'erase_subject' THEN
+                     fabric._subject_key_receipt() -> 'subject_key' END,
     'vacuum', pg_catalog.jsonb_build_array('fabric.memory_records', 'fabric.proposals',
-      'fabric.memory_embeddings', 'fabric.runs', 'fabric.temporal_summaries'));
+      'fabric.memory_embeddings', 'fabric.runs', 'fabric.temporal_summaries',
+      'fabric.subject_keys'));
 END $$;
 COMMENT ON FUNCTION fabric_api.erase(uuid) IS
   'Execute an approved erasure, leaving tombstones (a subject''s uncommitted proposals are '

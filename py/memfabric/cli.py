@@ -270,7 +270,8 @@ def verify() -> None:
 def serve(
     poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
 ) -> None:
-    """Own the vector shards, run the projector and answer vector queries on a unix socket."""
+    """Own the vector shards, run the projector and answer vector queries on a unix socket;
+    seal the audit trail as the committer (MEMFABRIC_COMMITTER_URL or _LOGIN)."""
     import threading
 
     from memfabric import ops
@@ -292,6 +293,14 @@ def serve(
         },
     )
     server = serve_socket(broker, default_socket(), lock)
+    from memfabric.worker import run_sealer
+
+    threading.Thread(
+        target=run_sealer,
+        args=(_committer_conninfo(COMMITTER_LOGIN),),
+        kwargs={"poll_seconds": poll, "progress": lambda line: typer.echo(f"[seal] {line}")},
+        daemon=True,
+    ).start()
     typer.echo(f"[serve] listening on {default_socket()}; projecting to qdrant and graph")
     try:
         projector.run(poll_seconds=poll)

@@ -195,10 +195,42 @@ def replay(url: str, progress: Progress = _quiet) -> None:
     progress(f"replayed {len(replay_files())} files from sql/ and rls/")
 
 
+# The event triggers of the DDL guard (sql/270_ddl_guard.sql): only a superuser creates them.
+DDL_GUARD = (
+    ("fabric_ddl_guard", "ddl_command_end"),
+    ("fabric_ddl_guard_drop", "sql_drop"),
+)
+DDL_GUARD_FUNCTION = "fabric.tg_ddl__migration_role_only()"
+
+
+def install_ddl_guard(url: str, progress: Progress = _quiet, warn: Progress = _quiet) -> bool:
+    """Refuse DDL on the fabric schemas to every session but the migration role's (and
+    superusers'). Needs a superuser; without one it warns and returns False."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+        if not row or not row[0]:
+            warn(
+                "warning: the DDL guard (event triggers refusing schema changes to the fabric "
+                "by any login but fabric_migrator) was not installed: it needs a superuser; "
+                "run `memfabric db migrate` once with a superuser DATABASE_URL"
+            )
+            return False
+        for name, event in DDL_GUARD:
+            conn.execute(sql.SQL("DROP EVENT TRIGGER IF EXISTS {}").format(sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("CREATE EVENT TRIGGER {} ON {} EXECUTE FUNCTION {}").format(
+                    sql.Identifier(name), sql.SQL(event), sql.SQL(DDL_GUARD_FUNCTION)
+                )
+            )
+    progress("ddl guard: schema changes to the fabric are refused to all but fabric_migrator")
+    return True
+
+
 def migrate(url: str | None = None, progress: Progress = _quiet, warn: Progress = _quiet) -> None:
-    """Bootstrap, upgrade to head, replay: the one way a schema reaches a database."""
+    """Bootstrap, upgrade to head, replay, guard: the one way a schema reaches a database."""
     url = url or database_url()
     bootstrap(url, progress, warn)
     upgrade(url)
     progress("alembic: upgraded to head")
     replay(url, progress)
+    install_ddl_guard(url, progress, warn)

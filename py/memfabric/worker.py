@@ -1,4 +1,5 @@
-"""The committer worker: drains validated proposals through `fabric_api.commit_pending`.
+"""The committer worker: drains validated proposals through `fabric_api.commit_pending`
+and seals the audit trail (`fabric_api.seal_events`) after each drain.
 
 Each batch is one transaction of the database function (FOR UPDATE SKIP LOCKED, tenant by
 tenant), so any number of workers may run at once. Idle, it polls; on a lost connection it
@@ -41,6 +42,44 @@ def _delay(backoff: float) -> float:
     return min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter only
 
 
+def seal_once(conn: psycopg.Connection[tuple[object, ...]], batch: int = 10000) -> int:
+    """Seal every event below the horizon into the tenants' hash chains; returns how many."""
+    total = 0
+    while True:
+        with mapped():
+            row = conn.execute("SELECT fabric_api.seal_events(%s)", (batch,)).fetchone()
+        assert row is not None
+        result: dict[str, int] = row[0]  # type: ignore[assignment]
+        sealed = result["sealed"]
+        total += sealed
+        if sealed < batch:
+            return total
+
+
+def run_sealer(
+    conninfo: str,
+    *,
+    poll_seconds: float = 1.0,
+    progress: Progress = print,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> None:
+    """Seal continuously (memfabric serve runs this beside the projector); reconnects with
+    capped, jittered backoff."""
+    backoff = 0.5
+    while not should_stop():
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                backoff = 0.5
+                while not should_stop():
+                    seal_once(conn)
+                    time.sleep(poll_seconds)
+        except psycopg.Error as exc:
+            delay = _delay(backoff)
+            progress(f"sealing paused ({exc.sqlstate or 'no sqlstate'}); retrying in {delay:.1f}s")
+            time.sleep(delay)
+            backoff *= 2
+
+
 def run_committer(
     conninfo: str,
     *,
@@ -71,6 +110,7 @@ def run_committer(
                         backoff *= 2
                         continue
                     backoff = 0.5
+                    seal_once(conn)
                     totals[0] += committed
                     totals[1] += rejected
                     if committed or rejected or retry:

@@ -37,6 +37,7 @@ def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterato
         **{k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "QDRANT_"))},
         "DATABASE_URL": fabric.url,
         "MEMFABRIC_PROJECTOR_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector"),
+        "MEMFABRIC_COMMITTER_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer"),
         "MEMFABRIC_SOCKET": str(sock),
         "MEMFABRIC_VECTOR_DIR": str(tmp_path / "qdrant"),
         "GRAPH_BOLT_PORT": graph_server.env["GRAPH_BOLT_PORT"],
@@ -136,6 +137,14 @@ def test_serve_projects_answers_recall_and_passes_the_drill(
         "qdrant": 3,
         "graph": 3,
     }
+    auditor = fabric.connect("mf_auditor")
+    deadline = time.monotonic() + 30
+    while True:  # serve seals the audit trail continuously, as the committer
+        chain = auditor.execute("SELECT fabric_audit.verify_event_chain()").fetchone()[0]  # type: ignore[index]
+        if chain["unsealed"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert chain["ok"] and chain["unsealed"] == 0 and chain["events"] > 0, chain
 
 
 def test_postgres_restarted_under_the_projector_loses_nothing(

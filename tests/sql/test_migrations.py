@@ -175,6 +175,7 @@ def installs(server: Any) -> Iterator[dict[str, Any]]:
         mfdb.replay(url)
         mfdb.upgrade(url, "head")
         mfdb.replay(url)
+        mfdb.install_ddl_guard(url)
         facts["stepwise"] = dump(server, names["stepwise"])
         yield facts
     finally:

@@ -469,7 +469,7 @@ def test_every_recall_emits_one_audit_event_without_content_and_no_notify(fabric
     assert first["correlation_id"] == "c-9" and first["causation_id"] == "e-9"
     assert first["actor_agent_id"] == "com-agt-003"
     assert first["payload"]["memory_ids"] == [rid]
-    assert first["payload"]["request_hash"].startswith("sha256:")
+    assert first["payload"]["request_hash"].startswith("hmac:")  # keyed: the run has a subject
     assert first["payload"]["scope"]["tenant_id"] == "acme"
     assert canary not in str(events)
     assert list(listener.notifies(timeout=0.3)) == []

@@ -150,7 +150,7 @@ def test_the_owner_cannot_move_a_row_into_another_tenant(fabric: Fabric, table: 
 
 def test_every_tenant_table_forces_rls(fabric: Fabric) -> None:
     """Any table keyed by tenant_id gets FORCE RLS, except the tenants themselves and the
-    content-free outbox (protected by grants, DESIGN.md §4)."""
+    content-free outbox and its seals (protected by grants, DESIGN.md §4)."""
     with fabric.su() as c:
         rows = c.execute(
             "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity,"
@@ -158,7 +158,7 @@ def test_every_tenant_table_forces_rls(fabric: Fabric) -> None:
             " FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid"
             " WHERE c.relnamespace = 'fabric'::regnamespace AND c.relkind IN ('r', 'p')"
             "   AND NOT c.relispartition AND a.attname = 'tenant_id' AND a.attnum = 1"
-            "   AND c.relname NOT IN ('tenants', 'events') ORDER BY 1"
+            "   AND c.relname NOT IN ('tenants', 'events', 'event_seals') ORDER BY 1"
         ).fetchall()
     assert set(RLS_TABLES) <= {r[0] for r in rows}
     assert [r[0] for r in rows if not (r[1] and r[2] and r[3] > 0)] == []

@@ -1,0 +1,193 @@
+-- The sealed event chain: detection where prevention cannot reach (the migration role and
+-- superusers can change any table). Every event of a tenant is linked into a hash chain,
+-- in (xid, event_id) order and only below the snapshot xmin -- the projector's horizon, so
+-- a slow writer is never skipped and sealing never makes writers wait. Each link covers the
+-- event's envelope and the previous link; the auditor recomputes the chain.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._event_envelope: the sealed text of one event; every column, time in UTC, so it
+-- does not depend on the session's TimeZone.
+CREATE OR REPLACE FUNCTION fabric._event_envelope(p_event fabric.events)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.jsonb_build_object(
+    'event_id', p_event.event_id, 'occurred_at', p_event.occurred_at AT TIME ZONE 'UTC',
+    'tenant_id', p_event.tenant_id, 'event_type', p_event.event_type,
+    'correlation_id', p_event.correlation_id, 'causation_id', p_event.causation_id,
+    'actor_agent_id', p_event.actor_agent_id, 'actor_login', p_event.actor_login,
+    'run_id', p_event.run_id, 'memory_id', p_event.memory_id, 'proposal_id', p_event.proposal_id,
+    'payload', p_event.payload, 'xid', p_event.xid::text)::text
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._event_link: sha256 over the previous link and the event's envelope.
+CREATE OR REPLACE FUNCTION fabric._event_link(p_prev text, p_event fabric.events)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+    coalesce(p_prev, '') || pg_catalog.chr(10) || fabric._event_envelope(p_event), 'UTF8')), 'hex')
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- The seals are append-only, like the events they seal.
+CREATE OR REPLACE TRIGGER _200_append_only
+  BEFORE UPDATE OR DELETE ON fabric.event_seals
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_events__append_only();
+
+CREATE OR REPLACE TRIGGER _200_append_only_truncate
+  BEFORE TRUNCATE ON fabric.event_seals
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.seal_events: extend every tenant's chain by the events below the horizon.
+-- One sealer at a time (the cursor row, SKIP LOCKED); others return at once.
+CREATE OR REPLACE FUNCTION fabric_api.seal_events(p_limit integer DEFAULT 10000)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_cursor fabric.event_seal_cursor;
+  v_horizon xid8;
+  v_event fabric.events;
+  v_heads jsonb := '{}';
+  v_seq bigint;
+  v_link text;
+  v_sealed integer := 0;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_committer', 'seal events');
+  SELECT * INTO v_cursor FROM fabric.event_seal_cursor c FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN pg_catalog.jsonb_build_object('sealed', 0, 'busy', true);
+  END IF;
+  -- Every transaction below the horizon has ended: no event can appear there later.
+  v_horizon := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
+  FOR v_event IN
+    SELECT * FROM fabric.events e
+    WHERE (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id)
+      AND e.xid < v_horizon
+    ORDER BY e.xid, e.event_id
+    LIMIT greatest(1, least(coalesce(p_limit, 10000), 100000))
+  LOOP
+    IF v_heads ? v_event.tenant_id THEN
+      v_seq := (v_heads -> v_event.tenant_id ->> 0)::bigint;
+      v_link := v_heads -> v_event.tenant_id ->> 1;
+    ELSE
+      v_seq := 0;
+      v_link := NULL;
+      SELECT s.seq, s.link INTO v_seq, v_link FROM fabric.event_seals s
+      WHERE s.tenant_id = v_event.tenant_id ORDER BY s.seq DESC LIMIT 1;
+      v_seq := coalesce(v_seq, 0);
+    END IF;
+    v_seq := v_seq + 1;
+    v_link := fabric._event_link(v_link, v_event);
+    INSERT INTO fabric.event_seals (tenant_id, seq, event_id, occurred_at, xid, link)
+    VALUES (v_event.tenant_id, v_seq, v_event.event_id, v_event.occurred_at, v_event.xid, v_link);
+    v_heads := v_heads || pg_catalog.jsonb_build_object(v_event.tenant_id,
+                                                        pg_catalog.jsonb_build_array(v_seq, v_link));
+    v_cursor.last_xid := v_event.xid;
+    v_cursor.last_event_id := v_event.event_id;
+    v_sealed := v_sealed + 1;
+  END LOOP;
+  IF v_sealed > 0 THEN
+    UPDATE fabric.event_seal_cursor c
+    SET last_xid = v_cursor.last_xid, last_event_id = v_cursor.last_event_id,
+        sealed_at = pg_catalog.now();
+  END IF;
+  RETURN pg_catalog.jsonb_build_object('sealed', v_sealed,
+    'tenants', (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(v_heads)),
+    'busy', false);
+END $$;
+COMMENT ON FUNCTION fabric_api.seal_events(integer) IS
+  'Seal the events below the snapshot horizon into each tenant''s hash chain (asynchronous; '
+  'memfabric serve and the workers call it). Committer only. '
+  'Example: SELECT fabric_api.seal_events(10000);';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.verify_event_chain: recompute the chains; the first break names the tenant,
+-- the link and what is wrong. NULL checks every tenant.
+CREATE OR REPLACE FUNCTION fabric_audit.verify_event_chain(p_tenant_id text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_cursor fabric.event_seal_cursor;
+  v_tenant text;
+  v_seal record;
+  v_prev text;
+  v_expect bigint;
+  v_checked bigint := 0;
+  v_unsealed bigint := 0;
+  v_break jsonb;
+  v_inserted fabric.events;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_auditor', 'verify the event chain');
+  IF p_tenant_id IS NOT NULL THEN
+    PERFORM fabric._require_tenant(p_tenant_id);
+  END IF;
+  SELECT * INTO v_cursor FROM fabric.event_seal_cursor;
+  FOR v_tenant IN
+    SELECT t.tenant_id FROM (SELECT s.tenant_id FROM fabric.event_seals s
+                             UNION SELECT e.tenant_id FROM fabric.events e) t
+    WHERE p_tenant_id IS NULL OR t.tenant_id = p_tenant_id
+    ORDER BY t.tenant_id
+  LOOP
+    v_prev := NULL;
+    v_expect := 1;
+    FOR v_seal IN
+      SELECT s.seq, s.event_id, s.link, e AS event
+      FROM fabric.event_seals s
+      LEFT JOIN fabric.events e ON e.event_id = s.event_id AND e.occurred_at = s.occurred_at
+      WHERE s.tenant_id = v_tenant
+      ORDER BY s.seq
+    LOOP
+      v_checked := v_checked + 1;
+      CONTINUE WHEN v_break IS NOT NULL;
+      v_break := CASE
+        WHEN v_seal.seq <> v_expect THEN pg_catalog.jsonb_build_object('seq', v_expect,
+          'problem', 'a link of the chain is missing')
+        WHEN (v_seal.event).event_id IS NULL THEN pg_catalog.jsonb_build_object('seq', v_seal.seq,
+          'event_id', v_seal.event_id,
+          'problem', 'a sealed event is missing (deleted, or its partition dropped or detached)')
+        WHEN fabric._event_link(v_prev, v_seal.event) <> v_seal.link THEN
+          pg_catalog.jsonb_build_object('seq', v_seal.seq, 'event_id', v_seal.event_id,
+            'problem', 'a sealed event was altered')
+      END;
+      v_prev := v_seal.link;
+      v_expect := v_seal.seq + 1;
+    END LOOP;
+    IF v_break IS NULL THEN
+      SELECT * INTO v_inserted FROM fabric.events e
+      WHERE e.tenant_id = v_tenant
+        AND (e.xid, e.event_id) <= (v_cursor.last_xid, v_cursor.last_event_id)
+        AND NOT EXISTS (SELECT 1 FROM fabric.event_seals s WHERE s.event_id = e.event_id)
+      ORDER BY e.xid, e.event_id LIMIT 1;
+      IF FOUND THEN
+        v_break := pg_catalog.jsonb_build_object('event_id', v_inserted.event_id,
+          'problem', 'an event was inserted among sealed events');
+      END IF;
+    END IF;
+    IF v_break IS NOT NULL AND NOT v_break ? 'tenant_id' THEN
+      v_break := pg_catalog.jsonb_build_object('tenant_id', v_tenant) || v_break;
+    END IF;
+    v_unsealed := v_unsealed + (SELECT pg_catalog.count(*) FROM fabric.events e
+      WHERE e.tenant_id = v_tenant
+        AND (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id));
+  END LOOP;
+  RETURN pg_catalog.jsonb_build_object('ok', v_break IS NULL, 'events', v_checked,
+    'unsealed', v_unsealed, 'first_break', v_break);
+END $$;
+COMMENT ON FUNCTION fabric_audit.verify_event_chain(text) IS
+  'Recompute the sealed event chain of one tenant (or all): ok, events checked, events not '
+  'yet sealed, and the first break (deleted, altered or inserted event, dropped partition). '
+  'Auditors only. Example: SELECT fabric_audit.verify_event_chain(''acme'');';
+
+GRANT EXECUTE ON FUNCTION fabric_api.seal_events(integer) TO fabric_committer;
+GRANT EXECUTE ON FUNCTION fabric_audit.verify_event_chain(text) TO fabric_auditor;

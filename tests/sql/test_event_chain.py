@@ -1,0 +1,315 @@
+"""The audit trail against schema changes and forged actors: prevention for every login but
+the migration role (no one else becomes the owner; a DDL guard refuses schema changes), and
+detection against the migration role and superusers (the sealed hash chain per tenant)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from conftest import Fabric, episode
+from memfabric import db as mfdb
+from memfabric.worker import run_committer
+
+MIGRATOR = "fabric_migrator"
+
+
+def seal(fabric: Fabric) -> dict[str, Any]:
+    row = fabric.connect("mf_committer").execute("SELECT fabric_api.seal_events()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def verify(fabric: Fabric, tenant: str | None = None) -> dict[str, Any]:
+    row = (
+        fabric.connect("mf_auditor")
+        .execute("SELECT fabric_audit.verify_event_chain(%s)", (tenant,))
+        .fetchone()
+    )
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def activity(fabric: Fabric) -> str:
+    """Events in both tenants; returns a memory id of acme."""
+    run = fabric.open_run()
+    proposal = fabric.propose("mf_agent_a", episode("sealed"), run)
+    memory_id = str(fabric.commit(proposal["proposal_id"])["memory_id"])
+    fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
+    glx = fabric.open_run(agent_id="glx-agt-001", tenant="globex")
+    fabric.propose(
+        "mf_agent_g", episode("other", scope={"tenant_id": "globex", "visibility": "subject"}), glx
+    )
+    return memory_id
+
+
+def sealed_event(fabric: Fabric, tenant: str = "acme") -> str:
+    with fabric.su() as su:
+        row = su.execute(
+            "SELECT event_id FROM fabric.event_seals WHERE tenant_id = %s ORDER BY seq"
+            " OFFSET 1 LIMIT 1",
+            (tenant,),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def tampering_superuser(fabric: Fabric) -> psycopg.Connection[Any]:
+    """A superuser with every ordinary trigger off."""
+    su = fabric.su()
+    su.execute("SET session_replication_role = replica")
+    return su
+
+
+def current_partition(fabric: Fabric) -> str:
+    with fabric.su() as su:
+        row = su.execute(
+            "SELECT tableoid::regclass::text FROM fabric.events ORDER BY occurred_at DESC LIMIT 1"
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+# --- sealing and verifying ----------------------------------------------------------------
+
+
+def test_sealing_links_every_event_of_every_tenant(fabric: Fabric) -> None:
+    activity(fabric)
+    total = fabric.count("events")
+    first = seal(fabric)
+    assert first["sealed"] == total and first["busy"] is False
+    assert seal(fabric)["sealed"] == 0
+    assert verify(fabric) == {"ok": True, "events": total, "unsealed": 0, "first_break": None}
+    acme = verify(fabric, "acme")
+    assert acme["ok"] and acme["events"] == fabric.count("events", "tenant_id = 'acme'")
+    with fabric.su() as su:
+        gaps = su.execute(
+            "SELECT tenant_id FROM fabric.event_seals GROUP BY tenant_id"
+            " HAVING max(seq) <> count(*)"
+        ).fetchall()
+    assert gaps == []
+
+
+def test_sealing_stops_below_an_open_transaction_and_never_waits_for_it(fabric: Fabric) -> None:
+    activity(fabric)
+    run = fabric.open_run()
+    writer = fabric.connect("mf_agent_a", autocommit=False)
+    writer.execute("SELECT fabric_api.propose(%s, %s)", (psycopg.types.json.Jsonb(episode()), run))
+    fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})  # committed later xid
+    before = fabric.count("events")  # the writer's events are not visible yet
+    sealed = seal(fabric)["sealed"]
+    assert sealed < before
+    assert verify(fabric)["unsealed"] == before - sealed
+    writer.commit()
+    seal(fabric)
+    result = verify(fabric)
+    assert result["ok"] and result["unsealed"] == 0 and result["events"] == fabric.count("events")
+
+
+def test_only_the_committer_seals_and_only_the_auditor_verifies(fabric: Fabric) -> None:
+    for login in ("mf_agent_a", "mf_auditor", "mf_admin"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            fabric.connect(login).execute("SELECT fabric_api.seal_events()")
+    for login in ("mf_agent_a", "mf_committer", "mf_admin"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            fabric.connect(login).execute("SELECT fabric_audit.verify_event_chain()")
+    assert fabric.count("event_seals") == 0
+
+
+def test_seals_are_append_only(fabric: Fabric) -> None:
+    activity(fabric)
+    seal(fabric)
+    owner = fabric.connect(MIGRATOR)
+    owner.execute("SET ROLE fabric_owner")
+    for statement in (
+        "UPDATE fabric.event_seals SET link = repeat('0', 64)",
+        "DELETE FROM fabric.event_seals",
+        "TRUNCATE fabric.event_seals",
+    ):
+        with pytest.raises(psycopg.Error) as info:
+            owner.execute(statement)
+        assert info.value.sqlstate == "MF003"
+    assert verify(fabric)["ok"]
+
+
+# --- detection: what prevention cannot stop -------------------------------------------------
+
+
+def test_verify_reports_a_superuser_deleting_a_sealed_event_with_triggers_off(
+    fabric: Fabric,
+) -> None:
+    activity(fabric)
+    seal(fabric)
+    victim = sealed_event(fabric)
+    tampering_superuser(fabric).execute("DELETE FROM fabric.events WHERE event_id = %s", (victim,))
+    result = verify(fabric)
+    assert result["ok"] is False
+    assert result["first_break"]["event_id"] == victim
+    assert result["first_break"]["tenant_id"] == "acme"
+    assert "missing" in result["first_break"]["problem"]
+    assert verify(fabric, "globex")["ok"]
+
+
+def test_verify_reports_an_altered_sealed_event(fabric: Fabric) -> None:
+    activity(fabric)
+    seal(fabric)
+    victim = sealed_event(fabric)
+    tampering_superuser(fabric).execute(
+        "UPDATE fabric.events SET actor_agent_id = 'os-agt-010' WHERE event_id = %s", (victim,)
+    )
+    result = verify(fabric, "acme")
+    assert result["ok"] is False and result["first_break"]["event_id"] == victim
+    assert "altered" in result["first_break"]["problem"]
+
+
+def test_verify_reports_an_event_inserted_among_sealed_ones(fabric: Fabric) -> None:
+    activity(fabric)
+    seal(fabric)
+    forged = str(uuid.uuid4())
+    with fabric.su() as su:
+        su.execute(
+            "INSERT INTO fabric.events (event_id, tenant_id, event_type, actor_agent_id, xid)"
+            " VALUES (%s, 'acme', 'memory.record.superseded', 'os-agt-010', '3'::xid8)",
+            (forged,),
+        )
+    result = verify(fabric)
+    assert result["ok"] is False and result["first_break"]["event_id"] == forged
+    assert "inserted" in result["first_break"]["problem"]
+
+
+@pytest.mark.parametrize("how", ["DROP TABLE {}", "ALTER TABLE fabric.events DETACH PARTITION {}"])
+def test_verify_reports_a_dropped_or_detached_partition(fabric: Fabric, how: str) -> None:
+    activity(fabric)
+    seal(fabric)
+    partition = current_partition(fabric)
+    with fabric.su() as su:
+        su.execute(sql.SQL(how).format(sql.SQL(partition)))  # type: ignore[arg-type]
+    result = verify(fabric)
+    assert result["ok"] is False and "missing" in result["first_break"]["problem"]
+
+
+# --- prevention: every login but the migration role -------------------------------------------
+
+
+def non_migration_logins(fabric: Fabric) -> list[str]:
+    with fabric.su() as su:
+        rows = su.execute(
+            "SELECT rolname FROM pg_roles WHERE rolcanlogin AND NOT rolsuper"
+            " AND rolname <> %s ORDER BY 1",
+            (MIGRATOR,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_no_login_but_the_migration_role_can_become_the_owner(fabric: Fabric) -> None:
+    logins = non_migration_logins(fabric)
+    assert "mf_committer" in logins and "mf_agent_a" in logins
+    with fabric.su() as su:
+        owners = su.execute(
+            "SELECT r FROM unnest(%s::text[]) r WHERE pg_has_role(r, 'fabric_owner', 'MEMBER')",
+            (logins,),
+        ).fetchall()
+        migrator = su.execute("SELECT pg_has_role(%s, 'fabric_owner', 'SET')", (MIGRATOR,))
+        assert migrator.fetchone() == (True,)
+    assert owners == []
+
+
+FIVE_STATEMENTS = [
+    "ALTER TABLE fabric.events DISABLE TRIGGER ALL",
+    "ALTER TABLE fabric.events DETACH PARTITION {partition}",
+    "DROP TABLE {partition}",
+    "UPDATE fabric.memory_records SET consolidation_state = 'superseded'"
+    " WHERE memory_id = '{memory_id}'",
+    "SET ROLE fabric_owner",
+]
+
+
+@pytest.mark.parametrize("statement", FIVE_STATEMENTS)
+def test_every_non_migration_login_is_refused(fabric: Fabric, statement: str) -> None:
+    memory_id = activity(fabric)
+    seal(fabric)
+    partition = current_partition(fabric)
+    text = statement.format(partition=partition, memory_id=memory_id)
+    for login in non_migration_logins(fabric):
+        conn = fabric.connect(login)
+        conn.execute("SELECT set_config('fabric.actor', 'os-agt-010', false)")
+        conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(text)
+        assert info.value.sqlstate == "42501", (login, info.value)
+    assert current_partition(fabric) == partition
+    with fabric.su() as su:
+        state = su.execute(
+            "SELECT consolidation_state FROM fabric.memory_records WHERE memory_id = %s",
+            (memory_id,),
+        ).fetchone()
+        disabled = su.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'fabric.events'::regclass"
+            " AND tgenabled = 'D'"
+        ).fetchone()
+    assert state == ("raw",) and disabled == (0,)
+    assert verify(fabric)["ok"]
+
+
+@pytest.fixture
+def leaked_owner(fabric: Fabric) -> Iterator[str]:
+    """A login that was (wrongly) granted fabric_owner; dropped afterwards (roles are
+    cluster-wide)."""
+    login = f"mf_leak_{uuid.uuid4().hex[:8]}"
+    with fabric.su() as su:
+        su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+        su.execute(sql.SQL("GRANT fabric_owner TO {}").format(sql.Identifier(login)))
+    yield login
+    with psycopg.connect(fabric.url, autocommit=True) as su:
+        su.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(login)))
+
+
+@pytest.mark.parametrize("statement", FIVE_STATEMENTS[:3])
+def test_the_ddl_guard_refuses_schema_changes_even_to_a_login_holding_the_owner(
+    fabric: Fabric, leaked_owner: str, statement: str
+) -> None:
+    activity(fabric)
+    partition = current_partition(fabric)
+    conn = fabric.connect(leaked_owner, autocommit=False)
+    conn.execute("SET ROLE fabric_owner")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+        conn.execute(statement.format(partition=partition))
+    assert "migration role" in str(info.value)
+    conn.rollback()
+    assert current_partition(fabric) == partition
+
+
+def test_the_ddl_guard_leaves_other_schemas_and_the_migration_role_alone(fabric: Fabric) -> None:
+    with fabric.su() as su:
+        su.execute("CREATE SCHEMA scratch AUTHORIZATION mf_stranger")
+    stranger = fabric.connect("mf_stranger")
+    stranger.execute("CREATE TABLE scratch.t (x int)")
+    stranger.execute("DROP TABLE scratch.t")
+    migrator = fabric.connect(MIGRATOR)
+    migrator.execute("SET ROLE fabric_owner")
+    migrator.execute("CREATE TABLE fabric.guard_probe (x int)")
+    migrator.execute("DROP TABLE fabric.guard_probe")
+
+
+def test_migrate_without_a_superuser_warns_that_the_ddl_guard_is_not_installed(
+    fabric: Fabric,
+) -> None:
+    said: list[str] = []
+    assert mfdb.install_ddl_guard(mfdb.url_for(fabric.url, MIGRATOR), said.append) is False
+    assert len(said) == 1 and said[0].startswith("warning:") and "superuser" in said[0]
+
+
+# --- sealing is continuous ------------------------------------------------------------------
+
+
+def test_the_commit_worker_seals_after_each_drain(fabric: Fabric) -> None:
+    activity(fabric)
+    conninfo = psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer")
+    run_committer(conninfo, once=True, progress=lambda _line: None)
+    result = verify(fabric)
+    assert result["ok"] and result["unsealed"] == 0 and result["events"] == fabric.count("events")
