@@ -385,8 +385,10 @@ AS $$
       'filters must be an object of min_confidence, valid_at, compliance_labels_excluded'
     WHEN p_request #> '{filters,min_confidence}' IS NOT NULL
       AND (pg_catalog.jsonb_typeof(p_request #> '{filters,min_confidence}') <> 'number'
-           OR (p_request #> '{filters,min_confidence}')::numeric NOT BETWEEN 0 AND 1) THEN
-      'filters.min_confidence must be a number in [0, 1]'
+           OR (p_request #> '{filters,min_confidence}')::numeric NOT BETWEEN 0 AND 1
+           OR ((p_request #> '{filters,min_confidence}')::numeric > 0
+               AND (p_request #> '{filters,min_confidence}')::numeric < 1e-300)) THEN
+      'filters.min_confidence must be a number in [0, 1] (0, or at least 1e-300)'
     WHEN p_request #> '{filters,compliance_labels_excluded}' IS NOT NULL
       AND (pg_catalog.jsonb_typeof(p_request #> '{filters,compliance_labels_excluded}') <> 'array'
            OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_request #> '{filters,compliance_labels_excluded}') x

@@ -415,7 +415,7 @@ def test_candidates_are_reauthorized_refiltered_and_ordered_by_score(
     # broker's similarities; each record says where the vector search ranked it.
     assert [r["score"] for r in answer["records"]] == [1.0, round(61 / 62, 6)]
     assert [r["retrieval"] for r in answer["records"]] == [{"vector": 1}, {"vector": 2}]
-    assert answer["mode_served"] == "semantic
+    assert answer["mode_served"] == "semantic"
 
 
 def test_response_carries_provenance_validity_and_lineage(
