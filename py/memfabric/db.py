@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import psycopg
@@ -133,6 +134,18 @@ def replay(url: str, progress: Progress = _quiet) -> None:
             conn.execute(path.read_text())
         conn.execute("RESET ROLE")
     progress(f"replayed {len(replay_files())} files from sql/ and rls/")
+
+
+def reindex_text(url: str | None = None) -> dict[str, Any]:
+    """Re-derive every record's search text with the deployment's text search configuration
+    and rebuild the search statistics, as the migration role (search text is immutable to
+    everyone else, and may only become what the content derives)."""
+    with psycopg.connect(migrator_url(url or database_url())) as conn:
+        conn.execute("SET LOCAL ROLE fabric_owner")
+        row = conn.execute("SELECT fabric.reindex_search_text()").fetchone()
+    assert row is not None
+    result: dict[str, Any] = row[0]
+    return result
 
 
 def migrate(url: str | None = None, progress: Progress = _quiet) -> None:
