@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql

@@ -104,7 +104,7 @@ def test_a_tier_without_a_collection_never_crashes_the_broker(
     with fabric.su() as su:
         su.execute(
             "UPDATE fabric.agents SET memory_profile = jsonb_set(memory_profile,"
-            " '{recall_scope,tiers}', '[\"episodic\", \"semantic\", \"relational\"]')"
+            ' \'{recall_scope,tiers}\', \'["episodic", "semantic", "relational"]\')'
             " WHERE agent_id = 'com-agt-003'"
         )
     run = fabric.open_run()

@@ -9,7 +9,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
 from memfabric import db as mfdb
@@ -78,9 +77,7 @@ def test_rarer_terms_weigh_more_than_common_ones(fabric: Fabric) -> None:
     # Ranks, not statistics: scores fall with rank and the best is 1.
     scores = [r["score"] for r in answer["records"]]
     assert scores[0] == 1.0 and scores == sorted(scores, reverse=True)
-    assert [r["retrieval"]["lexical"] for r in answer["records"]] == list(
-        range(1, len(scores) + 1)
-    )
+    assert [r["retrieval"]["lexical"] for r in answer["records"]] == list(range(1, len(scores) + 1))
 
 
 def test_term_frequency_saturates_and_long_records_are_normalised(fabric: Fabric) -> None:
@@ -221,7 +218,7 @@ def test_changing_the_configuration_then_reindexing_rebuilds_text_and_statistics
     run = fabric.open_run()
     memory_id = form(fabric, run, "the invoices")
     fabric.connect("mf_admin").execute(
-        "SELECT fabric_api.configure_deployment('{\"text_search_config\": \"simple\"}')"
+        'SELECT fabric_api.configure_deployment(\'{"text_search_config": "simple"}\')'
     )
     # `memfabric db reindex-text`: the migration role, as the owner.
     result = mfdb.reindex_text(fabric.url)
@@ -269,7 +266,17 @@ def test_search_text_can_only_become_what_the_content_derives(fabric: Fabric) ->
         "x" * 1000,
         "invoices " * 111,
     ],
-    ids=["empty", "whitespace", "control", "cyrillic", "japanese", "arabic", "syntax", "long", "many"],
+    ids=[
+        "empty",
+        "whitespace",
+        "control",
+        "cyrillic",
+        "japanese",
+        "arabic",
+        "syntax",
+        "long",
+        "many",
+    ],
 )
 def test_bad_queries_are_served_with_one_audit_event(fabric: Fabric, query: str) -> None:
     run = fabric.open_run()
@@ -298,18 +305,21 @@ def test_other_scripts_are_found_in_their_own_words(fabric: Fabric) -> None:
 @pytest.mark.parametrize(
     ("fragment", "field"),
     [
-        ('"query": "%s"' % ("x" * 1001), "query"),
+        ('"query": "' + "x" * 1001 + '"', "query"),
         ('"limit": 100000000000000000000', "limit"),
         ('"limit": 1e300', "limit"),
         ('"limit": 5000', "limit"),
         ('"filters": {"min_confidence": 1e-400}', "min_confidence"),
         ('"correlation_id": "has a space"', "correlation_id"),
-        ('"correlation_id": "%s"' % ("x" * 201), "correlation_id"),
+        ('"correlation_id": "' + "x" * 201 + '"', "correlation_id"),
         ('"correlation_id": "ctl\\u0007"', "correlation_id"),
         ('"causation_id": 17', "causation_id"),
         ('"causation_id": "tab\\there"', "causation_id"),
         ('"mode": "hybrid", "query": "  "', "query"),
-        ('"candidates": [{"memory_id": "%s", "score": 1e400}]' % uuid.uuid4(), "candidates"),
+        (
+            '"candidates": [{"memory_id": "' + str(uuid.uuid4()) + '", "score": 1e400}]',
+            "candidates",
+        ),
     ],
     ids=lambda v: v[:24],
 )
@@ -322,7 +332,7 @@ def test_malformed_requests_are_22023_naming_the_field_and_write_nothing(
     with pytest.raises(psycopg.Error) as info:
         conn.execute(
             "SELECT fabric_api.recall(%s::jsonb)",
-            ('{"run_id": "%s", "tiers": ["episodic"], %s}' % (run, fragment),),
+            ('{"run_id": "' + str(run) + '", "tiers": ["episodic"], ' + fragment + "}",),
         )
     assert info.value.sqlstate == "22023", info.value
     assert field in info.value.diag.message_primary
@@ -375,9 +385,9 @@ def test_no_retriever_returns_a_hit_outside_the_resolved_scope(fabric: Fabric) -
     mine = form(fabric, run, "invoices in EUR")
     other = fabric.open_run(subject="user-0001", session="sess-other")
     theirs = str(
-        fabric.commit(fabric.propose("mf_agent_a", episode("invoices in EUR"), other)["proposal_id"])[
-            "memory_id"
-        ]
+        fabric.commit(
+            fabric.propose("mf_agent_a", episode("invoices in EUR"), other)["proposal_id"]
+        )["memory_id"]
     )
     private = form(
         fabric, run, "invoices in EUR private", scope={"tenant_id": "acme", "visibility": "agent"}
@@ -405,7 +415,7 @@ def test_a_tier_without_a_vector_collection_is_served_lexically(fabric: Fabric) 
     with fabric.su() as su:
         su.execute(
             "UPDATE fabric.agents SET memory_profile = jsonb_set(memory_profile,"
-            " '{recall_scope,tiers}', '[\"episodic\", \"semantic\", \"relational\"]')"
+            ' \'{recall_scope,tiers}\', \'["episodic", "semantic", "relational"]\')'
             " WHERE agent_id = 'com-agt-003'"
         )
     run = fabric.open_run()
@@ -420,8 +430,7 @@ def test_a_tier_without_a_vector_collection_is_served_lexically(fabric: Fabric) 
     )
     committer = fabric.connect("mf_committer")
     (approval,) = committer.execute(
-        "SELECT fabric_api.request_approval(%s, 'promote', '{\"tier\": \"relational\"}',"
-        " 'needed')",
+        "SELECT fabric_api.request_approval(%s, 'promote', '{\"tier\": \"relational\"}', 'needed')",
         (edge,),
     ).fetchone()  # type: ignore[misc]
     fabric.connect("mf_policy").execute(
@@ -454,7 +463,12 @@ def test_every_answer_says_which_mode_served_it(fabric: Fabric) -> None:
     assert ask(fabric, None)["mode_served"] == "text"
     denied = fabric.recall(
         "mf_agent_a",
-        {"run_id": str(fabric.open_run()), "tiers": ["relational"], "mode": "semantic", "query": "x"},
+        {
+            "run_id": str(fabric.open_run()),
+            "tiers": ["relational"],
+            "mode": "semantic",
+            "query": "x",
+        },
     )
     assert denied["status"] == "denied" and denied["mode_served"] == "semantic"
 
@@ -467,7 +481,9 @@ def test_without_a_broker_python_recall_defaults_to_text(
     run = fabric.open_run()
     wanted = form(fabric, run, "asked for invoices in EUR")
     conn = fabric.connect("mf_agent_a")
-    answer = recall(conn, {"run_id": str(fabric.open_run()), "tiers": ["episodic"], "query": QUESTION})
+    answer = recall(
+        conn, {"run_id": str(fabric.open_run()), "tiers": ["episodic"], "query": QUESTION}
+    )
     assert answer["status"] == "served"
     assert answer["mode_served"] == "text"
     assert ids(answer) == [wanted]
