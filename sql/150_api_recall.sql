@@ -113,6 +113,7 @@ $$;
 -- fabric.search_stats summed over exactly the requested tenant and scope keys, so records
 -- outside the caller's scope never change its ranking. Missing or stale statistics (bulk
 -- loads) degrade the ranking, never the answer: df is floored at 0, N at the largest df.
+-- The candidate set is bounded by deployment_settings.recall_lexical_bound (see below).
 -- The score returned here is BM25 itself; fabric_api.recall turns it into a rank.
 SET LOCAL ROLE fabric_retriever;
 CREATE OR REPLACE FUNCTION fabric._recall_candidates(
@@ -143,6 +144,7 @@ DECLARE
   v_total double precision;
   v_n double precision;
   v_avgdl double precision;
+  v_bound integer;
 BEGIN
   IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL THEN
     RETURN;                                   -- an unresolved scope matches nothing
@@ -171,7 +173,16 @@ BEGIN
     v_avgdl := CASE WHEN v_docs > 0 AND v_total > 0 THEN v_total / v_docs END;
     v_idf := ARRAY(SELECT pg_catalog.ln(1 + (v_n - x.d + 0.5) / (x.d + 0.5))
                      FROM pg_catalog.unnest(v_df) WITH ORDINALITY AS x(d, i) ORDER BY x.i);
-    v_tsq := fabric._any_term_query(v_lexemes);
+    -- The candidate bound: match the rarest lexemes while their summed frequency stays
+    -- within recall_lexical_bound (the rarest always), score every query lexeme a candidate
+    -- holds. A record holding only very common words is left out; it would rank low anyway.
+    v_bound := (SELECT s.recall_lexical_bound FROM fabric.deployment_settings s);
+    v_tsq := fabric._any_term_query(ARRAY(
+      SELECT x.lexeme
+        FROM (SELECT l.lexeme, pg_catalog.row_number() OVER w AS n, pg_catalog.sum(l.df) OVER w AS cum
+                FROM ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_df)) AS l(lexeme, df)
+              WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
+       WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound));
     RETURN QUERY
       SELECT m.memory_id, bm.score, fabric._record_json(m)
       FROM fabric.memory_records m

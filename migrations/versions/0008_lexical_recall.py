@@ -34,7 +34,12 @@ CREATE INDEX search_stats_lookup ON fabric.search_stats (tenant_id, scope_key, l
   INCLUDE (docs, length);
 
 ALTER TABLE fabric.deployment_settings
-  ALTER COLUMN text_search_config SET DEFAULT 'pg_catalog.english';
+  ALTER COLUMN text_search_config SET DEFAULT 'pg_catalog.english',
+  -- Lexical candidates: query lexemes are taken rarest first while their summed document
+  -- frequency stays within this bound (the rarest always); 0 means no bound.
+  ADD COLUMN recall_lexical_bound integer NOT NULL DEFAULT 5000,
+  ADD CONSTRAINT deployment_settings_lexical_bound_is_sane
+    CHECK (recall_lexical_bound BETWEEN 0 AND 10000000);
 UPDATE fabric.deployment_settings SET text_search_config = 'pg_catalog.english'
  WHERE text_search_config = 'pg_catalog.simple'::regconfig;
 
@@ -73,6 +78,7 @@ ALTER TABLE fabric.memory_records ENABLE TRIGGER USER;
 DOWNGRADE = r"""
 SET LOCAL ROLE fabric_owner;
 DROP TABLE IF EXISTS fabric.search_stats;
+ALTER TABLE fabric.deployment_settings DROP COLUMN IF EXISTS recall_lexical_bound;
 ALTER TABLE fabric.deployment_settings
   ALTER COLUMN text_search_config SET DEFAULT 'pg_catalog.simple';
 """

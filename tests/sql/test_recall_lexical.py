@@ -487,3 +487,19 @@ def test_without_a_broker_python_recall_defaults_to_text(
     assert answer["status"] == "served"
     assert answer["mode_served"] == "text"
     assert ids(answer) == [wanted]
+
+
+def test_the_candidate_bound_leaves_out_records_holding_only_common_words(
+    fabric: Fabric,
+) -> None:
+    run = fabric.open_run()
+    commons = [form(fabric, run, f"apple crate {n}") for n in range(4)]
+    rare = form(fabric, run, "zebra apple")
+    admin = fabric.connect("mf_admin")
+    admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_bound\": 3}')")
+    bounded = ask(fabric, "zebra apple", limit=10)
+    assert ids(bounded) == [rare]
+    admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_bound\": 0}')")
+    unbounded = ask(fabric, "zebra apple", limit=10)
+    assert ids(unbounded)[0] == rare
+    assert set(ids(unbounded)) == {rare, *commons}
