@@ -1,8 +1,9 @@
 -- Derived search text: the full-text vector of a record's string values, computed by the
--- database with the deployment's text search configuration, destroyed with the content.
+-- database with the deployment's text search configuration, destroyed with the content;
+-- and the per-scope statistics that BM25 ranking reads (fabric.search_stats).
 
 -- ---------------------------------------------------------------------------------------
--- fabric._text_search_config: the deployment's configuration (default simple).
+-- fabric._text_search_config: the deployment's configuration (default english).
 CREATE OR REPLACE FUNCTION fabric._text_search_config()
 RETURNS regconfig
 LANGUAGE plpgsql STABLE
@@ -13,7 +14,31 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._search_text: the one derivation of search text from content.
+CREATE OR REPLACE FUNCTION fabric._search_text(p_content jsonb)
+RETURNS tsvector
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.jsonb_to_tsvector(fabric._text_search_config(), p_content, '["string"]')
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._search_length: a document's length for BM25, the number of positions it holds
+-- (a lexeme stored without positions counts once).
+CREATE OR REPLACE FUNCTION fabric._search_length(p_tsv tsvector)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)), 0)::bigint
+  FROM pg_catalog.unnest(p_tsv) u
+$$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__search_text: search text follows content, never the reverse.
+-- The one change allowed is to the text the current configuration derives from the
+-- content (what `memfabric db reindex-text` does after the configuration changed).
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__search_text()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -21,15 +46,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    NEW.search_tsv := pg_catalog.jsonb_to_tsvector(fabric._text_search_config(), NEW.content,
-                                                   '["string"]');
+    NEW.search_tsv := fabric._search_text(NEW.content);
   ELSIF NEW.content IS NULL THEN
     NEW.search_tsv := NULL;          -- erased or window-closed: the derived text goes too
-  ELSIF NEW.search_tsv IS DISTINCT FROM OLD.search_tsv THEN
+  ELSIF NEW.search_tsv IS DISTINCT FROM OLD.search_tsv
+        AND NEW.search_tsv IS DISTINCT FROM fabric._search_text(NEW.content) THEN
     RAISE EXCEPTION USING
       ERRCODE = 'MF001',
       MESSAGE = 'committed memory records are immutable: search text cannot change',
-      HINT = 'search text is derived from content when the record is formed';
+      HINT = 'search text is derived from content; memfabric db reindex-text re-derives it';
   END IF;
   RETURN NEW;
 END $$;
@@ -37,3 +62,179 @@ END $$;
 CREATE OR REPLACE TRIGGER _150_search_text
   BEFORE INSERT OR UPDATE ON fabric.memory_records
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__search_text();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._compact_search_stats: fold a tenant's deltas for some scopes into one row per
+-- lexeme, dropping what sums to nothing (so an erased scope leaves no lexeme behind).
+-- Each delta is moved exactly once even under concurrent compactions (a row deleted by
+-- another is skipped); deltas committed meanwhile stay deltas. Commits never wait for it.
+CREATE OR REPLACE FUNCTION fabric._compact_search_stats(p_tenant_id text, p_scope_keys text[])
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_moved bigint;
+BEGIN
+  WITH moved AS (
+    DELETE FROM fabric.search_stats s
+     WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
+    RETURNING s.tenant_id, s.scope_key, s.lexeme, s.docs, s.length),
+  folded AS (
+    INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+    SELECT m.tenant_id, m.scope_key, m.lexeme, pg_catalog.sum(m.docs), pg_catalog.sum(m.length)
+      FROM moved m
+     GROUP BY m.tenant_id, m.scope_key, m.lexeme
+    HAVING pg_catalog.sum(m.docs) > 0
+    RETURNING 1)
+  SELECT pg_catalog.count(*) INTO v_moved FROM moved;
+  RETURN v_moved;
+END $$;
+REVOKE ALL ON FUNCTION fabric._compact_search_stats(text, text[]) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__search_stats: append the statistics' deltas of the records a
+-- statement gave or took search text (never an update in place: commits in one scope
+-- never wait for each other). A scope that lost search text is compacted at once, so the
+-- lexemes of erased content do not outlive it.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__search_stats()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_group record;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+    SELECT n.tenant_id, n.scope_key, '', pg_catalog.count(*),
+           pg_catalog.sum(fabric._search_length(n.search_tsv))
+      FROM new_rows n
+     WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
+     GROUP BY n.tenant_id, n.scope_key
+    UNION ALL
+    SELECT n.tenant_id, n.scope_key, u.lexeme, pg_catalog.count(*), 0
+      FROM new_rows n CROSS JOIN LATERAL pg_catalog.unnest(n.search_tsv) u
+     WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
+     GROUP BY n.tenant_id, n.scope_key, u.lexeme;
+    RETURN NULL;
+  END IF;
+
+  INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+  WITH changed AS (
+    SELECT o.tenant_id, o.scope_key AS old_key, o.search_tsv AS old_tsv,
+           n.scope_key AS new_key, n.search_tsv AS new_tsv
+      FROM old_rows o JOIN new_rows n USING (memory_id)
+     WHERE (o.search_tsv, o.scope_key) IS DISTINCT FROM (n.search_tsv, n.scope_key)),
+  delta AS (
+    SELECT c.tenant_id, c.old_key AS scope_key, c.old_tsv AS search_tsv, -1 AS sign
+      FROM changed c WHERE c.old_tsv IS NOT NULL AND c.old_key IS NOT NULL
+    UNION ALL
+    SELECT c.tenant_id, c.new_key, c.new_tsv, 1
+      FROM changed c WHERE c.new_tsv IS NOT NULL AND c.new_key IS NOT NULL)
+  SELECT d.tenant_id, d.scope_key, '', pg_catalog.sum(d.sign),
+         pg_catalog.sum(d.sign * fabric._search_length(d.search_tsv))
+    FROM delta d GROUP BY d.tenant_id, d.scope_key
+  UNION ALL
+  SELECT d.tenant_id, d.scope_key, u.lexeme, pg_catalog.sum(d.sign), 0
+    FROM delta d CROSS JOIN LATERAL pg_catalog.unnest(d.search_tsv) u
+   GROUP BY d.tenant_id, d.scope_key, u.lexeme;
+  FOR v_group IN
+    SELECT o.tenant_id, pg_catalog.array_agg(DISTINCT o.scope_key) AS scope_keys
+      FROM old_rows o JOIN new_rows n USING (memory_id)
+     WHERE o.search_tsv IS NOT NULL AND o.scope_key IS NOT NULL
+       AND (o.search_tsv, o.scope_key) IS DISTINCT FROM (n.search_tsv, n.scope_key)
+     GROUP BY o.tenant_id
+  LOOP
+    PERFORM fabric._compact_search_stats(v_group.tenant_id, v_group.scope_keys);
+  END LOOP;
+  RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER _850_search_stats_insert
+  AFTER INSERT ON fabric.memory_records
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__search_stats();
+CREATE OR REPLACE TRIGGER _850_search_stats_update
+  AFTER UPDATE ON fabric.memory_records
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__search_stats();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.compact_search_stats: fold the statistics' deltas of up to p_limit scopes
+-- (those changed since their last compaction). Only for speed: recall reads deltas and
+-- folded rows alike, so statistics are exact whether or not this ever runs.
+CREATE OR REPLACE FUNCTION fabric_api.compact_search_stats(p_limit integer DEFAULT 100)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_keys text[];
+  v_scopes bigint := 0;
+  v_moved bigint := 0;
+BEGIN
+  IF p_limit IS NULL OR p_limit < 1 OR p_limit > 100000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'p_limit must be between 1 and 100000',
+      HINT = 'the number of scopes compacted in one call';
+  END IF;
+  FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t ORDER BY t.tenant_id LOOP
+    EXIT WHEN v_scopes >= p_limit;
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    v_keys := ARRAY(SELECT s.scope_key FROM fabric.search_stats s
+                     WHERE s.tenant_id = v_tenant AND s.lexeme = ''
+                     GROUP BY s.scope_key HAVING pg_catalog.count(*) > 1
+                     ORDER BY s.scope_key LIMIT p_limit - v_scopes);
+    IF pg_catalog.cardinality(v_keys) > 0 THEN
+      v_moved := v_moved + fabric._compact_search_stats(v_tenant, v_keys);
+      v_scopes := v_scopes + pg_catalog.cardinality(v_keys);
+    END IF;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  RETURN pg_catalog.jsonb_build_object('scopes', v_scopes, 'deltas_folded', v_moved);
+END $$;
+COMMENT ON FUNCTION fabric_api.compact_search_stats(integer) IS
+  'Fold the search statistics'' deltas of up to p_limit scopes (speed only; committer). '
+  'Example: SELECT fabric_api.compact_search_stats(100);';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.reindex_search_text: re-derive every record's search text with the current
+-- configuration and rebuild the statistics from it. Run by the migration role as
+-- fabric_owner (`memfabric db reindex-text`) after text_search_config changed.
+CREATE OR REPLACE FUNCTION fabric.reindex_search_text()
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_changed bigint;
+  v_records bigint := 0;
+BEGIN
+  FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t ORDER BY t.tenant_id LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    UPDATE fabric.memory_records m SET search_tsv = fabric._search_text(m.content)
+     WHERE m.tenant_id = v_tenant AND m.content IS NOT NULL
+       AND m.search_tsv IS DISTINCT FROM fabric._search_text(m.content);
+    GET DIAGNOSTICS v_changed = ROW_COUNT;
+    v_records := v_records + v_changed;
+    DELETE FROM fabric.search_stats s WHERE s.tenant_id = v_tenant;
+    INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+    SELECT m.tenant_id, m.scope_key, '', pg_catalog.count(*),
+           pg_catalog.sum(fabric._search_length(m.search_tsv))
+      FROM fabric.memory_records m
+     WHERE m.tenant_id = v_tenant AND m.search_tsv IS NOT NULL AND m.scope_key IS NOT NULL
+     GROUP BY m.tenant_id, m.scope_key
+    UNION ALL
+    SELECT m.tenant_id, m.scope_key, u.lexeme, pg_catalog.count(*), 0
+      FROM fabric.memory_records m CROSS JOIN LATERAL pg_catalog.unnest(m.search_tsv) u
+     WHERE m.tenant_id = v_tenant AND m.search_tsv IS NOT NULL AND m.scope_key IS NOT NULL
+     GROUP BY m.tenant_id, m.scope_key, u.lexeme;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  RETURN pg_catalog.jsonb_build_object(
+    'text_search_config', fabric._text_search_config()::text, 'records_reindexed', v_records);
+END $$;
+REVOKE ALL ON FUNCTION fabric.reindex_search_text() FROM PUBLIC;

@@ -77,10 +77,44 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._vector_tiers: the tiers that have a vector collection (the projector's indexed
+-- tiers). A readable tier outside it is served lexically in semantic and hybrid recall.
+CREATE OR REPLACE FUNCTION fabric._vector_tiers()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT ARRAY['episodic', 'procedural', 'profile', 'semantic']::text[]
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._any_term_query: the OR of some lexemes as a tsquery. Lexemes are quoted as
+-- values of the tsquery syntax (quotes and backslashes doubled), never parsed as operators.
+CREATE OR REPLACE FUNCTION fabric._any_term_query(p_lexemes text[])
+RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.string_agg(
+           '''' || pg_catalog.replace(pg_catalog.replace(l, '\', '\\'), '''', '''''') || '''',
+           ' | ' ORDER BY l)::tsquery
+  FROM pg_catalog.unnest(p_lexemes) l
+$$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._recall_candidates: the one retrieval query. Owned by fabric_retriever (BYPASSRLS,
 -- owns nothing else) so full-text matching can use its GIN index; tenant, scope keys,
 -- tiers, validity, confidence and label exclusions are explicit predicates of the query,
 -- never applied after fetching. One statement, one snapshot: retrieval and hydration agree.
+--
+-- With a query (and no candidates) it is lexical retrieval: any record holding any of the
+-- query's lexemes (stop words removed by the deployment's configuration), ranked by BM25
+-- (k1 1.2, b 0.75). Document frequencies, document count and average length come from
+-- fabric.search_stats summed over exactly the requested tenant and scope keys, so records
+-- outside the caller's scope never change its ranking. Missing or stale statistics (bulk
+-- loads) degrade the ranking, never the answer: df is floored at 0, N at the largest df.
+-- The candidate set is bounded by deployment_settings.recall_lexical_bound (see below).
+-- The score returned here is BM25 itself; fabric_api.recall turns it into a rank.
 SET LOCAL ROLE fabric_retriever;
 CREATE OR REPLACE FUNCTION fabric._recall_candidates(
   p_tenant_id text,
@@ -100,18 +134,85 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
-  v_tsq tsquery := CASE WHEN p_query IS NOT NULL AND p_candidate_ids IS NULL
-                        THEN pg_catalog.websearch_to_tsquery(fabric._text_search_config(), p_query) END;
+  c_k1 CONSTANT double precision := 1.2;
+  c_b CONSTANT double precision := 0.75;
+  v_lexemes text[];
+  v_df double precision[];
+  v_idf double precision[];
+  v_tsq tsquery;
+  v_docs double precision;
+  v_total double precision;
+  v_n double precision;
+  v_avgdl double precision;
+  v_bound integer;
 BEGIN
   IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL THEN
     RETURN;                                   -- an unresolved scope matches nothing
   END IF;
+
+  IF p_query IS NOT NULL AND p_candidate_ids IS NULL THEN
+    SELECT pg_catalog.array_agg(t.lexeme ORDER BY t.lexeme),
+           pg_catalog.array_agg(t.df ORDER BY t.lexeme)
+      INTO v_lexemes, v_df
+      FROM (SELECT l.lexeme,
+                   GREATEST(coalesce(pg_catalog.sum(s.docs), 0), 0)::double precision AS df
+              FROM pg_catalog.unnest(pg_catalog.tsvector_to_array(
+                     pg_catalog.to_tsvector(fabric._text_search_config(), p_query))) AS l(lexeme)
+              LEFT JOIN fabric.search_stats s
+                ON s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
+               AND s.lexeme = l.lexeme
+             GROUP BY l.lexeme) t;
+    IF v_lexemes IS NULL THEN
+      RETURN;                                 -- nothing searchable (empty, stop words only)
+    END IF;
+    SELECT pg_catalog.sum(s.docs), pg_catalog.sum(s.length) INTO v_docs, v_total
+      FROM fabric.search_stats s
+     WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys) AND s.lexeme = '';
+    v_n := GREATEST(coalesce(v_docs, 0),
+                               (SELECT pg_catalog.max(d) FROM pg_catalog.unnest(v_df) d), 1);
+    v_avgdl := CASE WHEN v_docs > 0 AND v_total > 0 THEN v_total / v_docs END;
+    v_idf := ARRAY(SELECT pg_catalog.ln(1 + (v_n - x.d + 0.5) / (x.d + 0.5))
+                     FROM pg_catalog.unnest(v_df) WITH ORDINALITY AS x(d, i) ORDER BY x.i);
+    -- The candidate bound: match the rarest lexemes while their summed frequency stays
+    -- within recall_lexical_bound (the rarest always), score every query lexeme a candidate
+    -- holds. A record holding only very common words is left out; it would rank low anyway.
+    v_bound := (SELECT s.recall_lexical_bound FROM fabric.deployment_settings s);
+    v_tsq := fabric._any_term_query(ARRAY(
+      SELECT x.lexeme
+        FROM (SELECT l.lexeme, pg_catalog.row_number() OVER w AS n, pg_catalog.sum(l.df) OVER w AS cum
+                FROM ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_df)) AS l(lexeme, df)
+              WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
+       WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound));
+    RETURN QUERY
+      SELECT m.memory_id, bm.score, fabric._record_json(m)
+      FROM fabric.memory_records m
+      CROSS JOIN LATERAL (
+        SELECT pg_catalog.sum(q.idf * tf.n * (c_k1 + 1)
+                 / (tf.n + c_k1 * (1 - c_b + c_b * dl.n / coalesce(v_avgdl, dl.n)))) AS score
+          FROM pg_catalog.unnest(m.search_tsv) u
+          JOIN ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_idf)) AS q(lexeme, idf) ON q.lexeme = u.lexeme
+          CROSS JOIN LATERAL (SELECT coalesce(pg_catalog.array_length(u.positions, 1), 1)
+                                       ::double precision AS n) tf
+          CROSS JOIN LATERAL (SELECT GREATEST(fabric._search_length(m.search_tsv), 1)
+                                       ::double precision AS n) dl
+      ) bm
+      WHERE m.tenant_id = p_tenant_id
+        AND m.scope_key = ANY (p_scope_keys)
+        AND m.tier = ANY (p_tiers)
+        AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+        AND m.content IS NOT NULL
+        AND m.valid_from <= p_valid_at
+        AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
+        AND m.confidence >= p_min_confidence
+        AND NOT (m.compliance_labels && p_excluded_labels)
+        AND m.search_tsv @@ v_tsq
+      ORDER BY 2 DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC, m.memory_id
+      LIMIT p_limit;
+    RETURN;
+  END IF;
+
   RETURN QUERY
-    SELECT m.memory_id,
-           CASE WHEN p_candidate_ids IS NOT NULL THEN c.score
-                WHEN v_tsq IS NOT NULL THEN pg_catalog.ts_rank(m.search_tsv, v_tsq)::double precision
-           END AS score,
-           fabric._record_json(m)
+    SELECT m.memory_id, c.score, fabric._record_json(m)
     FROM fabric.memory_records m
     LEFT JOIN (SELECT u.id, pg_catalog.max(u.score) AS score
                FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
@@ -125,7 +226,6 @@ BEGIN
       AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
       AND m.confidence >= p_min_confidence
       AND NOT (m.compliance_labels && p_excluded_labels)
-      AND (v_tsq IS NULL OR m.search_tsv @@ v_tsq)
       AND (p_candidate_ids IS NULL OR m.memory_id = ANY (p_candidate_ids))
     ORDER BY 2 DESC NULLS LAST, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
              m.memory_id
@@ -136,10 +236,63 @@ REVOKE ALL ON FUNCTION fabric._recall_candidates(text, text[], text[], timestamp
 GRANT EXECUTE ON FUNCTION fabric._recall_candidates(text, text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer) TO fabric_owner;
 SET LOCAL ROLE fabric_owner;
-GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_settings
-  TO fabric_retriever;
+GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_settings,
+  fabric.search_stats TO fabric_retriever;
 GRANT EXECUTE ON FUNCTION fabric._record_json(fabric.memory_records),
-  fabric._text_search_config() TO fabric_retriever;
+  fabric._text_search_config(), fabric._search_length(tsvector),
+  fabric._any_term_query(text[]) TO fabric_retriever;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._recall_fused: the answer's records from up to two ranked lists, fused by
+-- reciprocal rank fusion (k = 60) over their union: the vector candidates re-checked
+-- against every rule (vector tiers) and lexical retrieval (lexical tiers). Each record
+-- says where each retriever ranked it; its score is the fused score divided by the best
+-- score a record could reach in this mode (1 for the top of a single list), never a raw
+-- statistic. `found` is how many records the union held (more than p_limit: truncated).
+CREATE OR REPLACE FUNCTION fabric._recall_fused(
+  p_tenant_id text, p_scope_keys text[], p_vector_tiers text[], p_lexical_tiers text[],
+  p_valid_at timestamptz, p_min_confidence double precision, p_excluded_labels text[],
+  p_query text, p_candidate_ids uuid[], p_candidate_scores double precision[],
+  p_depth integer, p_best double precision, p_limit integer)
+RETURNS TABLE (records jsonb, found bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  WITH vec AS (
+    SELECT a.memory_id, a.record, a.ord
+      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_vector_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, NULL, p_candidate_ids, p_candidate_scores,
+             1000) WITH ORDINALITY AS a(memory_id, score, record, ord)
+     WHERE p_candidate_ids IS NOT NULL),
+  lex AS (
+    SELECT b.memory_id, b.record, b.ord
+      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_query, NULL, NULL, p_depth)
+             WITH ORDINALITY AS b(memory_id, score, record, ord)
+     WHERE p_query IS NOT NULL),
+  fused AS (
+    SELECT coalesce(v.memory_id, l.memory_id) AS memory_id,
+           coalesce(v.record, l.record) AS record,
+           v.ord AS vector_rank, l.ord AS lexical_rank,
+           coalesce(1.0 / (60 + v.ord), 0) + coalesce(1.0 / (60 + l.ord), 0) AS rrf
+      FROM vec v FULL JOIN lex l ON l.memory_id = v.memory_id),
+  ranked AS (
+    SELECT f.*, pg_catalog.row_number() OVER (
+             ORDER BY f.rrf DESC, (f.record ->> 'confidence')::double precision DESC,
+                      f.record #>> '{validity_interval,valid_from}' DESC, f.memory_id) AS rank
+      FROM fused f)
+  SELECT coalesce(pg_catalog.jsonb_agg(
+           r.record || pg_catalog.jsonb_build_object(
+             'score', pg_catalog.round((r.rrf / p_best)::numeric, 6),
+             'retrieval', pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+               'lexical', r.lexical_rank, 'vector', r.vector_rank)))
+           ORDER BY r.rank) FILTER (WHERE r.rank <= p_limit), '[]'),
+         pg_catalog.count(*)
+    FROM ranked r
+$$;
+REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timestamptz,
+  double precision, text[], text, uuid[], double precision[], integer, double precision,
+  integer) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_answer: the response and its one audit event (identifiers, never content).
@@ -218,8 +371,10 @@ AS $$
       'the recall request has keys outside spec section 6.2 (plus run_id, allow_partial, mode, candidates)'
     WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid') THEN
       'mode must be text, semantic or hybrid'
-    WHEN (p_request ->> 'mode') IN ('semantic', 'hybrid') AND pg_catalog.jsonb_typeof(p_request -> 'query') IS DISTINCT FROM 'string' THEN
-      'semantic and hybrid recall need a query'
+    WHEN (p_request ->> 'mode') IN ('semantic', 'hybrid')
+      AND (pg_catalog.jsonb_typeof(p_request -> 'query') IS DISTINCT FROM 'string'
+           OR (p_request ->> 'query') ~ '^[[:space:][:cntrl:]]*$') THEN
+      'semantic and hybrid recall need a query with words (omit mode to list without one)'
     WHEN pg_catalog.jsonb_typeof(p_request -> 'run_id') IS DISTINCT FROM 'string'
       OR (p_request ->> 'run_id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
       'run_id is required and must be the UUID of your open run'
@@ -250,16 +405,19 @@ AS $$
       'allow_partial must be a boolean'
     WHEN p_request ? 'limit' AND (pg_catalog.jsonb_typeof(p_request -> 'limit') <> 'number'
       OR (p_request -> 'limit')::numeric <> pg_catalog.trunc((p_request -> 'limit')::numeric)
-      OR (p_request -> 'limit')::numeric < 1) THEN
-      'limit must be a positive integer'
+      OR (p_request -> 'limit')::numeric < 1
+      OR (p_request -> 'limit')::numeric > 2147483647) THEN
+      'limit must be a positive integer no larger than the deployment''s recall_max_limit'
     WHEN p_request ? 'filters' AND (pg_catalog.jsonb_typeof(p_request -> 'filters') <> 'object'
       OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_request -> 'filters') k
                  WHERE k NOT IN ('min_confidence', 'valid_at', 'compliance_labels_excluded'))) THEN
       'filters must be an object of min_confidence, valid_at, compliance_labels_excluded'
     WHEN p_request #> '{filters,min_confidence}' IS NOT NULL
       AND (pg_catalog.jsonb_typeof(p_request #> '{filters,min_confidence}') <> 'number'
-           OR (p_request #> '{filters,min_confidence}')::numeric NOT BETWEEN 0 AND 1) THEN
-      'filters.min_confidence must be a number in [0, 1]'
+           OR (p_request #> '{filters,min_confidence}')::numeric NOT BETWEEN 0 AND 1
+           OR ((p_request #> '{filters,min_confidence}')::numeric > 0
+               AND (p_request #> '{filters,min_confidence}')::numeric < 1e-300)) THEN
+      'filters.min_confidence must be a number in [0, 1] (0, or at least 1e-300)'
     WHEN p_request #> '{filters,compliance_labels_excluded}' IS NOT NULL
       AND (pg_catalog.jsonb_typeof(p_request #> '{filters,compliance_labels_excluded}') <> 'array'
            OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_request #> '{filters,compliance_labels_excluded}') x
@@ -271,7 +429,8 @@ AS $$
                  WHERE pg_catalog.jsonb_typeof(c) <> 'object'
                     OR pg_catalog.jsonb_typeof(c -> 'memory_id') IS DISTINCT FROM 'string'
                     OR (c ->> 'memory_id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-                    OR pg_catalog.jsonb_typeof(c -> 'score') IS DISTINCT FROM 'number')) THEN
+                    OR pg_catalog.jsonb_typeof(c -> 'score') IS DISTINCT FROM 'number'
+                    OR pg_catalog.abs((c -> 'score')::numeric) > 1e300)) THEN
       'candidates must be an array of at most 1000 {"memory_id": uuid, "score": number}'
   END
 $$;
@@ -296,27 +455,42 @@ DECLARE
   v_limit integer;
   v_valid_at timestamptz;
   v_records jsonb;
-  v_count integer;
+  v_count bigint;
   v_keys text[];
   v_tiers text[];
+  v_vector_tiers text[];
+  v_lexical_tiers text[];
   v_min_conf double precision;
   v_excluded text[];
   v_mode text;
+  v_query text;
   v_ids uuid[];
   v_scores double precision[];
+  v_served jsonb;
 BEGIN
   PERFORM fabric._reset_context();
   IF v_problem IS NOT NULL THEN
     PERFORM fabric._bad_envelope(v_problem, 'see spec section 6.2; run_id names your open run');
   END IF;
+  -- Correlation and causation ids reach the append-only audit trail: identifiers only,
+  -- checked exactly as propose checks them.
+  PERFORM fabric._envelope_text(p_request -> 'correlation_id', 'correlation_id');
+  PERFORM fabric._envelope_text(p_request -> 'causation_id', 'causation_id');
+  -- Without a mode the database serves text (the Python client picks hybrid when it can
+  -- reach a vector broker); candidates come only from a broker, so they mean semantic.
+  v_mode := coalesce(p_request ->> 'mode', CASE WHEN p_request ? 'candidates' THEN 'semantic' ELSE 'text' END);
+  -- A query of only whitespace or control characters asks for nothing in particular.
+  v_query := nullif(pg_catalog.regexp_replace(p_request ->> 'query', '[[:space:][:cntrl:]]+', '', 'g'), '');
+  v_query := CASE WHEN v_query IS NOT NULL THEN p_request ->> 'query' END;
+
   v_run := fabric._enter_run((p_request ->> 'run_id')::uuid);
   SELECT a.memory_profile INTO v_profile FROM fabric.agents a WHERE a.agent_id = v_run.agent_id;
   SELECT * INTO v_settings FROM fabric.deployment_settings;
-  v_limit := coalesce((p_request ->> 'limit')::numeric::integer, v_settings.recall_default_limit);
   IF (p_request ->> 'limit')::numeric > v_settings.recall_max_limit THEN
     PERFORM fabric._bad_envelope(pg_catalog.format('limit must be at most %s', v_settings.recall_max_limit),
                                  'the deployment''s recall_max_limit caps every recall');
   END IF;
+  v_limit := coalesce((p_request ->> 'limit')::numeric::integer, v_settings.recall_default_limit);
   v_valid_at := coalesce(fabric._envelope_timestamp(p_request #> '{filters,valid_at}', 'filters.valid_at'),
                          pg_catalog.now());
 
@@ -328,7 +502,8 @@ BEGIN
     PERFORM fabric._emit('agent.tool.unauthorized', v_run.tenant_id, p_payload =>
       pg_catalog.jsonb_build_object('tool', 'tool:memory-recall', 'agent_id', v_run.agent_id,
                                     'missing_layers', v_missing));
-    RETURN fabric._recall_answer(v_run.tenant_id, p_request, 'denied', v_reason, NULL, '[]', false);
+    RETURN fabric._recall_answer(v_run.tenant_id, p_request, 'denied', v_reason, NULL, '[]', false)
+           || pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb);
   END IF;
 
   -- 2. Scope before retrieval (os-agt-012).
@@ -345,18 +520,34 @@ BEGIN
     v_reason := 'no requested tier is readable under the agent''s memory_profile.recall_scope';
   END IF;
   IF v_reason IS NOT NULL THEN
-    RETURN fabric._recall_answer(v_run.tenant_id, p_request, 'denied', v_reason, v_resolved, '[]', false);
+    RETURN fabric._recall_answer(v_run.tenant_id, p_request, 'denied', v_reason, v_resolved, '[]', false)
+           || pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb);
   END IF;
   v_status := CASE WHEN pg_catalog.jsonb_array_length(v_resolved -> 'tiers_denied') > 0
                    THEN 'partial' ELSE 'served' END;
 
-  -- 3-5. Retrieval with every filter in the query; one more row than asked tells truncation.
+  -- 3-5. Retrieval with every filter in the query.
   v_keys := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_resolved -> 'scope_keys'));
   v_tiers := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_resolved -> 'tiers'));
-  v_min_conf := coalesce((p_request #>> '{filters,min_confidence}')::double precision, 0);
+  v_min_conf := coalesce((p_request #>> '{filters,min_confidence}')::numeric::double precision, 0);
   v_excluded := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
                   coalesce(p_request #> '{filters,compliance_labels_excluded}', '[]')));
-  v_mode := coalesce(p_request ->> 'mode', 'text');
+  -- Tiers with a vector collection are searched by the broker in semantic and hybrid
+  -- recall; the others the agent may read are served lexically. Text is lexical throughout.
+  IF v_mode = 'text' THEN
+    v_vector_tiers := '{}';
+    v_lexical_tiers := v_tiers;
+  ELSE
+    v_vector_tiers := ARRAY(SELECT t FROM pg_catalog.unnest(v_tiers) t
+                            WHERE t = ANY (fabric._vector_tiers()) ORDER BY t);
+    v_lexical_tiers := ARRAY(SELECT t FROM pg_catalog.unnest(v_tiers) t
+                             WHERE v_mode = 'hybrid' OR NOT t = ANY (fabric._vector_tiers())
+                             ORDER BY t);
+  END IF;
+  v_served := pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically',
+    pg_catalog.to_jsonb(ARRAY(SELECT t FROM pg_catalog.unnest(v_tiers) t
+                              WHERE v_mode = 'text' OR NOT t = ANY (fabric._vector_tiers())
+                              ORDER BY t)));
 
   -- Semantic and hybrid recall come in two steps: first the broker learns the resolved
   -- filter (nothing is retrieved, nothing audited but a denial), then it returns the
@@ -366,48 +557,42 @@ BEGIN
       'status', 'resolved', 'tiers_denied', v_resolved -> 'tiers_denied',
       'scope_applied', v_resolved -> 'scope_applied',
       'filter', pg_catalog.jsonb_build_object('tenant_id', v_run.tenant_id,
-        'scope_keys', v_resolved -> 'scope_keys', 'tiers', v_resolved -> 'tiers',
+        'scope_keys', v_resolved -> 'scope_keys', 'tiers', pg_catalog.to_jsonb(v_vector_tiers),
         'valid_at', v_valid_at, 'min_confidence', v_min_conf,
-        'excluded_labels', pg_catalog.to_jsonb(v_excluded), 'limit', v_limit));
+        'excluded_labels', pg_catalog.to_jsonb(v_excluded), 'limit', v_limit)) || v_served;
   END IF;
   IF p_request ? 'candidates' THEN
     v_ids := ARRAY(SELECT (x ->> 'memory_id')::uuid
                    FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x);
-    v_scores := ARRAY(SELECT (x ->> 'score')::double precision
+    v_scores := ARRAY(SELECT (x ->> 'score')::numeric::double precision
                       FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x);
   END IF;
 
-  IF v_mode = 'hybrid' THEN
-    -- Reciprocal rank fusion of the vector candidates and the full-text matches, both
-    -- retrieved by the one retrieval query, in one statement (one snapshot).
-    SELECT coalesce(pg_catalog.jsonb_agg(f.record || pg_catalog.jsonb_build_object('score', f.score)
-                                         ORDER BY f.score DESC, f.memory_id)
-                      FILTER (WHERE f.rank <= v_limit), '[]'),
-           pg_catalog.count(*)
-    INTO v_records, v_count
-    FROM (SELECT u.memory_id, u.record, u.score,
-                 pg_catalog.row_number() OVER (ORDER BY u.score DESC, u.memory_id) AS rank
-          FROM (SELECT coalesce(a.memory_id, b.memory_id) AS memory_id,
-                       coalesce(a.record, b.record) AS record,
-                       coalesce(1.0 / (60 + a.ord), 0) + coalesce(1.0 / (60 + b.ord), 0) AS score
-                FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at,
-                       v_min_conf, v_excluded, NULL, v_ids, v_scores, 1000)
-                       WITH ORDINALITY AS a(memory_id, score, record, ord)
-                FULL JOIN fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at,
-                       v_min_conf, v_excluded, p_request ->> 'query', NULL, NULL, 1000)
-                       WITH ORDINALITY AS b(memory_id, score, record, ord) USING (memory_id)) u) f;
-  ELSE
-    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object('score', r.score)
-                                         ORDER BY r.ord) FILTER (WHERE r.ord <= v_limit), '[]'),
+  IF v_ids IS NULL AND v_query IS NULL THEN
+    -- Nothing to rank by: the readable records, most confident and most recent first.
+    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object(
+                      'score', NULL, 'retrieval', '{}'::jsonb) ORDER BY r.ord)
+                      FILTER (WHERE r.ord <= v_limit), '[]'),
            pg_catalog.count(*)
     INTO v_records, v_count
     FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at, v_min_conf,
-           v_excluded, p_request ->> 'query', v_ids, v_scores, v_limit + 1)
+           v_excluded, NULL, NULL, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
+  ELSE
+    -- Reciprocal rank fusion over the union of the vector and lexical lists, in one
+    -- statement (one snapshot). Each list is as deep as the fusion needs.
+    SELECT f.records, f.found INTO v_records, v_count
+      FROM fabric._recall_fused(v_run.tenant_id, v_keys, v_vector_tiers, v_lexical_tiers,
+             v_valid_at, v_min_conf, v_excluded, v_query, v_ids, v_scores,
+             LEAST(1000, GREATEST(v_limit * 4, 50)),
+             CASE WHEN v_mode = 'hybrid' AND v_ids IS NOT NULL AND v_query IS NOT NULL
+                       AND pg_catalog.cardinality(v_vector_tiers) > 0
+                  THEN 2.0 / 61 ELSE 1.0 / 61 END,
+             v_limit) f;
   END IF;
 
   RETURN fabric._recall_answer(v_run.tenant_id, p_request, v_status, NULL, v_resolved, v_records,
-                               v_count > v_limit);
+                               v_count > v_limit) || v_served;
 END $$;
 COMMENT ON FUNCTION fabric_api.recall(jsonb) IS
   'Recall memory inside your open run (spec section 6): authorized, scope-first, filters pushed '

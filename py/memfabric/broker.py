@@ -20,8 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import psycopg
+
 from memfabric.embedding import Embedder
-from memfabric.vectors import RecallFilter, VectorStore
+from memfabric.vectors import INDEXED_TIERS, RecallFilter, VectorStore, store_from_env
 
 Json = dict[str, Any]
 
@@ -69,12 +71,12 @@ class LocalBroker:
     def search(
         self, resolved: Json, query: str, limit: int, exact: bool = False
     ) -> list[tuple[str, float]]:
-        if not resolved["scope_keys"] or not resolved["tiers"]:
+        # Only tiers with a collection: the database serves the others lexically.
+        tiers = [t for t in resolved["tiers"] if t in INDEXED_TIERS]
+        if not resolved["scope_keys"] or not tiers:
             return []
         vector = self.embedder.embed([query])[0]
-        return self.store.search(
-            list(resolved["tiers"]), vector, recall_filter(resolved), limit, exact=exact
-        )
+        return self.store.search(tiers, vector, recall_filter(resolved), limit, exact=exact)
 
     def run(self, op: str, **kwargs: Any) -> Json:
         if op not in self.ops:
@@ -176,6 +178,27 @@ def serving(path: Path) -> bool:
         return True
     except OSError:
         return False
+
+
+_qdrant_brokers: dict[str, LocalBroker] = {}
+
+
+def find_broker(conn: psycopg.Connection[Any]) -> Broker | None:
+    """The vector broker this environment reaches, or None: an in-process broker over
+    QDRANT_URL (built once per process, with the embedder the database names, read over
+    `conn`), else a `memfabric serve` answering on its socket."""
+    url = os.environ.get("QDRANT_URL")
+    if url:
+        if url not in _qdrant_brokers:
+            from memfabric.runtime import deployment_embedder
+
+            embedder = deployment_embedder(conn)
+            store = store_from_env(default_vector_dir())
+            store.ensure_collections(embedder.model, embedder.version, embedder.dims)
+            _qdrant_brokers[url] = LocalBroker(store, embedder, {})
+        return _qdrant_brokers[url]
+    path = default_socket()
+    return RemoteBroker(path) if serving(path) else None
 
 
 def hits_as_candidates(hits: Sequence[tuple[str, float]]) -> list[Json]:

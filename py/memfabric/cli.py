@@ -64,6 +64,13 @@ def db_migrate() -> None:
     typer.echo("[migrate] at head")
 
 
+@db_app.command("reindex-text")
+def db_reindex_text() -> None:
+    """Rebuild search text and statistics after text_search_config changed (migration role;
+    reads DATABASE_URL or MEMFABRIC_MIGRATOR_URL)."""
+    typer.echo(f"[reindex-text] {json.dumps(db.reindex_text(db.database_url()))}")
+
+
 @app.command()
 def demo() -> None:
     """A narrated scenario: tenant, agents with their own logins, a run, proposals, commits."""
@@ -317,34 +324,27 @@ def recall_command(
     login: str = typer.Option(..., help="the agent's login"),
     run_id: str = typer.Option(..., "--run", help="the agent's open run"),
     query: str | None = typer.Option(None, help="what to recall"),
-    mode: str = typer.Option("text", help="text, semantic or hybrid"),
+    mode: str | None = typer.Option(
+        None, help="text, semantic or hybrid (default: hybrid when a vector broker is reachable)"
+    ),
     tier: list[str] | None = typer.Option(None, help="tiers to recall (repeatable)"),
     limit: int = typer.Option(8, min=1),
 ) -> None:
-    """Recall as an agent (its own login), through the vector broker for semantic modes."""
+    """Recall as an agent (its own login), through the vector broker (`memfabric serve` or
+    QDRANT_URL) for semantic and hybrid recall."""
     import psycopg
 
-    from memfabric.broker import RemoteBroker, default_socket
     from memfabric.recall import recall
 
-    request: dict[str, Any] = {"run_id": run_id, "mode": mode, "limit": limit}
+    request: dict[str, Any] = {"run_id": run_id, "limit": limit}
+    if mode:
+        request["mode"] = mode
     if query:
         request["query"] = query
     if tier:
         request["tiers"] = tier
-    broker = None
-    if mode != "text":
-        if os.environ.get("QDRANT_URL"):
-            from memfabric.broker import LocalBroker
-            from memfabric.runtime import open_projector, projector_conninfo
-
-            p = open_projector(projector_conninfo(), graph=False)
-            assert p.store is not None
-            broker = LocalBroker(p.store, p.embedder, {})
-        else:
-            broker = RemoteBroker(default_socket())  # type: ignore[assignment]
     with psycopg.connect(db.url_for(db.database_url(), login), autocommit=True) as conn:
-        typer.echo(json.dumps(recall(conn, request, broker), indent=2, default=str))
+        typer.echo(json.dumps(recall(conn, request), indent=2, default=str))
 
 
 if __name__ == "__main__":

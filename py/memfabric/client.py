@@ -131,6 +131,9 @@ class FabricClient:
     def decide_approval(self, approval_id: uuid.UUID | str, decision: str, reason: str) -> Json:
         return self._call("decide_approval", approval_id, decision, reason)  # type: ignore[no-any-return]
 
-    # agents: recall (text mode; semantic and hybrid go through memfabric.recall)
+    # agents: recall (without a mode: hybrid when a vector broker is reachable, else text)
     def recall(self, request: Json) -> Json:
-        return self._call("recall", Jsonb(request))  # type: ignore[no-any-return]
+        from memfabric.recall import recall
+
+        with self.pool.connection() as conn:
+            return recall(conn, request)

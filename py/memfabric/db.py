@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -224,6 +225,18 @@ def install_ddl_guard(url: str, progress: Progress = _quiet, warn: Progress = _q
             )
     progress("ddl guard: schema changes to the fabric are refused to all but fabric_migrator")
     return True
+
+
+def reindex_text(url: str | None = None) -> dict[str, Any]:
+    """Re-derive every record's search text with the deployment's text search configuration
+    and rebuild the search statistics, as the migration role (search text is immutable to
+    everyone else, and may only become what the content derives)."""
+    with psycopg.connect(migrator_url(url or database_url())) as conn:
+        conn.execute("SET LOCAL ROLE fabric_owner")
+        row = conn.execute("SELECT fabric.reindex_search_text()").fetchone()
+    assert row is not None
+    result: dict[str, Any] = row[0]
+    return result
 
 
 def migrate(url: str | None = None, progress: Progress = _quiet, warn: Progress = _quiet) -> None:

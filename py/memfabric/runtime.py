@@ -20,10 +20,14 @@ def projector_conninfo(login: str = PROJECTOR_LOGIN) -> str:
     return os.environ.get("MEMFABRIC_PROJECTOR_URL") or db.url_for(db.database_url(), login)
 
 
-def deployment_embedder(conninfo: str) -> Embedder:
-    """The embedder the database names (one per deployment); never re-validated here."""
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        row = conn.execute("SELECT fabric_api.deployment_embedder()").fetchone()
+def deployment_embedder(conninfo: str | psycopg.Connection[Any]) -> Embedder:
+    """The embedder the database names (one per deployment); never re-validated here.
+    Read over a new connection, or over the caller's (an agent may read it)."""
+    if isinstance(conninfo, psycopg.Connection):
+        row = conninfo.execute("SELECT fabric_api.deployment_embedder()").fetchone()
+    else:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            row = conn.execute("SELECT fabric_api.deployment_embedder()").fetchone()
     settings: dict[str, Any] = row[0] if row else {"embedder": "minilm"}
     if settings["embedder"] == "http":
         return embedder_from_settings(

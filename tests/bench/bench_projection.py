@@ -44,7 +44,7 @@ from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import graph_from_env
 from memfabric.projector import Projector
-from memfabric.recall import CANDIDATE_FACTOR, recall
+from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
 from memfabric.vectors import EdgeVectorStore, RecallFilter
 
 Conn, Row, Write = psycopg.Connection[Any], tuple[str, str, str], Callable[[], str]
@@ -291,7 +291,8 @@ def recall_phase(url: str, store: EdgeVectorStore, emb: Counting, args: Any) -> 
     vectors = dict(zip(QUERIES, emb.embed(QUERIES), strict=True))
     broker = LocalBroker(store, emb, {})
     out: dict[str, list[float]] = {"e2e": [], "pg": [], "embed+edge": [], "edge": []}
-    served, hits, n = [], [], LIMIT * CANDIDATE_FACTOR  # the candidates recall() asks for
+    served, hits = [], []
+    n = min(1000, max(MIN_CANDIDATES, LIMIT * CANDIDATE_FACTOR))  # what recall() asks for
     with connect(url, "benchp_agent") as agent:
         for k, subject in enumerate(subjects):
             text, took = QUERIES[k % len(QUERIES)], {}

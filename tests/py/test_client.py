@@ -142,3 +142,19 @@ def test_cli_migrate_and_worker_run_against_database_url(fabric: Fabric) -> None
     assert worked.returncode == 0, worked.stderr
     assert "3 committed" in worked.stdout
     assert fabric.count("proposals", "status = 'committed'") == len(ids)
+
+
+def test_client_recall_without_a_broker_is_served_text(
+    fabric: Fabric, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("QDRANT_URL", raising=False)
+    monkeypatch.setenv("MEMFABRIC_SOCKET", str(tmp_path / "nobody.sock"))
+    run = fabric.open_run()
+    proposal = fabric.propose("mf_agent_a", episode("asked for invoices in EUR"), run)
+    fabric.commit(proposal["proposal_id"])
+    with client(fabric, "mf_agent_a") as agent:
+        answer = agent.recall(
+            {"run_id": str(run), "tiers": ["episodic"], "query": "which currency for invoices?"}
+        )
+    assert answer["mode_served"] == "text"
+    assert len(answer["records"]) == 1

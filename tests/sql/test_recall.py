@@ -411,7 +411,11 @@ def test_candidates_are_reauthorized_refiltered_and_ordered_by_score(
     ]
     answer = fabric.recall("mf_agent_r", {"run_id": rr, "candidates": candidates})
     assert ids(answer) == [world["tenant"], world["subject"]]
-    assert [r["score"] for r in answer["records"]] == [0.9, 0.5]
+    # Scores are ranks fused and normalized (1 for the top of one list), never the
+    # broker's similarities; each record says where the vector search ranked it.
+    assert [r["score"] for r in answer["records"]] == [1.0, round(61 / 62, 6)]
+    assert [r["retrieval"] for r in answer["records"]] == [{"vector": 1}, {"vector": 2}]
+    assert answer["mode_served"] == "semantic"
 
 
 def test_response_carries_provenance_validity_and_lineage(

@@ -41,6 +41,18 @@ CROSS JOIN LATERAL (SELECT (ARRAY['subject','subject','subject','tenant','sessio
 """
 
 
+# The per-scope statistics the triggers would have appended, folded (a bulk load skips them).
+STATS = """
+INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+SELECT tenant_id, scope_key, '', count(*), sum(fabric._search_length(search_tsv))
+  FROM fabric.memory_records GROUP BY tenant_id, scope_key
+UNION ALL
+SELECT m.tenant_id, m.scope_key, u.lexeme, count(*), 0
+  FROM fabric.memory_records m CROSS JOIN LATERAL unnest(m.search_tsv) u
+ GROUP BY m.tenant_id, m.scope_key, u.lexeme
+"""
+
+
 @pytest.fixture(scope="module")
 def big(server: Any, template: str) -> Iterator[str]:
     """100,000 records in tenant 'big' and 50 tenants of 1,000 records each."""
@@ -58,14 +70,15 @@ def big(server: Any, template: str) -> Iterator[str]:
         conn.execute(BULK, {"tenant": "big", "rows": 100_000, "subjects": 2000})
         for tenant in tenants[1:]:
             conn.execute(BULK, {"tenant": tenant, "rows": 1000, "subjects": 50})
+        conn.execute(STATS)
         conn.execute("VACUUM ANALYZE fabric.memory_records")
     yield url
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute("DROP DATABASE IF EXISTS mf_big WITH (FORCE)")
 
 
-def plan_of(url: str, query: str | None) -> list[dict[str, Any]]:
-    """The executed plan of the retrieval statement, captured through auto_explain."""
+def plan_of(url: str, query: str | None, relation: str = "memory_records") -> list[dict[str, Any]]:
+    """The executed plans of the retrieval's statements on `relation`, through auto_explain."""
     plans: list[dict[str, Any]] = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.add_notice_handler(
@@ -73,7 +86,7 @@ def plan_of(url: str, query: str | None) -> list[dict[str, Any]]:
                 plans.append(json.loads(d.message_primary.split("\n", 1)[1]))
                 if d.message_primary
                 and d.message_primary.startswith("duration:")
-                and "memory_records" in d.message_primary
+                and relation in d.message_primary
                 else None
             )
         )
@@ -100,7 +113,10 @@ def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from nodes(child)
 
 
-@pytest.mark.parametrize("query", [None, "word42"])
+QUESTION = "what did word42 say in the note about word7?"
+
+
+@pytest.mark.parametrize("query", [None, "word42", QUESTION])
 def test_tenant_and_scope_are_index_conditions_not_filters(big: str, query: str | None) -> None:
     (explained,) = plan_of(big, query)
     scans = [
@@ -115,6 +131,34 @@ def test_tenant_and_scope_are_index_conditions_not_filters(big: str, query: str 
     assert "scope_key" in conds, explained
     for node in scans:
         assert "tenant_id" not in node.get("Filter", ""), explained
+
+
+def test_statistics_are_read_by_tenant_and_scope_through_their_index(big: str) -> None:
+    plans = plan_of(big, QUESTION, relation="search_stats")
+    assert len(plans) == 2, plans  # document frequencies, then count and length
+    for explained in plans:
+        scans = [
+            n
+            for n in nodes(explained["Plan"])
+            if n.get("Relation Name") == "search_stats" or "search_stats" in n.get("Index Name", "")
+        ]
+        assert scans and not [n for n in scans if n["Node Type"] == "Seq Scan"], explained
+        conds = " ".join(n.get("Index Cond", "") + n.get("Recheck Cond", "") for n in scans)
+        assert "tenant_id" in conds and "scope_key" in conds, explained
+
+
+def test_a_question_ranks_records_holding_its_rarer_term_first(big: str) -> None:
+    """word7 and word42 are equally rare; note is in every record: holding both rare
+    terms beats holding one, and the common term alone never outranks a rare one."""
+    with psycopg.connect(big, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT record #>> '{content,text}' FROM fabric._recall_candidates('big', "
+            "ARRAY['subject:user-42', 'subject:user-7', 'tenant'], ARRAY['semantic', "
+            "'episodic', 'procedural', 'profile'], now(), 0, '{}', %s, NULL, NULL, 20)",
+            (QUESTION,),
+        ).fetchall()
+    words = [set(r[0].split()[:1]) for r in rows]
+    assert words and all(w & {"word42", "word7"} for w in words), rows
 
 
 # ----------------------------------------------------------------------------------------

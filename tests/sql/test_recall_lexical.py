@@ -1,0 +1,505 @@
+"""Lexical recall that answers questions: any-term matching ranked by BM25 over statistics
+kept per (tenant, scope_key), hybrid fusion over the union, bad input that is served or
+refused cleanly, and governance that no retriever can get around."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import Fabric, episode
+from memfabric import db as mfdb
+from memfabric.recall import recall
+
+QUESTION = "Which currency did the customer ask for when we sent the invoices?"
+
+
+def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
+    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
+    assert result["status"] == "validated", result
+    return str(fabric.commit(result["proposal_id"])["memory_id"])
+
+
+def ask(fabric: Fabric, query: Any, **request: Any) -> dict[str, Any]:
+    run = fabric.open_run()
+    body = {"run_id": str(run), "tiers": ["episodic"], **request}
+    if query is not None:
+        body["query"] = query
+    return fabric.recall("mf_agent_a", body)
+
+
+def ids(answer: dict[str, Any]) -> list[str]:
+    return [r["memory_id"] for r in answer["records"]]
+
+
+def recall_events(fabric: Fabric) -> int:
+    return fabric.count("events", "event_type LIKE 'memory.recall.%'")
+
+
+def raw_scores(fabric: Fabric, keys: list[str], query: str) -> list[tuple[str, float]]:
+    """BM25 as the retrieval function computes it for exactly these scope keys."""
+    with fabric.su() as su:
+        rows = su.execute(
+            "SELECT memory_id::text, score FROM fabric._recall_candidates('acme', %s, "
+            "ARRAY['episodic'], now(), 0, '{}', %s, NULL, NULL, 50)",
+            (keys, query),
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+# --- any-term matching, BM25 ------------------------------------------------------------
+
+
+def test_a_question_finds_a_record_that_shares_only_some_of_its_words(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    wanted = form(fabric, run, "asked for invoices in EUR")
+    form(fabric, run, "the weather was sunny on the trip")
+    answer = ask(fabric, QUESTION)
+    assert answer["status"] == "served"
+    assert answer["mode_served"] == "text"
+    assert ids(answer) == [wanted]
+    assert answer["records"][0]["retrieval"] == {"lexical": 1}
+    assert answer["records"][0]["score"] == 1.0
+
+
+def test_rarer_terms_weigh_more_than_common_ones(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    for n in range(6):
+        form(fabric, run, f"invoice reminder number {n}")
+    rare = form(fabric, run, "the customer prefers EUR", confidence=0.5)
+    common = form(fabric, run, "an invoice was sent", confidence=0.99)
+    answer = ask(fabric, "invoice in EUR")
+    assert ids(answer)[0] == rare
+    assert common in ids(answer)
+    # Ranks, not statistics: scores fall with rank and the best is 1.
+    scores = [r["score"] for r in answer["records"]]
+    assert scores[0] == 1.0 and scores == sorted(scores, reverse=True)
+    assert [r["retrieval"]["lexical"] for r in answer["records"]] == list(range(1, len(scores) + 1))
+
+
+def test_term_frequency_saturates_and_long_records_are_normalised(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    short = form(fabric, run, "refund approved", confidence=0.5)
+    long = form(
+        fabric,
+        run,
+        "refund " + " ".join(f"filler{n}" for n in range(60)),
+        confidence=0.99,
+    )
+    answer = ask(fabric, "was the refund approved")
+    assert ids(answer)[:2] == [short, long]
+    keys = ["subject:user-8842"]
+    repeated = form(fabric, run, "refund " * 40)
+    once = form(fabric, run, "refund")
+    scores = dict(raw_scores(fabric, keys, "refund"))
+    # Forty occurrences are worth less than 2.2 times one (k1 = 1.2 saturates tf).
+    assert scores[once] < scores[repeated] < 2.2 * scores[once]
+
+
+def test_english_is_the_default_configuration_and_stop_words_match_nothing(
+    fabric: Fabric,
+) -> None:
+    with fabric.su() as su:
+        row = su.execute("SELECT text_search_config::text FROM fabric.deployment_settings")
+        assert row.fetchone() == ("english",)
+    run = fabric.open_run()
+    form(fabric, run, "the invoices are in the drawer")
+    before = recall_events(fabric)
+    answer = ask(fabric, "the of and is in")
+    assert answer["status"] == "served"
+    assert answer["records"] == []
+    assert recall_events(fabric) == before + 1
+    # Stemming: the question's "invoicing" meets the record's "invoices".
+    assert len(ask(fabric, "invoicing")["records"]) == 1
+
+
+# --- statistics never cross a scope ---------------------------------------------------------
+
+
+def test_another_subjects_records_change_neither_order_nor_scores(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    banana = form(fabric, run, "banana smoothie recipe", confidence=0.9)
+    cherry = form(fabric, run, "cherry smoothie recipe", confidence=0.8)
+    keys = ["subject:user-8842", "session:sess-1f9c", "agent:com-agt-003", "tenant"]
+    before = ask(fabric, "banana or cherry")
+    before_raw = raw_scores(fabric, keys, "banana cherry")
+    assert ids(before) == [banana, cherry]
+
+    # Another subject fills its memory with bananas: under global statistics banana would
+    # become the common term and cherry would overtake it.
+    other = fabric.open_run(subject="user-0001", session="sess-other")
+    for n in range(12):
+        fabric.commit(
+            fabric.propose("mf_agent_a", episode(f"banana bread batch {n}"), other)["proposal_id"]
+        )
+    assert fabric.count("search_stats", "scope_key = 'subject:user-0001'") > 0
+
+    after = ask(fabric, "banana or cherry")
+    assert ids(after) == ids(before)
+    assert [r["score"] for r in after["records"]] == [r["score"] for r in before["records"]]
+    assert raw_scores(fabric, keys, "banana cherry") == before_raw
+    assert [banana, cherry] == [m for m, _ in before_raw]
+
+
+def test_erasure_leaves_no_lexeme_of_the_erased_scope(fabric: Fabric) -> None:
+    run = fabric.open_run(subject="user-gone", session=None)
+    memory_id = form(fabric, run, "canarylexeme lives here")
+    assert fabric.count("search_stats", "lexeme = 'canarylexem'") == 1
+    approval = uuid.uuid4()
+    conn = fabric.su()
+    conn.execute("SET ROLE fabric_owner")
+    conn.execute(
+        "SELECT set_config('fabric.tenant_id', 'acme', false), "
+        "set_config('fabric.actor', 'os-agt-010', false), "
+        "set_config('fabric.approval_id', %s, false)",
+        (str(approval),),
+    )
+    conn.execute(
+        "UPDATE fabric.memory_records SET content = NULL, subject_id = NULL, session_id = NULL,"
+        " agent_id = NULL, consolidation_state = 'tombstoned', erased_at = now(),"
+        " erasure_approval_id = %s WHERE memory_id = %s",
+        (approval, memory_id),
+    )
+    assert fabric.count("search_stats", "lexeme = 'canarylexem'") == 0
+    assert fabric.count("search_stats", "scope_key = 'subject:user-gone'") == 0
+
+
+def test_compaction_keeps_the_statistics_exact(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    for n in range(5):
+        form(fabric, run, f"parcel {n} delivered")
+    keys = ["subject:user-8842"]
+    before = raw_scores(fabric, keys, "parcel delivered")
+    deltas = fabric.count("search_stats", "scope_key = 'subject:user-8842' AND lexeme = ''")
+    assert deltas == 5  # one delta per commit: nothing updated in place
+    result = (
+        fabric.connect("mf_committer")
+        .execute("SELECT fabric_api.compact_search_stats(100)")
+        .fetchone()
+    )
+    assert result is not None and result[0]["scopes"] >= 1
+    assert fabric.count("search_stats", "scope_key = 'subject:user-8842' AND lexeme = ''") == 1
+    assert raw_scores(fabric, keys, "parcel delivered") == before
+
+
+def test_two_commits_in_one_scope_do_not_wait_for_each_other(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    first = fabric.propose("mf_agent_a", episode("shared words alpha"), run)["proposal_id"]
+    second = fabric.propose("mf_agent_a", episode("shared words beta"), run)["proposal_id"]
+    one = fabric.connect("mf_committer", autocommit=False)
+    two = fabric.connect("mf_committer2", autocommit=False)
+    one.execute("SELECT fabric_api.commit(%s)", (first,))
+    two.execute("SET lock_timeout = '2s'")
+    two.execute("SELECT fabric_api.commit(%s)", (second,))  # would time out if serialized
+    one.commit()
+    two.commit()
+    assert fabric.count("search_stats", "lexeme = 'share'") == 2
+
+
+def test_empty_statistics_never_fail_recall(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    wanted = form(fabric, run, "asked for invoices in EUR")
+    with fabric.su() as su:
+        su.execute("DELETE FROM fabric.search_stats")
+    answer = ask(fabric, QUESTION)
+    assert answer["status"] == "served"
+    assert ids(answer) == [wanted]
+
+
+# --- the configuration and the reindex ---------------------------------------------------------
+
+
+def test_changing_the_configuration_then_reindexing_rebuilds_text_and_statistics(
+    fabric: Fabric,
+) -> None:
+    run = fabric.open_run()
+    memory_id = form(fabric, run, "the invoices")
+    fabric.connect("mf_admin").execute(
+        'SELECT fabric_api.configure_deployment(\'{"text_search_config": "simple"}\')'
+    )
+    # `memfabric db reindex-text`: the migration role, as the owner.
+    result = mfdb.reindex_text(fabric.url)
+    assert result == {"text_search_config": "simple", "records_reindexed": 1}
+    with fabric.su() as su:
+        (tsv,) = su.execute(
+            "SELECT search_tsv::text FROM fabric.memory_records WHERE memory_id = %s",
+            (memory_id,),
+        ).fetchone()  # type: ignore[misc]
+    assert tsv == "'invoices':2 'the':1"
+    assert fabric.count("search_stats", "lexeme = 'the'") == 1
+    assert fabric.count("search_stats", "lexeme = 'invoic'") == 0
+    assert ids(ask(fabric, "the")) == [memory_id]
+
+
+def test_search_text_can_only_become_what_the_content_derives(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    memory_id = form(fabric, run, "asked for invoices in EUR")
+    conn = fabric.su()
+    conn.execute("SET ROLE fabric_owner")
+    conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute(
+            "UPDATE fabric.memory_records SET search_tsv = to_tsvector('simple', 'forged')"
+            " WHERE memory_id = %s",
+            (memory_id,),
+        )
+    assert info.value.sqlstate == "MF001"
+    assert fabric.count("search_stats", "lexeme = 'forged'") == 0
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "",
+        "   \t\n ",
+        "\u0001\u0007 invoices \u001b\u007f",
+        "счета в евро",
+        "請求書はユーロで",
+        "فواتير باليورو",
+        "' | ! & <-> :* \\ '' (",
+        "x" * 1000,
+        "invoices " * 111,
+    ],
+    ids=[
+        "empty",
+        "whitespace",
+        "control",
+        "cyrillic",
+        "japanese",
+        "arabic",
+        "syntax",
+        "long",
+        "many",
+    ],
+)
+def test_bad_queries_are_served_with_one_audit_event(fabric: Fabric, query: str) -> None:
+    run = fabric.open_run()
+    form(fabric, run, "asked for invoices in EUR")
+    other = fabric.open_run(subject="user-0001", session="sess-other")
+    secret = str(
+        fabric.commit(
+            fabric.propose("mf_agent_a", episode(f"{query} invoices secret"), other)["proposal_id"]
+        )["memory_id"]
+    )
+    before = recall_events(fabric)
+    answer = ask(fabric, query)
+    assert answer["status"] == "served"
+    assert secret not in ids(answer)
+    assert all(r["scope"]["subject_id"] in ("user-8842", None) for r in answer["records"])
+    assert recall_events(fabric) == before + 1
+
+
+def test_other_scripts_are_found_in_their_own_words(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    wanted = form(fabric, run, "клиент просил счета в евро")
+    form(fabric, run, "asked for invoices in EUR")
+    assert ids(ask(fabric, "какие счета?")) == [wanted]
+
+
+@pytest.mark.parametrize(
+    ("fragment", "field"),
+    [
+        ('"query": "' + "x" * 1001 + '"', "query"),
+        ('"limit": 100000000000000000000', "limit"),
+        ('"limit": 1e300', "limit"),
+        ('"limit": 5000', "limit"),
+        ('"filters": {"min_confidence": 1e-400}', "min_confidence"),
+        ('"correlation_id": "has a space"', "correlation_id"),
+        ('"correlation_id": "' + "x" * 201 + '"', "correlation_id"),
+        ('"correlation_id": "ctl\\u0007"', "correlation_id"),
+        ('"causation_id": 17', "causation_id"),
+        ('"causation_id": "tab\\there"', "causation_id"),
+        ('"mode": "hybrid", "query": "  "', "query"),
+        (
+            '"candidates": [{"memory_id": "' + str(uuid.uuid4()) + '", "score": 1e400}]',
+            "candidates",
+        ),
+    ],
+    ids=lambda v: v[:24],
+)
+def test_malformed_requests_are_22023_naming_the_field_and_write_nothing(
+    fabric: Fabric, fragment: str, field: str
+) -> None:
+    run = fabric.open_run()
+    counts = fabric.counts()
+    conn = fabric.connect("mf_agent_a")
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute(
+            "SELECT fabric_api.recall(%s::jsonb)",
+            ('{"run_id": "' + str(run) + '", "tiers": ["episodic"], ' + fragment + "}",),
+        )
+    assert info.value.sqlstate == "22023", info.value
+    assert field in info.value.diag.message_primary
+    assert info.value.diag.message_hint
+    for echoed in ("100000000000000000000", "1e300", "1e400", "1e-400", "has a space", "x" * 201):
+        assert echoed not in str(info.value)
+    assert fabric.counts() == counts
+
+
+def test_valid_correlation_ids_are_kept(fabric: Fabric) -> None:
+    answer = ask(fabric, "invoices", correlation_id="corr-9d4a", causation_id="evt-7b1f")
+    assert answer["status"] == "served"
+    (event,) = fabric.events("event_type = 'memory.recall.served'")
+    assert (event["correlation_id"], event["causation_id"]) == ("corr-9d4a", "evt-7b1f")
+
+
+# --- fusion and governance --------------------------------------------------------------------
+
+
+def test_hybrid_fuses_the_union_and_says_which_retriever_found_what(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    both = form(fabric, run, "asked for invoices in EUR")
+    lexical_only = form(fabric, run, "invoices are due monthly")
+    vector_only = form(fabric, run, "wants to be billed in euros")
+    answer = fabric.recall(
+        "mf_agent_a",
+        {
+            "run_id": str(fabric.open_run()),
+            "tiers": ["episodic"],
+            "mode": "hybrid",
+            "query": "invoices currency",
+            "candidates": [
+                {"memory_id": vector_only, "score": 0.9},
+                {"memory_id": both, "score": 0.8},
+            ],
+        },
+    )
+    assert answer["mode_served"] == "hybrid"
+    got = {r["memory_id"]: r for r in answer["records"]}
+    assert set(got) == {both, lexical_only, vector_only}
+    assert ids(answer)[0] == both
+    assert set(got[both]["retrieval"]) == {"lexical", "vector"}
+    assert got[lexical_only]["retrieval"].keys() == {"lexical"}
+    assert got[vector_only]["retrieval"] == {"vector": 1}
+    assert all(0 < r["score"] <= 1 for r in answer["records"])
+
+
+def test_no_retriever_returns_a_hit_outside_the_resolved_scope(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    mine = form(fabric, run, "invoices in EUR")
+    other = fabric.open_run(subject="user-0001", session="sess-other")
+    theirs = str(
+        fabric.commit(
+            fabric.propose("mf_agent_a", episode("invoices in EUR"), other)["proposal_id"]
+        )["memory_id"]
+    )
+    private = form(
+        fabric, run, "invoices in EUR private", scope={"tenant_id": "acme", "visibility": "agent"}
+    )
+    for mode in ("text", "semantic", "hybrid"):
+        request: dict[str, Any] = {
+            "run_id": str(fabric.open_run()),
+            "tiers": ["episodic"],
+            "mode": mode,
+            "query": "invoices EUR",
+            "scope": {"visibility": ["subject"]},
+        }
+        if mode != "text":
+            request["candidates"] = [
+                {"memory_id": theirs, "score": 0.99},  # a vector-only hit of another subject
+                {"memory_id": private, "score": 0.98},  # a visibility not requested
+                {"memory_id": mine, "score": 0.5},
+            ]
+        answer = fabric.recall("mf_agent_a", request)
+        assert ids(answer) == [mine], mode
+        assert answer["mode_served"] == mode
+
+
+def test_a_tier_without_a_vector_collection_is_served_lexically(fabric: Fabric) -> None:
+    with fabric.su() as su:
+        su.execute(
+            "UPDATE fabric.agents SET memory_profile = jsonb_set(memory_profile,"
+            ' \'{recall_scope,tiers}\', \'["episodic", "semantic", "relational"]\')'
+            " WHERE agent_id = 'com-agt-003'"
+        )
+    run = fabric.open_run()
+    sources = [form(fabric, run, "met the logistics partner"), form(fabric, run, "call notes")]
+    edge = form(
+        fabric,
+        run,
+        "",
+        tier="semantic",
+        content={"key": "customer.partner", "value": "customer works with Acme Logistics"},
+        derived_from=sources,
+    )
+    committer = fabric.connect("mf_committer")
+    (approval,) = committer.execute(
+        "SELECT fabric_api.request_approval(%s, 'promote', '{\"tier\": \"relational\"}', 'needed')",
+        (edge,),
+    ).fetchone()  # type: ignore[misc]
+    fabric.connect("mf_policy").execute(
+        "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval["approval_id"],)
+    )
+    committer.execute(
+        "SELECT fabric_api.promote(%s, 'relational', %s, NULL)", (edge, approval["approval_id"])
+    )
+    for mode in ("semantic", "hybrid"):
+        request: dict[str, Any] = {
+            "run_id": str(fabric.open_run()),
+            "tiers": ["episodic", "relational"],
+            "mode": mode,
+            "query": "who does the customer work with",
+        }
+        resolved = fabric.recall("mf_agent_a", request)
+        assert resolved["status"] == "resolved"
+        assert resolved["filter"]["tiers"] == ["episodic"]  # what the broker searches
+        assert resolved["tiers_served_lexically"] == ["relational"]
+        assert resolved["tiers_denied"] == []
+        answer = fabric.recall("mf_agent_a", {**request, "candidates": []})
+        assert answer["status"] == "served"
+        assert answer["tiers_served_lexically"] == ["relational"]
+        assert answer["tiers_denied"] == []
+        assert ids(answer) == [edge]
+        assert answer["records"][0]["retrieval"] == {"lexical": 1}
+
+
+def test_every_answer_says_which_mode_served_it(fabric: Fabric) -> None:
+    assert ask(fabric, None)["mode_served"] == "text"
+    denied = fabric.recall(
+        "mf_agent_a",
+        {
+            "run_id": str(fabric.open_run()),
+            "tiers": ["relational"],
+            "mode": "semantic",
+            "query": "x",
+        },
+    )
+    assert denied["status"] == "denied" and denied["mode_served"] == "semantic"
+
+
+def test_without_a_broker_python_recall_defaults_to_text(
+    fabric: Fabric, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.delenv("QDRANT_URL", raising=False)
+    monkeypatch.setenv("MEMFABRIC_SOCKET", str(tmp_path / "nobody.sock"))
+    run = fabric.open_run()
+    wanted = form(fabric, run, "asked for invoices in EUR")
+    conn = fabric.connect("mf_agent_a")
+    answer = recall(
+        conn, {"run_id": str(fabric.open_run()), "tiers": ["episodic"], "query": QUESTION}
+    )
+    assert answer["status"] == "served"
+    assert answer["mode_served"] == "text"
+    assert ids(answer) == [wanted]
+
+
+def test_the_candidate_bound_leaves_out_records_holding_only_common_words(
+    fabric: Fabric,
+) -> None:
+    run = fabric.open_run()
+    commons = [form(fabric, run, f"apple crate {n}") for n in range(4)]
+    rare = form(fabric, run, "zebra apple")
+    admin = fabric.connect("mf_admin")
+    admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_bound\": 3}')")
+    bounded = ask(fabric, "zebra apple", limit=10)
+    assert ids(bounded) == [rare]
+    admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_bound\": 0}')")
+    unbounded = ask(fabric, "zebra apple", limit=10)
+    assert ids(unbounded)[0] == rare
+    assert set(ids(unbounded)) == {rare, *commons}
