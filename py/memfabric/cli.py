@@ -1,21 +1,56 @@
-"""The `memfabric` command line: database lifecycle, the demo and the workers."""
+"""The `memfabric` command line: database lifecycle, the demo and the workers.
+
+Expected failures (a refusal by the database, a service not answering, a projection never
+built) print one line on stderr and exit 1; `memfabric --debug …` shows the traceback.
+Connection settings come from `Settings.from_env()`; each command's `--help` lists the
+environment variables it reads.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
-from memfabric import db
+from memfabric import db, errors
+from memfabric.settings import (
+    COMMITTER_ENV,
+    DATABASE_ENV,
+    DEFAULT_COMMITTER_LOGIN,
+    DEFAULT_CONSOLIDATOR_LOGIN,
+    ENVIRONMENT,
+    PROJECTION_ENV,
+    Settings,
+)
+
+
+class FabricGroup(TyperGroup):
+    """The root command: runs the subcommand and turns an expected failure into one line
+    on stderr and exit status 1, unless --debug asks for the traceback."""
+
+    def invoke(self, ctx: Any) -> Any:  # a click context (typer vendors click)
+        try:
+            return super().invoke(ctx)
+        except (typer.TyperException, typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:
+            line = errors.one_line(exc)
+            if line is None or ctx.params.get("debug"):
+                raise
+            typer.echo(line, err=True)
+            raise typer.Exit(1) from None
+
 
 app = typer.Typer(
+    cls=FabricGroup,
     help="memfabric: a Postgres-native memory fabric control plane.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals hold connection URLs
 )
 db_app = typer.Typer(
     help="The database: local server lifecycle and migrations.", no_args_is_help=True
@@ -25,8 +60,26 @@ app.add_typer(db_app, name="db")
 app.add_typer(worker_app, name="worker")
 
 
+@app.callback()
+def main(
+    debug: bool = typer.Option(
+        False, "--debug", help="show the traceback of a failure instead of one line"
+    ),
+) -> None:
+    """memfabric: a Postgres-native memory fabric control plane."""
+
+
+def env_help(*names: str) -> str:
+    """A command's epilog: the environment variables it reads, one per line."""
+    return "Environment:\n\n" + "\n\n".join(f"{name}: {ENVIRONMENT[name]}" for name in names)
+
+
+def _committer_login_option(help_text: str = "the committer's login") -> Any:
+    return typer.Option(DEFAULT_COMMITTER_LOGIN, envvar="MEMFABRIC_COMMITTER_LOGIN", help=help_text)
+
+
 def _db_script(*args: str) -> None:
-    if os.environ.get("DATABASE_URL") and args[0] in ("up", "down"):
+    if Settings.from_env().database_url_set and args[0] in ("up", "down"):
         typer.echo("DATABASE_URL is set: the local server is not used")
         return
     code = subprocess.call([str(db.ROOT / "scripts" / "db.sh"), *args])
@@ -34,45 +87,44 @@ def _db_script(*args: str) -> None:
         raise typer.Exit(code)
 
 
-@db_app.command("up")
+@db_app.command("up", epilog=env_help(*DATABASE_ENV))
 def db_up() -> None:
     """Install PostgreSQL 17 if needed and start the local server (127.0.0.1:$PGPORT)."""
     _db_script("up")
 
 
-@db_app.command("down")
+@db_app.command("down", epilog=env_help(*DATABASE_ENV))
 def db_down() -> None:
     """Stop the local server."""
     _db_script("down")
 
 
-@db_app.command("status")
+@db_app.command("status", epilog=env_help("PGPORT"))
 def db_status() -> None:
     """Say whether the local server is running."""
     _db_script("status")
 
 
-@db_app.command("migrate")
+@db_app.command("migrate", epilog=env_help(*DATABASE_ENV, "MEMFABRIC_MIGRATOR_URL"))
 def db_migrate() -> None:
     """Bootstrap (superuser), alembic upgrade head (migration role), replay sql/ and rls/."""
-    url = db.database_url()
+    url = Settings.from_env().database_url
     db.migrate(url, progress=lambda line: typer.echo(f"[migrate] {line}"))
     typer.echo("[migrate] at head")
 
 
-@app.command()
+@app.command(epilog=env_help(*DATABASE_ENV))
 def demo() -> None:
     """A narrated scenario: tenant, agents with their own logins, a run, proposals, commits."""
     from memfabric.demo import run_demo
 
-    sys.exit(run_demo(db.database_url()))
+    sys.exit(run_demo(Settings.from_env().database_url))
 
 
-@worker_app.command("commit")
+@worker_app.command("commit", epilog=env_help(*COMMITTER_ENV))
 def worker_commit(
-    login: str = typer.Option(
-        os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010"),
-        help="the committer's login (a member of fabric_committer, registered as an agent)",
+    login: str = _committer_login_option(
+        "the committer's login (a member of fabric_committer, registered as an agent)"
     ),
     once: bool = typer.Option(False, help="drain what is validated now, then exit"),
     batch: int = typer.Option(100, min=1, max=10000, help="proposals per transaction"),
@@ -81,9 +133,8 @@ def worker_commit(
     """Commit validated proposals as they arrive (safe to run several at once)."""
     from memfabric.worker import run_committer
 
-    conninfo = _committer_conninfo(login)
     committed, rejected = run_committer(
-        conninfo,
+        Settings.from_env().conninfo("committer", login),
         batch=batch,
         once=once,
         poll_seconds=poll,
@@ -92,16 +143,18 @@ def worker_commit(
     typer.echo(f"[commit] done: {committed} committed, {rejected} rejected at commit")
 
 
-@worker_app.command("consolidate")
+@worker_app.command(
+    "consolidate",
+    epilog=env_help(*COMMITTER_ENV, "MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"),
+)
 def worker_consolidate(
     tenant: list[str] = typer.Option(..., help="tenant(s) to consolidate"),
     consolidator_login: str = typer.Option(
-        os.environ.get("MEMFABRIC_CONSOLIDATOR_LOGIN", "os_agt_011"),
+        DEFAULT_CONSOLIDATOR_LOGIN,
+        envvar="MEMFABRIC_CONSOLIDATOR_LOGIN",
         help="the consolidator's login (member of fabric_consolidator, registered as an agent)",
     ),
-    committer_login: str = typer.Option(
-        os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010"), help="the committer's login"
-    ),
+    committer_login: str = _committer_login_option(),
     once: bool = typer.Option(False, help="run the workflow once, then exit"),
     interval: float = typer.Option(300.0, min=1.0, help="seconds between scheduled runs"),
     budget: int | None = typer.Option(
@@ -115,11 +168,15 @@ def worker_consolidate(
 
     from memfabric.consolidate import run_consolidation
 
-    url = db.database_url()
+    settings = Settings.from_env()
     while True:
         with (
-            psycopg.connect(db.url_for(url, consolidator_login), autocommit=True) as reader,
-            psycopg.connect(db.url_for(url, committer_login), autocommit=True) as committer,
+            psycopg.connect(
+                settings.conninfo("consolidator", consolidator_login), autocommit=True
+            ) as reader,
+            psycopg.connect(
+                settings.conninfo("committer", committer_login), autocommit=True
+            ) as committer,
         ):
             for name in tenant:
                 run_consolidation(
@@ -134,30 +191,23 @@ def worker_consolidate(
         time.sleep(interval)
 
 
-def _committer_conninfo(login: str) -> str:
-    return os.environ.get("MEMFABRIC_COMMITTER_URL") or db.url_for(db.database_url(), login)
-
-
-COMMITTER_LOGIN = os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010")
-
-
-@app.command()
+@app.command(epilog=env_help(*COMMITTER_ENV))
 def decay(
     now: str | None = typer.Option(None, help="run as of this RFC 3339 time (default: now)"),
-    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+    login: str = _committer_login_option(),
 ) -> None:
     """Run decay once: interval expiry, operational window closure, regulated ceilings."""
     import psycopg
 
     from memfabric.worker import run_decay_once
 
-    with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
-        typer.echo(f"[decay] {run_decay_once(conn, now)}")
+    with psycopg.connect(Settings.from_env().conninfo("committer", login), autocommit=True) as c:
+        typer.echo(f"[decay] {run_decay_once(c, now)}")
 
 
-@worker_app.command("decay")
+@worker_app.command("decay", epilog=env_help(*COMMITTER_ENV))
 def worker_decay(
-    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+    login: str = _committer_login_option(),
     interval: float = typer.Option(3600.0, min=1.0, help="seconds between scheduled passes"),
 ) -> None:
     """Run decay on a schedule (never opportunistically: recall never mutates anything)."""
@@ -167,36 +217,38 @@ def worker_decay(
 
     from memfabric.worker import run_decay_once
 
+    conninfo = Settings.from_env().conninfo("committer", login)
     while True:
-        with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
             typer.echo(f"[decay] {run_decay_once(conn)}")
         time.sleep(interval)
 
 
-@app.command("erase")
+@app.command("erase", epilog=env_help(*COMMITTER_ENV))
 def erase_command(
     approval_id: str = typer.Argument(..., help="an approved erase or erase_subject approval"),
-    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
+    login: str = _committer_login_option(),
 ) -> None:
     """Execute an approved erasure, leave tombstones, then VACUUM the touched tables."""
     import psycopg
 
     from memfabric.worker import erase
 
-    with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
-        typer.echo(f"[erase] {erase(conn, approval_id)}")
+    with psycopg.connect(Settings.from_env().conninfo("committer", login), autocommit=True) as c:
+        typer.echo(f"[erase] {erase(c, approval_id)}")
 
 
 def _operate(op: str, **kwargs: Any) -> dict[str, Any]:
     """Run rebuild/drill/verify in `memfabric serve` when it runs (it owns the Edge
     shards), else here over the stores the environment names."""
     from memfabric import ops
-    from memfabric.broker import RemoteBroker, default_socket, serving
+    from memfabric.broker import RemoteBroker, serving
     from memfabric.runtime import close_projector, open_projector, projector_conninfo
 
-    if not os.environ.get("QDRANT_URL") and serving(default_socket()):
-        typer.echo(f"[{op}] asking memfabric serve ({default_socket()})")
-        return RemoteBroker(default_socket()).run(op, **kwargs)
+    settings = Settings.from_env()
+    if not settings.qdrant_url and serving(settings.socket):
+        typer.echo(f"[{op}] asking memfabric serve ({settings.socket})")
+        return RemoteBroker(settings.socket).run(op, **kwargs)
     projector = open_projector(projector_conninfo())
     try:
         if op == "verify":
@@ -213,7 +265,7 @@ def _operate(op: str, **kwargs: Any) -> dict[str, Any]:
         close_projector(projector)
 
 
-@app.command()
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def rebuild(target: str = typer.Argument("all", help="qdrant, graph or all")) -> None:
     """Wipe a projection and rebuild it from Postgres alone (stored embeddings are reused)."""
     if target not in ("qdrant", "graph", "all"):
@@ -221,16 +273,25 @@ def rebuild(target: str = typer.Argument("all", help="qdrant, graph or all")) ->
     typer.echo(json.dumps(_operate("rebuild", target=target)))
 
 
-@app.command()
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def drill() -> None:
     """Probe, wipe, rebuild, probe again: fails unless both answers are identical."""
     result = _operate("drill")
+    if result.get("never_built"):
+        names = " and ".join(result["never_built"])
+        raise errors.NotBuilt(
+            f"the {names} projection{'s were' if len(result['never_built']) > 1 else ' was'} "
+            f"never built ({result['records']} records in PostgreSQL, none projected): "
+            "there is nothing to drill",
+            hint="build them with `memfabric rebuild all` (or run `memfabric serve`, which "
+            "projects continuously), then drill",
+        )
     typer.echo(json.dumps(result))
     if not result["identical"]:
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def verify() -> None:
     """Compare counts and payload hashes between Postgres and each projection."""
     result = _operate("verify")
@@ -239,7 +300,7 @@ def verify() -> None:
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def serve(
     poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
 ) -> None:
@@ -247,9 +308,10 @@ def serve(
     import threading
 
     from memfabric import ops
-    from memfabric.broker import LocalBroker, default_socket, serve_socket
+    from memfabric.broker import LocalBroker, serve_socket
     from memfabric.runtime import close_projector, open_projector, projector_conninfo
 
+    socket = Settings.from_env().socket
     lock = threading.Lock()
     projector = open_projector(
         projector_conninfo(), guard=lock, progress=lambda line: typer.echo(f"[project] {line}")
@@ -264,19 +326,19 @@ def serve(
             "verify": lambda: ops.verify(projector),
         },
     )
-    server = serve_socket(broker, default_socket(), lock)
-    typer.echo(f"[serve] listening on {default_socket()}; projecting to qdrant and graph")
+    server = serve_socket(broker, socket, lock)
+    typer.echo(f"[serve] listening on {socket}; projecting to qdrant and graph")
     try:
         projector.run(poll_seconds=poll)
     except KeyboardInterrupt:
         pass
     finally:
         server.shutdown()
-        default_socket().unlink(missing_ok=True)
+        socket.unlink(missing_ok=True)
         close_projector(projector)
 
 
-@app.command("recall")
+@app.command("recall", epilog=env_help(*PROJECTION_ENV))
 def recall_command(
     login: str = typer.Option(..., help="the agent's login"),
     run_id: str = typer.Option(..., "--run", help="the agent's open run"),
@@ -288,9 +350,10 @@ def recall_command(
     """Recall as an agent (its own login), through the vector broker for semantic modes."""
     import psycopg
 
-    from memfabric.broker import RemoteBroker, default_socket
+    from memfabric.broker import RemoteBroker, serving
     from memfabric.recall import recall
 
+    settings = Settings.from_env()
     request: dict[str, Any] = {"run_id": run_id, "mode": mode, "limit": limit}
     if query:
         request["query"] = query
@@ -298,16 +361,23 @@ def recall_command(
         request["tiers"] = tier
     broker = None
     if mode != "text":
-        if os.environ.get("QDRANT_URL"):
+        if settings.qdrant_url:
             from memfabric.broker import LocalBroker
             from memfabric.runtime import open_projector, projector_conninfo
 
             p = open_projector(projector_conninfo(), graph=False)
             assert p.store is not None
             broker = LocalBroker(p.store, p.embedder, {})
+        elif serving(settings.socket):
+            broker = RemoteBroker(settings.socket)  # type: ignore[assignment]
         else:
-            broker = RemoteBroker(default_socket())  # type: ignore[assignment]
-    with psycopg.connect(db.url_for(db.database_url(), login), autocommit=True) as conn:
+            raise errors.Unreachable(
+                f"memfabric serve is not running (no answer on {settings.socket}); "
+                f"{mode} recall needs it",
+                hint="start it with `memfabric serve` (or `make serve`), set QDRANT_URL to "
+                "search a Qdrant server directly, or recall with --mode text",
+            )
+    with psycopg.connect(db.url_for(settings.database_url, login), autocommit=True) as conn:
         typer.echo(json.dumps(recall(conn, request, broker), indent=2, default=str))
 
 
