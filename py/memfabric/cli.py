@@ -24,6 +24,7 @@ from memfabric.settings import (
     DEFAULT_CONSOLIDATOR_LOGIN,
     ENVIRONMENT,
     PROJECTION_ENV,
+    RECALL_ENV,
     Settings,
 )
 
@@ -338,7 +339,7 @@ def serve(
         close_projector(projector)
 
 
-@app.command("recall", epilog=env_help(*PROJECTION_ENV))
+@app.command("recall", epilog=env_help(*RECALL_ENV))
 def recall_command(
     login: str = typer.Option(..., help="the agent's login"),
     run_id: str = typer.Option(..., "--run", help="the agent's open run"),
