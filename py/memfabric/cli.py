@@ -309,10 +309,16 @@ def serve(
     import threading
 
     from memfabric import ops
-    from memfabric.broker import LocalBroker, serve_socket
+    from memfabric.broker import LocalBroker, serve_socket, serving
     from memfabric.runtime import close_projector, open_projector, projector_conninfo
 
     socket = Settings.from_env().socket
+    if serving(socket):
+        raise errors.OperationalFailure(
+            f"memfabric serve is already running on {socket}",
+            hint="use that one, or give a second one its own MEMFABRIC_SOCKET and "
+            "MEMFABRIC_VECTOR_DIR",
+        )
     lock = threading.Lock()
     projector = open_projector(
         projector_conninfo(), guard=lock, progress=lambda line: typer.echo(f"[project] {line}")

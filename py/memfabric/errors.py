@@ -1,6 +1,8 @@
 """SQLSTATE -> exception map. The database decides; Python only names the outcome.
 
-Never parse message text: the SQLSTATE is the interface (README, "Errors").
+Never parse message text: the SQLSTATE is the interface (README, "Errors"). `one_line`
+renders an expected failure (a refusal by the database, a service not answering, a setting
+missing) as the single line the CLI prints.
 """
 
 from __future__ import annotations
@@ -8,8 +10,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import psycopg
+
+if TYPE_CHECKING:
+    from memfabric.settings import Settings
 
 
 class FabricError(Exception):
@@ -149,18 +155,34 @@ def one_line(exc: BaseException) -> str | None:
     diagnostics, never its message text parsed); `error: <what> — hint: <how>` otherwise.
     """
     if isinstance(exc, FabricError):
-        return _line(str(exc), exc.sqlstate, exc.hint)
+        return _line(str(exc), exc.sqlstate, exc.hint or _HINTS.get(exc.sqlstate or ""))
     if isinstance(exc, OperationalFailure):
         return _line(str(exc), None, exc.hint)
     if isinstance(exc, psycopg.Error):
         if exc.sqlstate:
             diag = exc.diag
             message = diag.message_primary or type(exc).__name__
-            return _line(message, exc.sqlstate, diag.message_hint)
+            return _line(message, exc.sqlstate, diag.message_hint or _HINTS.get(exc.sqlstate))
         if isinstance(exc, psycopg.OperationalError):
             return _connection_failure(exc)
         return None
     return _graph_or_qdrant(exc)
+
+
+# Hints for SQLSTATEs the server raises without one (never chosen by message text).
+_HINTS = {
+    "3F000": "the fabric's schemas are missing here: run `memfabric db migrate` on this database",
+}
+
+
+def _settings() -> Settings | None:
+    """The settings, or None when they are malformed themselves (never fail while failing)."""
+    from memfabric.settings import Settings
+
+    try:
+        return Settings.from_env()
+    except OperationalFailure:
+        return None
 
 
 def _line(message: str, sqlstate: str | None, hint: str | None) -> str:
@@ -180,8 +202,6 @@ def _flat(text: str) -> str:
 def _connection_failure(exc: psycopg.OperationalError) -> str:
     """A connection that failed or was lost: libpq gives no SQLSTATE, so the server is
     probed to tell "not answering" from "answering but refusing this login"."""
-    from memfabric.settings import Settings
-
     pgconn = exc.pgconn
     if pgconn is None:
         return _line(f"PostgreSQL connection failed: {exc}", None, DB_UP_HINT)
@@ -192,7 +212,8 @@ def _connection_failure(exc: psycopg.OperationalError) -> str:
     where = f"{host}:{port}" if not host.startswith("/") else f"{host}/.s.PGSQL.{port}"
     if not _answers(host, port):
         return _line(f"PostgreSQL at {where} is not answering", None, DB_UP_HINT)
-    variable = Settings.from_env().login_variable(user)
+    settings = _settings()
+    variable = settings.login_variable(user) if settings else None
     named = f" (from {variable})" if variable else ""
     reason = (pgconn.error_message or b"").decode(errors="replace") or str(exc)
     fix = (
@@ -222,18 +243,17 @@ def _answers(host: str, port: str) -> bool:
 
 
 def _graph_or_qdrant(exc: BaseException) -> str | None:
-    from memfabric.settings import Settings
-
+    settings = _settings()
     try:
         from neo4j import exceptions as graph_errors
     except ImportError:  # pragma: no cover - neo4j is a dependency
         graph_errors = None  # type: ignore[assignment]
     if graph_errors is not None:
         if isinstance(exc, graph_errors.ServiceUnavailable):
-            uri = Settings.from_env().graph_uri
+            uri = settings.graph_uri if settings else "NEO4J_URI"
             return _line(f"the graph server at {uri} is not answering", None, GRAPH_UP_HINT)
         if isinstance(exc, graph_errors.AuthError):
-            uri = Settings.from_env().graph_uri
+            uri = settings.graph_uri if settings else "NEO4J_URI"
             return _line(
                 f"the graph server at {uri} refused the login",
                 None,
@@ -244,7 +264,7 @@ def _graph_or_qdrant(exc: BaseException) -> str | None:
     except ImportError:  # pragma: no cover - qdrant-client is a dependency
         return None
     if isinstance(exc, ResponseHandlingException):
-        url = Settings.from_env().qdrant_url
+        url = settings.qdrant_url if settings else "QDRANT_URL"
         return _line(
             f"the Qdrant server at {url} is not answering",
             None,

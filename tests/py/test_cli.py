@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg.conninfo import make_conninfo
 from typer.main import get_command
 from typer.testing import CliRunner, Result
 
@@ -120,6 +121,12 @@ def test_unknown_run(fabric: Fabric) -> None:
     one_line_error(result, "(42501)", "— hint: ")
 
 
+def test_database_without_the_fabric_says_to_migrate(fabric: Fabric) -> None:
+    bare = make_conninfo(fabric.url, dbname="postgres")  # the cluster's own database
+    env = clean_env(DATABASE_URL=bare, MEMFABRIC_COMMITTER_LOGIN="mf_committer")
+    one_line_error(invoke(env, "worker", "commit", "--once"), "(3F000)", "memfabric db migrate")
+
+
 # -- the projector's login, memfabric serve, the graph server ------------------------------------
 
 
@@ -150,6 +157,17 @@ def test_semantic_recall_without_serve(fabric: Fabric, no_serve: dict[str, str])
         "semantic",
     )
     one_line_error(result, "memfabric serve is not running", no_serve["MEMFABRIC_SOCKET"])
+
+
+def test_second_serve_on_the_same_socket(no_serve: dict[str, str]) -> None:
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(no_serve["MEMFABRIC_SOCKET"])
+        listener.listen()
+        one_line_error(
+            invoke(clean_env(**no_serve), "serve"),
+            "memfabric serve is already running",
+            "MEMFABRIC_SOCKET",
+        )
 
 
 def test_graph_server_down(fabric: Fabric, no_serve: dict[str, str]) -> None:
