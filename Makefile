@@ -6,13 +6,28 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 export PGPORT ?= 54329
+export GRAPH_BOLT_PORT ?= 57687
+export GRAPH_HTTP_PORT ?= 52480
 
 .DEFAULT_GOAL := help
 
 .PHONY: help venv pg graph graph-up graph-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
 
-help: ## list the targets
+help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@echo
+	@echo "Ports (from the environment, defaults in parentheses):"
+ifdef DATABASE_URL
+	@echo "  PostgreSQL          DATABASE_URL is set: the local server is not used"
+else
+	@echo "  PostgreSQL          127.0.0.1:$(PGPORT)   PGPORT (54329)"
+endif
+ifdef NEO4J_URI
+	@echo "  graph               NEO4J_URI is set: the local graph server is not used"
+else
+	@echo "  graph, Bolt         127.0.0.1:$(GRAPH_BOLT_PORT)   GRAPH_BOLT_PORT (57687)"
+	@echo "  graph, HTTP         127.0.0.1:$(GRAPH_HTTP_PORT)   GRAPH_HTTP_PORT (52480)"
+endif
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,7 +52,7 @@ endif
 graph: ## install the local Bolt graph server (ArcadeDB) into .local/arcadedb
 	@scripts/graph.sh install
 
-graph-up: graph ## start the local Bolt graph server (127.0.0.1:57687) unless NEO4J_URI is set
+graph-up: graph ## start the local Bolt graph server (127.0.0.1:$GRAPH_BOLT_PORT) unless NEO4J_URI is set
 	@scripts/graph.sh up
 
 graph-down: ## stop the local Bolt graph server

@@ -29,15 +29,15 @@ Json = dict[str, Any]
 
 
 def default_socket() -> Path:
-    from memfabric.db import ROOT
+    from memfabric.settings import Settings
 
-    return Path(os.environ.get("MEMFABRIC_SOCKET") or ROOT / ".local" / "run" / "memfabric.sock")
+    return Settings.from_env().socket
 
 
 def default_vector_dir() -> Path:
-    from memfabric.db import ROOT
+    from memfabric.settings import Settings
 
-    return Path(os.environ.get("MEMFABRIC_VECTOR_DIR") or ROOT / ".local" / "qdrant")
+    return Settings.from_env().vector_dir
 
 
 def recall_filter(resolved: Json) -> RecallFilter:

@@ -1,21 +1,59 @@
-"""The `memfabric` command line: database lifecycle, the demo and the workers."""
+"""The `memfabric` command line: database lifecycle, the demo and the workers.
+
+Expected failures (a refusal by the database, a service not answering, a projection never
+built) print one line on stderr and exit 1; `memfabric --debug …` shows the traceback.
+Connection settings come from `Settings.from_env()`; each command's `--help` lists the
+environment variables it reads.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
-from memfabric import db
+from memfabric import db, errors
+from memfabric.settings import (
+    COMMITTER_ENV,
+    DATABASE_ENV,
+    DEFAULT_COMMITTER_LOGIN,
+    DEFAULT_CONSOLIDATOR_LOGIN,
+    DEFAULT_MAINTAINER_LOGIN,
+    ENVIRONMENT,
+    MAINTAINER_ENV,
+    PROJECTION_ENV,
+    RECALL_ENV,
+    Settings,
+)
+
+
+class FabricGroup(TyperGroup):
+    """The root command: runs the subcommand and turns an expected failure into one line
+    on stderr and exit status 1, unless --debug asks for the traceback."""
+
+    def invoke(self, ctx: Any) -> Any:  # a click context (typer vendors click)
+        try:
+            return super().invoke(ctx)
+        except (typer.TyperException, typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:
+            line = errors.one_line(exc)
+            if line is None or ctx.params.get("debug"):
+                raise
+            typer.echo(line, err=True)
+            raise typer.Exit(1) from None
+
 
 app = typer.Typer(
+    cls=FabricGroup,
     help="memfabric: a Postgres-native memory fabric control plane.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals hold connection URLs
 )
 db_app = typer.Typer(
     help="The database: local server lifecycle and migrations.", no_args_is_help=True
@@ -25,8 +63,26 @@ app.add_typer(db_app, name="db")
 app.add_typer(worker_app, name="worker")
 
 
+@app.callback()
+def main(
+    debug: bool = typer.Option(
+        False, "--debug", help="show the traceback of a failure instead of one line"
+    ),
+) -> None:
+    """memfabric: a Postgres-native memory fabric control plane."""
+
+
+def env_help(*names: str) -> str:
+    """A command's epilog: the environment variables it reads, one per line."""
+    return "Environment:\n\n" + "\n\n".join(f"{name}: {ENVIRONMENT[name]}" for name in names)
+
+
+def _committer_login_option(help_text: str = "the committer's login") -> Any:
+    return typer.Option(DEFAULT_COMMITTER_LOGIN, envvar="MEMFABRIC_COMMITTER_LOGIN", help=help_text)
+
+
 def _db_script(*args: str) -> None:
-    if os.environ.get("DATABASE_URL") and args[0] in ("up", "down"):
+    if Settings.from_env().database_url_set and args[0] in ("up", "down"):
         typer.echo("DATABASE_URL is set: the local server is not used")
         return
     code = subprocess.call([str(db.ROOT / "scripts" / "db.sh"), *args])
@@ -34,28 +90,28 @@ def _db_script(*args: str) -> None:
         raise typer.Exit(code)
 
 
-@db_app.command("up")
+@db_app.command("up", epilog=env_help(*DATABASE_ENV))
 def db_up() -> None:
     """Install PostgreSQL 17 if needed and start the local server (127.0.0.1:$PGPORT)."""
     _db_script("up")
 
 
-@db_app.command("down")
+@db_app.command("down", epilog=env_help(*DATABASE_ENV))
 def db_down() -> None:
     """Stop the local server."""
     _db_script("down")
 
 
-@db_app.command("status")
+@db_app.command("status", epilog=env_help("PGPORT"))
 def db_status() -> None:
     """Say whether the local server is running."""
     _db_script("status")
 
 
-@db_app.command("migrate")
+@db_app.command("migrate", epilog=env_help(*DATABASE_ENV, "MEMFABRIC_MIGRATOR_URL"))
 def db_migrate() -> None:
     """Bootstrap (superuser), alembic upgrade head (migration role), replay sql/ and rls/."""
-    url = db.database_url()
+    url = Settings.from_env().database_url
     db.migrate(
         url,
         progress=lambda line: typer.echo(f"[migrate] {line}"),
@@ -64,26 +120,24 @@ def db_migrate() -> None:
     typer.echo("[migrate] at head")
 
 
-@db_app.command("reindex-text")
+@db_app.command("reindex-text", epilog=env_help(*DATABASE_ENV, "MEMFABRIC_MIGRATOR_URL"))
 def db_reindex_text() -> None:
-    """Rebuild search text and statistics after text_search_config changed (migration role;
-    reads DATABASE_URL or MEMFABRIC_MIGRATOR_URL)."""
-    typer.echo(f"[reindex-text] {json.dumps(db.reindex_text(db.database_url()))}")
+    """Rebuild search text and statistics after text_search_config changed (migration role)."""
+    typer.echo(f"[reindex-text] {json.dumps(db.reindex_text(Settings.from_env().database_url))}")
 
 
-@app.command()
+@app.command(epilog=env_help(*DATABASE_ENV))
 def demo() -> None:
     """A narrated scenario: tenant, agents with their own logins, a run, proposals, commits."""
     from memfabric.demo import run_demo
 
-    sys.exit(run_demo(db.database_url()))
+    sys.exit(run_demo(Settings.from_env().database_url))
 
 
-@worker_app.command("commit")
+@worker_app.command("commit", epilog=env_help(*COMMITTER_ENV))
 def worker_commit(
-    login: str = typer.Option(
-        os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010"),
-        help="the committer's login (a member of fabric_committer, registered as an agent)",
+    login: str = _committer_login_option(
+        "the committer's login (a member of fabric_committer, registered as an agent)"
     ),
     once: bool = typer.Option(False, help="drain what is validated now, then exit"),
     batch: int = typer.Option(100, min=1, max=10000, help="proposals per transaction"),
@@ -92,9 +146,8 @@ def worker_commit(
     """Commit validated proposals as they arrive (safe to run several at once)."""
     from memfabric.worker import run_committer
 
-    conninfo = _committer_conninfo(login)
     committed, rejected = run_committer(
-        conninfo,
+        Settings.from_env().conninfo("committer", login),
         batch=batch,
         once=once,
         poll_seconds=poll,
@@ -103,16 +156,18 @@ def worker_commit(
     typer.echo(f"[commit] done: {committed} committed, {rejected} rejected at commit")
 
 
-@worker_app.command("consolidate")
+@worker_app.command(
+    "consolidate",
+    epilog=env_help(*COMMITTER_ENV, "MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"),
+)
 def worker_consolidate(
     tenant: list[str] = typer.Option(..., help="tenant(s) to consolidate"),
     consolidator_login: str = typer.Option(
-        os.environ.get("MEMFABRIC_CONSOLIDATOR_LOGIN", "os_agt_011"),
+        DEFAULT_CONSOLIDATOR_LOGIN,
+        envvar="MEMFABRIC_CONSOLIDATOR_LOGIN",
         help="the consolidator's login (member of fabric_consolidator, registered as an agent)",
     ),
-    committer_login: str = typer.Option(
-        os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010"), help="the committer's login"
-    ),
+    committer_login: str = _committer_login_option(),
     once: bool = typer.Option(False, help="run the workflow once, then exit"),
     interval: float = typer.Option(300.0, min=1.0, help="seconds between scheduled runs"),
     budget: int | None = typer.Option(
@@ -126,11 +181,15 @@ def worker_consolidate(
 
     from memfabric.consolidate import run_consolidation
 
-    url = db.database_url()
+    settings = Settings.from_env()
     while True:
         with (
-            psycopg.connect(db.url_for(url, consolidator_login), autocommit=True) as reader,
-            psycopg.connect(db.url_for(url, committer_login), autocommit=True) as committer,
+            psycopg.connect(
+                settings.conninfo("consolidator", consolidator_login), autocommit=True
+            ) as reader,
+            psycopg.connect(
+                settings.conninfo("committer", committer_login), autocommit=True
+            ) as committer,
         ):
             for name in tenant:
                 run_consolidation(
@@ -145,45 +204,42 @@ def worker_consolidate(
         time.sleep(interval)
 
 
-def _committer_conninfo(login: str) -> str:
-    return os.environ.get("MEMFABRIC_COMMITTER_URL") or db.url_for(db.database_url(), login)
-
-
-COMMITTER_LOGIN = os.environ.get("MEMFABRIC_COMMITTER_LOGIN", "os_agt_010")
-# The maintenance login (member of fabric_maintainer): VACUUM after erasure and decay only.
-MAINTAINER_LOGIN = os.environ.get("MEMFABRIC_MAINTAINER_LOGIN", "memfabric_maintainer")
 MAINTAINER_HELP = (
-    "the maintenance login that VACUUMs what erasure/decay rewrote (member of "
-    "fabric_maintainer; env MEMFABRIC_MAINTAINER_LOGIN, or MEMFABRIC_MAINTAINER_URL)"
+    "the maintenance login that VACUUMs what erasure/decay rewrote (member of fabric_maintainer)"
 )
 
 
-def _maintainer_conninfo(login: str) -> str:
-    return os.environ.get("MEMFABRIC_MAINTAINER_URL") or db.url_for(db.database_url(), login)
+def _maintainer_login_option() -> Any:
+    return typer.Option(
+        DEFAULT_MAINTAINER_LOGIN, envvar="MEMFABRIC_MAINTAINER_LOGIN", help=MAINTAINER_HELP
+    )
 
 
-@app.command()
+@app.command(epilog=env_help(*MAINTAINER_ENV))
 def decay(
     now: str | None = typer.Option(None, help="run as of this RFC 3339 time (default: now)"),
-    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
-    maintainer_login: str = typer.Option(MAINTAINER_LOGIN, help=MAINTAINER_HELP),
+    login: str = _committer_login_option(),
+    maintainer_login: str = _maintainer_login_option(),
 ) -> None:
     """Run decay once: interval expiry, operational window closure, regulated ceilings."""
     import psycopg
 
     from memfabric.worker import run_decay_once
 
+    settings = Settings.from_env()
     with (
-        psycopg.connect(_committer_conninfo(login), autocommit=True) as conn,
-        psycopg.connect(_maintainer_conninfo(maintainer_login), autocommit=True) as maintainer,
+        psycopg.connect(settings.conninfo("committer", login), autocommit=True) as conn,
+        psycopg.connect(
+            settings.conninfo("maintainer", maintainer_login), autocommit=True
+        ) as maintainer,
     ):
         typer.echo(f"[decay] {run_decay_once(conn, now, maintainer=maintainer)}")
 
 
-@worker_app.command("decay")
+@worker_app.command("decay", epilog=env_help(*COMMITTER_ENV))
 def worker_decay(
-    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
-    maintainer_login: str = typer.Option(MAINTAINER_LOGIN, help=MAINTAINER_HELP),
+    login: str = _committer_login_option(),
+    maintainer_login: str = _maintainer_login_option(),
     interval: float = typer.Option(3600.0, min=1.0, help="seconds between scheduled passes"),
 ) -> None:
     """Run decay on a schedule (never opportunistically: recall never mutates anything)."""
@@ -193,20 +249,23 @@ def worker_decay(
 
     from memfabric.worker import run_decay_once
 
+    settings = Settings.from_env()
+    conninfo = settings.conninfo("committer", login)
+    maintainer_conninfo = settings.conninfo("maintainer", maintainer_login)
     while True:
         with (
-            psycopg.connect(_committer_conninfo(login), autocommit=True) as conn,
-            psycopg.connect(_maintainer_conninfo(maintainer_login), autocommit=True) as maint,
+            psycopg.connect(conninfo, autocommit=True) as conn,
+            psycopg.connect(maintainer_conninfo, autocommit=True) as maint,
         ):
             typer.echo(f"[decay] {run_decay_once(conn, maintainer=maint)}")
         time.sleep(interval)
 
 
-@app.command("erase")
+@app.command("erase", epilog=env_help(*COMMITTER_ENV))
 def erase_command(
     approval_id: str = typer.Argument(..., help="an approved erase or erase_subject approval"),
-    login: str = typer.Option(COMMITTER_LOGIN, help="the committer's login"),
-    maintainer_login: str = typer.Option(MAINTAINER_LOGIN, help=MAINTAINER_HELP),
+    login: str = _committer_login_option(),
+    maintainer_login: str = _maintainer_login_option(),
 ) -> None:
     """Execute an approved erasure as the committer, leave tombstones, then VACUUM the
     touched tables as the maintenance login."""
@@ -214,9 +273,12 @@ def erase_command(
 
     from memfabric.worker import erase
 
+    settings = Settings.from_env()
     with (
-        psycopg.connect(_committer_conninfo(login), autocommit=True) as conn,
-        psycopg.connect(_maintainer_conninfo(maintainer_login), autocommit=True) as maintainer,
+        psycopg.connect(settings.conninfo("committer", login), autocommit=True) as conn,
+        psycopg.connect(
+            settings.conninfo("maintainer", maintainer_login), autocommit=True
+        ) as maintainer,
     ):
         typer.echo(f"[erase] {erase(conn, approval_id, maintainer=maintainer)}")
 
@@ -225,12 +287,13 @@ def _operate(op: str, **kwargs: Any) -> dict[str, Any]:
     """Run rebuild/drill/verify in `memfabric serve` when it runs (it owns the Edge
     shards), else here over the stores the environment names."""
     from memfabric import ops
-    from memfabric.broker import RemoteBroker, default_socket, serving
+    from memfabric.broker import RemoteBroker, serving
     from memfabric.runtime import close_projector, open_projector, projector_conninfo
 
-    if not os.environ.get("QDRANT_URL") and serving(default_socket()):
-        typer.echo(f"[{op}] asking memfabric serve ({default_socket()})")
-        return RemoteBroker(default_socket()).run(op, **kwargs)
+    settings = Settings.from_env()
+    if not settings.qdrant_url and serving(settings.socket):
+        typer.echo(f"[{op}] asking memfabric serve ({settings.socket})")
+        return RemoteBroker(settings.socket).run(op, **kwargs)
     projector = open_projector(projector_conninfo())
     try:
         if op == "verify":
@@ -247,7 +310,7 @@ def _operate(op: str, **kwargs: Any) -> dict[str, Any]:
         close_projector(projector)
 
 
-@app.command()
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def rebuild(target: str = typer.Argument("all", help="qdrant, graph or all")) -> None:
     """Wipe a projection and rebuild it from Postgres alone (stored embeddings are reused)."""
     if target not in ("qdrant", "graph", "all"):
@@ -255,16 +318,25 @@ def rebuild(target: str = typer.Argument("all", help="qdrant, graph or all")) ->
     typer.echo(json.dumps(_operate("rebuild", target=target)))
 
 
-@app.command()
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def drill() -> None:
     """Probe, wipe, rebuild, probe again: fails unless both answers are identical."""
     result = _operate("drill")
+    if result.get("never_built"):
+        names = " and ".join(result["never_built"])
+        raise errors.NotBuilt(
+            f"the {names} projection{'s were' if len(result['never_built']) > 1 else ' was'} "
+            f"never built ({result['records']} records in PostgreSQL, none projected): "
+            "there is nothing to drill",
+            hint="build them with `memfabric rebuild all` (or run `memfabric serve`, which "
+            "projects continuously), then drill",
+        )
     typer.echo(json.dumps(result))
     if not result["identical"]:
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def verify() -> None:
     """Compare counts and payload hashes between Postgres and each projection."""
     result = _operate("verify")
@@ -273,7 +345,7 @@ def verify() -> None:
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def serve(
     poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
 ) -> None:
@@ -282,9 +354,16 @@ def serve(
     import threading
 
     from memfabric import ops
-    from memfabric.broker import LocalBroker, default_socket, serve_socket
+    from memfabric.broker import LocalBroker, serve_socket, serving
     from memfabric.runtime import close_projector, open_projector, projector_conninfo
 
+    socket = Settings.from_env().socket
+    if serving(socket):
+        raise errors.OperationalFailure(
+            f"memfabric serve is already running on {socket}",
+            hint="use that one, or give a second one its own MEMFABRIC_SOCKET and "
+            "MEMFABRIC_VECTOR_DIR",
+        )
     lock = threading.Lock()
     projector = open_projector(
         projector_conninfo(), guard=lock, progress=lambda line: typer.echo(f"[project] {line}")
@@ -299,27 +378,27 @@ def serve(
             "verify": lambda: ops.verify(projector),
         },
     )
-    server = serve_socket(broker, default_socket(), lock)
+    server = serve_socket(broker, socket, lock)
     from memfabric.worker import run_sealer
 
     threading.Thread(
         target=run_sealer,
-        args=(_committer_conninfo(COMMITTER_LOGIN),),
+        args=(Settings.from_env().conninfo("committer"),),
         kwargs={"poll_seconds": poll, "progress": lambda line: typer.echo(f"[seal] {line}")},
         daemon=True,
     ).start()
-    typer.echo(f"[serve] listening on {default_socket()}; projecting to qdrant and graph")
+    typer.echo(f"[serve] listening on {socket}; projecting to qdrant and graph")
     try:
         projector.run(poll_seconds=poll)
     except KeyboardInterrupt:
         pass
     finally:
         server.shutdown()
-        default_socket().unlink(missing_ok=True)
+        socket.unlink(missing_ok=True)
         close_projector(projector)
 
 
-@app.command("recall")
+@app.command("recall", epilog=env_help(*RECALL_ENV))
 def recall_command(
     login: str = typer.Option(..., help="the agent's login"),
     run_id: str = typer.Option(..., "--run", help="the agent's open run"),
@@ -343,8 +422,8 @@ def recall_command(
         request["query"] = query
     if tier:
         request["tiers"] = tier
-    with psycopg.connect(db.url_for(db.database_url(), login), autocommit=True) as conn:
-        typer.echo(json.dumps(recall(conn, request), indent=2, default=str))
+    with psycopg.connect(db.url_for(Settings.from_env().database_url, login), autocommit=True) as c:
+        typer.echo(json.dumps(recall(c, request), indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ idempotent objects of `sql/` and `rls/` replayed in name order in one transactio
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,13 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from memfabric.settings import DEFAULT_PGPORT, Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 SQL_DIRS = (ROOT / "sql", ROOT / "rls")
 MIGRATOR = "fabric_migrator"
 EXTENSIONS = ("vector", "plpython3u", "btree_gist", "btree_gin", "pgcrypto")
-DEFAULT_PORT = 54329
+DEFAULT_PORT = DEFAULT_PGPORT
 # Database-level settings of the install (DESIGN.md §7, Logs): failing statements and the
 # DETAIL/CONTEXT of errors (which can quote values) never reach the server log, and one
 # stuck session cannot stall projection.
@@ -66,11 +67,7 @@ def _quiet(_: str) -> None:
 
 def database_url() -> str:
     """DATABASE_URL, or the embedded local server (127.0.0.1, PGPORT or 54329)."""
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        return url
-    port = os.environ.get("PGPORT", str(DEFAULT_PORT))
-    return f"postgresql://postgres@127.0.0.1:{port}/memfabric"
+    return Settings.from_env().database_url
 
 
 def url_for(url: str, user: str) -> str:
@@ -81,7 +78,7 @@ def url_for(url: str, user: str) -> str:
 
 
 def migrator_url(url: str) -> str:
-    return os.environ.get("MEMFABRIC_MIGRATOR_URL") or url_for(url, MIGRATOR)
+    return Settings.from_env().migrator_url or url_for(url, MIGRATOR)
 
 
 def server_log_risks(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:

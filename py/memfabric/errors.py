@@ -1,14 +1,21 @@
 """SQLSTATE -> exception map. The database decides; Python only names the outcome.
 
-Never parse message text: the SQLSTATE is the interface (docs/errors.md).
+Never parse message text: the SQLSTATE is the interface (docs/errors.md). `one_line`
+renders an expected failure (a refusal by the database, a service not answering, a setting
+missing) as the single line the CLI prints.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import psycopg
+
+if TYPE_CHECKING:
+    from memfabric.settings import Settings
 
 
 class FabricError(Exception):
@@ -108,3 +115,164 @@ def mapped() -> Iterator[None]:
         if exc.sqlstate is None:
             raise
         raise translate(exc) from exc
+
+
+# -- failures outside the database's rules ----------------------------------------------------
+
+
+class OperationalFailure(RuntimeError):
+    """An expected failure that is not a refusal by the fabric: a service not answering, a
+    projection never built, a setting missing. It carries what happened and how to fix it."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class Unreachable(OperationalFailure):
+    """A service the command needs (PostgreSQL, memfabric serve, the graph, Qdrant) is not
+    answering."""
+
+
+class NotBuilt(OperationalFailure):
+    """A projection holds nothing while PostgreSQL holds records for it."""
+
+
+class Misconfigured(OperationalFailure):
+    """A setting is missing or malformed."""
+
+
+DB_UP_HINT = (
+    "start the local server with `memfabric db up` (or `make db-up`), "
+    "or point DATABASE_URL at a running PostgreSQL 17"
+)
+GRAPH_UP_HINT = (
+    "start the local graph server with `make graph-up` (port GRAPH_BOLT_PORT), "
+    "or set NEO4J_URI, NEO4J_USER and NEO4J_PASSWORD for a Neo4j 5 server"
+)
+
+
+def one_line(exc: BaseException) -> str | None:
+    """The one line the CLI prints for an expected failure; None for anything else (a bug,
+    whose traceback must stay visible).
+
+    `error: <message> (<SQLSTATE>) — hint: <hint>` for a refusal by the database (its
+    diagnostics, never its message text parsed); `error: <what> — hint: <how>` otherwise.
+    """
+    if isinstance(exc, FabricError):
+        return _line(str(exc), exc.sqlstate, exc.hint or _HINTS.get(exc.sqlstate or ""))
+    if isinstance(exc, OperationalFailure):
+        return _line(str(exc), None, exc.hint)
+    if isinstance(exc, psycopg.Error):
+        if exc.sqlstate:
+            diag = exc.diag
+            message = diag.message_primary or type(exc).__name__
+            return _line(message, exc.sqlstate, diag.message_hint or _HINTS.get(exc.sqlstate))
+        if isinstance(exc, psycopg.OperationalError):
+            return _connection_failure(exc)
+        return None
+    return _graph_or_qdrant(exc)
+
+
+# Hints for SQLSTATEs the server raises without one (never chosen by message text).
+_HINTS = {
+    "3F000": "the fabric's schemas are missing here: run `memfabric db migrate` on this database",
+}
+
+
+def _settings() -> Settings | None:
+    """The settings, or None when they are malformed themselves (never fail while failing)."""
+    from memfabric.settings import Settings
+
+    try:
+        return Settings.from_env()
+    except OperationalFailure:
+        return None
+
+
+def _line(message: str, sqlstate: str | None, hint: str | None) -> str:
+    text = f"error: {_flat(message)}"
+    if sqlstate:
+        text += f" ({sqlstate})"
+    if hint:
+        text += f" — hint: {_flat(hint)}"
+    return text
+
+
+def _flat(text: str) -> str:
+    """Whitespace (libpq's multi-line messages) folded into one line."""
+    return " ".join(text.split())
+
+
+def _connection_failure(exc: psycopg.OperationalError) -> str:
+    """A connection that failed or was lost: libpq gives no SQLSTATE, so the server is
+    probed to tell "not answering" from "answering but refusing this login"."""
+    pgconn = exc.pgconn
+    if pgconn is None:
+        return _line(f"PostgreSQL connection failed: {exc}", None, DB_UP_HINT)
+    host = (pgconn.host or b"").decode() or "localhost"
+    port = (pgconn.port or b"").decode() or "5432"
+    user = (pgconn.user or b"").decode()
+    dbname = (pgconn.db or b"").decode()
+    where = f"{host}:{port}" if not host.startswith("/") else f"{host}/.s.PGSQL.{port}"
+    if not _answers(host, port):
+        return _line(f"PostgreSQL at {where} is not answering", None, DB_UP_HINT)
+    settings = _settings()
+    variable = settings.login_variable(user) if settings else None
+    named = f" (from {variable})" if variable else ""
+    reason = (pgconn.error_message or b"").decode(errors="replace") or str(exc)
+    fix = (
+        f"set {variable} to one that does, or a full URL in {variable[: -len('LOGIN')]}URL"
+        if variable
+        else "pass one that does (--login), or check DATABASE_URL"
+    )
+    return _line(
+        f'PostgreSQL at {where} refused login "{user}"{named} to database "{dbname}": {reason}',
+        None,
+        f"the login must exist and be allowed to connect: {fix}",
+    )
+
+
+def _answers(host: str, port: str) -> bool:
+    """Does anything accept connections at the server's address?"""
+    try:
+        if host.startswith("/"):
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.settimeout(2)
+                probe.connect(f"{host}/.s.PGSQL.{port}")
+        else:
+            socket.create_connection((host, int(port)), timeout=2).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _graph_or_qdrant(exc: BaseException) -> str | None:
+    settings = _settings()
+    try:
+        from neo4j import exceptions as graph_errors
+    except ImportError:  # pragma: no cover - neo4j is a dependency
+        graph_errors = None  # type: ignore[assignment]
+    if graph_errors is not None:
+        if isinstance(exc, graph_errors.ServiceUnavailable):
+            uri = settings.graph_uri if settings else "NEO4J_URI"
+            return _line(f"the graph server at {uri} is not answering", None, GRAPH_UP_HINT)
+        if isinstance(exc, graph_errors.AuthError):
+            uri = settings.graph_uri if settings else "NEO4J_URI"
+            return _line(
+                f"the graph server at {uri} refused the login",
+                None,
+                "set NEO4J_USER and NEO4J_PASSWORD (or GRAPH_PASSWORD for the local server)",
+            )
+    try:
+        from qdrant_client.http.exceptions import ResponseHandlingException
+    except ImportError:  # pragma: no cover - qdrant-client is a dependency
+        return None
+    if isinstance(exc, ResponseHandlingException):
+        url = settings.qdrant_url if settings else "QDRANT_URL"
+        return _line(
+            f"the Qdrant server at {url} is not answering",
+            None,
+            "start it, or unset QDRANT_URL to use the embedded shards of `memfabric serve`",
+        )
+    return None

@@ -42,7 +42,6 @@ or SUPERSEDES.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -495,22 +494,25 @@ def graph_from_env() -> GraphStore:
     `graph`). With NEO4J_URI (a real Neo4j 5): user `neo4j` and database `neo4j` unless
     named, and NEO4J_PASSWORD is required.
     """
-    env = os.environ
-    uri = env.get("NEO4J_URI")
-    if uri:
-        password = env.get("NEO4J_PASSWORD")
-        if password is None:
-            raise RuntimeError("NEO4J_URI is set but NEO4J_PASSWORD is not")
+    from memfabric.errors import Misconfigured
+    from memfabric.settings import Settings
+
+    s = Settings.from_env()
+    if s.neo4j_uri:
+        if s.neo4j_password is None:
+            raise Misconfigured(
+                "NEO4J_URI is set but NEO4J_PASSWORD is not",
+                hint="set NEO4J_PASSWORD (and NEO4J_USER unless it is neo4j)",
+            )
         return GraphStore(
-            uri,
-            env.get("NEO4J_USER") or NEO4J_DEFAULT_USER,
-            password,
-            env.get("NEO4J_DATABASE") or NEO4J_DEFAULT_DATABASE,
+            s.neo4j_uri,
+            s.neo4j_user or NEO4J_DEFAULT_USER,
+            s.neo4j_password,
+            s.neo4j_database or NEO4J_DEFAULT_DATABASE,
         )
-    port = env.get("GRAPH_BOLT_PORT") or str(LOCAL_BOLT_PORT)
     return GraphStore(
-        f"bolt://127.0.0.1:{port}",
-        env.get("NEO4J_USER") or LOCAL_USER,
-        env.get("NEO4J_PASSWORD") or env.get("GRAPH_PASSWORD") or LOCAL_PASSWORD,
-        env.get("NEO4J_DATABASE") or LOCAL_DATABASE,
+        s.graph_uri,
+        s.neo4j_user or LOCAL_USER,
+        s.neo4j_password or s.graph_password or LOCAL_PASSWORD,
+        s.neo4j_database or LOCAL_DATABASE,
     )

@@ -87,8 +87,36 @@ def probes(projector: Projector) -> Json:
     return out
 
 
+def never_built(projector: Projector, records: list[Json]) -> list[str]:
+    """The projections that hold nothing while Postgres holds records for them: never built
+    (or wiped since). A drill on them would compare nothing with something."""
+    unbuilt = []
+    store = projector.store
+    if (
+        store is not None
+        and any(projectable(r) for r in records)
+        and not any(store.count(tier) for tier in INDEXED_TIERS)
+    ):
+        unbuilt.append("qdrant")
+    if projector.graph is not None and records and not projector.graph.count_memories():
+        unbuilt.append("graph")
+    return unbuilt
+
+
 def drill(projector: Projector, progress: Progress = lambda _d, _t: None) -> Json:
-    """Probes, wipe, rebuild, probes again; `identical` is the verdict (invariant 6)."""
+    """Probes, wipe, rebuild, probes again; `identical` is the verdict (invariant 6).
+    Projections that were never built are named in `never_built` and left untouched."""
+    records = _all_records(projector)
+    unbuilt = never_built(projector, records)
+    if unbuilt:
+        return {
+            "identical": False,
+            "never_built": unbuilt,
+            "records": len(records),
+            "differences": [],
+            "rebuilt": {},
+            "probes": 0,
+        }
     before = probes(projector)
     rebuilt = rebuild(
         projector,

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import psycopg
 
-from memfabric import db
 from memfabric.embedding import Embedder, embedder_from_settings
 from memfabric.graph import GraphStore, graph_from_env
 from memfabric.projector import Projector
+from memfabric.settings import Settings
 from memfabric.vectors import VectorStore, store_from_env
 
-PROJECTOR_LOGIN = os.environ.get("MEMFABRIC_PROJECTOR_LOGIN", "memfabric_projector")
 
-
-def projector_conninfo(login: str = PROJECTOR_LOGIN) -> str:
-    return os.environ.get("MEMFABRIC_PROJECTOR_URL") or db.url_for(db.database_url(), login)
+def projector_conninfo(login: str | None = None) -> str:
+    """MEMFABRIC_PROJECTOR_URL, or the database as `login` (MEMFABRIC_PROJECTOR_LOGIN)."""
+    return Settings.from_env().conninfo("projector", login)
 
 
 def deployment_embedder(conninfo: str | psycopg.Connection[Any]) -> Embedder:
@@ -34,7 +32,7 @@ def deployment_embedder(conninfo: str | psycopg.Connection[Any]) -> Embedder:
             "http",
             base_url=settings["url"],
             model=settings["model"],
-            dims=int(os.environ.get("MEMFABRIC_EMBEDDER_DIMS", "384")),
+            dims=Settings.from_env().embedder_dims,
         )
     return embedder_from_settings("minilm")
 

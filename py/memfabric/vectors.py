@@ -1334,7 +1334,9 @@ def _client_index(kind: str) -> Any:
 
 def store_from_env(data_dir: str | os.PathLike[str]) -> VectorStore:
     """QDRANT_URL (and QDRANT_API_KEY) set: a Qdrant server; otherwise Edge in `data_dir`."""
-    url = os.environ.get("QDRANT_URL")
-    if url:
-        return QdrantServerStore(url, api_key=os.environ.get("QDRANT_API_KEY") or None)
+    from memfabric.settings import Settings
+
+    settings = Settings.from_env()
+    if settings.qdrant_url:
+        return QdrantServerStore(settings.qdrant_url, api_key=settings.qdrant_api_key)
     return EdgeVectorStore(data_dir)

@@ -1,0 +1,208 @@
+"""Every connection knob of the fabric, read from the environment in one place.
+
+`Settings.from_env()` is the only reader of the process environment: the CLI, the workers,
+the projector, the broker and the stores take their URLs, logins, ports and paths from it.
+`ENVIRONMENT` describes each variable once; the CLI's `--help` lists the ones a command
+reads from there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+
+DEFAULT_PGPORT: Final = 54329
+DEFAULT_GRAPH_BOLT_PORT: Final = 57687
+DEFAULT_GRAPH_HTTP_PORT: Final = 52480
+DEFAULT_COMMITTER_LOGIN: Final = "os_agt_010"
+DEFAULT_CONSOLIDATOR_LOGIN: Final = "os_agt_011"
+DEFAULT_PROJECTOR_LOGIN: Final = "memfabric_projector"
+DEFAULT_MAINTAINER_LOGIN: Final = "memfabric_maintainer"
+DEFAULT_EMBEDDER_DIMS: Final = 384
+
+Identity = Literal["committer", "consolidator", "projector", "maintainer"]
+
+# name -> what it sets (shown by `memfabric <command> --help`)
+ENVIRONMENT: Final[dict[str, str]] = {
+    "DATABASE_URL": "the fabric's database; unset: the local server on 127.0.0.1:$PGPORT",
+    "PGPORT": f"port of the local server (default {DEFAULT_PGPORT})",
+    "MEMFABRIC_MIGRATOR_URL": "the migration role's connection (default: DATABASE_URL as "
+    "fabric_migrator)",
+    "MEMFABRIC_COMMITTER_LOGIN": f"the committer's login (default {DEFAULT_COMMITTER_LOGIN})",
+    "MEMFABRIC_COMMITTER_URL": "the committer's full connection URL (replaces the login)",
+    "MEMFABRIC_CONSOLIDATOR_LOGIN": "the consolidator's login (default "
+    f"{DEFAULT_CONSOLIDATOR_LOGIN})",
+    "MEMFABRIC_CONSOLIDATOR_URL": "the consolidator's full connection URL (replaces the login)",
+    "MEMFABRIC_PROJECTOR_LOGIN": f"the projector's login (default {DEFAULT_PROJECTOR_LOGIN})",
+    "MEMFABRIC_PROJECTOR_URL": "the projector's full connection URL (replaces the login)",
+    "MEMFABRIC_MAINTAINER_LOGIN": "the maintenance login, member of fabric_maintainer, that "
+    f"VACUUMs after erasure and decay (default {DEFAULT_MAINTAINER_LOGIN})",
+    "MEMFABRIC_MAINTAINER_URL": "the maintenance login's full connection URL (replaces the login)",
+    "MEMFABRIC_SOCKET": "the unix socket of memfabric serve (default .local/run/memfabric.sock)",
+    "MEMFABRIC_VECTOR_DIR": "the embedded Qdrant shards (default .local/qdrant)",
+    "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
+    "QDRANT_URL": "a Qdrant server; unset: the embedded shards owned by memfabric serve",
+    "QDRANT_API_KEY": "the Qdrant server's API key",
+    "NEO4J_URI": "a Neo4j 5 server; unset: the local graph server on GRAPH_BOLT_PORT",
+    "NEO4J_USER": "the graph login (default neo4j, or root for the local server)",
+    "NEO4J_PASSWORD": "the graph password (required with NEO4J_URI)",
+    "NEO4J_DATABASE": "the graph database (default neo4j, or graph for the local server)",
+    "GRAPH_BOLT_PORT": f"Bolt port of the local graph server (default {DEFAULT_GRAPH_BOLT_PORT})",
+    "GRAPH_HTTP_PORT": f"HTTP port of the local graph server (default {DEFAULT_GRAPH_HTTP_PORT})",
+    "GRAPH_PASSWORD": "root password of the local graph server (default memfabric-graph)",
+}
+
+# The variables each group of commands reads.
+DATABASE_ENV: Final = ("DATABASE_URL", "PGPORT")
+COMMITTER_ENV: Final = (*DATABASE_ENV, "MEMFABRIC_COMMITTER_LOGIN", "MEMFABRIC_COMMITTER_URL")
+MAINTAINER_ENV: Final = (
+    *COMMITTER_ENV,
+    "MEMFABRIC_MAINTAINER_LOGIN",
+    "MEMFABRIC_MAINTAINER_URL",
+)
+RECALL_ENV: Final = (
+    *DATABASE_ENV,
+    "MEMFABRIC_SOCKET",
+    "QDRANT_URL",
+    "QDRANT_API_KEY",
+    "MEMFABRIC_PROJECTOR_LOGIN",
+    "MEMFABRIC_PROJECTOR_URL",
+    "MEMFABRIC_EMBEDDER_DIMS",
+)
+PROJECTION_ENV: Final = (
+    *DATABASE_ENV,
+    "MEMFABRIC_PROJECTOR_LOGIN",
+    "MEMFABRIC_PROJECTOR_URL",
+    "MEMFABRIC_SOCKET",
+    "MEMFABRIC_VECTOR_DIR",
+    "MEMFABRIC_EMBEDDER_DIMS",
+    "QDRANT_URL",
+    "QDRANT_API_KEY",
+    "NEO4J_URI",
+    "NEO4J_USER",
+    "NEO4J_PASSWORD",
+    "NEO4J_DATABASE",
+    "GRAPH_BOLT_PORT",
+    "GRAPH_PASSWORD",
+)
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name) or ""
+    if not value.strip():
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        from memfabric.errors import Misconfigured
+
+        raise Misconfigured(
+            f"{name} is not an integer", hint=f"set {name} to a number, or unset it"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the database, the stores and the serve process are, and who logs in."""
+
+    database_url: str
+    database_url_set: bool  # DATABASE_URL given: the local server is not used
+    pgport: int
+    migrator_url: str | None
+    committer_login: str
+    committer_url: str | None
+    consolidator_login: str
+    consolidator_url: str | None
+    projector_login: str
+    projector_url: str | None
+    maintainer_login: str
+    maintainer_url: str | None
+    socket: Path
+    vector_dir: Path
+    embedder_dims: int
+    qdrant_url: str | None
+    qdrant_api_key: str | None
+    neo4j_uri: str | None
+    neo4j_user: str | None
+    neo4j_password: str | None
+    neo4j_database: str | None
+    graph_bolt_port: int
+    graph_http_port: int
+    graph_password: str | None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings of this process (or of `env`); empty values count as unset."""
+        e = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            return e.get(name) or None
+
+        pgport = _int(e, "PGPORT", DEFAULT_PGPORT)
+        url = get("DATABASE_URL")
+        return cls(
+            database_url=url or f"postgresql://postgres@127.0.0.1:{pgport}/memfabric",
+            database_url_set=url is not None,
+            pgport=pgport,
+            migrator_url=get("MEMFABRIC_MIGRATOR_URL"),
+            committer_login=get("MEMFABRIC_COMMITTER_LOGIN") or DEFAULT_COMMITTER_LOGIN,
+            committer_url=get("MEMFABRIC_COMMITTER_URL"),
+            consolidator_login=get("MEMFABRIC_CONSOLIDATOR_LOGIN") or DEFAULT_CONSOLIDATOR_LOGIN,
+            consolidator_url=get("MEMFABRIC_CONSOLIDATOR_URL"),
+            projector_login=get("MEMFABRIC_PROJECTOR_LOGIN") or DEFAULT_PROJECTOR_LOGIN,
+            projector_url=get("MEMFABRIC_PROJECTOR_URL"),
+            maintainer_login=get("MEMFABRIC_MAINTAINER_LOGIN") or DEFAULT_MAINTAINER_LOGIN,
+            maintainer_url=get("MEMFABRIC_MAINTAINER_URL"),
+            socket=Path(get("MEMFABRIC_SOCKET") or ROOT / ".local" / "run" / "memfabric.sock"),
+            vector_dir=Path(get("MEMFABRIC_VECTOR_DIR") or ROOT / ".local" / "qdrant"),
+            embedder_dims=_int(e, "MEMFABRIC_EMBEDDER_DIMS", DEFAULT_EMBEDDER_DIMS),
+            qdrant_url=get("QDRANT_URL"),
+            qdrant_api_key=get("QDRANT_API_KEY"),
+            neo4j_uri=get("NEO4J_URI"),
+            neo4j_user=get("NEO4J_USER"),
+            neo4j_password=get("NEO4J_PASSWORD"),
+            neo4j_database=get("NEO4J_DATABASE"),
+            graph_bolt_port=_int(e, "GRAPH_BOLT_PORT", DEFAULT_GRAPH_BOLT_PORT),
+            graph_http_port=_int(e, "GRAPH_HTTP_PORT", DEFAULT_GRAPH_HTTP_PORT),
+            graph_password=get("GRAPH_PASSWORD"),
+        )
+
+    def login(self, identity: Identity) -> str:
+        return {
+            "committer": self.committer_login,
+            "consolidator": self.consolidator_login,
+            "projector": self.projector_login,
+            "maintainer": self.maintainer_login,
+        }[identity]
+
+    def conninfo(self, identity: Identity, login: str | None = None) -> str:
+        """The connection of a service identity: its `MEMFABRIC_<IDENTITY>_URL` when set,
+        else the database URL logged in as `login` (default: its `…_LOGIN`)."""
+        override = {
+            "committer": self.committer_url,
+            "consolidator": self.consolidator_url,
+            "projector": self.projector_url,
+            "maintainer": self.maintainer_url,
+        }[identity]
+        if override:
+            return override
+        from memfabric.db import url_for
+
+        return url_for(self.database_url, login or self.login(identity))
+
+    def login_variable(self, login: str) -> str | None:
+        """The environment variable that names this login, if a service identity uses it."""
+        for identity in ("committer", "consolidator", "projector", "maintainer"):
+            if self.login(identity) == login:
+                return f"MEMFABRIC_{identity.upper()}_LOGIN"
+        return None
+
+    @property
+    def graph_uri(self) -> str:
+        """NEO4J_URI, or the local graph server's Bolt URL."""
+        return self.neo4j_uri or f"bolt://127.0.0.1:{self.graph_bolt_port}"
