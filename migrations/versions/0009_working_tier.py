@@ -1,0 +1,39 @@
+"""The working tier's hand-off: a proposal says it came from working memory, so that its
+commit emits memory.record.promoted (from_tier working) in the same transaction.
+
+Revision ID: 0009_working_tier
+Revises: 0008_commit_hardening
+Create Date: 2026-12-01
+"""
+
+from alembic import op
+
+revision = "0009_working_tier"
+down_revision = "0008_commit_hardening"
+branch_labels = None
+depends_on = None
+
+UPGRADE = r"""
+SET LOCAL ROLE fabric_owner;
+-- Only fabric_api.handoff sets it; a hand-off forms raw episodes by extraction, nothing else.
+ALTER TABLE fabric.proposals
+  ADD COLUMN from_tier text,
+  ADD CONSTRAINT proposals_from_tier_is_working CHECK (from_tier = 'working'),
+  ADD CONSTRAINT proposals_handoff_forms_extracted_episodes CHECK (
+    from_tier IS NULL OR (tier = 'episodic' AND formation_method = 'extraction'));
+"""
+
+DOWNGRADE = r"""
+SET LOCAL ROLE fabric_owner;
+ALTER TABLE fabric.proposals DROP COLUMN from_tier;
+"""
+
+
+def upgrade() -> None:
+    op.execute(UPGRADE)
+    op.execute("RESET ROLE")
+
+
+def downgrade() -> None:
+    op.execute(DOWNGRADE)
+    op.execute("RESET ROLE")
