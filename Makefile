@@ -9,7 +9,7 @@ export PGPORT ?= 54329
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down bench-projection serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,12 @@ graph-up: graph ## start the local Bolt graph server (127.0.0.1:57687) unless NE
 
 graph-down: ## stop the local Bolt graph server
 	@scripts/graph.sh down
+
+redis-up: venv ## start the local Redis of the working tier (127.0.0.1:56379) unless REDIS_URL is set
+	@scripts/redis.sh up
+
+redis-down: ## stop the local Redis
+	@scripts/redis.sh down
 
 db-down: ## stop the local server
 	@scripts/db.sh down

@@ -25,6 +25,8 @@ ALTER TABLE fabric.proposals
 
 DOWNGRADE = r"""
 SET LOCAL ROLE fabric_owner;
+DROP TRIGGER IF EXISTS _210_from_tier_guard ON fabric.proposals;
+DROP TRIGGER IF EXISTS _910_emit_handoff ON fabric.proposals;
 ALTER TABLE fabric.proposals DROP COLUMN from_tier;
 """
 
