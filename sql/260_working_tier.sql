@@ -183,3 +183,48 @@ END $$;
 COMMENT ON FUNCTION fabric_api.check_working_uri(text, text) IS
   'Refuse (23514) a Redis URI whose host is not local to an air-gapped instance of the tenant. '
   'Example: SELECT fabric_api.check_working_uri(''acme'', ''redis://127.0.0.1:6379/0'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.record_working_erasure: the working tier's part of a subject erasure's receipt,
+-- kept in the audit outbox (memory.working.erased): how many keys, which patterns (digests),
+-- never a key's content. Only after the erasure ran (a consumed erase_subject approval).
+CREATE OR REPLACE FUNCTION fabric_api.record_working_erasure(p_approval_id uuid,
+                                                             p_keys_deleted integer,
+                                                             p_patterns text[])
+RETURNS uuid
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_tenant text := fabric._tenant_of_approval(p_approval_id);
+BEGIN
+  IF v_tenant IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown approval',
+      HINT = 'approval ids come from fabric_api.request_subject_erasure';
+  END IF;
+  PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
+  PERFORM fabric._set_context('actor', v_committer);
+  IF NOT EXISTS (SELECT 1 FROM fabric.approvals a
+                 WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id
+                   AND a.action = 'erase_subject' AND a.status = 'consumed') THEN
+    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = 'a working-tier erasure is recorded only for an executed subject erasure',
+      HINT = 'run fabric_api.erase(approval_id) first';
+  END IF;
+  IF p_keys_deleted IS NULL OR p_keys_deleted < 0 OR p_patterns IS NULL
+     OR pg_catalog.cardinality(p_patterns) NOT BETWEEN 1 AND 16
+     OR EXISTS (SELECT 1 FROM pg_catalog.unnest(p_patterns) p
+                WHERE p IS NULL OR p !~ ('^mf:' || v_tenant || ':s-[0-9a-f]{32}:\*$')) THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a working-tier erasure names a key count and 1-16 subject key patterns of the tenant',
+      HINT = 'patterns look like mf:<tenant>:s-<32 hex>:*, as working_erasure_scope gives them';
+  END IF;
+  RETURN fabric._emit('memory.working.erased', v_tenant, p_payload =>
+    pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'keys_deleted', p_keys_deleted,
+                                  'patterns', pg_catalog.to_jsonb(p_patterns)));
+END $$;
+COMMENT ON FUNCTION fabric_api.record_working_erasure(uuid, integer, text[]) IS
+  'Record the working-tier part of an executed subject erasure (key count and patterns, no '
+  'content) as a memory.working.erased event; answers its event id. Committer only. Example: '
+  'SELECT fabric_api.record_working_erasure(''<approval_id>'', 3, ARRAY[''mf:acme:s-<hex>:*'']);';

@@ -23,7 +23,8 @@ GRANT EXECUTE ON FUNCTION
   TO fabric_orchestrator;
 GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.recall(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.handoff(jsonb, uuid) TO fabric_agent;
-GRANT EXECUTE ON FUNCTION fabric_api.working_erasure_scope(uuid) TO fabric_committer;
+GRANT EXECUTE ON FUNCTION fabric_api.working_erasure_scope(uuid),
+  fabric_api.record_working_erasure(uuid, integer, text[]) TO fabric_committer;
 GRANT EXECUTE ON FUNCTION fabric_api.check_working_uri(text, text)
   TO fabric_agent, fabric_admin, fabric_committer;
 GRANT EXECUTE ON FUNCTION

@@ -190,8 +190,8 @@ def erase_command(
     with psycopg.connect(_committer_conninfo(login), autocommit=True) as conn:
         scope = _working_scope(conn, approval_id)
         typer.echo(f"[erase] {erase(conn, approval_id)}")
-    if scope is not None:
-        _erase_working(scope)
+        if scope is not None:
+            _erase_working(conn, approval_id, scope)
 
 
 def _working_scope(conn: Any, approval_id: str) -> dict[str, Any] | None:
@@ -203,7 +203,7 @@ def _working_scope(conn: Any, approval_id: str) -> dict[str, Any] | None:
     return working.erasure_scope(conn, approval_id)
 
 
-def _erase_working(scope: dict[str, Any]) -> None:
+def _erase_working(conn: Any, approval_id: str, scope: dict[str, Any]) -> None:
     """Delete the erased subject's working keys; a down Redis fails the command in one line
     (the database erasure stands; the keys expire with their TTL)."""
     from memfabric import working
@@ -217,7 +217,8 @@ def _erase_working(scope: dict[str, Any]) -> None:
     except working.WorkingTierUnavailable as exc:
         typer.echo(f"error: {exc}; the subject's working keys expire within their TTL", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"[erase] working tier: {answer}")
+    event = working.record_erasure(conn, approval_id, answer)
+    typer.echo(f"[erase] working tier: {answer} (receipt event {event})")
 
 
 def _redis_script(*args: str) -> None:

@@ -245,3 +245,15 @@ def erasure_scope(conn: psycopg.Connection[Any], approval_id: str) -> Json | Non
         row = conn.execute("SELECT fabric_api.working_erasure_scope(%s)", (approval_id,)).fetchone()
     scope: Json | None = row[0] if row else None
     return scope
+
+
+def record_erasure(conn: psycopg.Connection[Any], approval_id: str, answer: Json) -> str:
+    """Put the working tier's part of an executed subject erasure (count and patterns) on
+    the database's audit record; answers the event id."""
+    with mapped():
+        row = conn.execute(
+            "SELECT fabric_api.record_working_erasure(%s, %s, %s)",
+            (approval_id, answer["working_keys_deleted"], answer["patterns"]),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])

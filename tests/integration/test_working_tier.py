@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 from conftest import ROOT, Fabric, episode
 from memfabric import working
 from memfabric.errors import FabricError
+from memfabric.worker import erase
 from memfabric.working import RunRef, WorkingTier, WorkingTierUnavailable
 
 REDIS_SH = ROOT / "scripts" / "redis.sh"
@@ -437,6 +438,52 @@ def test_a_subject_erasure_deletes_the_subjects_working_keys(
     assert "user-8842" not in cli.stdout
     assert list(admin.scan_iter(match=f"mf:acme:{digest}:*")) == []
     assert wt.turns(other) == [turn(9)]
+    (receipt,) = fabric.events("event_type = 'memory.working.erased'")
+    assert receipt["payload"] == {
+        "approval_id": str(approval),
+        "keys_deleted": 3,
+        "patterns": [f"mf:acme:{digest}:*"],
+    }
+    assert receipt["actor_agent_id"] == "os-agt-010"
+
+
+def _approved_subject_erasure(fabric: Fabric) -> str:
+    committer = fabric.connect("mf_committer")
+    approval = committer.execute(
+        "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')"
+    ).fetchone()[0]["approval_id"]  # type: ignore[index]
+    fabric.connect("mf_policy").execute(
+        "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
+    )
+    return str(approval)
+
+
+def test_a_working_erasure_is_recorded_only_after_the_erasure_ran(fabric: Fabric) -> None:
+    approval = _approved_subject_erasure(fabric)
+    pattern = "mf:acme:s-" + "0" * 32 + ":*"
+    sql = "SELECT fabric_api.record_working_erasure(%s, 1, %s)"
+    assert _refused(fabric, "mf_committer", sql, approval, [pattern]) == "55000"
+
+
+@pytest.mark.parametrize(
+    "patterns",
+    [[], ["*"], ["mf:globex:s-" + "0" * 32 + ":*"], ["mf:acme:user-8842:*"], [None]],
+    ids=["none", "everything", "other_tenant", "subject_id", "null"],
+)
+def test_a_working_erasure_receipt_names_only_subject_digests(
+    fabric: Fabric, patterns: list[str | None]
+) -> None:
+    approval = _approved_subject_erasure(fabric)
+    erase(fabric.connect("mf_committer"), approval)
+    sql = "SELECT fabric_api.record_working_erasure(%s, 1, %s)"
+    assert _refused(fabric, "mf_committer", sql, approval, patterns) == "22023"
+
+
+def test_only_a_committer_records_a_working_erasure(fabric: Fabric) -> None:
+    approval = _approved_subject_erasure(fabric)
+    pattern = "mf:acme:s-" + "0" * 32 + ":*"
+    sql = "SELECT fabric_api.record_working_erasure(%s, 1, %s)"
+    assert _refused(fabric, "mf_agent_a", sql, approval, [pattern]) == "42501"
 
 
 def test_the_working_erasure_scope_is_for_committers_only(fabric: Fabric) -> None:
