@@ -112,6 +112,16 @@ def check_uri(conn: psycopg.Connection[Any], tenant_id: str, url: str) -> None:
         conn.execute("SELECT fabric_api.check_working_uri(%s, %s)", (tenant_id, url))
 
 
+def open_tier(conn: psycopg.Connection[Any], tenant_id: str, url: str | None = None) -> WorkingTier:
+    """The tenant's working tier at `url` (default: REDIS_URL or the local server), after
+    the database has allowed that URI for the tenant (the air-gapped rule)."""
+    url = url or default_url()
+    if url is None:
+        raise WorkingTierUnavailable("no REDIS_URL and no local server")
+    check_uri(conn, tenant_id, url)
+    return WorkingTier(connect(url), tenant_id)
+
+
 class WorkingTier:
     """One tenant's working memory. `client` is that tenant's ACL user (or the admin)."""
 

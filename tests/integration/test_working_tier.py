@@ -517,3 +517,17 @@ def test_an_air_gapped_instance_refuses_a_remote_redis(fabric: Fabric) -> None:
     for local in ("redis://127.0.0.1:6379/0", "redis://u:p@redis.internal:6379", "unix:///tmp/r"):
         working.check_uri(conn, "acme", local)
     working.check_uri(conn, "globex", "redis://cache.example.com:6379/0")  # globex: saas
+
+
+def test_open_tier_checks_the_uri_before_it_connects(
+    fabric: Fabric, redis_server: RedisServer
+) -> None:
+    fabric.connect("mf_admin").execute(
+        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        (Jsonb({"deployment_mode": "air-gapped"}),),
+    )
+    conn = fabric.connect("mf_agent_a")
+    with pytest.raises(FabricError) as caught:
+        working.open_tier(conn, "acme", "redis://cache.example.com:6379/0")
+    assert caught.value.sqlstate == "23514"
+    assert working.open_tier(conn, "acme", redis_server.url).client.ping()
