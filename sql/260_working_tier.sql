@@ -50,6 +50,22 @@ BEGIN
       PERFORM fabric._bad_envelope('a working item needs its event_id',
         'the event id of the turn or observation becomes provenance.source_event_id');
     END IF;
+    -- Idempotent: an item this agent already handed off (and that still stands) answers
+    -- its first proposal, so a run resumed after Redis was lost never forms it twice.
+    PERFORM fabric._set_context('tenant_id', v_run.tenant_id);
+    SELECT pg_catalog.jsonb_build_object('proposal_id', p.proposal_id, 'status', p.status,
+                                         'reason', p.reason, 'replayed', true)
+    INTO v_answer
+    FROM fabric.proposals p
+    WHERE p.tenant_id = v_run.tenant_id AND p.proposed_by = v_run.agent_id
+      AND p.from_tier = 'working' AND p.source_event_id = (v_item ->> 'event_id')
+      AND p.status IN ('validated', 'committed')
+    ORDER BY p.proposed_at LIMIT 1;
+    IF v_answer IS NOT NULL THEN
+      v_answers := v_answers || pg_catalog.jsonb_build_array(
+        v_answer || pg_catalog.jsonb_build_object('event_id', v_item -> 'event_id'));
+      CONTINUE;
+    END IF;
     v_envelope := pg_catalog.jsonb_build_object(
       'tier', 'episodic',
       'scope', pg_catalog.jsonb_build_object('tenant_id', v_run.tenant_id,
@@ -79,7 +95,8 @@ END $$;
 COMMENT ON FUNCTION fabric_api.handoff(jsonb, uuid) IS
   'Hand working items off to durable memory: one proposed raw episode per item (provenance = '
   'the item''s event ids, formation extraction); its commit emits memory.record.promoted from '
-  'working. Answers one propose answer (+ event_id) per item. Agents only. Example: SELECT '
+  'working. Answers one propose answer (+ event_id) per item; an item the agent already handed '
+  'off answers its first proposal ("replayed": true). Agents only. Example: SELECT '
   'fabric_api.handoff(''[{"event_id":"evt-1","correlation_id":"corr-1","content":{"text":"..."}}]'', '
   '''<run_id>'');';
 

@@ -21,6 +21,9 @@ ALTER TABLE fabric.proposals
   ADD CONSTRAINT proposals_from_tier_is_working CHECK (from_tier = 'working'),
   ADD CONSTRAINT proposals_handoff_forms_extracted_episodes CHECK (
     from_tier IS NULL OR (tier = 'episodic' AND formation_method = 'extraction'));
+-- A hand-off is idempotent per agent and working item (replayed after a resume).
+CREATE INDEX proposals_handed_off ON fabric.proposals (tenant_id, proposed_by, source_event_id)
+  WHERE from_tier = 'working';
 """
 
 DOWNGRADE = r"""

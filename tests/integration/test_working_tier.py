@@ -237,6 +237,31 @@ def test_handoff_forms_episodes_with_the_items_provenance_and_emits_promoted(
         ]
 
 
+def test_handing_off_an_item_again_answers_its_first_proposal(
+    fabric: Fabric, admin: redis.Redis, run: RunRef
+) -> None:
+    """A run resumed after Redis was lost re-hands off what it still holds: nothing forms
+    twice. A rejected hand-off is not a hand-off: the item may be handed off again."""
+    agent = fabric.connect("mf_agent_a")
+    (first,) = working.handoff(agent, run, [turn(1)])
+    fabric.commit(first["proposal_id"])
+    later_run = RunRef("acme", str(fabric.open_run()), "user-8842", "sess-1f9c")
+    again = working.handoff(agent, later_run, [turn(1), turn(2)])
+    assert again[0] == {
+        "proposal_id": first["proposal_id"],
+        "status": "committed",
+        "reason": None,
+        "replayed": True,
+        "event_id": "evt-turn-1",
+    }
+    assert again[1]["status"] == "validated" and "replayed" not in again[1]
+    assert fabric.count("proposals") == 2
+    (bad,) = working.handoff(agent, run, [{**turn(3), "confidence": 7}])
+    assert bad["status"] == "rejected"
+    (retry,) = working.handoff(agent, run, [turn(3)])
+    assert retry["status"] == "validated" and retry["proposal_id"] != bad["proposal_id"]
+
+
 def test_a_plain_proposal_is_no_promotion(fabric: Fabric, run: RunRef) -> None:
     p = fabric.propose("mf_agent_a", episode(), uuid.UUID(run.run_id))
     fabric.commit(p["proposal_id"])
