@@ -188,6 +188,24 @@ def test_a_tenants_user_gets_noperm_on_another_tenants_keys(
         WorkingTier(acme, "acme").append_turn(glx_run, turn(2))
 
 
+def test_grant_tenant_prints_a_url_limited_to_the_tenant(
+    fabric: Fabric, redis_server: RedisServer, admin: redis.Redis
+) -> None:
+    cli = subprocess.run(
+        [str(MEMFABRIC), "working", "grant-tenant", "acme"],
+        env=redis_server.env | {"REDIS_URL": redis_server.url, "DATABASE_URL": fabric.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    client = working.connect(cli.stdout.strip())
+    assert client.ping()
+    client.set("mf:acme:x", "1", ex=60)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.set("mf:globex:x", "1", ex=60)
+
+
 def test_granting_a_tenant_again_revokes_its_old_password(
     redis_server: RedisServer, admin: redis.Redis
 ) -> None:
@@ -260,6 +278,19 @@ def test_handing_off_an_item_again_answers_its_first_proposal(
     assert bad["status"] == "rejected"
     (retry,) = working.handoff(agent, run, [turn(3)])
     assert retry["status"] == "validated" and retry["proposal_id"] != bad["proposal_id"]
+
+
+def test_the_committer_drain_promotes_handed_off_items_too(fabric: Fabric, run: RunRef) -> None:
+    working.handoff(fabric.connect("mf_agent_a"), run, [turn(1), turn(2)])
+    p = fabric.propose("mf_agent_a", episode("said hello"), uuid.UUID(run.run_id))
+    drained = fabric.connect("mf_committer").execute("SELECT fabric_api.commit_pending(10)")
+    assert drained.fetchone()[0]["committed"] == 3  # type: ignore[index]
+    promoted = fabric.events("event_type = 'memory.record.promoted'")
+    assert sorted(e["payload"]["source_event_id"] for e in promoted) == [
+        "evt-turn-1",
+        "evt-turn-2",
+    ]
+    assert p["proposal_id"] not in {e["proposal_id"] for e in promoted}
 
 
 def test_a_plain_proposal_is_no_promotion(fabric: Fabric, run: RunRef) -> None:
