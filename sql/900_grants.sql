@@ -22,6 +22,11 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.close_run(uuid)
   TO fabric_orchestrator;
 GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.recall(jsonb) TO fabric_agent;
+GRANT EXECUTE ON FUNCTION fabric_api.handoff(jsonb, uuid) TO fabric_agent;
+GRANT EXECUTE ON FUNCTION fabric_api.working_erasure_scope(uuid),
+  fabric_api.record_working_erasure(uuid, integer, text[]) TO fabric_committer;
+GRANT EXECUTE ON FUNCTION fabric_api.check_working_uri(text, text)
+  TO fabric_agent, fabric_admin, fabric_committer;
 GRANT EXECUTE ON FUNCTION
   fabric_api.commit(uuid),
   fabric_api.commit_pending(integer),

@@ -61,6 +61,10 @@ db_app = typer.Typer(
 worker_app = typer.Typer(help="Background workers.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(worker_app, name="worker")
+working_app = typer.Typer(
+    help="The working tier (Redis): local server and tenant ACL users.", no_args_is_help=True
+)
+app.add_typer(working_app, name="working")
 
 
 @app.callback()
@@ -280,7 +284,80 @@ def erase_command(
             settings.conninfo("maintainer", maintainer_login), autocommit=True
         ) as maintainer,
     ):
+        scope = _working_scope(conn, approval_id)
         typer.echo(f"[erase] {erase(conn, approval_id, maintainer=maintainer)}")
+        if scope is not None:
+            _erase_working(conn, approval_id, scope)
+
+
+def _working_scope(conn: Any, approval_id: str) -> dict[str, Any] | None:
+    """The working-tier scope of a subject erasure, when a working tier is configured."""
+    from memfabric import working
+
+    if working.default_url() is None:
+        return None
+    return working.erasure_scope(conn, approval_id)
+
+
+def _erase_working(conn: Any, approval_id: str, scope: dict[str, Any]) -> None:
+    """Delete the erased subject's working keys; a down Redis fails the command in one line
+    (the database erasure stands; the keys expire with their TTL)."""
+    from memfabric import working
+
+    url = working.default_url()
+    assert url is not None
+    try:
+        answer = working.erase_subject(
+            working.connect(url), scope["tenant_id"], scope["subject_key"]
+        )
+    except working.WorkingTierUnavailable as exc:
+        typer.echo(f"error: {exc}; the subject's working keys expire within their TTL", err=True)
+        raise typer.Exit(1) from None
+    event = working.record_erasure(conn, approval_id, answer)
+    typer.echo(f"[erase] working tier: {answer} (receipt event {event})")
+
+
+def _redis_script(*args: str) -> None:
+    raise typer.Exit(subprocess.call([str(db.ROOT / "scripts" / "redis.sh"), *args]))
+
+
+@working_app.command("up")
+def working_up() -> None:
+    """Start the local Redis server (unless REDIS_URL is set)."""
+    _redis_script("up")
+
+
+@working_app.command("down")
+def working_down() -> None:
+    """Stop the local Redis server."""
+    _redis_script("down")
+
+
+@working_app.command("grant-tenant")
+def working_grant_tenant(
+    tenant: str = typer.Argument(..., help="the tenant whose workers get a Redis ACL user"),
+) -> None:
+    """Create (or reset) the tenant's Redis user, limited to keys mf:{tenant}:*, and print
+    its URL with the new password once; the server keeps only a hash of it."""
+    from memfabric import working
+
+    url = working.default_url()
+    if url is None:
+        typer.echo("error: no working tier: set REDIS_URL or run `memfabric working up`", err=True)
+        raise typer.Exit(1)
+    import psycopg
+
+    from memfabric.errors import FabricError
+
+    try:
+        with psycopg.connect(Settings.from_env().database_url, autocommit=True) as conn:
+            working.check_uri(conn, tenant, url)
+
+        password = working.grant_tenant(working.connect(url), tenant)
+    except (working.WorkingTierUnavailable, FabricError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(working.tenant_url(url, tenant, password))
 
 
 def _operate(op: str, **kwargs: Any) -> dict[str, Any]:

@@ -1,0 +1,269 @@
+"""The working tier: hot, per-run state in Redis (the session buffer, dedup windows and
+idempotency keys of the agent-facing surfaces). It is never a source of truth: every key
+has a TTL, recall never reads it, and the only way from here into durable memory is the
+explicit hand-off (`handoff`, one call of fabric_api.handoff).
+
+Keys are tenant-first, `mf:{tenant}:...`, and a tenant's workers connect as a Redis ACL user
+that can touch only `mf:{tenant}:*` (`grant_tenant`). A subject appears in a key only as a
+digest (`subject_key`, the same digest as the database's fabric._working_subject_key), so a
+subject erasure finds its keys without Redis ever holding the subject id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from psycopg.types.json import Jsonb
+
+from memfabric.errors import mapped
+
+Json = dict[str, Any]
+
+TURN_TTL = 6 * 3600  # a session buffer outlives any run it serves, then goes
+DEDUP_TTL = 15 * 60
+IDEMPOTENCY_TTL = 24 * 3600
+MAX_TURNS = 200
+_TENANT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # fabric.tenant_ident: no glob characters
+# What a tenant's worker may run: data commands on its own keys, nothing administrative,
+# nothing that lists keys (SCAN and KEYS ignore key patterns).
+TENANT_COMMANDS = [
+    *("get", "set", "del", "unlink", "exists", "expire", "pexpire", "ttl", "pttl"),
+    *("rpush", "lrange", "ltrim", "llen", "multi", "exec", "discard", "watch", "unwatch"),
+    *("ping", "echo", "client|setname"),
+]
+
+
+class WorkingTierUnavailable(Exception):
+    """Redis cannot be reached: the working tier is degraded, durable memory is not."""
+
+    def __init__(self, detail: str):
+        super().__init__(
+            f"the working tier (Redis) is unavailable ({detail}); "
+            "propose, commit and recall do not depend on it"
+        )
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The run whose working state this is (what the orchestrator opened)."""
+
+    tenant_id: str
+    run_id: str
+    subject_id: str | None = None
+    session_id: str | None = None
+
+
+def subject_key(tenant_id: str, subject_id: str | None) -> str:
+    """The key segment of a subject: a digest (twin of fabric._working_subject_key)."""
+    if subject_id is None:
+        return "anon"
+    raw = f"{tenant_id}:{subject_id}".encode()  # tenant ids hold no colon
+    return "s-" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+def _tenant(tenant_id: str) -> str:
+    if not _TENANT.match(tenant_id):
+        raise ValueError("tenant ids are lowercase slugs ([a-z0-9][a-z0-9_-]*)")
+    return tenant_id
+
+
+@contextmanager
+def _available() -> Iterator[None]:
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise WorkingTierUnavailable(type(exc).__name__) from exc
+
+
+def default_url() -> str | None:
+    """REDIS_URL, else the local server of scripts/redis.sh when it was started here."""
+    if url := os.environ.get("REDIS_URL"):
+        return url
+    pw = Path(os.environ.get("REDIS_DIR", ".local/redis")) / "admin.password"
+    if pw.is_file():
+        port = os.environ.get("REDIS_PORT", "56379")
+        return f"redis://default:{pw.read_text().strip()}@127.0.0.1:{port}/0"
+    return None
+
+
+def connect(url: str, timeout: float = 2.0) -> redis.Redis:
+    """A client that fails fast (a down Redis must not stall a run)."""
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def check_uri(conn: psycopg.Connection[Any], tenant_id: str, url: str) -> None:
+    """The database's air-gapped rule for this Redis URI (23514 when not local)."""
+    with mapped():
+        conn.execute("SELECT fabric_api.check_working_uri(%s, %s)", (tenant_id, url))
+
+
+def open_tier(conn: psycopg.Connection[Any], tenant_id: str, url: str | None = None) -> WorkingTier:
+    """The tenant's working tier at `url` (default: REDIS_URL or the local server), after
+    the database has allowed that URI for the tenant (the air-gapped rule)."""
+    url = url or default_url()
+    if url is None:
+        raise WorkingTierUnavailable("no REDIS_URL and no local server")
+    check_uri(conn, tenant_id, url)
+    return WorkingTier(connect(url), tenant_id)
+
+
+class WorkingTier:
+    """One tenant's working memory. `client` is that tenant's ACL user (or the admin)."""
+
+    def __init__(self, client: redis.Redis, tenant_id: str):
+        self.client = client
+        self.tenant_id = _tenant(tenant_id)
+
+    def _key(self, run: RunRef, *parts: str) -> str:
+        if run.tenant_id != self.tenant_id:
+            raise ValueError("the run belongs to another tenant than this working tier")
+        return ":".join(("mf", self.tenant_id, subject_key(run.tenant_id, run.subject_id), *parts))
+
+    # -- the session buffer -------------------------------------------------------------
+    def append_turn(self, run: RunRef, turn: Json, ttl: int = TURN_TTL) -> None:
+        """Add one turn (it needs its `event_id`: a turn is something that happened)."""
+        if not isinstance(turn.get("event_id"), str):
+            raise ValueError("a turn needs its event_id")
+        key = self._key(run, "run", run.run_id, "turns")
+        with _available():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.rpush(key, json.dumps(turn, sort_keys=True))
+            pipe.ltrim(key, -MAX_TURNS, -1)
+            pipe.expire(key, ttl)
+            pipe.execute()
+
+    def turns(self, run: RunRef) -> list[Json]:
+        """The run's recent turns, oldest first ([] once they expired or were flushed)."""
+        with _available():
+            raw = self.client.lrange(self._key(run, "run", run.run_id, "turns"), 0, -1)
+        return [json.loads(item) for item in raw]
+
+    # -- dedup windows ------------------------------------------------------------------
+    def first_seen(self, run: RunRef, window: str, token: str, ttl: int = DEDUP_TTL) -> bool:
+        """True the first time `token` is seen in `window` within ttl seconds."""
+        key = self._key(run, "dedup", _digest(window), _digest(token))
+        with _available():
+            return bool(self.client.set(key, b"1", nx=True, ex=ttl))
+
+    # -- idempotency keys of the agent-facing surfaces ----------------------------------
+    def remember_response(
+        self, run: RunRef, surface: str, key: str, response: Json, ttl: int = IDEMPOTENCY_TTL
+    ) -> Json:
+        """Store the answer to a request under its idempotency key, unless one is there:
+        returns the answer that holds (the first one). Answers carry ids, not content."""
+        rkey = self._key(run, "idem", _digest(surface), _digest(key))
+        with _available():
+            if self.client.set(rkey, json.dumps(response, sort_keys=True), nx=True, ex=ttl):
+                return response
+            held = self.client.get(rkey)
+        return response if held is None else json.loads(held)
+
+    def response_for(self, run: RunRef, surface: str, key: str) -> Json | None:
+        with _available():
+            held = self.client.get(self._key(run, "idem", _digest(surface), _digest(key)))
+        return None if held is None else json.loads(held)
+
+
+def handoff(
+    conn: psycopg.Connection[Any],
+    run: RunRef,
+    items: Sequence[Json] | None = None,
+    working: WorkingTier | None = None,
+) -> list[Json]:
+    """Propose working items as raw episodes (fabric_api.handoff on the agent's own
+    connection). Without `items`, the run's session buffer is handed off; each turn's
+    event_id, correlation_id, causation_id and content become the item. Once committed,
+    each emits memory.record.promoted (from_tier working)."""
+    if items is None:
+        if working is None:
+            raise ValueError("pass the items, or the working tier to read the run's turns from")
+        keys = ("event_id", "correlation_id", "causation_id", "content", "occurred_at")
+        items = [{k: t[k] for k in keys if k in t} for t in working.turns(run)]
+    if not items:
+        return []
+    with mapped():
+        row = conn.execute(
+            "SELECT fabric_api.handoff(%s, %s)", (Jsonb(list(items)), run.run_id)
+        ).fetchone()
+    assert row is not None
+    answers: list[Json] = row[0]
+    return answers
+
+
+# -- administration (the default user of the server) ---------------------------------------
+def tenant_user(tenant_id: str) -> str:
+    return f"mf-{_tenant(tenant_id)}"
+
+
+def grant_tenant(admin: redis.Redis, tenant_id: str) -> str:
+    """Create or reset the tenant's ACL user (keys `mf:{tenant}:*` only, data commands
+    only); returns its new password, which is shown once and not stored by the server."""
+    password = secrets.token_hex(24)
+    rules = ["reset", "on", "resetpass", f">{password}", "resetkeys", f"~mf:{_tenant(tenant_id)}:*"]
+    rules += ["resetchannels", "-@all", *(f"+{c}" for c in TENANT_COMMANDS)]
+    with _available():
+        admin.execute_command(  # type: ignore[no-untyped-call]
+            "ACL", "SETUSER", tenant_user(tenant_id), *rules
+        )
+    return password
+
+
+def tenant_url(admin_url: str, tenant_id: str, password: str) -> str:
+    """The admin URL with the tenant's user and password in place of the admin's."""
+    rest = admin_url.split("://", 1)[1].rsplit("@", 1)[-1]
+    return f"redis://{tenant_user(tenant_id)}:{password}@{rest}"
+
+
+def erase_subject(admin: redis.Redis, tenant_id: str, subject_digest: str) -> Json:
+    """Delete every working key of one subject; answers the count and the pattern (the
+    subject's digest, never its id or any content)."""
+    if not re.fullmatch(r"s-[0-9a-f]{32}", subject_digest):
+        raise ValueError("a subject key is s- and 32 hex digits")
+    pattern = f"mf:{_tenant(tenant_id)}:{subject_digest}:*"
+    deleted = 0
+    with _available():
+        batch: list[bytes] = []
+        for key in admin.scan_iter(match=pattern, count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                deleted += int(admin.unlink(*batch))
+                batch = []
+        if batch:
+            deleted += int(admin.unlink(*batch))
+    return {"working_keys_deleted": deleted, "patterns": [pattern]}
+
+
+def erasure_scope(conn: psycopg.Connection[Any], approval_id: str) -> Json | None:
+    """{"tenant_id", "subject_key"} of a subject erasure (None for other approvals), read on
+    the committer's connection before fabric_api.erase runs."""
+    with mapped():
+        row = conn.execute("SELECT fabric_api.working_erasure_scope(%s)", (approval_id,)).fetchone()
+    scope: Json | None = row[0] if row else None
+    return scope
+
+
+def record_erasure(conn: psycopg.Connection[Any], approval_id: str, answer: Json) -> str:
+    """Put the working tier's part of an executed subject erasure (count and patterns) on
+    the database's audit record; answers the event id."""
+    with mapped():
+        row = conn.execute(
+            "SELECT fabric_api.record_working_erasure(%s, %s, %s)",
+            (approval_id, answer["working_keys_deleted"], answer["patterns"]),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
