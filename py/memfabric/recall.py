@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 
 from memfabric.broker import Broker, hits_as_candidates
 from memfabric.errors import mapped
+from memfabric.tracing import client_span
 
 Json = dict[str, Any]
 CANDIDATE_FACTOR = 4  # vector candidates fetched per record asked for
@@ -31,7 +32,20 @@ def recall(
     *,
     exact: bool = False,
 ) -> Json:
-    """`conn` is the agent's own connection (its login is its identity)."""
+    """`conn` is the agent's own connection (its login is its identity). With an
+    OpenTelemetry tracer provider configured, the call is a client span and the request
+    carries its traceparent, so the span made from the outbox joins the same trace."""
+    with client_span(request) as traced:
+        return _recall_modes(conn, traced, broker, exact=exact)
+
+
+def _recall_modes(
+    conn: psycopg.Connection[Any],
+    request: Json,
+    broker: Broker | None = None,
+    *,
+    exact: bool = False,
+) -> Json:
     mode = request.get("mode", "text")
     if mode == "text":
         return _recall(conn, request)
