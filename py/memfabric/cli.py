@@ -305,13 +305,25 @@ def _start_metrics(port_option: int | None, maker: Any = None, projector: Any = 
         return
     gauges: dict[str, Any] = {}
     if maker is not None:
-        gauges["memfabric_events_traced_total"] = ("counter", "events exported as spans", lambda: maker.traced)
-        gauges["memfabric_trace_errors_total"] = ("counter", "failed trace exports", lambda: maker.errors)
+        gauges["memfabric_events_traced_total"] = (
+            "counter",
+            "events exported as spans",
+            lambda: maker.traced,
+        )
+        gauges["memfabric_trace_errors_total"] = (
+            "counter",
+            "failed trace exports",
+            lambda: maker.errors,
+        )
         gauges["memfabric_trace_lag"] = ("gauge", "traced events not yet exported", maker.lag)
     if projector is not None:
         from memfabric import ops
 
-        gauges["memfabric_projection_lag"] = ("gauge", "outbox events not yet projected", lambda: ops.projection_lag(projector))
+        gauges["memfabric_projection_lag"] = (
+            "gauge",
+            "outbox events not yet projected",
+            lambda: ops.projection_lag(projector),
+        )
     server = serve_metrics(port, gauges)
     typer.echo(f"[metrics] http://127.0.0.1:{server.server_address[1]}/metrics")
 

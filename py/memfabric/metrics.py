@@ -44,7 +44,7 @@ def serve_metrics(port: int, metrics: dict[str, tuple[str, str, Gauge]]) -> Thre
     """Start the endpoint on 127.0.0.1:`port` (0 picks a free port) in a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path == "/healthz":
                 body, ctype = b"ok\n", "text/plain"
             elif self.path == "/metrics":
@@ -58,7 +58,7 @@ def serve_metrics(port: int, metrics: dict[str, tuple[str, str, Gauge]]) -> Thre
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)

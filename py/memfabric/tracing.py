@@ -112,7 +112,9 @@ class SpanMaker:
             )
             from opentelemetry.sdk.trace.sampling import ALWAYS_ON
         except ImportError as exc:
-            raise TraceConfigError("tracing needs the extra: pip install 'memfabric[otel]'") from exc
+            raise TraceConfigError(
+                "tracing needs the extra: pip install 'memfabric[otel]'"
+            ) from exc
         self.conninfo = conninfo
         self.progress = progress
         self.endpoint = endpoint or otlp_traces_endpoint()
@@ -196,7 +198,9 @@ class SpanMaker:
             row = conn.execute("SELECT fabric_api.trace_lag()").fetchone()
         return int(row[0]) if row else 0
 
-    def run(self, *, poll_seconds: float = 1.0, should_stop: Callable[[], bool] = lambda: False) -> None:
+    def run(
+        self, *, poll_seconds: float = 1.0, should_stop: Callable[[], bool] = lambda: False
+    ) -> None:
         """Poll the feed; on a lost connection or a refused export, back off and retry from
         the cursor (capped)."""
         backoff = 0.5

@@ -42,7 +42,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
@@ -58,7 +58,7 @@ class Receiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -250,8 +250,13 @@ def test_an_air_gapped_instance_refuses_a_remote_otlp_endpoint(
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         (Jsonb({"deployment_mode": "air-gapped"}),),
     )
-    with fabric.connect("mf_tracer") as conn, pytest.raises(psycopg.errors.CheckViolation) as caught:
-        conn.execute("SELECT fabric_api.check_trace_endpoint('https://cloud.langfuse.com/api/public/otel')")
+    with (
+        fabric.connect("mf_tracer") as conn,
+        pytest.raises(psycopg.errors.CheckViolation) as caught,
+    ):
+        conn.execute(
+            "SELECT fabric_api.check_trace_endpoint('https://cloud.langfuse.com/api/public/otel')"
+        )
     assert caught.value.diag.constraint_name == "instance_config_air_gapped_is_local"
     with pytest.raises(TraceConfigError, match="refuses the OTLP endpoint"):
         SpanMaker(tracer_url(fabric), endpoint="https://cloud.langfuse.com/api/public/otel")
