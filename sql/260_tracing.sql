@@ -26,7 +26,7 @@ BEGIN
   RETURN (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
             'xid', e.xid::text, 'event_id', e.event_id, 'event_type', e.event_type,
             'tenant_id', e.tenant_id, 'agent_id', coalesce(e.payload ->> 'agent_id', e.actor_agent_id),
-            'run_id', e.run_id, 'correlation_id', e.correlation_id, 'occurred_at', e.occurred_at,
+            'run_id', e.run_id, 'occurred_at', e.occurred_at,
             'status', e.payload -> 'status', 'reason', e.payload -> 'reason',
             'tool', e.payload -> 'tool', 'missing_layers', e.payload -> 'missing_layers',
             'tiers_requested', e.payload -> 'tiers_requested',

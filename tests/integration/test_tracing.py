@@ -119,7 +119,16 @@ def test_recalls_from_raw_sql_become_spans_without_content(
     with fabric.connect("mf_agent_a") as agent:
         answer = agent.execute(
             "SELECT fabric_api.recall(%s)",
-            (Jsonb({"run_id": str(run), "query": "invoices", "tiers": ["episodic"]}),),
+            (
+                Jsonb(
+                    {
+                        "run_id": str(run),
+                        "query": "invoices",
+                        "tiers": ["episodic"],
+                        "correlation_id": f"corr-{CANARY}",
+                    }
+                ),
+            ),
         ).fetchone()[0]  # type: ignore[index]
     assert [r["memory_id"] for r in answer["records"]] == [memory_id]
 
@@ -301,3 +310,23 @@ def test_the_error_type_of_a_malformed_traceparent(fabric: Fabric) -> None:
     run = fabric.open_run("com-agt-003")
     with fabric.connect("mf_agent_a") as conn, pytest.raises(InvalidEnvelope):
         recall(conn, {"run_id": str(run), "traceparent": "00-zz"})
+
+
+def test_the_projector_cannot_move_or_read_the_trace_cursor(fabric: Fabric) -> None:
+    before = (
+        fabric.su()
+        .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")
+        .fetchone()
+    )
+    with fabric.connect("mf_projector") as conn:
+        conn.execute(
+            "SELECT fabric_api.set_projection_cursor('trace', '999999', gen_random_uuid(), true)"
+        )
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SELECT fabric_api.projection_events('trace')")
+    after = (
+        fabric.su()
+        .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")
+        .fetchone()
+    )
+    assert after == before
