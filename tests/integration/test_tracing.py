@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import gzip
 import importlib.metadata
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 import tomllib
 import urllib.request
 import uuid
@@ -330,3 +336,47 @@ def test_the_projector_cannot_move_or_read_the_trace_cursor(fabric: Fabric) -> N
         .fetchone()
     )
     assert after == before
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_trace_worker_exports_as_recalls_happen_and_serves_metrics(
+    fabric: Fabric, receiver: Receiver
+) -> None:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": fabric.url,
+        "MEMFABRIC_TRACER_URL": tracer_url(fabric),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint.removesuffix("/v1/traces"),
+        "MEMFABRIC_METRICS_PORT": str(port),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memfabric.cli", "worker", "trace", "--poll", "0.1"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        run = fabric.open_run("com-agt-003")
+        fabric.recall("mf_agent_a", {"run_id": str(run)})
+        for _ in range(200):
+            if receiver.spans or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert [s["attrs"]["memfabric.run_id"] for s in receiver.spans] == [str(run)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz") as r:
+            assert r.read() == b"ok\n"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+            text = r.read().decode()
+        assert "memfabric_events_traced_total 1\n" in text
+        assert "memfabric_trace_errors_total 0\n" in text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
