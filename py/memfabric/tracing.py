@@ -213,7 +213,7 @@ class SpanMaker:
                             self.progress(f"traced {n} events")
                         backoff = 0.5
                         time.sleep(poll_seconds)
-            except (psycopg.OperationalError, TraceConfigError) as exc:
+            except (psycopg.Error, TraceConfigError) as exc:
                 self.errors += 1
                 self.progress(f"retrying in {backoff:.1f}s: {type(exc).__name__}")
                 time.sleep(backoff)
