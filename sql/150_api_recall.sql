@@ -343,7 +343,9 @@ BEGIN
                                'sha256:' || pg_catalog.encode(pg_catalog.sha256(
                                  pg_catalog.convert_to(v_request, 'UTF8')), 'hex')),
       'memory_ids', v_ids,
-      'truncated', p_truncated)));
+      'truncated', p_truncated, 'traceparent', p_request -> 'traceparent',
+      'duration_ms', pg_catalog.round(EXTRACT(epoch FROM
+        pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp()) * 1000, 3))));
   RETURN pg_catalog.jsonb_build_object(
     'correlation_id', p_request -> 'correlation_id',
     'status', p_status,
@@ -367,8 +369,10 @@ AS $$
     WHEN EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_request) k
                  WHERE k NOT IN ('run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                                  'tiers', 'scope', 'query', 'filters', 'limit', 'allow_partial',
-                                 'candidates', 'mode')) THEN
-      'the recall request has keys outside spec section 6.2 (plus run_id, allow_partial, mode, candidates)'
+                                 'candidates', 'mode', 'traceparent')) THEN
+      'the recall request has keys outside spec section 6.2 (plus run_id, allow_partial, mode, candidates, traceparent)'
+    WHEN fabric._traceparent_problem(p_request -> 'traceparent') IS NOT NULL THEN
+      fabric._traceparent_problem(p_request -> 'traceparent')
     WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid') THEN
       'mode must be text, semantic or hybrid'
     WHEN (p_request ->> 'mode') IN ('semantic', 'hybrid')

@@ -49,7 +49,8 @@ DECLARE
   v_cursor fabric.projection_cursors;
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read the projection feed');
-  SELECT * INTO v_cursor FROM fabric.projection_cursors c WHERE c.projection = p_projection;
+  SELECT * INTO v_cursor FROM fabric.projection_cursors c
+  WHERE c.projection = p_projection AND c.projection <> 'trace';
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'projection must be qdrant or graph', HINT = 'one cursor per projection';
@@ -83,7 +84,7 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'move projection cursors');
   UPDATE fabric.projection_cursors c
   SET last_xid = p_xid, last_event_id = p_event_id, updated_at = pg_catalog.now()
-  WHERE c.projection = p_projection
+  WHERE c.projection = p_projection AND c.projection <> 'trace'  -- the tracer's own cursor
     AND (p_rewind OR (c.last_xid, c.last_event_id) < (p_xid, p_event_id))
   RETURNING * INTO v;
   IF NOT FOUND THEN

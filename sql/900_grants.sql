@@ -59,6 +59,9 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.deployment_embedder()
   TO fabric_projector;
 GRANT EXECUTE ON FUNCTION fabric_api.deployment_embedder() TO fabric_agent;
+GRANT USAGE ON SCHEMA fabric_api TO fabric_tracer;
+GRANT EXECUTE ON FUNCTION fabric_api.trace_events(integer), fabric_api.set_trace_cursor(xid8, uuid),
+  fabric_api.trace_lag(), fabric_api.check_trace_endpoint(text) TO fabric_tracer;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_policy, fabric_consolidator;
 GRANT EXECUTE ON FUNCTION fabric_api.decide_approval(uuid, text, text) TO fabric_policy;
 GRANT EXECUTE ON FUNCTION

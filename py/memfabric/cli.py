@@ -9,6 +9,7 @@ environment variables it reads.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -422,12 +423,79 @@ def verify() -> None:
         raise typer.Exit(1)
 
 
+@worker_app.command("trace")
+def worker_trace(
+    login: str = typer.Option(
+        "memfabric_tracer",
+        envvar="MEMFABRIC_TRACER_LOGIN",
+        help="the tracer's login (a member of fabric_tracer)",
+    ),
+    once: bool = typer.Option(False, help="export what is in the outbox now, then exit"),
+    poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
+    metrics_port: int | None = typer.Option(
+        None, help="serve /healthz and /metrics on 127.0.0.1 (env MEMFABRIC_METRICS_PORT)"
+    ),
+) -> None:
+    """Export every recall and tool denial in the outbox as an OpenTelemetry span (OTLP/HTTP)."""
+    import psycopg
+
+    from memfabric.tracing import SpanMaker, tracer_conninfo
+
+    maker = SpanMaker(tracer_conninfo(login), progress=lambda line: typer.echo(f"[trace] {line}"))
+    _start_metrics(metrics_port, maker)
+    try:
+        if once:
+            with psycopg.connect(maker.conninfo, autocommit=True) as conn:
+                typer.echo(f"[trace] done: {maker.drain(conn)} events traced")
+        else:
+            maker.run(poll_seconds=poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        maker.shutdown()
+
+
+def _start_metrics(port_option: int | None, maker: Any = None, projector: Any = None) -> None:
+    from memfabric.metrics import metrics_port, serve_metrics
+
+    port = metrics_port(port_option)
+    if port is None:
+        return
+    gauges: dict[str, Any] = {}
+    if maker is not None:
+        gauges["memfabric_events_traced_total"] = (
+            "counter",
+            "events exported as spans",
+            lambda: maker.traced,
+        )
+        gauges["memfabric_trace_errors_total"] = (
+            "counter",
+            "failed trace exports",
+            lambda: maker.errors,
+        )
+        gauges["memfabric_trace_lag"] = ("gauge", "traced events not yet exported", maker.lag)
+    if projector is not None:
+        from memfabric import ops
+
+        gauges["memfabric_projection_lag"] = (
+            "gauge",
+            "outbox events not yet projected",
+            lambda: ops.projection_lag(projector),
+        )
+    server = serve_metrics(port, gauges)
+    typer.echo(f"[metrics] http://127.0.0.1:{server.server_address[1]}/metrics")
+
+
 @app.command(epilog=env_help(*PROJECTION_ENV))
 def serve(
     poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
+    metrics_port: int | None = typer.Option(
+        None, help="serve /healthz and /metrics on 127.0.0.1 (env MEMFABRIC_METRICS_PORT)"
+    ),
 ) -> None:
     """Own the vector shards, run the projector and answer vector queries on a unix socket;
-    seal the audit trail as the committer (MEMFABRIC_COMMITTER_URL or _LOGIN)."""
+    seal the audit trail as the committer (MEMFABRIC_COMMITTER_URL or _LOGIN); with
+    OTEL_EXPORTER_OTLP_ENDPOINT set, also export every recall as a span."""
     import threading
 
     from memfabric import ops
@@ -465,11 +533,27 @@ def serve(
         daemon=True,
     ).start()
     typer.echo(f"[serve] listening on {socket}; projecting to qdrant and graph")
+    maker = None
+    stop = threading.Event()
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    ):
+        from memfabric.tracing import SpanMaker, tracer_conninfo
+
+        maker = SpanMaker(tracer_conninfo(), progress=lambda line: typer.echo(f"[trace] {line}"))
+        threading.Thread(
+            target=maker.run, kwargs={"poll_seconds": poll, "should_stop": stop.is_set}, daemon=True
+        ).start()
+        typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
+    _start_metrics(metrics_port, maker, projector)
     try:
         projector.run(poll_seconds=poll)
     except KeyboardInterrupt:
         pass
     finally:
+        stop.set()
+        if maker is not None:
+            maker.shutdown()
         server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)

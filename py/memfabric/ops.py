@@ -192,3 +192,15 @@ def verify(projector: Projector) -> Json:
         qdrant.get(k) for k in ("missing", "orphans", "drift")
     ) and not report.get("graph_drift")
     return report
+
+
+def projection_lag(projector: Projector) -> int:
+    """Outbox events the slower projection has not applied yet (capped at 10000)."""
+    with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+        lags = [
+            conn.execute(
+                "SELECT jsonb_array_length(fabric_api.projection_events(%s, 10000))", (p,)
+            ).fetchone()
+            for p in ("qdrant", "graph")
+        ]
+    return max(int(row[0]) if row else 0 for row in lags)

@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 
 from memfabric.broker import Broker, find_broker, hits_as_candidates
 from memfabric.errors import mapped
+from memfabric.tracing import client_span
 
 Json = dict[str, Any]
 CANDIDATE_FACTOR = 4  # vector candidates fetched per record asked for
@@ -41,7 +42,20 @@ def recall(
     exact: bool = False,
 ) -> Json:
     """`conn` is the agent's own connection (its login is its identity). With broker=None
-    the broker is found from the environment when one is needed."""
+    the broker is found from the environment when one is needed. With an
+    OpenTelemetry tracer provider configured, the call is a client span and the request
+    carries its traceparent, so the span made from the outbox joins the same trace."""
+    with client_span(request) as traced:
+        return _recall_modes(conn, traced, broker, exact=exact)
+
+
+def _recall_modes(
+    conn: psycopg.Connection[Any],
+    request: Json,
+    broker: Broker | None = None,
+    *,
+    exact: bool = False,
+) -> Json:
     defaulted = "mode" not in request and "candidates" not in request
     if defaulted:
         if not _has_words(request.get("query")):

@@ -32,10 +32,12 @@ ROLES = (
     "fabric_auditor",
     "fabric_projector",
     "fabric_maintainer",
+    "fabric_tracer",
     "fabric_migrator",
     "mf_agent_a",
     "mf_committer",
     "mf_maintainer",
+    "mf_tracer",
     "mf_stranger",
     "public",
 )

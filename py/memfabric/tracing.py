@@ -1,0 +1,248 @@
+"""Recall tracing: outbox events become OpenTelemetry spans, exported over OTLP/HTTP.
+
+The spans are made from the outbox by a consumer with its own cursor (a member of
+fabric_tracer, which never sees content), so a recall made from psql is traced like one
+made from Python. A span carries identifiers, tiers, status, record count and latency;
+never content, never subject or session ids, never the recall scope. The OpenTelemetry
+libraries are the optional extra `memfabric[otel]`; nothing here imports them at load.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from memfabric import db
+from memfabric.errors import mapped
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+Json = dict[str, Any]
+TRACER_LOGIN = os.environ.get("MEMFABRIC_TRACER_LOGIN", "memfabric_tracer")
+TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+SERVICE_NAME = "memfabric"
+
+
+class TraceConfigError(Exception):
+    """Tracing cannot start: no endpoint, the extra is missing, or the database refused it."""
+
+
+def tracer_conninfo(login: str = TRACER_LOGIN) -> str:
+    return os.environ.get("MEMFABRIC_TRACER_URL") or db.url_for(db.database_url(), login)
+
+
+def otlp_traces_endpoint() -> str:
+    """The OTLP/HTTP traces URL, from the standard OpenTelemetry environment variables."""
+    url = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if url:
+        return url
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not base:
+        raise TraceConfigError(
+            "no OTLP endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (and OTEL_EXPORTER_OTLP_HEADERS)"
+        )
+    return base.rstrip("/") + "/v1/traces"
+
+
+def check_endpoint(conn: psycopg.Connection[Any], endpoint: str) -> None:
+    """Ask the database whether spans may leave for `endpoint` (air-gapped instances)."""
+    try:
+        with mapped():
+            conn.execute("SELECT fabric_api.check_trace_endpoint(%s)", (endpoint,))
+    except Exception as exc:
+        hint = getattr(exc, "hint", None)
+        raise TraceConfigError(
+            f"the database refuses the OTLP endpoint: {exc}" + (f" ({hint})" if hint else "")
+        ) from exc
+
+
+def _ns(occurred_at: str) -> int:
+    return int(datetime.fromisoformat(occurred_at).timestamp() * 1_000_000_000)
+
+
+def _attributes(ev: Json) -> dict[str, Any]:
+    """Span attributes: identifiers, tiers, status, counts, latency (no content)."""
+    attrs: dict[str, Any] = {
+        "memfabric.event_id": ev["event_id"],
+        "memfabric.event_type": ev["event_type"],
+        "memfabric.tenant_id": ev["tenant_id"],
+    }
+    for key in ("agent_id", "run_id", "status", "reason", "tool"):
+        if ev.get(key) is not None:
+            attrs[f"memfabric.{key}"] = str(ev[key])
+    for key in ("tiers_requested", "tiers_served", "tiers_denied", "missing_layers"):
+        if ev.get(key) is not None:
+            attrs[f"memfabric.{key}"] = [str(t) for t in ev[key]]
+    if ev.get("memory_ids") is not None:
+        attrs["memfabric.memory_ids"] = [str(m) for m in ev["memory_ids"]]
+        attrs["memfabric.record_count"] = len(ev["memory_ids"])
+    if ev.get("truncated") is not None:
+        attrs["memfabric.truncated"] = bool(ev["truncated"])
+    if ev.get("duration_ms") is not None:
+        attrs["memfabric.duration_ms"] = float(ev["duration_ms"])
+    return attrs
+
+
+class SpanMaker:
+    """Reads the trace feed after its cursor and exports one span per event, then advances
+    the cursor; a failed export leaves the cursor where it was (the batch is retried)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        endpoint: str | None = None,
+        exporter: SpanExporter | None = None,
+        progress: Callable[[str], None] = lambda _line: None,
+    ) -> None:
+        try:
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+            from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+                InMemorySpanExporter,
+            )
+            from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+        except ImportError as exc:
+            raise TraceConfigError(
+                "tracing needs the extra: pip install 'memfabric[otel]'"
+            ) from exc
+        self.conninfo = conninfo
+        self.progress = progress
+        self.endpoint = endpoint or otlp_traces_endpoint()
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            check_endpoint(conn, self.endpoint)
+        if exporter is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter = OTLPSpanExporter(endpoint=self.endpoint)
+        self.exporter = exporter
+        # Ended spans wait here until the batch is exported, so that a refused export
+        # leaves the cursor where it was.
+        self._collect = InMemorySpanExporter()
+        # ALWAYS_ON: the database already decided to audit the recall; a caller's unsampled
+        # traceparent does not drop its span.
+        provider = TracerProvider(
+            sampler=ALWAYS_ON, resource=Resource.create({"service.name": SERVICE_NAME})
+        )
+        provider.add_span_processor(SimpleSpanProcessor(self._collect))
+        self._tracer = provider.get_tracer("memfabric.trace")
+        self.traced = 0
+        self.errors = 0
+
+    def _span(self, ev: Json) -> None:
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+        context = None
+        m = TRACEPARENT.match(str(ev.get("traceparent") or ""))
+        if m:
+            parent = SpanContext(
+                trace_id=int(m[1], 16),
+                span_id=int(m[2], 16),
+                is_remote=True,
+                trace_flags=TraceFlags(int(m[3], 16)),
+            )
+            context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+        start = _ns(ev["occurred_at"])
+        span = self._tracer.start_span(
+            ev["event_type"],
+            context=context,
+            kind=SpanKind.SERVER,
+            attributes=_attributes(ev),
+            start_time=start,
+        )
+        if ev.get("status") == "denied" or ev["event_type"] == "agent.tool.unauthorized":
+            span.set_status(Status(StatusCode.ERROR, "denied"))
+        span.end(end_time=start + int(float(ev.get("duration_ms") or 0) * 1_000_000))
+
+    def drain_once(self, conn: psycopg.Connection[Any], limit: int = 500) -> int:
+        """Export the next batch; returns how many events it traced."""
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        row = conn.execute("SELECT fabric_api.trace_events(%s)", (limit,)).fetchone()
+        events: list[Json] = row[0] if row else []
+        if not events:
+            return 0
+        for ev in events:
+            self._span(ev)
+        spans = self._collect.get_finished_spans()
+        self._collect.clear()
+        if self.exporter.export(spans) is not SpanExportResult.SUCCESS:
+            self.errors += 1
+            raise TraceConfigError(f"the OTLP endpoint did not accept the spans ({self.endpoint})")
+        last = events[-1]
+        conn.execute(
+            "SELECT fabric_api.set_trace_cursor(%s::xid8, %s::uuid)",
+            (last["xid"], last["event_id"]),
+        )
+        self.traced += len(events)
+        return len(events)
+
+    def drain(self, conn: psycopg.Connection[Any], limit: int = 500) -> int:
+        total = 0
+        while n := self.drain_once(conn, limit):
+            total += n
+        return total
+
+    def lag(self) -> int:
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            row = conn.execute("SELECT fabric_api.trace_lag()").fetchone()
+        return int(row[0]) if row else 0
+
+    def run(
+        self, *, poll_seconds: float = 1.0, should_stop: Callable[[], bool] = lambda: False
+    ) -> None:
+        """Poll the feed; on a lost connection or a refused export, back off and retry from
+        the cursor (capped)."""
+        backoff = 0.5
+        while not should_stop():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    while not should_stop():
+                        n = self.drain(conn)
+                        if n:
+                            self.progress(f"traced {n} events")
+                        backoff = 0.5
+                        time.sleep(poll_seconds)
+            except (psycopg.Error, TraceConfigError) as exc:
+                self.errors += 1
+                self.progress(f"retrying in {backoff:.1f}s: {type(exc).__name__}")
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+
+@contextmanager
+def client_span(request: Json) -> Iterator[Json]:
+    """Around a Python-side recall: when an OpenTelemetry SDK tracer provider is configured,
+    open a client span and put its traceparent into the request, so the span made from the
+    outbox joins the same trace. Otherwise the request goes unchanged."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError:
+        yield request
+        return
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider) or "traceparent" in request:
+        yield request
+        return
+    tracer = provider.get_tracer("memfabric.recall")
+    with tracer.start_as_current_span("memfabric.recall", kind=trace.SpanKind.CLIENT) as span:
+        ctx = span.get_span_context()
+        span.set_attribute("memfabric.run_id", str(request.get("run_id", "")))
+        yield {
+            **request,
+            "traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}",
+        }

@@ -1,0 +1,382 @@
+"""Recall tracing: outbox events become OpenTelemetry spans exported over OTLP/HTTP to a
+receiver the test starts itself (decoding ExportTraceServiceRequest with
+opentelemetry-proto): attributes without content, raw-SQL recalls, denials, traceparent,
+the air-gapped endpoint rule, metrics, and no LangSmith anywhere."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.metadata
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from psycopg.types.json import Jsonb
+
+from conftest import Fabric, episode
+from memfabric.errors import InvalidEnvelope
+from memfabric.metrics import serve_metrics
+from memfabric.recall import recall
+from memfabric.tracing import SpanMaker, TraceConfigError
+
+CANARY = "canary-7f3e-do-not-export"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Receiver:
+    """An OTLP/HTTP traces endpoint: every span received, as {name, trace_id, ..., attrs}."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                outer.raw.append(body)
+                req = ExportTraceServiceRequest()
+                req.ParseFromString(body)
+                for rs in req.resource_spans:
+                    for ss in rs.scope_spans:
+                        for s in ss.spans:
+                            outer.spans.append(_decode(s))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+
+def _value(v: Any) -> Any:
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    return getattr(v, kind)
+
+
+def _decode(s: Any) -> dict[str, Any]:
+    return {
+        "name": s.name,
+        "trace_id": s.trace_id.hex(),
+        "span_id": s.span_id.hex(),
+        "parent_span_id": s.parent_span_id.hex(),
+        "start": s.start_time_unix_nano,
+        "end": s.end_time_unix_nano,
+        "status": s.status.code,
+        "attrs": {a.key: _value(a.value) for a in s.attributes},
+    }
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+def tracer_url(fabric: Fabric) -> str:
+    return psycopg.conninfo.make_conninfo(fabric.url, user="mf_tracer")
+
+
+def export(fabric: Fabric, receiver: Receiver) -> SpanMaker:
+    maker = SpanMaker(tracer_url(fabric), endpoint=receiver.endpoint)
+    with psycopg.connect(maker.conninfo, autocommit=True) as conn:
+        maker.drain(conn)
+    return maker
+
+
+def form(fabric: Fabric, run: uuid.UUID, text: str) -> str:
+    result = fabric.propose("mf_agent_a", episode(text), run)
+    assert result["status"] == "validated", result
+    return str(fabric.commit(result["proposal_id"])["memory_id"])
+
+
+def test_recalls_from_raw_sql_become_spans_without_content(
+    fabric: Fabric, receiver: Receiver
+) -> None:
+    run = fabric.open_run("com-agt-003")
+    memory_id = form(fabric, run, f"invoices in EUR {CANARY}")
+    # A recall through raw SQL, as the agent's own login: no Python client involved.
+    with fabric.connect("mf_agent_a") as agent:
+        answer = agent.execute(
+            "SELECT fabric_api.recall(%s)",
+            (
+                Jsonb(
+                    {
+                        "run_id": str(run),
+                        "query": "invoices",
+                        "tiers": ["episodic"],
+                        "correlation_id": f"corr-{CANARY}",
+                    }
+                ),
+            ),
+        ).fetchone()[0]  # type: ignore[index]
+    assert [r["memory_id"] for r in answer["records"]] == [memory_id]
+
+    maker = export(fabric, receiver)
+    [span] = [s for s in receiver.spans if s["name"] == "memory.recall.served"]
+    attrs = span["attrs"]
+    assert attrs["memfabric.tenant_id"] == "acme"
+    assert attrs["memfabric.agent_id"] == "com-agt-003"
+    assert attrs["memfabric.run_id"] == str(run)
+    assert attrs["memfabric.status"] == "served"
+    assert attrs["memfabric.tiers_requested"] == ["episodic"]
+    assert attrs["memfabric.tiers_served"] == ["episodic"]
+    assert attrs["memfabric.record_count"] == 1
+    assert attrs["memfabric.memory_ids"] == [memory_id]
+    assert attrs["memfabric.duration_ms"] >= 0
+    assert span["end"] >= span["start"] > 0
+    # Never content, never subject or session ids, never the scope.
+    wire = b"".join(receiver.raw)
+    for secret in (CANARY, "invoices", "user-8842", "sess-1f9c"):
+        assert secret.encode() not in wire
+    assert not any("scope" in k or "subject" in k or "session" in k for k in attrs)
+    assert maker.traced == 1 and maker.lag() == 0
+
+    # The cursor moved: a second consumer run exports nothing again.
+    before = len(receiver.spans)
+    export(fabric, receiver)
+    assert len(receiver.spans) == before
+
+
+def test_denied_recall_and_unauthorized_tool_become_spans(
+    fabric: Fabric, receiver: Receiver
+) -> None:
+    run_b = fabric.open_run("com-agt-004")
+    denied = fabric.recall("mf_agent_b", {"run_id": str(run_b), "tiers": ["semantic"]})
+    assert denied["status"] == "denied"
+    run_n = fabric.open_run("com-agt-009")
+    refused = fabric.recall("mf_agent_notools", {"run_id": str(run_n)})
+    assert refused["status"] == "denied"
+
+    export(fabric, receiver)
+    by_run = {(s["name"], s["attrs"]["memfabric.run_id"]): s for s in receiver.spans}
+    tier_denial = by_run[("memory.recall.denied", str(run_b))]
+    assert tier_denial["attrs"]["memfabric.tiers_denied"] == ["semantic"]
+    assert tier_denial["attrs"]["memfabric.record_count"] == 0
+    assert tier_denial["status"] == 2  # STATUS_CODE_ERROR
+    tool = by_run[("agent.tool.unauthorized", str(run_n))]
+    assert tool["attrs"]["memfabric.tool"] == "tool:memory-recall"
+    assert tool["attrs"]["memfabric.agent_id"] == "com-agt-009"
+    assert "tools_allowed" in tool["attrs"]["memfabric.missing_layers"]
+    assert ("memory.recall.denied", str(run_n)) in by_run
+
+
+def test_a_traceparent_joins_the_callers_trace(fabric: Fabric, receiver: Receiver) -> None:
+    run = fabric.open_run("com-agt-003")
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    fabric.recall("mf_agent_a", {"run_id": str(run), "traceparent": f"00-{trace_id}-{parent}-00"})
+    export(fabric, receiver)
+    [span] = [s for s in receiver.spans if s["attrs"]["memfabric.run_id"] == str(run)]
+    assert (span["trace_id"], span["parent_span_id"]) == (trace_id, parent)
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [
+        "not-a-traceparent",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",  # no flags
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",  # uppercase
+        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # unknown version
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  # zero trace id
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  # zero parent id
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 ",  # trailing space
+        42,
+    ],
+)
+def test_a_malformed_traceparent_is_refused_and_writes_nothing(
+    fabric: Fabric, traceparent: Any
+) -> None:
+    run = fabric.open_run("com-agt-003")
+    before = fabric.counts()
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+        fabric.recall("mf_agent_a", {"run_id": str(run), "traceparent": traceparent})
+    assert "traceparent" in caught.value.diag.message_primary  # type: ignore[operator]
+    assert caught.value.diag.message_hint
+    assert str(traceparent) not in (caught.value.diag.message_primary or "")
+    assert fabric.counts() == before
+
+
+def test_python_recall_opens_a_client_span_in_the_same_trace(
+    fabric: Fabric, receiver: Receiver
+) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    client_spans = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(client_spans))
+
+    run = fabric.open_run("com-agt-003")
+    with fabric.connect("mf_agent_a") as conn:
+        assert recall(conn, {"run_id": str(run)})["status"] == "served"
+    [client] = [s for s in client_spans.get_finished_spans() if s.name == "memfabric.recall"]
+    export(fabric, receiver)
+    [server] = [s for s in receiver.spans if s["attrs"]["memfabric.run_id"] == str(run)]
+    assert server["trace_id"] == f"{client.context.trace_id:032x}"
+    assert server["parent_span_id"] == f"{client.context.span_id:016x}"
+
+
+def test_the_tracer_cannot_read_content(fabric: Fabric) -> None:
+    with fabric.connect("mf_tracer") as conn:
+        for query in (
+            "SELECT count(*) FROM fabric.memory_records",
+            "SELECT fabric_api.projection_records(ARRAY[]::uuid[])",
+            "SELECT fabric_api.projection_events('trace')",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(query)
+    with fabric.connect("mf_agent_a") as agent, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT fabric_api.trace_events(10)")
+
+
+def test_an_air_gapped_instance_refuses_a_remote_otlp_endpoint(
+    fabric: Fabric, receiver: Receiver
+) -> None:
+    fabric.connect("mf_admin").execute(
+        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        (Jsonb({"deployment_mode": "air-gapped"}),),
+    )
+    with (
+        fabric.connect("mf_tracer") as conn,
+        pytest.raises(psycopg.errors.CheckViolation) as caught,
+    ):
+        conn.execute(
+            "SELECT fabric_api.check_trace_endpoint('https://cloud.langfuse.com/api/public/otel')"
+        )
+    assert caught.value.diag.constraint_name == "instance_config_air_gapped_is_local"
+    with pytest.raises(TraceConfigError, match="refuses the OTLP endpoint"):
+        SpanMaker(tracer_url(fabric), endpoint="https://cloud.langfuse.com/api/public/otel")
+    SpanMaker(tracer_url(fabric), endpoint=receiver.endpoint)  # loopback is local
+
+
+def test_metrics_and_health_answer_on_loopback(fabric: Fabric, receiver: Receiver) -> None:
+    run = fabric.open_run("com-agt-003")
+    fabric.recall("mf_agent_a", {"run_id": str(run)})
+    maker = export(fabric, receiver)
+    server = serve_metrics(
+        0,
+        {
+            "memfabric_events_traced_total": ("counter", "spans", lambda: maker.traced),
+            "memfabric_trace_lag": ("gauge", "waiting", maker.lag),
+        },
+    )
+    try:
+        host, port = server.server_address[:2]
+        assert host == "127.0.0.1"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz") as r:
+            assert r.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+            text = r.read().decode()
+        assert "memfabric_events_traced_total 1\n" in text
+        assert "memfabric_trace_lag 0\n" in text
+    finally:
+        server.shutdown()
+
+
+def test_no_langsmith_dependency() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + [
+        d for extra in project.get("optional-dependencies", {}).values() for d in extra
+    ]
+    assert not [d for d in declared if "langsmith" in d.lower()]
+    installed = {(d.metadata["Name"] or "").lower() for d in importlib.metadata.distributions()}
+    assert "langsmith" not in installed
+
+
+def test_the_error_type_of_a_malformed_traceparent(fabric: Fabric) -> None:
+    run = fabric.open_run("com-agt-003")
+    with fabric.connect("mf_agent_a") as conn, pytest.raises(InvalidEnvelope):
+        recall(conn, {"run_id": str(run), "traceparent": "00-zz"})
+
+
+def test_the_projector_cannot_move_or_read_the_trace_cursor(fabric: Fabric) -> None:
+    before = (
+        fabric.su()
+        .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")
+        .fetchone()
+    )
+    with fabric.connect("mf_projector") as conn:
+        conn.execute(
+            "SELECT fabric_api.set_projection_cursor('trace', '999999', gen_random_uuid(), true)"
+        )
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SELECT fabric_api.projection_events('trace')")
+    after = (
+        fabric.su()
+        .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")
+        .fetchone()
+    )
+    assert after == before
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_trace_worker_exports_as_recalls_happen_and_serves_metrics(
+    fabric: Fabric, receiver: Receiver
+) -> None:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": fabric.url,
+        "MEMFABRIC_TRACER_URL": tracer_url(fabric),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint.removesuffix("/v1/traces"),
+        "MEMFABRIC_METRICS_PORT": str(port),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memfabric.cli", "worker", "trace", "--poll", "0.1"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        run = fabric.open_run("com-agt-003")
+        fabric.recall("mf_agent_a", {"run_id": str(run)})
+        for _ in range(200):
+            if receiver.spans or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert [s["attrs"]["memfabric.run_id"] for s in receiver.spans] == [str(run)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz") as r:
+            assert r.read() == b"ok\n"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+            text = r.read().decode()
+        assert "memfabric_events_traced_total 1\n" in text
+        assert "memfabric_trace_errors_total 0\n" in text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
