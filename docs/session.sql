@@ -38,7 +38,11 @@ SELECT fabric_api.propose('{
                  "causation_id": "evt-7b1f", "formation_method": "extraction"},
   "confidence": 0.9,
   "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": null}
-}', :'run_id') ->> 'proposal_id' AS proposal_id \gset
+}', :'run_id') AS proposed \gset
+-- Proposing the same event and content again (running this file twice) answers the first
+-- proposal with "replayed": true and writes nothing.
+SELECT :'proposed'::jsonb ->> 'proposal_id' AS proposal_id,
+       :'proposed'::jsonb ->> 'status' = 'validated' AS fresh \gset
 
 -- A semantic assertion with no episodic source is a governance violation: rejected.
 SELECT fabric_api.propose('{
@@ -51,4 +55,8 @@ SELECT fabric_api.propose('{
 
 -- 4. The committer (readme-os-agt-010) commits the validated proposal: a raw record.
 \connect - readme_committer
+\if :fresh
 SELECT fabric_api.commit(:'proposal_id');
+\else
+\echo the proposal was committed by an earlier run of this file
+\endif

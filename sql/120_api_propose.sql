@@ -167,7 +167,9 @@ END $$;
 -- fabric._replayed_proposal: the answer to a proposal whose idempotency key (tenant, agent,
 -- source event, content hash) is already taken, or NULL when it is free. The same request
 -- gets the first proposal's id and current status and writes nothing; another request
--- under the same key is refused (23505). An erased proposal's subject and session are gone:
+-- under the same key is refused (23505), unless the first was rejected: a rejected
+-- proposal holds its key only against exact replays, so a corrected envelope of the same
+-- event and content is a new proposal. An erased proposal's subject and session are gone:
 -- its key and request hash still answer, so a replayed event does not re-form erased memory.
 CREATE OR REPLACE FUNCTION fabric._replayed_proposal(p_tenant_id text, p_agent_id text,
   p_source_event_id text, p_content_hash text, p_request_hash text, p_subject_id text,
@@ -185,6 +187,9 @@ BEGIN
     AND p.request_hash IS NOT NULL;
   IF NOT FOUND THEN
     RETURN NULL;
+  END IF;
+  IF v_first.status = 'rejected' AND v_first.request_hash <> p_request_hash THEN
+    RETURN NULL;  -- a corrected envelope: the rejected proposal gives up the key (propose)
   END IF;
   IF v_first.request_hash <> p_request_hash
      OR (v_first.content IS NOT NULL AND (v_first.subject_id IS DISTINCT FROM p_subject_id
@@ -486,6 +491,10 @@ BEGIN
     IF v_answer IS NOT NULL THEN
       RETURN v_answer;
     END IF;
+    UPDATE fabric.proposals p SET request_hash = NULL
+    WHERE p.tenant_id = v_run.tenant_id AND p.proposed_by = v_run.agent_id
+      AND p.source_event_id = v_source_event AND p.content_hash = v_hash
+      AND p.request_hash IS NOT NULL AND p.status = 'rejected';
   END IF;
 
   INSERT INTO fabric.proposals (tenant_id, proposal_id, run_id, proposed_by, status, reason, tier,

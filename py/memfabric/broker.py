@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import psycopg
 
 from memfabric.embedding import Embedder
+from memfabric.settings import Settings
 from memfabric.vectors import INDEXED_TIERS, RecallFilter, VectorStore, store_from_env
 
 Json = dict[str, Any]
@@ -187,7 +188,8 @@ def find_broker(conn: psycopg.Connection[Any]) -> Broker | None:
     """The vector broker this environment reaches, or None: an in-process broker over
     QDRANT_URL (built once per process, with the embedder the database names, read over
     `conn`), else a `memfabric serve` answering on its socket."""
-    url = os.environ.get("QDRANT_URL")
+    settings = Settings.from_env()
+    url = settings.qdrant_url
     if url:
         if url not in _qdrant_brokers:
             from memfabric.runtime import deployment_embedder
@@ -197,7 +199,7 @@ def find_broker(conn: psycopg.Connection[Any]) -> Broker | None:
             store.ensure_collections(embedder.model, embedder.version, embedder.dims)
             _qdrant_brokers[url] = LocalBroker(store, embedder, {})
         return _qdrant_brokers[url]
-    path = default_socket()
+    path = settings.socket
     return RemoteBroker(path) if serving(path) else None
 
 

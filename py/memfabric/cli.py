@@ -9,7 +9,6 @@ environment variables it reads.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -24,10 +23,13 @@ from memfabric.settings import (
     DEFAULT_COMMITTER_LOGIN,
     DEFAULT_CONSOLIDATOR_LOGIN,
     DEFAULT_MAINTAINER_LOGIN,
+    DEFAULT_TRACER_LOGIN,
     ENVIRONMENT,
     MAINTAINER_ENV,
     PROJECTION_ENV,
     RECALL_ENV,
+    REDIS_ENV,
+    TRACE_ENV,
     Settings,
 )
 
@@ -241,7 +243,7 @@ def decay(
         typer.echo(f"[decay] {run_decay_once(conn, now, maintainer=maintainer)}")
 
 
-@worker_app.command("decay", epilog=env_help(*COMMITTER_ENV))
+@worker_app.command("decay", epilog=env_help(*MAINTAINER_ENV))
 def worker_decay(
     login: str = _committer_login_option(),
     maintainer_login: str = _maintainer_login_option(),
@@ -266,7 +268,7 @@ def worker_decay(
         time.sleep(interval)
 
 
-@app.command("erase", epilog=env_help(*COMMITTER_ENV))
+@app.command("erase", epilog=env_help(*MAINTAINER_ENV, *REDIS_ENV))
 def erase_command(
     approval_id: str = typer.Argument(..., help="an approved erase or erase_subject approval"),
     login: str = _committer_login_option(),
@@ -322,19 +324,19 @@ def _redis_script(*args: str) -> None:
     raise typer.Exit(subprocess.call([str(db.ROOT / "scripts" / "redis.sh"), *args]))
 
 
-@working_app.command("up")
+@working_app.command("up", epilog=env_help(*REDIS_ENV))
 def working_up() -> None:
     """Start the local Redis server (unless REDIS_URL is set)."""
     _redis_script("up")
 
 
-@working_app.command("down")
+@working_app.command("down", epilog=env_help(*REDIS_ENV))
 def working_down() -> None:
     """Stop the local Redis server."""
     _redis_script("down")
 
 
-@working_app.command("grant-tenant")
+@working_app.command("grant-tenant", epilog=env_help(*DATABASE_ENV, *REDIS_ENV))
 def working_grant_tenant(
     tenant: str = typer.Argument(..., help="the tenant whose workers get a Redis ACL user"),
 ) -> None:
@@ -423,10 +425,10 @@ def verify() -> None:
         raise typer.Exit(1)
 
 
-@worker_app.command("trace")
+@worker_app.command("trace", epilog=env_help(*TRACE_ENV))
 def worker_trace(
     login: str = typer.Option(
-        "memfabric_tracer",
+        DEFAULT_TRACER_LOGIN,
         envvar="MEMFABRIC_TRACER_LOGIN",
         help="the tracer's login (a member of fabric_tracer)",
     ),
@@ -486,7 +488,7 @@ def _start_metrics(port_option: int | None, maker: Any = None, projector: Any = 
     typer.echo(f"[metrics] http://127.0.0.1:{server.server_address[1]}/metrics")
 
 
-@app.command(epilog=env_help(*PROJECTION_ENV))
+@app.command(epilog=env_help(*PROJECTION_ENV, *COMMITTER_ENV[2:], *TRACE_ENV[2:]))
 def serve(
     poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
     metrics_port: int | None = typer.Option(
@@ -535,9 +537,8 @@ def serve(
     typer.echo(f"[serve] listening on {socket}; projecting to qdrant and graph")
     maker = None
     stop = threading.Event()
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-    ):
+    settings = Settings.from_env()
+    if settings.otlp_endpoint or settings.otlp_traces_endpoint:
         from memfabric.tracing import SpanMaker, tracer_conninfo
 
         maker = SpanMaker(tracer_conninfo(), progress=lambda line: typer.echo(f"[trace] {line}"))

@@ -208,7 +208,7 @@ def install_ddl_guard(url: str, progress: Progress = _quiet, warn: Progress = _q
         row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
         if not row or not row[0]:
             warn(
-                "warning: the DDL guard (event triggers refusing schema changes to the fabric "
+                "the DDL guard (event triggers refusing schema changes to the fabric "
                 "by any login but fabric_migrator) was not installed: it needs a superuser; "
                 "run `memfabric db migrate` once with a superuser DATABASE_URL"
             )

@@ -77,6 +77,11 @@ class Unsupported(FabricError):
     """0A000: the database cannot hold the fabric (e.g. not UTF8)."""
 
 
+class RetryableConflict(FabricError):
+    """40001: a concurrent transaction got there first and is not visible yet; retrying the
+    same call is safe (e.g. two identical proposals at the same instant)."""
+
+
 _BY_SQLSTATE: dict[str, type[FabricError]] = {
     "42501": NotAuthorized,
     "P0002": NotFound,
@@ -84,6 +89,7 @@ _BY_SQLSTATE: dict[str, type[FabricError]] = {
     "55000": WrongState,
     "54000": LimitExceeded,
     "0A000": Unsupported,
+    "40001": RetryableConflict,
     "MF001": ImmutableRecord,
     "MF002": IllegalTransition,
     "MF003": AppendOnly,

@@ -6,7 +6,6 @@ name and a callable read at scrape time; a callable that fails is counted, not f
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,8 +16,9 @@ Gauge = Callable[[], float]
 def metrics_port(option: int | None) -> int | None:
     if option is not None:
         return option
-    env = os.environ.get("MEMFABRIC_METRICS_PORT")
-    return int(env) if env else None
+    from memfabric.settings import Settings
+
+    return Settings.from_env().metrics_port
 
 
 def render(metrics: dict[str, tuple[str, str, Gauge]]) -> str:

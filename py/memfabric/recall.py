@@ -14,7 +14,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from memfabric.broker import Broker, find_broker, hits_as_candidates
-from memfabric.errors import mapped
+from memfabric.errors import Unreachable, mapped
+from memfabric.settings import Settings
 from memfabric.tracing import client_span
 
 Json = dict[str, Any]
@@ -68,9 +69,12 @@ def _recall_modes(
         return _recall(conn, request)
     broker = broker or find_broker(conn)
     if broker is None:
-        raise ValueError(
-            "semantic and hybrid recall need a vector broker: run `memfabric serve` or set "
-            "QDRANT_URL (or omit mode to be served text)"
+        socket = Settings.from_env().socket
+        raise Unreachable(
+            f"memfabric serve is not running (no answer on {socket}); "
+            f"{request.get('mode')} recall needs a vector broker",
+            hint="start it with `memfabric serve` (or `make serve`), set QDRANT_URL to search a "
+            "Qdrant server directly, or omit mode to be served text",
         )
     resolved = _recall(conn, request)
     if resolved["status"] != "resolved":

@@ -23,9 +23,11 @@ DEFAULT_COMMITTER_LOGIN: Final = "os_agt_010"
 DEFAULT_CONSOLIDATOR_LOGIN: Final = "os_agt_011"
 DEFAULT_PROJECTOR_LOGIN: Final = "memfabric_projector"
 DEFAULT_MAINTAINER_LOGIN: Final = "memfabric_maintainer"
+DEFAULT_TRACER_LOGIN: Final = "memfabric_tracer"
+DEFAULT_REDIS_PORT: Final = 56379
 DEFAULT_EMBEDDER_DIMS: Final = 384
 
-Identity = Literal["committer", "consolidator", "projector", "maintainer"]
+Identity = Literal["committer", "consolidator", "projector", "maintainer", "tracer"]
 
 # name -> what it sets (shown by `memfabric <command> --help`)
 ENVIRONMENT: Final[dict[str, str]] = {
@@ -43,6 +45,16 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMFABRIC_MAINTAINER_LOGIN": "the maintenance login, member of fabric_maintainer, that "
     f"VACUUMs after erasure and decay (default {DEFAULT_MAINTAINER_LOGIN})",
     "MEMFABRIC_MAINTAINER_URL": "the maintenance login's full connection URL (replaces the login)",
+    "MEMFABRIC_TRACER_LOGIN": "the login that turns outbox events into spans, member of "
+    f"fabric_tracer (default {DEFAULT_TRACER_LOGIN})",
+    "MEMFABRIC_TRACER_URL": "the tracer's full connection URL (replaces the login)",
+    "MEMFABRIC_METRICS_PORT": "serve /healthz and /metrics on 127.0.0.1 at this port (unset: off)",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "the OTLP/HTTP collector recall spans go to (unset: no export)",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "the OTLP/HTTP traces URL (overrides the endpoint)",
+    "OTEL_EXPORTER_OTLP_HEADERS": "headers for the collector, e.g. Langfuse's authorization",
+    "REDIS_URL": "the working tier's Redis; unset: the local server of `memfabric working up`",
+    "REDIS_DIR": "the local Redis server's directory (default .local/redis)",
+    "REDIS_PORT": f"the local Redis server's port (default {DEFAULT_REDIS_PORT})",
     "MEMFABRIC_SOCKET": "the unix socket of memfabric serve (default .local/run/memfabric.sock)",
     "MEMFABRIC_VECTOR_DIR": "the embedded Qdrant shards (default .local/qdrant)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
@@ -65,6 +77,16 @@ MAINTAINER_ENV: Final = (
     "MEMFABRIC_MAINTAINER_LOGIN",
     "MEMFABRIC_MAINTAINER_URL",
 )
+TRACE_ENV: Final = (
+    *DATABASE_ENV,
+    "MEMFABRIC_TRACER_LOGIN",
+    "MEMFABRIC_TRACER_URL",
+    "MEMFABRIC_METRICS_PORT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+)
+REDIS_ENV: Final = ("REDIS_URL", "REDIS_DIR", "REDIS_PORT")
 RECALL_ENV: Final = (
     *DATABASE_ENV,
     "MEMFABRIC_SOCKET",
@@ -122,6 +144,14 @@ class Settings:
     projector_url: str | None
     maintainer_login: str
     maintainer_url: str | None
+    tracer_login: str
+    tracer_url: str | None
+    metrics_port: int | None
+    otlp_endpoint: str | None
+    otlp_traces_endpoint: str | None
+    redis_url: str | None
+    redis_dir: Path
+    redis_port: int
     socket: Path
     vector_dir: Path
     embedder_dims: int
@@ -158,6 +188,14 @@ class Settings:
             projector_url=get("MEMFABRIC_PROJECTOR_URL"),
             maintainer_login=get("MEMFABRIC_MAINTAINER_LOGIN") or DEFAULT_MAINTAINER_LOGIN,
             maintainer_url=get("MEMFABRIC_MAINTAINER_URL"),
+            tracer_login=get("MEMFABRIC_TRACER_LOGIN") or DEFAULT_TRACER_LOGIN,
+            tracer_url=get("MEMFABRIC_TRACER_URL"),
+            metrics_port=_int(e, "MEMFABRIC_METRICS_PORT", 0) or None,
+            otlp_endpoint=get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            otlp_traces_endpoint=get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            redis_url=get("REDIS_URL"),
+            redis_dir=Path(get("REDIS_DIR") or ROOT / ".local" / "redis"),
+            redis_port=_int(e, "REDIS_PORT", DEFAULT_REDIS_PORT),
             socket=Path(get("MEMFABRIC_SOCKET") or ROOT / ".local" / "run" / "memfabric.sock"),
             vector_dir=Path(get("MEMFABRIC_VECTOR_DIR") or ROOT / ".local" / "qdrant"),
             embedder_dims=_int(e, "MEMFABRIC_EMBEDDER_DIMS", DEFAULT_EMBEDDER_DIMS),
@@ -178,6 +216,7 @@ class Settings:
             "consolidator": self.consolidator_login,
             "projector": self.projector_login,
             "maintainer": self.maintainer_login,
+            "tracer": self.tracer_login,
         }[identity]
 
     def conninfo(self, identity: Identity, login: str | None = None) -> str:
@@ -188,6 +227,7 @@ class Settings:
             "consolidator": self.consolidator_url,
             "projector": self.projector_url,
             "maintainer": self.maintainer_url,
+            "tracer": self.tracer_url,
         }[identity]
         if override:
             return override
@@ -197,7 +237,7 @@ class Settings:
 
     def login_variable(self, login: str) -> str | None:
         """The environment variable that names this login, if a service identity uses it."""
-        for identity in ("committer", "consolidator", "projector", "maintainer"):
+        for identity in ("committer", "consolidator", "projector", "maintainer", "tracer"):
             if self.login(identity) == login:
                 return f"MEMFABRIC_{identity.upper()}_LOGIN"
         return None

@@ -9,7 +9,6 @@ libraries are the optional extra `memfabric[otel]`; nothing here imports them at
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -19,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from memfabric import db
 from memfabric.errors import mapped
+from memfabric.settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
 Json = dict[str, Any]
-TRACER_LOGIN = os.environ.get("MEMFABRIC_TRACER_LOGIN", "memfabric_tracer")
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 SERVICE_NAME = "memfabric"
 
@@ -35,16 +33,16 @@ class TraceConfigError(Exception):
     """Tracing cannot start: no endpoint, the extra is missing, or the database refused it."""
 
 
-def tracer_conninfo(login: str = TRACER_LOGIN) -> str:
-    return os.environ.get("MEMFABRIC_TRACER_URL") or db.url_for(db.database_url(), login)
+def tracer_conninfo(login: str | None = None) -> str:
+    return Settings.from_env().conninfo("tracer", login)
 
 
 def otlp_traces_endpoint() -> str:
     """The OTLP/HTTP traces URL, from the standard OpenTelemetry environment variables."""
-    url = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    if url:
-        return url
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    settings = Settings.from_env()
+    if settings.otlp_traces_endpoint:
+        return settings.otlp_traces_endpoint
+    base = settings.otlp_endpoint
     if not base:
         raise TraceConfigError(
             "no OTLP endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (and OTEL_EXPORTER_OTLP_HEADERS)"

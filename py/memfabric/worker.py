@@ -139,6 +139,7 @@ ERASURE_VACUUM = (
     "fabric.memory_embeddings",
     "fabric.runs",
     "fabric.temporal_summaries",
+    "fabric.subject_keys",
 )
 DECAY_VACUUM = ("fabric.memory_records",)
 

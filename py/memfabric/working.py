@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,6 +25,7 @@ import redis
 from psycopg.types.json import Jsonb
 
 from memfabric.errors import mapped
+from memfabric.settings import Settings
 
 Json = dict[str, Any]
 
@@ -92,12 +91,12 @@ def _available() -> Iterator[None]:
 
 def default_url() -> str | None:
     """REDIS_URL, else the local server of scripts/redis.sh when it was started here."""
-    if url := os.environ.get("REDIS_URL"):
-        return url
-    pw = Path(os.environ.get("REDIS_DIR", ".local/redis")) / "admin.password"
+    settings = Settings.from_env()
+    if settings.redis_url:
+        return settings.redis_url
+    pw = settings.redis_dir / "admin.password"
     if pw.is_file():
-        port = os.environ.get("REDIS_PORT", "56379")
-        return f"redis://default:{pw.read_text().strip()}@127.0.0.1:{port}/0"
+        return f"redis://default:{pw.read_text().strip()}@127.0.0.1:{settings.redis_port}/0"
     return None
 
 

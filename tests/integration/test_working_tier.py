@@ -483,6 +483,9 @@ def test_a_subject_erasure_deletes_the_subjects_working_keys(
             "MEMFABRIC_COMMITTER_URL": psycopg.conninfo.make_conninfo(
                 fabric.url, user="mf_committer"
             ),
+            "MEMFABRIC_MAINTAINER_URL": psycopg.conninfo.make_conninfo(
+                fabric.url, user="mf_maintainer"
+            ),
         },
         capture_output=True,
         text=True,

@@ -317,6 +317,16 @@ PROJECTION = DATABASE | {
     "GRAPH_BOLT_PORT",
     "GRAPH_PASSWORD",
 }
+MAINTAINER = COMMITTER | {"MEMFABRIC_MAINTAINER_LOGIN", "MEMFABRIC_MAINTAINER_URL"}
+REDIS = {"REDIS_URL", "REDIS_DIR", "REDIS_PORT"}
+TRACE = DATABASE | {
+    "MEMFABRIC_TRACER_LOGIN",
+    "MEMFABRIC_TRACER_URL",
+    "MEMFABRIC_METRICS_PORT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+}
 READS: dict[tuple[str, ...], set[str]] = {
     ("db", "up"): DATABASE,
     ("db", "down"): DATABASE,
@@ -326,13 +336,18 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("worker", "commit"): COMMITTER,
     ("worker", "consolidate"): COMMITTER
     | {"MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"},
-    ("worker", "decay"): COMMITTER,
-    ("decay",): COMMITTER,
-    ("erase",): COMMITTER,
+    ("worker", "decay"): MAINTAINER,
+    ("decay",): MAINTAINER,
+    ("erase",): MAINTAINER | REDIS,
+    ("db", "reindex-text"): DATABASE | {"MEMFABRIC_MIGRATOR_URL"},
+    ("worker", "trace"): TRACE,
+    ("working", "up"): REDIS,
+    ("working", "down"): REDIS,
+    ("working", "grant-tenant"): DATABASE | REDIS,
     ("rebuild",): PROJECTION,
     ("drill",): PROJECTION,
     ("verify",): PROJECTION,
-    ("serve",): PROJECTION,
+    ("serve",): PROJECTION | COMMITTER | TRACE,
     ("recall",): DATABASE
     | {"MEMFABRIC_SOCKET", "QDRANT_URL", "MEMFABRIC_PROJECTOR_LOGIN", "MEMFABRIC_PROJECTOR_URL"},
 }
