@@ -132,7 +132,7 @@ def load(url: str, data: Dataset) -> tuple[dict[str, uuid.UUID], dict[str, str]]
                 with agent.transaction(), agent.cursor() as cur:
                     cur.executemany("SELECT fabric_api.propose(%s, %s)", params)
                 done = call(committer, "SELECT fabric_api.commit_pending(%s)", len(chunk))
-                if done != {"committed": len(chunk), "rejected": 0}:
+                if (done["committed"], done["rejected"]) != (len(chunk), 0):
                     raise SystemExit(f"{len(chunk)} turns proposed, commit_pending: {done}")
     with connect(url) as su:
         rows = su.execute("SELECT memory_id::text, source_event_id FROM fabric.memory_records"
