@@ -3,11 +3,16 @@
 `migrate()` is the only path: a superuser bootstrap (roles that need a superuser,
 extensions, database settings), `alembic upgrade` as the migration role, then the
 idempotent objects of `sql/` and `rls/` replayed in name order in one transaction.
+
+The schema ships inside the package (`memfabric/_schema/{sql,rls,migrations}`, links to the
+repository's directories that a wheel holds as copies): `schema_dir()` finds it through
+importlib.resources, so an installed wheel migrates a database without a checkout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +22,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from memfabric.settings import DEFAULT_PGPORT, Settings
 
-ROOT = Path(__file__).resolve().parents[2]
-SQL_DIRS = (ROOT / "sql", ROOT / "rls")
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (scripts/ of the local servers)
+REPLAYED = ("sql", "rls")
 MIGRATOR = "fabric_migrator"
-EXTENSIONS = ("vector", "plpython3u", "btree_gist", "btree_gin", "pgcrypto")
+# The extensions the fabric uses, all in schema ext; nothing else is required (managed
+# services offer all four; docs/operations.md has the matrix). The local server also has
+# plpython3u, which no function uses and migrate neither creates nor drops.
+EXTENSIONS = ("vector", "btree_gist", "btree_gin", "pgcrypto")
 DEFAULT_PORT = DEFAULT_PGPORT
 # Database-level settings of the install (DESIGN.md §7, Logs): failing statements and the
 # DETAIL/CONTEXT of errors (which can quote values) never reach the server log, and one
@@ -138,8 +146,6 @@ def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) ->
         for ext in EXTENSIONS:
             conn.execute(
                 sql.SQL("CREATE EXTENSION IF NOT EXISTS {} SCHEMA ext").format(sql.Identifier(ext))
-                if ext != "plpython3u"
-                else sql.SQL("CREATE EXTENSION IF NOT EXISTS plpython3u")
             )
         for setting, value in DATABASE_SETTINGS:
             conn.execute(
@@ -158,11 +164,25 @@ def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) ->
             )
 
 
+def schema_dir(name: str) -> Path:
+    """A directory of the schema shipped in the package: `sql`, `rls` or `migrations`."""
+    path = resources.files("memfabric").joinpath("_schema", name)
+    if not isinstance(path, Path) or not path.is_dir():
+        from memfabric.errors import Misconfigured
+
+        raise Misconfigured(
+            f"the package holds no schema directory {name}",
+            hint="reinstall memfabric from a wheel or a checkout (pip install memfabric)",
+        )
+    return path
+
+
 def _alembic_config(url: str):  # type: ignore[no-untyped-def]
     from alembic.config import Config
 
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    cfg = Config()  # no alembic.ini: everything it would say is set here
+    cfg.set_main_option("script_location", str(schema_dir("migrations")))
+    cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
@@ -180,17 +200,18 @@ def downgrade(url: str, target: str = "base") -> None:
 
 
 def replay_files() -> list[Path]:
-    return [f for d in SQL_DIRS for f in sorted(d.glob("*.sql"))]
+    return [f for d in REPLAYED for f in sorted(schema_dir(d).glob("*.sql"))]
 
 
 def replay(url: str, progress: Progress = _quiet) -> None:
     """Replay sql/ then rls/ in one transaction as fabric_owner (idempotent objects)."""
+    files = replay_files()
     with psycopg.connect(migrator_url(url)) as conn:
-        for path in replay_files():
+        for path in files:
             conn.execute("SET LOCAL ROLE fabric_owner")
             conn.execute(path.read_text())
         conn.execute("RESET ROLE")
-    progress(f"replayed {len(replay_files())} files from sql/ and rls/")
+    progress(f"replayed {len(files)} files from sql/ and rls/")
 
 
 # The event triggers of the DDL guard (sql/270_ddl_guard.sql): only a superuser creates them.
