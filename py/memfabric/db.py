@@ -199,6 +199,52 @@ def downgrade(url: str, target: str = "base") -> None:
     command.downgrade(_alembic_config(migrator_url(url)), target)
 
 
+def package_revisions() -> tuple[str, frozenset[str]]:
+    """The head revision of the migrations this package ships, and every revision it knows."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(schema_dir("migrations")))
+    (head,) = script.get_heads()  # one line of history: the release re-chains branches
+    return head, frozenset(r.revision for r in script.walk_revisions())
+
+
+MIGRATE_HINT = (
+    "run `memfabric db migrate` with this package to upgrade the database, then start again"
+)
+
+
+def require_known_revision(conn: psycopg.Connection[Any]) -> str:
+    """The database's schema revision, if it is this package's head; else SchemaMismatch
+    naming both revisions. Works for every service login (fabric_api.schema_revision())."""
+    from memfabric.errors import SchemaMismatch
+
+    head, known = package_revisions()
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT fabric_api.schema_revision()").fetchone()
+    except psycopg.errors.UndefinedFunction:
+        row = None  # a fabric migrated before the revision was readable: older than head
+    revision = row[0] if row else None
+    if revision == head:
+        return head
+    if revision is None or revision in known:
+        raise SchemaMismatch(
+            f"the database's schema is at revision {revision or 'unknown (older)'}, this "
+            f"memfabric needs {head}",
+            database=revision,
+            package=head,
+            hint=MIGRATE_HINT,
+        )
+    raise SchemaMismatch(
+        f"the database's schema is at revision {revision}, which this memfabric (head "
+        f"{head}) does not know",
+        database=revision,
+        package=head,
+        hint="a newer memfabric migrated it: run that version (pip install -U memfabric), "
+        "or point DATABASE_URL at a database of this one",
+    )
+
+
 def replay_files() -> list[Path]:
     return [f for d in REPLAYED for f in sorted(schema_dir(d).glob("*.sql"))]
 
