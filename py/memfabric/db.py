@@ -116,17 +116,27 @@ def apply_server_log_settings(conn: psycopg.Connection[tuple[object, ...]]) -> N
 
 def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) -> None:
     """What only a superuser can do, idempotently: the migration role, the extensions,
-    the database-level settings that keep content out of the server log."""
+    the database-level settings that keep content out of the server log. Without a
+    superuser (a managed service), it checks that this was done already and warns."""
     with psycopg.connect(url, autocommit=True) as conn:
         dbname = conn.info.dbname
         is_super = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
         row = is_super.fetchone()
         if not row or not row[0]:
-            raise SystemExit(
-                "bootstrap needs a superuser connection (DATABASE_URL); ask your DBA to run "
-                "`memfabric db migrate` once as superuser, later upgrades can use "
-                "MEMFABRIC_MIGRATOR_URL"
+            missing = bootstrap_missing(conn)
+            if missing:
+                raise SystemExit(
+                    "bootstrap needs a superuser connection (DATABASE_URL) to create "
+                    + ", ".join(missing)
+                    + "; run `memfabric db migrate` once as a superuser, or create them as "
+                    "the provider's administrator (docs/operations.md, PostgreSQL "
+                    "compatibility)"
+                )
+            warn(
+                "warning: not a superuser: bootstrap skipped (the migration role and the "
+                "extensions exist); the database's log settings were not checked"
             )
+            return
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (MIGRATOR,)).fetchone()
         if not exists:
             conn.execute(
@@ -175,6 +185,29 @@ def schema_dir(name: str) -> Path:
             hint="reinstall memfabric from a wheel or a checkout (pip install memfabric)",
         )
     return path
+
+
+def bootstrap_missing(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """What the bootstrap makes that this database lacks: the migration role and its
+    privileges on the database, and each extension missing from schema ext."""
+    missing = []
+    if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (MIGRATOR,)).fetchone():
+        missing.append(f"the role {MIGRATOR}")
+    elif conn.execute(
+        "SELECT has_database_privilege(%(r)s, current_database(), 'CONNECT')"
+        " AND has_database_privilege(%(r)s, current_database(), 'CREATE')",
+        {"r": MIGRATOR},
+    ).fetchone() != (True,):
+        missing.append(f"CONNECT and CREATE on this database for {MIGRATOR}")
+    present = {
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT e.extname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE n.nspname = 'ext'"
+        )
+    }
+    missing += [f"the extension {ext}" for ext in EXTENSIONS if ext not in present]
+    return missing
 
 
 def _alembic_config(url: str):  # type: ignore[no-untyped-def]
