@@ -126,6 +126,18 @@ def test_every_memfabric_variable_is_one_it_reads(compose: dict[str, Any]) -> No
         assert f"`{name}`" in documented, name
 
 
+def test_only_migrate_holds_the_superuser_and_migration_passwords(compose: dict[str, Any]) -> None:
+    s = services(compose)
+    migrate = s["migrate"]["environment"]
+    assert "${POSTGRES_PASSWORD:?}" in migrate["DATABASE_URL"]
+    assert "${MEMFABRIC_MIGRATOR_PASSWORD:?}" in migrate["MEMFABRIC_MIGRATOR_URL"]
+    for name in MEMFABRIC:
+        values = " ".join(str(v) for v in s[name]["environment"].values())
+        assert "POSTGRES_PASSWORD" not in values and "MIGRATOR" not in values, name
+        for identity in ("COMMITTER", "CONSOLIDATOR", "PROJECTOR", "MAINTAINER", "TRACER"):
+            assert f"MEMFABRIC_{identity}_URL" in s[name]["environment"], (name, identity)
+
+
 def test_every_secret_is_in_the_example_env_file() -> None:
     referenced = set(re.findall(r"\$\{([A-Z0-9_]+)[:?}-]", COMPOSE.read_text()))
     example = {
