@@ -303,23 +303,27 @@ DDL_GUARD_FUNCTION = "fabric.tg_ddl__migration_role_only()"
 
 def install_ddl_guard(url: str, progress: Progress = _quiet, warn: Progress = _quiet) -> bool:
     """Refuse DDL on the fabric schemas to every session but the migration role's (and
-    superusers'). Needs a superuser; without one it warns and returns False."""
+    superusers'). Needs a superuser, or a managed service's administrator that may create
+    event triggers (Amazon RDS's rds_superuser); without one it warns and returns False."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
-        if not row or not row[0]:
+        try:
+            with conn.transaction():  # both triggers, or the ones there before
+                for name, event in DDL_GUARD:
+                    conn.execute(
+                        sql.SQL("DROP EVENT TRIGGER IF EXISTS {}").format(sql.Identifier(name))
+                    )
+                    conn.execute(
+                        sql.SQL("CREATE EVENT TRIGGER {} ON {} EXECUTE FUNCTION {}").format(
+                            sql.Identifier(name), sql.SQL(event), sql.SQL(DDL_GUARD_FUNCTION)
+                        )
+                    )
+        except psycopg.errors.InsufficientPrivilege:
             warn(
                 "warning: the DDL guard (event triggers refusing schema changes to the fabric "
                 "by any login but fabric_migrator) was not installed: it needs a superuser; "
                 "run `memfabric db migrate` once with a superuser DATABASE_URL"
             )
             return False
-        for name, event in DDL_GUARD:
-            conn.execute(sql.SQL("DROP EVENT TRIGGER IF EXISTS {}").format(sql.Identifier(name)))
-            conn.execute(
-                sql.SQL("CREATE EVENT TRIGGER {} ON {} EXECUTE FUNCTION {}").format(
-                    sql.Identifier(name), sql.SQL(event), sql.SQL(DDL_GUARD_FUNCTION)
-                )
-            )
     progress("ddl guard: schema changes to the fabric are refused to all but fabric_migrator")
     return True
 

@@ -300,7 +300,7 @@ def test_migrate_without_a_superuser_warns_that_the_ddl_guard_is_not_installed(
     fabric: Fabric,
 ) -> None:
     said: list[str] = []
-    assert mfdb.install_ddl_guard(mfdb.url_for(fabric.url, MIGRATOR), said.append) is False
+    assert mfdb.install_ddl_guard(mfdb.url_for(fabric.url, MIGRATOR), warn=said.append) is False
     assert len(said) == 1 and said[0].startswith("warning:") and "superuser" in said[0]
 
 
