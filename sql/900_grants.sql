@@ -59,6 +59,9 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.deployment_embedder()
   TO fabric_projector;
 GRANT EXECUTE ON FUNCTION fabric_api.deployment_embedder() TO fabric_agent;
+-- The schema revision: every service login checks it before it starts, agents may too.
+GRANT EXECUTE ON FUNCTION fabric_api.schema_revision()
+  TO fabric_agent, fabric_committer, fabric_consolidator, fabric_projector, fabric_tracer;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_tracer;
 GRANT EXECUTE ON FUNCTION fabric_api.trace_events(integer), fabric_api.set_trace_cursor(xid8, uuid),
   fabric_api.trace_lag(), fabric_api.check_trace_endpoint(text) TO fabric_tracer;

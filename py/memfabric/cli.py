@@ -88,6 +88,15 @@ def _committer_login_option(help_text: str = "the committer's login") -> Any:
     return typer.Option(DEFAULT_COMMITTER_LOGIN, envvar="MEMFABRIC_COMMITTER_LOGIN", help=help_text)
 
 
+def _require_known_schema(conninfo: str) -> None:
+    """Refuse to start a worker or `serve` on a schema revision this package does not know
+    (one line naming both revisions; an older one says to migrate)."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        db.require_known_revision(conn)
+
+
 def _db_script(*args: str) -> None:
     if Settings.from_env().database_url_set and args[0] in ("up", "down"):
         typer.echo("DATABASE_URL is set: the local server is not used")
@@ -153,8 +162,10 @@ def worker_commit(
     """Commit validated proposals as they arrive (safe to run several at once)."""
     from memfabric.worker import run_committer
 
+    conninfo = Settings.from_env().conninfo("committer", login)
+    _require_known_schema(conninfo)
     committed, rejected = run_committer(
-        Settings.from_env().conninfo("committer", login),
+        conninfo,
         batch=batch,
         once=once,
         poll_seconds=poll,
@@ -189,6 +200,7 @@ def worker_consolidate(
     from memfabric.consolidate import run_consolidation
 
     settings = Settings.from_env()
+    _require_known_schema(settings.conninfo("consolidator", consolidator_login))
     while True:
         with (
             psycopg.connect(
@@ -259,6 +271,7 @@ def worker_decay(
     settings = Settings.from_env()
     conninfo = settings.conninfo("committer", login)
     maintainer_conninfo = settings.conninfo("maintainer", maintainer_login)
+    _require_known_schema(conninfo)
     while True:
         with (
             psycopg.connect(conninfo, autocommit=True) as conn,
@@ -443,6 +456,7 @@ def worker_trace(
 
     from memfabric.tracing import SpanMaker, tracer_conninfo
 
+    _require_known_schema(tracer_conninfo(login))
     maker = SpanMaker(tracer_conninfo(login), progress=lambda line: typer.echo(f"[trace] {line}"))
     _start_metrics(metrics_port, maker)
     try:
@@ -511,6 +525,7 @@ def serve(
             hint="use that one, or give a second one its own MEMFABRIC_SOCKET and "
             "MEMFABRIC_VECTOR_DIR",
         )
+    _require_known_schema(projector_conninfo())
     lock = threading.Lock()
     projector = open_projector(
         projector_conninfo(), guard=lock, progress=lambda line: typer.echo(f"[project] {line}")

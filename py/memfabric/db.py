@@ -3,11 +3,16 @@
 `migrate()` is the only path: a superuser bootstrap (roles that need a superuser,
 extensions, database settings), `alembic upgrade` as the migration role, then the
 idempotent objects of `sql/` and `rls/` replayed in name order in one transaction.
+
+The schema ships inside the package (`memfabric/_schema/{sql,rls,migrations}`, links to the
+repository's directories that a wheel holds as copies): `schema_dir()` finds it through
+importlib.resources, so an installed wheel migrates a database without a checkout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +22,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from memfabric.settings import DEFAULT_PGPORT, Settings
 
-ROOT = Path(__file__).resolve().parents[2]
-SQL_DIRS = (ROOT / "sql", ROOT / "rls")
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (scripts/ of the local servers)
+REPLAYED = ("sql", "rls")
 MIGRATOR = "fabric_migrator"
-EXTENSIONS = ("vector", "plpython3u", "btree_gist", "btree_gin", "pgcrypto")
+# The extensions the fabric uses, all in schema ext; nothing else is required (managed
+# services offer all four; docs/operations.md has the matrix). The local server also has
+# plpython3u, which no function uses and migrate neither creates nor drops.
+EXTENSIONS = ("vector", "btree_gist", "btree_gin", "pgcrypto")
 DEFAULT_PORT = DEFAULT_PGPORT
 # Database-level settings of the install (DESIGN.md §7, Logs): failing statements and the
 # DETAIL/CONTEXT of errors (which can quote values) never reach the server log, and one
@@ -108,17 +116,27 @@ def apply_server_log_settings(conn: psycopg.Connection[tuple[object, ...]]) -> N
 
 def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) -> None:
     """What only a superuser can do, idempotently: the migration role, the extensions,
-    the database-level settings that keep content out of the server log."""
+    the database-level settings that keep content out of the server log. Without a
+    superuser (a managed service), it checks that this was done already and warns."""
     with psycopg.connect(url, autocommit=True) as conn:
         dbname = conn.info.dbname
         is_super = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
         row = is_super.fetchone()
         if not row or not row[0]:
-            raise SystemExit(
-                "bootstrap needs a superuser connection (DATABASE_URL); ask your DBA to run "
-                "`memfabric db migrate` once as superuser, later upgrades can use "
-                "MEMFABRIC_MIGRATOR_URL"
+            missing = bootstrap_missing(conn)
+            if missing:
+                raise SystemExit(
+                    "bootstrap needs a superuser connection (DATABASE_URL) to create "
+                    + ", ".join(missing)
+                    + "; run `memfabric db migrate` once as a superuser, or create them as "
+                    "the provider's administrator (docs/operations.md, PostgreSQL "
+                    "compatibility)"
+                )
+            warn(
+                "warning: not a superuser: bootstrap skipped (the migration role and the "
+                "extensions exist); the database's log settings were not checked"
             )
+            return
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (MIGRATOR,)).fetchone()
         if not exists:
             conn.execute(
@@ -138,8 +156,6 @@ def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) ->
         for ext in EXTENSIONS:
             conn.execute(
                 sql.SQL("CREATE EXTENSION IF NOT EXISTS {} SCHEMA ext").format(sql.Identifier(ext))
-                if ext != "plpython3u"
-                else sql.SQL("CREATE EXTENSION IF NOT EXISTS plpython3u")
             )
         for setting, value in DATABASE_SETTINGS:
             conn.execute(
@@ -158,11 +174,48 @@ def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) ->
             )
 
 
+def schema_dir(name: str) -> Path:
+    """A directory of the schema shipped in the package: `sql`, `rls` or `migrations`."""
+    path = resources.files("memfabric").joinpath("_schema", name)
+    if not isinstance(path, Path) or not path.is_dir():
+        from memfabric.errors import Misconfigured
+
+        raise Misconfigured(
+            f"the package holds no schema directory {name}",
+            hint="reinstall memfabric from a wheel or a checkout (pip install memfabric)",
+        )
+    return path
+
+
+def bootstrap_missing(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """What the bootstrap makes that this database lacks: the migration role and its
+    privileges on the database, and each extension missing from schema ext."""
+    missing = []
+    if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (MIGRATOR,)).fetchone():
+        missing.append(f"the role {MIGRATOR}")
+    elif conn.execute(
+        "SELECT has_database_privilege(%(r)s, current_database(), 'CONNECT')"
+        " AND has_database_privilege(%(r)s, current_database(), 'CREATE')",
+        {"r": MIGRATOR},
+    ).fetchone() != (True,):
+        missing.append(f"CONNECT and CREATE on this database for {MIGRATOR}")
+    present = {
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT e.extname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE n.nspname = 'ext'"
+        )
+    }
+    missing += [f"the extension {ext}" for ext in EXTENSIONS if ext not in present]
+    return missing
+
+
 def _alembic_config(url: str):  # type: ignore[no-untyped-def]
     from alembic.config import Config
 
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    cfg = Config()  # no alembic.ini: everything it would say is set here
+    cfg.set_main_option("script_location", str(schema_dir("migrations")))
+    cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
@@ -179,18 +232,65 @@ def downgrade(url: str, target: str = "base") -> None:
     command.downgrade(_alembic_config(migrator_url(url)), target)
 
 
+def package_revisions() -> tuple[str, frozenset[str]]:
+    """The head revision of the migrations this package ships, and every revision it knows."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(schema_dir("migrations")))
+    (head,) = script.get_heads()  # one line of history: the release re-chains branches
+    return head, frozenset(r.revision for r in script.walk_revisions())
+
+
+MIGRATE_HINT = (
+    "run `memfabric db migrate` with this package to upgrade the database, then start again"
+)
+
+
+def require_known_revision(conn: psycopg.Connection[Any]) -> str:
+    """The database's schema revision, if it is this package's head; else SchemaMismatch
+    naming both revisions. Works for every service login (fabric_api.schema_revision())."""
+    from memfabric.errors import SchemaMismatch
+
+    head, known = package_revisions()
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT fabric_api.schema_revision()").fetchone()
+    except psycopg.errors.UndefinedFunction:
+        row = None  # a fabric migrated before the revision was readable: older than head
+    revision = row[0] if row else None
+    if revision == head:
+        return head
+    if revision is None or revision in known:
+        raise SchemaMismatch(
+            f"the database's schema is at revision {revision or 'unknown (older)'}, this "
+            f"memfabric needs {head}",
+            database=revision,
+            package=head,
+            hint=MIGRATE_HINT,
+        )
+    raise SchemaMismatch(
+        f"the database's schema is at revision {revision}, which this memfabric (head "
+        f"{head}) does not know",
+        database=revision,
+        package=head,
+        hint="a newer memfabric migrated it: run that version (pip install -U memfabric), "
+        "or point DATABASE_URL at a database of this one",
+    )
+
+
 def replay_files() -> list[Path]:
-    return [f for d in SQL_DIRS for f in sorted(d.glob("*.sql"))]
+    return [f for d in REPLAYED for f in sorted(schema_dir(d).glob("*.sql"))]
 
 
 def replay(url: str, progress: Progress = _quiet) -> None:
     """Replay sql/ then rls/ in one transaction as fabric_owner (idempotent objects)."""
+    files = replay_files()
     with psycopg.connect(migrator_url(url)) as conn:
-        for path in replay_files():
+        for path in files:
             conn.execute("SET LOCAL ROLE fabric_owner")
             conn.execute(path.read_text())
         conn.execute("RESET ROLE")
-    progress(f"replayed {len(replay_files())} files from sql/ and rls/")
+    progress(f"replayed {len(files)} files from sql/ and rls/")
 
 
 # The event triggers of the DDL guard (sql/270_ddl_guard.sql): only a superuser creates them.
@@ -203,23 +303,27 @@ DDL_GUARD_FUNCTION = "fabric.tg_ddl__migration_role_only()"
 
 def install_ddl_guard(url: str, progress: Progress = _quiet, warn: Progress = _quiet) -> bool:
     """Refuse DDL on the fabric schemas to every session but the migration role's (and
-    superusers'). Needs a superuser; without one it warns and returns False."""
+    superusers'). Needs a superuser, or a managed service's administrator that may create
+    event triggers (Amazon RDS's rds_superuser); without one it warns and returns False."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
-        if not row or not row[0]:
+        try:
+            with conn.transaction():  # both triggers, or the ones there before
+                for name, event in DDL_GUARD:
+                    conn.execute(
+                        sql.SQL("DROP EVENT TRIGGER IF EXISTS {}").format(sql.Identifier(name))
+                    )
+                    conn.execute(
+                        sql.SQL("CREATE EVENT TRIGGER {} ON {} EXECUTE FUNCTION {}").format(
+                            sql.Identifier(name), sql.SQL(event), sql.SQL(DDL_GUARD_FUNCTION)
+                        )
+                    )
+        except psycopg.errors.InsufficientPrivilege:
             warn(
                 "the DDL guard (event triggers refusing schema changes to the fabric "
                 "by any login but fabric_migrator) was not installed: it needs a superuser; "
                 "run `memfabric db migrate` once with a superuser DATABASE_URL"
             )
             return False
-        for name, event in DDL_GUARD:
-            conn.execute(sql.SQL("DROP EVENT TRIGGER IF EXISTS {}").format(sql.Identifier(name)))
-            conn.execute(
-                sql.SQL("CREATE EVENT TRIGGER {} ON {} EXECUTE FUNCTION {}").format(
-                    sql.Identifier(name), sql.SQL(event), sql.SQL(DDL_GUARD_FUNCTION)
-                )
-            )
     progress("ddl guard: schema changes to the fabric are refused to all but fabric_migrator")
     return True
 

@@ -148,6 +148,17 @@ class Misconfigured(OperationalFailure):
     """A setting is missing or malformed."""
 
 
+class SchemaMismatch(OperationalFailure):
+    """The database's schema revision is not the head this package ships: older (migrate
+    it) or unknown to this package (a newer memfabric migrated it). Workers and
+    `memfabric serve` refuse to start on it."""
+
+    def __init__(self, message: str, *, database: str | None, package: str, hint: str) -> None:
+        super().__init__(message, hint=hint)
+        self.database_revision = database
+        self.package_head = package
+
+
 DB_UP_HINT = (
     "start the local server with `memfabric db up` (or `make db-up`), "
     "or point DATABASE_URL at a running PostgreSQL 17"

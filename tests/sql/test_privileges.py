@@ -18,7 +18,7 @@ import psycopg
 from conftest import Fabric
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "privileges.txt"
-SCHEMAS = ("fabric", "fabric_api", "fabric_audit")
+SCHEMAS = ("fabric", "fabric_api", "fabric_audit", "fabric_migrations")
 ROLES = (
     "fabric_owner",
     "fabric_lookup",
