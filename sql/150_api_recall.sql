@@ -262,7 +262,7 @@ AS $$
     SELECT a.memory_id, a.record, a.ord
       FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_vector_tiers, p_valid_at,
              p_min_confidence, p_excluded_labels, NULL, p_candidate_ids, p_candidate_scores,
-             1000) WITH ORDINALITY AS a(memory_id, score, record, ord)
+             p_depth) WITH ORDINALITY AS a(memory_id, score, record, ord)
      WHERE p_candidate_ids IS NOT NULL),
   lex AS (
     SELECT b.memory_id, b.record, b.ord
@@ -584,11 +584,13 @@ BEGIN
            WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
     -- Reciprocal rank fusion over the union of the vector and lexical lists, in one
-    -- statement (one snapshot). Each list is as deep as the fusion needs.
+    -- statement (one snapshot). Each list is cut where its retriever alone would stop (the
+    -- limit, at least 10): deeper lists let records both retrievers rank mediocre outrank
+    -- what one of them ranks first (measured by make bench-quality).
     SELECT f.records, f.found INTO v_records, v_count
       FROM fabric._recall_fused(v_run.tenant_id, v_keys, v_vector_tiers, v_lexical_tiers,
              v_valid_at, v_min_conf, v_excluded, v_query, v_ids, v_scores,
-             LEAST(1000, GREATEST(v_limit * 4, 50)),
+             GREATEST(v_limit, 10),
              CASE WHEN v_mode = 'hybrid' AND v_ids IS NOT NULL AND v_query IS NOT NULL
                        AND pg_catalog.cardinality(v_vector_tiers) > 0
                   THEN 2.0 / 61 ELSE 1.0 / 61 END,
