@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from memfabric.broker import Broker, find_broker, hits_as_candidates
-from memfabric.errors import mapped
+from memfabric.call import fabric_call
 from memfabric.tracing import client_span
 
 Json = dict[str, Any]
@@ -23,10 +22,7 @@ MIN_CANDIDATES = 50  # and never fewer: fusion needs depth (the lexical list is 
 
 
 def _recall(conn: psycopg.Connection[Any], request: Json) -> Json:
-    with mapped():
-        row = conn.execute("SELECT fabric_api.recall(%s)", (Jsonb(request),)).fetchone()
-    assert row is not None
-    answer: Json = row[0]
+    answer: Json = fabric_call(conn, "fabric_api.recall", request)
     return answer
 
 
