@@ -27,6 +27,11 @@ def deployment_embedder(conninfo: str | psycopg.Connection[Any]) -> Embedder:
     else:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             found = fabric_call(conn, "fabric_api.deployment_embedder")
+    return embedder_for(found)
+
+
+def embedder_for(found: dict[str, Any] | None) -> Embedder:
+    """The embedder of the settings `fabric_api.deployment_embedder` answered."""
     settings: dict[str, Any] = found if found is not None else {"embedder": "minilm"}
     if settings["embedder"] == "http":
         return embedder_from_settings(

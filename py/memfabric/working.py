@@ -178,6 +178,13 @@ class WorkingTier:
         return None if held is None else json.loads(held)
 
 
+def session_items(working: WorkingTier, run: RunRef) -> list[Json]:
+    """The run's session buffer as handoff items (each turn's event_id, correlation_id,
+    causation_id, content and time)."""
+    keys = ("event_id", "correlation_id", "causation_id", "content", "occurred_at")
+    return [{k: t[k] for k in keys if k in t} for t in working.turns(run)]
+
+
 def handoff(
     conn: psycopg.Connection[Any],
     run: RunRef,
@@ -191,8 +198,7 @@ def handoff(
     if items is None:
         if working is None:
             raise ValueError("pass the items, or the working tier to read the run's turns from")
-        keys = ("event_id", "correlation_id", "causation_id", "content", "occurred_at")
-        items = [{k: t[k] for k in keys if k in t} for t in working.turns(run)]
+        items = session_items(working, run)
     if not items:
         return []
     answers: list[Json] = fabric_call(conn, "fabric_api.handoff", Jsonb(list(items)), run.run_id)
