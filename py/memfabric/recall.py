@@ -18,6 +18,7 @@ import psycopg
 
 from memfabric.broker import Broker, find_broker, hits_as_candidates, locate_broker
 from memfabric.call import afabric_call, fabric_call
+from memfabric.errors import Unreachable
 from memfabric.tracing import client_span
 
 Json = dict[str, Any]
@@ -79,6 +80,17 @@ async def arecall(
                     error = exc
 
 
+def no_broker() -> Unreachable:
+    """Semantic or hybrid recall asked for, and neither a broker socket nor QDRANT_URL."""
+    from memfabric.broker import default_socket
+
+    return Unreachable(
+        f"memfabric serve is not running (no broker on {default_socket()}) and QDRANT_URL is "
+        "not set: semantic and hybrid recall need a vector broker",
+        hint="start `memfabric serve`, set QDRANT_URL, or omit mode to be served text",
+    )
+
+
 async def _afind_broker(conn: psycopg.AsyncConnection[Any]) -> Broker | None:
     from memfabric.runtime import embedder_for
 
@@ -131,10 +143,7 @@ def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
     if broker is None:
         broker = yield _FindBroker()
     if broker is None:
-        raise ValueError(
-            "semantic and hybrid recall need a vector broker: run `memfabric serve` or set "
-            "QDRANT_URL (or omit mode to be served text)"
-        )
+        raise no_broker()
     resolved: Json = yield _Database(request)
     if resolved["status"] != "resolved":
         return resolved  # malformed or denied, and audited as such
