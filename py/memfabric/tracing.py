@@ -21,6 +21,7 @@ import psycopg
 
 from memfabric import db
 from memfabric.call import Cast, fabric_call
+from memfabric.errors import FabricError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -213,7 +214,7 @@ class SpanMaker:
                             self.progress(f"traced {n} events")
                         backoff = 0.5
                         time.sleep(poll_seconds)
-            except (psycopg.Error, TraceConfigError) as exc:
+            except (psycopg.Error, FabricError, TraceConfigError) as exc:
                 self.errors += 1
                 self.progress(f"retrying in {backoff:.1f}s: {type(exc).__name__}")
                 time.sleep(backoff)

@@ -7,11 +7,13 @@ import asyncio
 import inspect
 import re
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from conftest import MEMORY_TOOLS, Fabric
+from conftest import episode as conftest_episode
 from memfabric import AsyncFabric, Envelope, Record, aio, episode, errors, sdk
 from memfabric import Fabric as SdkFabric
 
@@ -143,3 +145,37 @@ def test_async_fabric_makes_the_same_calls(fabric: Fabric) -> None:
 
     status, ids, memory_id = asyncio.run(flow())
     assert status == "served" and ids == [memory_id]
+
+
+def test_the_plumbing_calls_bind_their_arguments(fabric: Fabric) -> None:
+    """The calls the docs only list (projector, tracer, audit reads, decay, subject erasure)
+    each reach their function with well-typed arguments."""
+    run = fabric.open_run()
+    proposal = fabric.propose("mf_agent_a", conftest_episode(), run)
+    memory_id = fabric.commit(proposal["proposal_id"])["memory_id"]
+    now = datetime.now(UTC)
+    with SdkFabric(fabric.url, max_size=1) as mf:
+        projector = mf.projector("mf_projector")
+        events = projector.projection_events("graph", 10)
+        assert events and projector.projection_horizon() > 0
+        assert projector.set_projection_cursor("graph", events[-1]["xid"], events[-1]["event_id"])
+        assert [r["memory_id"] for r in projector.projection_records([memory_id])] == [memory_id]
+        assert [r["memory_id"] for r in projector.projection_snapshot(limit=5)] == [memory_id]
+        tracer = mf.tracer("mf_tracer")
+        feed = tracer.trace_events(10)
+        assert tracer.trace_lag() >= 0
+        if feed:
+            assert tracer.set_trace_cursor(feed[-1]["xid"], feed[-1]["event_id"]) is not None
+        assert tracer.check_trace_endpoint("http://127.0.0.1:4318/v1/traces")
+        auditor = mf.auditor("mf_auditor")
+        assert [r["memory_id"] for r in auditor.records_as_of("acme", now)] == [
+            uuid.UUID(memory_id)
+        ]
+        assert auditor.profile_at("acme", "user-8842", now) == []
+        assert auditor.subject_events("acme", "user-8842", now - timedelta(hours=1), now)
+        committer = mf.committer("mf_committer")
+        assert committer.run_decay(now=now, batch=10)["expired"] == 0
+        assert committer.commit_pending(5) == {"committed": 0, "rejected": 0, "retry": 0}
+        erasure = committer.request_subject_erasure("acme", "user-8842", "subject asked")
+        assert committer.working_erasure_scope(erasure.approval_id) is not None
+        assert mf.consolidator("mf_consolidator").review_queue("acme") == []
