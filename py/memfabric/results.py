@@ -20,7 +20,7 @@ class Run:
 
     run_id: UUID
     tenant_id: str
-    agent_id: str
+    agent_id: str | None = None  # None when built from a bare run id
     subject_id: str | None = None
     session_id: str | None = None
 

@@ -102,7 +102,7 @@ def _as_run(run: Run | Id, tenant_id: str | None) -> Run:
         return run
     if tenant_id is None:
         raise ValueError("pass the Run that open_run returned, or the run id with tenant_id=")
-    return Run(UUID(str(run)), tenant_id, agent_id="")
+    return Run(UUID(str(run)), tenant_id)
 
 
 def _ttl(ttl: timedelta | str) -> Any:
