@@ -24,6 +24,8 @@ from psycopg.types.json import Jsonb
 from pytest_postgresql import factories
 
 from memfabric import db as mfdb
+from memfabric.call import Cast, fabric_call
+from memfabric.errors import FabricError
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
@@ -130,6 +132,17 @@ def template(server: Any) -> str:
 _counter = itertools.count()
 
 
+def call(conn: psycopg.Connection[Any], name: str, *args: Any) -> Any:
+    """`fabric_call`, handing back the server's own error: the rule tests assert on its
+    diagnostics (constraint name, hint), which the mapped exception does not carry."""
+    try:
+        return fabric_call(conn, name, *args)
+    except FabricError as exc:
+        if isinstance(exc.__cause__, psycopg.Error):
+            raise exc.__cause__ from None
+        raise
+
+
 @dataclass
 class Fabric:
     """One test's database, with a connection per identity."""
@@ -183,35 +196,24 @@ class Fabric:
         tools: list[str] | None = None,
         ttl: str = "1 hour",
     ) -> uuid.UUID:
-        conn = self.connect("mf_orchestrator")
-        row = conn.execute(
-            "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, %s::interval)",
-            (tenant, agent_id, subject, session, MEMORY_TOOLS if tools is None else tools, ttl),
-        ).fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
+        tools = MEMORY_TOOLS if tools is None else tools
+        return call(  # type: ignore[no-any-return]
+            self.connect("mf_orchestrator"),
+            "fabric_api.open_run",
+            *(tenant, agent_id, subject, session, tools, Cast(ttl, "interval")),
+        )
 
     def propose(self, login: str, envelope: Any, run_id: uuid.UUID) -> dict[str, Any]:
-        conn = self.connect(login)
-        row = conn.execute(
-            "SELECT fabric_api.propose(%s, %s)", (Jsonb(envelope), run_id)
-        ).fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
+        # Jsonb, not the dict rule: the hostile-envelope tests propose non-objects too.
+        return call(  # type: ignore[no-any-return]
+            self.connect(login), "fabric_api.propose", Jsonb(envelope), run_id
+        )
 
     def commit(self, proposal_id: Any, login: str = "mf_committer") -> dict[str, Any]:
-        row = self.connect(login).execute("SELECT fabric_api.commit(%s)", (proposal_id,)).fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
+        return call(self.connect(login), "fabric_api.commit", proposal_id)  # type: ignore[no-any-return]
 
     def recall(self, login: str, request: dict[str, Any]) -> dict[str, Any]:
-        row = (
-            self.connect(login)
-            .execute("SELECT fabric_api.recall(%s)", (Jsonb(request),))
-            .fetchone()
-        )
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
+        return call(self.connect(login), "fabric_api.recall", Jsonb(request))  # type: ignore[no-any-return]
 
     def events(self, where: str = "true") -> list[dict[str, Any]]:
         with psycopg.connect(self.url, autocommit=True) as c:

@@ -188,13 +188,18 @@ def find_broker(conn: psycopg.Connection[Any]) -> Broker | None:
     """The vector broker this environment reaches, or None: an in-process broker over
     QDRANT_URL (built once per process, with the embedder the database names, read over
     `conn`), else a `memfabric serve` answering on its socket."""
+    from memfabric.runtime import deployment_embedder
+
+    return locate_broker(lambda: deployment_embedder(conn))
+
+
+def locate_broker(embedder_of_deployment: Callable[[], Embedder]) -> Broker | None:
+    """`find_broker`, with the deployment's embedder read by the caller when needed."""
     settings = Settings.from_env()
     url = settings.qdrant_url
     if url:
         if url not in _qdrant_brokers:
-            from memfabric.runtime import deployment_embedder
-
-            embedder = deployment_embedder(conn)
+            embedder = embedder_of_deployment()
             store = store_from_env(default_vector_dir())
             store.ensure_collections(embedder.model, embedder.version, embedder.dims)
             _qdrant_brokers[url] = LocalBroker(store, embedder, {})

@@ -1,30 +1,36 @@
-"""The client: each method is one call of a `fabric_api` function (pgmq's shape).
+"""The first client, kept for existing callers; new code uses `memfabric.Fabric` (every
+function of the fabric, grouped by role, with typed answers: docs/python.md).
 
-Identity is the login: build one client (one pool) per identity. The database decides
-everything; errors arrive as `memfabric.errors.FabricError` subclasses by SQLSTATE.
+Each method is one `fabric_call`; identity is the login: one client (one pool) per identity.
 """
 
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from memfabric.errors import mapped
+from memfabric.call import Cast, fabric_call
 
 Json = dict[str, Any]
 
 
 class FabricClient:
-    """A connection pool for one identity and the SQL API as methods."""
+    """A connection pool for one identity and part of the SQL API as methods (deprecated:
+    use `memfabric.Fabric`, which covers every function and answers typed results)."""
 
     def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 4) -> None:
+        warnings.warn(
+            "FabricClient is deprecated: use memfabric.Fabric (docs/python.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         self.pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -43,12 +49,8 @@ class FabricClient:
         self.close()
 
     def _call(self, function: str, *args: Any) -> Any:
-        query = sql.SQL("SELECT fabric_api.{}({})").format(
-            sql.Identifier(function), sql.SQL(", ").join(sql.Placeholder() * len(args))
-        )
-        with mapped(), self.pool.connection() as conn:
-            row = conn.execute(query, args).fetchone()
-        return None if row is None else row[0]
+        with self.pool.connection() as conn:
+            return fabric_call(conn, f"fabric_api.{function}", *args)
 
     # administration (fabric_admin)
     def create_tenant(self, tenant_id: str) -> Json:
@@ -74,13 +76,10 @@ class FabricClient:
         active_tool_set: Sequence[str],
         ttl: str = "1 hour",
     ) -> uuid.UUID:
-        query = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, %s::interval)"
-        with mapped(), self.pool.connection() as conn:
-            row = conn.execute(
-                query, (tenant_id, agent_id, subject_id, session_id, list(active_tool_set), ttl)
-            ).fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
+        tools = list(active_tool_set)
+        return self._call(  # type: ignore[no-any-return]
+            "open_run", tenant_id, agent_id, subject_id, session_id, tools, Cast(ttl, "interval")
+        )
 
     def close_run(self, run_id: uuid.UUID) -> Json:
         return self._call("close_run", run_id)  # type: ignore[no-any-return]

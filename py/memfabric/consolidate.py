@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, LiteralString, Protocol
+from typing import Any, Protocol
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from memfabric.errors import mapped
+from memfabric.call import fabric_call
 from memfabric.hashing import content_hash
 
 Json = dict[str, Any]
@@ -136,13 +135,6 @@ class RunSummary:
     reasons: list[str] = field(default_factory=list)
 
 
-def _call(conn: psycopg.Connection[Any], query: LiteralString, params: Sequence[Any]) -> Any:
-    with mapped():
-        row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
-
-
 def run_consolidation(
     consolidator_conn: psycopg.Connection[Any],
     committer_conn: psycopg.Connection[Any],
@@ -154,14 +146,10 @@ def run_consolidation(
     """One run of the workflow for one tenant. Under budget pressure the surplus is
     deferred to the next run; validation and the policy gate are never skipped."""
     consolidator = consolidator or DeterministicConsolidator()
-    workflow = str(
-        _call(consolidator_conn, "SELECT fabric_api.start_workflow_run(%s)", (tenant_id,))
-    )
+    workflow = str(fabric_call(consolidator_conn, "fabric_api.start_workflow_run", tenant_id))
     summary = RunSummary(workflow)
-    batch = _call(
-        consolidator_conn,
-        "SELECT fabric_api.consolidation_candidates(%s, %s)",
-        (tenant_id, workflow),
+    batch = fabric_call(
+        consolidator_conn, "fabric_api.consolidation_candidates", tenant_id, workflow
     )
     summary.candidates = len(batch["candidates"])
     recommendations = consolidator.recommend(batch)
@@ -169,26 +157,20 @@ def run_consolidation(
         summary.deferred = len(recommendations) - budget
         recommendations = recommendations[:budget]
     for rec in recommendations:
-        filed = _call(
+        filed = fabric_call(
             consolidator_conn,
-            "SELECT fabric_api.recommend(%s)",
-            (
-                Jsonb(
-                    {
-                        "tenant_id": tenant_id,
-                        "kind": rec.kind,
-                        "workflow_event_id": workflow,
-                        "sources": list(rec.sources),
-                        "proposal": rec.proposal,
-                    }
-                ),
-            ),
+            "fabric_api.recommend",
+            {
+                "tenant_id": tenant_id,
+                "kind": rec.kind,
+                "workflow_event_id": workflow,
+                "sources": list(rec.sources),
+                "proposal": rec.proposal,
+            },
         )
         summary.recommended += 1
-        result = _call(
-            committer_conn,
-            "SELECT fabric_api.commit_recommendation(%s)",
-            (filed["recommendation_id"],),
+        result = fabric_call(
+            committer_conn, "fabric_api.commit_recommendation", filed["recommendation_id"]
         )
         if result["status"] == "committed":
             summary.committed += 1

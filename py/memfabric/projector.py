@@ -23,8 +23,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from memfabric.call import Cast, fabric_call
 from memfabric.embedding import Embedder, text_of
-from memfabric.errors import mapped
 from memfabric.graph import GraphStore
 from memfabric.vectors import INDEXED_TIERS, MemoryPayload, VectorPoint, VectorStore
 
@@ -101,11 +101,8 @@ class Projector:
     def _guarded(self) -> contextlib.AbstractContextManager[object]:
         return self.guard if self.guard is not None else contextlib.nullcontext()
 
-    def _call(self, conn: psycopg.Connection[Any], query: Any, params: Sequence[Any]) -> Any:
-        with mapped():
-            row = conn.execute(query, params).fetchone()
-        assert row is not None
-        return row[0]
+    def _call(self, conn: psycopg.Connection[Any], name: str, *args: Any) -> Any:
+        return fabric_call(conn, name, *args)
 
     # -- applying records ----------------------------------------------------------------------
 
@@ -127,14 +124,12 @@ class Projector:
                 try:
                     self._call(
                         conn,
-                        "SELECT fabric_api.store_embedding(%s, %s, %s, %s::ext.vector, %s)",
-                        (
-                            r["memory_id"],
-                            self.embedder.model,
-                            self.embedder.version,
-                            str(vector),
-                            r["content_hash"],
-                        ),
+                        "fabric_api.store_embedding",
+                        r["memory_id"],
+                        self.embedder.model,
+                        self.embedder.version,
+                        Cast(str(vector), "ext.vector"),
+                        r["content_hash"],
                     )
                     out[r["memory_id"]] = vector
                 except Exception as exc:
@@ -180,8 +175,10 @@ class Projector:
     def records(self, conn: psycopg.Connection[Any], ids: Sequence[str]) -> list[Json]:
         rows: list[Json] = self._call(
             conn,
-            "SELECT fabric_api.projection_records(%s::uuid[], %s, %s)",
-            (list(ids), self.embedder.model, self.embedder.version),
+            "fabric_api.projection_records",
+            Cast(list(ids), "uuid[]"),
+            self.embedder.model,
+            self.embedder.version,
         )
         return rows
 
@@ -195,7 +192,7 @@ class Projector:
         applied = batches = 0
         while max_batches is None or batches < max_batches:
             events: list[Json] = self._call(
-                conn, "SELECT fabric_api.projection_events(%s, %s)", (projection, self.batch)
+                conn, "fabric_api.projection_events", projection, self.batch
             )
             if not events:
                 break
@@ -207,8 +204,10 @@ class Projector:
             last = events[-1]
             self._call(
                 conn,
-                "SELECT fabric_api.set_projection_cursor(%s, %s::xid8, %s)",
-                (projection, last["xid"], last["event_id"]),
+                "fabric_api.set_projection_cursor",
+                projection,
+                Cast(last["xid"], "xid8"),
+                last["event_id"],
             )
             applied += len(events)
             batches += 1
@@ -259,8 +258,12 @@ class Projector:
         while True:
             rows: list[Json] = self._call(
                 conn,
-                "SELECT fabric_api.projection_snapshot(%s, %s::uuid, %s, %s, %s)",
-                (after_tenant, after_memory, page, self.embedder.model, self.embedder.version),
+                "fabric_api.projection_snapshot",
+                after_tenant,
+                Cast(after_memory, "uuid"),
+                page,
+                self.embedder.model,
+                self.embedder.version,
             )
             if not rows:
                 return
@@ -271,7 +274,7 @@ class Projector:
         """Wipe the projection and rebuild it from Postgres alone (stored embeddings are
         reused; nothing already embedded is embedded again). Returns records projected."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
-            horizon = str(self._call(conn, "SELECT fabric_api.projection_horizon()", ()))
+            horizon = str(self._call(conn, "fabric_api.projection_horizon"))
             if projection == "qdrant":
                 assert self.store is not None
                 self.store.wipe()
@@ -288,8 +291,11 @@ class Projector:
             below = str(max(int(horizon) - 1, 0))
             self._call(
                 conn,
-                "SELECT fabric_api.set_projection_cursor(%s, %s::xid8, %s, true)",
-                (projection, below, "ffffffff-ffff-ffff-ffff-ffffffffffff"),
+                "fabric_api.set_projection_cursor",
+                projection,
+                Cast(below, "xid8"),
+                "ffffffff-ffff-ffff-ffff-ffffffffffff",
+                True,
             )
             return total
 

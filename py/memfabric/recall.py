@@ -8,13 +8,16 @@ answer's `mode_served` says which."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from memfabric.broker import Broker, find_broker, hits_as_candidates
-from memfabric.errors import Unreachable, mapped
+from memfabric.broker import Broker, find_broker, hits_as_candidates, locate_broker
+from memfabric.call import afabric_call, fabric_call
+from memfabric.errors import Unreachable
 from memfabric.settings import Settings
 from memfabric.tracing import client_span
 
@@ -24,10 +27,7 @@ MIN_CANDIDATES = 50  # and never fewer: fusion needs depth (the lexical list is 
 
 
 def _recall(conn: psycopg.Connection[Any], request: Json) -> Json:
-    with mapped():
-        row = conn.execute("SELECT fabric_api.recall(%s)", (Jsonb(request),)).fetchone()
-    assert row is not None
-    answer: Json = row[0]
+    answer: Json = fabric_call(conn, "fabric_api.recall", request)
     return answer
 
 
@@ -50,33 +50,100 @@ def recall(
         return _recall_modes(conn, traced, broker, exact=exact)
 
 
-def _recall_modes(
-    conn: psycopg.Connection[Any],
+async def arecall(
+    conn: psycopg.AsyncConnection[Any],
     request: Json,
     broker: Broker | None = None,
     *,
     exact: bool = False,
 ) -> Json:
+    """`recall` on an async connection (the broker's search runs in a worker thread)."""
+    with client_span(request) as traced:
+        plan = _plan(traced, exact)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = plan.throw(error) if error is not None else plan.send(reply)
+            except StopIteration as done:
+                answer: Json = done.value
+                return answer
+            error = None
+            if isinstance(step, _Database):
+                reply = await afabric_call(conn, "fabric_api.recall", step.request)
+            elif isinstance(step, _FindBroker):
+                reply = broker or await _afind_broker(conn)
+            else:
+                try:
+                    reply = await asyncio.to_thread(step.run)
+                except (OSError, RuntimeError) as exc:
+                    error = exc
+
+
+def no_broker() -> Unreachable:
+    """Semantic or hybrid recall asked for, and neither a broker socket nor QDRANT_URL."""
+    return Unreachable(
+        f"memfabric serve is not running (no broker on {Settings.from_env().socket}) and "
+        "QDRANT_URL is "
+        "not set: semantic and hybrid recall need a vector broker",
+        hint="start `memfabric serve`, set QDRANT_URL, or omit mode to be served text",
+    )
+
+
+async def _afind_broker(conn: psycopg.AsyncConnection[Any]) -> Broker | None:
+    from memfabric.runtime import embedder_for
+
+    settings = None
+    if Settings.from_env().qdrant_url:
+        settings = await afabric_call(conn, "fabric_api.deployment_embedder")
+    return locate_broker(lambda: embedder_for(settings))
+
+
+# -- the modes, free of I/O: the plan yields what it needs, a driver (sync or async) answers ---
+
+
+@dataclass(frozen=True)
+class _Database:
+    request: Json  # one fabric_api.recall call
+
+
+@dataclass(frozen=True)
+class _FindBroker:
+    pass
+
+
+@dataclass(frozen=True)
+class _Search:
+    broker: Broker
+    flt: Json
+    query: str
+    limit: int
+    exact: bool
+
+    def run(self) -> list[tuple[str, float]]:
+        return self.broker.search(self.flt, self.query, self.limit, exact=self.exact)
+
+
+_Step = _Database | _FindBroker | _Search
+
+
+def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
     defaulted = "mode" not in request and "candidates" not in request
+    broker: Broker | None = None
     if defaulted:
         if not _has_words(request.get("query")):
-            return _recall(conn, request)
-        broker = broker or find_broker(conn)
+            return (yield _Database(request))
+        broker = yield _FindBroker()
         if broker is None:
-            return _recall(conn, request)
+            return (yield _Database(request))
         request = {**request, "mode": "hybrid"}
     if request.get("mode", "text") == "text" or "candidates" in request:
-        return _recall(conn, request)
-    broker = broker or find_broker(conn)
+        return (yield _Database(request))
     if broker is None:
-        socket = Settings.from_env().socket
-        raise Unreachable(
-            f"memfabric serve is not running (no answer on {socket}); "
-            f"{request.get('mode')} recall needs a vector broker",
-            hint="start it with `memfabric serve` (or `make serve`), set QDRANT_URL to search a "
-            "Qdrant server directly, or omit mode to be served text",
-        )
-    resolved = _recall(conn, request)
+        broker = yield _FindBroker()
+    if broker is None:
+        raise no_broker()
+    resolved: Json = yield _Database(request)
     if resolved["status"] != "resolved":
         return resolved  # malformed or denied, and audited as such
     flt = resolved["filter"]
@@ -84,10 +151,38 @@ def _recall_modes(
     if flt["tiers"] and flt["scope_keys"]:
         limit = min(1000, max(MIN_CANDIDATES, int(flt["limit"]) * CANDIDATE_FACTOR))
         try:
-            hits = broker.search(flt, request["query"], limit, exact=exact)
+            hits = yield _Search(broker, flt, request["query"], limit, exact)
         except (OSError, RuntimeError):
             if not defaulted:
                 raise
             # The broker went away between finding it and asking it: serve text instead.
-            return _recall(conn, {k: v for k, v in request.items() if k != "mode"})
-    return _recall(conn, {**request, "candidates": hits_as_candidates(hits)})
+            return (yield _Database({k: v for k, v in request.items() if k != "mode"}))
+    return (yield _Database({**request, "candidates": hits_as_candidates(hits)}))
+
+
+def _recall_modes(
+    conn: psycopg.Connection[Any],
+    request: Json,
+    broker: Broker | None = None,
+    *,
+    exact: bool = False,
+) -> Json:
+    plan = _plan(request, exact)
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = plan.throw(error) if error is not None else plan.send(reply)
+        except StopIteration as done:
+            answer: Json = done.value
+            return answer
+        error = None
+        if isinstance(step, _Database):
+            reply = _recall(conn, step.request)
+        elif isinstance(step, _FindBroker):
+            reply = broker or find_broker(conn)
+        else:
+            try:
+                reply = step.run()
+            except (OSError, RuntimeError) as exc:
+                error = exc

@@ -6,6 +6,7 @@ from typing import Any
 
 import psycopg
 
+from memfabric.call import fabric_call
 from memfabric.embedding import Embedder, embedder_from_settings
 from memfabric.graph import GraphStore, graph_from_env
 from memfabric.projector import Projector
@@ -22,11 +23,16 @@ def deployment_embedder(conninfo: str | psycopg.Connection[Any]) -> Embedder:
     """The embedder the database names (one per deployment); never re-validated here.
     Read over a new connection, or over the caller's (an agent may read it)."""
     if isinstance(conninfo, psycopg.Connection):
-        row = conninfo.execute("SELECT fabric_api.deployment_embedder()").fetchone()
+        found = fabric_call(conninfo, "fabric_api.deployment_embedder")
     else:
         with psycopg.connect(conninfo, autocommit=True) as conn:
-            row = conn.execute("SELECT fabric_api.deployment_embedder()").fetchone()
-    settings: dict[str, Any] = row[0] if row else {"embedder": "minilm"}
+            found = fabric_call(conn, "fabric_api.deployment_embedder")
+    return embedder_for(found)
+
+
+def embedder_for(found: dict[str, Any] | None) -> Embedder:
+    """The embedder of the settings `fabric_api.deployment_embedder` answered."""
+    settings: dict[str, Any] = found if found is not None else {"embedder": "minilm"}
     if settings["embedder"] == "http":
         return embedder_from_settings(
             "http",

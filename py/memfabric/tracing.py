@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from memfabric.errors import mapped
+from memfabric.call import Cast, fabric_call
+from memfabric.errors import FabricError
 from memfabric.settings import Settings
 
 if TYPE_CHECKING:
@@ -53,8 +54,7 @@ def otlp_traces_endpoint() -> str:
 def check_endpoint(conn: psycopg.Connection[Any], endpoint: str) -> None:
     """Ask the database whether spans may leave for `endpoint` (air-gapped instances)."""
     try:
-        with mapped():
-            conn.execute("SELECT fabric_api.check_trace_endpoint(%s)", (endpoint,))
+        fabric_call(conn, "fabric_api.check_trace_endpoint", endpoint)
     except Exception as exc:
         hint = getattr(exc, "hint", None)
         raise TraceConfigError(
@@ -166,8 +166,7 @@ class SpanMaker:
         """Export the next batch; returns how many events it traced."""
         from opentelemetry.sdk.trace.export import SpanExportResult
 
-        row = conn.execute("SELECT fabric_api.trace_events(%s)", (limit,)).fetchone()
-        events: list[Json] = row[0] if row else []
+        events: list[Json] = fabric_call(conn, "fabric_api.trace_events", limit) or []
         if not events:
             return 0
         for ev in events:
@@ -178,9 +177,11 @@ class SpanMaker:
             self.errors += 1
             raise TraceConfigError(f"the OTLP endpoint did not accept the spans ({self.endpoint})")
         last = events[-1]
-        conn.execute(
-            "SELECT fabric_api.set_trace_cursor(%s::xid8, %s::uuid)",
-            (last["xid"], last["event_id"]),
+        fabric_call(
+            conn,
+            "fabric_api.set_trace_cursor",
+            Cast(last["xid"], "xid8"),
+            Cast(last["event_id"], "uuid"),
         )
         self.traced += len(events)
         return len(events)
@@ -193,8 +194,8 @@ class SpanMaker:
 
     def lag(self) -> int:
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
-            row = conn.execute("SELECT fabric_api.trace_lag()").fetchone()
-        return int(row[0]) if row else 0
+            lag = fabric_call(conn, "fabric_api.trace_lag")
+        return int(lag) if lag is not None else 0
 
     def run(
         self, *, poll_seconds: float = 1.0, should_stop: Callable[[], bool] = lambda: False
@@ -211,7 +212,7 @@ class SpanMaker:
                             self.progress(f"traced {n} events")
                         backoff = 0.5
                         time.sleep(poll_seconds)
-            except (psycopg.Error, TraceConfigError) as exc:
+            except (psycopg.Error, FabricError, TraceConfigError) as exc:
                 self.errors += 1
                 self.progress(f"retrying in {backoff:.1f}s: {type(exc).__name__}")
                 time.sleep(backoff)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
+from memfabric.call import Cast, fabric_call
 from memfabric.errors import FabricError, NotAuthorized, mapped
 
 Progress = Callable[[str], None]
@@ -27,10 +28,7 @@ def drain_once(
     returns (committed, rejected, retry)."""
     committed = rejected = retry = 0
     while True:
-        with mapped():
-            row = conn.execute("SELECT fabric_api.commit_pending(%s)", (batch,)).fetchone()
-        assert row is not None
-        result: dict[str, int] = row[0]  # type: ignore[assignment]
+        result: dict[str, int] = fabric_call(conn, "fabric_api.commit_pending", batch)
         committed += result["committed"]
         rejected += result["rejected"]
         retry += result.get("retry", 0)
@@ -46,10 +44,7 @@ def seal_once(conn: psycopg.Connection[tuple[object, ...]], batch: int = 10000) 
     """Seal every event below the horizon into the tenants' hash chains; returns how many."""
     total = 0
     while True:
-        with mapped():
-            row = conn.execute("SELECT fabric_api.seal_events(%s)", (batch,)).fetchone()
-        assert row is not None
-        result: dict[str, int] = row[0]  # type: ignore[assignment]
+        result: dict[str, int] = fabric_call(conn, "fabric_api.seal_events", batch)
         sealed = result["sealed"]
         total += sealed
         if sealed < batch:
@@ -180,12 +175,8 @@ def run_decay_once(
     With a maintenance connection, VACUUMs the records when a window closure removed content."""
     totals: dict[str, int] = {"expired": 0, "windows_closed": 0, "erasure_requests": 0}
     while True:
-        with mapped():
-            row = conn.execute(
-                "SELECT fabric_api.run_decay(coalesce(%s::timestamptz, now()), %s)", (now, batch)
-            ).fetchone()
-        assert row is not None
-        result: dict[str, int] = row[0]  # type: ignore[assignment]
+        at = {} if now is None else {"p_now": Cast(now, "timestamptz")}
+        result: dict[str, int] = fabric_call(conn, "fabric_api.run_decay", p_batch=batch, **at)
         for key in totals:
             totals[key] += int(result[key])
         if max(int(result[k]) for k in totals) < batch:
@@ -205,10 +196,7 @@ def erase(
     """Execute an approved erasure as the committer (`conn`), then VACUUM what it touched
     through `maintainer` (the maintenance login, autocommit) so the old tuple versions, which
     still hold the content, leave the heap. Without `maintainer` nothing is vacuumed."""
-    with mapped():
-        row = conn.execute("SELECT fabric_api.erase(%s)", (approval_id,)).fetchone()
-    assert row is not None
-    result: dict[str, object] = row[0]  # type: ignore[assignment]
+    result: dict[str, object] = fabric_call(conn, "fabric_api.erase", approval_id)
     if maintainer is not None:
         result["vacuumed"] = vacuum(maintainer, [str(t) for t in result["vacuum"]])  # type: ignore[attr-defined]
     return result

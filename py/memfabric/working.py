@@ -24,7 +24,7 @@ import psycopg
 import redis
 from psycopg.types.json import Jsonb
 
-from memfabric.errors import mapped
+from memfabric.call import fabric_call
 from memfabric.settings import Settings
 
 Json = dict[str, Any]
@@ -107,8 +107,7 @@ def connect(url: str, timeout: float = 2.0) -> redis.Redis:
 
 def check_uri(conn: psycopg.Connection[Any], tenant_id: str, url: str) -> None:
     """The database's air-gapped rule for this Redis URI (23514 when not local)."""
-    with mapped():
-        conn.execute("SELECT fabric_api.check_working_uri(%s, %s)", (tenant_id, url))
+    fabric_call(conn, "fabric_api.check_working_uri", tenant_id, url)
 
 
 def open_tier(conn: psycopg.Connection[Any], tenant_id: str, url: str | None = None) -> WorkingTier:
@@ -178,6 +177,13 @@ class WorkingTier:
         return None if held is None else json.loads(held)
 
 
+def session_items(working: WorkingTier, run: RunRef) -> list[Json]:
+    """The run's session buffer as handoff items (each turn's event_id, correlation_id,
+    causation_id, content and time)."""
+    keys = ("event_id", "correlation_id", "causation_id", "content", "occurred_at")
+    return [{k: t[k] for k in keys if k in t} for t in working.turns(run)]
+
+
 def handoff(
     conn: psycopg.Connection[Any],
     run: RunRef,
@@ -191,16 +197,10 @@ def handoff(
     if items is None:
         if working is None:
             raise ValueError("pass the items, or the working tier to read the run's turns from")
-        keys = ("event_id", "correlation_id", "causation_id", "content", "occurred_at")
-        items = [{k: t[k] for k in keys if k in t} for t in working.turns(run)]
+        items = session_items(working, run)
     if not items:
         return []
-    with mapped():
-        row = conn.execute(
-            "SELECT fabric_api.handoff(%s, %s)", (Jsonb(list(items)), run.run_id)
-        ).fetchone()
-    assert row is not None
-    answers: list[Json] = row[0]
+    answers: list[Json] = fabric_call(conn, "fabric_api.handoff", Jsonb(list(items)), run.run_id)
     return answers
 
 
@@ -250,19 +250,18 @@ def erase_subject(admin: redis.Redis, tenant_id: str, subject_digest: str) -> Js
 def erasure_scope(conn: psycopg.Connection[Any], approval_id: str) -> Json | None:
     """{"tenant_id", "subject_key"} of a subject erasure (None for other approvals), read on
     the committer's connection before fabric_api.erase runs."""
-    with mapped():
-        row = conn.execute("SELECT fabric_api.working_erasure_scope(%s)", (approval_id,)).fetchone()
-    scope: Json | None = row[0] if row else None
+    scope: Json | None = fabric_call(conn, "fabric_api.working_erasure_scope", approval_id)
     return scope
 
 
 def record_erasure(conn: psycopg.Connection[Any], approval_id: str, answer: Json) -> str:
     """Put the working tier's part of an executed subject erasure (count and patterns) on
     the database's audit record; answers the event id."""
-    with mapped():
-        row = conn.execute(
-            "SELECT fabric_api.record_working_erasure(%s, %s, %s)",
-            (approval_id, answer["working_keys_deleted"], answer["patterns"]),
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    event_id = fabric_call(
+        conn,
+        "fabric_api.record_working_erasure",
+        approval_id,
+        answer["working_keys_deleted"],
+        answer["patterns"],
+    )
+    return str(event_id)

@@ -1,0 +1,532 @@
+"""The async SDK: `AsyncFabric`, the same roles and calls as `memfabric.sdk.Fabric` over
+psycopg's AsyncConnectionPool (one pool per identity). Each method is one `afabric_call`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from memfabric.call import Cast, afabric_call, afabric_rows
+from memfabric.envelope import Envelope, FormationMethod, Tier, Visibility
+from memfabric.recall import arecall
+from memfabric.results import Approval, Proposal, RecallAnswer, Receipt, Record, Run
+from memfabric.sdk import Id, Json, _as_run, _ttl
+
+if TYPE_CHECKING:
+    from memfabric.working import WorkingTier
+
+
+class AsyncFabric:
+    """The fabric at `conninfo`, async: `async with AsyncFabric(url) as fabric: ...`."""
+
+    def __init__(self, conninfo: str, *, min_size: int = 1, max_size: int = 4) -> None:
+        self.conninfo = conninfo
+        self._sizes = (min_size, max_size)
+        self._pools: dict[str, AsyncConnectionPool[psycopg.AsyncConnection[Any]]] = {}
+
+    async def pool(self, login: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+        """The pool of one identity, opened on first use."""
+        if login not in self._pools:
+            pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+                make_conninfo(self.conninfo, user=login),
+                min_size=self._sizes[0],
+                max_size=self._sizes[1],
+                kwargs={"autocommit": True},
+                open=False,
+            )
+            await pool.open()
+            self._pools[login] = pool
+        return self._pools[login]
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            await pool.close()
+        self._pools.clear()
+
+    async def __aenter__(self) -> AsyncFabric:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # -- the roles -----------------------------------------------------------------------------
+    def admin(self, login: str) -> AsyncAdmin:
+        return AsyncAdmin(self, login)
+
+    def orchestrator(self, login: str) -> AsyncOrchestrator:
+        return AsyncOrchestrator(self, login)
+
+    def agent(self, login: str, run: Run | Id, *, tenant_id: str | None = None) -> AsyncAgent:
+        return AsyncAgent(self, login, _as_run(run, tenant_id))
+
+    def committer(self, login: str) -> AsyncCommitter:
+        return AsyncCommitter(self, login)
+
+    def policy(self, login: str) -> AsyncPolicy:
+        return AsyncPolicy(self, login)
+
+    def consolidator(self, login: str) -> AsyncConsolidator:
+        return AsyncConsolidator(self, login)
+
+    def auditor(self, login: str) -> AsyncAuditor:
+        return AsyncAuditor(self, login)
+
+    def projector(self, login: str) -> AsyncProjector:
+        return AsyncProjector(self, login)
+
+    def tracer(self, login: str) -> AsyncTracer:
+        return AsyncTracer(self, login)
+
+
+class _AsyncRole:
+    """One identity's calls: each is one `afabric_call` on a connection of its pool."""
+
+    def __init__(self, fabric: AsyncFabric, login: str) -> None:
+        self.fabric = fabric
+        self.login = login
+
+    async def _call(self, name: str, *args: Any, **named: Any) -> Any:
+        pool = await self.fabric.pool(self.login)
+        async with pool.connection() as conn:
+            return await afabric_call(conn, name, *args, **named)
+
+    async def _rows(self, name: str, *args: Any, **named: Any) -> list[Json]:
+        pool = await self.fabric.pool(self.login)
+        async with pool.connection() as conn:
+            return await afabric_rows(conn, name, *args, **named)
+
+
+class AsyncAdmin(_AsyncRole):
+    """fabric_admin: tenants, agents, instance and deployment configuration."""
+
+    async def create_tenant(self, tenant_id: str) -> Json:
+        return await self._call("fabric_api.create_tenant", tenant_id)  # type: ignore[no-any-return]
+
+    async def register_agent(
+        self,
+        agent_id: str,
+        login: str,
+        memory_profile: Mapping[str, Any] | None = None,
+        tools_allowed: Sequence[str] = (),
+    ) -> Json:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.register_agent", agent_id, login, memory_profile or {}, list(tools_allowed)
+        )
+
+    async def enable_agent(self, tenant_id: str, agent_id: str, tools: Sequence[str] = ()) -> Json:
+        return await self._call("fabric_api.enable_agent", tenant_id, agent_id, list(tools))  # type: ignore[no-any-return]
+
+    async def configure_instance(
+        self, tenant_id: str, business_instance_id: str, config: Mapping[str, Any]
+    ) -> Json:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.configure_instance", tenant_id, business_instance_id, config
+        )
+
+    async def declare_pack_defaults(self, domain_pack_id: str, defaults: Mapping[str, Any]) -> Json:
+        return await self._call("fabric_api.declare_pack_defaults", domain_pack_id, defaults)  # type: ignore[no-any-return]
+
+    async def configure_deployment(self, settings: Mapping[str, Any]) -> Json:
+        return await self._call("fabric_api.configure_deployment", settings)  # type: ignore[no-any-return]
+
+    async def check_working_uri(self, tenant_id: str, uri: str) -> None:
+        await self._call("fabric_api.check_working_uri", tenant_id, uri)
+
+
+class AsyncOrchestrator(_AsyncRole):
+    """fabric_orchestrator: opens and closes the runs agents act in."""
+
+    async def open_run(
+        self,
+        tenant_id: str,
+        agent_id: str,
+        subject_id: str | None,
+        session_id: str | None,
+        active_tool_set: Sequence[str],
+        ttl: timedelta | str = timedelta(hours=1),
+    ) -> Run:
+        run_id = await self._call(
+            "fabric_api.open_run",
+            *(tenant_id, agent_id, subject_id, session_id, list(active_tool_set), _ttl(ttl)),
+        )
+        return Run(run_id, tenant_id, agent_id, subject_id, session_id)
+
+    async def close_run(self, run: Run | Id) -> Json:
+        run_id = run.run_id if isinstance(run, Run) else run
+        return await self._call("fabric_api.close_run", run_id)  # type: ignore[no-any-return]
+
+
+class AsyncAgent(_AsyncRole):
+    """An agent login acting in one run: it proposes and recalls, nothing else."""
+
+    def __init__(self, fabric: AsyncFabric, login: str, run: Run) -> None:
+        super().__init__(fabric, login)
+        self.run = run
+
+    # the fabric's functions
+    async def propose(self, envelope: Envelope | Mapping[str, Any]) -> Proposal:
+        body = envelope.to_json() if isinstance(envelope, Envelope) else dict(envelope)
+        return Proposal.from_json(await self._call("fabric_api.propose", body, self.run.run_id))
+
+    async def recall_once(self, request: Mapping[str, Any]) -> RecallAnswer:
+        """One `fabric_api.recall` call in this run, no broker: text mode, or a semantic
+        request's resolution (status `resolved`), or its hydration (with `candidates`)."""
+        body = {**request, "run_id": str(self.run.run_id)}
+        return RecallAnswer.from_json(await self._call("fabric_api.recall", body))
+
+    async def recall_request(self, request: Mapping[str, Any]) -> RecallAnswer:
+        """`fabric_api.recall` with a request of your own (its run_id is this run); semantic
+        and hybrid modes find the vector broker (`memfabric serve`'s socket or QDRANT_URL)."""
+        body = {**request, "run_id": str(self.run.run_id)}
+        pool = await self.fabric.pool(self.login)
+        async with pool.connection() as conn:
+            return RecallAnswer.from_json(await arecall(conn, body))
+
+    async def handoff_items(self, items: Sequence[Mapping[str, Any]]) -> list[Json]:
+        """`fabric_api.handoff`: working items proposed as raw episodes of this run."""
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.handoff", Jsonb([dict(i) for i in items]), self.run.run_id
+        )
+
+    async def deployment_embedder(self) -> Json:
+        return await self._call("fabric_api.deployment_embedder")  # type: ignore[no-any-return]
+
+    async def check_working_uri(self, uri: str) -> None:
+        await self._call("fabric_api.check_working_uri", self.run.tenant_id, uri)
+
+    # the task-level verbs of the agent loop
+    async def remember(
+        self,
+        content: Mapping[str, Any],
+        *,
+        source_event_id: str,
+        confidence: float,
+        tier: Tier = "episodic",
+        visibility: Visibility = "subject",
+        formation_method: FormationMethod = "extraction",
+        **optional: Any,
+    ) -> Proposal:
+        """Propose `content` as memory caused by the event `source_event_id` (the caller names
+        it; the SDK never mints one). The committer decides whether it becomes a record."""
+        return await self.propose(
+            Envelope(
+                tier=tier,
+                tenant_id=self.run.tenant_id,
+                visibility=visibility,
+                content=content,
+                source_event_id=source_event_id,
+                formation_method=formation_method,
+                confidence=confidence,
+                **optional,
+            )
+        )
+
+    async def recall(
+        self,
+        query: str | None = None,
+        *,
+        mode: str | None = None,
+        tiers: Sequence[str] | None = None,
+        limit: int | None = None,
+        filters: Mapping[str, Any] | None = None,
+        **request: Any,
+    ) -> RecallAnswer:
+        """Recall in this run's scope: mode text, semantic or hybrid (omitted: hybrid when a
+        broker is reachable and the query has words, else text)."""
+        body: Json = dict(request)
+        for key, value in (("query", query), ("mode", mode), ("limit", limit)):
+            if value is not None:
+                body[key] = value
+        if tiers is not None:
+            body["tiers"] = list(tiers)
+        if filters is not None:
+            body["filters"] = dict(filters)
+        return await self.recall_request(body)
+
+    async def get(self, memory_ids: Sequence[Id]) -> list[Record]:
+        """The named records this run may read (others are absent, never an error)."""
+        answer = await self.recall_request(
+            {"filters": {"memory_ids": [str(m) for m in memory_ids]}}
+        )
+        return answer.records
+
+    async def handoff(
+        self,
+        items: Sequence[Mapping[str, Any]] | None = None,
+        tier: WorkingTier | None = None,
+    ) -> list[Json]:
+        """Hand working items (or, with the working `tier`, this run's session buffer) to the
+        fabric as raw episodes, one `fabric_api.handoff` call."""
+        if items is not None:
+            return await self.handoff_items(items)
+        from memfabric import working  # the optional extra memfabric[redis]
+
+        ref = working.RunRef(
+            self.run.tenant_id, str(self.run.run_id), self.run.subject_id, self.run.session_id
+        )
+        if tier is None:
+            raise ValueError("pass the items, or the working tier to read the run's turns from")
+        items = await asyncio.to_thread(working.session_items, tier, ref)
+        return await self.handoff_items(items) if items else []
+
+
+class AsyncCommitter(_AsyncRole):
+    """fabric_committer (os-agt-010): the only writer of durable memory."""
+
+    async def commit(self, proposal_id: Id) -> Record:
+        return Record.from_json(await self._call("fabric_api.commit", proposal_id))
+
+    async def commit_pending(self, limit: int = 100) -> Json:
+        return await self._call("fabric_api.commit_pending", limit)  # type: ignore[no-any-return]
+
+    async def request_approval(
+        self,
+        memory_id: Id,
+        action: str,
+        target: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        return Approval.from_json(
+            await self._call("fabric_api.request_approval", memory_id, action, target or {}, reason)
+        )
+
+    async def promote(
+        self,
+        memory_id: Id,
+        target_tier: str,
+        approval_id: Id | None = None,
+        supersedes: Id | None = None,
+    ) -> Record:
+        return Record.from_json(
+            await self._call("fabric_api.promote", memory_id, target_tier, approval_id, supersedes)
+        )
+
+    async def demote(self, memory_id: Id, target_tier: str) -> Record:
+        return Record.from_json(await self._call("fabric_api.demote", memory_id, target_tier))
+
+    async def supersede(
+        self, old_memory_id: Id, proposal_id: Id, approval_id: Id | None = None
+    ) -> Record:
+        return Record.from_json(
+            await self._call("fabric_api.supersede", old_memory_id, proposal_id, approval_id)
+        )
+
+    async def commit_recommendation(
+        self, recommendation_id: Id, approval_id: Id | None = None
+    ) -> Json:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.commit_recommendation", recommendation_id, approval_id
+        )
+
+    async def run_decay(self, now: datetime | None = None, batch: int = 1000) -> Json:
+        at = {} if now is None else {"p_now": now}
+        return await self._call("fabric_api.run_decay", p_batch=batch, **at)  # type: ignore[no-any-return]
+
+    async def request_erasure(self, memory_id: Id, reason: str, legal: bool = False) -> Approval:
+        return Approval.from_json(
+            await self._call("fabric_api.request_erasure", memory_id, reason, legal)
+        )
+
+    async def request_subject_erasure(
+        self, tenant_id: str, subject_id: str, reason: str, legal: bool = False
+    ) -> Approval:
+        return Approval.from_json(
+            await self._call(
+                "fabric_api.request_subject_erasure", tenant_id, subject_id, reason, legal
+            )
+        )
+
+    async def erase(self, approval_id: Id) -> Receipt:
+        """Execute an approved erasure (`memfabric erase` also VACUUMs what it rewrote)."""
+        return Receipt.from_json(await self._call("fabric_api.erase", approval_id))
+
+    async def compact_search_stats(self, limit: int = 100) -> Json:
+        return await self._call("fabric_api.compact_search_stats", limit)  # type: ignore[no-any-return]
+
+    async def seal_events(self, limit: int = 10000) -> Json:
+        return await self._call("fabric_api.seal_events", limit)  # type: ignore[no-any-return]
+
+    async def working_erasure_scope(self, approval_id: Id) -> Json | None:
+        return await self._call("fabric_api.working_erasure_scope", approval_id)  # type: ignore[no-any-return]
+
+    async def record_working_erasure(
+        self, approval_id: Id, keys_deleted: int, patterns: Sequence[str]
+    ) -> UUID:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.record_working_erasure", approval_id, keys_deleted, list(patterns)
+        )
+
+    async def check_working_uri(self, tenant_id: str, uri: str) -> None:
+        await self._call("fabric_api.check_working_uri", tenant_id, uri)
+
+
+class AsyncPolicy(_AsyncRole):
+    """fabric_policy (os-agt-002): decides approvals."""
+
+    async def decide_approval(
+        self, approval_id: Id, decision: str, reason: str | None = None
+    ) -> Approval:
+        return Approval.from_json(
+            await self._call("fabric_api.decide_approval", approval_id, decision, reason)
+        )
+
+
+class AsyncConsolidator(_AsyncRole):
+    """fabric_consolidator (os-agt-011): reads candidates, files recommendations, reviews."""
+
+    async def start_workflow_run(
+        self, tenant_id: str, workflow: str = "WF-OS-MEMORY-CONSOLIDATE"
+    ) -> UUID:
+        return await self._call("fabric_api.start_workflow_run", tenant_id, workflow)  # type: ignore[no-any-return]
+
+    async def consolidation_candidates(
+        self,
+        tenant_id: str,
+        workflow_event_id: Id,
+        subject_id: str | None = None,
+        limit: int = 1000,
+    ) -> Json:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.consolidation_candidates", tenant_id, workflow_event_id, subject_id, limit
+        )
+
+    async def recommend(self, recommendation: Mapping[str, Any]) -> Json:
+        return await self._call("fabric_api.recommend", recommendation)  # type: ignore[no-any-return]
+
+    async def review_queue(self, tenant_id: str) -> list[Json]:
+        return await self._call("fabric_api.review_queue", tenant_id)  # type: ignore[no-any-return]
+
+    async def resolve_review_flag(self, flag_id: Id, decision: str, reason: str) -> Json:
+        return await self._call("fabric_api.resolve_review_flag", flag_id, decision, reason)  # type: ignore[no-any-return]
+
+
+class AsyncAuditor(_AsyncRole):
+    """fabric_auditor (os-agt-008): read-only reconstruction of the past and of erasures."""
+
+    async def records_as_of(
+        self, tenant_id: str, valid_at: datetime, known_at: datetime | None = None
+    ) -> list[Json]:
+        known = {} if known_at is None else {"p_known_at": known_at}
+        return await self._rows("fabric_audit.records_as_of", tenant_id, valid_at, **known)
+
+    async def lineage(self, tenant_id: str, memory_id: Id) -> list[Json]:
+        return await self._rows("fabric_audit.lineage", tenant_id, memory_id)
+
+    async def recalls(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return await self._rows("fabric_audit.recalls", tenant_id, start, end)
+
+    async def profile_at(
+        self, tenant_id: str, subject_id: str, at: datetime, known_at: datetime | None = None
+    ) -> list[Json]:
+        known = {} if known_at is None else {"p_known_at": known_at}
+        return await self._rows("fabric_audit.profile_at", tenant_id, subject_id, at, **known)
+
+    async def subject_events(
+        self, tenant_id: str, subject_id: str, start: datetime, end: datetime
+    ) -> list[Json]:
+        return await self._rows("fabric_audit.subject_events", tenant_id, subject_id, start, end)
+
+    async def verify_tombstone(self, memory_id: Id, claimed_content: Mapping[str, Any]) -> bool:
+        return bool(await self._call("fabric_audit.verify_tombstone", memory_id, claimed_content))
+
+    async def erasure_receipt(self, memory_id: Id) -> Receipt | None:
+        raw = await self._call("fabric_audit.erasure_receipt", memory_id)
+        return None if raw is None else Receipt.from_json(raw)
+
+    async def verify_event_chain(self, tenant_id: str | None = None) -> Json:
+        return await self._call("fabric_audit.verify_event_chain", tenant_id)  # type: ignore[no-any-return]
+
+
+class AsyncProjector(_AsyncRole):
+    """fabric_projector: reads the outbox and records for the vector and graph projections."""
+
+    async def store_embedding(
+        self,
+        memory_id: Id,
+        model: str,
+        model_version: str,
+        embedding: Sequence[float],
+        content_hash: str,
+    ) -> bool:
+        vector = Cast(str([float(x) for x in embedding]), "ext.vector")
+        return bool(
+            await self._call(
+                "fabric_api.store_embedding", memory_id, model, model_version, vector, content_hash
+            )
+        )
+
+    async def projection_events(self, projection: str, limit: int = 500) -> list[Json]:
+        return await self._call("fabric_api.projection_events", projection, limit)  # type: ignore[no-any-return]
+
+    async def set_projection_cursor(
+        self, projection: str, xid: int | str, event_id: Id, rewind: bool = False
+    ) -> Json:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.set_projection_cursor",
+            *(projection, Cast(str(xid), "xid8"), event_id, rewind),
+        )
+
+    async def projection_horizon(self) -> int:
+        return int(await self._call("fabric_api.projection_horizon"))
+
+    async def projection_records(
+        self, memory_ids: Sequence[Id], model: str | None = None, model_version: str | None = None
+    ) -> list[Json]:
+        ids = Cast([str(m) for m in memory_ids], "uuid[]")
+        return await self._call("fabric_api.projection_records", ids, model, model_version)  # type: ignore[no-any-return]
+
+    async def projection_snapshot(
+        self,
+        after_tenant: str | None = None,
+        after_memory: Id | None = None,
+        limit: int = 1000,
+        model: str | None = None,
+        model_version: str | None = None,
+    ) -> list[Json]:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.projection_snapshot",
+            *(after_tenant, Cast(after_memory, "uuid"), limit, model, model_version),
+        )
+
+    async def deployment_embedder(self) -> Json:
+        return await self._call("fabric_api.deployment_embedder")  # type: ignore[no-any-return]
+
+
+class AsyncTracer(_AsyncRole):
+    """fabric_tracer: the content-free feed that recall spans are made from."""
+
+    async def trace_events(self, limit: int = 500) -> list[Json]:
+        return await self._call("fabric_api.trace_events", limit)  # type: ignore[no-any-return]
+
+    async def set_trace_cursor(self, xid: int | str, event_id: Id) -> Json:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.set_trace_cursor", Cast(str(xid), "xid8"), Cast(str(event_id), "uuid")
+        )
+
+    async def trace_lag(self) -> int:
+        return int(await self._call("fabric_api.trace_lag"))
+
+    async def check_trace_endpoint(self, endpoint: str) -> bool:
+        return bool(await self._call("fabric_api.check_trace_endpoint", endpoint))
+
+
+ROLES: dict[str, type[_AsyncRole]] = {
+    "admin": AsyncAdmin,
+    "orchestrator": AsyncOrchestrator,
+    "agent": AsyncAgent,
+    "committer": AsyncCommitter,
+    "policy": AsyncPolicy,
+    "consolidator": AsyncConsolidator,
+    "auditor": AsyncAuditor,
+    "projector": AsyncProjector,
+    "tracer": AsyncTracer,
+}
