@@ -200,6 +200,10 @@ class AsyncAgent(_AsyncRole):
     async def deployment_embedder(self) -> Json:
         return await self._call("fabric_api.deployment_embedder")  # type: ignore[no-any-return]
 
+    async def schema_revision(self) -> str:
+        """The database's schema revision."""
+        return await self._call("fabric_api.schema_revision")  # type: ignore[no-any-return]
+
     async def check_working_uri(self, uri: str) -> None:
         await self._call("fabric_api.check_working_uri", self.run.tenant_id, uri)
 

@@ -219,6 +219,11 @@ class Agent(_Role):
     def deployment_embedder(self) -> Json:
         return self._call("fabric_api.deployment_embedder")  # type: ignore[no-any-return]
 
+    def schema_revision(self) -> str:
+        """The database's schema revision (memfabric refuses to run against one it does not
+        know)."""
+        return self._call("fabric_api.schema_revision")  # type: ignore[no-any-return]
+
     def check_working_uri(self, uri: str) -> None:
         self._call("fabric_api.check_working_uri", self.run.tenant_id, uri)
 
