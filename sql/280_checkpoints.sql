@@ -40,11 +40,16 @@ BEGIN
   END IF;
   PERFORM fabric._ident(v_meta ->> 'subject_id', 'subject_id'),
           fabric._ident(v_meta ->> 'business_instance_id', 'business_instance_id');
-  SELECT c.metadata INTO v_first FROM langgraph.checkpoints c
-  WHERE c.thread_id = NEW.thread_id
-    AND (c.checkpoint_ns, c.checkpoint_id) IS DISTINCT FROM (NEW.checkpoint_ns, NEW.checkpoint_id)
-  LIMIT 1;
-  IF FOUND AND (v_first -> 'tenant_id' IS DISTINCT FROM v_meta -> 'tenant_id'
+  IF TG_OP = 'UPDATE' THEN
+    v_first := OLD.metadata || pg_catalog.jsonb_build_object('thread_id', OLD.thread_id);
+    v_meta := v_meta || pg_catalog.jsonb_build_object('thread_id', NEW.thread_id);
+  ELSE
+    SELECT c.metadata INTO v_first FROM langgraph.checkpoints c
+    WHERE c.thread_id = NEW.thread_id
+    LIMIT 1;
+  END IF;
+  IF v_first IS NOT NULL AND (v_first -> 'thread_id' IS DISTINCT FROM v_meta -> 'thread_id'
+                OR v_first -> 'tenant_id' IS DISTINCT FROM v_meta -> 'tenant_id'
                 OR v_first -> 'subject_id' IS DISTINCT FROM v_meta -> 'subject_id'
                 OR v_first -> 'business_instance_id' IS DISTINCT FROM v_meta -> 'business_instance_id') THEN
     RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
@@ -57,6 +62,34 @@ REVOKE ALL ON FUNCTION fabric.tg_checkpoints__thread_metadata() FROM PUBLIC;
 DROP TRIGGER IF EXISTS _100_thread_metadata ON langgraph.checkpoints;
 CREATE TRIGGER _100_thread_metadata BEFORE INSERT OR UPDATE ON langgraph.checkpoints
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_checkpoints__thread_metadata();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_checkpoints__thread_exists: a thread's blobs and pending writes belong to a
+-- checkpoint of that thread by the end of their transaction, so nothing of a thread whose
+-- checkpoint was refused (or never written) stays behind, out of reach of retention and
+-- erasure. (The checkpointer writes a checkpoint and its blobs in one transaction.)
+CREATE OR REPLACE FUNCTION fabric.tg_checkpoints__thread_exists()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM langgraph.checkpoints c WHERE c.thread_id = NEW.thread_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+      MESSAGE = 'checkpoint blobs and writes belong to a thread that has a checkpoint',
+      HINT = 'write the checkpoint in the same transaction (memfabric.langgraph.checkpointer does)';
+  END IF;
+  RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION fabric.tg_checkpoints__thread_exists() FROM PUBLIC;
+DROP TRIGGER IF EXISTS _100_thread_exists ON langgraph.checkpoint_blobs;
+CREATE CONSTRAINT TRIGGER _100_thread_exists AFTER INSERT OR UPDATE ON langgraph.checkpoint_blobs
+  DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_checkpoints__thread_exists();
+DROP TRIGGER IF EXISTS _100_thread_exists ON langgraph.checkpoint_writes;
+CREATE CONSTRAINT TRIGGER _100_thread_exists AFTER INSERT OR UPDATE ON langgraph.checkpoint_writes
+  DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_checkpoints__thread_exists();
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._delete_checkpoint_threads: a thread's checkpoints, blobs and pending writes.

@@ -9,6 +9,7 @@ explains namespaces, items and the checkpointer."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -381,6 +382,11 @@ class _ServiceThreads:
                 meta[key] = conf.get(key, self.defaults.get(key))
         meta.setdefault("subject_id", None)
         meta["service"] = self.service
+        if not isinstance(meta.get("tenant_id"), str):
+            raise ValueError(
+                "a checkpoint thread belongs to a tenant: invoke the graph with "
+                "configurable.tenant_id (and subject_id), or give the checkpointer defaults"
+            )
         return meta
 
 
@@ -399,7 +405,10 @@ class ServiceCheckpointer(_ServiceThreads, PostgresSaver):
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         inner = self._config_in(config)
         meta = self._metadata(config, metadata)
-        return self._config_out(super().put(inner, checkpoint, meta, new_versions))
+        # One transaction: a checkpoint the database refuses leaves none of its blobs.
+        with self.lock, self.conn.transaction():
+            saved = super().put(inner, checkpoint, meta, new_versions)
+        return self._config_out(saved)
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         super().put_writes(self._config_in(config), writes, task_id, task_path)
@@ -429,7 +438,10 @@ class AsyncServiceCheckpointer(_ServiceThreads, AsyncPostgresSaver):
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         inner = self._config_in(config)
         meta = self._metadata(config, metadata)
-        return self._config_out(await super().aput(inner, checkpoint, meta, new_versions))
+        # One transaction: a checkpoint the database refuses leaves none of its blobs.
+        async with self.lock, self.conn.transaction():  # type: ignore[union-attr]
+            saved = await super().aput(inner, checkpoint, meta, new_versions)
+        return self._config_out(saved)
 
     async def aput_writes(
         self, config: Any, writes: Any, task_id: str, task_path: str = ""
@@ -446,6 +458,28 @@ class AsyncServiceCheckpointer(_ServiceThreads, AsyncPostgresSaver):
         return await super().aget_delta_channel_history(
             config=self._config_in(config), channels=channels
         )
+
+
+class _TaskLock:
+    """An asyncio lock its holding task may take again (the saver's own lock is not)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._owner: asyncio.Task[Any] | None = None
+        self._depth = 0
+
+    async def __aenter__(self) -> None:
+        task = asyncio.current_task()
+        if self._owner is not task:
+            await self._lock.acquire()
+            self._owner = task
+        self._depth += 1
+
+    async def __aexit__(self, *_: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()
 
 
 def _checkpoint_kwargs() -> Json:
@@ -467,6 +501,8 @@ def checkpointer(
     from the defaults given here."""
     with psycopg.connect(checkpoint_conninfo(conninfo), **_checkpoint_kwargs()) as conn:
         saver = ServiceCheckpointer(conn)
+        saver.supports_pipeline = False  # a refused put rolls back; no pipeline to abort
+        saver.lock = threading.RLock()  # type: ignore[assignment]  # put holds it around super().put
         saver._bind(service, {"tenant_id": tenant_id, "subject_id": subject_id})
         yield saver
 
@@ -485,5 +521,7 @@ async def async_checkpointer(
     )
     async with conn:
         saver = AsyncServiceCheckpointer(conn)
+        saver.supports_pipeline = False  # a refused put rolls back; no pipeline to abort
+        saver.lock = _TaskLock()  # type: ignore[assignment]  # aput holds it around super().aput
         saver._bind(service, {"tenant_id": tenant_id, "subject_id": subject_id})
         yield saver
