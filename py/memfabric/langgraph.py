@@ -329,9 +329,9 @@ def checkpoint_conninfo(conninfo: str) -> str:
 
 class _ServiceThreads:
     """Each service's threads live under its own thread-id prefix `<service>:` in the one
-    checkpoint schema. The prefix is added on the way in and removed on the way out, and
-    every checkpoint's metadata names the service, its tenant and subject: a trigger checks
-    both, so two services never read or overwrite each other's threads."""
+    checkpoint schema, the service being its login. The prefix is added on the way in and
+    removed on the way out; row-level security confines a login to its prefix, and a
+    trigger checks that every checkpoint's metadata names the service, tenant and subject."""
 
     service: str
     defaults: Json
@@ -406,7 +406,7 @@ class ServiceCheckpointer(_ServiceThreads, PostgresSaver):
         inner = self._config_in(config)
         meta = self._metadata(config, metadata)
         # One transaction: a checkpoint the database refuses leaves none of its blobs.
-        with self.lock, self.conn.transaction():
+        with self.lock, self.conn.transaction():  # type: ignore[union-attr]
             saved = super().put(inner, checkpoint, meta, new_versions)
         return self._config_out(saved)
 
@@ -490,20 +490,21 @@ def _checkpoint_kwargs() -> Json:
 def checkpointer(
     conninfo: str,
     *,
-    service: str,
+    service: str | None = None,
     tenant_id: str | None = None,
     subject_id: str | None = None,
 ) -> Iterator[ServiceCheckpointer]:
     """LangGraph's Postgres checkpointer on the fabric's database, in the `langgraph` schema
-    the migrations created (never `setup()`), confined to `service`'s threads. The login
-    needs the `fabric_checkpointer` role. Each thread's tenant and subject come from the
+    the migrations created (never `setup()`), confined to the service's threads. The service
+    is the login (it needs the `fabric_checkpointer` role); row-level security lets a login
+    read and write only threads `<login>:...`, so `service`, if given, must be the login. Each thread's tenant and subject come from the
     invocation's `configurable` (`tenant_id`, `subject_id`, `business_instance_id`), else
     from the defaults given here."""
     with psycopg.connect(checkpoint_conninfo(conninfo), **_checkpoint_kwargs()) as conn:
         saver = ServiceCheckpointer(conn)
         saver.supports_pipeline = False  # a refused put rolls back; no pipeline to abort
         saver.lock = threading.RLock()  # type: ignore[assignment]  # put holds it around super().put
-        saver._bind(service, {"tenant_id": tenant_id, "subject_id": subject_id})
+        saver._bind(service or conn.info.user, {"tenant_id": tenant_id, "subject_id": subject_id})
         yield saver
 
 
@@ -511,7 +512,7 @@ def checkpointer(
 async def async_checkpointer(
     conninfo: str,
     *,
-    service: str,
+    service: str | None = None,
     tenant_id: str | None = None,
     subject_id: str | None = None,
 ) -> AsyncIterator[AsyncServiceCheckpointer]:
@@ -523,5 +524,5 @@ async def async_checkpointer(
         saver = AsyncServiceCheckpointer(conn)
         saver.supports_pipeline = False  # a refused put rolls back; no pipeline to abort
         saver.lock = _TaskLock()  # type: ignore[assignment]  # aput holds it around super().aput
-        saver._bind(service, {"tenant_id": tenant_id, "subject_id": subject_id})
+        saver._bind(service or conn.info.user, {"tenant_id": tenant_id, "subject_id": subject_id})
         yield saver

@@ -141,7 +141,7 @@ def test_a_service_has_dml_on_its_checkpoints_only(fabric: Fabric, statement: st
 
 
 def test_setup_never_needed_and_refused_to_a_service(fabric: Fabric) -> None:
-    with checkpointer(conninfo(fabric), service="support") as saver:
+    with checkpointer(conninfo(fabric)) as saver:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             saver.setup()
 
@@ -151,8 +151,8 @@ def test_setup_never_needed_and_refused_to_a_service(fabric: Fabric) -> None:
 
 def test_two_services_never_share_a_thread(fabric: Fabric) -> None:
     with (
-        checkpointer(conninfo(fabric), service="support") as support,
-        checkpointer(conninfo(fabric), service="billing") as billing,
+        checkpointer(conninfo(fabric)) as support,
+        checkpointer(conninfo(fabric, "mf_service_b")) as billing,
     ):
         approval_graph(support).invoke({"steps": []}, thread("t-1"))
         assert approval_graph(billing).get_state(thread("t-1")).values == {}
@@ -160,36 +160,61 @@ def test_two_services_never_share_a_thread(fabric: Fabric) -> None:
         assert {t.config["configurable"]["thread_id"] for t in support.list(None)} == {"t-1"}
         billing.delete_thread("t-1")  # its own t-1, which does not exist
         assert approval_graph(support).get_state(thread("t-1")).values["steps"] == ["asked"]
-    assert threads(fabric) == ["support:t-1"]
+    assert threads(fabric) == ["mf_service:t-1"]
+
+
+def test_a_login_reads_and_writes_only_its_own_threads(fabric: Fabric) -> None:
+    with checkpointer(conninfo(fabric)) as mine:
+        approval_graph(mine).invoke({"steps": []}, thread("t-1"))
+    other = fabric.connect("mf_service_b")
+    assert other.execute("SELECT count(*) FROM langgraph.checkpoints").fetchone() == (0,)
+    assert other.execute("SELECT count(*) FROM langgraph.checkpoint_blobs").fetchone() == (0,)
+    deleted = other.execute("DELETE FROM langgraph.checkpoints").rowcount
+    assert deleted == 0
+    before = rows(fabric)
+    moved = other.execute(
+        "UPDATE langgraph.checkpoints SET thread_id = 'mf_service_b:t-1'"
+        " WHERE thread_id = 'mf_service:t-1'"
+    ).rowcount
+    assert moved == 0  # it cannot see them
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # another login's prefix
+        raw_put(fabric, "mf_service_b:x", {**GOOD, "service": "mf_service_b"}, login=SERVICE)
+    assert rows(fabric) == before
+    with checkpointer(conninfo(fabric), service="mf_service_b") as pretender:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            approval_graph(pretender).invoke({"steps": []}, thread("t-2"))
+    assert rows(fabric) == before
 
 
 # --- thread metadata, checked by a trigger ------------------------------------------------
 
 
-def raw_put(fabric: Fabric, thread_id: str, metadata: dict[str, Any], cid: str = "c1") -> None:
-    fabric.connect(SERVICE).execute(
+def raw_put(
+    fabric: Fabric, thread_id: str, metadata: dict[str, Any], cid: str = "c1", login: str = SERVICE
+) -> None:
+    fabric.connect(login).execute(
         "INSERT INTO langgraph.checkpoints (thread_id, checkpoint_id, checkpoint, metadata)"
         " VALUES (%s, %s, '{}', %s)",
         (thread_id, cid, Jsonb(metadata)),
     )
 
 
-GOOD = {"service": "support", "tenant_id": "acme", "subject_id": "user-8842"}
+GOOD = {"service": "mf_service", "tenant_id": "acme", "subject_id": "user-8842"}
 
 
 @pytest.mark.parametrize(
     ("thread_id", "metadata"),
     [
-        ("support:t", {}),
-        ("support:t", {k: v for k, v in GOOD.items() if k != "service"}),
-        ("billing:t", GOOD),
+        ("mf_service:t", {}),
+        ("mf_service:t", {k: v for k, v in GOOD.items() if k != "service"}),
+        ("mf_service_b:t", GOOD),
         ("t", GOOD),
-        ("support:t", {**GOOD, "tenant_id": "canary-tenant"}),
-        ("support:t", {k: v for k, v in GOOD.items() if k != "tenant_id"}),
-        ("support:t", {k: v for k, v in GOOD.items() if k != "subject_id"}),
-        ("support:t", {**GOOD, "subject_id": 42}),
-        ("support:t", {**GOOD, "subject_id": "canary\u202eid"}),
-        ("support:t", {**GOOD, "business_instance_id": ["x"]}),
+        ("mf_service:t", {**GOOD, "tenant_id": "canary-tenant"}),
+        ("mf_service:t", {k: v for k, v in GOOD.items() if k != "tenant_id"}),
+        ("mf_service:t", {k: v for k, v in GOOD.items() if k != "subject_id"}),
+        ("mf_service:t", {**GOOD, "subject_id": 42}),
+        ("mf_service:t", {**GOOD, "subject_id": "canary\u202eid"}),
+        ("mf_service:t", {**GOOD, "business_instance_id": ["x"]}),
     ],
 )
 def test_a_checkpoint_must_name_its_service_tenant_and_subject(
@@ -203,15 +228,15 @@ def test_a_checkpoint_must_name_its_service_tenant_and_subject(
 
 
 def test_a_thread_keeps_its_tenant_and_subject(fabric: Fabric) -> None:
-    raw_put(fabric, "support:t", GOOD)
+    raw_put(fabric, "mf_service:t", GOOD)
     for changed in ({**GOOD, "subject_id": "user-9999"}, {**GOOD, "tenant_id": "globex"}):
         with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
-            raw_put(fabric, "support:t", changed, cid="c2")
+            raw_put(fabric, "mf_service:t", changed, cid="c2")
         assert refused.value.sqlstate == "42501"
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         fabric.connect(SERVICE).execute(
             "UPDATE langgraph.checkpoints SET metadata = metadata || '{\"subject_id\": null}'"
-            " WHERE thread_id = 'support:t' AND checkpoint_id = 'c1'"
+            " WHERE thread_id = 'mf_service:t' AND checkpoint_id = 'c1'"
         )
     with fabric.su() as su:
         kept = su.execute("SELECT metadata FROM langgraph.checkpoints").fetchall()
@@ -219,7 +244,7 @@ def test_a_thread_keeps_its_tenant_and_subject(fabric: Fabric) -> None:
 
 
 def test_a_graph_without_a_known_tenant_cannot_checkpoint(fabric: Fabric) -> None:
-    with checkpointer(conninfo(fabric), service="support") as saver:
+    with checkpointer(conninfo(fabric)) as saver:
         with pytest.raises(ValueError, match="tenant"):
             approval_graph(saver).invoke({"steps": []}, {"configurable": {"thread_id": "t"}})
         with pytest.raises(psycopg.errors.InvalidParameterValue):
@@ -246,28 +271,28 @@ def test_a_graph_waiting_for_approval_survives_the_decay_and_resumes(fabric: Fab
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         (Jsonb({"approval_timeout": "1 day", "checkpoint_retention": "3 days"}),),
     )
-    with checkpointer(conninfo(fabric), service="support") as saver:
+    with checkpointer(conninfo(fabric)) as saver:
         g = approval_graph(saver)
         first = g.invoke({"steps": []}, thread("refund-1"))
         assert "__interrupt__" in first
-        age(fabric, "support:refund-1", "2 days")  # past the approval timeout
+        age(fabric, "mf_service:refund-1", "2 days")  # past the approval timeout
         result = run_decay_once(fabric.connect("mf_committer"))
         assert result["checkpoint_threads_deleted"] == 0
         resumed = g.invoke(Command(resume="approved"), thread("refund-1"))
         assert resumed == {"steps": ["asked", "approval"], "decision": "approved"}
 
         g.invoke({"steps": []}, thread("refund-2"))
-        age(fabric, "support:refund-2", "3 days 1 minute")  # idle beyond the retention
-        age(fabric, "support:refund-1", "2 days 23 hours")  # still inside it
+        age(fabric, "mf_service:refund-2", "3 days 1 minute")  # idle beyond the retention
+        age(fabric, "mf_service:refund-1", "2 days 23 hours")  # still inside it
         result = run_decay_once(fabric.connect("mf_committer"))
         assert result["checkpoint_threads_deleted"] == 1
-        assert threads(fabric) == ["support:refund-1"]
+        assert threads(fabric) == ["mf_service:refund-1"]
         assert g.get_state(thread("refund-2")).values == {}
     with fabric.su() as su:
         left = su.execute(
             "SELECT (SELECT count(*) FROM langgraph.checkpoint_blobs WHERE thread_id = %s)"
             " + (SELECT count(*) FROM langgraph.checkpoint_writes WHERE thread_id = %s)",
-            ("support:refund-2", "support:refund-2"),
+            ("mf_service:refund-2", "mf_service:refund-2"),
         ).fetchone()
     assert left == (0,)
 
@@ -281,7 +306,7 @@ def test_a_subject_erasure_deletes_its_threads_and_the_receipt_lists_them(
     run = fabric.open_run()
     answer = fabric.propose("mf_agent_a", episode("asked for a refund"), run)
     memory_id = fabric.commit(answer["proposal_id"])["memory_id"]
-    with checkpointer(conninfo(fabric), service="support") as saver:
+    with checkpointer(conninfo(fabric)) as saver:
         g = approval_graph(saver)
         g.invoke({"steps": []}, thread("chat-1"))
         g.invoke({"steps": []}, thread("chat-2"))
@@ -299,14 +324,16 @@ def test_a_subject_erasure_deletes_its_threads_and_the_receipt_lists_them(
     row = committer.execute("SELECT fabric_api.erase(%s)", (approval,)).fetchone()
     assert row is not None
     receipt = row[0]
-    assert receipt["checkpoint_threads"] == ["support:chat-1", "support:chat-2"]
+    assert receipt["checkpoint_threads"] == ["mf_service:chat-1", "mf_service:chat-2"]
     assert "langgraph.checkpoints" in receipt["vacuum"]
-    assert threads(fabric) == ["support:chat-3", "support:chat-4"]
-    row = fabric.connect("mf_auditor").execute(
-        "SELECT fabric_audit.erasure_receipt(%s)", (memory_id,)
-    ).fetchone()
+    assert threads(fabric) == ["mf_service:chat-3", "mf_service:chat-4"]
+    row = (
+        fabric.connect("mf_auditor")
+        .execute("SELECT fabric_audit.erasure_receipt(%s)", (memory_id,))
+        .fetchone()
+    )
     assert row is not None
-    assert row[0]["destroyed"]["checkpoint_threads"] == ["support:chat-1", "support:chat-2"]
+    assert row[0]["destroyed"]["checkpoint_threads"] == ["mf_service:chat-1", "mf_service:chat-2"]
 
 
 # --- the store and the checkpointer in one graph ------------------------------------------
@@ -337,7 +364,7 @@ def test_store_and_checkpointer_in_one_graph(fabric: Fabric) -> None:
     builder.add_edge("respond", END)
     with (
         SynedrixMemoryStore.from_conn_string(conninfo(fabric, "mf_agent_a"), run_id=run) as store,
-        checkpointer(conninfo(fabric), service="support") as saver,
+        checkpointer(conninfo(fabric)) as saver,
     ):
         g = builder.compile(store=store, checkpointer=saver)
         out = g.invoke({"question": "which currency for invoices?"}, thread("c-1"))
@@ -355,7 +382,7 @@ def test_the_checkpointer_passes_langgraphs_conformance_suite(fabric: Fabric) ->
     @checkpointer_test(name="memfabric")
     async def saver() -> AsyncIterator[Any]:
         async with async_checkpointer(
-            conninfo(fabric), service="conformance", tenant_id="acme", subject_id="user-8842"
+            conninfo(fabric), tenant_id="acme", subject_id="user-8842"
         ) as s:
             yield s
 
@@ -369,7 +396,7 @@ def test_the_checkpointer_passes_langgraphs_conformance_suite(fabric: Fabric) ->
     print("conformance", report.conformance_level(), ran)
     assert set(ran) >= {"put", "put_writes", "get_tuple", "list", "delete_thread"}
     assert all(n > 0 for n in ran.values())
-    assert all(t.startswith("conformance:") for t in threads(fabric))
+    assert all(t.startswith("mf_service:") for t in threads(fabric))
 
 
 def test_checkpoint_conninfo_puts_the_schema_on_the_search_path(fabric: Fabric) -> None:
@@ -383,12 +410,12 @@ def test_blobs_and_writes_without_a_checkpoint_are_refused(fabric: Fabric) -> No
     with pytest.raises(psycopg.errors.ForeignKeyViolation):
         service.execute(
             "INSERT INTO langgraph.checkpoint_blobs (thread_id, channel, version, type, blob)"
-            " VALUES ('support:t', 'steps', '1', 'json', '\\x00')"
+            " VALUES ('mf_service:t', 'steps', '1', 'json', '\\x00')"
         )
     with pytest.raises(psycopg.errors.ForeignKeyViolation):
         service.execute(
             "INSERT INTO langgraph.checkpoint_writes"
             " (thread_id, checkpoint_id, task_id, idx, channel, blob)"
-            " VALUES ('support:t', 'c1', 'task', 0, 'steps', '\\x00')"
+            " VALUES ('mf_service:t', 'c1', 'task', 0, 'steps', '\\x00')"
         )
     assert rows(fabric) == 0

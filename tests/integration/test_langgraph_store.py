@@ -58,13 +58,17 @@ def seeded(fabric: Fabric) -> dict[str, Any]:
             fabric,
             "mf_agent_a",
             run,
-            episode("escalate invoices to finance", scope={"tenant_id": "acme", "visibility": "agent"}),
+            episode(
+                "escalate invoices to finance", scope={"tenant_id": "acme", "visibility": "agent"}
+            ),
         ),
     }
     other = fabric.open_run(subject="user-9999", session="sess-2")
     ids["other"] = committed(fabric, "mf_agent_a", other, episode("asked for invoices in GBP"))
     glx = fabric.open_run(agent_id="glx-agt-001", tenant="globex")
-    globex_episode = episode("globex secret invoices", scope={"tenant_id": "globex", "visibility": "subject"})
+    globex_episode = episode(
+        "globex secret invoices", scope={"tenant_id": "globex", "visibility": "subject"}
+    )
     ids["globex"] = committed(fabric, "mf_agent_g", glx, globex_episode)
     return {"run": run, "ids": ids}
 
@@ -134,7 +138,11 @@ def test_search_by_prefix_matches_whole_segments(
     assert store.search(("acm",), limit=50) == []
     assert store.search(("acme-corp",), limit=50) == []
     namespaces = {i.namespace for i in store.search(("acme",), limit=50)}
-    assert namespaces == {SUBJECT, ("acme", "episodic", "tenant"), ("acme", "episodic", "com-agt-003")}
+    assert namespaces == {
+        SUBJECT,
+        ("acme", "episodic", "tenant"),
+        ("acme", "episodic", "com-agt-003"),
+    }
 
 
 def test_a_foreign_tenant_returns_nothing_and_is_audited_as_denied(
