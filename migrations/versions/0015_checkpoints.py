@@ -104,4 +104,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("SET LOCAL ROLE fabric_owner")
     op.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
+    op.execute("RESET ROLE")
