@@ -497,9 +497,9 @@ def checkpointer(
     """LangGraph's Postgres checkpointer on the fabric's database, in the `langgraph` schema
     the migrations created (never `setup()`), confined to the service's threads. The service
     is the login (it needs the `fabric_checkpointer` role); row-level security lets a login
-    read and write only threads `<login>:...`, so `service`, if given, must be the login. Each thread's tenant and subject come from the
-    invocation's `configurable` (`tenant_id`, `subject_id`, `business_instance_id`), else
-    from the defaults given here."""
+    read and write only threads `<login>:...`, so `service`, if given, must be the login.
+    Each thread's tenant and subject come from the invocation's `configurable` (`tenant_id`,
+    `subject_id`, `business_instance_id`), else from the defaults given here."""
     with psycopg.connect(checkpoint_conninfo(conninfo), **_checkpoint_kwargs()) as conn:
         saver = ServiceCheckpointer(conn)
         saver.supports_pipeline = False  # a refused put rolls back; no pipeline to abort

@@ -29,7 +29,7 @@ from memfabric.langgraph import (
     checkpoint_conninfo,
     checkpointer,
 )
-from memfabric.worker import run_decay_once
+from memfabric.worker import erase, run_decay_once
 
 SERVICE = "mf_service"  # a login holding fabric_checkpointer
 
@@ -321,11 +321,9 @@ def test_a_subject_erasure_deletes_its_threads_and_the_receipt_lists_them(
     fabric.connect("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
     )
-    row = committer.execute("SELECT fabric_api.erase(%s)", (approval,)).fetchone()
-    assert row is not None
-    receipt = row[0]
+    receipt = erase(committer, approval, maintainer=fabric.connect("mf_maintainer"))
     assert receipt["checkpoint_threads"] == ["mf_service:chat-1", "mf_service:chat-2"]
-    assert "langgraph.checkpoints" in receipt["vacuum"]
+    assert "langgraph.checkpoint_blobs" in receipt["vacuumed"]  # type: ignore[operator]
     assert threads(fabric) == ["mf_service:chat-3", "mf_service:chat-4"]
     row = (
         fabric.connect("mf_auditor")

@@ -10,6 +10,7 @@ import operator
 import uuid
 from typing import Annotated, Any, TypedDict
 
+import psycopg
 import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import (
@@ -23,6 +24,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 from langgraph.store.memory import InMemoryStore
+from psycopg_pool import ConnectionPool
 
 from conftest import Fabric, episode
 from memfabric.langgraph import GovernedWriteRefused, SynedrixMemoryStore
@@ -395,3 +397,16 @@ def test_the_stock_store_leaks_across_tenants_and_ours_does_not(
     assert ours["read"] == []
     assert len(ours["refusals"]) == 1
     assert len(recall_events(fabric, seeded["run"], "denied")) == 1
+
+
+def test_the_store_reads_over_a_pool_and_from_a_conninfo(
+    fabric: Fabric, seeded: dict[str, Any]
+) -> None:
+    conninfo = psycopg.conninfo.make_conninfo(fabric.url, user="mf_agent_a")
+    with ConnectionPool(conninfo, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
+        pooled = SynedrixMemoryStore(pool, run_id=seeded["run"])
+        assert pooled.get(SUBJECT, seeded["ids"]["eur"]) is not None
+    with SynedrixMemoryStore.from_conn_string(conninfo, run_id=seeded["run"]) as own:
+        assert _keys(own.search(SUBJECT, limit=10)) == {
+            seeded["ids"][k] for k in ("eur", "usd", "call")
+        }
