@@ -140,6 +140,24 @@ def test_a_service_has_dml_on_its_checkpoints_only(fabric: Fabric, statement: st
         fabric.connect(SERVICE).execute(statement)
 
 
+def test_the_ddl_guard_covers_the_checkpoint_schema(fabric: Fabric) -> None:
+    login = "mf_leaked_checkpoint_owner"
+    with fabric.su() as su:
+        su.execute(f"CREATE ROLE {login} LOGIN")
+        su.execute(f"GRANT fabric_owner TO {login}")
+    try:
+        conn = fabric.connect(login)
+        conn.execute("SET ROLE fabric_owner")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="migration role"):
+            conn.execute("ALTER TABLE langgraph.checkpoints ADD COLUMN x int")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="migration role"):
+            conn.execute("DROP TRIGGER _100_thread_metadata ON langgraph.checkpoints")
+        conn.close()
+    finally:
+        with fabric.su() as su:
+            su.execute(f"DROP ROLE IF EXISTS {login}")
+
+
 def test_setup_never_needed_and_refused_to_a_service(fabric: Fabric) -> None:
     with checkpointer(conninfo(fabric)) as saver:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
