@@ -410,3 +410,14 @@ def test_the_store_reads_over_a_pool_and_from_a_conninfo(
         assert _keys(own.search(SUBJECT, limit=10)) == {
             seeded["ids"][k] for k in ("eur", "usd", "call")
         }
+
+
+def test_an_unreadable_tier_is_denied_and_an_unknown_tier_is_an_error(
+    fabric: Fabric, store: SynedrixMemoryStore, seeded: dict[str, Any]
+) -> None:
+    from memfabric.errors import InvalidEnvelope
+
+    assert store.search(("acme", "relational"), limit=10) == []  # outside recall_scope
+    assert len(recall_events(fabric, seeded["run"], "denied")) == 1
+    with pytest.raises(InvalidEnvelope):
+        store.search(("acme", "no-such-tier"), limit=10)
