@@ -353,6 +353,7 @@ BEGIN
     'records', p_records,
     'truncated', p_truncated,
     'scope_applied', p_resolved -> 'scope_applied',
+    'tiers_served', CASE WHEN p_status <> 'denied' THEN p_resolved -> 'tiers' ELSE '[]' END,
     'tiers_denied', coalesce(p_resolved -> 'tiers_denied', '[]'));
 END $$;
 

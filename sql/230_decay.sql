@@ -46,6 +46,7 @@ DECLARE
   v_expired integer := 0;
   v_closed integer := 0;
   v_requests integer := 0;
+  v_threads integer := 0;
   v_n integer;
   v_rec fabric.memory_records;
   v_ceiling interval;
@@ -121,10 +122,14 @@ BEGIN
         'regulated retention ceiling reached');
       v_requests := v_requests + 1;
     END LOOP;
+
+    -- 4. LangGraph checkpoint threads idle beyond the instance's checkpoint_retention.
+    v_threads := v_threads + fabric._expire_checkpoints(v_tenant, p_now, p_batch);
   END LOOP;
   PERFORM fabric._reset_context();
   RETURN pg_catalog.jsonb_build_object('expired', v_expired, 'windows_closed', v_closed,
-                                       'erasure_requests', v_requests, 'at', p_now);
+                                       'erasure_requests', v_requests,
+                                       'checkpoint_threads_deleted', v_threads, 'at', p_now);
 END $$;
 COMMENT ON FUNCTION fabric_api.run_decay(timestamptz, integer) IS
   'Run one bounded decay pass at p_now (idempotent, concurrent-safe). Committer only. '

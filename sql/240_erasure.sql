@@ -143,6 +143,7 @@ DECLARE
   v_withdrawn integer := 0;
   v_subject text;
   v_shredded boolean := false;
+  v_threads text[] := '{}';
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._refuse_approval('no such approval');
@@ -198,20 +199,25 @@ BEGIN
     WHERE r.tenant_id = v_tenant AND r.subject_id = v_subject;
     UPDATE fabric.temporal_summaries s SET subject_id = NULL
     WHERE s.tenant_id = v_tenant AND s.subject_id = v_subject;
+    -- The subject's LangGraph checkpoint threads (graph state, not memory) go whole.
+    v_threads := fabric._erase_checkpoints(v_tenant, v_subject);
     -- Crypto-shredding: without the key no event or approval can be linked to the subject.
     v_shredded := fabric._shred_subject_key(v_tenant, v_subject);
     UPDATE fabric.erasure_receipts r
     SET destroyed = r.destroyed || fabric._subject_key_receipt()
+                    || pg_catalog.jsonb_build_object('checkpoint_threads', pg_catalog.to_jsonb(v_threads))
     WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
   END IF;
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'action', v_approval.action,
     'erased', pg_catalog.to_jsonb(v_erased), 'proposals_scrubbed', v_proposals,
     'proposals_withdrawn', v_withdrawn,
+    'checkpoint_threads', CASE WHEN v_approval.action = 'erase_subject' THEN pg_catalog.to_jsonb(v_threads) END,
     'subject_key', CASE WHEN v_approval.action = 'erase_subject' THEN
                      fabric._subject_key_receipt() -> 'subject_key' END,
     'vacuum', pg_catalog.jsonb_build_array('fabric.memory_records', 'fabric.proposals',
       'fabric.memory_embeddings', 'fabric.runs', 'fabric.temporal_summaries',
-      'fabric.subject_keys'));
+      'fabric.subject_keys', 'langgraph.checkpoints', 'langgraph.checkpoint_blobs',
+      'langgraph.checkpoint_writes'));
 END $$;
 COMMENT ON FUNCTION fabric_api.erase(uuid) IS
   'Execute an approved erasure, leaving tombstones (a subject''s uncommitted proposals are '

@@ -5,7 +5,8 @@
 -- the sealed event chain detects what they change).
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_ddl__migration_role_only: refuse DDL on fabric, fabric_api, fabric_audit.
+-- fabric.tg_ddl__migration_role_only: refuse DDL on fabric, fabric_api, fabric_audit and
+-- langgraph (the checkpoints, whose tables are the pinned package's, made by a migration).
 CREATE OR REPLACE FUNCTION fabric.tg_ddl__migration_role_only()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -18,12 +19,12 @@ BEGIN
   END IF;
   IF (TG_EVENT = 'ddl_command_end' AND EXISTS (
         SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() c
-        WHERE c.schema_name IN ('fabric', 'fabric_api', 'fabric_audit')
-           OR (c.object_type = 'schema' AND c.object_identity IN ('fabric', 'fabric_api', 'fabric_audit'))))
+        WHERE c.schema_name IN ('fabric', 'fabric_api', 'fabric_audit', 'langgraph')
+           OR (c.object_type = 'schema' AND c.object_identity IN ('fabric', 'fabric_api', 'fabric_audit', 'langgraph'))))
      OR (TG_EVENT = 'sql_drop' AND EXISTS (
         SELECT 1 FROM pg_catalog.pg_event_trigger_dropped_objects() d
-        WHERE d.schema_name IN ('fabric', 'fabric_api', 'fabric_audit')
-           OR (d.object_type = 'schema' AND d.object_name IN ('fabric', 'fabric_api', 'fabric_audit'))))
+        WHERE d.schema_name IN ('fabric', 'fabric_api', 'fabric_audit', 'langgraph')
+           OR (d.object_type = 'schema' AND d.object_name IN ('fabric', 'fabric_api', 'fabric_audit', 'langgraph'))))
   THEN
     RAISE EXCEPTION USING
       ERRCODE = 'insufficient_privilege',

@@ -173,7 +173,12 @@ def run_decay_once(
 ) -> dict[str, object]:
     """One decay pass at `now` (default: the database's now); loops while batches are full.
     With a maintenance connection, VACUUMs the records when a window closure removed content."""
-    totals: dict[str, int] = {"expired": 0, "windows_closed": 0, "erasure_requests": 0}
+    totals: dict[str, int] = {
+        "expired": 0,
+        "windows_closed": 0,
+        "erasure_requests": 0,
+        "checkpoint_threads_deleted": 0,
+    }
     while True:
         at = {} if now is None else {"p_now": Cast(now, "timestamptz")}
         result: dict[str, int] = fabric_call(conn, "fabric_api.run_decay", p_batch=batch, **at)

@@ -18,7 +18,7 @@ import psycopg
 from conftest import Fabric
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "privileges.txt"
-SCHEMAS = ("fabric", "fabric_api", "fabric_audit", "fabric_migrations")
+SCHEMAS = ("fabric", "fabric_api", "fabric_audit", "fabric_migrations", "langgraph")
 ROLES = (
     "fabric_owner",
     "fabric_lookup",
@@ -33,11 +33,13 @@ ROLES = (
     "fabric_projector",
     "fabric_maintainer",
     "fabric_tracer",
+    "fabric_checkpointer",
     "fabric_migrator",
     "mf_agent_a",
     "mf_committer",
     "mf_maintainer",
     "mf_tracer",
+    "mf_service",
     "mf_stranger",
     "public",
 )

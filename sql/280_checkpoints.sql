@@ -1,0 +1,161 @@
+-- LangGraph's checkpoints (schema `langgraph`, migration 0015_checkpoints) are not memory:
+-- graph state of one service's threads, kept apart from the fabric. What the fabric checks
+-- and does about them: every checkpoint names its service, tenant and subject, and a thread
+-- never changes them; the scheduled decay deletes threads idle beyond the instance's
+-- checkpoint_retention; a subject's erasure deletes the subject's threads.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_checkpoints__thread_metadata: a checkpoint's metadata carries `service` (the
+-- prefix of its thread id, `<service>:<thread>`), `tenant_id` (a tenant of the fabric),
+-- `subject_id` (an identifier, or null for a thread about no subject) and optionally
+-- `business_instance_id`; all four are the same for every checkpoint of a thread.
+CREATE OR REPLACE FUNCTION fabric.tg_checkpoints__thread_metadata()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_meta jsonb := NEW.metadata;
+  v_first jsonb;
+BEGIN
+  IF pg_catalog.jsonb_typeof(v_meta -> 'service') IS DISTINCT FROM 'string'
+     OR NOT pg_catalog.starts_with(NEW.thread_id, (v_meta ->> 'service') || ':') THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a checkpoint''s thread id must start with its service: <service>:<thread>',
+      HINT = 'write checkpoints through memfabric.langgraph.checkpointer(service=...)';
+  END IF;
+  IF pg_catalog.jsonb_typeof(v_meta -> 'tenant_id') IS DISTINCT FROM 'string'
+     OR NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = v_meta ->> 'tenant_id') THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a checkpoint''s metadata must name the tenant of its thread (tenant_id)',
+      HINT = 'pass configurable.tenant_id when invoking the graph';
+  END IF;
+  IF NOT v_meta ? 'subject_id'
+     OR pg_catalog.jsonb_typeof(v_meta -> 'subject_id') NOT IN ('string', 'null')
+     OR pg_catalog.jsonb_typeof(v_meta -> 'business_instance_id') NOT IN ('string', 'null') THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'a checkpoint''s metadata must name the subject of its thread (subject_id, '
+                'null for none) and may name its business_instance_id',
+      HINT = 'pass configurable.subject_id when invoking the graph';
+  END IF;
+  PERFORM fabric._ident(v_meta ->> 'subject_id', 'subject_id'),
+          fabric._ident(v_meta ->> 'business_instance_id', 'business_instance_id');
+  IF TG_OP = 'UPDATE' THEN
+    v_first := OLD.metadata || pg_catalog.jsonb_build_object('thread_id', OLD.thread_id);
+    v_meta := v_meta || pg_catalog.jsonb_build_object('thread_id', NEW.thread_id);
+  ELSE
+    SELECT c.metadata INTO v_first FROM langgraph.checkpoints c
+    WHERE c.thread_id = NEW.thread_id
+    LIMIT 1;
+  END IF;
+  IF v_first IS NOT NULL AND (v_first -> 'thread_id' IS DISTINCT FROM v_meta -> 'thread_id'
+                OR v_first -> 'tenant_id' IS DISTINCT FROM v_meta -> 'tenant_id'
+                OR v_first -> 'subject_id' IS DISTINCT FROM v_meta -> 'subject_id'
+                OR v_first -> 'business_instance_id' IS DISTINCT FROM v_meta -> 'business_instance_id') THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'a checkpoint thread belongs to one tenant, subject and business instance',
+      HINT = 'start a new thread for another tenant or subject';
+  END IF;
+  RETURN NEW;
+END $$;
+REVOKE ALL ON FUNCTION fabric.tg_checkpoints__thread_metadata() FROM PUBLIC;
+DROP TRIGGER IF EXISTS _100_thread_metadata ON langgraph.checkpoints;
+CREATE TRIGGER _100_thread_metadata BEFORE INSERT OR UPDATE ON langgraph.checkpoints
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_checkpoints__thread_metadata();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_checkpoints__thread_exists: a thread's blobs and pending writes belong to a
+-- checkpoint of that thread by the end of their transaction, so nothing of a thread whose
+-- checkpoint was refused (or never written) stays behind, out of reach of retention and
+-- erasure. (The checkpointer writes a checkpoint and its blobs in one transaction.)
+CREATE OR REPLACE FUNCTION fabric.tg_checkpoints__thread_exists()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM langgraph.checkpoints c WHERE c.thread_id = NEW.thread_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+      MESSAGE = 'checkpoint blobs and writes belong to a thread that has a checkpoint',
+      HINT = 'write the checkpoint in the same transaction (memfabric.langgraph.checkpointer does)';
+  END IF;
+  RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION fabric.tg_checkpoints__thread_exists() FROM PUBLIC;
+DROP TRIGGER IF EXISTS _100_thread_exists ON langgraph.checkpoint_blobs;
+CREATE CONSTRAINT TRIGGER _100_thread_exists AFTER INSERT OR UPDATE ON langgraph.checkpoint_blobs
+  DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_checkpoints__thread_exists();
+DROP TRIGGER IF EXISTS _100_thread_exists ON langgraph.checkpoint_writes;
+CREATE CONSTRAINT TRIGGER _100_thread_exists AFTER INSERT OR UPDATE ON langgraph.checkpoint_writes
+  DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_checkpoints__thread_exists();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._delete_checkpoint_threads: a thread's checkpoints, blobs and pending writes.
+CREATE OR REPLACE FUNCTION fabric._delete_checkpoint_threads(p_threads text[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+  DELETE FROM langgraph.checkpoint_writes w WHERE w.thread_id = ANY (p_threads);
+  DELETE FROM langgraph.checkpoint_blobs b WHERE b.thread_id = ANY (p_threads);
+  DELETE FROM langgraph.checkpoints c WHERE c.thread_id = ANY (p_threads);
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._expire_checkpoints: the decay's part. A thread whose newest checkpoint is older
+-- than its instance's checkpoint_retention (which exceeds the longest approval timeout, so
+-- a graph waiting for an approval can still be resumed) is deleted whole. Returns how many.
+CREATE OR REPLACE FUNCTION fabric._expire_checkpoints(p_tenant_id text, p_now timestamptz,
+                                                      p_batch integer)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_threads text[];
+BEGIN
+  SELECT coalesce(pg_catalog.array_agg(t.thread_id), '{}') INTO v_threads
+  FROM (SELECT c.thread_id FROM langgraph.checkpoints c
+        WHERE c.metadata ->> 'tenant_id' = p_tenant_id
+        GROUP BY c.thread_id, c.metadata ->> 'business_instance_id'
+        HAVING pg_catalog.max((c.checkpoint ->> 'ts')::timestamptz)
+               + (fabric._instance_config(p_tenant_id, c.metadata ->> 'business_instance_id')).checkpoint_retention
+               <= p_now
+        ORDER BY c.thread_id LIMIT p_batch) t;
+  PERFORM fabric._delete_checkpoint_threads(v_threads);
+  RETURN pg_catalog.cardinality(v_threads);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._erase_checkpoints: a subject erasure's part: the subject's threads, deleted;
+-- their ids for the receipt (thread ids are chosen by services and never hold content).
+CREATE OR REPLACE FUNCTION fabric._erase_checkpoints(p_tenant_id text, p_subject_id text)
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_threads text[];
+BEGIN
+  SELECT coalesce(pg_catalog.array_agg(DISTINCT c.thread_id ORDER BY c.thread_id), '{}')
+    INTO v_threads
+  FROM langgraph.checkpoints c
+  WHERE c.metadata ->> 'tenant_id' = p_tenant_id AND c.metadata ->> 'subject_id' = p_subject_id;
+  PERFORM fabric._delete_checkpoint_threads(v_threads);
+  RETURN v_threads;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Services read and write their checkpoints (DML only); the tables are fabric_owner's.
+REVOKE ALL ON ALL TABLES IN SCHEMA langgraph FROM PUBLIC;
+REVOKE ALL ON SCHEMA langgraph FROM PUBLIC;
+GRANT USAGE ON SCHEMA langgraph TO fabric_checkpointer;
+GRANT SELECT, INSERT, UPDATE, DELETE ON langgraph.checkpoints, langgraph.checkpoint_blobs,
+  langgraph.checkpoint_writes TO fabric_checkpointer;
+GRANT SELECT ON langgraph.checkpoint_migrations TO fabric_checkpointer;
+-- An erasure's VACUUM reaches the deleted threads' old tuple versions.
+GRANT USAGE ON SCHEMA langgraph TO fabric_maintainer;
+GRANT MAINTAIN ON langgraph.checkpoints, langgraph.checkpoint_blobs, langgraph.checkpoint_writes
+  TO fabric_maintainer;
