@@ -52,7 +52,8 @@ COMMENT ON FUNCTION fabric_audit.events(text, timestamptz, timestamptz) IS
 CREATE OR REPLACE FUNCTION fabric_audit.record_history(p_tenant_id text, p_memory_id uuid)
 RETURNS TABLE (memory_id uuid, revision integer, tier text, consolidation_state text,
                valid_until timestamptz, known_from timestamptz, known_until timestamptz,
-               action text, changed_by text, changed_by_login name, is_current boolean)
+               action text, changed_by text, changed_by_login name, is_current boolean,
+               source_event_id text, proposed_by text, formed_by text, formation_method text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -74,13 +75,17 @@ BEGIN
            x.known_until, c.action,
            coalesce(c.actor, (SELECT v.ended_by FROM fabric.memory_record_versions v
                               WHERE v.tenant_id = p_tenant_id AND v.memory_id = p_memory_id
-                                AND v.revision = x.revision - 1)),
-           c.login, x.is_current
+                                AND v.revision = x.revision - 1)::text),
+           c.login, x.is_current, r.source_event_id::text,
+           (SELECT p.proposed_by::text FROM fabric.proposals p
+            WHERE p.tenant_id = p_tenant_id AND p.proposal_id = r.proposal_id),
+           r.formed_by::text, r.formation_method
     FROM versions x
+    JOIN fabric.memory_records r ON r.tenant_id = p_tenant_id AND r.memory_id = p_memory_id
     LEFT JOIN LATERAL (
-      SELECT pg_catalog.string_agg(pg_catalog.substring(e.event_type FROM '^memory\.(.*)$'),
+      SELECT pg_catalog.string_agg(pg_catalog.substr(e.event_type, 8),
                                    ', ' ORDER BY e.event_type) AS action,
-             pg_catalog.min(e.actor_agent_id) AS actor, pg_catalog.min(e.actor_login) AS login
+             pg_catalog.min(e.actor_agent_id) AS actor, pg_catalog.min(e.actor_login::text)::name AS login
       FROM fabric.events e
       WHERE e.memory_id = p_memory_id AND e.tenant_id = p_tenant_id
         AND e.occurred_at = x.known_from
@@ -92,7 +97,8 @@ END $$;
 COMMENT ON FUNCTION fabric_audit.record_history(text, uuid) IS
   'Every version of a record''s mutable columns (tier, state, valid_until) with the '
   'transaction time it was known, the action that made it (record.formed, record.promoted, '
-  'record.superseded, ...) and its actor. Never content. Auditors only. Example: '
+  'record.superseded, ...) and its actor, beside the record''s provenance (source event, '
+  'proposing agent, committing agent, formation method). Never content. Auditors only. Example: '
   'SELECT * FROM fabric_audit.record_history(''acme'', ''<memory_id>'');';
 
 -- ---------------------------------------------------------------------------------------
