@@ -397,6 +397,30 @@ def rebuild(target: str = typer.Argument("all", help="qdrant, graph or all")) ->
 
 
 @app.command(epilog=env_help(*PROJECTION_ENV))
+def check(
+    drill: bool = typer.Option(
+        False, help="also run the projection drill (probes, wipes, rebuilds, probes again)"
+    ),
+) -> None:
+    """Run the binding checklist (docs/checklist.md) against this deployment: one line per
+    item, pass / fail / deviation / not applicable, with its evidence; exits 1 on any fail.
+    Reads the database as DATABASE_URL's role (a superuser sees every tenant)."""
+    import psycopg
+
+    from memfabric import check as checklist
+
+    settings = Settings.from_env()
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        results = checklist.run(conn, drill=(lambda: _operate("drill")) if drill else None)
+    for result in results:
+        typer.echo(result.line())
+    failed = [r for r in results if r.status == checklist.FAIL]
+    typer.echo(f"{len(results) - len(failed)} of {len(results)} items without a fail")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command(epilog=env_help(*PROJECTION_ENV))
 def drill() -> None:
     """Probe, wipe, rebuild, probe again: fails unless both answers are identical."""
     result = _operate("drill")
