@@ -35,7 +35,9 @@ BEGIN
            e.memory_id, e.proposal_id, e.correlation_id, e.causation_id, e.payload,
            s.seq, s.link, s.sealed_at
     FROM fabric.events e
-    LEFT JOIN fabric.event_seals s ON s.event_id = e.event_id AND s.tenant_id = e.tenant_id
+    LEFT JOIN fabric.event_seals s  -- a seal keeps its event's time: read the window of both
+      ON s.event_id = e.event_id AND s.tenant_id = p_tenant_id
+     AND s.occurred_at >= p_from AND s.occurred_at < p_to
     WHERE e.tenant_id = p_tenant_id AND e.occurred_at >= p_from AND e.occurred_at < p_to
     ORDER BY e.occurred_at, e.event_id;
 END $$;

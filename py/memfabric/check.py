@@ -22,6 +22,7 @@ import psycopg
 from memfabric.settings import Settings
 
 PASS, FAIL, DEVIATION, NOT_APPLICABLE = "pass", "fail", "deviation", "not applicable"
+STATUSES = (PASS, FAIL, DEVIATION, NOT_APPLICABLE)
 Conn = psycopg.Connection[Any]
 
 STORE_MODULE, MCP_MODULE = "memfabric.langgraph", "memfabric.mcp"
@@ -54,10 +55,10 @@ class Context:
     drill: Callable[[], Mapping[str, Any]] | None = None
 
     def rows(self, query: str, *args: Any) -> list[tuple[Any, ...]]:
-        return self.conn.execute(query, args).fetchall()  # type: ignore[arg-type]
+        return self.conn.execute(query, args).fetchall()
 
     def value(self, query: str, *args: Any) -> Any:
-        row = self.conn.execute(query, args).fetchone()  # type: ignore[arg-type]
+        row = self.conn.execute(query, args).fetchone()
         return None if row is None else row[0]
 
 
@@ -256,10 +257,12 @@ def transition_events(ctx: Context) -> tuple[str, str]:
         return FAIL, f"memory_records triggers disabled: {', '.join(off)}"
     silent = ctx.value(
         "SELECT count(*) FROM fabric.memory_record_versions v "
-        "JOIN LATERAL (SELECT n.tier, lower(n.known_during) AS at FROM fabric.memory_record_versions n "
-        "  WHERE n.tenant_id = v.tenant_id AND n.memory_id = v.memory_id AND n.revision = v.revision + 1 "
+        "JOIN LATERAL (SELECT n.tier, lower(n.known_during) AS at "
+        "  FROM fabric.memory_record_versions n WHERE n.tenant_id = v.tenant_id "
+        "  AND n.memory_id = v.memory_id AND n.revision = v.revision + 1 "
         "  UNION ALL SELECT m.tier, m.known_since FROM fabric.memory_records m "
-        "  WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id AND m.revision = v.revision + 1"
+        "  WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id "
+        "  AND m.revision = v.revision + 1"
         ") nx ON nx.tier <> v.tier "
         "JOIN fabric.memory_records r ON r.tenant_id = v.tenant_id AND r.memory_id = v.memory_id "
         "WHERE NOT EXISTS (SELECT 1 FROM fabric.events e WHERE e.memory_id = v.memory_id "
@@ -315,7 +318,10 @@ def recall_provenance(ctx: Context) -> tuple[str, str]:
         return FAIL, f"fabric._record_json lacks {', '.join(missing)}"
     if "_record_json" not in _source(ctx, "fabric._recall_candidates"):
         return FAIL, "recall candidates are not shaped by fabric._record_json"
-    return PASS, "every recalled record is shaped by fabric._record_json: provenance, validity_interval"
+    return (
+        PASS,
+        "every recalled record is shaped by fabric._record_json: provenance, validity_interval",
+    )
 
 
 def recall_spans(ctx: Context) -> tuple[str, str]:
@@ -336,7 +342,10 @@ def recall_spans(ctx: Context) -> tuple[str, str]:
         "WHERE c.projection = 'trace' AND e.event_type LIKE 'memory.recall.%%' "
         "AND (e.xid, e.event_id) > (c.last_xid, c.last_event_id)"
     )
-    return PASS, f"OTLP endpoint set; trace cursor present ({lag} recalls not exported yet); no langsmith"
+    return (
+        PASS,
+        f"OTLP endpoint set; trace cursor present ({lag} recalls not exported yet); no langsmith",
+    )
 
 
 def checkpoints(ctx: Context) -> tuple[str, str]:
@@ -352,7 +361,7 @@ def checkpoints(ctx: Context) -> tuple[str, str]:
     if module is None:
         return FAIL, (
             f"no checkpointer binding ({why}); configured retention outlives approvals in "
-            f"{instances} instances"
+            f"all {instances} instance(s)"
         )
     return FAIL, (
         f"{STORE_MODULE} is present but check cannot yet read its checkpointer retention or backup"
@@ -426,7 +435,8 @@ def audit_agent_unbound(ctx: Context) -> tuple[str, str]:
         "WITH audit AS (SELECT tool_id FROM fabric.tools WHERE agent_id = 'os-agt-008') "
         "SELECT 'agents:' || a.agent_id FROM fabric.agents a WHERE a.tools_allowed && "
         "  ARRAY(SELECT tool_id::text FROM audit) "
-        "UNION ALL SELECT 'enabled:' || t.tenant_id || '/' || t.agent_id FROM fabric.tenant_agent_tools t "
+        "UNION ALL SELECT 'enabled:' || t.tenant_id || '/' || t.agent_id "
+        "  FROM fabric.tenant_agent_tools t "
         "  WHERE t.tool_id IN (SELECT tool_id FROM audit) "
         "UNION ALL SELECT 'run:' || r.run_id FROM fabric.runs r WHERE r.active_tool_set && "
         "  ARRAY(SELECT tool_id::text FROM audit) "

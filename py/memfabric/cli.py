@@ -415,7 +415,8 @@ def check(
     for result in results:
         typer.echo(result.line())
     failed = [r for r in results if r.status == checklist.FAIL]
-    typer.echo(f"{len(results) - len(failed)} of {len(results)} items without a fail")
+    counts = {s: sum(r.status == s for r in results) for s in checklist.STATUSES}
+    typer.echo(f"checked {len(results)} items: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if failed:
         raise typer.Exit(1)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -25,20 +26,26 @@ COOKBOOK = ROOT / "docs" / "audit.md"
 QUESTION = re.compile(r"^### (Q\d+)\. .*?\n```sql\n(.*?)```", re.S | re.M)
 VARIABLE = re.compile(r":'(\w+)'")
 
-RELATIONS = {
-    "events": "('acme', now() - interval '1 day', now() + interval '1 day')",
-    "record_history": "('acme', gen_random_uuid())",
-    "approvals": "('acme', now() - interval '1 day', now() + interval '1 day')",
-    "erasures": "('acme', now() - interval '1 day', now() + interval '1 day')",
-    "tool_denials": "('acme', now() - interval '1 day', now() + interval '1 day')",
-    "recall_history": "('acme', now() - interval '1 day', now() + interval '1 day')",
-    "recalled_records": "('acme', now() - interval '1 day', now() + interval '1 day')",
-}
+DAY = "now() - interval '1 day', now() + interval '1 day'"
+WINDOWED = ("events", "approvals", "erasures", "tool_denials", "recall_history", "recalled_records")
+RELATIONS = (*WINDOWED, "record_history")
+
+
+def relation(name: str, tenant: str = "acme", memory_id: str | None = None) -> tuple[Any, ...]:
+    """A relation's query over the last and next day (or one record) and its parameters."""
+    tail = sql.SQL("%s::uuid" if name == "record_history" else DAY)
+    query = sql.SQL("SELECT to_jsonb(r) FROM fabric_audit.{}(%s, {}) r").format(
+        sql.Identifier(name), tail
+    )
+    params = (tenant, memory_id or str(uuid.uuid4())) if name == "record_history" else (tenant,)
+    return query, params
 
 
 def cookbook() -> dict[str, str]:
     """Question id -> its query, in psycopg's named-parameter form."""
-    found = {qid: VARIABLE.sub(r"%(\1)s", query) for qid, query in QUESTION.findall(COOKBOOK.read_text())}
+    found = {
+        qid: VARIABLE.sub(r"%(\1)s", query) for qid, query in QUESTION.findall(COOKBOOK.read_text())
+    }
     assert found, "no question found in docs/audit.md"
     return found
 
@@ -131,7 +138,10 @@ def build(fabric: Fabric) -> dict[str, Any]:
         fabric,
         run,
         "lapsed",
-        validity_interval={"valid_from": "2026-06-01T00:00:00Z", "valid_until": "2026-08-01T00:00:00Z"},
+        validity_interval={
+            "valid_from": "2026-06-01T00:00:00Z",
+            "valid_until": "2026-08-01T00:00:00Z",
+        },
     )
     decay = run_decay_once(fabric.connect("mf_committer"))
     # a tool refused: the run's active tool set lacks tool:memory-recall
@@ -190,7 +200,8 @@ def test_the_cookbook_answers_its_questions_as_the_auditor(fabric: Fabric) -> No
     truth = fabric.su()
     formed = truth.execute(
         "SELECT count(*) FROM fabric.memory_records m JOIN fabric.proposals p "
-        "USING (tenant_id, proposal_id) WHERE m.tenant_id = 'acme' AND p.proposed_by = 'com-agt-003'"
+        "USING (tenant_id, proposal_id) "
+        "WHERE m.tenant_id = 'acme' AND p.proposed_by = 'com-agt-003'"
     ).fetchone()
     assert formed is not None
 
@@ -223,9 +234,8 @@ def test_the_cookbook_answers_its_questions_as_the_auditor(fabric: Fabric) -> No
         ]
 
     def q6(rows: list[dict[str, Any]]) -> None:
-        assert [(r["depth"], str(r["memory_id"])) for r in rows] == [(0, w["s1"])] + sorted(
-            [(1, w["e1"]), (1, w["e2"])]
-        )
+        expected = [(0, w["s1"]), *sorted([(1, w["e1"]), (1, w["e2"])])]
+        assert [(r["depth"], str(r["memory_id"])) for r in rows] == expected
         assert all(r["source_event_id"].startswith("evt-7b21-") for r in rows)
         assert {r["proposed_by"] for r in rows} == {"com-agt-003"}
         assert {r["committed_by"] for r in rows} == {"os-agt-010"}
@@ -320,20 +330,20 @@ def test_the_cookbook_answers_its_questions_as_the_auditor(fabric: Fabric) -> No
 # --- the relations themselves ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("relation", sorted(RELATIONS))
-def test_only_the_auditor_calls_the_relations(fabric: Fabric, relation: str) -> None:
-    query = f"SELECT * FROM fabric_audit.{relation}{RELATIONS[relation]}"
+@pytest.mark.parametrize("name", RELATIONS)
+def test_only_the_auditor_calls_the_relations(fabric: Fabric, name: str) -> None:
+    query, params = relation(name)
     for login in ("mf_agent_a", "mf_committer", "mf_admin", "mf_policy", "mf_projector"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            fabric.connect(login).execute(query)
-    assert fabric.connect("mf_auditor").execute(query).fetchall() is not None
+            fabric.connect(login).execute(query, params)
+    assert fabric.connect("mf_auditor").execute(query, params).fetchall() is not None
 
 
-@pytest.mark.parametrize("relation", sorted(RELATIONS))
-def test_an_unknown_tenant_is_refused(fabric: Fabric, relation: str) -> None:
-    query = f"SELECT * FROM fabric_audit.{relation}{RELATIONS[relation].replace('acme', 'nope')}"
+@pytest.mark.parametrize("name", RELATIONS)
+def test_an_unknown_tenant_is_refused(fabric: Fabric, name: str) -> None:
+    query, params = relation(name, tenant="nope")
     with pytest.raises(psycopg.Error) as caught:
-        fabric.connect("mf_auditor").execute(query)
+        fabric.connect("mf_auditor").execute(query, params)
     assert caught.value.sqlstate == "P0002"
 
 
@@ -344,13 +354,12 @@ def test_relations_hold_no_content_and_no_subject_id(fabric: Fabric) -> None:
     fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
     auditor = fabric.connect("mf_auditor")
     seen = []
-    for relation, args in RELATIONS.items():
-        if relation == "record_history":
-            args = f"('acme', '{memory_id}')"
-        rows = auditor.execute(f"SELECT to_jsonb(r) FROM fabric_audit.{relation}{args} r").fetchall()
+    for name in RELATIONS:
+        query, params = relation(name, memory_id=memory_id)
+        rows = auditor.execute(query, params).fetchall()
         seen.append(str(rows))
-        if relation in ("events", "record_history", "recall_history", "recalled_records"):
-            assert rows, relation
+        if name in ("events", "record_history", "recall_history", "recalled_records"):
+            assert rows, name
     assert canary not in "".join(seen)
 
 
