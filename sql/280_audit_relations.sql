@@ -15,6 +15,9 @@ AS $$
               THEN ARRAY(SELECT pg_catalog.jsonb_array_elements_text(p_value))
               ELSE '{}'::text[] END
 $$;
+COMMENT ON FUNCTION fabric._jsonb_text_array(jsonb) IS
+  'A JSON array of strings as text[] (''{}'' for anything else). Internal. Example: '
+  'SELECT fabric._jsonb_text_array(''["episodic", "semantic"]'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_audit.events: every event of the tenant in the window, with its envelope, its

@@ -396,7 +396,14 @@ def rebuild(target: str = typer.Argument("all", help="qdrant, graph or all")) ->
     typer.echo(json.dumps(_operate("rebuild", target=target)))
 
 
-@app.command(epilog=env_help(*PROJECTION_ENV))
+@app.command(
+    epilog=env_help(
+        *PROJECTION_ENV,
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "MEMORY_API_KEY",
+    )
+)
 def check(
     drill: bool = typer.Option(
         False, help="also run the projection drill (probes, wipes, rebuilds, probes again)"
