@@ -1,15 +1,16 @@
 """`make bench-audit`: a one-month window over each fabric_audit relation of a tenant with
 many events (ARGS="--events 1000000" for the full size).
 
-Prints, never asserts. The tenant (--tenant, default `bench-audit`) gets --events events
-spread evenly over the last 365 days (mostly record formations, some recalls returning three
-memory ids, some tool denials), one subject-erasure approval per 100 events, and a few
-records formed, recalled and erased through the governed API so the per-record relations
-have rows. The events are bulk-inserted by the superuser (the append-only outbox accepts
-INSERTs; what is measured is reading them), then sealed by the real sealer, so chain
-positions are real. The tenant only grows: a rerun adds what is missing to reach --events.
-Each relation is then queried as the auditor login for the month that ended 30 days ago,
---repeat times; the median is printed with the rows it returned.
+Prints, never asserts. The tenant (--tenant, default `bench-audit-<events>`) gets --events
+events spread evenly over the last 365 days and inserted in time order, as a live outbox
+fills (mostly record formations, some recalls returning three memory ids, some tool
+denials), one subject-erasure approval per 100 events, and a few records formed, recalled
+and erased through the governed API so the per-record relations have rows. The events are
+bulk-inserted by the superuser (the append-only outbox accepts INSERTs; what is measured is
+reading them), then sealed by the real sealer, so chain positions are real. A rerun on the
+same tenant only adds what is missing. Each relation is then queried as the auditor login
+for the month that ended 30 days ago, --repeat times; the median is printed with the rows
+it returned.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ SELECT %(tenant)s,
        CASE WHEN i %% 20 = 0 THEN 'agent.tool.unauthorized'
             WHEN i %% 20 < 4 THEN 'memory.recall.served'
             ELSE 'memory.record.formed' END,
-       now() - ((i * 7919) %% 1000003)::double precision / 1000003 * interval '365 days',
+       now() - (1 - i::double precision / %(n)s) * interval '365 days',
        %(committer)s,
        CASE WHEN i %% 20 >= 4 THEN gen_random_uuid() END,
        gen_random_uuid(), 'corr-' || (i %% 1000),
@@ -70,8 +71,7 @@ INSERT INTO fabric.approvals (tenant_id, action, subject_ref, reason, status, re
 SELECT %(tenant)s, 'erase_subject', 'hmac:' || md5('a' || i), 'bench', 'consumed',
        %(committer)s, at, at + interval '1 day', %(policy)s, at, 'ok', at
 FROM generate_series(%(start)s::bigint, %(stop)s::bigint) i,
-     LATERAL (SELECT now() - ((i * 7919) %% 10007)::double precision / 10007
-                             * interval '365 days' AS at) t
+     LATERAL (SELECT now() - (1 - i::double precision / %(n)s) * interval '365 days' AS at) t
 """
 RELATIONS = {
     "events": "fabric_audit.events(%(t)s, %(from)s, %(to)s)",
@@ -157,13 +157,13 @@ def fill(url: str, tenant: str, target: int) -> None:
         step = 100_000
         for start in range(have, target, step):
             stop = min(start + step, target) - 1
-            params = {"tenant": tenant, "start": start, "stop": stop,
+            params = {"tenant": tenant, "n": target, "start": start, "stop": stop,
                       "committer": COMMITTER, "agent": AGENT, "policy": POLICY}  # fmt: skip
             t0 = time.perf_counter()
             su.execute(BULK_EVENTS, params)
             su.execute(
                 BULK_APPROVALS,
-                {**params, "start": start // 100, "stop": stop // 100},
+                {**params, "n": max(target // 100, 1), "start": start // 100, "stop": stop // 100},
             )
             print(f"  inserted events {start:>9,}..{stop:>9,} in {time.perf_counter() - t0:.1f} s")
         su.execute("ANALYZE fabric.events, fabric.approvals, fabric.event_seals")
@@ -199,10 +199,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--events", type=int, default=200_000, help="events of the tenant")
     parser.add_argument("--repeat", type=int, default=5, help="runs per relation")
-    parser.add_argument("--tenant", default=TENANT, help="a new name starts from zero events")
+    parser.add_argument("--tenant", help=f"default {TENANT}-<events>; a new name starts empty")
     args = parser.parse_args()
     url = db.database_url()
-    tenant = args.tenant
+    tenant = args.tenant or f"{TENANT}-{args.events}"
     setup(url, tenant)
     fill(url, tenant, args.events)
     memory_id = governed_records(url, tenant)
