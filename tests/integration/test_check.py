@@ -6,7 +6,9 @@ setting) makes exactly that item fail."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from conftest import Fabric, episode
 from memfabric import check
 from memfabric.cli import app
 
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
 
@@ -158,3 +161,21 @@ def test_the_command_prints_one_line_per_item_and_exits_non_zero_on_a_fail(live:
     assert result.exit_code == (1 if any_fail else 0), result.output
     (tombstones,) = [line for line in lines if "tombstone-erasure" in line]
     assert f" {check.PASS} " in tombstones and "tombstones keep content_hash" in tombstones
+
+
+def test_a_deviation_names_a_documented_decision(live: Fabric) -> None:
+    results = check.run(live.su(), env=ENV)
+    deviations = [r for r in results if r.status == check.DEVIATION]
+    assert deviations
+    for result in deviations:
+        (page,) = re.findall(r"docs/[\w-]+\.md#[\w-]+", result.evidence)
+        path, anchor = page.split("#")
+        headings = re.findall(r"(?m)^#+ (.+)$", (ROOT / path).read_text())
+        slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
+        assert anchor in slugs, (anchor, slugs)
+
+
+def test_the_checklist_page_states_every_item_check_runs() -> None:
+    page = (ROOT / "docs" / "checklist.md").read_text()
+    numbered = re.findall(r"(?m)^### (\d+)\. ", page)
+    assert [int(n) for n in numbered] == [number for number, _key, _item in check.ITEMS]
