@@ -82,6 +82,16 @@ GRANT EXECUTE ON FUNCTION
   fabric_audit.verify_tombstone(uuid, jsonb),
   fabric_audit.erasure_receipt(uuid)
   TO fabric_auditor;
+-- The audit relations (sql/280_audit_relations.sql; docs/audit.md).
+GRANT EXECUTE ON FUNCTION
+  fabric_audit.events(text, timestamptz, timestamptz),
+  fabric_audit.record_history(text, uuid),
+  fabric_audit.approvals(text, timestamptz, timestamptz),
+  fabric_audit.erasures(text, timestamptz, timestamptz),
+  fabric_audit.tool_denials(text, timestamptz, timestamptz),
+  fabric_audit.recall_history(text, timestamptz, timestamptz),
+  fabric_audit.recalled_records(text, timestamptz, timestamptz)
+  TO fabric_auditor;
 -- The narrow cross-tenant check of the deployment embedder runs as fabric_lookup.
 GRANT EXECUTE ON FUNCTION fabric._host_is_local(text, text[]), fabric._uri_host(text)
   TO fabric_lookup;

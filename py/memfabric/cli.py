@@ -411,6 +411,38 @@ def rebuild(target: str = typer.Argument("all", help="qdrant, graph or all")) ->
     typer.echo(json.dumps(_operate("rebuild", target=target)))
 
 
+@app.command(
+    epilog=env_help(
+        *PROJECTION_ENV,
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "MEMORY_API_KEY",
+    )
+)
+def check(
+    drill: bool = typer.Option(
+        False, help="also run the projection drill (probes, wipes, rebuilds, probes again)"
+    ),
+) -> None:
+    """Run the binding checklist (docs/checklist.md) against this deployment: one line per
+    item, pass / fail / deviation / not applicable, with its evidence; exits 1 on any fail.
+    Reads the database as DATABASE_URL's role (a superuser sees every tenant)."""
+    import psycopg
+
+    from memfabric import check as checklist
+
+    settings = Settings.from_env()
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        results = checklist.run(conn, drill=(lambda: _operate("drill")) if drill else None)
+    for result in results:
+        typer.echo(result.line())
+    failed = [r for r in results if r.status == checklist.FAIL]
+    counts = {s: sum(r.status == s for r in results) for s in checklist.STATUSES}
+    typer.echo(f"checked {len(results)} items: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if failed:
+        raise typer.Exit(1)
+
+
 @app.command(epilog=env_help(*PROJECTION_ENV))
 def drill() -> None:
     """Probe, wipe, rebuild, probe again: fails unless both answers are identical."""

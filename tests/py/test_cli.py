@@ -347,6 +347,8 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("rebuild",): PROJECTION,
     ("drill",): PROJECTION,
     ("verify",): PROJECTION,
+    ("check",): PROJECTION
+    | {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "MEMORY_API_KEY"},
     ("serve",): PROJECTION | COMMITTER | TRACE,
     ("recall",): DATABASE
     | {"MEMFABRIC_SOCKET", "QDRANT_URL", "MEMFABRIC_PROJECTOR_LOGIN", "MEMFABRIC_PROJECTOR_URL"},

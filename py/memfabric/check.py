@@ -1,0 +1,497 @@
+"""`memfabric check`: the binding checklist of docs/checklist.md, run against a live
+deployment (the database, the runtime settings, the Python bindings installed beside it).
+
+Each item answers pass, fail, deviation (a decision documented in docs/, named with its
+page) or not applicable, with the evidence it looked at. An item whose part is not built
+(the LangGraph store, the MCP server) fails and says so. The database is read as the
+connection given (the superuser or the migration role: catalogs and fabric tables).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from memfabric.settings import Settings
+
+PASS, FAIL, DEVIATION, NOT_APPLICABLE = "pass", "fail", "deviation", "not applicable"
+STATUSES = (PASS, FAIL, DEVIATION, NOT_APPLICABLE)
+Conn = psycopg.Connection[Any]
+
+STORE_MODULE, MCP_MODULE = "memfabric.langgraph", "memfabric.mcp"
+STORE_METHODS = ("aget", "aput", "adelete", "asearch", "alist_namespaces")
+NAMESPACE = ("tenant_id", "tier", "scope_id")
+MEMORY_TABLES = ("memory_records", "memory_embeddings", "proposals", "memory_lineage",
+                 "memory_record_versions", "events")  # fmt: skip
+COMMIT_FUNCTIONS = ("commit", "commit_pending", "promote", "demote", "supersede",
+                    "commit_recommendation", "erase")  # fmt: skip
+# NOLOGIN roles that own or run the fabric's own functions (recall candidates, lookups).
+INTERNAL_ROLES = ("fabric_retriever", "fabric_lookup")
+NAMS_DEVIATION = "docs/checklist.md#13-the-graph-library"
+
+
+@dataclass(frozen=True)
+class Result:
+    number: int
+    key: str
+    status: str
+    evidence: str
+
+    def line(self) -> str:
+        return f"{self.number:>2}. {self.key:<28} {self.status:<15} {self.evidence}"
+
+
+@dataclass
+class Context:
+    conn: Conn
+    env: Mapping[str, str]
+    drill: Callable[[], Mapping[str, Any]] | None = None
+
+    def rows(self, query: str, *args: Any) -> list[tuple[Any, ...]]:
+        return self.conn.execute(query, args).fetchall()
+
+    def value(self, query: str, *args: Any) -> Any:
+        row = self.conn.execute(query, args).fetchone()
+        return None if row is None else row[0]
+
+
+Check = Callable[[Context], tuple[str, str]]
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _module(name: str) -> tuple[Any, str]:
+    """The module, or None and why it cannot be imported."""
+    if importlib.util.find_spec(name) is None:
+        return None, f"{name} is not importable: not built yet"
+    try:
+        return importlib.import_module(name), ""
+    except Exception as exc:  # an import that fails is a binding that is not there
+        return None, f"{name} fails to import ({type(exc).__name__})"
+
+
+def _store_class(module: Any) -> Any:
+    for _, cls in inspect.getmembers(module, inspect.isclass):
+        if cls.__module__.startswith(STORE_MODULE) and all(
+            callable(getattr(cls, m, None)) for m in STORE_METHODS
+        ):
+            return cls
+    return None
+
+
+def _source(ctx: Context, function: str) -> str:
+    return str(ctx.value("SELECT prosrc FROM pg_proc WHERE oid = to_regproc(%s)", function) or "")
+
+
+def _grantees(ctx: Context, signatures: tuple[str, ...]) -> set[str]:
+    """Roles other than the owner that may EXECUTE any of these functions (PUBLIC as 'PUBLIC')."""
+    rows = ctx.rows(
+        "SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END "
+        "FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a "
+        "WHERE p.oid = ANY (%s::regprocedure[]) AND a.privilege_type = 'EXECUTE' "
+        "AND a.grantee <> p.proowner",
+        list(signatures),
+    )
+    return {r[0] for r in rows}
+
+
+def _table_grants(ctx: Context, privileges: tuple[str, ...]) -> list[str]:
+    rows = ctx.rows(
+        "SELECT c.relname || ':' || a.privilege_type || ':' || "
+        "CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, "
+        "aclexplode(c.relacl) a "
+        "WHERE n.nspname = 'fabric' AND c.relname = ANY (%s) AND a.grantee <> c.relowner "
+        "AND (a.grantee = 0 OR a.grantee::regrole::text <> ALL (%s)) "
+        "AND a.privilege_type = ANY (%s) ORDER BY 1",
+        list(MEMORY_TABLES),
+        list(INTERNAL_ROLES),
+        list(privileges),
+    )
+    return [r[0] for r in rows]
+
+
+def _disabled_triggers(ctx: Context, table: str, names: tuple[str, ...]) -> list[str]:
+    rows = ctx.rows(
+        "SELECT t.tgname FROM pg_trigger t WHERE t.tgrelid = to_regclass(%s) "
+        "AND t.tgname = ANY (%s) AND t.tgenabled = 'O'",
+        f"fabric.{table}",
+        list(names),
+    )
+    return sorted(set(names) - {r[0] for r in rows})
+
+
+# --- the items -------------------------------------------------------------------------
+
+
+def store_methods(ctx: Context) -> tuple[str, str]:
+    module, why = _module(STORE_MODULE)
+    if module is None:
+        return FAIL, why
+    cls = _store_class(module)
+    if cls is None:
+        return FAIL, f"{STORE_MODULE} has no store class with {', '.join(STORE_METHODS)}"
+    return FAIL, (
+        f"{STORE_MODULE}.{cls.__name__} has the five methods, but check cannot yet verify "
+        "that aput and adelete reject"
+    )
+
+
+def namespaces(ctx: Context) -> tuple[str, str]:
+    module, why = _module(STORE_MODULE)
+    if module is None:
+        return FAIL, why
+    declared = tuple(getattr(module, "NAMESPACE", ()) or ())
+    if declared != NAMESPACE:
+        return FAIL, f"{STORE_MODULE}.NAMESPACE is {declared!r}, expected {NAMESPACE!r}"
+    return PASS, f"{STORE_MODULE}.NAMESPACE = {declared!r}"
+
+
+def scope_before_retrieval(ctx: Context) -> tuple[str, str]:
+    problems = []
+    if "resolve_recall_scope" not in _source(ctx, "fabric_api.recall"):
+        problems.append("fabric_api.recall does not call fabric.resolve_recall_scope")
+    readers = _table_grants(ctx, ("SELECT",))
+    if readers:
+        problems.append(f"roles read memory tables directly: {', '.join(readers)}")
+    unforced = ctx.rows(
+        "SELECT c.relname FROM pg_class c WHERE c.oid = ANY (%s::regclass[]) "
+        "AND NOT (c.relrowsecurity AND c.relforcerowsecurity) ORDER BY 1",
+        [f"fabric.{t}" for t in ("memory_records", "memory_embeddings", "proposals")],
+    )
+    if unforced:
+        problems.append(f"row level security not forced on {', '.join(r[0] for r in unforced)}")
+    if problems:
+        return FAIL, "; ".join(problems)
+    return PASS, (
+        "fabric_api.recall resolves scope (fabric.resolve_recall_scope) before retrieval; "
+        "no role but the owner reads memory tables; row level security forced"
+    )
+
+
+def tools_from_active_set(ctx: Context) -> tuple[str, str]:
+    problems = []
+    for fn in ("fabric_api.recall", "fabric_api.propose"):
+        if "_tool_denial" not in _source(ctx, fn):
+            problems.append(f"{fn} does not check tool authorization")
+    if "active_tool_set" not in _source(ctx, "fabric._tool_denial"):
+        problems.append("fabric._tool_denial does not read the run's active_tool_set")
+    callers = _grantees(ctx, ("fabric_api.recall(jsonb)", "fabric_api.propose(jsonb, uuid)"))
+    if callers - {"fabric_agent"}:
+        problems.append(f"recall/propose executable by {', '.join(sorted(callers))}")
+    if problems:
+        return FAIL, "; ".join(problems)
+    return PASS, (
+        "recall and propose pass three-layer authorization (agent, tenant, run active_tool_set); "
+        "EXECUTE held by fabric_agent only"
+    )
+
+
+def commit_authority(ctx: Context) -> tuple[str, str]:
+    problems = []
+    signatures = tuple(
+        r[0]
+        for r in ctx.rows(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p "
+            "WHERE p.pronamespace = 'fabric_api'::regnamespace AND p.proname = ANY (%s)",
+            list(COMMIT_FUNCTIONS),
+        )
+    )
+    callers = _grantees(ctx, signatures)
+    if callers - {"fabric_committer"}:
+        problems.append(f"commit functions executable by {', '.join(sorted(callers))}")
+    writers = _table_grants(ctx, ("INSERT", "UPDATE", "DELETE", "TRUNCATE"))
+    if writers:
+        problems.append(f"roles write memory tables directly: {', '.join(writers)}")
+    if "fabric_committer" not in _source(ctx, "fabric_api.propose"):
+        problems.append("fabric_api.propose does not refuse committers")
+    if problems:
+        return FAIL, "; ".join(problems)
+    committers = ctx.rows(
+        "SELECT a.agent_id FROM fabric.agents a JOIN pg_roles r ON r.rolname = a.login "
+        "WHERE pg_has_role(r.oid, 'fabric_committer', 'MEMBER') ORDER BY 1"
+    )
+    return PASS, (
+        f"{len(signatures)} commit functions executable by fabric_committer only; no direct "
+        f"writes; committer agents: {', '.join(r[0] for r in committers) or 'none'}"
+    )
+
+
+def record_provenance(ctx: Context) -> tuple[str, str]:
+    nullable = ctx.rows(
+        "SELECT a.attname FROM pg_attribute a WHERE a.attrelid = 'fabric.memory_records'::regclass "
+        "AND a.attname = ANY (%s) AND NOT a.attnotnull ORDER BY 1",
+        ["source_event_id", "valid_from", "content_hash", "formed_by"],
+    )
+    problems = []
+    if nullable:
+        problems.append(f"memory_records allows NULL {', '.join(r[0] for r in nullable)}")
+    underived = ctx.value(
+        "SELECT count(*) FROM fabric.memory_records m "
+        "WHERE m.formation_method IN ('consolidation', 'reflection') AND NOT EXISTS ("
+        "SELECT 1 FROM fabric.memory_lineage l "
+        "WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id)"
+    )
+    if underived:
+        problems.append(f"{underived} consolidated/reflected records without derived_from")
+    if problems:
+        return FAIL, "; ".join(problems)
+    records = ctx.value("SELECT count(*) FROM fabric.memory_records")
+    return PASS, (
+        f"source_event_id, valid_from, content_hash required; derived_from present on every "
+        f"derived record ({records} records)"
+    )
+
+
+def transition_events(ctx: Context) -> tuple[str, str]:
+    off = _disabled_triggers(ctx, "memory_records", ("_900_emit", "_800_history"))
+    if off:
+        return FAIL, f"memory_records triggers disabled: {', '.join(off)}"
+    silent = ctx.value(
+        "SELECT count(*) FROM fabric.memory_record_versions v "
+        "JOIN LATERAL (SELECT n.tier, lower(n.known_during) AS at "
+        "  FROM fabric.memory_record_versions n WHERE n.tenant_id = v.tenant_id "
+        "  AND n.memory_id = v.memory_id AND n.revision = v.revision + 1 "
+        "  UNION ALL SELECT m.tier, m.known_since FROM fabric.memory_records m "
+        "  WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id "
+        "  AND m.revision = v.revision + 1"
+        ") nx ON nx.tier <> v.tier "
+        "JOIN fabric.memory_records r ON r.tenant_id = v.tenant_id AND r.memory_id = v.memory_id "
+        "WHERE NOT EXISTS (SELECT 1 FROM fabric.events e WHERE e.memory_id = v.memory_id "
+        "  AND e.tenant_id = v.tenant_id AND e.occurred_at = nx.at "
+        "  AND e.event_type IN ('memory.record.promoted', 'memory.record.demoted') "
+        "  AND e.correlation_id IS NOT DISTINCT FROM r.correlation_id)"
+    )
+    if silent:
+        return FAIL, f"{silent} tier transitions without their event and correlation id"
+    transitions = ctx.value(
+        "SELECT count(*) FROM fabric.events WHERE event_type = 'memory.record.promoted'"
+    )
+    return PASS, (
+        f"memory_records emit trigger enabled; every tier transition has its event with the "
+        f"record's correlation_id ({transitions} promotions)"
+    )
+
+
+def tombstones(ctx: Context) -> tuple[str, str]:
+    problems = []
+    off = _disabled_triggers(ctx, "memory_records", ("_300_no_delete", "_300_no_truncate"))
+    if off:
+        problems.append(f"memory_records triggers disabled: {', '.join(off)}")
+    constraint = ctx.value(
+        "SELECT convalidated FROM pg_constraint WHERE conrelid = 'fabric.memory_records'::regclass "
+        "AND conname = 'memory_records_tombstone_has_approval'"
+    )
+    if not constraint:
+        problems.append("memory_records_tombstone_has_approval is missing or not validated")
+    bad = ctx.value(
+        "SELECT count(*) FROM fabric.memory_records m WHERE m.consolidation_state = 'tombstoned' "
+        "AND (m.content IS NOT NULL OR m.content_hash IS NULL OR NOT EXISTS ("
+        "SELECT 1 FROM fabric.erasure_receipts r "
+        "WHERE r.tenant_id = m.tenant_id AND r.memory_id = m.memory_id))"
+    )
+    if bad:
+        problems.append(f"{bad} tombstones with content, without hash or without receipt")
+    if problems:
+        return FAIL, "; ".join(problems)
+    count = ctx.value(
+        "SELECT count(*) FROM fabric.memory_records WHERE consolidation_state = 'tombstoned'"
+    )
+    return PASS, (
+        f"records are never deleted (triggers on); {count} tombstones keep content_hash, "
+        "lineage rows and a receipt"
+    )
+
+
+def recall_provenance(ctx: Context) -> tuple[str, str]:
+    shape = _source(ctx, "fabric._record_json")
+    missing = [k for k in ("'provenance'", "'validity_interval'") if k not in shape]
+    if missing:
+        return FAIL, f"fabric._record_json lacks {', '.join(missing)}"
+    if "_record_json" not in _source(ctx, "fabric._recall_candidates"):
+        return FAIL, "recall candidates are not shaped by fabric._record_json"
+    return (
+        PASS,
+        "every recalled record is shaped by fabric._record_json: provenance, validity_interval",
+    )
+
+
+def recall_spans(ctx: Context) -> tuple[str, str]:
+    problems = []
+    if importlib.util.find_spec("langsmith") is not None:
+        problems.append("langsmith is installed")
+    if not ctx.value("SELECT count(*) FROM fabric.projection_cursors WHERE projection = 'trace'"):
+        problems.append("no trace cursor on the outbox")
+    endpoint = ctx.env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or ctx.env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if not endpoint:
+        problems.append("no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT): spans go nowhere")
+    if problems:
+        return FAIL, "; ".join(problems)
+    lag = ctx.value(
+        "SELECT count(*) FROM fabric.events e, fabric.projection_cursors c "
+        "WHERE c.projection = 'trace' AND e.event_type LIKE 'memory.recall.%%' "
+        "AND (e.xid, e.event_id) > (c.last_xid, c.last_event_id)"
+    )
+    return (
+        PASS,
+        f"OTLP endpoint set; trace cursor present ({lag} recalls not exported yet); no langsmith",
+    )
+
+
+def checkpoints(ctx: Context) -> tuple[str, str]:
+    short = ctx.value(
+        "SELECT count(*) FROM fabric.instance_config c WHERE c.checkpoint_retention <= "
+        "greatest(c.approval_timeout, (SELECT max(v::interval) FROM jsonb_each_text("
+        "c.approval_timeouts) AS t(k, v)))"
+    )
+    instances = ctx.value("SELECT count(*) FROM fabric.instance_config")
+    module, why = _module(STORE_MODULE)
+    if short:
+        return FAIL, f"{short} of {instances} instances keep checkpoints shorter than an approval"
+    if module is None:
+        return FAIL, (
+            f"no checkpointer binding ({why}); configured retention outlives approvals in "
+            f"all {instances} instance(s)"
+        )
+    return FAIL, (
+        f"{STORE_MODULE} is present but check cannot yet read its checkpointer retention or backup"
+    )
+
+
+def projection_drill(ctx: Context) -> tuple[str, str]:
+    if ctx.drill is None:
+        return FAIL, "no drill outcome: run `memfabric check --drill` (wipes and rebuilds)"
+    try:
+        outcome = ctx.drill()
+    except Exception as exc:
+        return FAIL, f"drill failed: {type(exc).__name__}: {exc}"
+    if outcome.get("never_built"):
+        return FAIL, f"projections never built: {', '.join(outcome['never_built'])}"
+    if not outcome.get("identical"):
+        return FAIL, "drill: answers differ after wipe and rebuild"
+    return PASS, (
+        f"drill identical after wipe and rebuild ({outcome.get('records')} records); no "
+        "operational stores are declared"
+    )
+
+
+def graph_library(ctx: Context) -> tuple[str, str]:
+    problems = []
+    if ctx.env.get("MEMORY_API_KEY"):
+        problems.append("MEMORY_API_KEY is set (the hosted service)")
+    uri = Settings.from_env(ctx.env).graph_uri
+    if not uri.startswith(("bolt://", "bolt+s://", "neo4j://", "neo4j+s://")):
+        problems.append("the graph URI is not a Bolt URI")
+    remote = ctx.value(
+        "SELECT count(*) FROM fabric.instance_config c WHERE c.deployment_mode = 'air-gapped' "
+        "AND ((c.model_uri IS NOT NULL AND NOT fabric._host_is_local(c.model_uri, c.local_hosts)) "
+        "OR (c.embedding_uri IS NOT NULL "
+        "AND NOT fabric._host_is_local(c.embedding_uri, c.local_hosts)))"
+    )
+    if remote:
+        problems.append(f"{remote} air-gapped instances use a non-local model or embedder")
+    if problems:
+        return FAIL, "; ".join(problems)
+    return DEVIATION, (
+        f"NAMS is not bound: the projector writes the graph over Bolt itself "
+        f"({NAMS_DEVIATION}); MEMORY_API_KEY unset; air-gapped instances local"
+    )
+
+
+def mcp_server(ctx: Context) -> tuple[str, str]:
+    module, why = _module(MCP_MODULE)
+    if module is None:
+        return FAIL, why
+    tools = [str(t) for t in getattr(module, "TOOLS", ())]
+    if not tools:
+        return FAIL, f"{MCP_MODULE} declares no TOOLS to check against its tool policy"
+    cypher = [t for t in tools if "cypher" in t.lower()]
+    if cypher:
+        return FAIL, f"{MCP_MODULE} exposes {', '.join(cypher)}"
+    return PASS, f"{MCP_MODULE} exposes {', '.join(tools)}; no Cypher tool"
+
+
+def audit_agent_unbound(ctx: Context) -> tuple[str, str]:
+    problems = []
+    for table in ("agents", "tenant_agent_tools", "runs"):
+        off = ctx.rows(
+            "SELECT t.tgname FROM pg_trigger t WHERE t.tgrelid = to_regclass(%s) "
+            "AND NOT t.tgisinternal AND t.tgenabled = 'D' ORDER BY 1",
+            f"fabric.{table}",
+        )
+        if off:
+            problems.append(f"{table} triggers disabled: {', '.join(r[0] for r in off)}")
+    bound = ctx.rows(
+        "WITH audit AS (SELECT tool_id FROM fabric.tools WHERE agent_id = 'os-agt-008') "
+        "SELECT 'agents:' || a.agent_id FROM fabric.agents a WHERE a.tools_allowed && "
+        "  ARRAY(SELECT tool_id::text FROM audit) "
+        "UNION ALL SELECT 'enabled:' || t.tenant_id || '/' || t.agent_id "
+        "  FROM fabric.tenant_agent_tools t "
+        "  WHERE t.tool_id IN (SELECT tool_id FROM audit) "
+        "UNION ALL SELECT 'run:' || r.run_id FROM fabric.runs r WHERE r.active_tool_set && "
+        "  ARRAY(SELECT tool_id::text FROM audit) "
+        "UNION ALL SELECT 'os-agt-008 holds tools' FROM fabric.agents a "
+        "  WHERE a.agent_id = 'os-agt-008' AND cardinality(a.tools_allowed) > 0 ORDER BY 1"
+    )
+    if bound:
+        problems.append(f"audit tools bound: {', '.join(r[0] for r in bound)}")
+    writers = ctx.rows(
+        "SELECT r.rolname FROM pg_roles r WHERE pg_has_role(r.oid, 'fabric_auditor', 'MEMBER') "
+        "AND r.rolcanlogin AND NOT r.rolsuper AND r.rolname <> 'fabric_migrator' "
+        "AND pg_has_role(r.oid, 'fabric_committer', 'MEMBER') ORDER BY 1"
+    )
+    if writers:
+        problems.append(f"auditor logins that can also commit: {', '.join(r[0] for r in writers)}")
+    if problems:
+        return FAIL, "; ".join(problems)
+    tools = ctx.value("SELECT count(*) FROM fabric.tools WHERE agent_id = 'os-agt-008'")
+    return PASS, (
+        f"none of the {tools} os-agt-008 tools is allowed, enabled or active anywhere; "
+        "no auditor login commits"
+    )
+
+
+ITEMS: tuple[tuple[int, str, Check], ...] = (
+    (1, "store-five-methods", store_methods),
+    (2, "namespace-tenant-first", namespaces),
+    (3, "scope-before-retrieval", scope_before_retrieval),
+    (4, "tools-from-active-set", tools_from_active_set),
+    (5, "commit-authority", commit_authority),
+    (6, "record-provenance", record_provenance),
+    (7, "transition-events", transition_events),
+    (8, "tombstone-erasure", tombstones),
+    (9, "recall-provenance", recall_provenance),
+    (10, "recall-spans", recall_spans),
+    (11, "checkpoint-retention", checkpoints),
+    (12, "projection-rebuild-drill", projection_drill),
+    (13, "graph-library", graph_library),
+    (14, "mcp-server", mcp_server),
+    (15, "audit-agent-unbound", audit_agent_unbound),
+)
+
+
+def run(
+    conn: Conn,
+    env: Mapping[str, str] | None = None,
+    drill: Callable[[], Mapping[str, Any]] | None = None,
+) -> list[Result]:
+    """Every item, in order; a query that fails makes its item fail (the rest still run)."""
+    ctx = Context(conn, os.environ if env is None else env, drill)
+    results = []
+    for number, key, item in ITEMS:
+        try:
+            status, evidence = item(ctx)
+        except psycopg.Error as exc:
+            status, evidence = FAIL, f"could not check: {exc.sqlstate} {exc.diag.message_primary}"
+        results.append(Result(number, key, status, evidence))
+    return results
