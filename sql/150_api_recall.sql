@@ -370,7 +370,7 @@ AS $$
                  WHERE k NOT IN ('run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                                  'tiers', 'scope', 'query', 'filters', 'limit', 'allow_partial',
                                  'candidates', 'mode', 'traceparent')) THEN
-      'the recall request has keys outside the recall request (see docs/sql.md, Recall)'
+      'the recall request has unknown keys (see docs/sql.md, Recall)'
     WHEN fabric._traceparent_problem(p_request -> 'traceparent') IS NOT NULL THEN
       fabric._traceparent_problem(p_request -> 'traceparent')
     WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid') THEN

@@ -1,4 +1,4 @@
-"""Immutability of committed memory (R-REC-1, R-LINEAGE-1, R-EVENT-1): content, scope and provenance never
+"""Immutability of committed memory (R-REC-1, R-LINEAGE-1): content, scope and provenance never
 change after commit, with exactly two carve-outs (erasure, operational window closure); the
 outbox, the record history and the lineage are append-only, even for the owner.
 
