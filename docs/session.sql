@@ -1,6 +1,6 @@
 -- The governed write path in psql, each identity with its own login.
 -- Run it on a migrated database as the superuser:  make psql  then  \i docs/session.sql
--- (the README shows this file; tests/integration/test_readme_session.py executes it).
+-- (docs/sql.md shows this file; tests/integration/test_readme_session.py executes it).
 \set ON_ERROR_STOP on
 
 -- It keeps to its own tenant (acme-readme), agent ids and logins, and runs again as is.

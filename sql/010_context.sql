@@ -40,7 +40,7 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._require_role: authority comes from membership in a group role (DESIGN.md §4).
+-- fabric._require_role: authority comes from membership in a group role (R-ID-2).
 CREATE OR REPLACE FUNCTION fabric._require_role(p_role name, p_action text)
 RETURNS void
 LANGUAGE plpgsql STABLE

@@ -45,7 +45,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT DISTINCT p.tenant_id FROM fabric.proposals p WHERE p.status = 'validated' $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._tool_is_enabled_anywhere: invariant 11 must see every tenant's enablements.
+-- fabric._tool_is_enabled_anywhere: R-TOOL-2 must see every tenant's enablements.
 CREATE OR REPLACE FUNCTION fabric._tool_is_enabled_anywhere(p_tool_id text)
 RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER

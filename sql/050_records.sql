@@ -3,7 +3,7 @@
 -- not even the owner's own UPDATE -- changes a record without them.
 
 -- ---------------------------------------------------------------------------------------
--- fabric._legal_transition: DESIGN.md §6; committed records move only forward.
+-- fabric._legal_transition: R-LIFE-1; committed records move only forward.
 CREATE OR REPLACE FUNCTION fabric._legal_transition(p_from text, p_to text)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -192,7 +192,7 @@ CREATE OR REPLACE TRIGGER _300_no_truncate
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__no_delete();
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_memory_records__lifecycle: DESIGN.md §6's table; valid_until only shrinks and
+-- fabric.tg_memory_records__lifecycle: R-LIFE-1's table; valid_until only shrinks and
 -- only when the record is superseded or expires; tier changes only by promotion/demotion.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__lifecycle()
 RETURNS trigger

@@ -1,4 +1,4 @@
--- The registry: agents, their memory profiles and tools. Invariant 11: a tool backed by
+-- The registry: agents, their memory profiles and tools. R-TOOL-2: a tool backed by
 -- os-agt-008 (audit and lineage) can never be allowed to, or enabled for, any agent, nor
 -- be active in a run; and os-agt-008 itself is read-only: it holds no tool and no propose
 -- scope, in its registration or in any tenant.
@@ -58,7 +58,7 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._refuse_audit_tools: invariant 11 for a list of tool ids.
+-- fabric._refuse_audit_tools: R-TOOL-2 for a list of tool ids.
 CREATE OR REPLACE FUNCTION fabric._refuse_audit_tools(p_tools text[])
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -81,13 +81,13 @@ BEGIN
       ERRCODE = 'check_violation',
       CONSTRAINT = 'tools_audit_agent_is_never_allowed',
       MESSAGE = pg_catalog.format('tool %s is backed by os-agt-008 and can never be allowed '
-                                  'to an agent (invariant 11)', v_audit),
+                                  'to an agent (R-TOOL-2)', v_audit),
       HINT = 'audit reads go through fabric_audit as a member of fabric_auditor';
   END IF;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._refuse_writing_audit_agent: invariant 11 for os-agt-008 itself (read-only).
+-- fabric._refuse_writing_audit_agent: R-TOOL-2 for os-agt-008 itself (read-only).
 CREATE OR REPLACE FUNCTION fabric._refuse_writing_audit_agent(p_agent_id text, p_what text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -99,14 +99,14 @@ BEGIN
       ERRCODE = 'check_violation',
       CONSTRAINT = 'audit_agent_is_read_only',
       MESSAGE = pg_catalog.format('os-agt-008, the audit agent, is read-only and can hold no %s '
-                                  '(invariant 11)', p_what),
+                                  '(R-TOOL-2)', p_what),
       HINT = 'register os-agt-008 with no tools and at most a recall_scope, enable it with '
              '''{}''; audit reads go through fabric_audit as a member of fabric_auditor';
   END IF;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_agents__validate: memory_profile shape and invariant 11, for every writer.
+-- fabric.tg_agents__validate: memory_profile shape and R-TOOL-2, for every writer.
 CREATE OR REPLACE FUNCTION fabric.tg_agents__validate()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -137,7 +137,7 @@ CREATE OR REPLACE TRIGGER _200_validate
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_agents__validate();
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_tenant_agent_tools__validate: invariant 11 for tenant enablement.
+-- fabric.tg_tenant_agent_tools__validate: R-TOOL-2 for tenant enablement.
 CREATE OR REPLACE FUNCTION fabric.tg_tenant_agent_tools__validate()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -169,7 +169,7 @@ BEGIN
       ERRCODE = 'check_violation',
       CONSTRAINT = 'tools_audit_agent_is_never_allowed',
       MESSAGE = pg_catalog.format('tool %s is allowed to an agent and cannot be backed by '
-                                  'os-agt-008 (invariant 11)', NEW.tool_id),
+                                  'os-agt-008 (R-TOOL-2)', NEW.tool_id),
       HINT = 'remove the tool from every agent''s tools_allowed and tenant enablement first';
   END IF;
   RETURN NEW;
@@ -180,7 +180,7 @@ CREATE OR REPLACE TRIGGER _200_validate
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_tools__validate();
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_runs__validate: invariant 11 for a run's active tool set, for every writer.
+-- fabric.tg_runs__validate: R-TOOL-2 for a run's active tool set, for every writer.
 CREATE OR REPLACE FUNCTION fabric.tg_runs__validate()
 RETURNS trigger
 LANGUAGE plpgsql

@@ -34,7 +34,7 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
       MESSAGE = 'active_tool_set names an unknown tool', HINT = 'tools are the rows of fabric.tools';
   END IF;
-  PERFORM fabric._refuse_audit_tools(p_active_tool_set);  -- invariant 11
+  PERFORM fabric._refuse_audit_tools(p_active_tool_set);  -- R-TOOL-2
   PERFORM fabric._ident(p_subject_id, 'subject_id');   -- NULL: the run has no subject
   PERFORM fabric._ident(p_session_id, 'session_id');
   PERFORM fabric._require_tenant(p_tenant_id);

@@ -28,7 +28,7 @@ BEGIN
   END IF;
   IF pg_catalog.jsonb_typeof(p_value) <> 'string' THEN
     PERFORM fabric._bad_envelope(pg_catalog.format('%s must be a string', p_field),
-                                 'see the envelope of spec section 4');
+                                 'see the envelope in docs/concepts.md');
   END IF;
   RETURN fabric._ident(p_value #>> '{}', p_field, p_max);
 END $$;
@@ -92,12 +92,12 @@ BEGIN
   END IF;
   IF pg_catalog.jsonb_typeof(p_value) <> 'array' OR pg_catalog.jsonb_array_length(p_value) > 64 THEN
     PERFORM fabric._bad_envelope(pg_catalog.format('%s must be an array of at most 64 items', p_field),
-                                 'see the envelope of spec section 4');
+                                 'see the envelope in docs/concepts.md');
   END IF;
   FOR v_item IN SELECT x FROM pg_catalog.jsonb_array_elements(p_value) x LOOP
     IF pg_catalog.jsonb_typeof(v_item) = 'null' THEN   -- _envelope_text lets null through
       PERFORM fabric._bad_envelope(pg_catalog.format('%s items must be strings', p_field),
-                                   'see the envelope of spec section 4');
+                                   'see the envelope in docs/concepts.md');
     END IF;
     v_result := v_result || fabric._envelope_text(v_item, p_field || '[]');
   END LOOP;
@@ -273,7 +273,7 @@ BEGIN
   -- Structure: errors, nothing written.
   IF p_envelope IS NULL OR pg_catalog.jsonb_typeof(p_envelope) <> 'object' THEN
     PERFORM fabric._bad_envelope('the envelope must be a JSON object',
-                                 'see the memory record envelope of spec section 4');
+                                 'see the envelope in docs/concepts.md');
   END IF;
   IF (p_envelope - ARRAY['tier', 'scope', 'content', 'content_hash', 'provenance',
                          'derived_from', 'confidence', 'validity_interval', 'retention_class',
@@ -443,7 +443,7 @@ BEGIN
   -- Governance: a rejected proposal with its reason.
   v_reason := CASE
     WHEN v_source_event IS NULL THEN
-      'provenance.source_event_id is required: memory never enters the fabric uncaused (invariant 3)'
+      'provenance.source_event_id is required: memory never enters the fabric uncaused (R-PROP-2)'
     WHEN v_method NOT IN ('extraction', 'declaration', 'import') THEN
       'agents propose only extraction, declaration or import; consolidation and reflection are formed from os-agt-011 recommendations'
     WHEN v_tier = 'relational' THEN

@@ -2,7 +2,7 @@
 -- records. Two committers racing on one proposal produce exactly one record.
 
 -- ---------------------------------------------------------------------------------------
--- fabric._record_json: a committed record as spec section 4's envelope.
+-- fabric._record_json: a committed record as its envelope (docs/concepts.md).
 CREATE OR REPLACE FUNCTION fabric._record_json(p_record fabric.memory_records)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -130,7 +130,7 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.commit: commit one validated proposal; returns the record (spec section 4).
+-- fabric_api.commit: commit one validated proposal; returns the record (its envelope).
 CREATE OR REPLACE FUNCTION fabric_api.commit(p_proposal_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER

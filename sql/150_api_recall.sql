@@ -371,7 +371,7 @@ AS $$
                  WHERE k NOT IN ('run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                                  'tiers', 'scope', 'query', 'filters', 'limit', 'allow_partial',
                                  'candidates', 'mode', 'traceparent')) THEN
-      'the recall request has keys outside spec section 6.2 (plus run_id, allow_partial, mode, candidates, traceparent)'
+      'the recall request has unknown keys (see docs/sql.md, Recall)'
     WHEN fabric._traceparent_problem(p_request -> 'traceparent') IS NOT NULL THEN
       fabric._traceparent_problem(p_request -> 'traceparent')
     WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid') THEN
@@ -453,7 +453,7 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.recall: spec section 6 -- authorize the tool, resolve scope, push filters
+-- fabric_api.recall: R-RECALL-1 -- authorize the tool, resolve scope, push filters
 -- into the query, answer with provenance and validity, audit.
 CREATE OR REPLACE FUNCTION fabric_api.recall(p_request jsonb)
 RETURNS jsonb
@@ -488,7 +488,7 @@ DECLARE
 BEGIN
   PERFORM fabric._reset_context();
   IF v_problem IS NOT NULL THEN
-    PERFORM fabric._bad_envelope(v_problem, 'see spec section 6.2; run_id names your open run');
+    PERFORM fabric._bad_envelope(v_problem, 'see docs/sql.md, Recall; run_id names your open run');
   END IF;
   -- Correlation and causation ids reach the append-only audit trail: identifiers only,
   -- checked exactly as propose checks them.
@@ -622,6 +622,6 @@ BEGIN
                                v_count > v_limit) || v_served;
 END $$;
 COMMENT ON FUNCTION fabric_api.recall(jsonb) IS
-  'Recall memory inside your open run (spec section 6): authorized, scope-first, filters pushed '
+  'Recall memory inside your open run (docs/sql.md, Recall): authorized, scope-first, filters pushed '
   'down, audited. Example: SELECT fabric_api.recall(''{"run_id": "<run_id>", "tiers": ["semantic"], '
   '"query": "billing entity", "filters": {"min_confidence": 0.7}, "limit": 8}'');';

@@ -1,4 +1,4 @@
--- Approvals (spec §7.3): the committer requests, policy (os-agt-002) decides, the committer
+-- Approvals (R-APPR-1): the committer requests, policy (os-agt-002) decides, the committer
 -- consumes one approval once, for the record (or subject) and action it names.
 
 -- ---------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
--- Promotion and demotion (spec §7): the same record changes tier, keeping memory_id,
+-- Promotion and demotion (R-PROMO-1): the same record changes tier, keeping memory_id,
 -- content and its correlation and causation ids; the event comes from the record trigger.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._threshold: an instance's threshold, else its domain pack's default, else the
--- fabric's default (DESIGN.md §7: 2 episodes, confidence 0.8, 3 trajectories).
+-- fabric's default (R-PROMO-2: 2 episodes, confidence 0.8, 3 trajectories).
 CREATE OR REPLACE FUNCTION fabric._threshold(p_tenant_id text, p_instance text, p_name text)
 RETURNS double precision
 LANGUAGE sql STABLE
@@ -39,7 +39,7 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_memory_records__tier_change: invariant 1, structurally. A tier changes only
+-- fabric.tg_memory_records__tier_change: R-TIER-1, structurally. A tier changes only
 -- along a promotion edge (never for audit-class records) or back to a tier the record held
 -- before, and the record trigger emits its promoted/demoted event in the same transaction.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__tier_change()

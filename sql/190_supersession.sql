@@ -1,4 +1,4 @@
--- Supersession (spec §9): contradictions are resolved by a successor that closes the old
+-- Supersession (R-SUPER-1): contradictions are resolved by a successor that closes the old
 -- record, never by deletion. First close the old record, then commit the successor.
 
 -- ---------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
--- Consolidation and reflection (spec §5, guide §4): os-agt-011 reads candidates (audited,
+-- Consolidation and reflection (R-CONS-1): os-agt-011 reads candidates (audited,
 -- like a recall) and recommends; os-agt-010 commits after scope validation and, where
--- §7.3 applies, approval. Recommending commits nothing.
+-- needed, approval (R-APPR-1). Recommending commits nothing.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._enter_consolidator: members of fabric_consolidator, registered as agents.

@@ -1,4 +1,4 @@
--- Business-instance configuration (spec §7.4, §8.2, §11): one row per (tenant, instance),
+-- Business-instance configuration (docs/concepts.md): one row per (tenant, instance),
 -- set only by the instance's administrator; every rule on it is checked by the database.
 
 -- ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
--- Instance configuration rules (spec §8.2, §11), checked by the database at configuration
+-- Instance configuration rules (docs/concepts.md, Retention classes), checked by the database at configuration
 -- time whoever writes the row: air-gapped means local endpoints only; checkpoints outlive
 -- every approval; a regulated ceiling is never below its floor.
 

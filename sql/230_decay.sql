@@ -1,4 +1,4 @@
--- Decay (spec §8.3): scheduled, never opportunistic. Interval expiry, operational window
+-- Decay (R-RET-1): scheduled, never opportunistic. Interval expiry, operational window
 -- closure (summarised into the temporal tier first), erasure requests for regulated records
 -- at their ceiling. Idempotent, bounded batches, tenant by tenant, safe to run concurrently.
 

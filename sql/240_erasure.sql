@@ -1,4 +1,4 @@
--- Erasure (spec §8.4): an approved action that leaves a tombstone. Content and the subject,
+-- Erasure (R-ERASE-1): an approved action that leaves a tombstone. Content and the subject,
 -- session and agent ids are destroyed in the record, its proposal(s), the search text, the
 -- stored embeddings and every derived table; the tombstone keeps memory_id, tier, tenant,
 -- content_hash, provenance, derived_from, validity interval, approval and erasure time.

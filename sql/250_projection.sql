@@ -3,7 +3,7 @@
 -- hydrates committed state from Postgres. Qdrant and Neo4j are rebuilt from here alone.
 
 -- ---------------------------------------------------------------------------------------
--- fabric._record_projection: one record as the projections see it (Guide §2.3 payload,
+-- fabric._record_projection: one record as the projections see it (the vector payload,
 -- lineage, content for embedding, and the stored embedding of the deployment's model).
 CREATE OR REPLACE FUNCTION fabric._record_projection(p_record fabric.memory_records,
   p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)

@@ -124,7 +124,7 @@ CREATE OR REPLACE TRIGGER _210_from_tier_guard
   EXECUTE FUNCTION fabric.tg_proposals__from_tier_guard();
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_proposals__emit_handoff: invariant 1 for the working -> episodic crossing. The
+-- fabric.tg_proposals__emit_handoff: R-TIER-1 for the working -> episodic crossing. The
 -- commit of a handed-off proposal emits memory.record.promoted in its own transaction, with
 -- the record's (= the working item's) correlation and causation ids unchanged.
 CREATE OR REPLACE FUNCTION fabric.tg_proposals__emit_handoff()

@@ -240,7 +240,7 @@ def fabric(server: Any, template: str) -> Iterator[Fabric]:
             )
         )
         # ALTER DATABASE settings live in pg_db_role_setting and are not copied by
-        # CREATE DATABASE ... TEMPLATE: re-apply what bootstrap sets (DESIGN.md §7, Logs).
+        # CREATE DATABASE ... TEMPLATE: re-apply what bootstrap sets (R-LOG-1).
         for setting, value in mfdb.DATABASE_SETTINGS:
             c.execute(
                 sql.SQL("ALTER DATABASE {} SET {} = {}").format(

@@ -1,7 +1,7 @@
 """Core tables: tenants, agents, tools, enablement, runs, proposals, records, lineage,
 record history and the events outbox.
 
-Stateful DDL only (STYLE.md): tables, domains, constraints, indexes, seed rows. Functions,
+Stateful DDL only (docs/architecture.md, The shape): tables, domains, constraints, indexes, seed rows. Functions,
 triggers, policies and grants are replayed from sql/ and rls/ on every migrate.
 Every tenant-owned table starts with tenant_id and every foreign key between tenant tables
 is a composite same-tenant key.
@@ -47,7 +47,7 @@ CREATE TABLE fabric.agents (
   CONSTRAINT agents_memory_profile_is_object CHECK (jsonb_typeof(memory_profile) = 'object')
 );
 
--- tools: every tool names the agent behind it (invariant 11 is checked against this).
+-- tools: every tool names the agent behind it (R-TOOL-2 is checked against this).
 CREATE TABLE fabric.tools (
   tool_id      fabric.ident PRIMARY KEY,
   agent_id     fabric.ident NOT NULL,
@@ -159,7 +159,7 @@ CREATE INDEX proposals_by_proposal_id ON fabric.proposals (proposal_id);
 CREATE INDEX proposals_validated_queue ON fabric.proposals (tenant_id, proposed_at)
   WHERE status = 'validated';
 
--- memory_records: one row per governed record, holding Spec section 4's envelope.
+-- memory_records: one row per governed record, holding its envelope (docs/concepts.md).
 CREATE TABLE fabric.memory_records (
   tenant_id             fabric.tenant_ident NOT NULL REFERENCES fabric.tenants,
   memory_id             uuid NOT NULL DEFAULT gen_random_uuid(),

@@ -2,7 +2,7 @@
 
 fabric_retriever (NOLOGIN, BYPASSRLS, owns only the retrieval function) exists because
 full-text `@@` is not leakproof: under RLS it could never be an index condition. The
-retrieval function states tenant and scope predicates explicitly (DESIGN.md §4).
+retrieval function states tenant and scope predicates explicitly (R-TENANT-2).
 
 Revision ID: 0003
 Revises: 0002

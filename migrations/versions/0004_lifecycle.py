@@ -81,7 +81,7 @@ CREATE TABLE fabric.approvals (
 );
 CREATE INDEX approvals_by_approval_id ON fabric.approvals (approval_id);
 
--- promotion_edges: DESIGN.md §7's legal promotions, as data.
+-- promotion_edges: the legal promotions, as data (R-PROMO-1).
 CREATE TABLE fabric.promotion_edges (
   from_tier       text NOT NULL,
   to_tier         text NOT NULL,

@@ -30,7 +30,7 @@ MIGRATOR = "fabric_migrator"
 # plpython3u, which no function uses and migrate neither creates nor drops.
 EXTENSIONS = ("vector", "btree_gist", "btree_gin", "pgcrypto")
 DEFAULT_PORT = DEFAULT_PGPORT
-# Database-level settings of the install (DESIGN.md §7, Logs): failing statements and the
+# Database-level settings of the install (R-LOG-1): failing statements and the
 # DETAIL/CONTEXT of errors (which can quote values) never reach the server log, and one
 # stuck session cannot stall projection.
 DATABASE_SETTINGS = (

@@ -1,4 +1,4 @@
-"""Embedders: text -> L2-normalised vectors for the projector (DESIGN.md §2, "Embeddings").
+"""Embedders: text -> L2-normalised vectors for the projector (docs/projections.md).
 
 The embedder is a deployment setting, one per database. ``model``, ``version`` and ``dims``
 go into each collection's contract; a change of any of them means a new collection and a

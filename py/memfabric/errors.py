@@ -42,7 +42,7 @@ class NotFound(FabricError):
 
 
 class RuleViolation(FabricError):
-    """23xxx: a constraint of the fabric (lineage, formation rules, invariant 11)."""
+    """23xxx: a constraint of the fabric (lineage, formation rules, R-TOOL-2)."""
 
 
 class ImmutableRecord(RuleViolation):
@@ -50,7 +50,7 @@ class ImmutableRecord(RuleViolation):
 
 
 class IllegalTransition(RuleViolation):
-    """MF002: a lifecycle move that DESIGN.md §6's table does not allow."""
+    """MF002: a lifecycle move that the lifecycle table does not allow (R-LIFE-1)."""
 
 
 class AppendOnly(RuleViolation):

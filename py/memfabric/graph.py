@@ -1,4 +1,4 @@
-"""The graph projection (DESIGN §8): memories, their lineage and the agents that formed them,
+"""The graph projection (R-PROJ-1): memories, their lineage and the agents that formed them,
 written over Bolt with the official `neo4j` driver.
 
 Production talks to a self-hosted Neo4j 5 (`NEO4J_URI`, database usually `neo4j`); tests

@@ -1,6 +1,6 @@
 """Operations on the projections: rebuild, drill, verify.
 
-Projections are disposable (spec invariant 6): `rebuild` wipes one and rebuilds it from
+Projections are disposable (R-PROJ-1): `rebuild` wipes one and rebuilds it from
 Postgres alone, reusing stored embeddings; `drill` proves it by running a fixed probe set
 (exact vector search with ties broken by memory_id, and graph reads), wiping, rebuilding and
 running the probes again; `verify` compares counts and payload hashes with Postgres.
@@ -104,7 +104,7 @@ def never_built(projector: Projector, records: list[Json]) -> list[str]:
 
 
 def drill(projector: Projector, progress: Progress = lambda _d, _t: None) -> Json:
-    """Probes, wipe, rebuild, probes again; `identical` is the verdict (invariant 6).
+    """Probes, wipe, rebuild, probes again; `identical` is the verdict (R-PROJ-1).
     Projections that were never built are named in `never_built` and left untouched."""
     records = _all_records(projector)
     unbuilt = never_built(projector, records)

@@ -38,7 +38,7 @@ def _ts(value: str | None) -> datetime | None:
 
 
 def vector_payload(record: Json) -> MemoryPayload:
-    """A projection record (fabric._record_projection) as the Guide §2.3 payload."""
+    """A projection record (fabric._record_projection) as the vector payload."""
     return MemoryPayload(
         memory_id=record["memory_id"],
         tenant_id=record["tenant_id"],

@@ -1,7 +1,7 @@
 """Vector projection of the indexed tiers: one Qdrant collection per tier, two backends.
 
-Postgres is write-authoritative; these collections are a disposable projection (DESIGN.md
-§1, §8; Guide §2.3). Every point is one memory record: id = `memory_id`, the record's
+Postgres is write-authoritative; these collections are a disposable projection (R-PROJ-1,
+docs/projections.md). Every point is one memory record: id = `memory_id`, the record's
 embedding, and the Guide's required payload fields plus `scope_key` and integer epoch
 microseconds for the validity bounds (`valid_from_ts`, `valid_until_ts`, open end =
 `OPEN_ENDED_TS`), so a recall's validity test is two integer range conditions in one flat
@@ -73,7 +73,7 @@ _MICROSECOND = timedelta(microseconds=1)
 # later instants compare at a coarser grain (at most 32 us by year 9999).
 OPEN_ENDED_TS = 2**62
 
-# Payload indexes: every field a filter may name (Guide §2.3: the required fields are
+# Payload indexes: every field a filter may name (docs/projections.md: the required fields are
 # "indexed for filterable search"). Kinds: keyword, tenant (keyword, is_tenant), float,
 # int_range (integer, range lookups only), datetime.
 PAYLOAD_INDEXES: tuple[tuple[str, str], ...] = (
@@ -99,7 +99,7 @@ PAYLOAD_INDEXES: tuple[tuple[str, str], ...] = (
     ("valid_until", "datetime"),
 )
 
-# Fields a projector may change on an existing point (lifecycle and decay), DESIGN.md §5-6.
+# Fields a projector may change on an existing point (lifecycle and decay), R-LIFE-1.
 # Everything else (content hash, scope, ids, valid_from) is immutable after commit; a
 # changed record is re-upserted from Postgres, an erased one deleted.
 MUTABLE_FIELDS = frozenset(
@@ -269,7 +269,7 @@ class CollectionContract:
 
 @dataclass(frozen=True)
 class MemoryPayload:
-    """The Guide §2.3 payload of one record, validated; `to_payload()` adds derived fields."""
+    """The vector payload of one record, validated; `to_payload()` adds derived fields."""
 
     memory_id: str
     tenant_id: str

@@ -1,6 +1,6 @@
 """Projection lag, projector throughput, rebuild rates, semantic recall at 100k records.
 
-Prints, never asserts (STYLE.md). Needs `make migrate` and `scripts/graph.sh up`.
+Prints, never asserts (docs/benchmarks.md). Needs `make migrate` and `scripts/graph.sh up`.
 1. Lag: one governed episodic write every 1/--rate s while `Projector.run()` (Edge in a temp
    dir, the local graph, real MiniLM) runs in a thread: the later of a record's two `apply`s
    minus its commit return. 2. One full drain of a --backlog, embedding included.

@@ -1,7 +1,7 @@
 """`make bench-quality`: does recall find what was asked? Governed recall in each mode beside
 a plain BM25 and a plain dense retriever over the same texts, in one run.
 
-Prints, never asserts (STYLE.md). The synthetic conversations of tests/bench/quality
+Prints, never asserts (docs/benchmarks.md). The synthetic conversations of tests/bench/quality
 (seeded) are loaded into a fresh database (DBNAME, dropped and created on the server of
 DATABASE_URL or the local one, migrated) through the governed write path: one subject and
 one run per conversation, each turn proposed by the agent as an episodic record (content

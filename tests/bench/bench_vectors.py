@@ -1,6 +1,6 @@
 """Vector store: Qdrant Edge against qdrant-client's local mode, same data, same filters.
 
-Prints, never asserts (STYLE.md). Run: `.venv/bin/python tests/bench/bench_vectors.py`.
+Prints, never asserts (docs/benchmarks.md). Run: `.venv/bin/python tests/bench/bench_vectors.py`.
 
 N points (default 20,000, 384 dims, random unit vectors) in one tier collection, spread
 over 10 tenants; per tenant 20 % tenant-visible and 80 % over 50 subjects; confidence
@@ -12,7 +12,7 @@ states, valid at now, confidence >= 0.5, `pii` excluded), limit 10:
 
 Edge data lives in a temporary directory on disk unless --dir says otherwise; payload
 indexes on every filter field; `optimize()` is never called. Local mode is brute force
-in Python and ignores payload indexes (INFRA.md), so it gets fewer queries.
+in Python and ignores payload indexes (measured here), so it gets fewer queries.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`make bench-write`: the governed write path against the same rows as plain INSERTs.
 
-Prints, never asserts (STYLE.md). One run, governed and baseline alternating every --slice
+Prints, never asserts (docs/benchmarks.md). One run, governed and baseline alternating every --slice
 pairs (25; whole batches) within each round, order flipped each turn, so noise hits both:
 - governed single: `fabric_api.propose` as login bench_agent, then `fabric_api.commit` as
   bench_committer; two connections, each call its own autocommit transaction.

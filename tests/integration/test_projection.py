@@ -1,4 +1,4 @@
-"""Projections (spec invariants 6-8): the outbox into Qdrant (Edge, and qdrant-client for
+"""Projections (R-PROJ-1): the outbox into Qdrant (Edge, and qdrant-client for
 the QDRANT_URL path) and the Bolt graph; semantic recall re-checked by the database;
 rebuild, drill and verify; faults."""
 

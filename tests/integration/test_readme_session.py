@@ -1,4 +1,4 @@
-"""The README's psql session runs as written, on a freshly migrated database."""
+"""The psql session of docs/sql.md runs as written, on a freshly migrated database."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ SESSION = ROOT / "docs" / "session.sql"
 ROLES = ("readme_admin", "readme_orchestrator", "readme_committer", "readme_agent")
 
 
-def test_readme_shows_the_session_file_verbatim() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_sql_doc_shows_the_session_file_verbatim() -> None:
+    page = (ROOT / "docs" / "sql.md").read_text()
     body = "\n".join(SESSION.read_text().splitlines()[3:])
-    assert body in readme
+    assert body in page
 
 
 def test_readme_session_runs_on_a_fresh_database(server: Any) -> None:

@@ -1,5 +1,5 @@
 """`memfabric serve` and the commands that talk to it, end to end: projection, semantic
-recall through the broker, verify, drill (invariant 6), rebuild, and PostgreSQL restarted
+recall through the broker, verify, drill (R-PROJ-1), rebuild, and PostgreSQL restarted
 under the running projector."""
 
 from __future__ import annotations

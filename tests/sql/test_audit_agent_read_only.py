@@ -1,4 +1,4 @@
-"""Invariant 11, the audit agent's side: os-agt-008 is read-only.
+"""R-TOOL-2, the audit agent's side: os-agt-008 is read-only.
 
 It can never be registered with a tool or a propose scope (whoever writes the agents row,
 on insert or update), never enabled in a tenant with a tool, and no run may name a tool

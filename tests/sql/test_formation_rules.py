@@ -1,4 +1,4 @@
-"""Formation rules (DESIGN.md §5) and the line between errors and rejections.
+"""Formation rules (R-PROP-1..4) and the line between errors and rejections.
 
 Inside an authorized run, a governance violation is an answer: status 'rejected' with a
 reason, a proposal row that says so, one memory.proposal.rejected event and no record.

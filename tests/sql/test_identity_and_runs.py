@@ -1,10 +1,10 @@
-"""Identity, runs and authority (DESIGN.md §4, §7 "Refusals, precisely").
+"""Identity, runs and authority (R-ID-1, R-ID-2, R-RUN-1, R-TOOL-1, R-TOOL-2).
 
 Who calls is session_user; a run binds an agent to one tenant, subject, session and
 active tool set, and a request can only narrow them. An unknown, expired, closed or
 foreign run is an error (42501) that writes nothing. A tool missing from any of the three
 layers is an answer ("denied"), not an error, and leaves exactly one
-agent.tool.unauthorized event in the run's tenant. Invariant 11: no tool backed by
+agent.tool.unauthorized event in the run's tenant. R-TOOL-2: no tool backed by
 os-agt-008 can be allowed to, or enabled for, any agent, whoever writes the row.
 """
 
@@ -197,7 +197,7 @@ def test_a_denial_is_recorded_in_the_runs_tenant(fabric: Fabric) -> None:
     )
 
 
-# --- invariant 11: tools backed by os-agt-008 ---------------------------------------------
+# --- R-TOOL-2: tools backed by os-agt-008 ---------------------------------------------
 
 
 def test_register_agent_with_an_audit_tool_is_refused(fabric: Fabric) -> None:

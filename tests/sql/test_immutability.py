@@ -1,4 +1,4 @@
-"""Immutability of committed memory (DESIGN.md §5, §8): content, scope and provenance never
+"""Immutability of committed memory (R-REC-1, R-LINEAGE-1): content, scope and provenance never
 change after commit, with exactly two carve-outs (erasure, operational window closure); the
 outbox, the record history and the lineage are append-only, even for the owner.
 
@@ -49,7 +49,7 @@ IMMUTABLE = [
     ("erased_at", "now()"),
     ("erasure_approval_id", "gen_random_uuid()"),
 ]
-# Columns that change only along DESIGN.md §6 (tested in test_lifecycle_and_history.py),
+# Columns that change only along R-LIFE-1 (tested in test_lifecycle_and_history.py),
 # and the generated columns (scope_key from visibility and its id, assertion_key from
 # content.key), which follow the columns they derive from.
 LIFECYCLE = {"tier", "consolidation_state", "valid_until"}

@@ -1,6 +1,6 @@
-"""The lifecycle (DESIGN.md §6), the record history (§5) and the outbox (§8).
+"""The lifecycle (R-LIFE-1), the record history (R-LIFE-2) and the outbox (R-LIFE-3).
 
-Committed records move only forward along §6's table; every move emits its event in the
+Committed records move only forward along the lifecycle table; every move emits its event in the
 same transaction with the record's correlation and causation ids, and writes the previous
 values of the mutable columns into fabric.memory_record_versions. Transitions are driven
 as the owner (superuser, SET ROLE fabric_owner) with an actor context, so the triggers are
@@ -21,7 +21,7 @@ from conftest import Fabric, episode
 ACTOR = "os-agt-010"
 CORRELATION, CAUSATION = "corr-9d4a", "evt-7b1f"  # conftest.episode()'s provenance
 STATES = ["raw", "consolidated", "reflected", "superseded", "expired", "tombstoned"]
-# DESIGN.md §6, written out independently of fabric._legal_transition.
+# R-LIFE-1, written out independently of fabric._legal_transition.
 LEGAL = {
     "raw": {"consolidated", "reflected", "superseded", "expired", "tombstoned"},
     "consolidated": {"reflected", "superseded", "expired", "tombstoned"},

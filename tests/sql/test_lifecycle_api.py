@@ -1,4 +1,4 @@
-"""Governed lifecycle (spec §5, §7, §9): approvals, promotion and demotion, supersession and
+"""Governed lifecycle (R-APPR-1, R-SUPER-1): approvals, promotion and demotion, supersession and
 contradictions, profile reconstruction, consolidation."""
 
 from __future__ import annotations

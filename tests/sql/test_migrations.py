@@ -1,4 +1,4 @@
-"""Migrations (STYLE.md Layout, DESIGN.md §3): a fresh install and an upgraded one dump to
+"""Migrations (docs/architecture.md, The shape): a fresh install and an upgraded one dump to
 the same schema, a downgrade to base and a new migrate give the same schema again,
 migrate is idempotent, and roles, being cluster-wide, survive a downgrade.
 

@@ -1,4 +1,4 @@
-"""No refusal echoes content (DESIGN.md §5 "Errors vs rejections", §7 "Logs").
+"""No refusal echoes content (R-PROP-1, R-LOG-1).
 
 A canary string rides in the content of every refused write. It must appear in none of
 the error's fields (message, detail, hint, context, internal query) nor in the server log.

@@ -1,4 +1,4 @@
-"""Privileges (DESIGN.md §3, §4; STYLE.md Tests): a committed golden matrix of role x object x
+"""Privileges (R-API-1): a committed golden matrix of role x object x
 privilege, diffed against the live database so that no grant widens silently.
 
 Regenerate after an intended change, then review the diff of the file:
@@ -212,7 +212,7 @@ def test_security_definer_functions_pin_search_path(fabric: Fabric) -> None:
 
 
 def test_every_fabric_function_pins_search_path(fabric: Fabric) -> None:
-    """STYLE.md: every function, not only the definers (triggers run as any writer)."""
+    """Every function, not only the definers (triggers run as any writer)."""
     functions = search_paths(fabric, "p.prokind = 'f'")
     assert [name for name, config in functions if not pins(config)] == []
 

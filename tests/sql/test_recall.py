@@ -1,4 +1,4 @@
-"""Recall (spec §6): authorized, scope-first, filters pushed into the query, audited."""
+"""Recall (R-RECALL-1, -2): authorized, scope-first, filters pushed into the query, audited."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retention, decay and erasure (spec §8): scheduled forgetting that leaves tombstones, and
+"""Retention, decay, erasure (R-RET-1, R-ERASE-1): scheduled forgetting that leaves tombstones, and
 instance configuration validated by the database."""
 
 from __future__ import annotations

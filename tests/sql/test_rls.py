@@ -1,4 +1,4 @@
-"""Tenancy (DESIGN.md §4, §7 Ownership): FORCE ROW LEVEL SECURITY keyed only on the
+"""Tenancy (R-TENANT-1, R-TENANT-2): FORCE ROW LEVEL SECURITY keyed only on the
 transaction setting fabric.tenant_id, so even the owner sees nothing without it and only
 its tenant with it; agent logins hold no table privileges at all; only the narrow roles
 bypass RLS.
@@ -150,7 +150,7 @@ def test_the_owner_cannot_move_a_row_into_another_tenant(fabric: Fabric, table: 
 
 def test_every_tenant_table_forces_rls(fabric: Fabric) -> None:
     """Any table keyed by tenant_id gets FORCE RLS, except the tenants themselves and the
-    content-free outbox and its seals (protected by grants, DESIGN.md §4)."""
+    content-free outbox and its seals (protected by grants, R-API-1)."""
     with fabric.su() as c:
         rows = c.execute(
             "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity,"
@@ -239,7 +239,7 @@ def test_only_the_narrow_roles_bypass_rls(fabric: Fabric) -> None:
             r[0]
             for r in c.execute("SELECT rolname FROM pg_roles WHERE rolbypassrls AND NOT rolsuper")
         }
-    # DESIGN.md §7: the migration role and fabric_lookup; §4 adds the dedicated retrieval
+    # R-TENANT-2: the migration role and fabric_lookup, and the dedicated retrieval
     # owner for non-leakproof full-text search (migration 0003).
     assert roles == {"fabric_migrator", "fabric_lookup", "fabric_retriever"}
 

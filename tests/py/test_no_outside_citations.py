@@ -1,0 +1,59 @@
+"""No tracked file points to a document outside the repository.
+
+Rules are explained in the project's own words in docs/ and cited by their ids in
+docs/architecture.md (`R-…`), never as sections of design notes, specifications or guides
+that a reader of the repository cannot open. CHANGELOG.md is history and is not read.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTSIDE = re.compile(
+    r"DESIGN\.md|DESIGN §|INFRA\.md|STYLE\.md|spec §|spec section|spec invariant|guide §",
+    re.IGNORECASE,
+)
+NOT_READ = {"CHANGELOG.md", "tests/py/test_no_outside_citations.py"}
+
+
+def outside_citations(text: str) -> list[str]:
+    return [m.group(0) for m in OUTSIDE.finditer(text)]
+
+
+def test_the_pattern_finds_every_form_of_outside_citation() -> None:
+    for cited in [
+        "see DESIGN.md §7",
+        "(DESIGN §8)",
+        "INFRA.md: optimize()",
+        "Prints, never asserts (STYLE.md)",
+        "spec §4's envelope",
+        "Spec section 6.2",
+        "spec invariant 6",
+        "the Guide §2.3 payload",
+    ]:
+        assert outside_citations(cited), cited
+    for own in ["R-LIFE-1", "see docs/sql.md, Recall", "the design of the index", "spec.md"]:
+        assert not outside_citations(own), own
+
+
+def test_no_tracked_file_cites_a_document_outside_the_repository() -> None:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    found = []
+    for name in listed:
+        path = ROOT / name
+        if not name or name in NOT_READ or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:  # binary (e.g. the release fixture)
+            continue
+        for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+            if outside_citations(line):
+                found.append(f"{name}:{number}: {line.strip()[:100]}")
+    assert not found, "cite docs/ or a rule id of docs/architecture.md instead:\n" + "\n".join(
+        found
+    )
