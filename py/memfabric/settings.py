@@ -67,8 +67,6 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "GRAPH_BOLT_PORT": f"Bolt port of the local graph server (default {DEFAULT_GRAPH_BOLT_PORT})",
     "GRAPH_HTTP_PORT": f"HTTP port of the local graph server (default {DEFAULT_GRAPH_HTTP_PORT})",
     "GRAPH_PASSWORD": "root password of the local graph server (default memfabric-graph)",
-    "OTEL_EXPORTER_OTLP_ENDPOINT": "the OTLP/HTTP collector recall spans are exported to",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "the OTLP/HTTP traces URL (replaces the endpoint)",
     "MEMORY_API_KEY": "the graph library's hosted-service key: must stay unset (memfabric check)",
 }
 
