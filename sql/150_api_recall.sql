@@ -414,8 +414,20 @@ AS $$
       'limit must be a positive integer no larger than the deployment''s recall_max_limit'
     WHEN p_request ? 'filters' AND (pg_catalog.jsonb_typeof(p_request -> 'filters') <> 'object'
       OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_request -> 'filters') k
-                 WHERE k NOT IN ('min_confidence', 'valid_at', 'compliance_labels_excluded'))) THEN
-      'filters must be an object of min_confidence, valid_at, compliance_labels_excluded'
+                 WHERE k NOT IN ('min_confidence', 'valid_at', 'compliance_labels_excluded',
+                                 'memory_ids'))) THEN
+      'filters must be an object of min_confidence, valid_at, compliance_labels_excluded, memory_ids'
+    WHEN p_request #> '{filters,memory_ids}' IS NOT NULL
+      AND (pg_catalog.jsonb_typeof(p_request #> '{filters,memory_ids}') <> 'array'
+           OR pg_catalog.jsonb_array_length(p_request #> '{filters,memory_ids}') NOT BETWEEN 1 AND 100
+           OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_request #> '{filters,memory_ids}') x
+                      WHERE pg_catalog.jsonb_typeof(x) <> 'string'
+                         OR (x #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')) THEN
+      'filters.memory_ids must be an array of 1 to 100 memory ids (UUIDs)'
+    WHEN p_request #> '{filters,memory_ids}' IS NOT NULL
+      AND (p_request ? 'candidates' OR (p_request ->> 'mode') IN ('semantic', 'hybrid')
+           OR coalesce(p_request ->> 'query', '') !~ '^[[:space:][:cntrl:]]*$') THEN
+      'filters.memory_ids reads records by id: omit query, candidates and a semantic or hybrid mode'
     WHEN p_request #> '{filters,min_confidence}' IS NOT NULL
       AND (pg_catalog.jsonb_typeof(p_request #> '{filters,min_confidence}') <> 'number'
            OR (p_request #> '{filters,min_confidence}')::numeric NOT BETWEEN 0 AND 1
@@ -471,6 +483,7 @@ DECLARE
   v_ids uuid[];
   v_scores double precision[];
   v_served jsonb;
+  v_only uuid[];
 BEGIN
   PERFORM fabric._reset_context();
   IF v_problem IS NOT NULL THEN
@@ -572,15 +585,22 @@ BEGIN
                       FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x);
   END IF;
 
+  v_only := ARRAY(SELECT (x #>> '{}')::uuid
+                  FROM pg_catalog.jsonb_array_elements(p_request #> '{filters,memory_ids}') x);
+  IF v_only = '{}' THEN
+    v_only := NULL;
+  END IF;
+
   IF v_ids IS NULL AND v_query IS NULL THEN
-    -- Nothing to rank by: the readable records, most confident and most recent first.
+    -- Nothing to rank by: the readable records (only the ones named by filters.memory_ids,
+    -- when given), most confident and most recent first.
     SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object(
                       'score', NULL, 'retrieval', '{}'::jsonb) ORDER BY r.ord)
                       FILTER (WHERE r.ord <= v_limit), '[]'),
            pg_catalog.count(*)
     INTO v_records, v_count
     FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at, v_min_conf,
-           v_excluded, NULL, NULL, NULL, v_limit + 1)
+           v_excluded, NULL, v_only, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
     -- Reciprocal rank fusion over the union of the vector and lexical lists, in one

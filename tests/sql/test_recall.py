@@ -591,3 +591,43 @@ def test_recall_reads_through_one_scope_resolver(fabric: Fabric) -> None:
         "tenant",
     ]
     assert resolved[0]["tiers"] == ["semantic"] and resolved[0]["denied_reason"] is None
+
+
+def test_memory_ids_reads_only_the_named_records_the_run_may_see(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    """filters.memory_ids is a read by id inside the resolved scope: a record of another
+    tenant, or of a visibility the run may not read, is absent, never an error."""
+    run = recall_run(fabric)
+    asked = [world["subject"], world["tenant"], world["globex"], str(uuid.uuid4())]
+    answer = fabric.recall("mf_agent_a", {"run_id": str(run), "filters": {"memory_ids": asked}})
+    assert answer["status"] == "served"
+    assert sorted(ids(answer)) == sorted([world["subject"], world["tenant"]])
+    assert all(r["score"] is None for r in answer["records"])
+    # the agent-visible record of com-agt-003 is not readable by com-agt-004's run
+    other = fabric.open_run("com-agt-004")
+    seen = fabric.recall(
+        "mf_agent_b", {"run_id": str(other), "filters": {"memory_ids": [world["agent"]]}}
+    )
+    assert ids(seen) == []
+
+
+def test_memory_ids_is_validated_and_writes_nothing_when_refused(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    run = str(recall_run(fabric))
+    one = [world["subject"]]
+    before = fabric.counts()
+    for bad in (
+        {"memory_ids": []},
+        {"memory_ids": "x"},
+        {"memory_ids": ["not-a-uuid"]},
+        {"memory_ids": [str(uuid.uuid4()) for _ in range(101)]},
+        {"memory_ids": [1]},
+    ):
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            fabric.recall("mf_agent_a", {"run_id": run, "filters": bad})
+    for extra in ({"query": "billing"}, {"mode": "semantic", "query": "billing"}):
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            fabric.recall("mf_agent_a", {"run_id": run, "filters": {"memory_ids": one}, **extra})
+    assert fabric.counts() == before
