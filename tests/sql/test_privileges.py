@@ -33,6 +33,7 @@ ROLES = (
     "fabric_projector",
     "fabric_maintainer",
     "fabric_tracer",
+    "fabric_mcp_gateway",
     "fabric_migrator",
     "mf_agent_a",
     "mf_committer",
