@@ -595,7 +595,9 @@ def recall_command(
         typer.echo(json.dumps(recall(c, request), indent=2, default=str))
 
 
-_PASSFILE_HELP = "a libpq password file holding the logins' passwords (else PGPASSFILE or ~/.pgpass)"
+_PASSFILE_HELP = (
+    "a libpq password file holding the logins' passwords (else PGPASSFILE or ~/.pgpass)"
+)
 
 
 @mcp_app.command("stdio", epilog=env_help(*MCP_STDIO_ENV))
@@ -603,7 +605,9 @@ def mcp_stdio(
     login: str = typer.Option(
         ..., envvar="MEMFABRIC_AGENT_LOGIN", help="the agent's PostgreSQL login (not its agent id)"
     ),
-    run_id: str = typer.Option(..., "--run", envvar="MEMFABRIC_RUN_ID", help="the agent's open run"),
+    run_id: str = typer.Option(
+        ..., "--run", envvar="MEMFABRIC_RUN_ID", help="the agent's open run"
+    ),
     passfile: str | None = typer.Option(None, envvar="MEMFABRIC_MCP_PASSFILE", help=_PASSFILE_HELP),
 ) -> None:
     """Serve one agent over stdin/stdout: connects to DATABASE_URL's server and database as

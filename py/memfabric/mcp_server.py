@@ -52,8 +52,8 @@ DESCRIPTIONS = {
         "Propose a new memory for durable storage. Send the envelope: `tier` (episodic for "
         "what happened, semantic for a fact, procedural for how to do something, profile for "
         "facts about the subject), `scope` ({tenant_id: your run's tenant, visibility: "
-        "subject | session | agent | tenant}), `content` (a JSON object, e.g. {\"assertion\": "
-        "\"prefers invoices in EUR\"}), `provenance.formation_method` (extraction when you "
+        'subject | session | agent | tenant}), `content` (a JSON object, e.g. {"assertion": '
+        '"prefers invoices in EUR"}), `provenance.formation_method` (extraction when you '
         "took it from the conversation, declaration when the user stated it) and "
         "`confidence` in [0, 1]. Leave out provenance.source_event_id unless you know the "
         "event that caused the memory: this MCP request is recorded as its source. The "
@@ -183,8 +183,9 @@ def call(
         return tool_error(exc.sqlstate, str(exc), exc.hint)
     except psycopg.Error as exc:
         diag = exc.diag
-        return tool_error(exc.sqlstate, diag.message_primary or type(exc).__name__,
-                          diag.message_hint)
+        return tool_error(
+            exc.sqlstate, diag.message_primary or type(exc).__name__, diag.message_hint
+        )
     except ValueError as exc:  # e.g. semantic recall without a vector broker
         return tool_error(None, str(exc))
     return _result(answer, error=answer.get("status") == "denied")
@@ -217,8 +218,11 @@ def build_server(
             except errors.FabricError as exc:
                 return tool_error(exc.sqlstate, str(exc), exc.hint)
             except psycopg.Error as exc:
-                return tool_error(exc.sqlstate, "the database refused the connection or call",
-                                  errors.one_line(exc))
+                return tool_error(
+                    exc.sqlstate,
+                    "the database refused the connection or call",
+                    errors.one_line(exc),
+                )
 
         result: types.CallToolResult = await anyio.to_thread.run_sync(run)
         return result
@@ -313,6 +317,8 @@ def http_app(gateway: Gateway, host: str) -> Any:
 
     def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
         request = ctx.request
+        if request is None:  # every HTTP message carries its request
+            raise errors.NotAuthorized("no HTTP request carries this call", sqlstate="42501")
         resolved: Json = request.scope["state"]["memfabric_caller"]
         session = request.headers.get("mcp-session-id") or resolved["run_id"]
         return Caller(resolved["login"], resolved["run_id"], session)
@@ -328,7 +334,8 @@ def http_app(gateway: Gateway, host: str) -> Any:
         try:
             if token is None:
                 raise errors.NotAuthorized(
-                    "a bearer token is required", sqlstate="42501",
+                    "a bearer token is required",
+                    sqlstate="42501",
                     hint="send Authorization: Bearer <token from fabric_api.issue_mcp_token>",
                 )
             resolved = await anyio.to_thread.run_sync(gateway.resolve, token)

@@ -99,8 +99,17 @@ def gateway(fabric: Fabric) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memfabric.cli", "mcp", "http", "--port", str(port),
-         "--gateway-login", "mf_gateway"],
+        [
+            sys.executable,
+            "-m",
+            "memfabric.cli",
+            "mcp",
+            "http",
+            "--port",
+            str(port),
+            "--gateway-login",
+            "mf_gateway",
+        ],
         env=env_for(fabric),
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -128,9 +137,11 @@ def gateway(fabric: Fabric) -> Iterator[str]:
 
 def test_stdio_lists_the_three_tools_with_the_database_schemas(fabric: Fabric) -> None:
     run = fabric.open_run()
-    published = fabric.connect("mf_agent_a").execute(
-        "SELECT fabric_api.request_schema('recall'), fabric_api.request_schema('propose')"
-    ).fetchone()
+    published = (
+        fabric.connect("mf_agent_a")
+        .execute("SELECT fabric_api.request_schema('recall'), fabric_api.request_schema('propose')")
+        .fetchone()
+    )
     assert published is not None
 
     async def go() -> None:
@@ -232,8 +243,10 @@ def test_an_expired_run_is_a_tool_error_and_the_server_keeps_serving(fabric: Fab
 
     async def go() -> None:
         async with stdio(fabric, "mf_agent_a", run) as client:
-            for tool, args in (("memory_recall", {"query": "x"}),
-                               ("memory_propose", envelope("late"))):
+            for tool, args in (
+                ("memory_recall", {"query": "x"}),
+                ("memory_propose", envelope("late")),
+            ):
                 result = await client.call_tool(tool, args)
                 assert result.is_error
                 error = answer(result)
