@@ -10,7 +10,9 @@ logins, so no password file is needed here (docs/mcp.md shows one).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -26,8 +28,7 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 from conftest import Fabric
 
@@ -296,6 +297,45 @@ def test_the_caller_cannot_pick_another_run_or_tenant(fabric: Fabric) -> None:
     after = fabric.counts()
     assert after["proposals"] == before["proposals"]
     assert fabric.count("events", f"run_id = '{other}' AND event_type LIKE 'memory.recall%'") == 0
+
+
+def test_the_documented_stdio_configuration_recalls_and_proposes(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    """docs/mcp.md's client configuration, as a desktop client would run it, with this
+    test's database, run and a password file in place of the example values."""
+    text = (ROOT / "docs" / "mcp.md").read_text()
+    block = re.search(r"```json\n(\{\n  \"mcpServers\".*?)```", text, re.S)
+    assert block is not None
+    server = json.loads(block.group(1))["mcpServers"]["memory"]
+    run = fabric.open_run()
+    passfile = tmp_path / "agent.pgpass"
+    passfile.write_text("*:*:*:mf_agent_a:unused-under-trust\n")
+    passfile.chmod(0o600)
+    assert set(server["env"]) == {
+        "DATABASE_URL",
+        "MEMFABRIC_AGENT_LOGIN",
+        "MEMFABRIC_RUN_ID",
+        "MEMFABRIC_MCP_PASSFILE",
+    }
+    env = {
+        **env_for(fabric),
+        "MEMFABRIC_AGENT_LOGIN": "mf_agent_a",
+        "MEMFABRIC_RUN_ID": str(run),
+        "MEMFABRIC_MCP_PASSFILE": str(passfile),
+    }
+    command = Path(sys.executable).parent / Path(server["command"]).name
+    params = StdioServerParameters(command=str(command), args=server["args"], env=env)
+
+    async def go() -> None:
+        async with Client(params) as client:
+            proposed = answer(await client.call_tool("memory_propose", envelope("likes tea")))
+            assert proposed["status"] == "validated", proposed
+            fabric.commit(proposed["proposal_id"])
+            recalled = answer(await client.call_tool("memory_recall", {"query": "tea"}))
+            assert [r["content"] for r in recalled["records"]] == [{"text": "likes tea"}]
+
+    run_async(go)
 
 
 # --- streamable HTTP -----------------------------------------------------------------------
