@@ -347,6 +347,17 @@ def http_app(gateway: Gateway, host: str) -> Any:
             )
             await response(scope, receive, send)
             return
+        except psycopg.Error as exc:  # the database is not answering: not the caller's fault
+            response = JSONResponse(
+                {
+                    "sqlstate": exc.sqlstate,
+                    "message": "the gateway cannot reach the fabric",
+                    "hint": errors.one_line(exc),
+                },
+                status_code=503,
+            )
+            await response(scope, receive, send)
+            return
         scope.setdefault("state", {})["memfabric_caller"] = resolved
         await inner(scope, receive, send)
 

@@ -4,8 +4,9 @@ expired run, a revoked token, and two agents of two tenants that cannot see each
 
 The stdio server is spawned as an MCP client configuration would spawn it; the HTTP
 gateway runs as `memfabric mcp http` with its own login (mf_gateway, a member of
-fabric_mcp_gateway). Both log in as the agent's own login: the test server trusts local
-logins, so no password file is needed here (docs/mcp.md shows one).
+fabric_mcp_gateway). Both log in as the agent's own login. The test server trusts local
+logins, except two made to authenticate with scram-sha-256 for the password-file tests at
+the end.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from conftest import Fabric
+from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_BROKER = {"MEMFABRIC_SOCKET": str(Path(tempfile.gettempdir()) / "mf-no-broker.sock")}
@@ -426,3 +429,123 @@ def test_two_agents_of_two_tenants_cannot_see_each_other(fabric: Fabric, gateway
                 assert named.is_error or result["status"] == "denied"
 
     run_async(go)
+
+
+# --- real passwords: the agent's own login, its password from a password file ---------------
+
+PW_AGENT, PW_GATEWAY = "mf_agent_pw", "mf_gateway_pw"
+
+
+@pytest.fixture
+def password_logins(fabric: Fabric, tmp_path: Path) -> Iterator[Path]:
+    """Two logins that must authenticate with a password (scram-sha-256 for these roles
+    only), the agent registered in acme, and a password file holding both passwords."""
+    su = fabric.su()
+    hba = Path(su.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
+    rule = f"host all {PW_AGENT},{PW_GATEWAY} 127.0.0.1/32 scram-sha-256  # test_mcp\n"
+    original = hba.read_text()
+    for login, password in ((PW_AGENT, "agent-secret"), (PW_GATEWAY, "gateway-secret")):
+        exists = su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone()
+        verb = "ALTER" if exists else "CREATE"
+        su.execute(
+            sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(login), sql.Literal(password)
+            )
+        )
+    su.execute(sql.SQL("GRANT fabric_mcp_gateway TO {}").format(sql.Identifier(PW_GATEWAY)))
+    admin = fabric.connect("mf_admin")
+    admin.execute(
+        "SELECT fabric_api.register_agent('com-agt-077', %s, %s, %s)",
+        (PW_AGENT, Jsonb(PROFILE_WIDE), MEMORY_TOOLS),
+    )
+    admin.execute("SELECT fabric_api.enable_agent('acme', 'com-agt-077', %s)", (MEMORY_TOOLS,))
+    hba.write_text(rule + original)
+    su.execute("SELECT pg_reload_conf()")
+    passfile = tmp_path / "fabric.pgpass"
+    passfile.write_text(f"*:*:*:{PW_AGENT}:agent-secret\n*:*:*:{PW_GATEWAY}:gateway-secret\n")
+    passfile.chmod(0o600)
+    try:
+        yield passfile
+    finally:
+        hba.write_text(original)
+        su.execute("SELECT pg_reload_conf()")
+
+
+def test_stdio_logs_in_with_the_password_file_and_only_with_it(
+    fabric: Fabric, password_logins: Path, tmp_path: Path
+) -> None:
+    run = fabric.open_run(agent_id="com-agt-077")
+    base = {**env_for(fabric), "PGPASSFILE": str(tmp_path / "none.pgpass")}
+    args = ["-m", "memfabric.cli", "mcp", "stdio", "--login", PW_AGENT, "--run", str(run)]
+
+    async def go() -> None:
+        with_file = StdioServerParameters(
+            command=sys.executable,
+            args=[*args, "--passfile", str(password_logins)],
+            env=base,
+        )
+        async with Client(with_file) as client:
+            proposed = answer(await client.call_tool("memory_propose", envelope("pw agent")))
+            assert proposed["status"] == "validated", proposed
+        without = StdioServerParameters(command=sys.executable, args=args, env=base)
+        with pytest.raises(Exception):  # noqa: B017 - the server cannot log in and exits
+            with anyio.fail_after(60):
+                async with Client(without) as client:
+                    await client.list_tools()
+
+    run_async(go)
+    with fabric.su() as c:
+        row = c.execute("SELECT proposed_by FROM fabric.proposals").fetchone()
+    assert row is not None and row[0] == "com-agt-077"
+
+
+def test_the_gateway_logs_in_as_itself_and_as_the_agent_with_its_password_file(
+    fabric: Fabric, password_logins: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memfabric.cli",
+            "mcp",
+            "http",
+            "--port",
+            str(port),
+            "--gateway-login",
+            PW_GATEWAY,
+            "--passfile",
+            str(password_logins),
+        ],
+        env={**env_for(fabric), "PGPASSFILE": "/nonexistent"},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for _ in range(300):
+            if proc.poll() is not None:
+                break
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        token = issue(fabric, fabric.open_run(agent_id="com-agt-077"))
+
+        async def go() -> None:
+            async with http(f"http://127.0.0.1:{port}/mcp", token) as client:
+                proposed = answer(await client.call_tool("memory_propose", envelope("via gw")))
+                assert proposed["status"] == "validated", proposed
+
+        run_async(go)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    with fabric.su() as c:
+        row = c.execute("SELECT proposed_by FROM fabric.proposals").fetchone()
+    assert row is not None and row[0] == "com-agt-077"
