@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -176,7 +176,7 @@ def call(
     if name not in (RECALL, GET, PROPOSE):
         return tool_error(None, f"unknown tool; the tools are {RECALL}, {GET}, {PROPOSE}")
     if not isinstance(args, dict):
-        return tool_error("22023", "the arguments must be a JSON object")
+        return tool_error(None, "the arguments must be a JSON object")
     try:
         answer = _answer(conn, caller, name, args, str(request_id))
     except errors.FabricError as exc:
@@ -227,13 +227,12 @@ def build_server(
         result: types.CallToolResult = await anyio.to_thread.run_sync(run)
         return result
 
-    handler: Callable[..., Awaitable[Any]] = on_call_tool
     return Server(
         "memfabric",
         instructions="Long-term memory of this agent, governed by the memory fabric: recall "
         "before you answer, propose what is worth remembering.",
         on_list_tools=on_list_tools,
-        on_call_tool=handler,
+        on_call_tool=on_call_tool,
     )
 
 
