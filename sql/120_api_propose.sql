@@ -34,6 +34,33 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._schema_ident: the JSON Schema of an identifier (fabric._ident) up to p_max
+-- characters: the same refused code points; NFC and assignment are left to the database.
+CREATE OR REPLACE FUNCTION fabric._schema_ident(p_max integer DEFAULT 200)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.jsonb_build_object('type', 'string', 'pattern',
+    U&'^[^\0001-\0020\007F-\00A0\00AD\0600-\0605\061C\06DD\070F\0890-\0891\08E2\1680\180E\2000-\200F\2028-\202F\205F-\206F\3000\E000-\F8FF\FEFF\FFF9-\FFFB\+0110BD\+0110CD\+013430-\+01343F\+01BCA0-\+01BCA3\+01D173-\+01D17A\+0E0001\+0E0020-\+0E007F\+0F0000-\+10FFFF]{1,'
+    || p_max || '}$')
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._schema_timestamp: the JSON Schema of fabric._envelope_timestamp (RFC 3339 with an
+-- offset, hours 00-23, seconds 00-59, years 1900-9999); whether the date exists is the
+-- database's.
+CREATE OR REPLACE FUNCTION fabric._schema_timestamp()
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.jsonb_build_object('type', 'string', 'format', 'date-time', 'pattern',
+    '^(19|[2-9][0-9])[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?([Zz]|[+-](0[0-9]|1[0-5]):[0-5][0-9])$',
+    'description', 'RFC 3339 with an offset, e.g. 2026-08-16T10:00:00Z')
+$$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._envelope_timestamp: RFC 3339 with a mandatory offset; no 'now', no 'infinity', no
 -- 24:00:00 or leap second (PostgreSQL would roll both into the next day or minute), and only
 -- instants in the years 1900-9999 (UTC), which every client library can represent.
@@ -204,6 +231,71 @@ BEGIN
            'status', v_first.status, 'reason', v_first.reason, 'replayed', true)
          || CASE WHEN v_first.memory_id IS NULL THEN '{}'::jsonb
                  ELSE pg_catalog.jsonb_build_object('memory_id', v_first.memory_id) END;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._propose_envelope_schema: the structural checks of fabric_api.propose below as a
+-- JSON Schema (read through fabric_api.request_schema('propose')). Beyond it the database
+-- refuses content over 65536 bytes or nested deeper than 32 levels (54000), numbers that
+-- are not exactly doubles (22023, 22003), a content_hash that does not match, and version
+-- components above 2147483647; governance (scope, formation rules) answers a rejection.
+CREATE OR REPLACE FUNCTION fabric._propose_envelope_schema()
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_uuid constant text := '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+  v_ident jsonb := fabric._schema_ident(200);
+  v_ident_or_null jsonb := pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(
+                             fabric._schema_ident(200), '{"type": "null"}'::jsonb));
+  v_ts_or_null jsonb := pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(
+                          fabric._schema_timestamp(), '{"type": "null"}'::jsonb));
+BEGIN
+  RETURN pg_catalog.jsonb_build_object(
+    '$schema', 'https://json-schema.org/draft/2020-12/schema',
+    'title', 'memory record envelope (proposal)',
+    'description', 'A memory proposed inside an open run. memory_id, consolidation_state and '
+      'provenance.formed_by are set by the fabric at commit; the scope must be the run''s.',
+    'type', 'object',
+    'additionalProperties', false,
+    'required', '["tier", "scope", "content", "provenance", "confidence"]'::jsonb,
+    'properties', pg_catalog.jsonb_build_object(
+      'tier', '{"enum": ["episodic", "semantic", "procedural", "profile", "relational"], "description": "episodic: what happened; semantic: a fact; procedural: how to; profile: about the subject; relational: between entities"}'::jsonb,
+      'scope', pg_catalog.jsonb_build_object('type', 'object', 'additionalProperties', false,
+        'required', '["tenant_id", "visibility"]'::jsonb,
+        'description', 'who may read the memory: the run''s tenant, optionally its subject, session or agent',
+        'properties', pg_catalog.jsonb_build_object(
+          'tenant_id', v_ident || '{"description": "the run''s tenant"}'::jsonb,
+          'subject_id', v_ident_or_null || '{"description": "the run''s subject (or null)"}'::jsonb,
+          'session_id', v_ident_or_null || '{"description": "the run''s session (or null)"}'::jsonb,
+          'agent_id', v_ident_or_null || '{"description": "the run''s agent (or null)"}'::jsonb,
+          'visibility', '{"enum": ["session", "agent", "subject", "tenant"]}'::jsonb)),
+      'content', '{"type": "object", "description": "the memory itself, a JSON object such as {\"assertion\": \"prefers invoices in EUR\"}; at most 65536 bytes, 32 levels deep"}'::jsonb,
+      'content_hash', '{"anyOf": [{"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}, {"type": "null"}], "description": "omit: the fabric computes it (sha256 of the RFC 8785 form of content)"}'::jsonb,
+      'provenance', pg_catalog.jsonb_build_object('type', 'object', 'additionalProperties', false,
+        'required', '["formation_method"]'::jsonb,
+        'properties', pg_catalog.jsonb_build_object(
+          'source_event_id', v_ident_or_null || '{"description": "the event that caused this memory; required for the proposal to be validated"}'::jsonb,
+          'correlation_id', v_ident_or_null,
+          'causation_id', v_ident_or_null,
+          'formation_method', '{"enum": ["extraction", "declaration", "consolidation", "reflection", "import"], "description": "agents propose extraction, declaration or import"}'::jsonb)),
+      'derived_from', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(
+        pg_catalog.jsonb_build_object('type', 'array', 'maxItems', 256,
+          'items', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_uuid)),
+        '{"type": "null"}'::jsonb), 'description', 'memory ids this memory was derived from'),
+      'confidence', '{"type": "number", "minimum": 0, "maximum": 1, "description": "how sure the agent is, in [0, 1]"}'::jsonb,
+      'validity_interval', pg_catalog.jsonb_build_object('type', 'object', 'additionalProperties', false,
+        'properties', pg_catalog.jsonb_build_object('valid_from', v_ts_or_null, 'valid_until', v_ts_or_null),
+        'description', 'when the memory holds in the world; valid_until null means open-ended'),
+      'retention_class', '{"enum": ["ephemeral", "operational", "durable", "audit", "regulated", null], "description": "default durable"}'::jsonb,
+      'compliance_labels', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(
+        pg_catalog.jsonb_build_object('type', 'array', 'maxItems', 64, 'items', v_ident),
+        '{"type": "null"}'::jsonb)),
+      'version', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(
+        fabric._schema_ident(64), '{"type": "null"}'::jsonb), 'description', 'MAJOR.MINOR.PATCH, default 1.0.0'),
+      'supersedes', '{"type": ["string", "null"], "description": "the memory id this one replaces"}'::jsonb,
+      'business_instance_id', v_ident_or_null));
 END $$;
 
 -- ---------------------------------------------------------------------------------------

@@ -453,6 +453,93 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._recall_request_schema: fabric._recall_request_problem (and the checks recall makes
+-- after it: identifiers, filters.valid_at, the deployment's recall_max_limit) as a JSON
+-- Schema. The MCP server and the docs read it through fabric_api.request_schema('recall');
+-- tests/sql/test_request_schema.py checks the two agree on generated requests.
+CREATE OR REPLACE FUNCTION fabric._recall_request_schema(p_max_limit integer)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_uuid constant text := '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+  -- a character other than ASCII space and control (what [[:space:][:cntrl:]] is in every locale)
+  v_words constant text := U&'[^\0001-\0020\007F]';
+  v_tiers constant jsonb := '["episodic", "semantic", "procedural", "profile", "relational"]';
+  v_visibility constant jsonb := '["session", "agent", "subject", "tenant"]';
+  v_ident jsonb := fabric._schema_ident(200);
+  v_blank_query jsonb;
+BEGIN
+  v_blank_query := pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(
+    '{"required": ["query"], "properties": {"query": {"type": "null"}}}'::jsonb,
+    pg_catalog.jsonb_build_object('required', '["query"]'::jsonb, 'properties', pg_catalog.jsonb_build_object(
+      'query', pg_catalog.jsonb_build_object('type', 'string', 'not', pg_catalog.jsonb_build_object('pattern', v_words)))),
+    '{"not": {"required": ["query"]}}'::jsonb));
+  RETURN pg_catalog.jsonb_build_object(
+    '$schema', 'https://json-schema.org/draft/2020-12/schema',
+    'title', 'recall request',
+    'description', 'Recall memory records inside an open run. The database resolves the '
+      'scope from the run and the agent''s memory profile; a request can only narrow it.',
+    'type', 'object',
+    'additionalProperties', false,
+    'required', '["run_id"]'::jsonb,
+    'properties', pg_catalog.jsonb_build_object(
+      'run_id', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_uuid,
+        'description', 'the UUID of the caller''s open run'),
+      'correlation_id', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(v_ident, '{"type": "null"}'::jsonb),
+        'description', 'an identifier tying this recall to the caller''s other work (audited)'),
+      'causation_id', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(v_ident, '{"type": "null"}'::jsonb),
+        'description', 'the identifier of the event that caused this recall (audited)'),
+      'requesting_agent', '{"type": "string", "description": "the calling agent''s id; the run decides who asks"}'::jsonb,
+      'tiers', pg_catalog.jsonb_build_object('type', 'array', 'items', pg_catalog.jsonb_build_object('enum', v_tiers),
+        'description', 'memory tiers to read; default: every tier the agent may read'),
+      'scope', pg_catalog.jsonb_build_object('type', 'object', 'additionalProperties', false,
+        'description', 'narrows the run''s scope; naming another tenant, subject or session is refused',
+        'properties', pg_catalog.jsonb_build_object(
+          'tenant_id', '{"type": ["string", "null"]}'::jsonb,
+          'subject_id', '{"type": ["string", "null"]}'::jsonb,
+          'session_id', '{"type": ["string", "null"]}'::jsonb,
+          'agent_id', '{"type": ["string", "null"]}'::jsonb,
+          'visibility', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(
+            pg_catalog.jsonb_build_object('enum', v_visibility || '[null]'::jsonb),
+            pg_catalog.jsonb_build_object('type', 'array', 'items', pg_catalog.jsonb_build_object('enum', v_visibility)))))),
+      'query', '{"type": ["string", "null"], "maxLength": 1000, "description": "what to look for, in words; omit to list the most recent records in scope"}'::jsonb,
+      'filters', pg_catalog.jsonb_build_object('type', 'object', 'additionalProperties', false,
+        'properties', pg_catalog.jsonb_build_object(
+          'min_confidence', pg_catalog.jsonb_build_object('anyOf', '[{"const": 0}, {"type": "number", "minimum": 1e-300, "maximum": 1}]'::jsonb,
+            'description', 'the lowest confidence served, in [0, 1]'),
+          'valid_at', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(fabric._schema_timestamp(), '{"type": "null"}'::jsonb),
+            'description', 'serve what was valid at this instant (default now)'),
+          'compliance_labels_excluded', '{"type": "array", "items": {"type": "string"}, "description": "leave out records carrying any of these labels"}'::jsonb,
+          'memory_ids', pg_catalog.jsonb_build_object('type', 'array', 'minItems', 1, 'maxItems', 100,
+            'items', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_uuid),
+            'description', 'read these records by id (no query, no candidates, text mode)'))),
+      'limit', pg_catalog.jsonb_build_object('type', 'integer', 'minimum', 1, 'maximum', p_max_limit,
+        'description', 'how many records at most'),
+      'allow_partial', '{"type": "boolean", "description": "serve the readable tiers when some requested tier is not readable"}'::jsonb,
+      'candidates', pg_catalog.jsonb_build_object('type', 'array', 'maxItems', 1000,
+        'items', pg_catalog.jsonb_build_object('type', 'object', 'required', '["memory_id", "score"]'::jsonb,
+          'properties', pg_catalog.jsonb_build_object(
+            'memory_id', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_uuid),
+            'score', '{"type": "number", "minimum": -1e300, "maximum": 1e300}'::jsonb)),
+        'description', 'vector candidates from a broker (clients fill this, not models)'),
+      'mode', '{"enum": ["text", "semantic", "hybrid", null], "description": "text (lexical), semantic (vectors) or hybrid; omit to let the client choose"}'::jsonb,
+      'traceparent', '{"anyOf": [{"type": "string", "pattern": "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$"}, {"type": "null"}], "description": "W3C trace context of the caller''s span"}'::jsonb),
+    'allOf', pg_catalog.jsonb_build_array(
+      pg_catalog.jsonb_build_object(
+        'if', '{"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid"]}}}'::jsonb,
+        'then', pg_catalog.jsonb_build_object('required', '["query"]'::jsonb, 'properties', pg_catalog.jsonb_build_object(
+          'query', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_words)))),
+      pg_catalog.jsonb_build_object(
+        'if', '{"required": ["filters"], "properties": {"filters": {"required": ["memory_ids"], "properties": {"memory_ids": {"not": {"type": "null"}}}}}}'::jsonb,
+        'then', pg_catalog.jsonb_build_object('allOf', pg_catalog.jsonb_build_array(
+          '{"not": {"required": ["candidates"]}}'::jsonb,
+          '{"not": {"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid"]}}}}'::jsonb,
+          v_blank_query)))));
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.recall: R-RECALL-1 -- authorize the tool, resolve scope, push filters
 -- into the query, answer with provenance and validity, audit.
 CREATE OR REPLACE FUNCTION fabric_api.recall(p_request jsonb)

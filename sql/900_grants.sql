@@ -23,6 +23,14 @@ GRANT EXECUTE ON FUNCTION
   TO fabric_orchestrator;
 GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.recall(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.handoff(jsonb, uuid) TO fabric_agent;
+-- MCP: the orchestrator issues and revokes bearer tokens of its runs; the gateway resolves
+-- them (and nothing else); everyone who calls recall or propose may read their schemas.
+GRANT USAGE ON SCHEMA fabric_api TO fabric_mcp_gateway;
+GRANT EXECUTE ON FUNCTION fabric_api.issue_mcp_token(uuid, interval),
+  fabric_api.revoke_mcp_token(text) TO fabric_orchestrator;
+GRANT EXECUTE ON FUNCTION fabric_api.resolve_mcp_token(text) TO fabric_mcp_gateway;
+GRANT EXECUTE ON FUNCTION fabric_api.request_schema(text)
+  TO fabric_agent, fabric_orchestrator, fabric_mcp_gateway;
 GRANT EXECUTE ON FUNCTION fabric_api.working_erasure_scope(uuid),
   fabric_api.record_working_erasure(uuid, integer, text[]) TO fabric_committer;
 GRANT EXECUTE ON FUNCTION fabric_api.check_working_uri(text, text)

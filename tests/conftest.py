@@ -67,6 +67,7 @@ LOGINS: dict[str, tuple[str | None, list[str], dict[str, Any], list[str], list[s
     "mf_tracer": (None, ["fabric_tracer"], {}, [], []),
     "mf_service": (None, ["fabric_checkpointer"], {}, [], []),
     "mf_service_b": (None, ["fabric_checkpointer"], {}, [], []),
+    "mf_gateway": (None, ["fabric_mcp_gateway"], {}, [], []),
     "mf_consolidator": ("os-agt-011", ["fabric_consolidator"], {}, [], []),
     "mf_agent_a": ("com-agt-003", [], PROFILE_WIDE, MEMORY_TOOLS, ["acme"]),
     "mf_agent_b": ("com-agt-004", [], PROFILE_EPISODIC_ONLY, MEMORY_TOOLS, ["acme", "globex"]),

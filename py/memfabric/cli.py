@@ -23,9 +23,12 @@ from memfabric.settings import (
     DEFAULT_COMMITTER_LOGIN,
     DEFAULT_CONSOLIDATOR_LOGIN,
     DEFAULT_MAINTAINER_LOGIN,
+    DEFAULT_MCP_GATEWAY_LOGIN,
     DEFAULT_TRACER_LOGIN,
     ENVIRONMENT,
     MAINTAINER_ENV,
+    MCP_GATEWAY_ENV,
+    MCP_STDIO_ENV,
     PROJECTION_ENV,
     RECALL_ENV,
     REDIS_ENV,
@@ -68,6 +71,11 @@ working_app = typer.Typer(
     help="The working tier (Redis): local server and tenant ACL users.", no_args_is_help=True
 )
 app.add_typer(working_app, name="working")
+mcp_app = typer.Typer(
+    help="The fabric as MCP tools (memory_recall, memory_get, memory_propose).",
+    no_args_is_help=True,
+)
+app.add_typer(mcp_app, name="mcp")
 
 
 @app.callback()
@@ -633,6 +641,49 @@ def recall_command(
         request["tiers"] = tier
     with psycopg.connect(db.url_for(Settings.from_env().database_url, login), autocommit=True) as c:
         typer.echo(json.dumps(recall(c, request), indent=2, default=str))
+
+
+_PASSFILE_HELP = (
+    "a libpq password file holding the logins' passwords (else PGPASSFILE or ~/.pgpass)"
+)
+
+
+@mcp_app.command("stdio", epilog=env_help(*MCP_STDIO_ENV))
+def mcp_stdio(
+    login: str = typer.Option(
+        ..., envvar="MEMFABRIC_AGENT_LOGIN", help="the agent's PostgreSQL login (not its agent id)"
+    ),
+    run_id: str = typer.Option(
+        ..., "--run", envvar="MEMFABRIC_RUN_ID", help="the agent's open run"
+    ),
+    passfile: str | None = typer.Option(None, envvar="MEMFABRIC_MCP_PASSFILE", help=_PASSFILE_HELP),
+) -> None:
+    """Serve one agent over stdin/stdout: connects to DATABASE_URL's server and database as
+    LOGIN itself (its password from the libpq sources) and calls the fabric inside RUN."""
+    from memfabric.mcp_server import serve_stdio
+
+    serve_stdio(Settings.from_env().database_url, login, run_id, passfile)
+
+
+@mcp_app.command("http", epilog=env_help(*MCP_GATEWAY_ENV))
+def mcp_http(
+    host: str = typer.Option("127.0.0.1", help="the address to listen on"),
+    port: int = typer.Option(8765, help="the port to listen on"),
+    gateway_login: str = typer.Option(
+        DEFAULT_MCP_GATEWAY_LOGIN,
+        envvar="MEMFABRIC_MCP_GATEWAY_LOGIN",
+        help="the gateway's own login, a member of fabric_mcp_gateway",
+    ),
+    passfile: str | None = typer.Option(None, envvar="MEMFABRIC_MCP_PASSFILE", help=_PASSFILE_HELP),
+) -> None:
+    """Serve agents over streamable HTTP at /mcp: each bearer token (from
+    fabric_api.issue_mcp_token) stands for one agent login and one run; the gateway connects
+    as that login, so the database's rules apply unchanged."""
+    from memfabric.mcp_server import Gateway, serve_http
+
+    gateway = Gateway(Settings.from_env().database_url, gateway_login, passfile)
+    typer.echo(f"[mcp] streamable HTTP on http://{host}:{port}/mcp", err=True)
+    serve_http(gateway, host, port)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ DEFAULT_MAINTAINER_LOGIN: Final = "memfabric_maintainer"
 DEFAULT_TRACER_LOGIN: Final = "memfabric_tracer"
 DEFAULT_REDIS_PORT: Final = 56379
 DEFAULT_EMBEDDER_DIMS: Final = 384
+DEFAULT_MCP_GATEWAY_LOGIN: Final = "memfabric_mcp_gateway"
 
 Identity = Literal["committer", "consolidator", "projector", "maintainer", "tracer"]
 
@@ -68,6 +69,11 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "GRAPH_HTTP_PORT": f"HTTP port of the local graph server (default {DEFAULT_GRAPH_HTTP_PORT})",
     "GRAPH_PASSWORD": "root password of the local graph server (default memfabric-graph)",
     "MEMORY_API_KEY": "the graph library's hosted-service key: must stay unset (memfabric check)",
+    "MEMFABRIC_AGENT_LOGIN": "memfabric mcp stdio: the agent's PostgreSQL login (--login)",
+    "MEMFABRIC_RUN_ID": "memfabric mcp stdio: the agent's open run (--run)",
+    "MEMFABRIC_MCP_GATEWAY_LOGIN": "memfabric mcp http: the gateway's own login, member of "
+    f"fabric_mcp_gateway (default {DEFAULT_MCP_GATEWAY_LOGIN})",
+    "MEMFABRIC_MCP_PASSFILE": "memfabric mcp: a libpq password file with the logins' passwords",
 }
 
 # The variables each group of commands reads.
@@ -97,6 +103,13 @@ RECALL_ENV: Final = (
     "MEMFABRIC_PROJECTOR_URL",
     "MEMFABRIC_EMBEDDER_DIMS",
 )
+MCP_STDIO_ENV: Final = (
+    *RECALL_ENV,
+    "MEMFABRIC_AGENT_LOGIN",
+    "MEMFABRIC_RUN_ID",
+    "MEMFABRIC_MCP_PASSFILE",
+)
+MCP_GATEWAY_ENV: Final = (*RECALL_ENV, "MEMFABRIC_MCP_GATEWAY_LOGIN", "MEMFABRIC_MCP_PASSFILE")
 PROJECTION_ENV: Final = (
     *DATABASE_ENV,
     "MEMFABRIC_PROJECTOR_LOGIN",

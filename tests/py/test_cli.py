@@ -352,6 +352,11 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("serve",): PROJECTION | COMMITTER | TRACE,
     ("recall",): DATABASE
     | {"MEMFABRIC_SOCKET", "QDRANT_URL", "MEMFABRIC_PROJECTOR_LOGIN", "MEMFABRIC_PROJECTOR_URL"},
+    ("mcp", "stdio"): DATABASE
+    | {"MEMFABRIC_SOCKET", "QDRANT_URL", "MEMFABRIC_AGENT_LOGIN", "MEMFABRIC_RUN_ID"}
+    | {"MEMFABRIC_MCP_PASSFILE"},
+    ("mcp", "http"): DATABASE
+    | {"MEMFABRIC_SOCKET", "QDRANT_URL", "MEMFABRIC_MCP_GATEWAY_LOGIN", "MEMFABRIC_MCP_PASSFILE"},
 }
 
 
@@ -384,6 +389,9 @@ def test_login_options_read_their_environment_variable() -> None:
     result = invoke(clean_env(), "worker", "consolidate", "--help")
     assert "env var: MEMFABRIC_CONSOLIDATOR_LOGIN" in result.stdout
     assert "env var: MEMFABRIC_COMMITTER_LOGIN" in result.stdout
+    result = invoke(clean_env(), "mcp", "stdio", "--help")
+    assert "env var: MEMFABRIC_AGENT_LOGIN" in result.stdout
+    assert "env var: MEMFABRIC_RUN_ID" in result.stdout
 
 
 # -- one Settings for every connection knob -------------------------------------------------------

@@ -34,6 +34,7 @@ ROLES = (
     "fabric_maintainer",
     "fabric_tracer",
     "fabric_checkpointer",
+    "fabric_mcp_gateway",
     "fabric_migrator",
     "mf_agent_a",
     "mf_committer",

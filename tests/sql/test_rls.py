@@ -23,6 +23,7 @@ RLS_TABLES = [
     "memory_records",
     "memory_lineage",
     "memory_record_versions",
+    "mcp_tokens",
 ]
 # One new row of tenant globex per table, written while the setting is acme. Lineage is
 # left out: its formation trigger (MF001) refuses any row whose record is not visible, so
@@ -46,6 +47,9 @@ FOREIGN_ROWS = {
     " revision, tier, consolidation_state, known_during, ended_by) VALUES ('globex',"
     " gen_random_uuid(), 1, 'episodic', 'raw', tstzrange(now() - interval '1 hour', now()),"
     " 'os-agt-010')",
+    "mcp_tokens": "INSERT INTO fabric.mcp_tokens (tenant_id, token_hash, run_id, agent_id,"
+    " expires_at) SELECT 'globex', sha256('forged'), run_id, agent_id, now() + interval '1 hour'"
+    " FROM fabric.runs LIMIT 1",
 }
 
 
@@ -76,6 +80,7 @@ def populate(fabric: Fabric) -> None:
         ("globex", "glx-agt-001", "mf_agent_g"),
     ):
         run = fabric.open_run(agent_id=agent, tenant=tenant)
+        fabric.connect("mf_orchestrator").execute("SELECT fabric_api.issue_mcp_token(%s)", (run,))
         scope = {"tenant_id": tenant, "visibility": "subject"}
         source = committed(fabric, login, run, f"{tenant} episode", scope=scope)
         committed(

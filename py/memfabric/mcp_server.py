@@ -1,0 +1,369 @@
+"""The fabric as MCP tools: `memory_recall`, `memory_get` and `memory_propose`.
+
+Every call is one governed call of the agent's own login: the database authorizes the tool
+(three layers), resolves the scope and audits; this module only shapes arguments and
+answers. The caller never names its tenant, agent or run: the login and the run are the
+server's (stdio: given at start; HTTP: the bearer token's, resolved by the database).
+
+The tools' input schemas are read from the database (`fabric_api.request_schema`), the one
+source the validators are checked against. Errors become MCP tool errors carrying the
+SQLSTATE, the message and the hint; nothing a caller sends stops the server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+import psycopg
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+
+from memfabric import errors
+from memfabric.db import url_for
+from memfabric.recall import recall
+
+Json = dict[str, Any]
+RECALL, GET, PROPOSE = "memory_recall", "memory_get", "memory_propose"
+
+DESCRIPTIONS = {
+    RECALL: (
+        "Search long-term memory for records relevant to the current task and return them "
+        "with their provenance, confidence and validity. Give a `query` in words; leave out "
+        "`mode` to get the best retrieval available (hybrid when vector search is running, "
+        "else full-text). You only ever see memories your run may read: the tenant, subject "
+        "and session come from your run, and `scope` can only narrow them. An answer with "
+        "status 'denied' says why (for example a tier outside your memory profile)."
+    ),
+    GET: (
+        "Read specific memory records by their memory_id (1 to 100 ids, as returned by "
+        "memory_recall). Read-only; records you may not read are simply absent from the answer."
+    ),
+    PROPOSE: (
+        "Propose a new memory for durable storage. Send the envelope: `tier` (episodic for "
+        "what happened, semantic for a fact, procedural for how to do something, profile for "
+        "facts about the subject), `scope` ({tenant_id: your run's tenant, visibility: "
+        'subject | session | agent | tenant}), `content` (a JSON object, e.g. {"assertion": '
+        '"prefers invoices in EUR"}), `provenance.formation_method` (extraction when you '
+        "took it from the conversation, declaration when the user stated it) and "
+        "`confidence` in [0, 1]. Leave out provenance.source_event_id unless you know the "
+        "event that caused the memory: this MCP request is recorded as its source. The "
+        "answer says validated (a committer will store it), rejected (with the reason) or "
+        "denied."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls: the agent's login, its run, and the MCP session (for provenance)."""
+
+    login: str
+    run_id: str
+    session: str
+
+
+def agent_conninfo(database_url: str, login: str, passfile: str | None = None) -> str:
+    """The database of `database_url`, logged in as the agent itself: its password comes
+    from the libpq sources (`passfile`, PGPASSFILE, ~/.pgpass), never from the URL."""
+    conninfo = url_for(database_url, login)
+    return make_conninfo(conninfo, passfile=passfile) if passfile else conninfo
+
+
+def read_schemas(conn: psycopg.Connection[Any]) -> dict[str, Json]:
+    with errors.mapped():
+        return {
+            name: conn.execute("SELECT fabric_api.request_schema(%s)", (name,)).fetchone()[0]  # type: ignore[index]
+            for name in ("recall", "propose")
+        }
+
+
+def tools(schemas: dict[str, Json]) -> list[types.Tool]:
+    """The three tools, always all listed; whether a call is allowed is the database's."""
+    recall_schema = copy.deepcopy(schemas["recall"])
+    recall_schema["properties"].pop("run_id", None)
+    recall_schema["required"] = [k for k in recall_schema.get("required", []) if k != "run_id"]
+    recall_schema["description"] = "fabric_api.recall's request without run_id (the run is yours)"
+    props = schemas["recall"]["properties"]
+    get_schema: Json = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["memory_ids"],
+        "properties": {
+            "memory_ids": props["filters"]["properties"]["memory_ids"],
+            "correlation_id": props["correlation_id"],
+        },
+    }
+    return [
+        types.Tool(
+            name=RECALL,
+            description=DESCRIPTIONS[RECALL],
+            input_schema=recall_schema,
+            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        ),
+        types.Tool(
+            name=GET,
+            description=DESCRIPTIONS[GET],
+            input_schema=get_schema,
+            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        ),
+        types.Tool(
+            name=PROPOSE,
+            description=DESCRIPTIONS[PROPOSE],
+            input_schema=schemas["propose"],
+            annotations=types.ToolAnnotations(
+                read_only_hint=False, destructive_hint=False, open_world_hint=False
+            ),
+        ),
+    ]
+
+
+def _result(answer: Json, *, error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(answer, default=str))],
+        structured_content=answer,
+        is_error=error,
+    )
+
+
+def tool_error(sqlstate: str | None, message: str, hint: str | None = None) -> types.CallToolResult:
+    """An MCP tool error: what the database said (SQLSTATE, message, hint), or what failed."""
+    return _result({"sqlstate": sqlstate, "message": message, "hint": hint}, error=True)
+
+
+def _answer(conn: psycopg.Connection[Any], caller: Caller, name: str, args: Json, rid: str) -> Json:
+    if name == RECALL:
+        request = {**args, "run_id": caller.run_id}  # the run is the caller's, never chosen
+        request.setdefault("correlation_id", str(uuid.uuid4()))
+        return recall(conn, request)
+    if name == GET:
+        ids = args.get("memory_ids")
+        request = {
+            "run_id": caller.run_id,
+            "correlation_id": args.get("correlation_id") or str(uuid.uuid4()),
+            "filters": {"memory_ids": ids},
+        }
+        if isinstance(ids, list) and ids:
+            request["limit"] = len(ids)
+        return recall(conn, request)
+    envelope = copy.deepcopy(args)
+    provenance = envelope.get("provenance")
+    if isinstance(provenance, dict) and provenance.get("source_event_id") is None:
+        # Provenance is never invented: without the caller's event, the MCP request is it.
+        provenance["source_event_id"] = f"mcp:{caller.session}:{rid}"
+    with errors.mapped():
+        row = conn.execute(
+            "SELECT fabric_api.propose(%s, %s)", (Jsonb(envelope), caller.run_id)
+        ).fetchone()
+    assert row is not None
+    answer: Json = row[0]
+    return answer
+
+
+def call(
+    conn: psycopg.Connection[Any], caller: Caller, name: str, args: Any, request_id: Any
+) -> types.CallToolResult:
+    """One tool call on the agent's connection; every failure is a tool error."""
+    if name not in (RECALL, GET, PROPOSE):
+        return tool_error(None, f"unknown tool; the tools are {RECALL}, {GET}, {PROPOSE}")
+    if not isinstance(args, dict):
+        return tool_error(None, "the arguments must be a JSON object")
+    try:
+        answer = _answer(conn, caller, name, args, str(request_id))
+    except errors.FabricError as exc:
+        return tool_error(exc.sqlstate, str(exc), exc.hint)
+    except psycopg.Error as exc:
+        diag = exc.diag
+        return tool_error(
+            exc.sqlstate, diag.message_primary or type(exc).__name__, diag.message_hint
+        )
+    except ValueError as exc:  # e.g. semantic recall without a vector broker
+        return tool_error(None, str(exc))
+    return _result(answer, error=answer.get("status") == "denied")
+
+
+# -- the server -----------------------------------------------------------------------------
+
+Resolver = Callable[[ServerRequestContext[Any, Any]], Caller]
+Connector = Callable[[Caller], Any]  # a context manager yielding the agent's connection
+
+
+def build_server(
+    schemas: dict[str, Json], caller_of: Resolver, connection_of: Connector
+) -> Server[Any]:
+    listed = tools(schemas)
+
+    async def on_list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        def run() -> types.CallToolResult:
+            try:
+                caller = caller_of(ctx)
+                with connection_of(caller) as conn:
+                    return call(conn, caller, params.name, params.arguments or {}, ctx.request_id)
+            except errors.FabricError as exc:
+                return tool_error(exc.sqlstate, str(exc), exc.hint)
+            except psycopg.Error as exc:
+                return tool_error(
+                    exc.sqlstate,
+                    "the database refused the connection or call",
+                    errors.one_line(exc),
+                )
+
+        result: types.CallToolResult = await anyio.to_thread.run_sync(run)
+        return result
+
+    return Server(
+        "memfabric",
+        instructions="Long-term memory of this agent, governed by the memory fabric: recall "
+        "before you answer, propose what is worth remembering.",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+# -- stdio: one agent process -----------------------------------------------------------------
+
+
+class _OneConnection:
+    """The stdio server's single connection as the agent, reopened if it broke."""
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self.conn: psycopg.Connection[Any] | None = None
+
+    @contextmanager
+    def __call__(self, _caller: Caller) -> Iterator[psycopg.Connection[Any]]:
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            self.conn = psycopg.connect(self.conninfo, autocommit=True)
+        yield self.conn
+
+
+def serve_stdio(database_url: str, login: str, run_id: str, passfile: str | None = None) -> None:
+    """Serve one agent over stdin/stdout, connected as `login` inside run `run_id`."""
+    from mcp.server.stdio import stdio_server
+
+    connection = _OneConnection(agent_conninfo(database_url, login, passfile))
+    with connection(Caller(login, run_id, "")) as conn:
+        schemas = read_schemas(conn)
+    caller = Caller(login, run_id, str(uuid.uuid4()))  # this process is the session
+    server = build_server(schemas, lambda _ctx: caller, connection)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+# -- streamable HTTP: a gateway for many agents ---------------------------------------------
+
+
+class Gateway:
+    """Resolves bearer tokens with the gateway's own login (fabric_mcp_gateway) and connects
+    as the token's agent login, with the password file it was given."""
+
+    def __init__(self, database_url: str, gateway_login: str, passfile: str | None) -> None:
+        self.database_url = database_url
+        self.passfile = passfile
+        self.gateway_conninfo = agent_conninfo(database_url, gateway_login, passfile)
+
+    def resolve(self, token: str) -> Json:
+        with psycopg.connect(self.gateway_conninfo, autocommit=True) as conn, errors.mapped():
+            row = conn.execute("SELECT fabric_api.resolve_mcp_token(%s)", (token,)).fetchone()
+        assert row is not None
+        answer: Json = row[0]
+        return answer
+
+    def schemas(self) -> dict[str, Json]:
+        with psycopg.connect(self.gateway_conninfo, autocommit=True) as conn:
+            return read_schemas(conn)
+
+    @contextmanager
+    def connect(self, caller: Caller) -> Iterator[psycopg.Connection[Any]]:
+        conninfo = agent_conninfo(self.database_url, caller.login, self.passfile)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            yield conn
+
+
+def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for key, value in headers:
+        if key.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+def http_app(gateway: Gateway, host: str) -> Any:
+    """The ASGI app: every HTTP request must carry a live token (else 401); the resolved
+    caller rides on the request to the tool handler."""
+    from starlette.responses import JSONResponse
+
+    def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
+        request = ctx.request
+        if request is None:  # every HTTP message carries its request
+            raise errors.NotAuthorized("no HTTP request carries this call", sqlstate="42501")
+        resolved: Json = request.scope["state"]["memfabric_caller"]
+        session = request.headers.get("mcp-session-id") or resolved["run_id"]
+        return Caller(resolved["login"], resolved["run_id"], session)
+
+    server = build_server(gateway.schemas(), caller_of, gateway.connect)
+    inner = server.streamable_http_app(host=host)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await inner(scope, receive, send)
+            return
+        token = _bearer(scope.get("headers", []))
+        try:
+            if token is None:
+                raise errors.NotAuthorized(
+                    "a bearer token is required",
+                    sqlstate="42501",
+                    hint="send Authorization: Bearer <token from fabric_api.issue_mcp_token>",
+                )
+            resolved = await anyio.to_thread.run_sync(gateway.resolve, token)
+        except errors.FabricError as exc:
+            response = JSONResponse(
+                {"sqlstate": exc.sqlstate, "message": str(exc), "hint": exc.hint},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+            )
+            await response(scope, receive, send)
+            return
+        except psycopg.Error as exc:  # the database is not answering: not the caller's fault
+            response = JSONResponse(
+                {
+                    "sqlstate": exc.sqlstate,
+                    "message": "the gateway cannot reach the fabric",
+                    "hint": errors.one_line(exc),
+                },
+                status_code=503,
+            )
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["memfabric_caller"] = resolved
+        await inner(scope, receive, send)
+
+    return app
+
+
+def serve_http(gateway: Gateway, host: str, port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(http_app(gateway, host), host=host, port=port, log_level="warning")

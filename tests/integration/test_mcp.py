@@ -1,0 +1,551 @@
+"""`memfabric mcp`, end to end with the `mcp` client SDK over both transports: the tools
+listed with the database's schemas, recall and propose as an agent, a denied tool, an
+expired run, a revoked token, and two agents of two tenants that cannot see each other.
+
+The stdio server is spawned as an MCP client configuration would spawn it; the HTTP
+gateway runs as `memfabric mcp http` with its own login (mf_gateway, a member of
+fabric_mcp_gateway). Both log in as the agent's own login. The test server trusts local
+logins, except two made to authenticate with scram-sha-256 for the password-file tests at
+the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_BROKER = {"MEMFABRIC_SOCKET": str(Path(tempfile.gettempdir()) / "mf-no-broker.sock")}
+
+
+def env_for(fabric: Fabric) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("QDRANT_", "MEMFABRIC_"))},
+        **NO_BROKER,
+        "DATABASE_URL": fabric.url,
+    }
+
+
+def stdio(fabric: Fabric, login: str, run: uuid.UUID) -> Client:
+    """The server an MCP client configuration starts: `memfabric mcp stdio`."""
+    return Client(
+        StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "memfabric.cli", "mcp", "stdio", "--login", login, "--run", str(run)],
+            env=env_for(fabric),
+            cwd=str(ROOT),
+        )
+    )
+
+
+@asynccontextmanager
+async def http(url: str, token: str) -> AsyncIterator[Client]:
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as h:
+        async with Client(streamable_http_client(url, http_client=h)) as client:
+            yield client
+
+
+def run_async(fn: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(fn)
+
+
+def issue(fabric: Fabric, run: uuid.UUID, ttl: str | None = None) -> str:
+    row = (
+        fabric.connect("mf_orchestrator")
+        .execute("SELECT fabric_api.issue_mcp_token(%s, %s::interval)", (run, ttl))
+        .fetchone()
+    )
+    assert row is not None
+    return str(row[0])
+
+
+def envelope(text: str, tenant: str = "acme", **extra: Any) -> dict[str, Any]:
+    """What a model sends: no source_event_id (the MCP request becomes it)."""
+    return {
+        "tier": "episodic",
+        "scope": {"tenant_id": tenant, "visibility": "subject"},
+        "content": {"text": text},
+        "provenance": {"formation_method": "extraction"},
+        "confidence": 0.9,
+        **extra,
+    }
+
+
+def answer(result: Any) -> dict[str, Any]:
+    assert result.structured_content is not None, result
+    return dict(result.structured_content)
+
+
+@pytest.fixture
+def gateway(fabric: Fabric) -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memfabric.cli",
+            "mcp",
+            "http",
+            "--port",
+            str(port),
+            "--gateway-login",
+            "mf_gateway",
+        ],
+        env=env_for(fabric),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for _ in range(300):
+            if proc.poll() is not None:
+                break
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+# --- stdio ---------------------------------------------------------------------------------
+
+
+def test_stdio_lists_the_three_tools_with_the_database_schemas(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    published = (
+        fabric.connect("mf_agent_a")
+        .execute("SELECT fabric_api.request_schema('recall'), fabric_api.request_schema('propose')")
+        .fetchone()
+    )
+    assert published is not None
+
+    async def go() -> None:
+        async with stdio(fabric, "mf_agent_a", run) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) == {"memory_recall", "memory_get", "memory_propose"}
+        recall_schema = listed["memory_recall"].input_schema
+        assert "run_id" not in recall_schema["properties"]
+        assert "run_id" not in recall_schema.get("required", [])
+        assert recall_schema["properties"] == {
+            k: v for k, v in published[0]["properties"].items() if k != "run_id"
+        }
+        assert listed["memory_propose"].input_schema == published[1]
+        assert listed["memory_get"].annotations.read_only_hint is True
+        for tool in listed.values():
+            assert tool.description and len(tool.description) > 80
+
+    run_async(go)
+
+
+def test_stdio_propose_then_recall_and_get_as_the_agent(fabric: Fabric) -> None:
+    run = fabric.open_run()
+
+    async def go() -> None:
+        async with stdio(fabric, "mf_agent_a", run) as client:
+            proposed = answer(await client.call_tool("memory_propose", envelope("prefers EUR")))
+            assert proposed["status"] == "validated", proposed
+            committed = fabric.commit(proposed["proposal_id"])
+            recalled = answer(await client.call_tool("memory_recall", {"query": "EUR"}))
+            assert recalled["status"] == "served", recalled
+            assert recalled["mode_served"] == "text"
+            assert [r["memory_id"] for r in recalled["records"]] == [committed["memory_id"]]
+            got = answer(
+                await client.call_tool("memory_get", {"memory_ids": [committed["memory_id"]]})
+            )
+            assert [r["content"] for r in got["records"]] == [{"text": "prefers EUR"}]
+
+    run_async(go)
+    # Provenance is the MCP request, never invented; the audit names the tool.
+    source = fabric.events("event_type = 'memory.proposal.validated'")
+    assert source
+    with fabric.su() as c:
+        row = c.execute("SELECT source_event_id FROM fabric.proposals").fetchone()
+    assert row is not None and row[0].startswith("mcp:") and row[0].count(":") == 2
+    recalls = fabric.events("event_type = 'memory.recall.served'")
+    assert len(recalls) == 2  # memory_get is audited as a recall
+    assert all(e["correlation_id"] for e in recalls)
+
+
+def test_a_caller_supplied_source_event_is_kept(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    env = envelope("asked twice")
+    env["provenance"]["source_event_id"] = "evt-chat-42"
+
+    async def go() -> None:
+        async with stdio(fabric, "mf_agent_a", run) as client:
+            assert answer(await client.call_tool("memory_propose", env))["status"] == "validated"
+
+    run_async(go)
+    assert fabric.count("proposals", "source_event_id = 'evt-chat-42'") == 1
+
+
+def test_a_tool_outside_the_run_is_a_tool_error_with_the_denial(fabric: Fabric) -> None:
+    run = fabric.open_run(tools=["tool:memory-recall"])
+    before = fabric.count("proposals")
+
+    async def go() -> None:
+        async with stdio(fabric, "mf_agent_a", run) as client:
+            result = await client.call_tool("memory_propose", envelope("not allowed"))
+            assert result.is_error
+            denied = answer(result)
+            assert denied["status"] == "denied"
+            assert "active_tool_set" in denied["reason"]
+            # still serving
+            assert not (await client.call_tool("memory_recall", {})).is_error
+
+    run_async(go)
+    assert fabric.count("proposals") == before
+    events = fabric.events("event_type = 'agent.tool.unauthorized'")
+    assert [e["payload"]["tool"] for e in events] == ["tool:memory-propose"]
+
+
+def test_an_agent_without_the_tool_gets_a_denied_recall(fabric: Fabric) -> None:
+    run = fabric.open_run(agent_id="com-agt-009", tools=[])
+
+    async def go() -> None:
+        async with stdio(fabric, "mf_agent_notools", run) as client:
+            result = await client.call_tool("memory_get", {"memory_ids": [str(uuid.uuid4())]})
+            assert result.is_error
+            assert "tools_allowed" in answer(result)["reason"]
+
+    run_async(go)
+    assert fabric.count("events", "event_type = 'agent.tool.unauthorized'") == 1
+
+
+def test_an_expired_run_is_a_tool_error_and_the_server_keeps_serving(fabric: Fabric) -> None:
+    run = fabric.open_run(ttl="1 second")
+    time.sleep(1.2)
+
+    async def go() -> None:
+        async with stdio(fabric, "mf_agent_a", run) as client:
+            for tool, args in (
+                ("memory_recall", {"query": "x"}),
+                ("memory_propose", envelope("late")),
+            ):
+                result = await client.call_tool(tool, args)
+                assert result.is_error
+                error = answer(result)
+                assert error["sqlstate"] == "42501", error
+                assert error["hint"]
+            assert len((await client.list_tools()).tools) == 3
+
+    run_async(go)
+    assert fabric.count("proposals") == 0
+
+
+def test_malformed_arguments_are_tool_errors_with_sqlstate_and_hint(fabric: Fabric) -> None:
+    run = fabric.open_run()
+
+    async def go() -> None:
+        async with stdio(fabric, "mf_agent_a", run) as client:
+            bad_limit = answer(await client.call_tool("memory_recall", {"limit": 0}))
+            assert bad_limit["sqlstate"] == "22023" and bad_limit["hint"]
+            bad_time = await client.call_tool(
+                "memory_recall", {"filters": {"valid_at": "yesterday"}}
+            )
+            assert answer(bad_time)["sqlstate"] == "22007"
+            no_tier = answer(await client.call_tool("memory_propose", {"content": {}}))
+            assert no_tier["sqlstate"] == "22023"
+            unknown = await client.call_tool("memory_forget", {})
+            assert unknown.is_error
+            assert not (await client.call_tool("memory_recall", {})).is_error
+
+    run_async(go)
+    assert fabric.count("proposals") == 0
+
+
+def test_the_caller_cannot_pick_another_run_or_tenant(fabric: Fabric) -> None:
+    mine = fabric.open_run()
+    other = fabric.open_run(agent_id="glx-agt-001", tenant="globex")
+    before = fabric.counts()
+
+    async def go() -> None:
+        async with stdio(fabric, "mf_agent_a", mine) as client:
+            foreign = answer(await client.call_tool("memory_propose", envelope("x", "globex")))
+            assert foreign["sqlstate"] == "42501", foreign
+            # a run_id in the arguments is overridden by the session's run
+            result = answer(await client.call_tool("memory_recall", {"run_id": str(other)}))
+            assert result.get("sqlstate") == "22023" or result["status"] == "served", result
+
+    run_async(go)
+    after = fabric.counts()
+    assert after["proposals"] == before["proposals"]
+    assert fabric.count("events", f"run_id = '{other}' AND event_type LIKE 'memory.recall%'") == 0
+
+
+def test_the_documented_stdio_configuration_recalls_and_proposes(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    """docs/mcp.md's client configuration, as a desktop client would run it, with this
+    test's database, run and a password file in place of the example values."""
+    text = (ROOT / "docs" / "mcp.md").read_text()
+    block = re.search(r"```json\n(\{\n  \"mcpServers\".*?)```", text, re.S)
+    assert block is not None
+    server = json.loads(block.group(1))["mcpServers"]["memory"]
+    run = fabric.open_run()
+    passfile = tmp_path / "agent.pgpass"
+    passfile.write_text("*:*:*:mf_agent_a:unused-under-trust\n")
+    passfile.chmod(0o600)
+    assert set(server["env"]) == {
+        "DATABASE_URL",
+        "MEMFABRIC_AGENT_LOGIN",
+        "MEMFABRIC_RUN_ID",
+        "MEMFABRIC_MCP_PASSFILE",
+    }
+    env = {
+        **env_for(fabric),
+        "MEMFABRIC_AGENT_LOGIN": "mf_agent_a",
+        "MEMFABRIC_RUN_ID": str(run),
+        "MEMFABRIC_MCP_PASSFILE": str(passfile),
+    }
+    command = Path(sys.executable).parent / Path(server["command"]).name
+    params = StdioServerParameters(command=str(command), args=server["args"], env=env)
+
+    async def go() -> None:
+        async with Client(params) as client:
+            proposed = answer(await client.call_tool("memory_propose", envelope("likes tea")))
+            assert proposed["status"] == "validated", proposed
+            fabric.commit(proposed["proposal_id"])
+            recalled = answer(await client.call_tool("memory_recall", {"query": "tea"}))
+            assert [r["content"] for r in recalled["records"]] == [{"text": "likes tea"}]
+
+    run_async(go)
+
+
+# --- streamable HTTP -----------------------------------------------------------------------
+
+
+def test_http_recall_and_propose_with_a_token(fabric: Fabric, gateway: str) -> None:
+    run = fabric.open_run()
+    token = issue(fabric, run)
+
+    async def go() -> None:
+        async with http(gateway, token) as client:
+            assert len((await client.list_tools()).tools) == 3
+            proposed = answer(await client.call_tool("memory_propose", envelope("ships to Oslo")))
+            assert proposed["status"] == "validated", proposed
+            fabric.commit(proposed["proposal_id"])
+            recalled = answer(await client.call_tool("memory_recall", {"query": "Oslo"}))
+            assert [r["content"] for r in recalled["records"]] == [{"text": "ships to Oslo"}]
+
+    run_async(go)
+    with fabric.su() as c:
+        row = c.execute("SELECT source_event_id, proposed_by FROM fabric.proposals").fetchone()
+    assert row is not None and row[0].startswith("mcp:") and row[1] == "com-agt-003"
+    # only the hash is stored
+    assert fabric.count("mcp_tokens", f"token_hash = sha256('{token}'::bytea)") == 1
+
+
+def test_http_refuses_a_missing_unknown_or_revoked_token(fabric: Fabric, gateway: str) -> None:
+    run = fabric.open_run()
+    token = issue(fabric, run)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    for header in ({}, {"Authorization": "Bearer mft_" + "0" * 64}):
+        response = httpx2.post(gateway, json=body, headers=header)
+        assert response.status_code == 401
+        assert response.json()["sqlstate"] == "42501"
+
+    async def go() -> None:
+        async with http(gateway, token) as client:
+            assert not (await client.call_tool("memory_recall", {})).is_error
+            fabric.connect("mf_orchestrator").execute(
+                "SELECT fabric_api.revoke_mcp_token(%s)", (token,)
+            )
+            with pytest.raises(Exception):  # noqa: B017 - the transport's 401, any form
+                await client.call_tool("memory_recall", {})
+        with pytest.raises(Exception):  # noqa: B017
+            async with http(gateway, token) as client:
+                await client.list_tools()
+
+    run_async(go)
+    response = httpx2.post(gateway, json=body, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401
+    assert fabric.count("events", "event_type = 'memory.recall.served'") == 1
+
+
+def test_http_a_token_expires_with_its_ttl_or_its_run(fabric: Fabric, gateway: str) -> None:
+    short = issue(fabric, fabric.open_run(), "1 second")
+    run = fabric.open_run(ttl="1 second")
+    with_run = issue(fabric, run)
+    time.sleep(1.2)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    for token in (short, with_run):
+        response = httpx2.post(gateway, json=body, headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 401, response.text
+
+
+def test_two_agents_of_two_tenants_cannot_see_each_other(fabric: Fabric, gateway: str) -> None:
+    acme = issue(fabric, fabric.open_run())
+    globex = issue(fabric, fabric.open_run(agent_id="glx-agt-001", tenant="globex"))
+
+    async def go() -> None:
+        ids: dict[str, str] = {}
+        async with http(gateway, acme) as a, http(gateway, globex) as g:
+            for client, tenant in ((a, "acme"), (g, "globex")):
+                proposed = answer(
+                    await client.call_tool("memory_propose", envelope(f"{tenant} secret", tenant))
+                )
+                assert proposed["status"] == "validated", proposed
+                ids[tenant] = fabric.commit(proposed["proposal_id"])["memory_id"]
+            for client, mine, theirs in ((a, "acme", "globex"), (g, "globex", "acme")):
+                seen = answer(await client.call_tool("memory_recall", {"query": "secret"}))
+                assert [r["memory_id"] for r in seen["records"]] == [ids[mine]]
+                got = answer(await client.call_tool("memory_get", {"memory_ids": [ids[theirs]]}))
+                assert got["records"] == []
+                named = await client.call_tool(
+                    "memory_recall", {"query": "secret", "scope": {"tenant_id": theirs}}
+                )
+                result = answer(named)
+                assert result.get("records", []) == [], result
+                assert named.is_error or result["status"] == "denied"
+
+    run_async(go)
+
+
+# --- real passwords: the agent's own login, its password from a password file ---------------
+
+PW_AGENT, PW_GATEWAY = "mf_agent_pw", "mf_gateway_pw"
+
+
+@pytest.fixture
+def password_logins(fabric: Fabric, tmp_path: Path) -> Iterator[Path]:
+    """Two logins that must authenticate with a password (scram-sha-256 for these roles
+    only), the agent registered in acme, and a password file holding both passwords."""
+    su = fabric.su()
+    hba = Path(su.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
+    rule = f"host all {PW_AGENT},{PW_GATEWAY} 127.0.0.1/32 scram-sha-256  # test_mcp\n"
+    original = hba.read_text()
+    for login, password in ((PW_AGENT, "agent-secret"), (PW_GATEWAY, "gateway-secret")):
+        exists = su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone()
+        verb = "ALTER" if exists else "CREATE"
+        su.execute(
+            sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(login), sql.Literal(password)
+            )
+        )
+    su.execute(sql.SQL("GRANT fabric_mcp_gateway TO {}").format(sql.Identifier(PW_GATEWAY)))
+    admin = fabric.connect("mf_admin")
+    admin.execute(
+        "SELECT fabric_api.register_agent('com-agt-077', %s, %s, %s)",
+        (PW_AGENT, Jsonb(PROFILE_WIDE), MEMORY_TOOLS),
+    )
+    admin.execute("SELECT fabric_api.enable_agent('acme', 'com-agt-077', %s)", (MEMORY_TOOLS,))
+    hba.write_text(rule + original)
+    su.execute("SELECT pg_reload_conf()")
+    passfile = tmp_path / "fabric.pgpass"
+    passfile.write_text(f"*:*:*:{PW_AGENT}:agent-secret\n*:*:*:{PW_GATEWAY}:gateway-secret\n")
+    passfile.chmod(0o600)
+    try:
+        yield passfile
+    finally:
+        hba.write_text(original)
+        su.execute("SELECT pg_reload_conf()")
+
+
+def test_stdio_logs_in_with_the_password_file_and_only_with_it(
+    fabric: Fabric, password_logins: Path, tmp_path: Path
+) -> None:
+    run = fabric.open_run(agent_id="com-agt-077")
+    base = {**env_for(fabric), "PGPASSFILE": str(tmp_path / "none.pgpass")}
+    args = ["-m", "memfabric.cli", "mcp", "stdio", "--login", PW_AGENT, "--run", str(run)]
+
+    async def go() -> None:
+        with_file = StdioServerParameters(
+            command=sys.executable,
+            args=[*args, "--passfile", str(password_logins)],
+            env=base,
+        )
+        async with Client(with_file) as client:
+            proposed = answer(await client.call_tool("memory_propose", envelope("pw agent")))
+            assert proposed["status"] == "validated", proposed
+        without = StdioServerParameters(command=sys.executable, args=args, env=base)
+        with pytest.raises(Exception):  # noqa: B017 - the server cannot log in and exits
+            with anyio.fail_after(60):
+                async with Client(without) as client:
+                    await client.list_tools()
+
+    run_async(go)
+    with fabric.su() as c:
+        row = c.execute("SELECT proposed_by FROM fabric.proposals").fetchone()
+    assert row is not None and row[0] == "com-agt-077"
+
+
+def test_the_gateway_logs_in_as_itself_and_as_the_agent_with_its_password_file(
+    fabric: Fabric, password_logins: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memfabric.cli",
+            "mcp",
+            "http",
+            "--port",
+            str(port),
+            "--gateway-login",
+            PW_GATEWAY,
+            "--passfile",
+            str(password_logins),
+        ],
+        env={**env_for(fabric), "PGPASSFILE": "/nonexistent"},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for _ in range(300):
+            if proc.poll() is not None:
+                break
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        token = issue(fabric, fabric.open_run(agent_id="com-agt-077"))
+
+        async def go() -> None:
+            async with http(f"http://127.0.0.1:{port}/mcp", token) as client:
+                proposed = answer(await client.call_tool("memory_propose", envelope("via gw")))
+                assert proposed["status"] == "validated", proposed
+
+        run_async(go)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    with fabric.su() as c:
+        row = c.execute("SELECT proposed_by FROM fabric.proposals").fetchone()
+    assert row is not None and row[0] == "com-agt-077"
