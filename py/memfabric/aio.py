@@ -86,6 +86,9 @@ class AsyncFabric:
     def tracer(self, login: str) -> AsyncTracer:
         return AsyncTracer(self, login)
 
+    def mcp_gateway(self, login: str) -> AsyncMcpGateway:
+        return AsyncMcpGateway(self, login)
+
 
 class _AsyncRole:
     """One identity's calls: each is one `afabric_call` on a connection of its pool."""
@@ -163,6 +166,20 @@ class AsyncOrchestrator(_AsyncRole):
     async def close_run(self, run: Run | Id) -> Json:
         run_id = run.run_id if isinstance(run, Run) else run
         return await self._call("fabric_api.close_run", run_id)  # type: ignore[no-any-return]
+
+    async def issue_mcp_token(self, run: Run | Id, ttl: timedelta | str | None = None) -> str:
+        """A bearer token for the MCP gateway, bound to this run (returned once, stored
+        hashed; it expires with the run, or after `ttl`)."""
+        run_id = run.run_id if isinstance(run, Run) else run
+        args = [run_id] if ttl is None else [run_id, _ttl(ttl)]
+        return await self._call("fabric_api.issue_mcp_token", *args)  # type: ignore[no-any-return]
+
+    async def revoke_mcp_token(self, token: str) -> Json:
+        return await self._call("fabric_api.revoke_mcp_token", token)  # type: ignore[no-any-return]
+
+    async def request_schema(self, name: str) -> Json:
+        """The JSON Schema of a request (`recall`, `propose`), as the database validates it."""
+        return await self._call("fabric_api.request_schema", name)  # type: ignore[no-any-return]
 
 
 class AsyncAgent(_AsyncRole):
@@ -449,6 +466,28 @@ class AsyncAuditor(_AsyncRole):
     async def verify_event_chain(self, tenant_id: str | None = None) -> Json:
         return await self._call("fabric_audit.verify_event_chain", tenant_id)  # type: ignore[no-any-return]
 
+    # the relations (RETURNS TABLE): they compose with SQL; docs/audit.md is the cookbook
+    async def events(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return await self._rows("fabric_audit.events", tenant_id, start, end)
+
+    async def record_history(self, tenant_id: str, memory_id: Id) -> list[Json]:
+        return await self._rows("fabric_audit.record_history", tenant_id, memory_id)
+
+    async def approvals(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return await self._rows("fabric_audit.approvals", tenant_id, start, end)
+
+    async def erasures(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return await self._rows("fabric_audit.erasures", tenant_id, start, end)
+
+    async def tool_denials(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return await self._rows("fabric_audit.tool_denials", tenant_id, start, end)
+
+    async def recall_history(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return await self._rows("fabric_audit.recall_history", tenant_id, start, end)
+
+    async def recalled_records(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return await self._rows("fabric_audit.recalled_records", tenant_id, start, end)
+
 
 class AsyncProjector(_AsyncRole):
     """fabric_projector: reads the outbox and records for the vector and graph projections."""
@@ -523,6 +562,13 @@ class AsyncTracer(_AsyncRole):
         return bool(await self._call("fabric_api.check_trace_endpoint", endpoint))
 
 
+class AsyncMcpGateway(_AsyncRole):
+    """fabric_mcp_gateway: resolves a bearer token to the agent login and run it stands for."""
+
+    async def resolve_mcp_token(self, token: str) -> Json:
+        return await self._call("fabric_api.resolve_mcp_token", token)  # type: ignore[no-any-return]
+
+
 ROLES: dict[str, type[_AsyncRole]] = {
     "admin": AsyncAdmin,
     "orchestrator": AsyncOrchestrator,
@@ -533,4 +579,5 @@ ROLES: dict[str, type[_AsyncRole]] = {
     "auditor": AsyncAuditor,
     "projector": AsyncProjector,
     "tracer": AsyncTracer,
+    "mcp_gateway": AsyncMcpGateway,
 }

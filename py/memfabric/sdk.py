@@ -96,6 +96,9 @@ class Fabric:
     def tracer(self, login: str) -> Tracer:
         return Tracer(self, login)
 
+    def mcp_gateway(self, login: str) -> McpGateway:
+        return McpGateway(self, login)
+
 
 def _as_run(run: Run | Id, tenant_id: str | None) -> Run:
     if isinstance(run, Run):
@@ -183,6 +186,20 @@ class Orchestrator(_Role):
     def close_run(self, run: Run | Id) -> Json:
         run_id = run.run_id if isinstance(run, Run) else run
         return self._call("fabric_api.close_run", run_id)  # type: ignore[no-any-return]
+
+    def issue_mcp_token(self, run: Run | Id, ttl: timedelta | str | None = None) -> str:
+        """A bearer token for the MCP gateway, bound to this run (returned once, stored
+        hashed; it expires with the run, or after `ttl`)."""
+        run_id = run.run_id if isinstance(run, Run) else run
+        args = [run_id] if ttl is None else [run_id, _ttl(ttl)]
+        return self._call("fabric_api.issue_mcp_token", *args)  # type: ignore[no-any-return]
+
+    def revoke_mcp_token(self, token: str) -> Json:
+        return self._call("fabric_api.revoke_mcp_token", token)  # type: ignore[no-any-return]
+
+    def request_schema(self, name: str) -> Json:
+        """The JSON Schema of a request (`recall`, `propose`), as the database validates it."""
+        return self._call("fabric_api.request_schema", name)  # type: ignore[no-any-return]
 
 
 class Agent(_Role):
@@ -461,6 +478,28 @@ class Auditor(_Role):
     def verify_event_chain(self, tenant_id: str | None = None) -> Json:
         return self._call("fabric_audit.verify_event_chain", tenant_id)  # type: ignore[no-any-return]
 
+    # the relations (RETURNS TABLE): they compose with SQL; docs/audit.md is the cookbook
+    def events(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return self._rows("fabric_audit.events", tenant_id, start, end)
+
+    def record_history(self, tenant_id: str, memory_id: Id) -> list[Json]:
+        return self._rows("fabric_audit.record_history", tenant_id, memory_id)
+
+    def approvals(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return self._rows("fabric_audit.approvals", tenant_id, start, end)
+
+    def erasures(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return self._rows("fabric_audit.erasures", tenant_id, start, end)
+
+    def tool_denials(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return self._rows("fabric_audit.tool_denials", tenant_id, start, end)
+
+    def recall_history(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return self._rows("fabric_audit.recall_history", tenant_id, start, end)
+
+    def recalled_records(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
+        return self._rows("fabric_audit.recalled_records", tenant_id, start, end)
+
 
 class Projector(_Role):
     """fabric_projector: reads the outbox and records for the vector and graph projections."""
@@ -535,6 +574,13 @@ class Tracer(_Role):
         return bool(self._call("fabric_api.check_trace_endpoint", endpoint))
 
 
+class McpGateway(_Role):
+    """fabric_mcp_gateway: resolves a bearer token to the agent login and run it stands for."""
+
+    def resolve_mcp_token(self, token: str) -> Json:
+        return self._call("fabric_api.resolve_mcp_token", token)  # type: ignore[no-any-return]
+
+
 ROLES: dict[str, type[_Role]] = {
     "admin": Admin,
     "orchestrator": Orchestrator,
@@ -545,4 +591,5 @@ ROLES: dict[str, type[_Role]] = {
     "auditor": Auditor,
     "projector": Projector,
     "tracer": Tracer,
+    "mcp_gateway": McpGateway,
 }

@@ -32,6 +32,7 @@ GROUP = {
     "auditor": "fabric_auditor",
     "projector": "fabric_projector",
     "tracer": "fabric_tracer",
+    "mcp_gateway": "fabric_mcp_gateway",
 }
 CALLED = re.compile(r'"((?:fabric_api|fabric_audit)\.[a-z_0-9]+)"')
 
