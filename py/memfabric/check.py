@@ -9,7 +9,9 @@ connection given (the superuser or the migration role: catalogs and fabric table
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import os
@@ -25,7 +27,7 @@ PASS, FAIL, DEVIATION, NOT_APPLICABLE = "pass", "fail", "deviation", "not applic
 STATUSES = (PASS, FAIL, DEVIATION, NOT_APPLICABLE)
 Conn = psycopg.Connection[Any]
 
-STORE_MODULE, MCP_MODULE = "memfabric.langgraph", "memfabric.mcp"
+STORE_MODULE, MCP_MODULE = "memfabric.langgraph", "memfabric.mcp_server"
 STORE_METHODS = ("aget", "aput", "adelete", "asearch", "alist_namespaces")
 NAMESPACE = ("tenant_id", "tier", "scope_id")
 MEMORY_TABLES = ("memory_records", "memory_embeddings", "proposals", "memory_lineage",
@@ -34,6 +36,7 @@ COMMIT_FUNCTIONS = ("commit", "commit_pending", "promote", "demote", "supersede"
                     "commit_recommendation", "erase")  # fmt: skip
 # NOLOGIN roles that own or run the fabric's own functions (recall candidates, lookups).
 INTERNAL_ROLES = ("fabric_retriever", "fabric_lookup")
+LANGSMITH_SWITCHES = ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGCHAIN_TRACING")
 NAMS_DEVIATION = "docs/checklist.md#13-the-graph-library"
 
 
@@ -139,9 +142,29 @@ def store_methods(ctx: Context) -> tuple[str, str]:
     cls = _store_class(module)
     if cls is None:
         return FAIL, f"{STORE_MODULE} has no store class with {', '.join(STORE_METHODS)}"
-    return FAIL, (
-        f"{STORE_MODULE}.{cls.__name__} has the five methods, but check cannot yet verify "
-        "that aput and adelete reject"
+    # The store refuses a write before it reads anything, so a bare instance answers.
+    store = cls.__new__(cls)
+    namespace, key = ("tenant", "semantic", "tenant"), "check"
+    attempts: dict[str, Callable[[], Any]] = {
+        "put": lambda: store.put(namespace, key, {"check": True}),
+        "delete": lambda: store.delete(namespace, key),
+        "aput": lambda: asyncio.run(store.aput(namespace, key, {"check": True})),
+        "adelete": lambda: asyncio.run(store.adelete(namespace, key)),
+    }
+    wrote = []
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            wrote.append(f"{name} succeeded")
+        except PermissionError:
+            continue  # GovernedWriteRefused names the governed path
+        except Exception as exc:  # a refusal that is not the governed one
+            wrote.append(f"{name} failed with {type(exc).__name__}")
+    if wrote:
+        return FAIL, f"{STORE_MODULE}.{cls.__name__}: {'; '.join(wrote)}"
+    return PASS, (
+        f"{STORE_MODULE}.{cls.__name__} has the five methods; put, delete, aput and adelete "
+        "refuse with the governed path (propose, request_erasure)"
     )
 
 
@@ -326,8 +349,13 @@ def recall_provenance(ctx: Context) -> tuple[str, str]:
 
 def recall_spans(ctx: Context) -> tuple[str, str]:
     problems = []
-    if importlib.util.find_spec("langsmith") is not None:
-        problems.append("langsmith is installed")
+    # LangGraph's langchain-core pulls the langsmith package in; what must hold is that
+    # memfabric never uses it and nothing turns its tracing on.
+    on = [v for v in LANGSMITH_SWITCHES if ctx.env.get(v, "").strip().lower() in ("1", "true")]
+    if on:
+        problems.append(f"LangSmith tracing is switched on ({', '.join(on)})")
+    if any(r.startswith("langsmith") for r in (importlib.metadata.requires("memfabric") or [])):
+        problems.append("memfabric declares a langsmith dependency")
     if not ctx.value("SELECT count(*) FROM fabric.projection_cursors WHERE projection = 'trace'"):
         problems.append("no trace cursor on the outbox")
     endpoint = ctx.env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or ctx.env.get(
@@ -344,7 +372,8 @@ def recall_spans(ctx: Context) -> tuple[str, str]:
     )
     return (
         PASS,
-        f"OTLP endpoint set; trace cursor present ({lag} recalls not exported yet); no langsmith",
+        f"OTLP endpoint set; trace cursor present ({lag} recalls not exported yet); "
+        "LangSmith neither declared nor switched on",
     )
 
 
@@ -363,8 +392,21 @@ def checkpoints(ctx: Context) -> tuple[str, str]:
             f"no checkpointer binding ({why}); configured retention outlives approvals in "
             f"all {instances} instance(s)"
         )
-    return FAIL, (
-        f"{STORE_MODULE} is present but check cannot yet read its checkpointer retention or backup"
+    if not callable(getattr(module, "checkpointer", None)):
+        return FAIL, f"{STORE_MODULE} has no checkpointer()"
+    tables = ctx.value(
+        "SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = "
+        "'langgraph'::regnamespace AND c.relname IN ('checkpoints', 'checkpoint_blobs', "
+        "'checkpoint_writes')"
+    )
+    if tables != 3:
+        return FAIL, "the langgraph schema does not hold the checkpointer's three tables"
+    if "_expire_checkpoints" not in _source(ctx, "fabric_api.run_decay"):
+        return FAIL, "decay does not delete checkpoints past checkpoint_retention"
+    return PASS, (
+        f"checkpoints in schema langgraph; decay deletes threads past checkpoint_retention, "
+        f"which outlives approvals in all {instances} instance(s); backup: pg_dump of the "
+        "fabric and langgraph schemas (docs/langgraph.md)"
     )
 
 

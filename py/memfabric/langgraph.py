@@ -45,6 +45,10 @@ FILTER_KEYS = frozenset({"min_confidence", "valid_at", "compliance_labels_exclud
 _ID_OF = {"session": "session_id", "agent": "agent_id", "subject": "subject_id"}
 
 
+# A namespace names the tenant first, then the tier, then the id its visibility implies.
+NAMESPACE = ("tenant_id", "tier", "scope_id")
+
+
 class GovernedWriteRefused(PermissionError):
     """The store never writes durable memory: it is proposed inside a run and committed by
     the committer, and erased only through an approved erasure."""

@@ -34,6 +34,7 @@ from memfabric.recall import recall
 
 Json = dict[str, Any]
 RECALL, GET, PROPOSE = "memory_recall", "memory_get", "memory_propose"
+TOOLS = (RECALL, GET, PROPOSE)  # always all listed; authorization is per call
 
 DESCRIPTIONS = {
     RECALL: (
