@@ -349,3 +349,19 @@ def test_retrieval_returns_exactly_the_reference_selection(
             (tenant, keys, tiers, at, min_confidence, excluded, limit),
         ).fetchall()
     assert [g[0] for g in got] == [r["memory_id"] for r in expected]
+
+
+def test_a_scope_key_or_tier_named_twice_returns_each_record_once(
+    mixed: tuple[str, list[dict[str, Any]]],
+) -> None:
+    url, _ = mixed
+    query = (
+        "SELECT memory_id::text FROM fabric._recall_candidates('acme', %s, %s, now(), 0, "
+        "'{}', NULL, NULL, NULL, 1000)"
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        once = conn.execute(query, (["subject:u1", "tenant"], ["semantic", "episodic"])).fetchall()
+        twice = conn.execute(
+            query, (["subject:u1", "tenant", "subject:u1"], ["semantic", "episodic", "semantic"])
+        ).fetchall()
+    assert once and twice == once
