@@ -623,11 +623,14 @@ BEGIN
            WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
     -- Reciprocal rank fusion over the union of the vector and lexical lists, in one
-    -- statement (one snapshot). Each list is as deep as the fusion needs.
+    -- statement (one snapshot). Each list is as deep as the fusion needs: with the lexical
+    -- list alone its order is the answer's, so limit + 1 records (the one more tells that
+    -- the answer is truncated) rank and score exactly as a deeper list would.
     SELECT f.records, f.found INTO v_records, v_count
       FROM fabric._recall_fused(v_run.tenant_id, v_keys, v_vector_tiers, v_lexical_tiers,
              v_valid_at, v_min_conf, v_excluded, v_query, v_ids, v_scores,
-             LEAST(1000, GREATEST(v_limit * 4, 50)),
+             CASE WHEN v_ids IS NULL THEN v_limit + 1
+                  ELSE LEAST(1000, GREATEST(v_limit * 4, 50)) END,
              CASE WHEN v_mode = 'hybrid' AND v_ids IS NOT NULL AND v_query IS NOT NULL
                        AND pg_catalog.cardinality(v_vector_tiers) > 0
                   THEN 2.0 / 61 ELSE 1.0 / 61 END,
