@@ -11,7 +11,7 @@ export GRAPH_HTTP_PORT ?= 52480
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write bench-audit worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write bench-audit bench-recall worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -103,6 +103,10 @@ bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (pri
 
 bench-audit: migrate ## one-month window per audit relation, 200k events (ARGS="--events 1000000")
 	$(BIN)/python tests/bench/bench_audit.py $(ARGS)
+
+bench-recall: venv db-up ## recall at 1,000,000 records vs SELECT+audit and LangGraph PostgresStore (RECORDS=100000 for a quick run)
+	@$(BIN)/python -c 'import langgraph.store.postgres' 2>/dev/null || $(BIN)/pip install --quiet -e '.[langgraph]'
+	$(BIN)/python tests/bench/bench_recall.py --records $${RECORDS:-1000000} $(ARGS)
 
 bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic recall at 100k (printed)
 	$(BIN)/python tests/bench/bench_projection.py

@@ -211,6 +211,45 @@ BEGIN
     RETURN;
   END IF;
 
+  IF p_candidate_ids IS NULL THEN
+    -- Nothing to rank by: the top k in recall's order, read from memory_records_topk (live
+    -- records with content, in that order) by one ordered scan per resolved scope key and
+    -- tier, each stopping after k entries that pass every rule, then merged. Validity,
+    -- confidence and labels are checked on the index entries; only the k winners are
+    -- read whole, back through the same index by their full key (tenant and scope stay
+    -- index conditions). The cost follows k and the number of scope keys and tiers, not
+    -- the size of the scope.
+    RETURN QUERY
+      SELECT m.memory_id, NULL::double precision, fabric._record_json(m)
+      FROM (SELECT k.key, r.tier, t.memory_id, t.confidence, t.valid_from, t.recorded_at
+              FROM (SELECT DISTINCT k.key FROM pg_catalog.unnest(p_scope_keys) AS k(key)) k
+              CROSS JOIN (SELECT DISTINCT r.tier FROM pg_catalog.unnest(p_tiers) AS r(tier)) r
+              CROSS JOIN LATERAL (
+                SELECT i.memory_id, i.confidence, i.valid_from, i.recorded_at
+                  FROM fabric.memory_records i
+                 WHERE i.tenant_id = p_tenant_id
+                   AND i.scope_key = k.key
+                   AND i.tier = r.tier
+                   AND i.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                   AND i.content IS NOT NULL
+                   AND i.valid_from <= p_valid_at
+                   AND (i.valid_until IS NULL OR i.valid_until > p_valid_at)
+                   AND i.confidence >= p_min_confidence
+                   AND NOT (i.compliance_labels && p_excluded_labels)
+                 ORDER BY i.confidence DESC, i.valid_from DESC, i.recorded_at DESC, i.memory_id
+                 LIMIT p_limit) t
+             ORDER BY t.confidence DESC, t.valid_from DESC, t.recorded_at DESC, t.memory_id
+             LIMIT p_limit) w
+      JOIN fabric.memory_records m
+        ON m.tenant_id = p_tenant_id AND m.scope_key = w.key AND m.tier = w.tier
+       AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+       AND m.content IS NOT NULL
+       AND m.confidence = w.confidence AND m.valid_from = w.valid_from
+       AND m.recorded_at = w.recorded_at AND m.memory_id = w.memory_id
+      ORDER BY w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
+    RETURN;
+  END IF;
+
   RETURN QUERY
     SELECT m.memory_id, c.score, fabric._record_json(m)
     FROM fabric.memory_records m
@@ -692,13 +731,15 @@ BEGIN
            WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
     -- Reciprocal rank fusion over the union of the vector and lexical lists, in one
-    -- statement (one snapshot). Each list is cut where its retriever alone would stop (the
-    -- limit, at least 10): deeper lists let records both retrievers rank mediocre outrank
-    -- what one of them ranks first (measured by make bench-quality).
+    -- statement (one snapshot). With the lexical list alone its order is the answer's, so
+    -- limit + 1 records (the one more tells that the answer is truncated) rank and score
+    -- exactly as a deeper list would. Fused lists are cut where each retriever alone would
+    -- stop (the limit, at least 10): deeper lists let records both retrievers rank mediocre
+    -- outrank what one of them ranks first (measured by make bench-quality).
     SELECT f.records, f.found INTO v_records, v_count
       FROM fabric._recall_fused(v_run.tenant_id, v_keys, v_vector_tiers, v_lexical_tiers,
              v_valid_at, v_min_conf, v_excluded, v_query, v_ids, v_scores,
-             GREATEST(v_limit, 10),
+             CASE WHEN v_ids IS NULL THEN v_limit + 1 ELSE GREATEST(v_limit, 10) END,
              CASE WHEN v_mode = 'hybrid' AND v_ids IS NOT NULL AND v_query IS NOT NULL
                        AND pg_catalog.cardinality(v_vector_tiers) > 0
                   THEN 2.0 / 61 ELSE 1.0 / 61 END,

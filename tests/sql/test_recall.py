@@ -315,6 +315,24 @@ def test_limit_defaults_to_eight_and_reports_truncation(fabric: Fabric) -> None:
         fabric.recall("mf_agent_a", {"run_id": rr, "limit": 101})
 
 
+def test_text_recall_reports_truncation_and_ranks_as_a_deeper_list(fabric: Fabric) -> None:
+    """Text recall reads the lexical list only as deep as the answer (limit + 1): the
+    first records of a short answer are those of a long one, in the same order, with the
+    same scores, and one record more than the limit is reported as truncated."""
+    run = fabric.open_run()
+    for i in range(10):
+        form(fabric, run, f"invoice episode {i}" + " invoice" * (i % 3))
+    rr = str(recall_run(fabric))
+    ask = {"run_id": rr, "tiers": ["episodic"], "query": "invoice"}
+    full = fabric.recall("mf_agent_a", {**ask, "limit": 10})
+    assert len(full["records"]) == 10 and full["truncated"] is False
+    short = fabric.recall("mf_agent_a", {**ask, "limit": 9})
+    assert short["truncated"] is True
+    assert [(r["memory_id"], r["score"], r["retrieval"]) for r in short["records"]] == [
+        (r["memory_id"], r["score"], r["retrieval"]) for r in full["records"][:9]
+    ]
+
+
 def test_superseded_tombstoned_and_contentless_records_are_never_returned(
     fabric: Fabric, world: dict[str, Any]
 ) -> None:

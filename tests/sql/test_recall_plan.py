@@ -77,8 +77,15 @@ def big(server: Any, template: str) -> Iterator[str]:
         conn.execute("DROP DATABASE IF EXISTS mf_big WITH (FORCE)")
 
 
-def plan_of(url: str, query: str | None, relation: str = "memory_records") -> list[dict[str, Any]]:
-    """The executed plans of the retrieval's statements on `relation`, through auto_explain."""
+def plan_of(
+    url: str,
+    query: str | None,
+    relation: str = "memory_records",
+    analyze: bool = False,
+    limit: int = 9,
+) -> list[dict[str, Any]]:
+    """The executed plans of the retrieval's statements on `relation`, through auto_explain
+    (with `analyze`, each node's actual rows and loops)."""
     plans: list[dict[str, Any]] = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.add_notice_handler(
@@ -96,13 +103,14 @@ def plan_of(url: str, query: str | None, relation: str = "memory_records") -> li
             "SET auto_explain.log_nested_statements = on",
             "SET auto_explain.log_format = 'json'",
             "SET auto_explain.log_level = 'notice'",
+            f"SET auto_explain.log_analyze = {'on' if analyze else 'off'}",
         ):
             conn.execute(setting)
         conn.execute(
             "SELECT * FROM fabric._recall_candidates('big', ARRAY['subject:user-42', 'tenant', "
             "'agent:agt-3'], ARRAY['semantic', 'episodic'], now(), 0.2, ARRAY['pci'], %s, "
-            "NULL, NULL, 9)",
-            (query,),
+            "NULL, NULL, %s)",
+            (query, limit),
         )
     return plans
 
@@ -131,6 +139,39 @@ def test_tenant_and_scope_are_index_conditions_not_filters(big: str, query: str 
     assert "scope_key" in conds, explained
     for node in scans:
         assert "tenant_id" not in node.get("Filter", ""), explained
+
+
+def rows_read(node: dict[str, Any]) -> float:
+    """The rows a scan node looked at: those it returned and those it filtered out."""
+    return (
+        node["Actual Rows"]
+        + node.get("Rows Removed by Filter", 0)
+        + node.get("Rows Removed by Index Recheck", 0)
+    ) * node["Actual Loops"]
+
+
+@pytest.mark.parametrize("limit", [1, 9, 50])
+def test_filter_only_recall_reads_rows_bounded_by_k_not_by_the_scope(big: str, limit: int) -> None:
+    """The resolved scope holds ~10,000 live records of tenant 'big' (its tenant-visible ones
+    above all); a filter-only recall reads at most a few times k rows per scope key and tier
+    (3 keys x 2 tiers here), plus the k winners read whole."""
+    with psycopg.connect(big, autocommit=True) as conn:
+        (scope,) = conn.execute(
+            "SELECT count(*) FROM fabric.memory_records WHERE tenant_id = 'big' "
+            "AND scope_key IN ('subject:user-42', 'tenant', 'agent:agt-3') "
+            "AND tier IN ('semantic', 'episodic')"
+        ).fetchone()
+    assert scope > 8_000
+    (explained,) = plan_of(big, None, analyze=True, limit=limit)
+    scans = [
+        n
+        for n in nodes(explained["Plan"])
+        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
+    ]
+    assert scans and not [n for n in scans if n["Node Type"] == "Seq Scan"], explained
+    assert explained["Plan"]["Actual Rows"] == limit, explained
+    read = sum(rows_read(n) for n in scans)
+    assert read <= 2 * limit * 3 * 2 + limit, (read, explained)
 
 
 def test_statistics_are_read_by_tenant_and_scope_through_their_index(big: str) -> None:
@@ -308,3 +349,19 @@ def test_retrieval_returns_exactly_the_reference_selection(
             (tenant, keys, tiers, at, min_confidence, excluded, limit),
         ).fetchall()
     assert [g[0] for g in got] == [r["memory_id"] for r in expected]
+
+
+def test_a_scope_key_or_tier_named_twice_returns_each_record_once(
+    mixed: tuple[str, list[dict[str, Any]]],
+) -> None:
+    url, _ = mixed
+    query = (
+        "SELECT memory_id::text FROM fabric._recall_candidates('acme', %s, %s, now(), 0, "
+        "'{}', NULL, NULL, NULL, 1000)"
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        once = conn.execute(query, (["subject:u1", "tenant"], ["semantic", "episodic"])).fetchall()
+        twice = conn.execute(
+            query, (["subject:u1", "tenant", "subject:u1"], ["semantic", "episodic", "semantic"])
+        ).fetchall()
+    assert once and twice == once

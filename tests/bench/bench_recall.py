@@ -1,0 +1,273 @@
+"""`make bench-recall`: governed recall at scale against the same work without governance
+and against LangGraph's PostgresStore, on the same server and the same items.
+
+Prints, never asserts (STYLE.md). Two shapes of RECORDS records (default 1,000,000), each in
+a fresh database (DBNAME, dropped afterwards unless --keep):
+- many tenants: RECORDS / 1,000 tenants x 10 subjects x 100 records;
+- big tenants: 10 tenants x 10 subjects x RECORDS / 100 records.
+Records alternate episodic and semantic; 10% are tenant-visible, the rest subject-visible.
+Content is ~700 bytes of text holding two topic words (one of 500) and a common filler.
+
+Fixture shortcut: the records are generated set-based by the superuser with triggers off
+(session_replication_role = replica), with the per-scope search statistics folded in, as
+tests/sql/test_recall_plan.py does. They are data for the reads measured here, not governed
+writes (`make bench-write` measures those).
+
+Measured from one connection each, interleaved query by query (order rotated each turn):
+- governed: `fabric_api.recall` as the agent inside an open run of (tenant, subject), tier
+  episodic, visibility subject + tenant, limit 8: filter-only, then one topic word;
+- same SELECT + audit: `fabric._recall_candidates` with the scope governed recall resolves,
+  then one INSERT of an audit row into a plain table, in one transaction, as the superuser
+  (no run, tool check, scope resolution, pseudonyms or JSON answer);
+- PostgresStore: `PostgresStore.search((tenant, tier, subject), limit=8)` over the same
+  items loaded into its `store` table (set-based, same shortcut). It has no full-text
+  search without an embedding index, so it is measured filter-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from bench_projection import call, connect, pct
+from bench_write import machine
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+
+from memfabric import db
+
+DBNAME = "memfabric_bench_recall"
+LOGINS = {
+    "benchr_agent": None,
+    "benchr_orchestrator": "fabric_orchestrator",
+    "benchr_admin": "fabric_admin",
+}
+AGENT = "benchr-agt-001"
+TOOLS = ["tool:memory-recall"]
+SCOPE = {"tiers": ["episodic", "semantic"], "visibility": ["subject", "tenant"]}
+OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
+LIMIT, TOPICS = 8, 500
+FILLER = (
+    "The customer called about the quarterly invoice and asked that every future statement "
+    "be sent to the finance mailbox; the account manager confirmed the billing entity, the "
+    "currency and the payment terms, noted the purchase order reference for the next "
+    "renewal, and promised a written summary of the call with the open questions about "
+    "delivery windows, the warehouse contact and the escalation path for late shipments. "
+    "They also mentioned the onboarding checklist, the training schedule for new staff and "
+    "the preferred channel for urgent requests outside business hours."
+)
+
+# Set-based generation: record i of tenant t, subject i % subjects; 10% tenant-visible.
+RECORDS_SQL = """
+INSERT INTO fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
+  session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
+  confidence, valid_from, valid_until, recorded_at, consolidation_state, retention_class,
+  compliance_labels, search_tsv)
+SELECT t.tenant_id, gen_random_uuid(), (ARRAY['episodic', 'semantic'])[1 + i %% 2],
+       CASE WHEN (i / 20) %% 10 = 3 THEN 'tenant' ELSE 'subject' END,
+       'user-' || ((i / 2) %% %(subjects)s), 'sess-' || (i %% 7), %(agent)s, c.content,
+       'sha256:' || encode(sha256(convert_to(t.tenant_id || i, 'UTF8')), 'hex'),
+       'evt-' || i, %(agent)s, 'extraction', (i %% 97) / 96.0,
+       now() - make_interval(days => 1 + i %% 400), NULL, now(), 'raw', 'durable', '{}',
+       jsonb_to_tsvector(s.text_search_config, c.content, '["string"]')
+FROM unnest(%(tenants)s::text[]) AS t(tenant_id)
+CROSS JOIN generate_series(1, %(per_tenant)s) AS i
+CROSS JOIN fabric.deployment_settings s
+CROSS JOIN LATERAL (SELECT jsonb_build_object('text', 'note ' || i || ' about topic'
+  || abs(hashtext(t.tenant_id || i) %% %(topics)s) || ' and topic'
+  || abs(hashtext(i || t.tenant_id) %% %(topics)s) || '. '
+  || %(filler)s) AS content) c
+"""
+STATS_SQL = """
+INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+SELECT tenant_id, scope_key, '', count(*), sum(fabric._search_length(search_tsv))
+  FROM fabric.memory_records GROUP BY tenant_id, scope_key
+UNION ALL
+SELECT m.tenant_id, m.scope_key, u.lexeme, count(*), 0
+  FROM fabric.memory_records m CROSS JOIN LATERAL unnest(m.search_tsv) u
+ GROUP BY m.tenant_id, m.scope_key, u.lexeme
+"""
+# The peer's items: the same records under (tenant, tier, subject) -- tenant-visible ones
+# under (tenant, tier, "tenant") -- with the same value.
+STORE_SQL = """
+INSERT INTO public.store (prefix, key, value, created_at, updated_at)
+SELECT m.tenant_id || '.' || m.tier || '.' || CASE m.visibility WHEN 'tenant' THEN 'tenant'
+         ELSE m.subject_id END,
+       m.memory_id::text,
+       jsonb_build_object('content', m.content, 'confidence', m.confidence,
+                          'valid_from', m.valid_from),
+       m.recorded_at, m.valid_from
+  FROM fabric.memory_records m
+"""
+AUDIT_DDL = """
+DROP SCHEMA IF EXISTS bench_baseline CASCADE;
+CREATE SCHEMA bench_baseline;
+CREATE TABLE bench_baseline.events (LIKE fabric.events INCLUDING DEFAULTS INCLUDING INDEXES);
+"""
+BASE_SELECT = """SELECT memory_id, record FROM fabric._recall_candidates(%s, %s, ARRAY['episodic'],
+  now(), 0, '{}', %s, NULL, NULL, %s)"""
+BASE_AUDIT = """INSERT INTO bench_baseline.events (tenant_id, event_type, correlation_id,
+  actor_agent_id, run_id, payload) VALUES (%s, 'memory.recall.served', %s, %s, %s, %s)"""
+
+Sample = dict[str, list[float]]
+
+
+def fresh_database(url: str) -> str:
+    with connect(url) as su:
+        name = sql.Identifier(DBNAME)
+        su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        su.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    burl = make_conninfo(url, dbname=DBNAME)
+    db.migrate(burl)
+    return burl
+
+
+def load(url: str, tenants: list[str], subjects: int, per_tenant: int) -> float:
+    """Tenants and the agent governed (admin API); records, statistics and the peer's
+    items set-based (the fixture shortcut). Returns the seconds it took."""
+    t0 = time.perf_counter()
+    with connect(url) as su:
+        for login, group in LOGINS.items():
+            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
+                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+            if group:
+                su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+    with connect(url, "benchr_admin") as admin:
+        call(admin, "SELECT fabric_api.register_agent(%s, %s, %s, %s)",
+             AGENT, "benchr_agent", Jsonb({"recall_scope": SCOPE}), TOOLS)  # fmt: skip
+        for tenant in tenants:
+            call(admin, "SELECT fabric_api.create_tenant(%s)", tenant)
+            call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", tenant, AGENT, TOOLS)
+    from langgraph.store.postgres import PostgresStore
+
+    with PostgresStore.from_conn_string(url) as store:
+        store.setup()
+    with connect(url) as su:
+        su.execute("SET session_replication_role = replica")
+        su.execute("SET maintenance_work_mem = '256MB'")
+        chunk = max(1, 200_000 // per_tenant)
+        for k in range(0, len(tenants), chunk):
+            su.execute(RECORDS_SQL, {
+                "tenants": tenants[k : k + chunk], "per_tenant": per_tenant,
+                "subjects": subjects, "agent": AGENT, "topics": TOPICS, "filler": FILLER,
+            })  # fmt: skip
+        su.execute(STATS_SQL)
+        su.execute(STORE_SQL)
+        su.execute(AUDIT_DDL)
+        su.execute("VACUUM ANALYZE")
+    return time.perf_counter() - t0
+
+
+def measure(url: str, tenants: list[str], subjects: int, queries: int, seed: int) -> Sample:
+    rng = random.Random(seed)
+    pairs = [(rng.choice(tenants), f"user-{rng.randrange(subjects)}") for _ in range(50)]
+    with connect(url, "benchr_orchestrator") as orch:
+        runs = {p: call(orch, OPEN_RUN, p[0], AGENT, p[1], "sess-1", TOOLS) for p in pairs}
+    from langgraph.store.postgres import PostgresStore
+
+    took: Sample = {}
+    with (
+        connect(url, "benchr_agent") as agent,
+        connect(url) as base,
+        PostgresStore.from_conn_string(url) as store,
+    ):
+
+        def governed(pair: tuple[str, str], word: str | None) -> None:
+            request = {"run_id": str(runs[pair]), "tiers": ["episodic"], "limit": LIMIT,
+                       **({"query": word} if word else {})}  # fmt: skip
+            answer = call(agent, "SELECT fabric_api.recall(%s)", Jsonb(request))
+            assert answer["status"] == "served", answer
+
+        def baseline(pair: tuple[str, str], word: str | None) -> None:
+            keys = [f"subject:{pair[1]}", "tenant"]
+            with base.transaction():
+                rows = base.execute(BASE_SELECT, (pair[0], keys, word, LIMIT + 1)).fetchall()
+                payload = {"status": "served", "agent_id": AGENT, "tiers_served": ["episodic"],
+                           "memory_ids": [str(r[0]) for r in rows[:LIMIT]]}  # fmt: skip
+                base.execute(BASE_AUDIT, (pair[0], "corr", AGENT, runs[pair], Jsonb(payload)))
+
+        def peer(pair: tuple[str, str], word: str | None) -> None:
+            store.search((pair[0], "episodic", pair[1]), limit=LIMIT)
+
+        measures: list[tuple[str, Callable[[tuple[str, str], str | None], None], bool]] = [
+            ("governed filter", governed, False),
+            ("select+audit filter", baseline, False),
+            ("PostgresStore filter", peer, False),
+            ("governed text", governed, True),
+            ("select+audit text", baseline, True),
+        ]
+        for n in range(queries + 5):  # the first 5 rounds warm caches and plans
+            pair, word = rng.choice(pairs), f"topic{rng.randrange(TOPICS)}"
+            turn = measures[n % len(measures) :] + measures[: n % len(measures)]
+            for name, fn, text in turn:
+                t = time.perf_counter()
+                fn(pair, word if text else None)
+                if n >= 5:
+                    took.setdefault(name, []).append((time.perf_counter() - t) * 1000)
+    return took
+
+
+def report(shape: str, took: Sample) -> list[str]:
+    print(f"\n{shape}: {len(next(iter(took.values())))} queries per measure, limit {LIMIT}")
+    print(f"  {'measure':<22} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+    for name, xs in took.items():
+        print(f"  {name:<22} {pct(xs, 50):8.2f} {pct(xs, 95):8.2f} {pct(xs, 99):8.2f}"
+              f" {statistics.fmean(xs):8.2f}")  # fmt: skip
+    p95 = {name: pct(xs, 95) for name, xs in took.items()}
+    return [
+        f"{shape}: governed / select+audit p95, filter-only: "
+        f"{p95['governed filter'] / p95['select+audit filter']:.2f}x",
+        f"{shape}: governed / select+audit p95, full text: "
+        f"{p95['governed text'] / p95['select+audit text']:.2f}x",
+        f"{shape}: governed / PostgresStore p95, filter-only: "
+        f"{p95['governed filter'] / p95['PostgresStore filter']:.2f}x",
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--records", type=int, default=int(os.environ.get("RECORDS", 1_000_000)))
+    ap.add_argument("--queries", type=int, default=300, help="per measure and shape")
+    ap.add_argument("--shape", choices=["many", "big", "both"], default="both")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--keep", action="store_true", help=f"keep the database {DBNAME}")
+    args = ap.parse_args()
+    server = db.database_url()
+    shapes = {
+        "many tenants": ([f"t{n:04d}" for n in range(max(1, args.records // 1000))], 10, 1000),
+        "big tenants": ([f"b{n:02d}" for n in range(10)], 10, max(10, args.records // 10)),
+    }
+    if args.shape != "both":
+        shapes = {k: v for k, v in shapes.items() if k.startswith(args.shape)}
+    ratios: list[str] = []
+    for shape, (tenants, subjects, per_tenant) in shapes.items():
+        records = len(tenants) * per_tenant
+        print(f"{shape}: {len(tenants)} tenants x {subjects} subjects x"
+              f" {per_tenant // subjects} records = {records}; fresh database {DBNAME} ...",
+              flush=True)  # fmt: skip
+        url = fresh_database(server)
+        try:
+            took_s = load(url, tenants, subjects, per_tenant)
+            print(f"  loaded (set-based, fixture shortcut) in {took_s:.0f} s", flush=True)
+            took = measure(url, tenants, subjects, args.queries, args.seed)
+            cpu, pg = machine(url)
+        finally:
+            if not args.keep:
+                with connect(server) as su:
+                    su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(DBNAME)))  # fmt: skip
+        ratios += report(f"{shape} ({records} records)", took)
+    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cpu}; {pg}; load average {loadavg}")
+    print("\n".join(ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
