@@ -1,7 +1,7 @@
 """`make bench-recall`: governed recall at scale against the same work without governance
 and against LangGraph's PostgresStore, on the same server and the same items.
 
-Prints, never asserts (STYLE.md). Two shapes of RECORDS records (default 1,000,000), each in
+Prints, never asserts. Two shapes of RECORDS records (default 1,000,000), each in
 a fresh database (DBNAME, dropped afterwards unless --keep):
 - many tenants: RECORDS / 1,000 tenants x 10 subjects x 100 records;
 - big tenants: 10 tenants x 10 subjects x RECORDS / 100 records.
