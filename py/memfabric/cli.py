@@ -582,7 +582,8 @@ def import_command(
 
     iid = import_id or default_import_id(file)
     size = file.stat().st_size
-    columns = (TextColumn("[import]"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[n]}"))
+    counts = TextColumn("{task.fields[n]}")
+    columns = (TextColumn("[import]"), BarColumn(), DownloadColumn(), counts)
     with Progress(*columns, transient=True) as bar:
         task = bar.add_task("import", total=size, n="")
 
