@@ -11,7 +11,7 @@ export GRAPH_HTTP_PORT ?= 52480
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -100,6 +100,9 @@ check: lint typecheck test ## what CI runs: lint, types, tests
 
 bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted)
 	$(BIN)/python tests/bench/bench_write.py
+
+bench-import: migrate ## bulk import_records rate vs single propose+commit (printed, not asserted)
+	$(BIN)/python tests/bench/bench_import.py $(ARGS)
 
 bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic recall at 100k (printed)
 	$(BIN)/python tests/bench/bench_projection.py
