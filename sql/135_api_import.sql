@@ -8,9 +8,10 @@
 -- makes the import id the idempotency key. See docs/import.md.
 
 -- ---------------------------------------------------------------------------------------
--- fabric._import_text: an optional identifier field of an import element. The common case
--- (absent, or a string that is an identifier) is decided here without a call; anything
--- else goes to fabric._envelope_text, which raises propose's error for it.
+-- fabric._import_text: an optional identifier field of an import element: absent is NULL,
+-- anything but an identifier string goes to fabric._envelope_text, which raises propose's
+-- error for it. fabric._import_element reads an identifier string inline and calls this
+-- for everything else.
 CREATE OR REPLACE FUNCTION fabric._import_text(p_value jsonb, p_field text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -103,7 +104,10 @@ BEGIN
       'validity_interval, retention_class, compliance_labels, version, supersedes, '
       'business_instance_id');
   END IF;
-  v_tier := fabric._import_text(p_element -> 'tier', 'tier');
+  v_tier := CASE WHEN p_element -> 'tier' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(p_element -> 'tier') = 'string'
+       AND pg_catalog.pg_input_is_valid(p_element -> 'tier' #>> '{}', 'fabric.ident')
+       THEN p_element -> 'tier' #>> '{}' ELSE fabric._import_text(p_element -> 'tier', 'tier') END;
 
   v_scope := p_element -> 'scope';
   IF v_scope IS NULL OR pg_catalog.jsonb_typeof(v_scope) <> 'object'
@@ -111,11 +115,26 @@ BEGIN
     PERFORM fabric._bad_envelope('scope must be an object of tenant_id, subject_id, agent_id, session_id, visibility',
       'an imported record carries its full scope');
   END IF;
-  v_tenant := fabric._import_text(v_scope -> 'tenant_id', 'scope.tenant_id');
-  o_subject_id := fabric._import_text(v_scope -> 'subject_id', 'scope.subject_id');
-  o_session_id := fabric._import_text(v_scope -> 'session_id', 'scope.session_id');
-  o_agent_id := fabric._import_text(v_scope -> 'agent_id', 'scope.agent_id');
-  o_visibility := fabric._import_text(v_scope -> 'visibility', 'scope.visibility');
+  v_tenant := CASE WHEN v_scope -> 'tenant_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'tenant_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'tenant_id' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'tenant_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'tenant_id', 'scope.tenant_id') END;
+  o_subject_id := CASE WHEN v_scope -> 'subject_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'subject_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'subject_id' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'subject_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'subject_id', 'scope.subject_id') END;
+  o_session_id := CASE WHEN v_scope -> 'session_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'session_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'session_id' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'session_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'session_id', 'scope.session_id') END;
+  o_agent_id := CASE WHEN v_scope -> 'agent_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'agent_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'agent_id' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'agent_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'agent_id', 'scope.agent_id') END;
+  o_visibility := CASE WHEN v_scope -> 'visibility' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'visibility' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'visibility' #>> '{}' ELSE fabric._import_text(v_scope -> 'visibility', 'scope.visibility') END;
   IF o_visibility IS NULL OR o_visibility NOT IN ('session', 'agent', 'subject', 'tenant') THEN
     PERFORM fabric._bad_envelope('scope.visibility must be one of session, agent, subject, tenant',
                                  'there is no cross-tenant visibility');
@@ -146,7 +165,8 @@ BEGIN
   -- raises 22003 otherwise), so content with numbers is hashed here too.
   IF p_element ? 'content_hash' AND pg_catalog.jsonb_typeof(p_element -> 'content_hash') <> 'null' THEN
     o_content_hash := fabric.content_hash(o_content);
-    IF o_content_hash IS DISTINCT FROM (CASE WHEN pg_catalog.jsonb_typeof(p_element -> 'content_hash') = 'string'
+    IF o_content_hash IS DISTINCT FROM (CASE WHEN p_element -> 'content_hash' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(p_element -> 'content_hash') = 'string'
                                              THEN p_element ->> 'content_hash' END) THEN
       PERFORM fabric._bad_envelope('content_hash does not match the content',
         'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
@@ -169,9 +189,18 @@ BEGIN
     PERFORM fabric._bad_envelope('provenance.source_event_id is set by the import: it names the import event',
       'omit it; keep the original store''s ids in correlation_id or causation_id, or in content');
   END IF;
-  o_correlation_id := fabric._import_text(v_prov -> 'correlation_id', 'provenance.correlation_id');
-  o_causation_id := fabric._import_text(v_prov -> 'causation_id', 'provenance.causation_id');
-  v_method := fabric._import_text(v_prov -> 'formation_method', 'provenance.formation_method');
+  o_correlation_id := CASE WHEN v_prov -> 'correlation_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_prov -> 'correlation_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_prov -> 'correlation_id' #>> '{}', 'fabric.ident')
+       THEN v_prov -> 'correlation_id' #>> '{}' ELSE fabric._import_text(v_prov -> 'correlation_id', 'provenance.correlation_id') END;
+  o_causation_id := CASE WHEN v_prov -> 'causation_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_prov -> 'causation_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_prov -> 'causation_id' #>> '{}', 'fabric.ident')
+       THEN v_prov -> 'causation_id' #>> '{}' ELSE fabric._import_text(v_prov -> 'causation_id', 'provenance.causation_id') END;
+  v_method := CASE WHEN v_prov -> 'formation_method' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_prov -> 'formation_method') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_prov -> 'formation_method' #>> '{}', 'fabric.ident')
+       THEN v_prov -> 'formation_method' #>> '{}' ELSE fabric._import_text(v_prov -> 'formation_method', 'provenance.formation_method') END;
   IF v_method IS DISTINCT FROM 'import' AND v_method IS NOT NULL THEN
     PERFORM fabric._bad_envelope('provenance.formation_method of an imported record is import',
                                  'omit it or send "import"');
@@ -195,7 +224,10 @@ BEGIN
   o_valid_from := coalesce(v_given_from, pg_catalog.now());
   o_valid_until := fabric._import_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
 
-  o_retention := coalesce(fabric._import_text(p_element -> 'retention_class', 'retention_class'), 'durable');
+  o_retention := coalesce(CASE WHEN p_element -> 'retention_class' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(p_element -> 'retention_class') = 'string'
+       AND pg_catalog.pg_input_is_valid(p_element -> 'retention_class' #>> '{}', 'fabric.ident')
+       THEN p_element -> 'retention_class' #>> '{}' ELSE fabric._import_text(p_element -> 'retention_class', 'retention_class') END, 'durable');
   IF o_retention NOT IN ('ephemeral', 'operational', 'durable', 'audit', 'regulated') THEN
     PERFORM fabric._bad_envelope('retention_class must be one of ephemeral, operational, durable, audit, regulated',
                                  'the default is durable');
@@ -220,7 +252,10 @@ BEGIN
     PERFORM fabric._bad_envelope('version components must be at most 2147483647',
                                  'MAJOR.MINOR.PATCH, e.g. 1.4.2');
   END IF;
-  o_instance := fabric._import_text(p_element -> 'business_instance_id', 'business_instance_id');
+  o_instance := CASE WHEN p_element -> 'business_instance_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(p_element -> 'business_instance_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(p_element -> 'business_instance_id' #>> '{}', 'fabric.ident')
+       THEN p_element -> 'business_instance_id' #>> '{}' ELSE fabric._import_text(p_element -> 'business_instance_id', 'business_instance_id') END;
   IF (p_element ? 'derived_from' AND pg_catalog.jsonb_typeof(p_element -> 'derived_from') NOT IN ('null', 'array'))
      OR (p_element ? 'supersedes' AND pg_catalog.jsonb_typeof(p_element -> 'supersedes') NOT IN ('null', 'string')) THEN
     PERFORM fabric._bad_envelope('derived_from must be an array and supersedes a memory id or null',
