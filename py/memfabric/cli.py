@@ -570,6 +570,7 @@ def import_command(
         None, "--import-id", help="the import's id (default: derived from the file's bytes)"
     ),
     batch: int = typer.Option(1000, min=1, max=10000, help="records per call (transaction)"),
+    jobs: int = typer.Option(1, min=1, max=16, help="batches in flight (one connection each)"),
     login: str = _committer_login_option(
         "the committer's login (a member of fabric_committer, enabled in the tenant)"
     ),
@@ -591,7 +592,13 @@ def import_command(
             bar.update(task, completed=done, n=f"{s.formed} formed, {s.refused} refused")
 
         summary = import_file(
-            Settings.from_env().conninfo("committer", login), tenant, file, iid, batch, progress
+            Settings.from_env().conninfo("committer", login),
+            tenant,
+            file,
+            iid,
+            batch,
+            progress,
+            jobs=jobs,
         )
     again = f", {summary.replayed} replayed" if summary.replayed else ""
     typer.echo(

@@ -5,14 +5,20 @@ answers. Each batch is one call (one transaction) under its own import id,
 `<import id>-b<batch number>`, so running the same file again with the same --batch
 replays every batch (nothing is formed twice) and a run cut short resumes where it stopped.
 A line that is not JSON is sent as null, which the database refuses for its position like
-any other malformed element.
+any other malformed element. With `jobs` > 1, that many batches are in flight at once, each
+on its own connection (batches are independent transactions); answers are added up in file
+order. A failed batch stops the import; the batches already committed stay, and running the
+file again replays them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import queue
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,26 +90,53 @@ def import_file(
     batch: int = 1000,
     progress: Callable[[int, ImportSummary], None] | None = None,
     keep_refusals: int = 1000,
+    jobs: int = 1,
 ) -> ImportSummary:
-    """Import the file batch by batch; `progress(bytes read, summary)` after each batch."""
+    """Import the file batch by batch on `jobs` connections (each batch its own call and
+    transaction); `progress(bytes read, summary)` after each batch, in file order."""
     summary = ImportSummary(import_id)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        for number, (lines, elements, done) in enumerate(read_batches(path, batch), start=1):
+    conns = [psycopg.connect(conninfo, autocommit=True) for _ in range(max(jobs, 1))]
+    free: queue.SimpleQueue[psycopg.Connection[Any]] = queue.SimpleQueue()
+    for conn in conns:
+        free.put(conn)
+
+    def send(number: int, elements: list[Any]) -> dict[str, Any]:
+        conn = free.get()
+        try:
             row = conn.execute(
                 IMPORT, (tenant, f"{import_id}-b{number:06d}", Jsonb(elements))
             ).fetchone()
-            assert row is not None
-            answer: dict[str, Any] = row[0]
-            summary.batches += 1
-            summary.records += int(answer["records"])
-            summary.formed += int(answer["formed"])
-            summary.refused += int(answer["refused"])
-            summary.replayed += bool(answer["replayed"])
-            for r in answer["refusals"]:
-                if len(summary.refusals) < keep_refusals:
-                    summary.refusals.append(
-                        Refusal(lines[int(r["position"])], r["sqlstate"], str(r["reason"]))
-                    )
-            if progress is not None:
-                progress(done, summary)
+        finally:
+            free.put(conn)
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    def add(lines: list[int], done: int, answer: dict[str, Any]) -> None:
+        summary.batches += 1
+        summary.records += int(answer["records"])
+        summary.formed += int(answer["formed"])
+        summary.refused += int(answer["refused"])
+        summary.replayed += bool(answer["replayed"])
+        for r in answer["refusals"]:
+            if len(summary.refusals) < keep_refusals:
+                summary.refusals.append(
+                    Refusal(lines[int(r["position"])], r["sqlstate"], str(r["reason"]))
+                )
+        if progress is not None:
+            progress(done, summary)
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+            pending: deque[tuple[list[int], int, Future[dict[str, Any]]]] = deque()
+            for number, (lines, elements, done) in enumerate(read_batches(path, batch), 1):
+                pending.append((lines, done, pool.submit(send, number, elements)))
+                while len(pending) > len(conns) or (pending and pending[0][2].done()):
+                    first_lines, first_done, future = pending.popleft()
+                    add(first_lines, first_done, future.result())
+            while pending:
+                first_lines, first_done, future = pending.popleft()
+                add(first_lines, first_done, future.result())
+    finally:
+        for conn in conns:
+            conn.close()
     return summary

@@ -14,6 +14,7 @@ import argparse
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -33,6 +34,7 @@ LOGINS = {
 }
 TOOLS = ["tool:memory-propose"]
 PROFILE = {"propose_scope": {"tiers": ["episodic"], "visibility": ["subject", "agent"]}}
+IMPORT = "SELECT fabric_api.import_records(%s, %s, %s)"
 FILLER = "Customer prefers invoices in EUR via Acme Logistics BV; confirmed on the call."
 
 
@@ -95,19 +97,23 @@ def envelope(el: dict[str, Any], source_event: str) -> dict[str, Any]:
     }
 
 
-def run_import(conn: Conn, tag: str, n: int, batch: int) -> float:
-    start = time.perf_counter()
-    for b0 in range(0, n, batch):
+def run_import(conns: list[Conn], tag: str, n: int, batch: int) -> float:
+    """Import n records in batches, one batch in flight per connection."""
+
+    def one_batch(conn: Conn, b0: int) -> None:
         records = [element(tag, i) for i in range(b0, min(b0 + batch, n))]
-        res = call(
-            conn,
-            "SELECT fabric_api.import_records(%s, %s, %s)",
-            TENANT,
-            f"bench-{tag}-{b0}",
-            Jsonb(records),
-        )
+        res = call(conn, IMPORT, TENANT, f"bench-{tag}-{b0}", Jsonb(records))
         if res["refused"]:
             raise SystemExit(f"the bench's own records were refused: {res['refusals'][:3]}")
+
+    starts = list(range(0, n, batch))
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=len(conns)) as pool:
+        for future in [
+            pool.submit(lambda k: [one_batch(conns[k], b) for b in starts[k :: len(conns)]], k)
+            for k in range(len(conns))
+        ]:
+            future.result()
     return time.perf_counter() - start
 
 
@@ -139,28 +145,40 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1000, help="records per import call")
     parser.add_argument("--single", type=int, default=1000, help="records propose+commit")
     parser.add_argument("--warmup", type=int, default=200, help="unmeasured records per side")
+    parser.add_argument("--jobs", type=int, default=2, help="import connections (the CLI's --jobs)")
     args = parser.parse_args()
     url = db.database_url()
     run_id = setup(url)
     tag = uuid.uuid4().hex[:8]
     agent = psycopg.connect(db.url_for(url, "bench_imp_agent"), autocommit=True)
-    committer = psycopg.connect(db.url_for(url, "bench_imp_committer"), autocommit=True)
-    with agent, committer:
-        run_import(committer, f"{tag}w", args.warmup, min(args.batch, args.warmup))
-        run_single(agent, committer, run_id, f"{tag}w", args.warmup)
-        # Interleaved halves, so drift on the shared machine hits both sides.
-        t_imp = t_one = 0.0
+    committers = [
+        psycopg.connect(db.url_for(url, "bench_imp_committer"), autocommit=True)
+        for _ in range(max(args.jobs, 1))
+    ]
+    one, many = committers[:1], committers
+    try:
+        run_import(many, f"{tag}w", args.warmup, min(args.batch, args.warmup))
+        run_single(agent, one[0], run_id, f"{tag}w", args.warmup)
+        # Interleaved halves, so drift on the shared machine hits every side.
+        t_imp = t_par = t_one = 0.0
         for half in ("a", "b"):
-            t_imp += run_import(committer, f"{tag}{half}", args.records // 2, args.batch)
-            t_one += run_single(agent, committer, run_id, f"{tag}{half}", args.single // 2)
+            t_imp += run_import(one, f"{tag}{half}", args.records // 2, args.batch)
+            t_one += run_single(agent, one[0], run_id, f"{tag}{half}", args.single // 2)
+            t_par += run_import(many, f"{tag}{half}p", args.records // 2, args.batch)
+    finally:
+        for conn in [agent, *committers]:
+            conn.close()
     n, m = args.records // 2 * 2, args.single // 2 * 2
-    imp_rate, one_rate = n / t_imp, m / t_one
+    imp_rate, par_rate, one_rate = n / t_imp, n / t_par, m / t_one
     print(f"machine: {machine(url)}")
     print(f"settings: records {n}, batch {args.batch}, single {m}, warm-up {args.warmup}")
-    print(f"import_records (batch {args.batch}): {n} records in {t_imp:.2f} s = {imp_rate:,.0f}/s")
+    b, k = args.batch, len(many)
+    print(f"import_records (batch {b}, 1 connection): {n} in {t_imp:.2f} s = {imp_rate:,.0f}/s")
+    print(f"import_records (batch {b}, {k} connections): {n} in {t_par:.2f} s = {par_rate:,.0f}/s")
     print(f"propose+commit single: {m} records in {t_one:.2f} s = {one_rate:,.0f}/s")
-    print(f"import rate: {imp_rate:,.0f} records/s (goal >= 10,000/s)")
-    print(f"import / single propose+commit: {imp_rate / one_rate:.1f}x")
+    print(f"import rate: {max(imp_rate, par_rate):,.0f} records/s (goal >= 10,000/s)")
+    print(f"import (1 connection) / single propose+commit: {imp_rate / one_rate:.1f}x")
+    print(f"import ({len(many)} connections) / single propose+commit: {par_rate / one_rate:.1f}x")
     return 0
 
 

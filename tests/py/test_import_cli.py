@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner, Result
 
 from conftest import Fabric
@@ -50,10 +51,13 @@ def test_a_clean_file_is_imported_in_batches(fabric: Fabric, tmp_path: Path) -> 
     assert fabric.count("events", "event_type = 'memory.import.completed'") == 3
 
 
-def test_refused_lines_are_named_and_the_exit_status_is_2(fabric: Fabric, tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_refused_lines_are_named_and_the_exit_status_is_2(
+    fabric: Fabric, tmp_path: Path, jobs: str
+) -> None:
     lines = [line(0), line(1, confidence=1.5), "not json", "", line(4, tier="semantic")]
     path = write(tmp_path, lines)
-    result = invoke(fabric, str(path), "--tenant", "acme", "--batch", "2")
+    result = invoke(fabric, str(path), "--tenant", "acme", "--batch", "2", "--jobs", jobs)
     assert result.exit_code == 2, result.output
     assert "4 records in 2 batches: 1 formed, 3 refused" in result.output
     assert "line 2: refused (rule): confidence must lie in [0, 1]" in result.output
