@@ -29,19 +29,6 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._import_short_double: a number of at most 15 significant digits that a double
--- holds without overflow or underflow, which is therefore some double's shortest decimal (fabric._is_double decides the
--- rest, at a higher price).
-CREATE OR REPLACE FUNCTION fabric._import_short_double(p_value numeric)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT CASE WHEN pg_catalog.pg_input_is_valid(p_value::text, 'float8')
-              THEN p_value::text::float8::numeric = p_value ELSE false END
-$$;
-
--- ---------------------------------------------------------------------------------------
 -- fabric._import_timestamp: an optional timestamp field; the common case (RFC 3339 in UTC
 -- or with an offset, a real date and time in the years 1900-9999) is read here, anything
 -- else goes to fabric._envelope_timestamp, which raises propose's error for it.
@@ -90,6 +77,7 @@ DECLARE
   v_method text;
   v_text text;
   v_given_from timestamptz;
+  v_numbers text;
 BEGIN
   IF p_element IS NULL OR pg_catalog.jsonb_typeof(p_element) <> 'object' THEN
     PERFORM fabric._bad_envelope('an import element must be a JSON object',
@@ -171,12 +159,15 @@ BEGIN
       PERFORM fabric._bad_envelope('content_hash does not match the content',
         'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
     END IF;
-  ELSIF EXISTS (SELECT 1 FROM pg_catalog.jsonb_path_query(o_content,
-                   'strict $.** ? (@.type() == "number")') n
-                 WHERE NOT fabric._import_short_double((n #>> '{}')::numeric)) THEN
-    -- a number of at most 15 significant digits is a double's shortest decimal; only
-    -- content with a longer one pays for the hash here
-    o_content_hash := fabric.content_hash(o_content);
+  ELSE
+    -- Numbers must be doubles: a number written with at most 15 digits (and no exponent,
+    -- which jsonb never prints) is some double's shortest decimal; content with another
+    -- number is hashed here, where content_hash refuses it.
+    v_numbers := pg_catalog.jsonb_path_query_array(o_content, 'strict $.** ? (@.type() == "number")')::text;
+    IF v_numbers <> '[]' AND (v_numbers !~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$'
+                              OR v_numbers ~ '[0-9]{16}') THEN
+      o_content_hash := fabric.content_hash(o_content);
+    END IF;
   END IF;
 
   v_prov := coalesce(p_element -> 'provenance', '{}');
@@ -209,7 +200,9 @@ BEGIN
   IF pg_catalog.jsonb_typeof(p_element -> 'confidence') IS DISTINCT FROM 'number' THEN
     PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
   END IF;
-  o_confidence := CASE WHEN fabric._import_short_double((p_element ->> 'confidence')::numeric)
+  -- at most 15 digits: some double's shortest decimal (as for content numbers above)
+  o_confidence := CASE WHEN (p_element ->> 'confidence') ~ '^-?[0-9.]{1,16}$'
+                            AND (p_element ->> 'confidence') !~ '[0-9]{16}'
                        THEN (p_element ->> 'confidence')::float8
                        ELSE fabric._envelope_double(p_element -> 'confidence', 'confidence') END;
 
@@ -237,10 +230,11 @@ BEGIN
     o_labels := '{}';
   ELSIF pg_catalog.jsonb_typeof(p_element -> 'compliance_labels') = 'array'
         AND pg_catalog.jsonb_array_length(p_element -> 'compliance_labels') <= 64
-        AND NOT EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_element -> 'compliance_labels') l
-                        WHERE pg_catalog.jsonb_typeof(l) <> 'string'
-                           OR NOT pg_catalog.pg_input_is_valid(l #>> '{}', 'fabric.ident')) THEN
-    o_labels := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(p_element -> 'compliance_labels'));
+        AND NOT pg_catalog.jsonb_path_exists(p_element -> 'compliance_labels',
+              'strict $[*] ? (@.type() != "string" || !(@ like_regex "^[A-Za-z0-9._:/@+=-]{1,200}$"))') THEN
+    -- plain ASCII labels (identifiers for certain, nothing to escape): read as an array
+    -- literal; anything else goes to propose's reader
+    o_labels := pg_catalog.translate((p_element -> 'compliance_labels')::text, '[]', '{}')::text[];
   ELSE
     o_labels := fabric._envelope_text_array(p_element -> 'compliance_labels', 'compliance_labels');
   END IF;

@@ -672,3 +672,22 @@ def _check_one_by_one(
     d_import = {(k[0], k[1].replace(tag, "T")): v for k, v in _diff(stats1, stats0).items()}
     d_single = {(k[0], k[1].replace(tag2, "T")): v for k, v in _diff(stats2, stats1).items()}
     assert d_import == d_single
+
+
+def test_labels_and_numbers_off_the_fast_path_are_read_as_propose_reads_them(
+    fabric: Fabric,
+) -> None:
+    labels = ["NULL", "données", "a,b", "x{y}", 'q"t']
+    el = element(compliance_labels=labels, confidence=0.30000000000000004)
+    el["content"] = {"text": "numbers", "n": [0.30000000000000004, 123456789012345, -0.001]}
+    answer = run_import(fabric, [el])
+    assert answer["formed"] == 1, answer
+    row = (
+        fabric.su()
+        .execute("SELECT compliance_labels, confidence, content FROM fabric.memory_records")
+        .fetchone()
+    )
+    assert row is not None
+    assert row[0] == labels
+    assert row[1] == 0.30000000000000004
+    assert row[2]["n"] == [0.30000000000000004, 123456789012345, -0.001]
