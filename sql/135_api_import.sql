@@ -368,44 +368,45 @@ BEGIN
     FROM pg_catalog.jsonb_array_elements(p_records) WITH ORDINALITY AS x(element, ord)
     CROSS JOIN LATERAL fabric._import_element(x.element, p_tenant_id) v
   ),
-  checked AS (
+  -- The scope agents' standing, once per (agent, visibility) rather than per element.
+  standing AS (
+    SELECT ta.agent_id, v.visibility,
+           fabric._profile_allows(a.memory_profile, 'propose_scope', 'tiers', 'episodic') AS tier_ok,
+           fabric._profile_allows(a.memory_profile, 'propose_scope', 'visibility', v.visibility)
+             AS visibility_ok
+    FROM fabric.tenant_agents ta
+    JOIN fabric.agents a ON a.agent_id = ta.agent_id
+    CROSS JOIN pg_catalog.unnest(ARRAY['session', 'agent', 'subject', 'tenant']) AS v(visibility)
+    WHERE ta.tenant_id = p_tenant_id
+      AND ta.agent_id IN (SELECT e.o_agent_id FROM elements e WHERE e.o_agent_id IS NOT NULL)
+  ),
+  judged AS (
     SELECT e.*,
       CASE
-        WHEN e.o_reason IS NOT NULL THEN e.o_sqlstate
-        WHEN e.o_agent_id IS NOT NULL AND ta.agent_id IS NULL THEN '42501'
-        WHEN e.o_instance IS NOT NULL AND NOT EXISTS (
-               SELECT 1 FROM fabric.instance_config c
-               WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = e.o_instance) THEN '22023'
-        WHEN e.o_agent_id IS NOT NULL
-             AND NOT (fabric._profile_allows(a.memory_profile, 'propose_scope', 'tiers', 'episodic')
-                      AND fabric._profile_allows(a.memory_profile, 'propose_scope', 'visibility',
-                                                 e.o_visibility)) THEN NULL
-        WHEN e.first_position <> e.position THEN '23505'
-      END AS sqlstate,
-      CASE
-        WHEN e.o_reason IS NOT NULL THEN e.o_reason
-        WHEN e.o_agent_id IS NOT NULL AND ta.agent_id IS NULL THEN
-          'scope.agent_id is not an agent enabled in the tenant'
+        WHEN e.o_reason IS NOT NULL THEN pg_catalog.jsonb_build_array(e.o_sqlstate, e.o_reason)
+        WHEN e.o_agent_id IS NOT NULL AND s.agent_id IS NULL THEN pg_catalog.jsonb_build_array(
+          '42501', 'scope.agent_id is not an agent enabled in the tenant')
         WHEN e.o_instance IS NOT NULL AND NOT EXISTS (
                SELECT 1 FROM fabric.instance_config c
                WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = e.o_instance) THEN
-          'business_instance_id names no configured instance of the tenant'
-        WHEN e.o_agent_id IS NOT NULL
-             AND NOT fabric._profile_allows(a.memory_profile, 'propose_scope', 'tiers', 'episodic') THEN
-          'tier episodic is outside the agent''s memory_profile.propose_scope.tiers'
-        WHEN e.o_agent_id IS NOT NULL
-             AND NOT fabric._profile_allows(a.memory_profile, 'propose_scope', 'visibility', e.o_visibility) THEN
+          pg_catalog.jsonb_build_array('22023',
+            'business_instance_id names no configured instance of the tenant')
+        WHEN e.o_agent_id IS NOT NULL AND NOT s.tier_ok THEN pg_catalog.jsonb_build_array(NULL,
+          'tier episodic is outside the agent''s memory_profile.propose_scope.tiers')
+        WHEN e.o_agent_id IS NOT NULL AND NOT s.visibility_ok THEN pg_catalog.jsonb_build_array(NULL,
           pg_catalog.format('visibility %s is outside the agent''s memory_profile.propose_scope.visibility',
-                            e.o_visibility)
-        WHEN e.first_position <> e.position THEN
+                            e.o_visibility))
+        WHEN e.first_position <> e.position THEN pg_catalog.jsonb_build_array('23505',
           pg_catalog.format('duplicate: element %s of this import has the same content for the same agent',
-                            e.first_position)
-      END AS refusal
+                            e.first_position))
+      END AS verdict
     FROM (SELECT e0.*, pg_catalog.min(e0.position) OVER (
                    PARTITION BY e0.o_agent_id, e0.o_content) AS first_position
           FROM elements e0) e
-    LEFT JOIN fabric.tenant_agents ta ON ta.tenant_id = p_tenant_id AND ta.agent_id = e.o_agent_id
-    LEFT JOIN fabric.agents a ON a.agent_id = ta.agent_id
+    LEFT JOIN standing s ON s.agent_id = e.o_agent_id AND s.visibility = e.o_visibility
+  ),
+  checked AS (
+    SELECT j.*, j.verdict ->> 0 AS sqlstate, j.verdict ->> 1 AS refusal FROM judged j
   ),
   formed AS (
     INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
