@@ -13,6 +13,8 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -691,3 +693,24 @@ def test_labels_and_numbers_off_the_fast_path_are_read_as_propose_reads_them(
     assert row[0] == labels
     assert row[1] == 0.30000000000000004
     assert row[2]["n"] == [0.30000000000000004, 123456789012345, -0.001]
+
+
+def test_two_concurrent_imports_with_one_id_form_the_records_once(fabric: Fabric) -> None:
+    records = [element(), element()]
+    first = fabric.connect("mf_committer", autocommit=False)
+    answer = one(first, IMPORT, "acme", "crm-race", Jsonb(records))
+    result: dict[str, Any] = {}
+
+    def second() -> None:
+        conn = fabric.connect("mf_committer")
+        result["answer"] = one(conn, IMPORT, "acme", "crm-race", Jsonb(records))
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    time.sleep(0.5)
+    assert thread.is_alive(), "the second import did not wait for the first"
+    first.commit()
+    thread.join(timeout=30)
+    assert result["answer"] == {**answer, "replayed": True}
+    assert fabric.count("memory_records") == 2
+    assert fabric.count("events", "event_type = 'memory.import.completed'") == 1
