@@ -329,6 +329,7 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("worker", "decay"): COMMITTER,
     ("decay",): COMMITTER,
     ("erase",): COMMITTER,
+    ("import",): COMMITTER,
     ("rebuild",): PROJECTION,
     ("drill",): PROJECTION,
     ("verify",): PROJECTION,
