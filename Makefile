@@ -11,7 +11,7 @@ export GRAPH_HTTP_PORT ?= 52480
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write bench-audit bench-recall worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -107,6 +107,9 @@ bench-audit: migrate ## one-month window per audit relation, 200k events (ARGS="
 bench-recall: venv db-up ## recall at 1,000,000 records vs SELECT+audit and LangGraph PostgresStore (RECORDS=100000 for a quick run)
 	@$(BIN)/python -c 'import langgraph.store.postgres' 2>/dev/null || $(BIN)/pip install --quiet -e '.[langgraph]'
 	$(BIN)/python tests/bench/bench_recall.py --records $${RECORDS:-1000000} $(ARGS)
+
+bench-import: migrate ## bulk import_records rate vs single propose+commit (printed, not asserted)
+	$(BIN)/python tests/bench/bench_import.py $(ARGS)
 
 bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic recall at 100k (printed)
 	$(BIN)/python tests/bench/bench_projection.py

@@ -47,7 +47,8 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.request_erasure(uuid, text, boolean),
   fabric_api.request_subject_erasure(text, text, text, boolean),
   fabric_api.erase(uuid),
-  fabric_api.compact_search_stats(integer)
+  fabric_api.compact_search_stats(integer),
+  fabric_api.import_records(text, text, jsonb)
   TO fabric_committer;
 -- The maintenance login VACUUMs what erasure and decay rewrote (PostgreSQL 17's MAINTAIN;
 -- VACUUM cannot run inside a function). MAINTAIN also allows LOCK TABLE, so the committer

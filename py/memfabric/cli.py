@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -613,6 +614,59 @@ def serve(
         server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+
+
+@app.command("import", epilog=env_help(*COMMITTER_ENV))
+def import_command(
+    file: Path = typer.Argument(
+        ..., exists=True, dir_okay=False, readable=True, help="JSON lines, one envelope each"
+    ),
+    tenant: str = typer.Option(..., help="the tenant the records are imported into"),
+    import_id: str | None = typer.Option(
+        None, "--import-id", help="the import's id (default: derived from the file's bytes)"
+    ),
+    batch: int = typer.Option(1000, min=1, max=10000, help="records per call (transaction)"),
+    jobs: int = typer.Option(1, min=1, max=16, help="batches in flight (one connection each)"),
+    login: str = _committer_login_option(
+        "the committer's login (a member of fabric_committer, enabled in the tenant)"
+    ),
+) -> None:
+    """Import episodic records from a JSON-lines file (docs/import.md), batch by batch.
+    Exits 2 if any line was refused (the first refusals are listed), 1 on an error."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    from memfabric.importer import ImportSummary, default_import_id, import_file
+
+    iid = import_id or default_import_id(file)
+    size = file.stat().st_size
+    counts = TextColumn("{task.fields[n]}")
+    columns = (TextColumn("[import]"), BarColumn(), DownloadColumn(), counts)
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("import", total=size, n="")
+
+        def progress(done: int, s: ImportSummary) -> None:
+            bar.update(task, completed=done, n=f"{s.formed} formed, {s.refused} refused")
+
+        summary = import_file(
+            Settings.from_env().conninfo("committer", login),
+            tenant,
+            file,
+            iid,
+            batch,
+            progress,
+            jobs=jobs,
+        )
+    again = f", {summary.replayed} replayed" if summary.replayed else ""
+    typer.echo(
+        f"[import] {iid}: {summary.records} records in {summary.batches} batches{again}: "
+        f"{summary.formed} formed, {summary.refused} refused"
+    )
+    for r in summary.refusals[:20]:
+        typer.echo(f"[import] line {r.line}: refused ({r.sqlstate or 'rule'}): {r.reason}")
+    if summary.refused > 20:
+        typer.echo(f"[import] ... {summary.refused - 20} more refusals")
+    if summary.refused:
+        raise typer.Exit(2)
 
 
 @app.command("recall", epilog=env_help(*RECALL_ENV))

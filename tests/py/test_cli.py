@@ -344,6 +344,7 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("working", "up"): REDIS,
     ("working", "down"): REDIS,
     ("working", "grant-tenant"): DATABASE | REDIS,
+    ("import",): COMMITTER,
     ("rebuild",): PROJECTION,
     ("drill",): PROJECTION,
     ("verify",): PROJECTION,

@@ -1,0 +1,450 @@
+-- Bulk import: a committer enabled in a tenant forms raw episodic records from another
+-- store's history (formation method import), up to 10,000 per call, in a few set-based
+-- statements. Every element is checked by the rules a proposal meets (the same helpers as
+-- propose) and formed by one INSERT whose triggers are the commit's; an element that breaks
+-- a rule is refused with its position and reason without stopping the others. The call's
+-- own errors (role, tenant, the array) write nothing. One memory.import.completed event is
+-- the source event of every record formed; its id is derived from (tenant, import_id), which
+-- makes the import id the idempotency key. See docs/import.md.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._import_text: an optional identifier field of an import element: absent is NULL,
+-- anything but an identifier string goes to fabric._envelope_text, which raises propose's
+-- error for it. fabric._import_element reads an identifier string inline and calls this
+-- for everything else.
+CREATE OR REPLACE FUNCTION fabric._import_text(p_value jsonb, p_field text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
+    RETURN NULL;
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_value) = 'string'
+     AND pg_catalog.pg_input_is_valid(p_value #>> '{}', 'fabric.ident') THEN
+    RETURN p_value #>> '{}';
+  END IF;
+  RETURN fabric._envelope_text(p_value, p_field);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._import_timestamp: an optional timestamp field; the common case (RFC 3339 in UTC
+-- or with an offset, a real date and time in the years 1900-9999) is read here, anything
+-- else goes to fabric._envelope_timestamp, which raises propose's error for it.
+CREATE OR REPLACE FUNCTION fabric._import_timestamp(p_value jsonb, p_field text)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_text text;
+BEGIN
+  IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
+    RETURN NULL;
+  END IF;
+  v_text := CASE WHEN pg_catalog.jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END;
+  IF v_text ~ '^(19|[2-9][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$'
+     AND pg_catalog.pg_input_is_valid(v_text, 'timestamptz')
+     AND v_text::timestamptz >= '1900-01-01 00:00:00+00'
+     AND v_text::timestamptz < '10000-01-01 00:00:00+00' THEN
+    RETURN v_text::timestamptz;
+  END IF;
+  RETURN fabric._envelope_timestamp(p_value, p_field);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._import_element: one element of an import, parsed and checked by the rules that
+-- need nothing but the element. A structural error is caught and answered as
+-- (sqlstate, reason) -- the error propose would raise; a governance violation as
+-- (NULL, reason) -- the reason propose would reject with. The rules that read tables
+-- (agent enablement and profile, instance, duplicates) are checked by the caller, set-based.
+CREATE OR REPLACE FUNCTION fabric._import_element(p_element jsonb, p_tenant_id text,
+  OUT o_sqlstate text, OUT o_reason text, OUT o_visibility text, OUT o_subject_id text,
+  OUT o_agent_id text, OUT o_session_id text, OUT o_instance text, OUT o_content jsonb,
+  OUT o_content_hash text, OUT o_correlation_id text, OUT o_causation_id text,
+  OUT o_confidence double precision, OUT o_valid_from timestamptz,
+  OUT o_valid_until timestamptz, OUT o_retention text, OUT o_labels text[], OUT o_version text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_scope jsonb;
+  v_prov jsonb;
+  v_validity jsonb;
+  v_tier text;
+  v_tenant text;
+  v_method text;
+  v_text text;
+  v_given_from timestamptz;
+  v_numbers text;
+BEGIN
+  IF p_element IS NULL OR pg_catalog.jsonb_typeof(p_element) <> 'object' THEN
+    PERFORM fabric._bad_envelope('an import element must be a JSON object',
+                                 'one episodic envelope per element (docs/import.md)');
+  END IF;
+  IF (p_element - ARRAY['tier', 'scope', 'content', 'content_hash', 'provenance',
+                        'derived_from', 'confidence', 'validity_interval', 'retention_class',
+                        'compliance_labels', 'version', 'supersedes',
+                        'business_instance_id']) <> '{}'::jsonb THEN
+    PERFORM fabric._bad_envelope('the element has keys outside the import envelope',
+      'allowed: tier, scope, content, content_hash, provenance, derived_from, confidence, '
+      'validity_interval, retention_class, compliance_labels, version, supersedes, '
+      'business_instance_id');
+  END IF;
+  v_tier := CASE WHEN p_element -> 'tier' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(p_element -> 'tier') = 'string'
+       AND pg_catalog.pg_input_is_valid(p_element -> 'tier' #>> '{}', 'fabric.ident')
+       THEN p_element -> 'tier' #>> '{}' ELSE fabric._import_text(p_element -> 'tier', 'tier') END;
+
+  v_scope := p_element -> 'scope';
+  IF v_scope IS NULL OR pg_catalog.jsonb_typeof(v_scope) <> 'object'
+     OR (v_scope - ARRAY['tenant_id', 'subject_id', 'agent_id', 'session_id', 'visibility']) <> '{}'::jsonb THEN
+    PERFORM fabric._bad_envelope('scope must be an object of tenant_id, subject_id, agent_id, session_id, visibility',
+      'an imported record carries its full scope');
+  END IF;
+  v_tenant := CASE WHEN v_scope -> 'tenant_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'tenant_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'tenant_id' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'tenant_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'tenant_id', 'scope.tenant_id') END;
+  o_subject_id := CASE WHEN v_scope -> 'subject_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'subject_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'subject_id' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'subject_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'subject_id', 'scope.subject_id') END;
+  o_session_id := CASE WHEN v_scope -> 'session_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'session_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'session_id' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'session_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'session_id', 'scope.session_id') END;
+  o_agent_id := CASE WHEN v_scope -> 'agent_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'agent_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'agent_id' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'agent_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'agent_id', 'scope.agent_id') END;
+  o_visibility := CASE WHEN v_scope -> 'visibility' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_scope -> 'visibility' #>> '{}', 'fabric.ident')
+       THEN v_scope -> 'visibility' #>> '{}' ELSE fabric._import_text(v_scope -> 'visibility', 'scope.visibility') END;
+  IF o_visibility IS NULL OR o_visibility NOT IN ('session', 'agent', 'subject', 'tenant') THEN
+    PERFORM fabric._bad_envelope('scope.visibility must be one of session, agent, subject, tenant',
+                                 'there is no cross-tenant visibility');
+  END IF;
+  IF v_tenant IS DISTINCT FROM p_tenant_id AND v_tenant IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'scope.tenant_id is not the tenant of the import',
+      HINT = 'an import acts in exactly one tenant; omit scope.tenant_id or name that tenant';
+  END IF;
+
+  o_content := p_element -> 'content';
+  IF o_content IS NULL OR pg_catalog.jsonb_typeof(o_content) <> 'object' THEN
+    PERFORM fabric._bad_envelope('content must be a JSON object', 'e.g. {"text": "..."}');
+  END IF;
+  v_text := o_content::text;
+  IF pg_catalog.octet_length(v_text) > 65536 THEN
+    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+      MESSAGE = 'content exceeds 65536 bytes', HINT = 'store large artefacts elsewhere and reference them';
+  END IF;
+  -- Nesting deeper than 32 needs at least 33 brackets: count them before walking the tree.
+  IF pg_catalog.length(v_text) - pg_catalog.length(pg_catalog.translate(v_text, '{[', '')) > 32
+     AND fabric._jsonb_depth(o_content) > 32 THEN
+    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+      MESSAGE = 'content nests deeper than 32 levels', HINT = 'flatten the content';
+  END IF;
+  -- The record's trigger computes the hash; here only what can refuse the element is
+  -- checked: a supplied hash is compared, and numbers must be doubles (content_hash
+  -- raises 22003 otherwise), so content with numbers is hashed here too.
+  IF p_element ? 'content_hash' AND pg_catalog.jsonb_typeof(p_element -> 'content_hash') <> 'null' THEN
+    o_content_hash := fabric.content_hash(o_content);
+    IF o_content_hash IS DISTINCT FROM (CASE WHEN p_element -> 'content_hash' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(p_element -> 'content_hash') = 'string'
+                                             THEN p_element ->> 'content_hash' END) THEN
+      PERFORM fabric._bad_envelope('content_hash does not match the content',
+        'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
+    END IF;
+  ELSE
+    -- Numbers must be doubles: a number written with at most 15 digits (and no exponent,
+    -- which jsonb never prints) is some double's shortest decimal; content with another
+    -- number is hashed here, where content_hash refuses it.
+    v_numbers := pg_catalog.jsonb_path_query_array(o_content, 'strict $.** ? (@.type() == "number")')::text;
+    IF v_numbers <> '[]' AND (v_numbers !~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$'
+                              OR v_numbers ~ '[0-9]{16}') THEN
+      o_content_hash := fabric.content_hash(o_content);
+    END IF;
+  END IF;
+
+  v_prov := coalesce(p_element -> 'provenance', '{}');
+  IF pg_catalog.jsonb_typeof(v_prov) <> 'object'
+     OR (v_prov - ARRAY['source_event_id', 'correlation_id', 'causation_id', 'formation_method']) <> '{}'::jsonb THEN
+    PERFORM fabric._bad_envelope('provenance must be an object of correlation_id, causation_id, formation_method',
+      'source_event_id and formed_by are set by the import');
+  END IF;
+  IF v_prov ? 'source_event_id' AND pg_catalog.jsonb_typeof(v_prov -> 'source_event_id') <> 'null' THEN
+    PERFORM fabric._bad_envelope('provenance.source_event_id is set by the import: it names the import event',
+      'omit it; keep the original store''s ids in correlation_id or causation_id, or in content');
+  END IF;
+  o_correlation_id := CASE WHEN v_prov -> 'correlation_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_prov -> 'correlation_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_prov -> 'correlation_id' #>> '{}', 'fabric.ident')
+       THEN v_prov -> 'correlation_id' #>> '{}' ELSE fabric._import_text(v_prov -> 'correlation_id', 'provenance.correlation_id') END;
+  o_causation_id := CASE WHEN v_prov -> 'causation_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_prov -> 'causation_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_prov -> 'causation_id' #>> '{}', 'fabric.ident')
+       THEN v_prov -> 'causation_id' #>> '{}' ELSE fabric._import_text(v_prov -> 'causation_id', 'provenance.causation_id') END;
+  v_method := CASE WHEN v_prov -> 'formation_method' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(v_prov -> 'formation_method') = 'string'
+       AND pg_catalog.pg_input_is_valid(v_prov -> 'formation_method' #>> '{}', 'fabric.ident')
+       THEN v_prov -> 'formation_method' #>> '{}' ELSE fabric._import_text(v_prov -> 'formation_method', 'provenance.formation_method') END;
+  IF v_method IS DISTINCT FROM 'import' AND v_method IS NOT NULL THEN
+    PERFORM fabric._bad_envelope('provenance.formation_method of an imported record is import',
+                                 'omit it or send "import"');
+  END IF;
+
+  IF pg_catalog.jsonb_typeof(p_element -> 'confidence') IS DISTINCT FROM 'number' THEN
+    PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
+  END IF;
+  -- at most 15 digits: some double's shortest decimal (as for content numbers above)
+  o_confidence := CASE WHEN (p_element ->> 'confidence') ~ '^-?[0-9.]{1,16}$'
+                            AND (p_element ->> 'confidence') !~ '[0-9]{16}'
+                       THEN (p_element ->> 'confidence')::float8
+                       ELSE fabric._envelope_double(p_element -> 'confidence', 'confidence') END;
+
+  v_validity := p_element -> 'validity_interval';
+  IF v_validity IS NOT NULL AND pg_catalog.jsonb_typeof(v_validity) <> 'null'
+     AND (pg_catalog.jsonb_typeof(v_validity) <> 'object'
+          OR (v_validity - ARRAY['valid_from', 'valid_until']) <> '{}'::jsonb) THEN
+    PERFORM fabric._bad_envelope('validity_interval must be an object of valid_from, valid_until',
+                                 'valid_until null means open-ended');
+  END IF;
+  v_given_from := fabric._import_timestamp(v_validity -> 'valid_from', 'validity_interval.valid_from');
+  o_valid_from := coalesce(v_given_from, pg_catalog.now());
+  o_valid_until := fabric._import_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
+
+  o_retention := coalesce(CASE WHEN p_element -> 'retention_class' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(p_element -> 'retention_class') = 'string'
+       AND pg_catalog.pg_input_is_valid(p_element -> 'retention_class' #>> '{}', 'fabric.ident')
+       THEN p_element -> 'retention_class' #>> '{}' ELSE fabric._import_text(p_element -> 'retention_class', 'retention_class') END, 'durable');
+  IF o_retention NOT IN ('ephemeral', 'operational', 'durable', 'audit', 'regulated') THEN
+    PERFORM fabric._bad_envelope('retention_class must be one of ephemeral, operational, durable, audit, regulated',
+                                 'the default is durable');
+  END IF;
+  IF p_element -> 'compliance_labels' IS NULL
+     OR p_element -> 'compliance_labels' = '[]'::jsonb THEN
+    o_labels := '{}';
+  ELSIF pg_catalog.jsonb_typeof(p_element -> 'compliance_labels') = 'array'
+        AND pg_catalog.jsonb_array_length(p_element -> 'compliance_labels') <= 64
+        AND NOT pg_catalog.jsonb_path_exists(p_element -> 'compliance_labels',
+              'strict $[*] ? (@.type() != "string" || !(@ like_regex "^[A-Za-z0-9._:/@+=-]{1,200}$"))') THEN
+    -- plain ASCII labels (identifiers for certain, nothing to escape): read as an array
+    -- literal; anything else goes to propose's reader
+    o_labels := pg_catalog.translate((p_element -> 'compliance_labels')::text, '[]', '{}')::text[];
+  ELSE
+    o_labels := fabric._envelope_text_array(p_element -> 'compliance_labels', 'compliance_labels');
+  END IF;
+  o_version := coalesce(fabric._envelope_text(p_element -> 'version', 'version', 64), '1.0.0');
+  IF o_version <> '1.0.0' AND EXISTS (SELECT 1 FROM pg_catalog.regexp_split_to_table(
+               pg_catalog.split_part(pg_catalog.split_part(o_version, '+', 1), '-', 1), '\.') c
+             WHERE c ~ '^[0-9]+$'
+               AND CASE WHEN pg_catalog.length(c) > 10 THEN true ELSE c::bigint > 2147483647 END) THEN
+    PERFORM fabric._bad_envelope('version components must be at most 2147483647',
+                                 'MAJOR.MINOR.PATCH, e.g. 1.4.2');
+  END IF;
+  o_instance := CASE WHEN p_element -> 'business_instance_id' IS NULL THEN NULL
+       WHEN pg_catalog.jsonb_typeof(p_element -> 'business_instance_id') = 'string'
+       AND pg_catalog.pg_input_is_valid(p_element -> 'business_instance_id' #>> '{}', 'fabric.ident')
+       THEN p_element -> 'business_instance_id' #>> '{}' ELSE fabric._import_text(p_element -> 'business_instance_id', 'business_instance_id') END;
+  IF (p_element ? 'derived_from' AND pg_catalog.jsonb_typeof(p_element -> 'derived_from') NOT IN ('null', 'array'))
+     OR (p_element ? 'supersedes' AND pg_catalog.jsonb_typeof(p_element -> 'supersedes') NOT IN ('null', 'string')) THEN
+    PERFORM fabric._bad_envelope('derived_from must be an array and supersedes a memory id or null',
+                                 'imported records are raw episodes: omit both');
+  END IF;
+
+  -- Governance: the reasons propose rejects with, for the import's envelope.
+  o_reason := CASE
+    WHEN v_tier IS DISTINCT FROM 'episodic' AND v_tier IS NOT NULL THEN
+      'an import forms only episodic records; semantic and other tiers are formed by consolidation or promotion'
+    WHEN pg_catalog.jsonb_typeof(p_element -> 'supersedes') = 'string' THEN
+      'agents never propose with supersedes; supersession is a committer action'
+    WHEN pg_catalog.jsonb_array_length(coalesce(p_element -> 'derived_from', '[]')) > 0 THEN
+      'an imported record is a raw episode: derived_from must be empty'
+    WHEN o_visibility = 'session' AND o_session_id IS NULL THEN
+      'visibility session needs a session: scope.session_id is missing'
+    WHEN o_visibility = 'subject' AND o_subject_id IS NULL THEN
+      'visibility subject needs a subject: scope.subject_id is missing'
+    WHEN o_visibility = 'agent' AND o_agent_id IS NULL THEN
+      'visibility agent needs an agent: scope.agent_id is missing'
+    WHEN o_retention = 'ephemeral' THEN
+      'ephemeral retention belongs to the working tier, which never enters the fabric'
+    WHEN o_confidence IS NULL OR NOT (o_confidence BETWEEN 0 AND 1) THEN
+      'confidence must lie in [0, 1]'
+    WHEN o_valid_until IS NOT NULL AND o_valid_until <= o_valid_from THEN
+      'validity_interval.valid_until must be after valid_from'
+    WHEN o_version !~ '^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$' THEN
+      'version must be SemVer (MAJOR.MINOR.PATCH)'
+  END;
+EXCEPTION
+  WHEN data_exception OR program_limit_exceeded OR insufficient_privilege
+       OR integrity_constraint_violation THEN
+    o_sqlstate := SQLSTATE;
+    o_reason := SQLERRM;
+    o_visibility := NULL; o_subject_id := NULL; o_agent_id := NULL; o_session_id := NULL;
+    o_instance := NULL; o_content := NULL; o_content_hash := NULL; o_correlation_id := NULL;
+    o_causation_id := NULL; o_confidence := NULL; o_valid_from := NULL; o_valid_until := NULL;
+    o_retention := NULL; o_labels := NULL; o_version := NULL;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._import_event_id: the import event's id, derived from (tenant, import id).
+CREATE OR REPLACE FUNCTION fabric._import_event_id(p_tenant_id text, p_import_id text)
+RETURNS uuid
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.md5(pg_catalog.convert_to(
+    'memfabric-import' || pg_catalog.chr(31) || p_tenant_id || pg_catalog.chr(31) || p_import_id,
+    'UTF8'))::uuid
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.import_records: form the valid elements of p_records as raw episodic records.
+CREATE OR REPLACE FUNCTION fabric_api.import_records(p_tenant_id text, p_import_id text,
+                                                     p_records jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_count integer;
+  v_event_id uuid;
+  v_request_hash text;
+  v_first jsonb;
+  v_formed bigint;
+  v_refused bigint;
+  v_refusals jsonb;
+  v_result jsonb;
+BEGIN
+  IF p_tenant_id IS NULL OR p_import_id IS NULL THEN
+    PERFORM fabric._bad_envelope('tenant_id and import_id are required',
+      'name the tenant and an id for this import (the CLI derives one from the file)');
+  END IF;
+  PERFORM fabric._ident(p_tenant_id, 'tenant_id');
+  PERFORM fabric._ident(p_import_id, 'import_id');
+  PERFORM fabric._require_tenant(p_tenant_id);
+  PERFORM fabric._committer_enabled_in(p_tenant_id, v_committer);
+  IF p_records IS NULL OR pg_catalog.jsonb_typeof(p_records) <> 'array'
+     OR pg_catalog.jsonb_array_length(p_records) = 0 THEN
+    PERFORM fabric._bad_envelope('records must be a non-empty JSON array of envelopes',
+                                 'one episodic envelope per element (docs/import.md)');
+  END IF;
+  v_count := pg_catalog.jsonb_array_length(p_records);
+  IF v_count > 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+      MESSAGE = 'an import call takes at most 10000 records',
+      HINT = 'split the import into batches (memfabric import --batch), one import id each';
+  END IF;
+
+  -- Idempotency: the import id names one import event per tenant. The same records again
+  -- answer the first result and write nothing; other records under the same id are refused.
+  v_event_id := fabric._import_event_id(p_tenant_id, p_import_id);
+  v_request_hash := 'sha256:' || pg_catalog.encode(pg_catalog.sha256(
+                      pg_catalog.convert_to(p_records::text, 'UTF8')), 'hex');
+  PERFORM pg_catalog.pg_advisory_xact_lock(
+    pg_catalog.hashtextextended('memfabric-import:' || v_event_id::text, 0));
+  SELECT e.payload INTO v_first FROM fabric.events e
+  WHERE e.event_id = v_event_id AND e.tenant_id = p_tenant_id
+    AND e.event_type = 'memory.import.completed';
+  IF FOUND THEN
+    IF v_first ->> 'request_hash' IS DISTINCT FROM v_request_hash THEN
+      RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+        MESSAGE = 'import id reused: this tenant already has an import with this id and other records',
+        HINT = 'resend the same records to get the first result, or import under a new import id';
+    END IF;
+    RETURN pg_catalog.jsonb_build_object('import_id', p_import_id, 'event_id', v_event_id,
+      'records', v_first -> 'records', 'formed', v_first -> 'formed',
+      'refused', v_first -> 'refused', 'refusals', v_first -> 'refusals', 'replayed', true);
+  END IF;
+
+  PERFORM fabric._set_context('actor', v_committer);
+  WITH elements AS (
+    SELECT (x.ord - 1)::integer AS position, v.*
+    FROM pg_catalog.jsonb_array_elements(p_records) WITH ORDINALITY AS x(element, ord)
+    CROSS JOIN LATERAL fabric._import_element(x.element, p_tenant_id) v
+  ),
+  -- The scope agents' standing, once per (agent, visibility) rather than per element.
+  standing AS (
+    SELECT ta.agent_id, v.visibility,
+           fabric._profile_allows(a.memory_profile, 'propose_scope', 'tiers', 'episodic') AS tier_ok,
+           fabric._profile_allows(a.memory_profile, 'propose_scope', 'visibility', v.visibility)
+             AS visibility_ok
+    FROM fabric.tenant_agents ta
+    JOIN fabric.agents a ON a.agent_id = ta.agent_id
+    CROSS JOIN pg_catalog.unnest(ARRAY['session', 'agent', 'subject', 'tenant']) AS v(visibility)
+    WHERE ta.tenant_id = p_tenant_id
+      AND ta.agent_id IN (SELECT e.o_agent_id FROM elements e WHERE e.o_agent_id IS NOT NULL)
+  ),
+  judged AS (
+    SELECT e.*,
+      CASE
+        WHEN e.o_reason IS NOT NULL THEN pg_catalog.jsonb_build_array(e.o_sqlstate, e.o_reason)
+        WHEN e.o_agent_id IS NOT NULL AND s.agent_id IS NULL THEN pg_catalog.jsonb_build_array(
+          '42501', 'scope.agent_id is not an agent enabled in the tenant')
+        WHEN e.o_instance IS NOT NULL AND NOT EXISTS (
+               SELECT 1 FROM fabric.instance_config c
+               WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = e.o_instance) THEN
+          pg_catalog.jsonb_build_array('22023',
+            'business_instance_id names no configured instance of the tenant')
+        WHEN e.o_agent_id IS NOT NULL AND NOT s.tier_ok THEN pg_catalog.jsonb_build_array(NULL,
+          'tier episodic is outside the agent''s memory_profile.propose_scope.tiers')
+        WHEN e.o_agent_id IS NOT NULL AND NOT s.visibility_ok THEN pg_catalog.jsonb_build_array(NULL,
+          pg_catalog.format('visibility %s is outside the agent''s memory_profile.propose_scope.visibility',
+                            e.o_visibility))
+        WHEN e.first_position <> e.position THEN pg_catalog.jsonb_build_array('23505',
+          pg_catalog.format('duplicate: element %s of this import has the same content for the same agent',
+                            e.first_position))
+      END AS verdict
+    FROM (SELECT e0.*, pg_catalog.min(e0.position) OVER (
+                   PARTITION BY e0.o_agent_id, e0.o_content) AS first_position
+          FROM elements e0) e
+    LEFT JOIN standing s ON s.agent_id = e.o_agent_id AND s.visibility = e.o_visibility
+  ),
+  checked AS (
+    SELECT j.*, j.verdict ->> 0 AS sqlstate, j.verdict ->> 1 AS refusal FROM judged j
+  ),
+  formed AS (
+    INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
+      session_id, business_instance_id, content, content_hash, source_event_id, correlation_id,
+      causation_id, formed_by, formation_method, confidence, valid_from, valid_until,
+      retention_class, compliance_labels, version)
+    SELECT p_tenant_id, 'episodic', c.o_visibility, c.o_subject_id, c.o_agent_id,
+      c.o_session_id, c.o_instance, c.o_content, c.o_content_hash, v_event_id::text,
+      c.o_correlation_id, c.o_causation_id, v_committer, 'import', c.o_confidence,
+      c.o_valid_from, c.o_valid_until, c.o_retention, c.o_labels, c.o_version
+    FROM checked c WHERE c.refusal IS NULL
+    ORDER BY c.position
+    RETURNING 1
+  )
+  SELECT (SELECT pg_catalog.count(*) FROM formed),
+         (SELECT pg_catalog.count(*) FROM checked c WHERE c.refusal IS NOT NULL),
+         (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                   'position', r.position, 'sqlstate', r.sqlstate, 'reason', r.refusal)
+                   ORDER BY r.position), '[]')
+          FROM (SELECT c.position, c.sqlstate, c.refusal FROM checked c
+                WHERE c.refusal IS NOT NULL ORDER BY c.position LIMIT 100) r)
+  INTO v_formed, v_refused, v_refusals;
+
+  v_result := pg_catalog.jsonb_build_object('import_id', p_import_id, 'records', v_count,
+    'formed', v_formed, 'refused', v_refused, 'refusals', v_refusals);
+  -- The import event: written like fabric._emit, with the derived id; no content, no
+  -- subject or session ids (refusal reasons never carry client values).
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, actor_agent_id, payload)
+  VALUES (v_event_id, p_tenant_id, 'memory.import.completed', v_committer,
+          v_result || pg_catalog.jsonb_build_object('request_hash', v_request_hash));
+  PERFORM fabric._reset_context();
+  RETURN v_result || pg_catalog.jsonb_build_object('event_id', v_event_id, 'replayed', false);
+END $$;
+COMMENT ON FUNCTION fabric_api.import_records(text, text, jsonb) IS
+  'Import up to 10000 episodic envelopes (full scope each) into a tenant as raw records of '
+  'formation method import, set-based; answers {"import_id","event_id","records","formed",'
+  '"refused","refusals":[{"position","sqlstate","reason"}] (first 100),"replayed"}. '
+  'Idempotent on (tenant, import_id). Committer only, in a tenant where it is enabled. '
+  'Example: SELECT fabric_api.import_records(''acme'', ''crm-2026-07'', '
+  '''[{"scope":{"subject_id":"user-8842","visibility":"subject"},'
+  '"content":{"text":"asked for invoices in EUR"},"confidence":0.9}]'');';
