@@ -385,6 +385,15 @@ class Committer(_Role):
     def compact_search_stats(self, limit: int = 100) -> Json:
         return self._call("fabric_api.compact_search_stats", limit)  # type: ignore[no-any-return]
 
+    def import_records(
+        self, tenant_id: str, import_id: str, records: Sequence[Mapping[str, Any]]
+    ) -> Json:
+        """`fabric_api.import_records`: up to 10,000 episodic envelopes with their full scope
+        formed as raw records of one import event; idempotent on (tenant, import id)."""
+        return self._call(  # type: ignore[no-any-return]
+            "fabric_api.import_records", tenant_id, import_id, Jsonb([dict(r) for r in records])
+        )
+
     def seal_events(self, limit: int = 10000) -> Json:
         return self._call("fabric_api.seal_events", limit)  # type: ignore[no-any-return]
 
