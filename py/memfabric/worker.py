@@ -135,6 +135,9 @@ ERASURE_VACUUM = (
     "fabric.runs",
     "fabric.temporal_summaries",
     "fabric.subject_keys",
+    "langgraph.checkpoints",
+    "langgraph.checkpoint_blobs",
+    "langgraph.checkpoint_writes",
 )
 DECAY_VACUUM = ("fabric.memory_records",)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import importlib.metadata
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -334,7 +335,8 @@ def test_no_langsmith_dependency() -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "False"
-    own = [p for p in (ROOT / "py" / "memfabric").rglob("*.py") if "langsmith" in p.read_text()]
+    importing = re.compile(r"^\s*(?:import|from)\s+langsmith\b", re.MULTILINE)
+    own = [p for p in (ROOT / "py" / "memfabric").rglob("*.py") if importing.search(p.read_text())]
     assert own == []
 
 
