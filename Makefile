@@ -11,7 +11,7 @@ export GRAPH_HTTP_PORT ?= 52480
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test test-fast check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ worker: migrate ## run the committer worker (drains validated proposals)
 
 test: venv pg graph ## run the whole suite against real servers it starts itself
 	$(BIN)/pytest -q
+
+test-fast: venv pg graph ## the suite without the tests marked slow (over 5 s each)
+	$(BIN)/pytest -q -m 'not slow'
 
 lint: venv ## ruff check + ruff format --check
 	$(BIN)/ruff check py tests migrations

@@ -461,6 +461,7 @@ def test_lineage(store: GraphStore) -> None:
 # -- volume --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_thousand_node_batch_upsert(
     store: GraphStore, graph_server: GraphServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

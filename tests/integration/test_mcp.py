@@ -241,6 +241,7 @@ def test_an_agent_without_the_tool_gets_a_denied_recall(fabric: Fabric) -> None:
     assert fabric.count("events", "event_type = 'agent.tool.unauthorized'") == 1
 
 
+@pytest.mark.slow
 def test_an_expired_run_is_a_tool_error_and_the_server_keeps_serving(fabric: Fabric) -> None:
     run = fabric.open_run(ttl="1 second")
     time.sleep(1.2)

@@ -24,6 +24,9 @@ from memfabric.projector import Projector
 from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore, QdrantServerStore, VectorStore
 
+# starts the projection stores and takes a graph server away (up to a minute)
+pytestmark = pytest.mark.slow
+
 
 class CountingEmbedder:
     """The real model, counting what it embeds (to prove rebuilds re-embed nothing)."""

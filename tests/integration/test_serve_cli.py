@@ -24,6 +24,9 @@ from integration.test_graph import PASSWORD, GraphServer, graph_server  # noqa: 
 from memfabric.broker import serving
 from memfabric.graph import GraphStore
 
+# runs memfabric serve and restarts servers under it
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 

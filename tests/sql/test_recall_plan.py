@@ -19,6 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+# builds 150,000 records once per module (over 10 s)
+pytestmark = pytest.mark.slow
+
 TIERS = ["episodic", "semantic", "procedural", "profile"]
 LIVE = ("raw", "consolidated", "reflected")
 
