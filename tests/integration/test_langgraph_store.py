@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import operator
 import uuid
+from datetime import datetime
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -99,7 +100,7 @@ def test_get_reads_a_record_by_its_memory_id_with_provenance_and_validity(
     assert item.value["provenance"]["formation_method"] == "extraction"
     assert item.value["validity_interval"]["valid_from"].startswith("2026-07-02")
     assert item.value["derived_from"] == []
-    assert item.created_at.isoformat() == item.value["recorded_at"]
+    assert item.created_at == datetime.fromisoformat(item.value["recorded_at"])
 
 
 def test_get_returns_none_outside_the_namespace_or_the_scope(
