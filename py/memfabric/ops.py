@@ -15,9 +15,9 @@ from typing import Any
 
 import psycopg
 
+from memfabric.constants import INDEXED_TIERS
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector, projectable, vector_payload
-from memfabric.vectors import INDEXED_TIERS
 
 Json = dict[str, Any]
 Progress = Callable[[int, int], None]  # (done, total)

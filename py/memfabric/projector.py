@@ -24,9 +24,10 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from memfabric.call import Cast, fabric_call
+from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, text_of
 from memfabric.graph import GraphStore
-from memfabric.vectors import INDEXED_TIERS, MemoryPayload, VectorPoint, VectorStore
+from memfabric.vectors import MemoryPayload, VectorPoint, VectorStore
 
 Json = dict[str, Any]
 Progress = Callable[[str], None]

@@ -58,11 +58,14 @@ if TYPE_CHECKING:
     from qdrant_client import QdrantClient
     from qdrant_client.http import models as qm
 
-INDEXED_TIERS: tuple[str, ...] = ("episodic", "semantic", "procedural", "profile")
-LIVE_STATES: tuple[str, ...] = ("raw", "consolidated", "reflected")
-STATES: tuple[str, ...] = (*LIVE_STATES, "superseded", "expired", "tombstoned")
-VISIBILITIES: tuple[str, ...] = ("session", "agent", "subject", "tenant")
-RETENTION_CLASSES: tuple[str, ...] = ("ephemeral", "operational", "durable", "audit", "regulated")
+# Named here too (explicit re-exports) for callers that import them from memfabric.vectors.
+from memfabric.constants import INDEXED_TIERS as INDEXED_TIERS
+from memfabric.constants import LIVE_STATES as LIVE_STATES
+from memfabric.constants import RETENTION_CLASSES as RETENTION_CLASSES
+from memfabric.constants import STATES as STATES
+from memfabric.constants import VISIBILITIES as VISIBILITIES
+from memfabric.constants import confidence_in_range
+
 DISTANCE = "Cosine"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -299,7 +302,7 @@ class MemoryPayload:
             raise ValueError(f"unknown retention_class {self.retention_class!r}")
         scope_key(self.visibility, self.scope_id)  # visibility known and its id present
         conf = float(self.confidence)
-        if not (math.isfinite(conf) and 0.0 <= conf <= 1.0):
+        if not confidence_in_range(conf):
             raise ValueError(f"confidence must be in [0, 1], got {self.confidence!r}")
         object.__setattr__(self, "confidence", conf)
         _check_aware(self.valid_from, "valid_from")
@@ -408,7 +411,7 @@ def _partial_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
                 out["valid_until"], out["valid_until_ts"] = rfc3339(value), epoch_us(value)
         elif key == "confidence":
             conf = float(value)
-            if not (math.isfinite(conf) and 0.0 <= conf <= 1.0):
+            if not confidence_in_range(conf):
                 raise ValueError(f"confidence must be in [0, 1], got {value!r}")
             out[key] = conf
         elif key == "compliance_labels":
@@ -483,7 +486,7 @@ class RecallFilter:
             raise ValueError("a recall filter needs at least one scope key")
         _check_aware(self.valid_at, "valid_at")
         conf = float(self.min_confidence)
-        if not (math.isfinite(conf) and 0.0 <= conf <= 1.0):
+        if not confidence_in_range(conf):
             raise ValueError(f"min_confidence must be in [0, 1], got {self.min_confidence!r}")
         if not self.states or not set(self.states) <= set(LIVE_STATES):
             raise ValueError(f"states must be a non-empty subset of {LIVE_STATES}")
@@ -700,7 +703,9 @@ class _StoreBase(abc.ABC):
     ) -> dict[str, CollectionContract]:
         with self._mutex:
             self._check_open()
-            bound = {t: CollectionContract(f"mem_{t}", model, version, dims) for t in INDEXED_TIERS}
+            bound: dict[str, CollectionContract] = {
+                t: CollectionContract(f"mem_{t}", model, version, dims) for t in INDEXED_TIERS
+            }
             for contract in bound.values():
                 self._open_or_create(contract)
             self._bound = bound
