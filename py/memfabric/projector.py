@@ -21,11 +21,11 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from memfabric.call import Cast, fabric_call
 from memfabric.constants import INDEXED_TIERS
-from memfabric.embedding import Embedder, text_of
+from memfabric.embedding import Embedder, EmbeddingError, text_of
+from memfabric.errors import FabricError, OperationalFailure
 from memfabric.graph import GraphStore
 from memfabric.vectors import MemoryPayload, VectorPoint, VectorStore
 
@@ -79,6 +79,37 @@ def graph_row(record: Json) -> Json:
             "supersedes",
         )
     }
+
+
+# SQLSTATE classes of a database that is going away or under strain: connection
+# exception, transaction rollback, insufficient resources, operator intervention, system
+# error. Retrying from the cursor is safe.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def recoverable(exc: BaseException) -> bool:
+    """Does the projector outlive `exc` (back off, drain again from the cursor)? Yes for a
+    lost or refused connection to PostgreSQL, the vector store, the graph or the embedding
+    endpoint; no for anything else, which is a bug and must surface."""
+    from neo4j import exceptions as graph_errors
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+    if isinstance(exc, FabricError | psycopg.Error):
+        if exc.sqlstate is None:  # libpq's own: the connection failed or was lost
+            return isinstance(exc, psycopg.OperationalError)
+        return exc.sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
+    if isinstance(exc, UnexpectedResponse):
+        return (exc.status_code or 0) >= 500
+    return isinstance(
+        exc,
+        OperationalFailure
+        | EmbeddingError
+        | OSError
+        | ResponseHandlingException
+        | graph_errors.ServiceUnavailable
+        | graph_errors.SessionExpired
+        | graph_errors.TransientError,
+    )
 
 
 def projectable(record: Json) -> bool:
@@ -222,7 +253,8 @@ class Projector:
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         """LISTEN, drain, wait; on a lost connection or projection back end, back off
-        (capped, jittered) and drain again from the cursor."""
+        (capped, jittered) and drain again from the cursor. Any other exception is a bug
+        and ends the loop."""
         backoff = 0.5
         while not should_stop():
             try:
@@ -244,6 +276,8 @@ class Projector:
                             for _ in conn.notifies(timeout=0):
                                 pass
             except Exception as exc:
+                if not recoverable(exc):
+                    raise
                 if should_stop():
                     return
                 delay = min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter
@@ -299,15 +333,3 @@ class Projector:
                 True,
             )
             return total
-
-
-def count_records(conn: psycopg.Connection[Any]) -> int:
-    """How many records the snapshot will walk (for progress bars)."""
-    row = conn.execute(
-        "SELECT jsonb_array_length(fabric_api.projection_snapshot(NULL, NULL, 1))"
-    ).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def jsonb(value: Any) -> Jsonb:
-    return Jsonb(value)
