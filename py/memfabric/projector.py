@@ -26,7 +26,7 @@ from memfabric.call import Cast, fabric_call
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, EmbeddingError, text_of
 from memfabric.errors import FabricError, OperationalFailure
-from memfabric.graph import GraphStore
+from memfabric.graph import ROW_KEYS, GraphStore
 from memfabric.vectors import MemoryPayload, VectorPoint, VectorStore
 
 Json = dict[str, Any]
@@ -39,46 +39,15 @@ def _ts(value: str | None) -> datetime | None:
 
 
 def vector_payload(record: Json) -> MemoryPayload:
-    """A projection record (fabric._record_projection) as the vector payload."""
-    return MemoryPayload(
-        memory_id=record["memory_id"],
-        tenant_id=record["tenant_id"],
-        tier=record["tier"],
-        visibility=record["visibility"],
-        subject_id=record["subject_id"],
-        agent_id=record["agent_id"],
-        session_id=record["session_id"],
-        content_hash=record["content_hash"],
-        confidence=float(record["confidence"]),
-        valid_from=_ts(record["valid_from"]),  # type: ignore[arg-type]
-        valid_until=_ts(record["valid_until"]),
-        consolidation_state=record["consolidation_state"],
-        retention_class=record["retention_class"],
-        compliance_labels=tuple(record["compliance_labels"]),
-        version=record["version"],
-    )
+    """A projection record (fabric._record_projection: JSON, so its instants are ISO
+    strings) as the vector payload."""
+    instants = {"valid_from": _ts(record["valid_from"]), "valid_until": _ts(record["valid_until"])}
+    return MemoryPayload.from_row(record | instants)
 
 
 def graph_row(record: Json) -> Json:
-    return {
-        k: record[k]
-        for k in (
-            "tenant_id",
-            "memory_id",
-            "tier",
-            "consolidation_state",
-            "visibility",
-            "scope_key",
-            "content_hash",
-            "formation_method",
-            "formed_by",
-            "valid_from",
-            "valid_until",
-            "confidence",
-            "derived_from",
-            "supersedes",
-        )
-    }
+    """A projection record as a row for GraphStore.upsert_memories (its ROW_KEYS)."""
+    return {k: record[k] for k in ROW_KEYS}
 
 
 # SQLSTATE classes of a database that is going away or under strain: connection
