@@ -16,7 +16,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from memfabric.call import Cast, afabric_call, afabric_rows
-from memfabric.envelope import Envelope, FormationMethod, Tier, Visibility
+from memfabric.constants import FormationMethod, Tier, Visibility
+from memfabric.envelope import Envelope
 from memfabric.recall import arecall
 from memfabric.results import Approval, Proposal, RecallAnswer, Receipt, Record, Run
 from memfabric.sdk import Id, Json, _as_run, _ttl

@@ -22,9 +22,10 @@ from typing import Any, Protocol
 
 import psycopg
 
+from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder
 from memfabric.settings import Settings
-from memfabric.vectors import INDEXED_TIERS, RecallFilter, VectorStore, store_from_env
+from memfabric.vectors import RecallFilter, VectorStore, store_from_env
 
 Json = dict[str, Any]
 

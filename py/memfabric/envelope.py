@@ -19,11 +19,14 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
+# The domain types are memfabric.constants'; named here too for callers that import them
+# from the envelope.
+from memfabric.constants import FormationMethod as FormationMethod
+from memfabric.constants import RetentionClass as RetentionClass
+from memfabric.constants import Tier as Tier
+from memfabric.constants import Visibility as Visibility
+
 Json = dict[str, Any]
-Tier = Literal["episodic", "semantic", "procedural", "profile", "relational"]
-Visibility = Literal["session", "agent", "subject", "tenant"]
-FormationMethod = Literal["extraction", "declaration", "consolidation", "reflection", "import"]
-RetentionClass = Literal["ephemeral", "operational", "durable", "audit", "regulated"]
 Timestamp = datetime | str
 
 

@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from memfabric.constants import DEFAULT_RETENTION_CLASS
 from memfabric.errors import mapped
 from memfabric.recall import recall
 
@@ -274,7 +275,7 @@ class SynedrixMemoryStore(BaseStore):
         confidence: float = 0.8,
         valid_from: str | None = None,
         valid_until: str | None = None,
-        retention_class: str = "durable",
+        retention_class: str = DEFAULT_RETENTION_CLASS,
         compliance_labels: Sequence[str] = (),
     ) -> Json:
         """Propose `value` as the content of a record in `namespace`, inside the run, for the

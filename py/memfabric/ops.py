@@ -15,9 +15,9 @@ from typing import Any
 
 import psycopg
 
+from memfabric.constants import INDEXED_TIERS
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector, projectable, vector_payload
-from memfabric.vectors import INDEXED_TIERS
 
 Json = dict[str, Any]
 Progress = Callable[[int, int], None]  # (done, total)
@@ -48,7 +48,7 @@ class _Counter:
         self.progress(self.done, self.total)
 
 
-def _probe_vectors(projector: Projector, records: list[Json]) -> list[tuple[str, list[float]]]:
+def _probe_vectors(projector: Projector) -> list[tuple[str, list[float]]]:
     """Fixed probes: the embeddings of fixed texts (deterministic model)."""
     texts = ["billing entity", "invoice currency preference", "customer asked", "refund skill"]
     return list(zip(texts, projector.embedder.embed(texts), strict=True))
@@ -71,7 +71,7 @@ def probes(projector: Projector) -> Json:
             if not keys:
                 continue
             flt = RecallFilter(tenant_id=tenant, scope_keys=keys, valid_at=datetime.now(UTC))
-            for text, vector in _probe_vectors(projector, records):
+            for text, vector in _probe_vectors(projector):
                 hits = projector.store.search(list(INDEXED_TIERS), vector, flt, 10, exact=True)
                 out["semantic"][f"{tenant}|{text}"] = [(i, round(s, 5)) for i, s in hits]
     if projector.graph is not None:

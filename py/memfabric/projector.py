@@ -21,12 +21,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from memfabric.call import Cast, fabric_call
-from memfabric.embedding import Embedder, text_of
-from memfabric.graph import GraphStore
-from memfabric.vectors import INDEXED_TIERS, MemoryPayload, VectorPoint, VectorStore
+from memfabric.constants import INDEXED_TIERS
+from memfabric.embedding import Embedder, EmbeddingError, text_of
+from memfabric.errors import FabricError, OperationalFailure
+from memfabric.graph import ROW_KEYS, GraphStore
+from memfabric.vectors import MemoryPayload, VectorPoint, VectorStore
 
 Json = dict[str, Any]
 Progress = Callable[[str], None]
@@ -38,46 +39,46 @@ def _ts(value: str | None) -> datetime | None:
 
 
 def vector_payload(record: Json) -> MemoryPayload:
-    """A projection record (fabric._record_projection) as the vector payload."""
-    return MemoryPayload(
-        memory_id=record["memory_id"],
-        tenant_id=record["tenant_id"],
-        tier=record["tier"],
-        visibility=record["visibility"],
-        subject_id=record["subject_id"],
-        agent_id=record["agent_id"],
-        session_id=record["session_id"],
-        content_hash=record["content_hash"],
-        confidence=float(record["confidence"]),
-        valid_from=_ts(record["valid_from"]),  # type: ignore[arg-type]
-        valid_until=_ts(record["valid_until"]),
-        consolidation_state=record["consolidation_state"],
-        retention_class=record["retention_class"],
-        compliance_labels=tuple(record["compliance_labels"]),
-        version=record["version"],
-    )
+    """A projection record (fabric._record_projection: JSON, so its instants are ISO
+    strings) as the vector payload."""
+    instants = {"valid_from": _ts(record["valid_from"]), "valid_until": _ts(record["valid_until"])}
+    return MemoryPayload.from_row(record | instants)
 
 
 def graph_row(record: Json) -> Json:
-    return {
-        k: record[k]
-        for k in (
-            "tenant_id",
-            "memory_id",
-            "tier",
-            "consolidation_state",
-            "visibility",
-            "scope_key",
-            "content_hash",
-            "formation_method",
-            "formed_by",
-            "valid_from",
-            "valid_until",
-            "confidence",
-            "derived_from",
-            "supersedes",
-        )
-    }
+    """A projection record as a row for GraphStore.upsert_memories (its ROW_KEYS)."""
+    return {k: record[k] for k in ROW_KEYS}
+
+
+# SQLSTATE classes of a database that is going away or under strain: connection
+# exception, transaction rollback, insufficient resources, operator intervention, system
+# error. Retrying from the cursor is safe.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def recoverable(exc: BaseException) -> bool:
+    """Does the projector outlive `exc` (back off, drain again from the cursor)? Yes for a
+    lost or refused connection to PostgreSQL, the vector store, the graph or the embedding
+    endpoint; no for anything else, which is a bug and must surface."""
+    from neo4j import exceptions as graph_errors
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+    if isinstance(exc, FabricError | psycopg.Error):
+        if exc.sqlstate is None:  # libpq's own: the connection failed or was lost
+            return isinstance(exc, psycopg.OperationalError)
+        return exc.sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
+    if isinstance(exc, UnexpectedResponse):
+        return (exc.status_code or 0) >= 500
+    return isinstance(
+        exc,
+        OperationalFailure
+        | EmbeddingError
+        | OSError
+        | ResponseHandlingException
+        | graph_errors.ServiceUnavailable
+        | graph_errors.SessionExpired
+        | graph_errors.TransientError,
+    )
 
 
 def projectable(record: Json) -> bool:
@@ -221,7 +222,8 @@ class Projector:
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         """LISTEN, drain, wait; on a lost connection or projection back end, back off
-        (capped, jittered) and drain again from the cursor."""
+        (capped, jittered) and drain again from the cursor. Any other exception is a bug
+        and ends the loop."""
         backoff = 0.5
         while not should_stop():
             try:
@@ -243,6 +245,8 @@ class Projector:
                             for _ in conn.notifies(timeout=0):
                                 pass
             except Exception as exc:
+                if not recoverable(exc):
+                    raise
                 if should_stop():
                     return
                 delay = min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter
@@ -298,15 +302,3 @@ class Projector:
                 True,
             )
             return total
-
-
-def count_records(conn: psycopg.Connection[Any]) -> int:
-    """How many records the snapshot will walk (for progress bars)."""
-    row = conn.execute(
-        "SELECT jsonb_array_length(fabric_api.projection_snapshot(NULL, NULL, 1))"
-    ).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def jsonb(value: Any) -> Jsonb:
-    return Jsonb(value)

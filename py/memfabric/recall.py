@@ -17,6 +17,7 @@ import psycopg
 
 from memfabric.broker import Broker, find_broker, hits_as_candidates, locate_broker
 from memfabric.call import afabric_call, fabric_call
+from memfabric.constants import RECALL_MAX_CANDIDATES
 from memfabric.errors import Unreachable
 from memfabric.settings import Settings
 from memfabric.tracing import client_span
@@ -149,7 +150,9 @@ def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
     flt = resolved["filter"]
     hits: list[tuple[str, float]] = []
     if flt["tiers"] and flt["scope_keys"]:
-        limit = min(1000, max(MIN_CANDIDATES, int(flt["limit"]) * CANDIDATE_FACTOR))
+        limit = min(
+            RECALL_MAX_CANDIDATES, max(MIN_CANDIDATES, int(flt["limit"]) * CANDIDATE_FACTOR)
+        )
         try:
             hits = yield _Search(broker, flt, request["query"], limit, exact)
         except (OSError, RuntimeError):

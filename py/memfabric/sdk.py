@@ -23,7 +23,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from memfabric.call import Cast, fabric_call, fabric_rows
-from memfabric.envelope import Envelope, FormationMethod, Tier, Visibility
+from memfabric.constants import FormationMethod, Tier, Visibility
+from memfabric.envelope import Envelope
 from memfabric.recall import recall as _recall
 from memfabric.results import Approval, Proposal, RecallAnswer, Receipt, Record, Run
 

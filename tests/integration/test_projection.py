@@ -5,6 +5,7 @@ rebuild, drill and verify; faults."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -320,3 +321,56 @@ def test_only_projectors_read_the_feed(fabric: Fabric) -> None:
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         fabric.connect("mf_agent_a").execute("SELECT fabric_api.projection_records(%s)", ([],))
     _ = Jsonb
+
+
+class StoreWithFault:
+    """Wraps a store; its first `upsert` raises `fault` (then, if `once`, it works)."""
+
+    def __init__(self, inner: VectorStore, fault: Exception, once: bool) -> None:
+        self.inner, self.fault, self.once, self.raised = inner, fault, once, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def upsert(self, tier: str, points: Any) -> None:
+        if not (self.once and self.raised):
+            self.raised += 1
+            raise self.fault
+        self.inner.upsert(tier, points)
+
+
+def run_for(projector: Projector, seconds: float) -> None:
+    """Projector.run until it returns, raises, or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    projector.run(("qdrant",), poll_seconds=0.1, should_stop=lambda: time.monotonic() > deadline)
+
+
+@pytest.fixture
+def edge(tmp_path: Path, model: MiniLMEmbedder) -> Iterator[VectorStore]:
+    store = EdgeVectorStore(tmp_path / "qdrant")
+    store.ensure_collections(model.model, model.version, model.dims)
+    yield store
+    store.close()
+
+
+def test_the_projector_loop_lets_a_programming_error_surface(
+    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+) -> None:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    buggy = StoreWithFault(edge, TypeError("a bug in a backend"), once=False)
+    form(fabric, fabric.open_run(), "a bug must not be retried forever")
+    with pytest.raises(TypeError, match="a bug in a backend"):
+        run_for(Projector(url, model, buggy, None), 20)  # type: ignore[arg-type]
+    assert buggy.raised == 1
+    assert point_ids(edge, "episodic") == set()
+
+
+def test_the_projector_loop_outlives_a_lost_connection(
+    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+) -> None:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    flaky = StoreWithFault(edge, ConnectionResetError("the store went away"), once=True)
+    rid = form(fabric, fabric.open_run(), "applied after the store came back")
+    run_for(Projector(url, model, flaky, None), 5)  # type: ignore[arg-type]
+    assert flaky.raised == 1
+    assert point_ids(edge, "episodic") == {rid}

@@ -1,0 +1,372 @@
+"""The vector store's interface (`VectorStore`) and the logic both backends share
+(`_StoreBase`: validation, contract binding, tie-stable merging)."""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from memfabric.constants import INDEXED_TIERS
+from memfabric.vectors.filters import FilterSpec, RecallFilter
+from memfabric.vectors.model import (
+    CollectionContract,
+    ContractMismatch,
+    NotBound,
+    VectorLike,
+    VectorPoint,
+    VectorStoreError,
+    _as_vector,
+    _check_tier,
+    _f32,
+    _norm_id,
+    _partial_payload,
+)
+
+_BATCH = 1024  # points per backend write
+_TIE_FETCH_CAP = 65536  # the most hits fetched to settle ties at the cut
+
+# --------------------------------------------------------------------------------------
+# The protocol
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """The vector projection: one collection per indexed tier, bound to one contract each."""
+
+    def ensure_collections(
+        self, model: str, version: str, dims: int, *, activate: bool = True
+    ) -> dict[str, CollectionContract]:
+        """Create (or open) the physical collections of this contract with their payload
+        indexes and bind this store to them. `activate` moves the logical aliases to them
+        (the cutover); without it only this store uses them, e.g. to build a new version
+        while recall still reads the old one, then `cutover()`."""
+        ...
+
+    def cutover(self) -> None:
+        """Point every logical name at the collection this store is bound to."""
+        ...
+
+    def contracts(self) -> dict[str, CollectionContract]:
+        """tier -> the contract this store reads and writes."""
+        ...
+
+    def aliases(self) -> dict[str, str]:
+        """logical name -> physical collection, as the backend has them now."""
+        ...
+
+    def collections(self) -> dict[str, CollectionContract]:
+        """Every physical fabric collection present, old versions included."""
+        ...
+
+    def upsert(self, tier: str, points: Sequence[VectorPoint]) -> None: ...
+
+    def delete(self, tier: str, ids: Sequence[str]) -> None: ...
+
+    def set_payload(self, tier: str, ids: Sequence[str], payload: Mapping[str, Any]) -> None:
+        """Change lifecycle fields (MUTABLE_FIELDS) of existing points; unknown ids are
+        skipped."""
+        ...
+
+    def search(
+        self,
+        tiers: Sequence[str],
+        vector: VectorLike,
+        rfilter: RecallFilter,
+        limit: int,
+        exact: bool = False,
+    ) -> list[tuple[str, float]]:
+        """Top `limit` (memory_id, score) over the tiers' collections, by score descending
+        then memory_id ascending."""
+        ...
+
+    def count(self, tier: str) -> int: ...
+
+    def scroll(self, tier: str) -> Iterator[tuple[str, dict[str, Any]]]: ...
+
+    def flush(self) -> None:
+        """Make every write so far durable (call before advancing a projection cursor)."""
+        ...
+
+    def wipe(self) -> None:
+        """Drop and recreate (empty) the collections this store is bound to."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------------------
+# Shared logic
+
+
+class _StoreBase(abc.ABC):
+    """Validation, contract binding, tie-stable merging; backends supply the primitives."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.RLock()
+        self._bound: dict[str, CollectionContract] | None = None
+        self._closed = False
+
+    # primitives --------------------------------------------------------------------
+    @abc.abstractmethod
+    def _open_or_create(self, contract: CollectionContract) -> None:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _drop(self, physical: str) -> None:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _alias_map(self) -> dict[str, str]:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _set_aliases(self, targets: Mapping[str, str]) -> None:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _contract_of(self, physical: str) -> CollectionContract | None:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _physical_names(self) -> list[str]:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _upsert_raw(
+        self, physical: str, rows: list[tuple[str, list[float], dict[str, Any]]]
+    ) -> None:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _delete_raw(self, physical: str, ids: list[str]) -> None:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _set_payload_raw(self, physical: str, ids: list[str], payload: dict[str, Any]) -> None:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _query_raw(
+        self, physical: str, vector: list[float], spec: FilterSpec, n: int, exact: bool
+    ) -> list[tuple[str, float]]:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _count_raw(self, physical: str) -> int:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _scroll_raw(
+        self, physical: str, offset: str | None
+    ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _flush_raw(self) -> None:
+        """A backend primitive."""
+
+    @abc.abstractmethod
+    def _close_raw(self) -> None:
+        """A backend primitive."""
+
+    def _release_unbound(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Free what only collections other than the bound ones hold (Edge: open shards)."""
+
+    # public --------------------------------------------------------------------------
+    def ensure_collections(
+        self, model: str, version: str, dims: int, *, activate: bool = True
+    ) -> dict[str, CollectionContract]:
+        with self._mutex:
+            self._check_open()
+            bound: dict[str, CollectionContract] = {
+                t: CollectionContract(f"mem_{t}", model, version, dims) for t in INDEXED_TIERS
+            }
+            for contract in bound.values():
+                self._open_or_create(contract)
+            self._bound = bound
+            self._release_unbound()
+            if activate:
+                self.cutover()
+            return dict(bound)
+
+    def cutover(self) -> None:
+        with self._mutex:
+            bound = self._bindings()
+            if not bound:
+                raise NotBound("no contract bound: call ensure_collections() first")
+            current = self._alias_map()
+            targets = {
+                c.name: c.physical_name
+                for c in bound.values()
+                if current.get(c.name) != c.physical_name
+            }
+            if targets:
+                self._set_aliases(targets)
+
+    def contracts(self) -> dict[str, CollectionContract]:
+        with self._mutex:
+            return dict(self._bindings())
+
+    def aliases(self) -> dict[str, str]:
+        with self._mutex:
+            self._check_open()
+            return self._alias_map()
+
+    def collections(self) -> dict[str, CollectionContract]:
+        with self._mutex:
+            self._check_open()
+            out: dict[str, CollectionContract] = {}
+            for name in sorted(self._physical_names()):
+                contract = self._contract_of(name)
+                if contract is not None:
+                    out[name] = contract
+            return out
+
+    def upsert(self, tier: str, points: Sequence[VectorPoint]) -> None:
+        contract = self._contract(tier)
+        rows: list[tuple[str, list[float], dict[str, Any]]] = []
+        for point in points:
+            p = point.payload
+            if p.tier != tier:
+                raise ValueError(f"point {p.memory_id} is a {p.tier} record, not {tier}")
+            if p.consolidation_state == "tombstoned":
+                raise ValueError(f"point {p.memory_id} is tombstoned: delete it, never upsert it")
+            rows.append((p.memory_id, _as_vector(point.vector, contract.dims), p.to_payload()))
+        for start in range(0, len(rows), _BATCH):
+            self._upsert_raw(contract.physical_name, rows[start : start + _BATCH])
+
+    def delete(self, tier: str, ids: Sequence[str]) -> None:
+        contract = self._contract(tier)
+        norm = [_norm_id(i) for i in ids]
+        for start in range(0, len(norm), _BATCH):
+            self._delete_raw(contract.physical_name, norm[start : start + _BATCH])
+
+    def set_payload(self, tier: str, ids: Sequence[str], payload: Mapping[str, Any]) -> None:
+        contract = self._contract(tier)
+        norm = [_norm_id(i) for i in ids]
+        change = _partial_payload(payload)
+        if not change:
+            return
+        for start in range(0, len(norm), _BATCH):
+            self._set_payload_raw(contract.physical_name, norm[start : start + _BATCH], change)
+
+    def search(
+        self,
+        tiers: Sequence[str],
+        vector: VectorLike,
+        rfilter: RecallFilter,
+        limit: int,
+        exact: bool = False,
+    ) -> list[tuple[str, float]]:
+        if not isinstance(rfilter, RecallFilter):
+            raise TypeError("search needs a RecallFilter: tenant and scope are always pushed down")
+        if isinstance(tiers, str):
+            raise TypeError("tiers is a sequence of tier names")
+        if limit < 1:
+            return []
+        contracts = [self._contract(t) for t in dict.fromkeys(tiers)]
+        if not contracts:
+            return []
+        dims = {c.dims for c in contracts}
+        if len(dims) != 1:
+            raise ContractMismatch(f"tiers {list(tiers)} are bound to different dimensions {dims}")
+        query = _as_vector(vector, dims.pop())
+        spec = rfilter.spec()
+        hits: list[tuple[str, float]] = []
+        for contract in contracts:
+            hits.extend(self._top(contract.physical_name, query, spec, limit, exact))
+        hits.sort(key=lambda h: (-h[1], h[0]))
+        out: list[tuple[str, float]] = []
+        seen: set[str] = set()
+        for memory_id, score in hits:  # a record mid-promotion may sit in two tiers
+            if memory_id not in seen:
+                seen.add(memory_id)
+                out.append((memory_id, score))
+        return out[:limit]
+
+    def _top(
+        self, physical: str, query: list[float], spec: FilterSpec, k: int, exact: bool
+    ) -> list[tuple[str, float]]:
+        """Top k by (score desc, memory_id asc). The engine orders equal scores its own way,
+        so fetch past the k-th score until the tie group at the boundary is complete."""
+        n = k + 1
+        while True:
+            raw = self._query_raw(physical, query, spec, n, exact)
+            hits = sorted(((i, _f32(s)) for i, s in raw), key=lambda h: (-h[1], h[0]))
+            if len(hits) < n or hits[-1][1] < hits[k - 1][1] or n >= _TIE_FETCH_CAP:
+                return hits[:k]
+            n = min(n * 2, _TIE_FETCH_CAP)
+
+    def count(self, tier: str) -> int:
+        return self._count_raw(self._contract(tier).physical_name)
+
+    def scroll(self, tier: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        physical = self._contract(tier).physical_name
+        offset: str | None = None
+        while True:
+            page, offset = self._scroll_raw(physical, offset)
+            yield from page
+            if offset is None:
+                return
+
+    def flush(self) -> None:
+        with self._mutex:
+            self._check_open()
+            self._flush_raw()
+
+    def wipe(self) -> None:
+        with self._mutex:
+            bound = self._bindings()
+            if not bound:
+                raise NotBound("no contract bound: call ensure_collections() first")
+            aliases = self._alias_map()
+            for contract in bound.values():
+                self._drop(contract.physical_name)
+                self._open_or_create(contract)
+            restore = {
+                logical: physical
+                for logical, physical in aliases.items()
+                if physical in {c.physical_name for c in bound.values()}
+            }
+            if restore:
+                self._set_aliases(restore)
+
+    def close(self) -> None:
+        with self._mutex:
+            if not self._closed:
+                self._closed = True
+                self._close_raw()
+
+    def __enter__(self) -> _StoreBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # helpers -------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise VectorStoreError("the vector store is closed")
+
+    def _bindings(self) -> dict[str, CollectionContract]:
+        """The bound contracts; on first use, those the logical aliases point at."""
+        self._check_open()
+        if self._bound is None:
+            bound: dict[str, CollectionContract] = {}
+            for logical, physical in self._alias_map().items():
+                contract = self._contract_of(physical)
+                if contract is not None and contract.name == logical:
+                    self._open_or_create(contract)
+                    bound[contract.tier] = contract
+            self._bound = bound
+        return self._bound
+
+    def _contract(self, tier: str) -> CollectionContract:
+        _check_tier(tier)
+        with self._mutex:
+            contract = self._bindings().get(tier)
+        if contract is None:
+            raise NotBound(f"no collection contract for tier {tier!r}: call ensure_collections()")
+        return contract
