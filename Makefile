@@ -114,8 +114,8 @@ bench-recall: venv db-up ## recall at 1,000,000 records vs SELECT+audit and Lang
 bench-import: migrate ## bulk import_records rate vs single propose+commit (printed, not asserted)
 	$(BIN)/python tests/bench/bench_import.py $(ARGS)
 
-bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic recall at 100k (printed)
-	$(BIN)/python tests/bench/bench_projection.py
+bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic and hybrid recall at 100k (printed; ARGS=--only-recall)
+	$(BIN)/python tests/bench/bench_projection.py $(ARGS)
 
 bench-quality: venv db-up ## recall@k, MRR, nDCG per recall mode vs plain BM25 and dense (ARGS=--quick)
 	$(BIN)/python tests/bench/bench_quality.py $(ARGS)

@@ -1,12 +1,15 @@
-"""Projection lag, projector throughput, rebuild rates, semantic recall at 100k records.
+"""Projection lag, projector throughput, rebuild rates, semantic and hybrid recall at 100k.
 
 Prints, never asserts (docs/benchmarks.md). Needs `make migrate` and `scripts/graph.sh up`.
 1. Lag: one governed episodic write every 1/--rate s while `Projector.run()` (Edge in a temp
    dir, the local graph, real MiniLM) runs in a thread: the later of a record's two `apply`s
    minus its commit return. 2. One full drain of a --backlog, embedding included.
 3. Rebuilds from stored embeddings (embed calls counted). 4. --records bulk-loaded as the
-   superuser (triggers off, random unit vectors stored as embeddings), rebuilt into Edge;
-   `recall()` end to end against the same filtered query straight to Edge, interleaved.
+   superuser (triggers off, random unit vectors stored as embeddings, search text and the
+   per-scope search statistics derived set-based as the triggers would), rebuilt into Edge;
+   `recall()` end to end in semantic and in hybrid mode (query embedding included) against
+   the same filtered query straight to Edge, interleaved query by query.
+   --only-recall runs phase 4 alone (no graph server needed).
 Tenants benchp (writes) and benchb (bulk; rows stay, reused). The product's Projector is kept
 to its tenant (other tenants' records and snapshot rows skipped, graph wipes per tenant); the
 global projection cursors are put back as found, so no other projector may be connected.
@@ -41,6 +44,7 @@ from psycopg.types.json import Jsonb
 
 from memfabric import db
 from memfabric.broker import LocalBroker
+from memfabric.call import Cast
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import graph_from_env
 from memfabric.projector import Projector
@@ -55,7 +59,7 @@ SCOPE = {"tiers": TIERS, "visibility": ["subject", "tenant"]}
 GROUPS = ("committer", "orchestrator", "admin", "projector")
 LOGINS = {"benchp_agent": None, **{f"benchp_{g}": f"fabric_{g}" for g in GROUPS}}
 ZERO, TOP = "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"
-SUBJECTS, LIMIT, ORDER = 2000, 10, ("e2e", "embed+edge", "edge")
+SUBJECTS, LIMIT, ORDER = 2000, 10, ("e2e", "hybrid", "embed+edge", "edge")
 FILTERS = {"min_confidence": 0.3, "compliance_labels_excluded": ["pii"]}
 TEXTS = """Customer asked to be invoiced in euros from next quarter|which currency do invoices use
 The shipment to Rotterdam was delayed two days at customs|what happened to the shipment
@@ -66,7 +70,6 @@ The billing entity changed to Acme Logistics BV|who is the billing entity"""
 TOPICS, QUERIES = zip(*(line.split("|") for line in TEXTS.splitlines()), strict=True)
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '6 hours'::interval)"
 SET_CURSOR = "SELECT fabric_api.set_projection_cursor(%s, %s::xid8, %s::uuid, true)"
-SNAPSHOT = "SELECT fabric_api.projection_snapshot(%s, %s::uuid, %s, %s, %s)"
 BULK_COPY = """COPY fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
   session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
   confidence, valid_from, valid_until, consolidation_state, retention_class, compliance_labels)
@@ -76,6 +79,18 @@ EMBEDDINGS = """COPY fabric.memory_embeddings (tenant_id, memory_id, model, mode
 OTHER_PROJECTORS = """SELECT DISTINCT usename FROM pg_stat_activity
   WHERE usename <> 'benchp_projector' AND pg_has_role(usename, 'fabric_projector', 'MEMBER')
   AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = usename)"""
+# The fixture shortcut skips the triggers: derive the search text and fold the statistics
+# the way they would have (the same functions), for the bulk tenant only.
+SEARCH_TEXT = """UPDATE fabric.memory_records SET search_tsv = fabric._search_text(content)
+  WHERE tenant_id = %(t)s AND content IS NOT NULL AND search_tsv IS NULL"""
+SEARCH_STATS = """INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+SELECT tenant_id, scope_key, '', count(*), sum(fabric._search_length(search_tsv))
+  FROM fabric.memory_records WHERE tenant_id = %(t)s AND search_tsv IS NOT NULL
+ GROUP BY tenant_id, scope_key
+UNION ALL
+SELECT m.tenant_id, m.scope_key, u.lexeme, count(*), 0
+  FROM fabric.memory_records m CROSS JOIN LATERAL unnest(m.search_tsv) u
+ WHERE m.tenant_id = %(t)s GROUP BY m.tenant_id, m.scope_key, u.lexeme"""
 MACHINE = """SELECT format('PostgreSQL %%s, fsync=%%s, synchronous_commit=%%s', current_setting(
   'server_version'), current_setting('fsync'), current_setting('synchronous_commit'))"""
 
@@ -122,7 +137,8 @@ class BenchProjector(Projector):
     def snapshot(self, conn: Conn, page: int = 1000) -> Iterator[list[Any]]:
         after, e = ZERO, self.embedder
         while True:
-            rows = self._call(conn, SNAPSHOT, (self.tenant, after, page, e.model, e.version))
+            rows = self._call(conn, "fabric_api.projection_snapshot", self.tenant,
+                              Cast(after, "uuid"), page, e.model, e.version)  # fmt: skip
             mine = [r for r in rows if r["tenant_id"] == self.tenant]
             if mine:
                 yield mine
@@ -254,6 +270,7 @@ def bulk_load(url: str, n: int, seed: int, model: str, version: str) -> tuple[in
     with connect(url) as su:
         have = call(su, "SELECT count(*) FROM fabric.memory_records WHERE tenant_id = %s", BULK)
         if have >= n:
+            search_text(su)  # rows of an older run may lack it
             return have, 0.0
         t, rng, now = time.perf_counter(), np.random.default_rng(seed + have), datetime.now(UTC)
         vecs = rng.normal(size=(n - have, 384)).astype(np.float32)
@@ -279,8 +296,20 @@ def bulk_load(url: str, n: int, seed: int, model: str, version: str) -> tuple[in
                 cp.set_types(["text", "uuid", "text", "text", "int4", vector.oid, "text"])
                 for (mid, h), v in zip(keys, vecs, strict=True):
                     cp.write_row((BULK, mid, model, version, 384, v, h))
-        su.execute("VACUUM ANALYZE fabric.memory_records, fabric.memory_embeddings")
+        search_text(su)
         return n, time.perf_counter() - t
+
+
+def search_text(su: Conn) -> None:
+    """Search text and statistics for the bulk rows, as the triggers would have kept them."""
+    su.execute("SET session_replication_role = replica")
+    with su.transaction():
+        if su.execute(SEARCH_TEXT, {"t": BULK}).rowcount:
+            su.execute("DELETE FROM fabric.search_stats WHERE tenant_id = %s", (BULK,))
+            su.execute(SEARCH_STATS, {"t": BULK})
+    su.execute("SET session_replication_role = DEFAULT")
+    su.execute("VACUUM ANALYZE fabric.memory_records, fabric.memory_embeddings,"
+               " fabric.search_stats")  # fmt: skip
 
 
 def recall_phase(url: str, store: EdgeVectorStore, emb: Counting, args: Any) -> list[Row]:
@@ -290,8 +319,8 @@ def recall_phase(url: str, store: EdgeVectorStore, emb: Counting, args: Any) -> 
         runs = {s: call(orch, OPEN_RUN, BULK, AGENT, s, "sess-q", TOOLS) for s in set(subjects)}
     vectors = dict(zip(QUERIES, emb.embed(QUERIES), strict=True))
     broker = LocalBroker(store, emb, {})
-    out: dict[str, list[float]] = {"e2e": [], "pg": [], "embed+edge": [], "edge": []}
-    served, hits = [], []
+    out: dict[str, list[float]] = {w: [] for w in (*ORDER, "pg", "fusion")}
+    served, fused, hits = [], [], []
     n = min(1000, max(MIN_CANDIDATES, LIMIT * CANDIDATE_FACTOR))  # what recall() asks for
     with connect(url, "benchp_agent") as agent:
         for k, subject in enumerate(subjects):
@@ -300,22 +329,33 @@ def recall_phase(url: str, store: EdgeVectorStore, emb: Counting, args: Any) -> 
                        "tiers": TIERS, "limit": LIMIT, "filters": FILTERS}  # fmt: skip
             keys = [f"subject:{subject}", "tenant"]  # what the database resolves, as FILTERS
             flt = RecallFilter(BULK, keys, datetime.now(UTC), 0.3, ["pii"])
-            for what in ORDER[k % 3 :] + ORDER[: k % 3]:  # turns rotate: noise hits all three
+            turn = ORDER[k % len(ORDER) :] + ORDER[: k % len(ORDER)]  # noise hits them all
+            for what in turn:
                 t = time.perf_counter()
                 if what == "e2e":
                     served.append(len(recall(agent, request, broker)["records"]))
+                elif what == "hybrid":
+                    answer = recall(agent, {**request, "mode": "hybrid"}, broker)
+                    assert answer["mode_served"] == "hybrid", answer
+                    fused.append(len(answer["records"]))
                 elif what == "embed+edge":
                     store.search(TIERS, emb.embed([text])[0], flt, n)
                 else:
                     hits.append(len(store.search(TIERS, vectors[text], flt, n)))
                 took[what] = time.perf_counter() - t
             took["pg"] = took["e2e"] - took["embed+edge"]  # paired: the same query and filter
+            took["fusion"] = took["hybrid"] - took["e2e"]  # the lexical list and the fusion
             for what, s in took.items() if k >= 20 else ():  # the first 20 warm plans and caches
                 out[what].append(s)
-    e2e, direct = out["e2e"], out["embed+edge"]
+    e2e, direct, hybrid = out["e2e"], out["embed+edge"], out["hybrid"]
     return [
         (f"semantic recall end to end p50 / p95 ({len(e2e)} queries)", ms(e2e),
          f"p95 <= 30 ms: {OK[pct(e2e, 95) <= 0.030]}; {statistics.mean(served):.1f} served"),
+        (f"hybrid recall end to end p50 / p95 ({len(hybrid)} queries)", ms(hybrid),
+         f"p95 <= 40 ms: {OK[pct(hybrid, 95) <= 0.040]}; {statistics.mean(fused):.1f} served;"
+         " query embedding included"),
+        ("  hybrid - semantic, per query", ms(out["fusion"]),
+         "lexical list (BM25 in the scope) and fusion"),
         ("  end to end - direct with embedding, per query", ms(out["pg"]),
          "Postgres: resolution, re-check, hydration"),
         ("direct Edge search, same filter, with query embedding", ms(direct), f"limit {n}"),
@@ -333,6 +373,7 @@ def main() -> int:
             "queries": 200, "seed": 7}  # fmt: skip
     for name, default in opts.items():
         ap.add_argument(f"--{name}", type=type(default), default=default)
+    ap.add_argument("--only-recall", action="store_true", help="phase 4 alone, no graph")
     args = ap.parse_args()
     url, emb, rows = db.database_url(), Counting(), []
     saved = setup(url)
@@ -341,32 +382,35 @@ def main() -> int:
     stores = [EdgeVectorStore(tmp / "edge-writes"), EdgeVectorStore(tmp / "edge-bulk")]
     for s in stores:
         s.ensure_collections(emb.model, emb.version, emb.dims)
-    graph = graph_from_env()
-    graph.wipe = partial(graph.wipe, tenant_id=TENANT)  # type: ignore[method-assign]  # ours only
-    graph.ensure_schema()
-    graph.wipe()
+    graph = None if args.only_recall else graph_from_env()
+    if graph is not None:
+        graph.wipe = partial(graph.wipe, tenant_id=TENANT)  # type: ignore[method-assign]
+        graph.ensure_schema()  # the wipes keep to our tenant
+        graph.wipe()
     conninfo = db.url_for(url, "benchp_projector")
     p = BenchProjector(conninfo, emb, stores[0], graph)
     pb = BenchProjector(conninfo, emb, stores[1], None, tenant=BULK)
     try:
-        with connect(url, "benchp_orchestrator") as orch:
-            run_id = call(orch, OPEN_RUN, TENANT, AGENT, "user-w", "sess-w", TOOLS)
-        set_cursors(p)  # start after everything committed so far (other tenants' too)
-        w = writer(url, run_id)
-        print(f"1/4 lag: {args.rate:g} writes/s for {args.warmup:g}+{args.seconds:g} s ...")
-        rows += lag_phase(p, w, args)
-        print(f"2/4 drain: {args.backlog} records committed with the projector stopped ...")
-        rows += drain_phase(p, emb, w, args.backlog)
-        print("3/4 rebuild from stored embeddings ...")
-        rows += [rebuild(p, emb, "qdrant"), rebuild(p, emb, "graph")]
+        if not args.only_recall:
+            with connect(url, "benchp_orchestrator") as orch:
+                run_id = call(orch, OPEN_RUN, TENANT, AGENT, "user-w", "sess-w", TOOLS)
+            set_cursors(p)  # start after everything committed so far (other tenants' too)
+            w = writer(url, run_id)
+            print(f"1/4 lag: {args.rate:g} writes/s for {args.warmup:g}+{args.seconds:g} s ...")
+            rows += lag_phase(p, w, args)
+            print(f"2/4 drain: {args.backlog} records committed with the projector stopped ...")
+            rows += drain_phase(p, emb, w, args.backlog)
+            print("3/4 rebuild from stored embeddings ...")
+            rows += [rebuild(p, emb, "qdrant"), rebuild(p, emb, "graph")]
         print(f"4/4 semantic recall: loading {args.records:,} records ...")
         have, load_s = bulk_load(url, args.records, args.seed, emb.model, emb.version)
         rows.append(rebuild(pb, emb, "qdrant"))
         rows += recall_phase(url, stores[1], emb, args)
     finally:
         set_cursors(p, saved)
-        graph.wipe()
-        graph.close()
+        if graph is not None:
+            graph.wipe()
+            graph.close()
         for s in stores:
             s.close()
         shutil.rmtree(tmp, ignore_errors=True)
