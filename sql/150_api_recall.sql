@@ -186,6 +186,9 @@ BEGIN
     RETURN QUERY
       SELECT m.memory_id, bm.score, fabric._record_json(m)
       FROM fabric.memory_records m
+      -- the record's length once per record, not once per query word it holds
+      CROSS JOIN LATERAL (SELECT GREATEST(fabric._search_length(m.search_tsv), 1)
+                                   ::double precision AS n) dl
       CROSS JOIN LATERAL (
         SELECT pg_catalog.sum(q.idf * tf.n * (c_k1 + 1)
                  / (tf.n + c_k1 * (1 - c_b + c_b * dl.n / coalesce(v_avgdl, dl.n)))) AS score
@@ -193,8 +196,6 @@ BEGIN
           JOIN ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_idf)) AS q(lexeme, idf) ON q.lexeme = u.lexeme
           CROSS JOIN LATERAL (SELECT coalesce(pg_catalog.array_length(u.positions, 1), 1)
                                        ::double precision AS n) tf
-          CROSS JOIN LATERAL (SELECT GREATEST(fabric._search_length(m.search_tsv), 1)
-                                       ::double precision AS n) dl
       ) bm
       WHERE m.tenant_id = p_tenant_id
         AND m.scope_key = ANY (p_scope_keys)
