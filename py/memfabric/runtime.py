@@ -58,13 +58,20 @@ def open_projector(
     embedder = deployment_embedder(conninfo)
     store: VectorStore | None = None
     graph_store: GraphStore | None = None
-    if vectors:
-        store = store_from_env(vector_dir or default_vector_dir())
-        store.ensure_collections(embedder.model, embedder.version, embedder.dims)
-    if graph:
-        graph_store = graph_from_env()
-        graph_store.ensure_schema()
-    return Projector(conninfo, embedder, store, graph_store, **kwargs)
+    try:
+        if vectors:
+            store = store_from_env(vector_dir or default_vector_dir())
+            store.ensure_collections(embedder.model, embedder.version, embedder.dims)
+        if graph:
+            graph_store = graph_from_env()
+            graph_store.ensure_schema()
+        return Projector(conninfo, embedder, store, graph_store, **kwargs)
+    except BaseException:
+        # a store that cannot be set up must not leave the other one (or itself) open
+        for opened in (graph_store, store):
+            if opened is not None:
+                opened.close()
+        raise
 
 
 def close_projector(projector: Projector) -> None:

@@ -19,6 +19,9 @@ from memfabric import errors
 from memfabric.client import FabricClient
 from memfabric.worker import run_committer
 
+# FabricClient is deprecated (it warns on use) and kept working one release: its tests stay.
+pytestmark = pytest.mark.filterwarnings("ignore:FabricClient is deprecated:DeprecationWarning")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
