@@ -16,7 +16,7 @@ COMMENT ON TABLE fabric.agents IS
 COMMENT ON COLUMN fabric.agents.agent_id IS 'Agent identifier (e.g. os-agt-012).';
 COMMENT ON COLUMN fabric.agents.login IS 'The database login that acts as this agent.';
 COMMENT ON COLUMN fabric.agents.memory_profile IS
-  'What the agent may propose and recall (propose_scope, recall_scope); see docs/concepts.md.';
+  'What the agent may propose and recall (propose_scope, recall_scope), checked on propose and recall.';
 COMMENT ON COLUMN fabric.agents.tools_allowed IS
   'Tools the agent may ever hold: the first of the three layers of R-TOOL-1.';
 COMMENT ON COLUMN fabric.agents.registered_at IS 'When the agent was registered.';
@@ -100,7 +100,7 @@ COMMENT ON COLUMN fabric.proposals.decided_at IS 'When the proposal was rejected
 COMMENT ON COLUMN fabric.proposals.committed_by IS 'Agent (the committer) that committed it.';
 COMMENT ON COLUMN fabric.proposals.memory_id IS 'The record the commit formed (NULL until committed).';
 COMMENT ON COLUMN fabric.proposals.request_hash IS
-  'Digest of what the proposal asked for beyond its idempotency key, to tell a retry from a different request under the same key.';
+  'Digest of what the proposal asked for beyond its idempotency key (tenant, proposer, source event, content hash), to tell a retry from a different request under the same key.';
 COMMENT ON COLUMN fabric.proposals.from_tier IS
   'Set to working when the proposal is a hand-off from working memory (docs/working-tier.md); its commit then records the promotion.';
 
@@ -197,7 +197,7 @@ COMMENT ON COLUMN fabric.approvals.tenant_id IS 'Tenant of the approval.';
 COMMENT ON COLUMN fabric.approvals.approval_id IS 'Approval identifier.';
 COMMENT ON COLUMN fabric.approvals.action IS 'The action approved: promote, supersede, erase or erase_subject.';
 COMMENT ON COLUMN fabric.approvals.memory_id IS 'The record the approval is bound to (NULL for erase_subject).';
-COMMENT ON COLUMN fabric.approvals.target IS 'Parameters of the action (e.g. the target tier); no content.';
+COMMENT ON COLUMN fabric.approvals.target IS 'What the action may do (e.g. the target tier); the action must match it. No content.';
 COMMENT ON COLUMN fabric.approvals.reason IS 'Why the action was requested.';
 COMMENT ON COLUMN fabric.approvals.legal_erasure IS
   'True when the erasure is legally required; only such an erasure may remove a regulated record.';
@@ -224,7 +224,7 @@ COMMENT ON TABLE fabric.recommendations IS
 COMMENT ON COLUMN fabric.recommendations.tenant_id IS 'Tenant of the recommendation.';
 COMMENT ON COLUMN fabric.recommendations.recommendation_id IS 'Recommendation identifier.';
 COMMENT ON COLUMN fabric.recommendations.kind IS 'consolidation, reflection, promotion or distillation.';
-COMMENT ON COLUMN fabric.recommendations.workflow_event_id IS 'The workflow event the recommendation answers.';
+COMMENT ON COLUMN fabric.recommendations.workflow_event_id IS 'The memory.workflow.started event of the consolidation pass that produced it.';
 COMMENT ON COLUMN fabric.recommendations.sources IS 'Records the recommendation is based on (at least one).';
 COMMENT ON COLUMN fabric.recommendations.proposal IS 'The recommended record, validated again at commit.';
 COMMENT ON COLUMN fabric.recommendations.status IS 'pending, committed or rejected.';
@@ -253,7 +253,7 @@ COMMENT ON COLUMN fabric.erasure_receipts.memory_id IS 'The erased record.';
 COMMENT ON COLUMN fabric.erasure_receipts.approval_id IS 'The approval that authorised the erasure.';
 COMMENT ON COLUMN fabric.erasure_receipts.erased_at IS 'When it was erased.';
 COMMENT ON COLUMN fabric.erasure_receipts.erased_by IS 'Agent that erased it.';
-COMMENT ON COLUMN fabric.erasure_receipts.destroyed IS 'What was destroyed (which stores and fields), without values.';
+COMMENT ON COLUMN fabric.erasure_receipts.destroyed IS 'What was destroyed (record fields, proposals, embeddings, review flags raised) and what was kept, as names and counts, never values.';
 
 COMMENT ON TABLE fabric.subject_keys IS
   'One random key per (tenant, data subject); events and approvals carry an HMAC pseudonym under it, and deleting the key on subject erasure makes them unlinkable (docs/audit-trail.md).';
@@ -275,7 +275,7 @@ COMMENT ON COLUMN fabric.deployment_settings.embedder IS 'Which embedder compute
 COMMENT ON COLUMN fabric.deployment_settings.embedder_url IS 'Endpoint of the http embedder.';
 COMMENT ON COLUMN fabric.deployment_settings.embedder_model IS 'Model name sent to the http embedder.';
 COMMENT ON COLUMN fabric.deployment_settings.recall_lexical_bound IS
-  'Most candidate records lexical recall ranks per query (docs/recall.md).';
+  'Bound on lexical recall''s candidates: it matches the rarest query lexemes while their summed document frequency stays within it (the rarest always).';
 
 COMMENT ON TABLE fabric.instance_config IS
   'Configuration per (tenant, business instance); the empty instance id is the tenant''s default. NULL thresholds fall back to the domain pack''s default, then the fabric''s.';
@@ -299,8 +299,8 @@ COMMENT ON COLUMN fabric.instance_config.regulated_labels IS
 COMMENT ON COLUMN fabric.instance_config.approval_timeout IS 'How long an approval stays usable (default 24 hours).';
 COMMENT ON COLUMN fabric.instance_config.approval_timeouts IS 'Per-action overrides of approval_timeout.';
 COMMENT ON COLUMN fabric.instance_config.checkpoint_retention IS 'How long idle LangGraph threads are kept before decay deletes them (default 7 days).';
-COMMENT ON COLUMN fabric.instance_config.consolidation_budget IS 'Most consolidation candidates handed out per pass (default 100).';
-COMMENT ON COLUMN fabric.instance_config.decay_interval IS 'How often scheduled decay runs (default 1 hour).';
+COMMENT ON COLUMN fabric.instance_config.consolidation_budget IS 'Consolidation budget per pass (default 100); stored, not yet read by any rule.';
+COMMENT ON COLUMN fabric.instance_config.decay_interval IS 'Interval of scheduled decay (default 1 hour); stored, not yet read by any rule.';
 
 COMMENT ON TABLE fabric.domain_pack_defaults IS
   'Thresholds a domain pack declares; an instance that sets its own overrides them.';
@@ -315,7 +315,7 @@ COMMENT ON TABLE fabric.events IS
   'The audit trail and the outbox: one append-only row per event, partitioned by month (docs/audit-trail.md). Payloads carry ids and pseudonyms, never content.';
 COMMENT ON COLUMN fabric.events.event_id IS 'Event identifier.';
 COMMENT ON COLUMN fabric.events.occurred_at IS 'When the event occurred (the partition key).';
-COMMENT ON COLUMN fabric.events.tenant_id IS 'Tenant the event belongs to (platform for platform events).';
+COMMENT ON COLUMN fabric.events.tenant_id IS 'Tenant the event belongs to.';
 COMMENT ON COLUMN fabric.events.event_type IS 'Event type, e.g. memory.record.committed.';
 COMMENT ON COLUMN fabric.events.correlation_id IS 'Correlation id of the originating work.';
 COMMENT ON COLUMN fabric.events.causation_id IS 'Id of what caused the event.';
