@@ -65,3 +65,18 @@ def test_the_check_sees_a_missing_comment(fabric: Fabric) -> None:
     conn.execute("COMMENT ON COLUMN fabric.agents.agent_id IS NULL")
     assert "fabric.tenants" in [r[0] for r in conn.execute(TABLES).fetchall()]
     assert "fabric.agents.agent_id" in [r[0] for r in conn.execute(COLUMNS).fetchall()]
+
+
+def test_the_auditor_reads_the_comments(fabric: Fabric) -> None:
+    """The auditor's login reads no table, yet the catalog's comments describe them to it."""
+    row = (
+        fabric.connect("mf_auditor")
+        .execute(
+            "SELECT pg_catalog.obj_description(c.oid, 'pg_class'),"
+            "       pg_catalog.col_description(c.oid, 1)"
+            "  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'fabric' AND c.relname = 'memory_records'"
+        )
+        .fetchone()
+    )
+    assert row is not None and row[0] and row[1], row
