@@ -180,7 +180,7 @@ COMMENT ON COLUMN fabric.search_stats.docs IS 'Change in the number of documents
 COMMENT ON COLUMN fabric.search_stats.length IS 'Change in the total length of the scope''s search text (on the empty-lexeme row; 0 elsewhere).';
 
 COMMENT ON TABLE fabric.temporal_summaries IS
-  'The temporal tier: daily counts of operational records whose window closed, so the shape of the history survives its detail. Partitioned by day.';
+  'The temporal tier: daily counts of operational records whose window closed, so the shape of the history survives its detail. Range-partitioned on day.';
 COMMENT ON COLUMN fabric.temporal_summaries.tenant_id IS 'Tenant of the summarised records.';
 COMMENT ON COLUMN fabric.temporal_summaries.day IS 'Day the summarised records belong to.';
 COMMENT ON COLUMN fabric.temporal_summaries.tier IS 'Tier of the summarised records.';
