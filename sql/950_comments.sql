@@ -1,0 +1,363 @@
+-- Catalog comments: what every table and column holds, for auditors who query the database
+-- directly (`\dt+`, `\d+`). Checked by tests/sql/test_catalog_comments.py. Replayed as
+-- fabric_owner, the owner of every table here. Partitions (events_*, temporal_summaries_default)
+-- carry no comment of their own: their parent's describes them.
+
+-- ---------------------------------------------------------------------------------------
+-- Identity and tool authorization
+COMMENT ON TABLE fabric.tenants IS
+  'The contracting organisations; every tenant-owned row names one. ''platform'' is reserved and never a tenant.';
+COMMENT ON COLUMN fabric.tenants.tenant_id IS 'Tenant identifier.';
+COMMENT ON COLUMN fabric.tenants.created_at IS 'When the tenant was created.';
+COMMENT ON COLUMN fabric.tenants.created_by IS 'Database login that created the tenant.';
+
+COMMENT ON TABLE fabric.agents IS
+  'Registered agents: agent id to login role, with the per-agent security boundary (memory profile, allowed tools).';
+COMMENT ON COLUMN fabric.agents.agent_id IS 'Agent identifier (e.g. os-agt-012).';
+COMMENT ON COLUMN fabric.agents.login IS 'The database login that acts as this agent.';
+COMMENT ON COLUMN fabric.agents.memory_profile IS
+  'What the agent may propose and recall (propose_scope, recall_scope), checked on propose and recall.';
+COMMENT ON COLUMN fabric.agents.tools_allowed IS
+  'Tools the agent may ever hold: the first of the three layers of R-TOOL-1.';
+COMMENT ON COLUMN fabric.agents.registered_at IS 'When the agent was registered.';
+
+COMMENT ON TABLE fabric.tools IS
+  'The known tools; every tool names the agent behind it (R-TOOL-2 is checked against this).';
+COMMENT ON COLUMN fabric.tools.tool_id IS 'Tool identifier (e.g. tool:memory-recall).';
+COMMENT ON COLUMN fabric.tools.agent_id IS 'The agent that serves the tool.';
+COMMENT ON COLUMN fabric.tools.description IS 'What the tool does, in one line.';
+
+COMMENT ON TABLE fabric.tenant_agents IS
+  'Agents enabled in a tenant: the second layer of tool authorization (R-TOOL-1).';
+COMMENT ON COLUMN fabric.tenant_agents.tenant_id IS 'Tenant in which the agent is enabled.';
+COMMENT ON COLUMN fabric.tenant_agents.agent_id IS 'The enabled agent.';
+COMMENT ON COLUMN fabric.tenant_agents.enabled_at IS 'When the agent was enabled in the tenant.';
+
+COMMENT ON TABLE fabric.tenant_agent_tools IS
+  'Tools an agent may use within one tenant: part of the second layer of tool authorization (R-TOOL-1).';
+COMMENT ON COLUMN fabric.tenant_agent_tools.tenant_id IS 'Tenant of the grant.';
+COMMENT ON COLUMN fabric.tenant_agent_tools.agent_id IS 'Agent holding the tool in that tenant.';
+COMMENT ON COLUMN fabric.tenant_agent_tools.tool_id IS 'The tool granted.';
+
+COMMENT ON TABLE fabric.runs IS
+  'Runs: an orchestrator binds an agent to a tenant, subject, session and active tool set for a limited time; every proposal and recall happens in a run.';
+COMMENT ON COLUMN fabric.runs.tenant_id IS 'Tenant the run acts in.';
+COMMENT ON COLUMN fabric.runs.run_id IS 'Run identifier.';
+COMMENT ON COLUMN fabric.runs.agent_id IS 'The agent the run is bound to.';
+COMMENT ON COLUMN fabric.runs.subject_id IS 'Data subject the run serves (NULL when none); bounds subject-visible memory.';
+COMMENT ON COLUMN fabric.runs.session_id IS 'Session the run belongs to (NULL when none); bounds session-visible memory.';
+COMMENT ON COLUMN fabric.runs.active_tool_set IS
+  'Tools active in this run: the third layer of tool authorization (R-TOOL-1).';
+COMMENT ON COLUMN fabric.runs.opened_by IS 'Database login (the orchestrator) that opened the run.';
+COMMENT ON COLUMN fabric.runs.opened_at IS 'When the run was opened.';
+COMMENT ON COLUMN fabric.runs.expires_at IS 'When the run stops being usable.';
+COMMENT ON COLUMN fabric.runs.closed_at IS 'When the run was closed (NULL while open).';
+
+COMMENT ON TABLE fabric.mcp_tokens IS
+  'Bearer tokens the orchestrator issues for a run, resolved by the MCP gateway to the run''s agent and run; only a SHA-256 of each token is stored (docs/mcp.md).';
+COMMENT ON COLUMN fabric.mcp_tokens.tenant_id IS 'Tenant of the run.';
+COMMENT ON COLUMN fabric.mcp_tokens.token_hash IS 'SHA-256 of the token (32 bytes); the token itself is never stored.';
+COMMENT ON COLUMN fabric.mcp_tokens.run_id IS 'The run the token acts in.';
+COMMENT ON COLUMN fabric.mcp_tokens.agent_id IS 'The run''s agent, whose login the token resolves to.';
+COMMENT ON COLUMN fabric.mcp_tokens.issued_by IS 'Database login that issued the token.';
+COMMENT ON COLUMN fabric.mcp_tokens.issued_at IS 'When the token was issued.';
+COMMENT ON COLUMN fabric.mcp_tokens.expires_at IS 'When the token expires (with its run, or earlier).';
+COMMENT ON COLUMN fabric.mcp_tokens.revoked_at IS 'When the token was revoked (NULL if never).';
+
+-- ---------------------------------------------------------------------------------------
+-- Proposals and records
+COMMENT ON TABLE fabric.proposals IS
+  'What agents propose to remember, validated on arrival; the committer turns validated proposals into records. Rejected proposals keep their reason.';
+COMMENT ON COLUMN fabric.proposals.tenant_id IS 'Tenant of the proposal.';
+COMMENT ON COLUMN fabric.proposals.proposal_id IS 'Proposal identifier.';
+COMMENT ON COLUMN fabric.proposals.run_id IS 'The run the proposal was made in.';
+COMMENT ON COLUMN fabric.proposals.proposed_by IS 'Agent that proposed.';
+COMMENT ON COLUMN fabric.proposals.status IS
+  'validated (waiting for commit), rejected (see reason), committed (see memory_id) or withdrawn (its subject was erased).';
+COMMENT ON COLUMN fabric.proposals.reason IS 'Why the proposal was rejected (the rule, never content); NULL otherwise.';
+COMMENT ON COLUMN fabric.proposals.tier IS 'Proposed memory tier (docs/concepts.md).';
+COMMENT ON COLUMN fabric.proposals.visibility IS 'Proposed visibility: session, agent, subject or tenant.';
+COMMENT ON COLUMN fabric.proposals.subject_id IS 'Data subject of the proposed record.';
+COMMENT ON COLUMN fabric.proposals.agent_id IS 'Agent scope of the proposed record.';
+COMMENT ON COLUMN fabric.proposals.session_id IS 'Session scope of the proposed record.';
+COMMENT ON COLUMN fabric.proposals.business_instance_id IS 'Business instance whose configuration applies.';
+COMMENT ON COLUMN fabric.proposals.content IS 'Proposed content (JSON).';
+COMMENT ON COLUMN fabric.proposals.content_hash IS 'Canonical hash of the content, checked against it.';
+COMMENT ON COLUMN fabric.proposals.source_event_id IS 'The event the memory was formed from.';
+COMMENT ON COLUMN fabric.proposals.correlation_id IS 'Correlation id of the originating work, for tracing.';
+COMMENT ON COLUMN fabric.proposals.causation_id IS 'Id of what caused the proposal, for tracing.';
+COMMENT ON COLUMN fabric.proposals.formation_method IS 'How the memory was formed: extraction, declaration or import.';
+COMMENT ON COLUMN fabric.proposals.derived_from IS 'Records the proposed record derives from (becomes memory_lineage at commit).';
+COMMENT ON COLUMN fabric.proposals.supersedes IS 'Always NULL on a valid proposal: a proposal never supersedes a record.';
+COMMENT ON COLUMN fabric.proposals.confidence IS 'Confidence of the proposed memory, between 0 and 1.';
+COMMENT ON COLUMN fabric.proposals.valid_from IS 'Start of the proposed validity (valid time).';
+COMMENT ON COLUMN fabric.proposals.valid_until IS 'End of the proposed validity (NULL: open-ended).';
+COMMENT ON COLUMN fabric.proposals.retention_class IS 'Proposed retention class (docs/concepts.md).';
+COMMENT ON COLUMN fabric.proposals.compliance_labels IS 'Proposed compliance labels.';
+COMMENT ON COLUMN fabric.proposals.version IS 'Envelope version (SemVer).';
+COMMENT ON COLUMN fabric.proposals.proposed_at IS 'When the proposal arrived.';
+COMMENT ON COLUMN fabric.proposals.decided_at IS 'When the proposal was rejected, committed or withdrawn.';
+COMMENT ON COLUMN fabric.proposals.committed_by IS 'Agent (the committer) that committed it.';
+COMMENT ON COLUMN fabric.proposals.memory_id IS 'The record the commit formed (NULL until committed).';
+COMMENT ON COLUMN fabric.proposals.request_hash IS
+  'Digest of what the proposal asked for beyond its idempotency key (tenant, proposer, source event, content hash), to tell a retry from a different request under the same key.';
+COMMENT ON COLUMN fabric.proposals.from_tier IS
+  'Set to working when the proposal is a hand-off from working memory (docs/working-tier.md); its commit then records the promotion.';
+
+COMMENT ON TABLE fabric.memory_records IS
+  'Governed memory records, one row per record holding its envelope (docs/concepts.md); written only by the fabric''s functions, content removed on erasure.';
+COMMENT ON COLUMN fabric.memory_records.tenant_id IS 'Tenant that owns the record.';
+COMMENT ON COLUMN fabric.memory_records.memory_id IS 'Record identifier.';
+COMMENT ON COLUMN fabric.memory_records.tier IS 'Memory tier (docs/concepts.md); changes only along fabric.promotion_edges or by demotion.';
+COMMENT ON COLUMN fabric.memory_records.visibility IS 'Who may recall it: session, agent, subject or tenant.';
+COMMENT ON COLUMN fabric.memory_records.subject_id IS 'Data subject the record is about.';
+COMMENT ON COLUMN fabric.memory_records.agent_id IS 'Agent scope of the record.';
+COMMENT ON COLUMN fabric.memory_records.session_id IS 'Session scope of the record.';
+COMMENT ON COLUMN fabric.memory_records.scope_key IS
+  'Generated from visibility: session:<id>, agent:<id>, subject:<id> or tenant; recall matches on it.';
+COMMENT ON COLUMN fabric.memory_records.business_instance_id IS 'Business instance whose configuration applies.';
+COMMENT ON COLUMN fabric.memory_records.content IS 'The memory content (JSON); NULL once erased or its window closed.';
+COMMENT ON COLUMN fabric.memory_records.content_hash IS 'Canonical hash of the content; kept after erasure as evidence.';
+COMMENT ON COLUMN fabric.memory_records.source_event_id IS 'The event the memory was formed from.';
+COMMENT ON COLUMN fabric.memory_records.correlation_id IS 'Correlation id of the originating work, for tracing.';
+COMMENT ON COLUMN fabric.memory_records.causation_id IS 'Id of what caused the record, for tracing.';
+COMMENT ON COLUMN fabric.memory_records.formed_by IS 'Agent that formed the memory.';
+COMMENT ON COLUMN fabric.memory_records.formation_method IS 'How the memory was formed.';
+COMMENT ON COLUMN fabric.memory_records.confidence IS 'Confidence, between 0 and 1.';
+COMMENT ON COLUMN fabric.memory_records.valid_from IS 'Start of validity (valid time).';
+COMMENT ON COLUMN fabric.memory_records.valid_until IS 'End of validity (NULL: open-ended).';
+COMMENT ON COLUMN fabric.memory_records.recorded_at IS 'When the fabric recorded it (commit time).';
+COMMENT ON COLUMN fabric.memory_records.consolidation_state IS
+  'raw, consolidated, reflected, superseded, expired or tombstoned; moves only along legal transitions (docs/concepts.md).';
+COMMENT ON COLUMN fabric.memory_records.supersedes IS 'The record this one supersedes.';
+COMMENT ON COLUMN fabric.memory_records.retention_class IS 'Retention class, which decides how long it is kept (docs/concepts.md).';
+COMMENT ON COLUMN fabric.memory_records.compliance_labels IS 'Compliance labels (e.g. jurisdiction:<code>).';
+COMMENT ON COLUMN fabric.memory_records.version IS 'Envelope version (SemVer).';
+COMMENT ON COLUMN fabric.memory_records.proposal_id IS 'The proposal it was committed from.';
+COMMENT ON COLUMN fabric.memory_records.run_id IS 'The run it was proposed in.';
+COMMENT ON COLUMN fabric.memory_records.erased_at IS 'When it was erased (set with tombstoned).';
+COMMENT ON COLUMN fabric.memory_records.erasure_approval_id IS 'The approval that authorised its erasure.';
+COMMENT ON COLUMN fabric.memory_records.revision IS 'Revision number, raised by each change of a mutable column.';
+COMMENT ON COLUMN fabric.memory_records.known_since IS 'Transaction time: since when the current revision holds.';
+COMMENT ON COLUMN fabric.memory_records.search_tsv IS 'Search text derived from the content for lexical recall; NULL once content is gone.';
+COMMENT ON COLUMN fabric.memory_records.assertion_key IS
+  'Generated from content->>''key''; at most one live record per key, tier and scope at any valid time.';
+
+COMMENT ON TABLE fabric.memory_lineage IS
+  'Lineage: which record derives from which, both ends in the same tenant.';
+COMMENT ON COLUMN fabric.memory_lineage.tenant_id IS 'Tenant of both records.';
+COMMENT ON COLUMN fabric.memory_lineage.memory_id IS 'The derived record.';
+COMMENT ON COLUMN fabric.memory_lineage.derived_from_id IS 'The record it derives from.';
+
+COMMENT ON TABLE fabric.memory_record_versions IS
+  'History: the previous values of a record''s mutable columns (never content), with the transaction time they held.';
+COMMENT ON COLUMN fabric.memory_record_versions.tenant_id IS 'Tenant of the record.';
+COMMENT ON COLUMN fabric.memory_record_versions.memory_id IS 'The record.';
+COMMENT ON COLUMN fabric.memory_record_versions.revision IS 'The revision these values belonged to.';
+COMMENT ON COLUMN fabric.memory_record_versions.tier IS 'Tier during that revision.';
+COMMENT ON COLUMN fabric.memory_record_versions.consolidation_state IS 'Consolidation state during that revision.';
+COMMENT ON COLUMN fabric.memory_record_versions.valid_until IS 'End of validity during that revision.';
+COMMENT ON COLUMN fabric.memory_record_versions.known_during IS 'Transaction time during which the revision held.';
+COMMENT ON COLUMN fabric.memory_record_versions.ended_by IS 'Agent whose change ended the revision.';
+
+COMMENT ON TABLE fabric.memory_embeddings IS
+  'Embedding vectors stored in Postgres, keyed by model and version (storage, not a retrieval path); written only through fabric_api.store_embedding.';
+COMMENT ON COLUMN fabric.memory_embeddings.tenant_id IS 'Tenant of the record.';
+COMMENT ON COLUMN fabric.memory_embeddings.memory_id IS 'The embedded record.';
+COMMENT ON COLUMN fabric.memory_embeddings.model IS 'Embedding model name.';
+COMMENT ON COLUMN fabric.memory_embeddings.model_version IS 'Embedding model version.';
+COMMENT ON COLUMN fabric.memory_embeddings.dims IS 'Number of dimensions of the vector.';
+COMMENT ON COLUMN fabric.memory_embeddings.embedding IS 'The vector.';
+COMMENT ON COLUMN fabric.memory_embeddings.content_hash IS 'Hash of the content the vector was computed from.';
+COMMENT ON COLUMN fabric.memory_embeddings.created_at IS 'When the vector was stored.';
+
+COMMENT ON TABLE fabric.search_stats IS
+  'Append-only per-scope deltas of document and lexeme counts for lexical (BM25) recall; compaction folds them into one row per lexeme (docs/recall.md).';
+COMMENT ON COLUMN fabric.search_stats.tenant_id IS 'Tenant of the scope.';
+COMMENT ON COLUMN fabric.search_stats.scope_key IS 'The scope (as memory_records.scope_key).';
+COMMENT ON COLUMN fabric.search_stats.lexeme IS 'The lexeme; the empty string is the row of the scope''s document count and total length.';
+COMMENT ON COLUMN fabric.search_stats.docs IS 'Change in the number of documents (+1 gained search text, -1 lost it).';
+COMMENT ON COLUMN fabric.search_stats.length IS 'Change in the total length of the scope''s search text (on the empty-lexeme row; 0 elsewhere).';
+
+COMMENT ON TABLE fabric.temporal_summaries IS
+  'The temporal tier: daily counts of operational records whose window closed, so the shape of the history survives its detail. Range-partitioned on day.';
+COMMENT ON COLUMN fabric.temporal_summaries.tenant_id IS 'Tenant of the summarised records.';
+COMMENT ON COLUMN fabric.temporal_summaries.day IS 'Day the summarised records belong to.';
+COMMENT ON COLUMN fabric.temporal_summaries.tier IS 'Tier of the summarised records.';
+COMMENT ON COLUMN fabric.temporal_summaries.subject_id IS 'Data subject of the summarised records (NULL when none).';
+COMMENT ON COLUMN fabric.temporal_summaries.retention_class IS 'Retention class of the summarised records.';
+COMMENT ON COLUMN fabric.temporal_summaries.records IS 'How many records were summarised.';
+COMMENT ON COLUMN fabric.temporal_summaries.summarized_at IS 'When decay wrote the summary.';
+
+-- ---------------------------------------------------------------------------------------
+-- Lifecycle: approvals, promotion, consolidation, retention, erasure
+COMMENT ON TABLE fabric.approvals IS
+  'Approvals requested by the committer and decided by policy (os-agt-002), each bound to one record (or one data subject) and one action, consumed once before it expires.';
+COMMENT ON COLUMN fabric.approvals.tenant_id IS 'Tenant of the approval.';
+COMMENT ON COLUMN fabric.approvals.approval_id IS 'Approval identifier.';
+COMMENT ON COLUMN fabric.approvals.action IS 'The action approved: promote, supersede, erase or erase_subject.';
+COMMENT ON COLUMN fabric.approvals.memory_id IS 'The record the approval is bound to (NULL for erase_subject).';
+COMMENT ON COLUMN fabric.approvals.target IS 'What the action may do (e.g. the target tier); the action must match it. No content.';
+COMMENT ON COLUMN fabric.approvals.reason IS 'Why the action was requested.';
+COMMENT ON COLUMN fabric.approvals.legal_erasure IS
+  'True when the erasure is legally required; only such an erasure may remove a regulated record.';
+COMMENT ON COLUMN fabric.approvals.status IS 'pending, approved, denied or consumed.';
+COMMENT ON COLUMN fabric.approvals.requested_by IS 'Agent that requested the approval.';
+COMMENT ON COLUMN fabric.approvals.requested_at IS 'When it was requested.';
+COMMENT ON COLUMN fabric.approvals.expires_at IS 'When an unused approval lapses (the instance''s approval_timeout after the request).';
+COMMENT ON COLUMN fabric.approvals.decided_by IS 'Agent (policy) that decided.';
+COMMENT ON COLUMN fabric.approvals.decided_at IS 'When it was decided.';
+COMMENT ON COLUMN fabric.approvals.decision_reason IS 'Why it was approved or denied.';
+COMMENT ON COLUMN fabric.approvals.consumed_at IS 'When the approved action used it (once).';
+COMMENT ON COLUMN fabric.approvals.subject_ref IS
+  'Keyed pseudonym (hmac:...) of the data subject of an erase_subject approval; never the identifier (docs/audit-trail.md).';
+
+COMMENT ON TABLE fabric.promotion_edges IS
+  'The legal promotions between tiers, as data (R-PROMO-1).';
+COMMENT ON COLUMN fabric.promotion_edges.from_tier IS 'Tier a record is promoted from.';
+COMMENT ON COLUMN fabric.promotion_edges.to_tier IS 'Tier it is promoted to.';
+COMMENT ON COLUMN fabric.promotion_edges.needs_approval IS 'Whether the promotion needs an approval.';
+COMMENT ON COLUMN fabric.promotion_edges.threshold IS 'Evidence the promotion needs (corroboration), or NULL for none.';
+
+COMMENT ON TABLE fabric.recommendations IS
+  'What the consolidator (os-agt-011) recommends; a recommendation commits nothing, committing is the committer''s act.';
+COMMENT ON COLUMN fabric.recommendations.tenant_id IS 'Tenant of the recommendation.';
+COMMENT ON COLUMN fabric.recommendations.recommendation_id IS 'Recommendation identifier.';
+COMMENT ON COLUMN fabric.recommendations.kind IS 'consolidation, reflection, promotion or distillation.';
+COMMENT ON COLUMN fabric.recommendations.workflow_event_id IS 'The memory.workflow.started event of the consolidation pass that produced it.';
+COMMENT ON COLUMN fabric.recommendations.sources IS 'Records the recommendation is based on (at least one).';
+COMMENT ON COLUMN fabric.recommendations.proposal IS 'The recommended record, validated again at commit.';
+COMMENT ON COLUMN fabric.recommendations.status IS 'pending, committed or rejected.';
+COMMENT ON COLUMN fabric.recommendations.reason IS 'Why it was rejected (NULL otherwise).';
+COMMENT ON COLUMN fabric.recommendations.recommended_by IS 'Agent that recommended.';
+COMMENT ON COLUMN fabric.recommendations.recommended_at IS 'When it was recommended.';
+COMMENT ON COLUMN fabric.recommendations.decided_at IS 'When it was committed or rejected.';
+COMMENT ON COLUMN fabric.recommendations.memory_id IS 'The record its commit formed.';
+
+COMMENT ON TABLE fabric.review_flags IS
+  'Records derived from a tombstoned record, flagged for the consolidator (os-agt-011) to keep or to request erasure of.';
+COMMENT ON COLUMN fabric.review_flags.tenant_id IS 'Tenant of the records.';
+COMMENT ON COLUMN fabric.review_flags.memory_id IS 'The derived record under review.';
+COMMENT ON COLUMN fabric.review_flags.tombstoned_source IS 'The erased record it derives from.';
+COMMENT ON COLUMN fabric.review_flags.flagged_at IS 'When the flag was raised (at the source''s erasure).';
+COMMENT ON COLUMN fabric.review_flags.resolved_at IS 'When the flag was resolved (NULL while open).';
+COMMENT ON COLUMN fabric.review_flags.flag_id IS 'Flag identifier.';
+COMMENT ON COLUMN fabric.review_flags.resolution IS 'keep or request_erasure.';
+COMMENT ON COLUMN fabric.review_flags.resolved_by IS 'Agent that resolved it.';
+COMMENT ON COLUMN fabric.review_flags.resolution_reason IS 'Why it was resolved so.';
+
+COMMENT ON TABLE fabric.erasure_receipts IS
+  'One receipt per erased record: what was destroyed, when, by whom, under which approval; never the values.';
+COMMENT ON COLUMN fabric.erasure_receipts.tenant_id IS 'Tenant of the record.';
+COMMENT ON COLUMN fabric.erasure_receipts.memory_id IS 'The erased record.';
+COMMENT ON COLUMN fabric.erasure_receipts.approval_id IS 'The approval that authorised the erasure.';
+COMMENT ON COLUMN fabric.erasure_receipts.erased_at IS 'When it was erased.';
+COMMENT ON COLUMN fabric.erasure_receipts.erased_by IS 'Agent that erased it.';
+COMMENT ON COLUMN fabric.erasure_receipts.destroyed IS 'What was destroyed (record fields, proposals, embeddings, review flags raised) and what was kept, as names and counts, never values.';
+
+COMMENT ON TABLE fabric.subject_keys IS
+  'One random key per (tenant, data subject); events and approvals carry an HMAC pseudonym under it, and deleting the key on subject erasure makes them unlinkable (docs/audit-trail.md).';
+COMMENT ON COLUMN fabric.subject_keys.tenant_id IS 'Tenant of the subject.';
+COMMENT ON COLUMN fabric.subject_keys.subject_id IS 'The data subject identifier.';
+COMMENT ON COLUMN fabric.subject_keys.subject_ref IS 'The subject''s pseudonym (hmac:...), as it appears in events and approvals.';
+COMMENT ON COLUMN fabric.subject_keys.key IS 'The random 256-bit key.';
+COMMENT ON COLUMN fabric.subject_keys.created_at IS 'When the key was created.';
+
+-- ---------------------------------------------------------------------------------------
+-- Configuration
+COMMENT ON TABLE fabric.deployment_settings IS
+  'One row per database: settings left to the deployment (text search, recall limits, embedder).';
+COMMENT ON COLUMN fabric.deployment_settings.singleton IS 'Always true: keeps the table to one row.';
+COMMENT ON COLUMN fabric.deployment_settings.text_search_config IS 'Text search configuration that builds search text.';
+COMMENT ON COLUMN fabric.deployment_settings.recall_default_limit IS 'Records a recall returns when it names no limit.';
+COMMENT ON COLUMN fabric.deployment_settings.recall_max_limit IS 'Most records one recall may return.';
+COMMENT ON COLUMN fabric.deployment_settings.embedder IS 'Which embedder computes vectors: minilm or http.';
+COMMENT ON COLUMN fabric.deployment_settings.embedder_url IS 'Endpoint of the http embedder.';
+COMMENT ON COLUMN fabric.deployment_settings.embedder_model IS 'Model name sent to the http embedder.';
+COMMENT ON COLUMN fabric.deployment_settings.recall_lexical_bound IS
+  'Bound on lexical recall''s candidates: it matches the rarest query lexemes while their summed document frequency stays within it (the rarest always).';
+
+COMMENT ON TABLE fabric.instance_config IS
+  'Configuration per (tenant, business instance); the empty instance id is the tenant''s default. NULL thresholds fall back to the domain pack''s default, then the fabric''s.';
+COMMENT ON COLUMN fabric.instance_config.tenant_id IS 'Tenant configured.';
+COMMENT ON COLUMN fabric.instance_config.business_instance_id IS 'Business instance configured ('''' for the tenant default).';
+COMMENT ON COLUMN fabric.instance_config.domain_pack_id IS 'Domain pack whose defaults apply.';
+COMMENT ON COLUMN fabric.instance_config.min_corroborating_episodes IS 'Episodes needed to corroborate a promotion (fabric default 2).';
+COMMENT ON COLUMN fabric.instance_config.min_confidence IS 'Minimum confidence for a promotion (fabric default 0.8).';
+COMMENT ON COLUMN fabric.instance_config.min_successful_trajectories IS 'Successful trajectories needed to distil a procedure (fabric default 3).';
+COMMENT ON COLUMN fabric.instance_config.updated_at IS 'When the configuration last changed.';
+COMMENT ON COLUMN fabric.instance_config.updated_by IS 'Database login that last changed it.';
+COMMENT ON COLUMN fabric.instance_config.deployment_mode IS 'saas, hybrid or air-gapped; air-gapped admits only local model and embedding endpoints.';
+COMMENT ON COLUMN fabric.instance_config.model_uri IS 'Endpoint of the instance''s model.';
+COMMENT ON COLUMN fabric.instance_config.embedding_uri IS 'Endpoint of the instance''s embedding service.';
+COMMENT ON COLUMN fabric.instance_config.local_hosts IS 'Hosts an air-gapped instance counts as local besides loopback.';
+COMMENT ON COLUMN fabric.instance_config.operational_window IS 'How long operational records keep their content before decay summarises them (default 90 days).';
+COMMENT ON COLUMN fabric.instance_config.regulated_retention IS
+  'Per jurisdiction, the floor and ceiling of retention for regulated records ({"<jurisdiction>": {"floor": interval, "ceiling": interval}}).';
+COMMENT ON COLUMN fabric.instance_config.regulated_labels IS
+  'Compliance labels the instance declares regulated (default pii-special, phi, pci); stored, not yet read by any rule.';
+COMMENT ON COLUMN fabric.instance_config.approval_timeout IS 'How long an approval stays usable (default 24 hours).';
+COMMENT ON COLUMN fabric.instance_config.approval_timeouts IS 'Per-action overrides of approval_timeout.';
+COMMENT ON COLUMN fabric.instance_config.checkpoint_retention IS 'How long idle LangGraph threads are kept before decay deletes them (default 7 days).';
+COMMENT ON COLUMN fabric.instance_config.consolidation_budget IS 'Consolidation budget per pass (default 100); stored, not yet read by any rule.';
+COMMENT ON COLUMN fabric.instance_config.decay_interval IS 'Interval of scheduled decay (default 1 hour); stored, not yet read by any rule.';
+
+COMMENT ON TABLE fabric.domain_pack_defaults IS
+  'Thresholds a domain pack declares; an instance that sets its own overrides them.';
+COMMENT ON COLUMN fabric.domain_pack_defaults.domain_pack_id IS 'Domain pack identifier.';
+COMMENT ON COLUMN fabric.domain_pack_defaults.min_corroborating_episodes IS 'Declared episodes needed to corroborate a promotion.';
+COMMENT ON COLUMN fabric.domain_pack_defaults.min_confidence IS 'Declared minimum confidence for a promotion.';
+COMMENT ON COLUMN fabric.domain_pack_defaults.min_successful_trajectories IS 'Declared successful trajectories needed to distil a procedure.';
+
+-- ---------------------------------------------------------------------------------------
+-- Events, seals and projections
+COMMENT ON TABLE fabric.events IS
+  'The audit trail and the outbox: one append-only row per event, partitioned by month (docs/audit-trail.md). Payloads carry ids and pseudonyms, never content.';
+COMMENT ON COLUMN fabric.events.event_id IS 'Event identifier.';
+COMMENT ON COLUMN fabric.events.occurred_at IS 'When the event occurred (the partition key).';
+COMMENT ON COLUMN fabric.events.tenant_id IS 'Tenant the event belongs to.';
+COMMENT ON COLUMN fabric.events.event_type IS 'Event type, e.g. memory.record.committed.';
+COMMENT ON COLUMN fabric.events.correlation_id IS 'Correlation id of the originating work.';
+COMMENT ON COLUMN fabric.events.causation_id IS 'Id of what caused the event.';
+COMMENT ON COLUMN fabric.events.actor_agent_id IS 'Agent that acted, when there is one.';
+COMMENT ON COLUMN fabric.events.actor_login IS 'Database login that acted.';
+COMMENT ON COLUMN fabric.events.run_id IS 'The run the event happened in.';
+COMMENT ON COLUMN fabric.events.memory_id IS 'The record the event concerns.';
+COMMENT ON COLUMN fabric.events.proposal_id IS 'The proposal the event concerns.';
+COMMENT ON COLUMN fabric.events.payload IS 'Event details: ids, rule names, pseudonyms; never content.';
+COMMENT ON COLUMN fabric.events.xid IS 'Writing transaction id: events are sealed and projected in (xid, event_id) order.';
+
+COMMENT ON TABLE fabric.event_seals IS
+  'Links every event of a tenant into an append-only hash chain in (xid, event_id) order, so a changed or missing event is detected (docs/audit-trail.md).';
+COMMENT ON COLUMN fabric.event_seals.tenant_id IS 'Tenant whose chain this is.';
+COMMENT ON COLUMN fabric.event_seals.seq IS 'Position in the tenant''s chain, from 1.';
+COMMENT ON COLUMN fabric.event_seals.event_id IS 'The sealed event.';
+COMMENT ON COLUMN fabric.event_seals.occurred_at IS 'The event''s occurred_at.';
+COMMENT ON COLUMN fabric.event_seals.xid IS 'The event''s xid.';
+COMMENT ON COLUMN fabric.event_seals.link IS 'SHA-256 (hex) over the previous link and the event.';
+COMMENT ON COLUMN fabric.event_seals.sealed_at IS 'When the event was sealed.';
+
+COMMENT ON TABLE fabric.event_seal_cursor IS
+  'One row: how far sealing has gone through the events, as (xid, event_id).';
+COMMENT ON COLUMN fabric.event_seal_cursor.only_row IS 'Always true: keeps the table to one row.';
+COMMENT ON COLUMN fabric.event_seal_cursor.last_xid IS 'xid of the last sealed event.';
+COMMENT ON COLUMN fabric.event_seal_cursor.last_event_id IS 'event_id of the last sealed event.';
+COMMENT ON COLUMN fabric.event_seal_cursor.sealed_at IS 'When sealing last advanced.';
+
+COMMENT ON TABLE fabric.projection_cursors IS
+  'How far each projection (qdrant, graph) has applied the outbox, as (xid, event_id) (docs/projections.md).';
+COMMENT ON COLUMN fabric.projection_cursors.projection IS 'The projection: qdrant or graph.';
+COMMENT ON COLUMN fabric.projection_cursors.last_xid IS 'xid of the last event applied.';
+COMMENT ON COLUMN fabric.projection_cursors.last_event_id IS 'event_id of the last event applied.';
+COMMENT ON COLUMN fabric.projection_cursors.updated_at IS 'When the cursor last advanced.';
+
+-- ---------------------------------------------------------------------------------------
+-- LangGraph checkpoints (table level; the columns are the checkpoint library's own)
+COMMENT ON TABLE langgraph.checkpoints IS
+  'LangGraph checkpoints: graph state of one service''s threads, to resume them; never memory, never recalled (docs/langgraph.md). Decay deletes idle threads; subject erasure deletes the subject''s.';
+COMMENT ON TABLE langgraph.checkpoint_blobs IS
+  'LangGraph checkpoint channel values, stored apart from their checkpoint (docs/langgraph.md).';
+COMMENT ON TABLE langgraph.checkpoint_writes IS
+  'LangGraph pending writes of a checkpoint''s tasks (docs/langgraph.md).';
+COMMENT ON TABLE langgraph.checkpoint_migrations IS
+  'Versions of the LangGraph checkpoint schema applied, as the checkpoint library records them.';
