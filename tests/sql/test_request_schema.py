@@ -21,7 +21,9 @@ from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
 
-MALFORMED = {"22023", "22007", "22003"}
+# Refusals of malformed input: the fabric's own (22023, 22007, 22003) and PostgreSQL's when
+# jsonb cannot hold a value at all (22P05: a string with U+0000, before any validator runs).
+MALFORMED = {"22023", "22007", "22003", "22P05"}
 UUID = str(uuid.UUID(int=7))
 Values = dict[str, st.SearchStrategy[Any]]
 
