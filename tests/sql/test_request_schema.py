@@ -284,10 +284,14 @@ PROPOSE_REQUIRED: dict[str, Any] = {
     ),
     "content": st.dictionaries(
         st.sampled_from(["text", "assertion", "n"]),
-        # jsonb cannot hold U+0000 at all (PostgreSQL refuses it before any validator, 22P05);
-        # a JSON Schema string cannot say so, so the generator leaves it out.
+        # jsonb cannot hold U+0000 (22P05) and a str with a lone surrogate is no UTF-8 at
+        # all (22P02): PostgreSQL refuses both before any validator, and a JSON Schema
+        # string cannot say so, so the generator leaves them out.
         st.one_of(
-            st.text(st.characters(blacklist_characters="\x00"), max_size=5),
+            st.text(
+                st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                max_size=5,
+            ),
             st.integers(-(2**53), 2**53),
             st.booleans(),
             st.none(),
