@@ -10,7 +10,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = p_message, HINT = p_hint;
+  PERFORM fabric._raise_rule('invalid_parameter_value', p_message, p_hint);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
