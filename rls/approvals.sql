@@ -1,13 +1,2 @@
 -- fabric.approvals: rows of the transaction's tenant only (fabric.tenant_id); unset shows nothing.
-ALTER TABLE fabric.approvals ENABLE ROW LEVEL SECURITY;
-ALTER TABLE fabric.approvals FORCE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS select_same_tenant ON fabric.approvals;
-CREATE POLICY select_same_tenant ON fabric.approvals FOR SELECT
-  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
-DROP POLICY IF EXISTS insert_same_tenant ON fabric.approvals;
-CREATE POLICY insert_same_tenant ON fabric.approvals FOR INSERT
-  WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
-DROP POLICY IF EXISTS update_same_tenant ON fabric.approvals;
-CREATE POLICY update_same_tenant ON fabric.approvals FOR UPDATE
-  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true))
-  WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
+CALL fabric._tenant_policies('fabric.approvals', ARRAY['select', 'insert', 'update']);

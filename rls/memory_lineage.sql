@@ -1,13 +1,2 @@
 -- fabric.memory_lineage: rows of the transaction's tenant only (fabric.tenant_id); unset shows nothing.
-ALTER TABLE fabric.memory_lineage ENABLE ROW LEVEL SECURITY;
-ALTER TABLE fabric.memory_lineage FORCE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS select_same_tenant ON fabric.memory_lineage;
-CREATE POLICY select_same_tenant ON fabric.memory_lineage FOR SELECT
-  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
-DROP POLICY IF EXISTS insert_same_tenant ON fabric.memory_lineage;
-CREATE POLICY insert_same_tenant ON fabric.memory_lineage FOR INSERT
-  WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
-DROP POLICY IF EXISTS update_same_tenant ON fabric.memory_lineage;
-CREATE POLICY update_same_tenant ON fabric.memory_lineage FOR UPDATE
-  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true))
-  WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
+CALL fabric._tenant_policies('fabric.memory_lineage', ARRAY['select', 'insert', 'update']);

@@ -1,13 +1,2 @@
 -- fabric.memory_records: rows of the transaction's tenant only (fabric.tenant_id); unset shows nothing.
-ALTER TABLE fabric.memory_records ENABLE ROW LEVEL SECURITY;
-ALTER TABLE fabric.memory_records FORCE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS select_same_tenant ON fabric.memory_records;
-CREATE POLICY select_same_tenant ON fabric.memory_records FOR SELECT
-  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
-DROP POLICY IF EXISTS insert_same_tenant ON fabric.memory_records;
-CREATE POLICY insert_same_tenant ON fabric.memory_records FOR INSERT
-  WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
-DROP POLICY IF EXISTS update_same_tenant ON fabric.memory_records;
-CREATE POLICY update_same_tenant ON fabric.memory_records FOR UPDATE
-  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true))
-  WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
+CALL fabric._tenant_policies('fabric.memory_records', ARRAY['select', 'insert', 'update']);

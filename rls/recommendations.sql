@@ -1,13 +1,2 @@
 -- fabric.recommendations: rows of the transaction's tenant only (fabric.tenant_id); unset shows nothing.
-ALTER TABLE fabric.recommendations ENABLE ROW LEVEL SECURITY;
-ALTER TABLE fabric.recommendations FORCE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS select_same_tenant ON fabric.recommendations;
-CREATE POLICY select_same_tenant ON fabric.recommendations FOR SELECT
-  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
-DROP POLICY IF EXISTS insert_same_tenant ON fabric.recommendations;
-CREATE POLICY insert_same_tenant ON fabric.recommendations FOR INSERT
-  WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
-DROP POLICY IF EXISTS update_same_tenant ON fabric.recommendations;
-CREATE POLICY update_same_tenant ON fabric.recommendations FOR UPDATE
-  USING (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true))
-  WITH CHECK (tenant_id = pg_catalog.current_setting('fabric.tenant_id', true));
+CALL fabric._tenant_policies('fabric.recommendations', ARRAY['select', 'insert', 'update']);

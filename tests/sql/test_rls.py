@@ -316,3 +316,87 @@ def test_the_retriever_role_owns_only_functions(fabric: Fabric) -> None:
     owned = owned_by(fabric, "fabric_retriever")
     assert owned["functions"]
     assert (owned["relations"], owned["types"], owned["schemas"]) == (set(), set(), set())
+
+
+# --- the standard policies, exactly ------------------------------------------------------------
+
+# The commands whose rows each tenant table admits (rls/<table>.sql through
+# fabric._tenant_policies). Every command gets one policy <command>_same_tenant, keyed only on
+# the tenant setting: SELECT and DELETE filter rows (USING), INSERT checks new rows (WITH
+# CHECK), UPDATE does both.
+TENANT_POLICIES = {
+    "approvals": ("select", "insert", "update"),
+    "erasure_receipts": ("select", "insert", "update"),
+    "instance_config": ("select", "insert", "update", "delete"),
+    "mcp_tokens": ("select", "insert", "update"),
+    "memory_embeddings": ("select", "insert", "update", "delete"),
+    "memory_lineage": ("select", "insert", "update"),
+    "memory_record_versions": ("select", "insert", "update"),
+    "memory_records": ("select", "insert", "update"),
+    "proposals": ("select", "insert", "update"),
+    "recommendations": ("select", "insert", "update"),
+    "review_flags": ("select", "insert", "update"),
+    "runs": ("select", "insert", "update"),
+    "search_stats": ("select", "insert", "delete"),
+    "subject_keys": ("select", "insert", "delete"),
+    "temporal_summaries": ("select", "insert", "update"),
+    "tenant_agent_tools": ("select", "insert", "update", "delete"),
+    "tenant_agents": ("select", "insert", "update"),
+}
+POLICIES = (
+    "SELECT tablename, policyname, cmd, permissive, roles::text[], qual, with_check"
+    " FROM pg_policies WHERE schemaname = 'fabric' ORDER BY 1, 2"
+)
+# tenant_id is the domain fabric.tenant_ident in most tables (deparsed with its cast to text)
+# and plain text in a few.
+TENANT_COLUMN_IS_TEXT = (
+    "SELECT c.relname, a.atttypid = 'text'::regtype FROM pg_class c"
+    " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id'"
+    " WHERE c.relnamespace = 'fabric'::regnamespace"
+)
+
+
+def expected_policy(table: str, command: str, text_column: bool) -> tuple[Any, ...]:
+    column = "tenant_id" if text_column else "(tenant_id)::text"
+    same_tenant = f"({column} = current_setting('fabric.tenant_id'::text, true))"
+    using = same_tenant if command in ("select", "update", "delete") else None
+    check = same_tenant if command in ("insert", "update") else None
+    return (table, f"{command}_same_tenant", command.upper(), "PERMISSIVE", ["public"], using, check)
+
+
+def test_every_tenant_table_has_exactly_the_standard_policies(fabric: Fabric) -> None:
+    with fabric.su() as c:
+        text_column = dict(c.execute(TENANT_COLUMN_IS_TEXT).fetchall())
+        policies = [tuple(r) for r in c.execute(POLICIES)]
+        forced = c.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'fabric'::regnamespace"
+            " AND relrowsecurity AND relforcerowsecurity ORDER BY 1"
+        ).fetchall()
+    assert policies == sorted(
+        expected_policy(table, command, text_column[table])
+        for table, commands in TENANT_POLICIES.items()
+        for command in commands
+    )
+    assert [r[0] for r in forced] == sorted(TENANT_POLICIES)
+
+
+def test_the_policy_helper_refuses_an_unknown_command_and_changes_nothing(
+    fabric: Fabric,
+) -> None:
+    with fabric.su() as c:
+        before = c.execute(POLICIES).fetchall()
+        for commands in ("{select,truncate}", "{select,NULL}", None):
+            with pytest.raises(psycopg.Error) as info:
+                c.execute("CALL fabric._tenant_policies('fabric.runs', %s::text[])", (commands,))
+            assert info.value.sqlstate == "22023", info.value
+            c.rollback()
+        assert c.execute(POLICIES).fetchall() == before
+
+
+def test_the_policy_helper_is_the_migration_roles_alone(fabric: Fabric) -> None:
+    for login in ("mf_agent_a", "mf_orchestrator"):
+        with pytest.raises(psycopg.Error) as info:
+            fabric.connect(login).execute(
+                "CALL fabric._tenant_policies('fabric.runs', ARRAY['select'])"
+            )
+        assert info.value.sqlstate == "42501", info.value
