@@ -3,7 +3,9 @@ each of them to a named exception.
 
 Every RAISE EXCEPTION in sql/, rls/ and migrations/ is read: its ERRCODE (a condition name
 or a five-character code), else `RAISE SQLSTATE '<code>'`, else P0001 (PostgreSQL's default
-for a RAISE without one). A re-raise (`RAISE;`) adds nothing.
+for a RAISE without one). A re-raise (`RAISE;`) adds nothing. Every call of
+fabric._raise_rule is read too, by its first argument (a literal); the function itself
+raises only what its callers name, so its own RAISE is not counted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ SOURCES = [
     *sorted((ROOT / "migrations").rglob("*.sql")),
 ]
 CODE = re.compile(r"^[0-9A-Z]{5}$")
+RAISE_RULE = ROOT / "sql" / "005_raise_rule.sql"
+# A RAISE statement, or a call of fabric._raise_rule (not its definition).
+RAISING = r"\bRAISE\b|(?<!FUNCTION )\bfabric\._raise_rule\s*\("
 
 
 def statements(text: str, python: bool = False) -> list[str]:
@@ -32,7 +37,7 @@ def statements(text: str, python: bool = False) -> list[str]:
     Python's own `raise` is not read as SQL."""
     text = re.sub(r"(?m)(^|\s)--[^\n]*", r"\1", text)
     found = []
-    for match in re.finditer(r"\bRAISE\b", text, flags=0 if python else re.IGNORECASE):
+    for match in re.finditer(RAISING, text, flags=0 if python else re.IGNORECASE):
         i, quoted = match.start(), False
         while i < len(text):
             ch = text[i]
@@ -47,6 +52,11 @@ def statements(text: str, python: bool = False) -> list[str]:
 
 def sqlstate_of(raise_statement: str) -> str | None:
     body = " ".join(raise_statement.split())
+    if body.lower().startswith("fabric._raise_rule"):
+        call = re.match(r"fabric\._raise_rule\s*\(\s*'([A-Za-z0-9_]+)'", body, re.IGNORECASE)
+        assert call, f"fabric._raise_rule's SQLSTATE must be a literal: {body[:120]}"
+        name = call.group(1)
+        return name if CODE.match(name) else str(psycopg.errors.lookup(name.upper()).sqlstate)
     level = re.match(r"RAISE\s*(\w*)", body, flags=re.IGNORECASE)
     assert level is not None
     word = level.group(1).upper()
@@ -70,6 +80,8 @@ def raised() -> dict[str, set[str]]:
     """SQLSTATE -> the files that raise it."""
     codes: dict[str, set[str]] = {}
     for path in SOURCES:
+        if path == RAISE_RULE:
+            continue
         for stmt in statements(path.read_text(), python=path.suffix == ".py"):
             code = sqlstate_of(stmt)
             if code is not None:
@@ -96,6 +108,9 @@ def test_the_scanner_reads_every_form_of_raise() -> None:
         "RAISE NOTICE 'hello';\n"
         "RAISE;\n"
         "-- a comment that says raise proves nothing;\n"
+        "PERFORM fabric._raise_rule('MF002', pg_catalog.format('%s; x', v), 'h');\n"
+        "PERFORM fabric._raise_rule(\n  'no_data_found', 'm');\n"
+        "CREATE FUNCTION fabric._raise_rule(p_errcode text) AS $$ x $$;\n"
     )
     assert [sqlstate_of(s) for s in statements(text)] == [
         "MF005",
@@ -104,6 +119,8 @@ def test_the_scanner_reads_every_form_of_raise() -> None:
         "22P02",
         None,
         None,
+        "MF002",
+        "P0002",
     ]
     assert statements("x = 1\nraise SystemExit('no')\n", python=True) == []
 
