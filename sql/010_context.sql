@@ -48,10 +48,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF NOT pg_catalog.pg_has_role(session_user, p_role, 'MEMBER') THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'insufficient_privilege',
-      MESSAGE = pg_catalog.format('only members of %s may %s', p_role, p_action),
-      HINT = pg_catalog.format('log in as a role that is a member of %s', p_role);
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      pg_catalog.format('only members of %s may %s', p_role, p_action),
+      pg_catalog.format('log in as a role that is a member of %s', p_role));
   END IF;
 END $$;
 
@@ -75,8 +74,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = p_tenant_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown tenant',
-      HINT = 'tenants are created with fabric_api.create_tenant';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown tenant',
+      'tenants are created with fabric_api.create_tenant');
   END IF;
 END $$;
 
@@ -95,10 +94,10 @@ BEGIN
   PERFORM fabric._require_role(p_role, p_action);
   v_agent_id := fabric._caller_agent_id();
   IF v_agent_id IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = pg_catalog.format('the %s login is not a registered agent', p_role),
-      HINT = pg_catalog.format('register it (e.g. as %s) with fabric_api.register_agent',
-                               p_agent_example);
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      pg_catalog.format('the %s login is not a registered agent', p_role),
+      pg_catalog.format('register it (e.g. as %s) with fabric_api.register_agent',
+                        p_agent_example));
   END IF;
   RETURN v_agent_id;
 END $$;
@@ -114,8 +113,8 @@ DECLARE
   v_tenant text := fabric._tenant_of_record(p_memory_id);
 BEGIN
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown memory record',
-      HINT = 'memory ids come from fabric_api.commit; tombstones keep theirs';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown memory record',
+      'memory ids come from fabric_api.commit; tombstones keep theirs');
   END IF;
   RETURN v_tenant;
 END $$;
@@ -139,9 +138,9 @@ BEGIN
   END IF;
   RETURN p_value::fabric.ident;
 EXCEPTION WHEN check_violation THEN
-  RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-    MESSAGE = pg_catalog.format('%s must be 1-%s printable characters in Unicode NFC, without '
-                                'spaces, control or format characters', p_field, p_max),
-    HINT = 'identifiers look like user-8842, sess-1f9c, evt-7b21; bidi overrides, '
-           'zero-width characters and a BOM are refused';
+  PERFORM fabric._raise_rule('invalid_parameter_value',
+    pg_catalog.format('%s must be 1-%s printable characters in Unicode NFC, without '
+                      'spaces, control or format characters', p_field, p_max),
+    'identifiers look like user-8842, sess-1f9c, evt-7b21; bidi overrides, '
+    'zero-width characters and a BOM are refused');
 END $$;

@@ -69,10 +69,8 @@ DECLARE
 BEGIN
   IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_tools) t
              WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t)) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'foreign_key_violation',
-      MESSAGE = 'a tool id names no known tool',
-      HINT = 'tools are the rows of fabric.tools';
+    PERFORM fabric._raise_rule('foreign_key_violation', 'a tool id names no known tool',
+      'tools are the rows of fabric.tools');
   END IF;
   SELECT t INTO v_audit FROM pg_catalog.unnest(p_tools) t
   JOIN fabric.tools x ON x.tool_id = t WHERE x.agent_id = 'os-agt-008' LIMIT 1;
@@ -116,11 +114,9 @@ DECLARE
   v_problem text := fabric._memory_profile_problem(NEW.memory_profile);
 BEGIN
   IF v_problem IS NOT NULL THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'invalid_parameter_value',
-      MESSAGE = v_problem,
-      HINT = 'shape: {"recall_scope": {"tiers": [...], "visibility": [...]}, '
-             '"propose_scope": {"tiers": [...], "visibility": [...]}}';
+    PERFORM fabric._raise_rule('invalid_parameter_value', v_problem,
+      'shape: {"recall_scope": {"tiers": [...], "visibility": [...]}, '
+      '"propose_scope": {"tiers": [...], "visibility": [...]}}');
   END IF;
   PERFORM fabric._refuse_audit_tools(NEW.tools_allowed);
   IF pg_catalog.cardinality(NEW.tools_allowed) > 0 THEN

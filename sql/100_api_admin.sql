@@ -13,10 +13,9 @@ BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_admin', 'create tenants');
   IF p_tenant_id IS NULL OR p_tenant_id !~ '^[a-z0-9][a-z0-9_-]{0,62}$' OR p_tenant_id = 'platform' THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'tenant_id must be a lowercase slug of 1-63 characters and not ''platform''',
-      HINT = 'e.g. fabric_api.create_tenant(''acme'')';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'tenant_id must be a lowercase slug of 1-63 characters and not ''platform''',
+      'e.g. fabric_api.create_tenant(''acme'')');
   END IF;
   INSERT INTO fabric.tenants (tenant_id) VALUES (p_tenant_id) ON CONFLICT DO NOTHING;
   v_created := FOUND;
@@ -50,34 +49,30 @@ BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_admin', 'register agents');
   IF p_agent_id IS NULL THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'invalid_parameter_value', MESSAGE = 'agent_id is required',
-      HINT = 'e.g. ''com-agt-003''';
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'agent_id is required',
+      'e.g. ''com-agt-003''');
   END IF;
   PERFORM fabric._ident(p_agent_id, 'agent_id');
   SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = p_login;
   IF NOT FOUND OR NOT v_role.rolcanlogin THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'undefined_object',
-      MESSAGE = 'an agent is registered with an existing login role',
-      HINT = 'CREATE ROLE <login> LOGIN first (one login per agent)';
+    PERFORM fabric._raise_rule('undefined_object',
+      'an agent is registered with an existing login role',
+      'CREATE ROLE <login> LOGIN first (one login per agent)');
   END IF;
   IF v_role.rolsuper OR v_role.rolbypassrls
      OR pg_catalog.pg_has_role(p_login, 'fabric_owner', 'MEMBER')
      OR pg_catalog.pg_has_role(p_login, 'fabric_lookup', 'MEMBER')
      OR pg_catalog.pg_has_role(p_login, 'fabric_auditor', 'MEMBER')
      OR pg_catalog.pg_has_role(p_login, 'fabric_maintainer', 'MEMBER') THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'an agent login may not be superuser, BYPASSRLS, an owner, an auditor or a '
-                'maintainer',
-      HINT = 'give each agent its own unprivileged login';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'an agent login may not be superuser, BYPASSRLS, an owner, an auditor or a '
+      'maintainer',
+      'give each agent its own unprivileged login');
   END IF;
   IF p_tools_allowed IS NULL OR pg_catalog.array_position(p_tools_allowed, NULL) IS NOT NULL THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'tools_allowed must be an array of tool ids without NULLs',
-      HINT = 'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'tools_allowed must be an array of tool ids without NULLs',
+      'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']');
   END IF;
   IF pg_catalog.cardinality(p_tools_allowed) > 0 THEN
     PERFORM fabric._refuse_writing_audit_agent(p_agent_id, 'tool');
@@ -87,16 +82,13 @@ BEGIN
   END IF;
   SELECT * INTO v_existing FROM fabric.agents a WHERE a.agent_id = p_agent_id;
   IF FOUND AND v_existing.login <> p_login THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'unique_violation',
-      MESSAGE = 'this agent_id is already registered to another login',
-      HINT = 'one agent, one login: pick another agent_id';
+    PERFORM fabric._raise_rule('unique_violation',
+      'this agent_id is already registered to another login',
+      'one agent, one login: pick another agent_id');
   END IF;
   IF EXISTS (SELECT 1 FROM fabric.agents a WHERE a.login = p_login AND a.agent_id <> p_agent_id) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'unique_violation',
-      MESSAGE = 'this login already belongs to another agent',
-      HINT = 'one agent, one login: create a new login role';
+    PERFORM fabric._raise_rule('unique_violation', 'this login already belongs to another agent',
+      'one agent, one login: create a new login role');
   END IF;
   INSERT INTO fabric.agents (agent_id, login, memory_profile, tools_allowed)
   VALUES (p_agent_id, p_login, coalesce(p_memory_profile, '{}'), p_tools_allowed)
@@ -128,13 +120,13 @@ BEGIN
   PERFORM fabric._require_role('fabric_admin', 'enable agents in tenants');
   PERFORM fabric._require_tenant(p_tenant_id);
   IF NOT EXISTS (SELECT 1 FROM fabric.agents a WHERE a.agent_id = p_agent_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown agent',
-      HINT = 'register it with fabric_api.register_agent';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown agent',
+      'register it with fabric_api.register_agent');
   END IF;
   IF p_tools IS NULL OR pg_catalog.array_position(p_tools, NULL) IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'tools must be an array of tool ids without NULLs',
-      HINT = 'pass ''{}'' to enable the agent with no tools';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'tools must be an array of tool ids without NULLs',
+      'pass ''{}'' to enable the agent with no tools');
   END IF;
   PERFORM fabric._refuse_audit_tools(p_tools);
   IF pg_catalog.cardinality(p_tools) > 0 THEN

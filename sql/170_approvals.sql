@@ -20,9 +20,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'MF005', MESSAGE = 'approval refused: ' || p_why,
-    HINT = 'request an approval for this record and action with fabric_api.request_approval; '
-           'os-agt-002 decides it; each approval is used once, before it expires';
+  PERFORM fabric._raise_rule('MF005', 'approval refused: ' || p_why,
+    'request an approval for this record and action with fabric_api.request_approval; '
+    'os-agt-002 decides it; each approval is used once, before it expires');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -82,13 +82,14 @@ DECLARE
   v_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
   IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'an approval request needs a reason of 1-1000 characters',
-      HINT = 'say why the action is needed; the policy agent reads it';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'an approval request needs a reason of 1-1000 characters',
+      'say why the action is needed; the policy agent reads it');
   END IF;
   IF p_target IS NULL OR pg_catalog.jsonb_typeof(p_target) <> 'object' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'an approval target must be a JSON object', HINT = 'e.g. {"tier": "relational"}';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'an approval target must be a JSON object',
+      'e.g. {"tier": "relational"}');
   END IF;
   INSERT INTO fabric.approvals (tenant_id, approval_id, action, memory_id, subject_ref, target,
                                 reason, requested_by, expires_at)
@@ -134,14 +135,14 @@ BEGIN
     v_ok := p_target = '{}'::jsonb;
   END IF;
   IF NOT coalesce(v_ok, false) THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = pg_catalog.format('the approval target does not fit the action %s', p_action),
-      HINT = CASE p_action
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      pg_catalog.format('the approval target does not fit the action %s', p_action),
+      CASE p_action
         WHEN 'promote' THEN 'promote expects {"tier": <target tier: profile, procedural or '
                             'relational>, "supersedes": <memory_id, optional>}'
         WHEN 'supersede' THEN 'supersede expects {"proposal_id": <the successor proposal id>, '
                               '"retention_class": <operational, regulated, durable or audit, optional>}'
-        ELSE 'erase expects {} (the record is the approval''s memory_id)' END;
+        ELSE 'erase expects {} (the record is the approval''s memory_id)' END);
   END IF;
 END $$;
 
@@ -159,9 +160,9 @@ DECLARE
 BEGIN
   PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   IF p_action IS NULL OR p_action NOT IN ('promote', 'supersede', 'erase') THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'action must be promote, supersede or erase',
-      HINT = 'a data subject''s erasure is fabric_api.request_subject_erasure';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'action must be promote, supersede or erase',
+      'a data subject''s erasure is fabric_api.request_subject_erasure');
   END IF;
   PERFORM fabric._check_approval_target(p_action, coalesce(p_target, '{}'));
   PERFORM fabric._set_context('tenant_id', v_tenant);
@@ -190,26 +191,27 @@ BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_policy', 'decide approvals');
   IF p_decision IS NULL OR p_decision NOT IN ('approved', 'denied') THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'decision must be approved or denied', HINT = 'e.g. fabric_api.decide_approval(id, ''approved'', ''ok'')';
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'decision must be approved or denied',
+      'e.g. fabric_api.decide_approval(id, ''approved'', ''ok'')');
   END IF;
   v_tenant := fabric._tenant_of_approval(p_approval_id);
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown approval',
-      HINT = 'approval ids come from fabric_api.request_approval';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown approval',
+      'approval ids come from fabric_api.request_approval');
   END IF;
   PERFORM fabric._set_context('tenant_id', v_tenant);
   PERFORM fabric._set_context('actor', fabric._actor_id());
   SELECT * INTO v FROM fabric.approvals a
   WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id FOR UPDATE;
   IF v.status <> 'pending' THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = pg_catalog.format('the approval is already %s', v.status),
-      HINT = 'a decision is final; request a new approval';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the approval is already %s', v.status),
+      'a decision is final; request a new approval');
   END IF;
   IF v.expires_at <= pg_catalog.now() THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = 'the approval request has expired', HINT = 'request a new approval';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'the approval request has expired',
+      'request a new approval');
   END IF;
   UPDATE fabric.approvals a SET status = p_decision, decided_by = fabric._actor_id(),
          decided_at = pg_catalog.now(), decision_reason = p_reason

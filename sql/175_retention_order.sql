@@ -55,10 +55,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'MF002',
-    MESSAGE = pg_catalog.format('audit-class records never become %s', NEW.consolidation_state),
-    HINT = 'audit records are append-only: they never decay and are never superseded; '
-           'only an approved erasure tombstones one';
+  PERFORM fabric._raise_rule('MF002',
+    pg_catalog.format('audit-class records never become %s', NEW.consolidation_state),
+    'audit records are append-only: they never decay and are never superseded; '
+    'only an approved erasure tombstones one');
 END $$;
 
 CREATE OR REPLACE TRIGGER _505_audit_never_closes

@@ -52,24 +52,23 @@ DECLARE
 BEGIN
   IF v_action = 'promote' THEN
     IF OLD.retention_class = 'audit' THEN
-      RAISE EXCEPTION USING ERRCODE = 'MF002',
-        MESSAGE = 'audit-class records are never promoted',
-        HINT = 'an audit record is an episode; derive a new record from it instead';
+      PERFORM fabric._raise_rule('MF002', 'audit-class records are never promoted',
+        'an audit record is an episode; derive a new record from it instead');
     END IF;
     IF NOT EXISTS (SELECT 1 FROM fabric.promotion_edges e
                    WHERE e.from_tier = OLD.tier AND e.to_tier = NEW.tier) THEN
-      RAISE EXCEPTION USING ERRCODE = 'MF002',
-        MESSAGE = pg_catalog.format('illegal promotion %s -> %s', OLD.tier, NEW.tier),
-        HINT = 'legal: semantic->profile, semantic->procedural, any->relational (approved); '
-               'episodic->semantic is a consolidation, not a promotion';
+      PERFORM fabric._raise_rule('MF002',
+        pg_catalog.format('illegal promotion %s -> %s', OLD.tier, NEW.tier),
+        'legal: semantic->profile, semantic->procedural, any->relational (approved); '
+        'episodic->semantic is a consolidation, not a promotion');
     END IF;
   ELSIF v_action = 'demote' THEN
     IF NOT EXISTS (SELECT 1 FROM fabric.memory_record_versions v
                    WHERE v.tenant_id = OLD.tenant_id AND v.memory_id = OLD.memory_id
                      AND v.tier = NEW.tier) THEN
-      RAISE EXCEPTION USING ERRCODE = 'MF002',
-        MESSAGE = pg_catalog.format('a demotion returns a record to a tier it held before; it never held %s', NEW.tier),
-        HINT = 'see fabric_audit.records_as_of for the record''s past tiers';
+      PERFORM fabric._raise_rule('MF002',
+        pg_catalog.format('a demotion returns a record to a tier it held before; it never held %s', NEW.tier),
+        'see fabric_audit.records_as_of for the record''s past tiers');
     END IF;
   END IF;
   RETURN NEW;
@@ -96,10 +95,10 @@ BEGIN
   SELECT * INTO v FROM fabric.memory_records m
   WHERE m.tenant_id = v_tenant AND m.memory_id = p_memory_id FOR UPDATE;
   IF v.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = pg_catalog.format('the record is %s; only live records change tier or are superseded',
-                                  v.consolidation_state),
-      HINT = 'live means raw, consolidated or reflected';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the record is %s; only live records change tier or are superseded',
+                        v.consolidation_state),
+      'live means raw, consolidated or reflected');
   END IF;
   PERFORM fabric._set_context('correlation_id', v.correlation_id);
   PERFORM fabric._set_context('causation_id', v.causation_id);
@@ -179,20 +178,20 @@ BEGIN
   SELECT * INTO v_old FROM fabric.memory_records m
   WHERE m.tenant_id = p_record.tenant_id AND m.memory_id = p_supersedes FOR UPDATE;
   IF NOT FOUND OR p_supersedes = p_record.memory_id THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found',
-      MESSAGE = 'p_supersedes names no other record of the promoted record''s tenant',
-      HINT = 'pass the memory_id of the live record in the target tier that this promotion replaces';
+    PERFORM fabric._raise_rule('no_data_found',
+      'p_supersedes names no other record of the promoted record''s tenant',
+      'pass the memory_id of the live record in the target tier that this promotion replaces');
   END IF;
   IF v_old.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = pg_catalog.format('the record named in p_supersedes is %s; only live records are superseded',
-                                  v_old.consolidation_state),
-      HINT = 'live means raw, consolidated or reflected; promote without p_supersedes';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the record named in p_supersedes is %s; only live records are superseded',
+                        v_old.consolidation_state),
+      'live means raw, consolidated or reflected; promote without p_supersedes');
   END IF;
   IF p_record.supersedes IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = 'the promoted record already supersedes a record; a record names one predecessor',
-      HINT = 'supersede inside the target tier with fabric_api.supersede after promoting';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'the promoted record already supersedes a record; a record names one predecessor',
+      'supersede inside the target tier with fabric_api.supersede after promoting');
   END IF;
   RETURN v_old;
 END $$;

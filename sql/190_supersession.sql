@@ -54,9 +54,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF p_old.retention_class = 'audit' THEN
-    RAISE EXCEPTION USING ERRCODE = 'MF002',
-      MESSAGE = 'audit-class records are never superseded',
-      HINT = 'an audit record is append-only evidence; record the new fact as a new record';
+    PERFORM fabric._raise_rule('MF002', 'audit-class records are never superseded',
+      'an audit record is append-only evidence; record the new fact as a new record');
   END IF;
   IF p_tier <> p_old.tier THEN
     PERFORM fabric._supersession_rule('supersession_within_one_tier',
@@ -105,14 +104,13 @@ BEGIN
   SELECT * INTO v_new FROM fabric.proposals p
   WHERE p.tenant_id = v_old.tenant_id AND p.proposal_id = p_proposal_id FOR UPDATE;
   IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found',
-      MESSAGE = 'no proposal with this id in the record''s tenant',
-      HINT = 'a successor is a validated proposal of the same tenant';
+    PERFORM fabric._raise_rule('no_data_found', 'no proposal with this id in the record''s tenant',
+      'a successor is a validated proposal of the same tenant');
   END IF;
   IF v_new.status <> 'validated' THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = pg_catalog.format('the successor proposal is %s; only validated proposals commit', v_new.status),
-      HINT = 'propose the successor first';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the successor proposal is %s; only validated proposals commit', v_new.status),
+      'propose the successor first');
   END IF;
   v_needs_approval := fabric._supersession_needs_approval(v_old, v_new.tier, v_new.valid_from,
     v_new.version, v_new.formation_method, v_new.visibility, v_new.retention_class,

@@ -31,8 +31,8 @@ AS $$
 BEGIN
   PERFORM fabric._enter_consolidator(p_tenant_id);
   IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z0-9_.:-]{1,100}$' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'workflow must be an identifier', HINT = 'e.g. WF-OS-MEMORY-CONSOLIDATE';
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'workflow must be an identifier',
+      'e.g. WF-OS-MEMORY-CONSOLIDATE');
   END IF;
   RETURN fabric._emit('memory.workflow.started', p_tenant_id, p_payload =>
     pg_catalog.jsonb_build_object('workflow', p_workflow));
@@ -51,9 +51,9 @@ AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM fabric.events e WHERE e.event_id = p_event_id
                  AND e.tenant_id = p_tenant_id AND e.event_type = 'memory.workflow.started') THEN
-    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-      MESSAGE = 'no workflow run with this event id in this tenant',
-      HINT = 'start the run with fabric_api.start_workflow_run';
+    PERFORM fabric._raise_rule('foreign_key_violation',
+      'no workflow run with this event id in this tenant',
+      'start the run with fabric_api.start_workflow_run');
   END IF;
 END $$;
 
@@ -73,8 +73,8 @@ BEGIN
   PERFORM fabric._enter_consolidator(p_tenant_id);
   PERFORM fabric._require_workflow_event(p_tenant_id, p_workflow_event_id);
   IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'limit must be between 1 and 10000', HINT = 'the default is 1000';
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'limit must be between 1 and 10000',
+      'the default is 1000');
   END IF;
   SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
            'memory_id', m.memory_id, 'tier', m.tier, 'scope_key', m.scope_key,
@@ -137,9 +137,9 @@ BEGIN
                 WHERE pg_catalog.jsonb_typeof(s) <> 'string'
                    OR (s #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')
      OR pg_catalog.jsonb_typeof(v_proposal) <> 'object' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a recommendation is {"tenant_id", "kind", "workflow_event_id", "sources": [memory ids], "proposal": {...}}',
-      HINT = 'kind is consolidation, reflection, promotion or distillation';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a recommendation is {"tenant_id", "kind", "workflow_event_id", "sources": [memory ids], "proposal": {...}}',
+      'kind is consolidation, reflection, promotion or distillation');
   END IF;
   v_agent := fabric._enter_consolidator(v_tenant);
   v_workflow := (p_recommendation ->> 'workflow_event_id')::uuid;
@@ -149,9 +149,9 @@ BEGIN
   IF v_sources IS NULL OR EXISTS (SELECT 1 FROM pg_catalog.unnest(v_sources) s
       WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
                         WHERE m.tenant_id = v_tenant AND m.memory_id = s)) THEN
-    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-      MESSAGE = 'a recommendation names at least one source, all records of its tenant',
-      HINT = 'sources come from fabric_api.consolidation_candidates';
+    PERFORM fabric._raise_rule('foreign_key_violation',
+      'a recommendation names at least one source, all records of its tenant',
+      'sources come from fabric_api.consolidation_candidates');
   END IF;
   INSERT INTO fabric.recommendations (tenant_id, recommendation_id, kind, workflow_event_id,
                                       sources, proposal, recommended_by)
@@ -213,17 +213,17 @@ DECLARE
   v_asked text;
 BEGIN
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown recommendation',
-      HINT = 'recommendation ids come from fabric_api.recommend';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown recommendation',
+      'recommendation ids come from fabric_api.recommend');
   END IF;
   PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   PERFORM fabric._set_context('actor', v_committer);
   SELECT * INTO v_rec FROM fabric.recommendations r
   WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id FOR UPDATE;
   IF v_rec.status <> 'pending' THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = pg_catalog.format('the recommendation is %s; it is decided once', v_rec.status),
-      HINT = 'file a new recommendation';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the recommendation is %s; it is decided once', v_rec.status),
+      'file a new recommendation');
   END IF;
   PERFORM fabric._set_context('correlation_id', v_rec.workflow_event_id::text);
 

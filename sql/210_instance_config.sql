@@ -27,9 +27,9 @@ BEGIN
     AND a.attname NOT IN ('tenant_id', 'business_instance_id', 'updated_at', 'updated_by');
   IF p_config IS NULL OR pg_catalog.jsonb_typeof(p_config) <> 'object'
      OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_config) k WHERE NOT k = ANY (v_settable)) THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'the configuration must be an object of instance settings',
-      HINT = 'settable keys: ' || pg_catalog.array_to_string(v_settable, ', ');
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'the configuration must be an object of instance settings',
+      'settable keys: ' || pg_catalog.array_to_string(v_settable, ', '));
   END IF;
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   PERFORM fabric._set_context('actor', fabric._actor_id());
@@ -42,9 +42,9 @@ BEGIN
   BEGIN
     v_row := pg_catalog.jsonb_populate_record(v_row, p_config);
   EXCEPTION WHEN data_exception THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a configuration value has the wrong type',
-      HINT = 'intervals are ISO 8601 or PostgreSQL text (e.g. "P30D", "30 days"); thresholds are numbers';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a configuration value has the wrong type',
+      'intervals are ISO 8601 or PostgreSQL text (e.g. "P30D", "30 days"); thresholds are numbers');
   END;
   v_row.updated_at := pg_catalog.now();
   v_row.updated_by := session_user;
@@ -81,19 +81,19 @@ BEGIN
   IF p_defaults IS NULL OR pg_catalog.jsonb_typeof(p_defaults) <> 'object'
      OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_defaults) k
                 WHERE k NOT IN ('min_corroborating_episodes', 'min_confidence', 'min_successful_trajectories')) THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'pack defaults are min_corroborating_episodes, min_confidence, min_successful_trajectories',
-      HINT = 'only the instance sets its own values (fabric_api.configure_instance)';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'pack defaults are min_corroborating_episodes, min_confidence, min_successful_trajectories',
+      'only the instance sets its own values (fabric_api.configure_instance)');
   END IF;
   PERFORM fabric._ident(p_domain_pack_id, 'domain_pack_id');
   BEGIN
     v_row := pg_catalog.jsonb_populate_record(NULL::fabric.domain_pack_defaults,
                p_defaults || pg_catalog.jsonb_build_object('domain_pack_id', p_domain_pack_id));
   EXCEPTION WHEN data_exception THEN   -- e.g. an integer overflow, whose message prints the value
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a pack default has the wrong type or is out of range',
-      HINT = 'min_corroborating_episodes and min_successful_trajectories are integers, '
-             'min_confidence a number in [0, 1]';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a pack default has the wrong type or is out of range',
+      'min_corroborating_episodes and min_successful_trajectories are integers, '
+      'min_confidence a number in [0, 1]');
   END;
   INSERT INTO fabric.domain_pack_defaults SELECT v_row.*
   ON CONFLICT (domain_pack_id) DO UPDATE SET

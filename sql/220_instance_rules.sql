@@ -88,9 +88,9 @@ BEGIN
     IF v_key NOT IN ('promote', 'supersede', 'erase', 'erase_subject')
        OR pg_catalog.jsonb_typeof(v_value) <> 'string'
        OR pg_catalog.pg_input_is_valid(v_value #>> '{}', 'interval') IS NOT TRUE THEN
-      RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-        MESSAGE = 'approval_timeouts maps an action (promote, supersede, erase, erase_subject) to an interval',
-        HINT = 'e.g. {"erase": "3 days"}';
+      PERFORM fabric._raise_rule('invalid_parameter_value',
+        'approval_timeouts maps an action (promote, supersede, erase, erase_subject) to an interval',
+        'e.g. {"erase": "3 days"}');
     END IF;
   END LOOP;
   IF NEW.checkpoint_retention <= fabric._longest_approval_timeout(NEW) THEN
@@ -103,9 +103,9 @@ BEGIN
        OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v_value) k WHERE k NOT IN ('floor', 'ceiling'))
        OR pg_catalog.pg_input_is_valid(v_value ->> 'floor', 'interval') IS NOT TRUE
        OR pg_catalog.pg_input_is_valid(v_value ->> 'ceiling', 'interval') IS NOT TRUE THEN
-      RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-        MESSAGE = 'regulated_retention maps a jurisdiction to {"floor": interval, "ceiling": interval}',
-        HINT = 'e.g. {"eu": {"floor": "1 year", "ceiling": "7 years"}, "default": {...}}';
+      PERFORM fabric._raise_rule('invalid_parameter_value',
+        'regulated_retention maps a jurisdiction to {"floor": interval, "ceiling": interval}',
+        'e.g. {"eu": {"floor": "1 year", "ceiling": "7 years"}, "default": {...}}');
     END IF;
     IF (v_value ->> 'ceiling')::interval < (v_value ->> 'floor')::interval THEN
       PERFORM fabric._config_rule('instance_config_regulated_ceiling_above_floor',
@@ -138,9 +138,8 @@ BEGIN
     WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = '';
   END IF;
   IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found',
-      MESSAGE = 'the tenant has no instance configuration',
-      HINT = 'fabric_api.create_tenant creates the default instance''s row';
+    PERFORM fabric._raise_rule('no_data_found', 'the tenant has no instance configuration',
+      'fabric_api.create_tenant creates the default instance''s row');
   END IF;
   RETURN v;
 END $$;

@@ -52,13 +52,13 @@ DECLARE
   v_ceiling interval;
 BEGIN
   IF p_now IS NULL OR p_now > pg_catalog.now() + interval '1 minute' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'decay runs at a time that is not in the future',
-      HINT = 'decay is scheduled, never ahead of time';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'decay runs at a time that is not in the future',
+      'decay is scheduled, never ahead of time');
   END IF;
   IF p_batch IS NULL OR p_batch NOT BETWEEN 1 AND 100000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'batch must be between 1 and 100000', HINT = 'the default is 1000';
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'batch must be between 1 and 100000',
+      'the default is 1000');
   END IF;
   FOR v_tenant IN SELECT t FROM fabric._tenants_with_records() t LOOP
     PERFORM fabric._reset_context();

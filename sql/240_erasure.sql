@@ -44,8 +44,8 @@ BEGIN
   PERFORM fabric._require_tenant(p_tenant_id);
   PERFORM fabric._committer_enabled_in(p_tenant_id, v_committer);
   IF p_subject_id IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'subject_id is required', HINT = 'e.g. user-8842';
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'subject_id is required',
+      'e.g. user-8842');
   END IF;
   PERFORM fabric._ident(p_subject_id, 'subject_id');
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
@@ -243,14 +243,14 @@ BEGIN
   SELECT * INTO v FROM fabric.memory_records m
   WHERE m.tenant_id = v_tenant AND m.memory_id = p_memory_id FOR SHARE;
   IF v.consolidation_state = 'tombstoned' OR v.content IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = 'the record has no content (erased or expired); no embedding is stored',
-      HINT = 'drop the projection of this record instead';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'the record has no content (erased or expired); no embedding is stored',
+      'drop the projection of this record instead');
   END IF;
   IF v.content_hash IS DISTINCT FROM p_content_hash THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = 'the embedding was computed from other content than the record holds',
-      HINT = 're-read the record and embed again';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'the embedding was computed from other content than the record holds',
+      're-read the record and embed again');
   END IF;
   INSERT INTO fabric.memory_embeddings (tenant_id, memory_id, model, model_version, dims,
                                         embedding, content_hash)
@@ -316,27 +316,27 @@ BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_consolidator', 'resolve review flags');
   IF p_decision IS NULL OR p_decision NOT IN ('keep', 'request_erasure') THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'decision must be keep or request_erasure',
-      HINT = 'keep the derived record, or request_erasure to file an erasure approval for it';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'decision must be keep or request_erasure',
+      'keep the derived record, or request_erasure to file an erasure approval for it');
   END IF;
   IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a resolution needs a reason of 1-1000 characters',
-      HINT = 'say why the derived record is kept or should be erased';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a resolution needs a reason of 1-1000 characters',
+      'say why the derived record is kept or should be erased');
   END IF;
   v_tenant := fabric._tenant_of_review_flag(p_flag_id);
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown review flag',
-      HINT = 'flag ids come from fabric_api.review_queue';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown review flag',
+      'flag ids come from fabric_api.review_queue');
   END IF;
   v_agent := fabric._enter_consolidator(v_tenant);
   SELECT * INTO v_flag FROM fabric.review_flags f
   WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id FOR UPDATE;
   IF v_flag.resolved_at IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = 'the review flag is already resolved',
-      HINT = 'a resolution is final; fabric_api.review_queue lists the open flags';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'the review flag is already resolved',
+      'a resolution is final; fabric_api.review_queue lists the open flags');
   END IF;
   IF p_decision = 'request_erasure' THEN
     v_approval := fabric._file_approval(v_tenant, 'erase', v_flag.memory_id, NULL, '{}', p_reason);

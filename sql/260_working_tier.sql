@@ -111,9 +111,9 @@ AS $$
 BEGIN
   IF OLD.from_tier IS NOT NULL OR OLD.status NOT IN ('validated', 'rejected')
      OR pg_catalog.current_setting('fabric.tenant_id', true) IS DISTINCT FROM OLD.tenant_id THEN
-    RAISE EXCEPTION USING ERRCODE = 'MF002',
-      MESSAGE = 'a proposal''s from_tier is set once, by the hand-off, before it commits',
-      HINT = 'hand working items off with fabric_api.handoff(items, run_id)';
+    PERFORM fabric._raise_rule('MF002',
+      'a proposal''s from_tier is set once, by the hand-off, before it commits',
+      'hand working items off with fabric_api.handoff(items, run_id)');
   END IF;
   RETURN NEW;
 END $$;
@@ -161,8 +161,8 @@ DECLARE
   v_subject text;
 BEGIN
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown approval',
-      HINT = 'approval ids come from fabric_api.request_subject_erasure';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown approval',
+      'approval ids come from fabric_api.request_subject_erasure');
   END IF;
   PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   SELECT fabric._subject_of_ref(v_tenant, a.subject_ref) INTO v_subject FROM fabric.approvals a
@@ -217,25 +217,25 @@ DECLARE
   v_tenant text := fabric._tenant_of_approval(p_approval_id);
 BEGIN
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown approval',
-      HINT = 'approval ids come from fabric_api.request_subject_erasure';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown approval',
+      'approval ids come from fabric_api.request_subject_erasure');
   END IF;
   PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   PERFORM fabric._set_context('actor', v_committer);
   IF NOT EXISTS (SELECT 1 FROM fabric.approvals a
                  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id
                    AND a.action = 'erase_subject' AND a.status = 'consumed') THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = 'a working-tier erasure is recorded only for an executed subject erasure',
-      HINT = 'run fabric_api.erase(approval_id) first';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'a working-tier erasure is recorded only for an executed subject erasure',
+      'run fabric_api.erase(approval_id) first');
   END IF;
   IF p_keys_deleted IS NULL OR p_keys_deleted < 0 OR p_patterns IS NULL
      OR pg_catalog.cardinality(p_patterns) NOT BETWEEN 1 AND 16
      OR EXISTS (SELECT 1 FROM pg_catalog.unnest(p_patterns) p
                 WHERE p IS NULL OR p !~ ('^mf:' || v_tenant || ':s-[0-9a-f]{32}:\*$')) THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a working-tier erasure names a key count and 1-16 subject key patterns of the tenant',
-      HINT = 'patterns look like mf:<tenant>:s-<32 hex>:*, as working_erasure_scope gives them';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a working-tier erasure names a key count and 1-16 subject key patterns of the tenant',
+      'patterns look like mf:<tenant>:s-<32 hex>:*, as working_erasure_scope gives them');
   END IF;
   RETURN fabric._emit('memory.working.erased', v_tenant, p_payload =>
     pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'keys_deleted', p_keys_deleted,

@@ -20,23 +20,23 @@ DECLARE
 BEGIN
   IF pg_catalog.jsonb_typeof(v_meta -> 'service') IS DISTINCT FROM 'string'
      OR NOT pg_catalog.starts_with(NEW.thread_id, (v_meta ->> 'service') || ':') THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a checkpoint''s thread id must start with its service: <service>:<thread>',
-      HINT = 'write checkpoints through memfabric.langgraph.checkpointer(service=...)';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a checkpoint''s thread id must start with its service: <service>:<thread>',
+      'write checkpoints through memfabric.langgraph.checkpointer(service=...)');
   END IF;
   IF pg_catalog.jsonb_typeof(v_meta -> 'tenant_id') IS DISTINCT FROM 'string'
      OR NOT EXISTS (SELECT 1 FROM fabric.tenants t WHERE t.tenant_id = v_meta ->> 'tenant_id') THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a checkpoint''s metadata must name the tenant of its thread (tenant_id)',
-      HINT = 'pass configurable.tenant_id when invoking the graph';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a checkpoint''s metadata must name the tenant of its thread (tenant_id)',
+      'pass configurable.tenant_id when invoking the graph');
   END IF;
   IF NOT v_meta ? 'subject_id'
      OR pg_catalog.jsonb_typeof(v_meta -> 'subject_id') NOT IN ('string', 'null')
      OR pg_catalog.jsonb_typeof(v_meta -> 'business_instance_id') NOT IN ('string', 'null') THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a checkpoint''s metadata must name the subject of its thread (subject_id, '
-                'null for none) and may name its business_instance_id',
-      HINT = 'pass configurable.subject_id when invoking the graph';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a checkpoint''s metadata must name the subject of its thread (subject_id, '
+      'null for none) and may name its business_instance_id',
+      'pass configurable.subject_id when invoking the graph');
   END IF;
   PERFORM fabric._ident(v_meta ->> 'subject_id', 'subject_id'),
           fabric._ident(v_meta ->> 'business_instance_id', 'business_instance_id');
@@ -52,9 +52,9 @@ BEGIN
                 OR v_first -> 'tenant_id' IS DISTINCT FROM v_meta -> 'tenant_id'
                 OR v_first -> 'subject_id' IS DISTINCT FROM v_meta -> 'subject_id'
                 OR v_first -> 'business_instance_id' IS DISTINCT FROM v_meta -> 'business_instance_id') THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'a checkpoint thread belongs to one tenant, subject and business instance',
-      HINT = 'start a new thread for another tenant or subject';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a checkpoint thread belongs to one tenant, subject and business instance',
+      'start a new thread for another tenant or subject');
   END IF;
   RETURN NEW;
 END $$;
@@ -75,9 +75,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM langgraph.checkpoints c WHERE c.thread_id = NEW.thread_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-      MESSAGE = 'checkpoint blobs and writes belong to a thread that has a checkpoint',
-      HINT = 'write the checkpoint in the same transaction (memfabric.langgraph.checkpointer does)';
+    PERFORM fabric._raise_rule('foreign_key_violation',
+      'checkpoint blobs and writes belong to a thread that has a checkpoint',
+      'write the checkpoint in the same transaction (memfabric.langgraph.checkpointer does)');
   END IF;
   RETURN NULL;
 END $$;

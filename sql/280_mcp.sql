@@ -48,9 +48,8 @@ BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_orchestrator', 'issue MCP tokens');
   IF p_ttl IS NOT NULL AND p_ttl <= interval '0' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'an MCP token''s ttl must be positive',
-      HINT = 'omit the ttl to let the token expire with its run';
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'an MCP token''s ttl must be positive',
+      'omit the ttl to let the token expire with its run');
   END IF;
   v_tenant := fabric._tenant_of_run(p_run_id);
   IF v_tenant IS NOT NULL THEN
@@ -59,15 +58,14 @@ BEGIN
   END IF;
   IF v_run.run_id IS NULL OR v_run.opened_by <> session_user THEN
     PERFORM fabric._set_context('tenant_id', NULL);
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'an MCP token is issued only for a run the calling orchestrator opened',
-      HINT = 'open the run with fabric_api.open_run under this login, then issue its token';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'an MCP token is issued only for a run the calling orchestrator opened',
+      'open the run with fabric_api.open_run under this login, then issue its token');
   END IF;
   IF v_run.closed_at IS NOT NULL OR v_run.expires_at <= pg_catalog.now() THEN
     PERFORM fabric._set_context('tenant_id', NULL);
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the run is closed or expired',
-      HINT = 'open a new run and issue a token for it';
+    PERFORM fabric._raise_rule('insufficient_privilege', 'the run is closed or expired',
+      'open a new run and issue a token for it');
   END IF;
   PERFORM fabric._set_context('run_id', p_run_id::text);
   -- 244 random bits from two version-4 UUIDs (the server's strong random source).
@@ -109,9 +107,8 @@ BEGIN
   END IF;
   IF v_token.token_hash IS NULL OR v_token.issued_by <> session_user THEN
     PERFORM fabric._set_context('tenant_id', NULL);
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found',
-      MESSAGE = 'no MCP token issued by this orchestrator matches',
-      HINT = 'tokens come from fabric_api.issue_mcp_token; closing the run also ends them';
+    PERFORM fabric._raise_rule('no_data_found', 'no MCP token issued by this orchestrator matches',
+      'tokens come from fabric_api.issue_mcp_token; closing the run also ends them');
   END IF;
   PERFORM fabric._set_context('run_id', v_token.run_id::text);
   IF v_token.revoked_at IS NULL THEN
@@ -158,9 +155,9 @@ BEGIN
   END IF;
   PERFORM fabric._set_context('tenant_id', NULL);
   IF v_answer IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the MCP token is unknown, revoked or expired, or its run is closed',
-      HINT = 'ask the orchestrator for a token of an open run (fabric_api.issue_mcp_token)';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the MCP token is unknown, revoked or expired, or its run is closed',
+      'ask the orchestrator for a token of an open run (fabric_api.issue_mcp_token)');
   END IF;
   RETURN v_answer;
 END $$;
@@ -185,9 +182,9 @@ BEGIN
     WHEN 'propose' THEN
       RETURN fabric._propose_envelope_schema();
     ELSE
-      RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-        MESSAGE = 'request_schema knows the requests recall and propose',
-        HINT = 'SELECT fabric_api.request_schema(''recall'') or (''propose'')';
+      PERFORM fabric._raise_rule('invalid_parameter_value',
+        'request_schema knows the requests recall and propose',
+        'SELECT fabric_api.request_schema(''recall'') or (''propose'')');
   END CASE;
 END $$;
 COMMENT ON FUNCTION fabric_api.request_schema(text) IS
