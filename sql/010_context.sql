@@ -120,6 +120,37 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._run_in_its_tenant: the run with this id, read under its own tenant, which becomes
+-- the transaction's tenant; a row of NULLs (and no tenant) when no run has the id. The one
+-- run lookup of the entry points that take a run id: each then checks whose run it is (its
+-- agent's, or the orchestrator's that opened it) and fabric._run_is_live.
+CREATE OR REPLACE FUNCTION fabric._run_in_its_tenant(p_run_id uuid)
+RETURNS fabric.runs
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text := fabric._tenant_of_run(p_run_id);
+  v_run fabric.runs;
+BEGIN
+  IF v_tenant IS NOT NULL THEN
+    PERFORM fabric._set_context('tenant_id', v_tenant);
+    SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
+  END IF;
+  RETURN v_run;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._run_is_live: a run authorizes only while it is open and unexpired.
+CREATE OR REPLACE FUNCTION fabric._run_is_live(p_run fabric.runs)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT p_run.closed_at IS NULL AND p_run.expires_at > pg_catalog.now()
+$$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._ident: the one identifier rule for every API input (22023 naming the field, never
 -- the value). The rule itself is the fabric.ident domain: 1-200 printable characters, no
 -- spaces, controls, format characters (bidi overrides, zero-width, BOM) or private use,

@@ -40,7 +40,6 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_tenant text;
   v_run fabric.runs;
   v_token text;
   v_expires timestamptz;
@@ -51,18 +50,14 @@ BEGIN
     PERFORM fabric._raise_rule('invalid_parameter_value', 'an MCP token''s ttl must be positive',
       'omit the ttl to let the token expire with its run');
   END IF;
-  v_tenant := fabric._tenant_of_run(p_run_id);
-  IF v_tenant IS NOT NULL THEN
-    PERFORM fabric._set_context('tenant_id', v_tenant);
-    SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
-  END IF;
+  v_run := fabric._run_in_its_tenant(p_run_id);
   IF v_run.run_id IS NULL OR v_run.opened_by <> session_user THEN
     PERFORM fabric._set_context('tenant_id', NULL);
     PERFORM fabric._raise_rule('insufficient_privilege',
       'an MCP token is issued only for a run the calling orchestrator opened',
       'open the run with fabric_api.open_run under this login, then issue its token');
   END IF;
-  IF v_run.closed_at IS NOT NULL OR v_run.expires_at <= pg_catalog.now() THEN
+  IF NOT fabric._run_is_live(v_run) THEN
     PERFORM fabric._set_context('tenant_id', NULL);
     PERFORM fabric._raise_rule('insufficient_privilege', 'the run is closed or expired',
       'open a new run and issue a token for it');
@@ -74,8 +69,8 @@ BEGIN
   v_expires := CASE WHEN p_ttl IS NULL THEN v_run.expires_at
                     ELSE LEAST(v_run.expires_at, pg_catalog.now() + p_ttl) END;
   INSERT INTO fabric.mcp_tokens (tenant_id, token_hash, run_id, agent_id, expires_at)
-  VALUES (v_tenant, fabric._mcp_token_hash(v_token), p_run_id, v_run.agent_id, v_expires);
-  PERFORM fabric._emit('fabric.mcp_token.issued', v_tenant, p_payload =>
+  VALUES (v_run.tenant_id, fabric._mcp_token_hash(v_token), p_run_id, v_run.agent_id, v_expires);
+  PERFORM fabric._emit('fabric.mcp_token.issued', v_run.tenant_id, p_payload =>
     pg_catalog.jsonb_build_object('agent_id', v_run.agent_id, 'expires_at', v_expires));
   RETURN v_token;
 END $$;
