@@ -150,7 +150,12 @@ COMMENT ON FUNCTION fabric_audit.lineage(text, uuid) IS
   'Example: SELECT * FROM fabric_audit.lineage(''acme'', ''<memory_id>'');';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_audit.recalls: who recalled what, when, in which run and scope.
+-- fabric_audit.recalls: who recalled what, when, in which run and scope -- each recall event
+-- as its documents (scope, tiers and memory ids as jsonb, as the event holds them). The
+-- relational form is fabric_audit.recall_history with fabric_audit.recalled_records
+-- (sql/280_audit_relations.sql), canonical for joins and aggregates; this one stays for the
+-- callers that read whole documents (the SDK's recalls(), the demo). Both read the same
+-- events with the same filter and order; a test holds them equal.
 CREATE OR REPLACE FUNCTION fabric_audit.recalls(p_tenant_id text, p_from timestamptz,
                                                 p_to timestamptz)
 RETURNS TABLE (occurred_at timestamptz, status text, agent_id text, actor_login name,

@@ -375,3 +375,33 @@ def test_the_relations_are_tenant_first(fabric: Fabric) -> None:
         "SELECT count(*) FROM fabric_audit.events('acme', '-infinity', 'infinity') "
         "WHERE event_type = 'memory.record.formed'"
     ).fetchone() == (1,)
+
+
+def test_recalls_and_recall_history_read_the_same_recalls(fabric: Fabric) -> None:
+    """fabric_audit.recalls (the recall events as jsonb documents) and recall_history with
+    recalled_records (the canonical relations) are two shapes of one set of events: the same
+    recalls, in the same order, with the same memory ids in the same rank order."""
+    run = fabric.open_run()
+    form(fabric, run, "recalled one")
+    form(fabric, run, "recalled two")
+    fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
+    narrow = fabric.open_run(tools=["tool:memory-propose"])
+    denied = fabric.recall("mf_agent_a", {"run_id": str(narrow), "tiers": ["episodic"]})
+    assert denied["status"] == "denied"
+    fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["semantic"]})
+    auditor = fabric.connect("mf_auditor")
+    documents, history, ranked = (
+        [r[0] for r in auditor.execute(*relation(name)).fetchall()]
+        for name in ("recalls", "recall_history", "recalled_records")
+    )
+    ranked.sort(key=lambda r: (r["recall_id"], r["rank"]))
+    assert [d["status"] for d in documents] == ["served", "denied", "served"]
+    same = ("occurred_at", "status", "actor_login", "run_id", "correlation_id", "reason")
+    assert [[d[c] for c in same] for d in documents] == [[h[c] for c in same] for h in history]
+    for d, h in zip(documents, history, strict=True):
+        returned = [r["memory_id"] for r in ranked if r["recall_id"] == h["recall_id"]]
+        assert d["memory_ids"] == returned and h["returned"] == len(returned)
+        assert d["request_hash"] == h["request_hash"]
+        assert (d["tiers_served"] or []) == h["tiers_served"]
+        assert (d["tiers_denied"] or []) == h["tiers_denied"]
+    assert sum(len(d["memory_ids"]) for d in documents) == len(ranked) >= 2
