@@ -1,5 +1,10 @@
-"""The committer worker: drains validated proposals through `fabric_api.commit_pending`
-and seals the audit trail (`fabric_api.seal_events`) after each drain.
+"""The committer worker: drains validated proposals through `fabric_api.commit_pending`.
+
+Sealing the audit trail (`fabric_api.seal_events`) has one owner, the sealer `memfabric
+serve` runs beside the projector (`run_sealer`): events come from recalls, decay, erasure and
+administration as well as from commits, and commit workers scale out, so the one long-running
+service seals them all. The database serializes sealers anyway (one cursor row, SKIP LOCKED),
+so a second one would not corrupt the chain, only poll for nothing.
 
 Each batch is one transaction of the database function (FOR UPDATE SKIP LOCKED, tenant by
 tenant), so any number of workers may run at once. Idle, it polls; on a lost connection it
@@ -58,8 +63,9 @@ def run_sealer(
     progress: Progress = print,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Seal continuously (memfabric serve runs this beside the projector); reconnects with
-    capped, jittered backoff."""
+    """Seal continuously: the one sealer of a deployment, which `memfabric serve` runs beside
+    the projector (the commit worker does not seal). Reconnects with capped, jittered
+    backoff."""
     backoff = 0.5
     while not should_stop():
         try:
@@ -105,7 +111,6 @@ def run_committer(
                         backoff *= 2
                         continue
                     backoff = 0.5
-                    seal_once(conn)
                     totals[0] += committed
                     totals[1] += rejected
                     if committed or rejected or retry:

@@ -4,6 +4,7 @@ detection against the migration role and superusers (the sealed hash chain per t
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,7 @@ from psycopg import sql
 
 from conftest import Fabric, episode
 from memfabric import db as mfdb
-from memfabric.worker import run_committer
+from memfabric.worker import run_committer, run_sealer
 
 MIGRATOR = "fabric_migrator"
 
@@ -308,9 +309,18 @@ def test_migrate_without_a_superuser_warns_that_the_ddl_guard_is_not_installed(
 # --- sealing is continuous ------------------------------------------------------------------
 
 
-def test_the_commit_worker_seals_after_each_drain(fabric: Fabric) -> None:
+def test_one_sealer_seals_and_the_commit_worker_leaves_it_to_serve(fabric: Fabric) -> None:
+    """Exactly one process seals: the sealer that `memfabric serve` runs (run_sealer). The
+    commit worker only commits (it scales out, and events come from recalls, decay and
+    erasure as well as from commits), so after its drain every event is still unsealed."""
     activity(fabric)
+    fabric.propose("mf_agent_a", episode("left for the worker"), fabric.open_run())
     conninfo = psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer")
-    run_committer(conninfo, once=True, progress=lambda _line: None)
+    assert run_committer(conninfo, once=True, progress=lambda _line: None) == (1, 0)
+    before = verify(fabric)
+    assert before["ok"] and before["events"] == 0
+    assert before["unsealed"] == fabric.count("events") > 0
+    ticks = itertools.count()  # one pass: the outer and the inner loop each check once
+    run_sealer(conninfo, poll_seconds=0.01, should_stop=lambda: next(ticks) >= 2)
     result = verify(fabric)
     assert result["ok"] and result["unsealed"] == 0 and result["events"] == fabric.count("events")
