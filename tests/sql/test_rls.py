@@ -361,7 +361,8 @@ def expected_policy(table: str, command: str, text_column: bool) -> tuple[Any, .
     same_tenant = f"({column} = current_setting('fabric.tenant_id'::text, true))"
     using = same_tenant if command in ("select", "update", "delete") else None
     check = same_tenant if command in ("insert", "update") else None
-    return (table, f"{command}_same_tenant", command.upper(), "PERMISSIVE", ["public"], using, check)
+    name = f"{command}_same_tenant"
+    return (table, name, command.upper(), "PERMISSIVE", ["public"], using, check)
 
 
 def test_every_tenant_table_has_exactly_the_standard_policies(fabric: Fabric) -> None:
