@@ -313,8 +313,7 @@ def test_one_sealer_seals_and_the_commit_worker_leaves_it_to_serve(fabric: Fabri
     """Exactly one process seals: the sealer that `memfabric serve` runs (run_sealer). The
     commit worker only commits (it scales out, and events come from recalls, decay and
     erasure as well as from commits), so after its drain every event is still unsealed."""
-    activity(fabric)
-    fabric.propose("mf_agent_a", episode("left for the worker"), fabric.open_run())
+    activity(fabric)  # leaves globex's proposal validated, for the worker
     conninfo = psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer")
     assert run_committer(conninfo, once=True, progress=lambda _line: None) == (1, 0)
     before = verify(fabric)
