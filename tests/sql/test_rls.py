@@ -401,3 +401,15 @@ def test_the_policy_helper_is_the_migration_roles_alone(fabric: Fabric) -> None:
                 "CALL fabric._tenant_policies('fabric.runs', ARRAY['select'])"
             )
         assert info.value.sqlstate == "42501", info.value
+
+
+def test_the_policy_helper_states_the_whole_set(fabric: Fabric) -> None:
+    """A command left out of the list loses its standard policy: each rls/ file is the whole
+    set, so deleting a command from a file revokes it at the next migrate."""
+    with fabric.su() as c:
+        c.execute("CALL fabric._tenant_policies('fabric.runs', ARRAY['select', 'delete'])")
+        rows = c.execute(
+            "SELECT policyname FROM pg_policies WHERE schemaname = 'fabric'"
+            " AND tablename = 'runs' ORDER BY 1"
+        ).fetchall()
+    assert [r[0] for r in rows] == ["delete_same_tenant", "select_same_tenant"]
