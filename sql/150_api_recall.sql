@@ -92,14 +92,16 @@ $$;
 -- values of the tsquery syntax (quotes and backslashes doubled), never parsed as operators.
 CREATE OR REPLACE FUNCTION fabric._any_term_query(p_lexemes text[])
 RETURNS tsquery
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.string_agg(
-           '''' || pg_catalog.replace(pg_catalog.replace(l, '\', '\\'), '''', '''''') || '''',
-           ' | ' ORDER BY l)::tsquery
-  FROM pg_catalog.unnest(p_lexemes) l
-$$;
+BEGIN
+  -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every recall.
+  RETURN (SELECT pg_catalog.string_agg(
+            '''' || pg_catalog.replace(pg_catalog.replace(l, '\', '\\'), '''', '''''') || '''',
+            ' | ' ORDER BY l)::tsquery
+          FROM pg_catalog.unnest(p_lexemes) l);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_candidates: the one retrieval query. Owned by fabric_retriever (BYPASSRLS,
@@ -422,7 +424,9 @@ BEGIN
                                  'tiers', 'scope', 'query', 'filters', 'limit', 'allow_partial',
                                  'candidates', 'mode', 'traceparent')) THEN
       'the recall request has unknown keys (see docs/sql.md, Recall)'
-    WHEN fabric._traceparent_problem(p_request -> 'traceparent') IS NOT NULL THEN
+    -- (checked only when present: absent is valid, and the check is a function call)
+    WHEN CASE WHEN p_request ? 'traceparent'
+              THEN fabric._traceparent_problem(p_request -> 'traceparent') END IS NOT NULL THEN
       fabric._traceparent_problem(p_request -> 'traceparent')
     WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid') THEN
       'mode must be text, semantic or hybrid'
