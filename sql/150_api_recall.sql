@@ -744,6 +744,21 @@ BEGIN
     FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at, v_min_conf,
            v_excluded, NULL, v_only, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
+  ELSIF v_ids IS NULL THEN
+    -- Text recall: the lexical list alone, whose order is the answer's. Each record's score
+    -- and retrieval are what fabric._recall_fused gives a single lexical list (fused score
+    -- 1 / (60 + rank) over the best, 1 / 61), built here in the same one jsonb_agg, without
+    -- the fusion's join and ranking. limit + 1 records: the one more tells truncation.
+    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object(
+                      'score', pg_catalog.round(((1.0 / (60 + r.ord))
+                                                 / (1.0 / 61)::double precision)::numeric, 6),
+                      'retrieval', pg_catalog.jsonb_build_object('lexical', r.ord)) ORDER BY r.ord)
+                      FILTER (WHERE r.ord <= v_limit), '[]'),
+           pg_catalog.count(*)
+    INTO v_records, v_count
+    FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_lexical_tiers, v_valid_at,
+           v_min_conf, v_excluded, v_query, NULL, NULL, v_limit + 1)
+           WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
     -- Reciprocal rank fusion over the union of the vector and lexical lists, in one
     -- statement (one snapshot). With the lexical list alone its order is the answer's, so
