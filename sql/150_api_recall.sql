@@ -193,8 +193,8 @@ BEGIN
       -- picked out of its search text by setweight/ts_filter (both in C) before anything
       -- is unnested, so only the few matching lexemes become rows. The join on the lexeme
       -- keeps the sum exact whatever weights the search text carries. (ts_filter drops a
-      -- lexeme stored without positions; search text derived by the database always has
-      -- them, and such a lexeme would only lower a score to 0, never reorder NULLs first.)
+      -- lexeme stored without positions, which search text derived by the database never
+      -- has; a record left with no scored lexeme scores 0, never NULL.)
       CROSS JOIN LATERAL (
         SELECT GREATEST(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)), 1)
                  ::double precision AS n
@@ -353,6 +353,8 @@ REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timest
 -- fabric._recall_answer: the response and its one audit event (identifiers, never content).
 -- The event names the run's subject and session only by pseudonyms under the subject's key,
 -- and hashes the request without them, under that key: erasing the key unlinks the event.
+-- It takes the run recall entered (no second read); p_served (mode_served,
+-- tiers_served_lexically) joins the answer in the same object.
 DROP FUNCTION IF EXISTS fabric._recall_answer(text, jsonb, text, text, jsonb, jsonb, boolean);
 CREATE OR REPLACE FUNCTION fabric._recall_answer(
   p_run fabric.runs, p_request jsonb, p_status text, p_reason text, p_resolved jsonb,
@@ -760,17 +762,16 @@ BEGIN
            v_min_conf, v_excluded, v_query, NULL, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
-    -- Reciprocal rank fusion over the union of the vector and lexical lists, in one
-    -- statement (one snapshot). With the lexical list alone its order is the answer's, so
-    -- limit + 1 records (the one more tells that the answer is truncated) rank and score
-    -- exactly as a deeper list would. Fused lists are cut where each retriever alone would
-    -- stop (the limit, at least 10): deeper lists let records both retrievers rank mediocre
-    -- outrank what one of them ranks first (measured by make bench-quality).
+    -- Vector candidates (semantic or hybrid): reciprocal rank fusion over the union of the
+    -- vector and lexical lists, in one statement (one snapshot). Fused lists are cut where
+    -- each retriever alone would stop (the limit, at least 10): deeper lists let records
+    -- both retrievers rank mediocre outrank what one of them ranks first (measured by
+    -- make bench-quality).
     SELECT f.records, f.found INTO v_records, v_count
       FROM fabric._recall_fused(v_run.tenant_id, v_keys, v_vector_tiers, v_lexical_tiers,
              v_valid_at, v_min_conf, v_excluded, v_query, v_ids, v_scores,
-             CASE WHEN v_ids IS NULL THEN v_limit + 1 ELSE GREATEST(v_limit, 10) END,
-             CASE WHEN v_mode = 'hybrid' AND v_ids IS NOT NULL AND v_query IS NOT NULL
+             GREATEST(v_limit, 10),
+             CASE WHEN v_mode = 'hybrid' AND v_query IS NOT NULL
                        AND pg_catalog.cardinality(v_vector_tiers) > 0
                   THEN 2.0 / 61 ELSE 1.0 / 61 END,
              v_limit) f;
