@@ -20,19 +20,20 @@ BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_orchestrator', 'open runs');
   IF p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '7 days' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a run''s ttl must be positive and at most 7 days',
-      HINT = 'the default is 1 hour; reopen a run rather than keeping one open';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a run''s ttl must be positive and at most 7 days',
+      'the default is 1 hour; reopen a run rather than keeping one open');
   END IF;
   IF p_active_tool_set IS NULL OR pg_catalog.array_position(p_active_tool_set, NULL) IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'active_tool_set must be an array of tool ids without NULLs',
-      HINT = 'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'active_tool_set must be an array of tool ids without NULLs',
+      'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']');
   END IF;
   IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_active_tool_set) t
              WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t)) THEN
-    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-      MESSAGE = 'active_tool_set names an unknown tool', HINT = 'tools are the rows of fabric.tools';
+    PERFORM fabric._raise_rule('foreign_key_violation',
+      'active_tool_set names an unknown tool',
+      'tools are the rows of fabric.tools');
   END IF;
   PERFORM fabric._refuse_audit_tools(p_active_tool_set);  -- R-TOOL-2
   PERFORM fabric._ident(p_subject_id, 'subject_id');   -- NULL: the run has no subject
@@ -41,9 +42,9 @@ BEGIN
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
                  WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_agent_id) THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the agent is not enabled in this tenant',
-      HINT = 'an admin enables it with fabric_api.enable_agent';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the agent is not enabled in this tenant',
+      'an admin enables it with fabric_api.enable_agent');
   END IF;
   INSERT INTO fabric.runs (tenant_id, run_id, agent_id, subject_id, session_id,
                            active_tool_set, expires_at)
@@ -75,8 +76,9 @@ BEGIN
   PERFORM fabric._require_role('fabric_orchestrator', 'close runs');
   v_tenant := fabric._tenant_of_run(p_run_id);
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown run',
-      HINT = 'runs are opened with fabric_api.open_run';
+    PERFORM fabric._raise_rule('no_data_found',
+      'unknown run',
+      'runs are opened with fabric_api.open_run');
   END IF;
   PERFORM fabric._set_context('tenant_id', v_tenant);
   PERFORM fabric._set_context('run_id', p_run_id::text);
@@ -108,9 +110,9 @@ DECLARE
   v_run fabric.runs;
 BEGIN
   IF v_agent_id IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the caller is not a registered agent',
-      HINT = 'each agent logs in with the login registered by fabric_api.register_agent';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the caller is not a registered agent',
+      'each agent logs in with the login registered by fabric_api.register_agent');
   END IF;
   v_tenant := fabric._tenant_of_run(p_run_id);
   IF v_tenant IS NOT NULL THEN
@@ -119,15 +121,15 @@ BEGIN
   END IF;
   IF v_run.run_id IS NULL OR v_run.agent_id <> v_agent_id THEN
     PERFORM fabric._set_context('tenant_id', NULL);
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'no run of the calling agent has this run_id',
-      HINT = 'the orchestrator opens a run for this agent with fabric_api.open_run';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'no run of the calling agent has this run_id',
+      'the orchestrator opens a run for this agent with fabric_api.open_run');
   END IF;
   IF v_run.closed_at IS NOT NULL OR v_run.expires_at <= pg_catalog.now() THEN
     PERFORM fabric._set_context('tenant_id', NULL);
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the run is closed or expired',
-      HINT = 'ask the orchestrator to open a new run';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the run is closed or expired',
+      'ask the orchestrator to open a new run');
   END IF;
   PERFORM fabric._set_context('actor', v_agent_id);
   PERFORM fabric._set_context('run_id', p_run_id::text);

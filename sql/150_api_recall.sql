@@ -92,14 +92,16 @@ $$;
 -- values of the tsquery syntax (quotes and backslashes doubled), never parsed as operators.
 CREATE OR REPLACE FUNCTION fabric._any_term_query(p_lexemes text[])
 RETURNS tsquery
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.string_agg(
-           '''' || pg_catalog.replace(pg_catalog.replace(l, '\', '\\'), '''', '''''') || '''',
-           ' | ' ORDER BY l)::tsquery
-  FROM pg_catalog.unnest(p_lexemes) l
-$$;
+BEGIN
+  -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every recall.
+  RETURN (SELECT pg_catalog.string_agg(
+            '''' || pg_catalog.replace(pg_catalog.replace(l, '\', '\\'), '''', '''''') || '''',
+            ' | ' ORDER BY l)::tsquery
+          FROM pg_catalog.unnest(p_lexemes) l);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_candidates: the one retrieval query. Owned by fabric_retriever (BYPASSRLS,
@@ -186,14 +188,24 @@ BEGIN
     RETURN QUERY
       SELECT m.memory_id, bm.score, fabric._record_json(m)
       FROM fabric.memory_records m
-      -- the record's length once per record, not once per query word it holds
-      CROSS JOIN LATERAL (SELECT GREATEST(fabric._search_length(m.search_tsv), 1)
-                                   ::double precision AS n) dl
+      -- BM25 per candidate, without a function call per record: the record's length is
+      -- what fabric._search_length counts, written out; the query lexemes it holds are
+      -- picked out of its search text by setweight/ts_filter (both in C) before anything
+      -- is unnested, so only the few matching lexemes become rows. The join on the lexeme
+      -- keeps the sum exact whatever weights the search text carries. (ts_filter drops a
+      -- lexeme stored without positions, which search text derived by the database never
+      -- has; a record left with no scored lexeme scores 0, never NULL.)
       CROSS JOIN LATERAL (
-        SELECT pg_catalog.sum(q.idf * tf.n * (c_k1 + 1)
-                 / (tf.n + c_k1 * (1 - c_b + c_b * dl.n / coalesce(v_avgdl, dl.n)))) AS score
-          FROM pg_catalog.unnest(m.search_tsv) u
-          JOIN ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_idf)) AS q(lexeme, idf) ON q.lexeme = u.lexeme
+        SELECT GREATEST(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)), 1)
+                 ::double precision AS n
+          FROM pg_catalog.unnest(m.search_tsv) u) dl
+      CROSS JOIN LATERAL (
+        SELECT coalesce(pg_catalog.sum(q.idf * tf.n * (c_k1 + 1)
+                 / (tf.n + c_k1 * (1 - c_b + c_b * dl.n / coalesce(v_avgdl, dl.n)))), 0) AS score
+          FROM pg_catalog.unnest(pg_catalog.ts_filter(
+                 pg_catalog.setweight(m.search_tsv, 'A', v_lexemes), '{a}')) u
+          JOIN ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_idf)) AS q(lexeme, idf)
+            ON q.lexeme = u.lexeme
           CROSS JOIN LATERAL (SELECT coalesce(pg_catalog.array_length(u.positions, 1), 1)
                                        ::double precision AS n) tf
       ) bm
@@ -295,9 +307,12 @@ CREATE OR REPLACE FUNCTION fabric._recall_fused(
   p_query text, p_candidate_ids uuid[], p_candidate_scores double precision[],
   p_depth integer, p_best double precision, p_limit integer)
 RETURNS TABLE (records jsonb, found bigint)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+  -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
+  RETURN QUERY
   WITH vec AS (
     SELECT a.memory_id, a.record, a.ord
       FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_vector_tiers, p_valid_at,
@@ -326,10 +341,10 @@ AS $$
              'score', pg_catalog.round((r.rrf / p_best)::numeric, 6),
              'retrieval', pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
                'lexical', r.lexical_rank, 'vector', r.vector_rank)))
-           ORDER BY r.rank) FILTER (WHERE r.rank <= p_limit), '[]'),
+           ORDER BY r.rank) FILTER (WHERE r.rank <= p_limit), '[]'::jsonb),
          pg_catalog.count(*)
-    FROM ranked r
-$$;
+    FROM ranked r;
+END $$;
 REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer, double precision,
   integer) FROM PUBLIC;
@@ -338,35 +353,32 @@ REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timest
 -- fabric._recall_answer: the response and its one audit event (identifiers, never content).
 -- The event names the run's subject and session only by pseudonyms under the subject's key,
 -- and hashes the request without them, under that key: erasing the key unlinks the event.
+-- It takes the run recall entered (no second read); p_served (mode_served,
+-- tiers_served_lexically) joins the answer in the same object.
+DROP FUNCTION IF EXISTS fabric._recall_answer(text, jsonb, text, text, jsonb, jsonb, boolean);
 CREATE OR REPLACE FUNCTION fabric._recall_answer(
-  p_tenant_id text, p_request jsonb, p_status text, p_reason text, p_resolved jsonb,
-  p_records jsonb, p_truncated boolean)
+  p_run fabric.runs, p_request jsonb, p_status text, p_reason text, p_resolved jsonb,
+  p_records jsonb, p_truncated boolean, p_served jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_ids jsonb := coalesce((SELECT pg_catalog.jsonb_agg(r -> 'memory_id')
-                           FROM pg_catalog.jsonb_array_elements(p_records) r), '[]');
-  v_run fabric.runs;
-  v_key fabric.subject_keys;
+  v_key fabric.subject_keys := fabric._subject_key(p_run.tenant_id, p_run.subject_id);
   v_scope jsonb;
   v_request text;
 BEGIN
-  SELECT * INTO v_run FROM fabric.runs r
-  WHERE r.tenant_id = p_tenant_id AND r.run_id = fabric._setting('fabric.run_id')::uuid;
-  v_key := fabric._subject_key(p_tenant_id, v_run.subject_id);
   v_scope := CASE WHEN v_key.key IS NULL THEN p_resolved -> 'scope_applied'  -- no subject
     ELSE (p_resolved -> 'scope_applied') - 'subject_id' - 'session_id'
          || pg_catalog.jsonb_build_object('subject_ref', v_key.subject_ref,
-              'session_ref', fabric._pseudonym(v_key.key, 'session', v_run.session_id)) END;
+              'session_ref', fabric._pseudonym(v_key.key, 'session', p_run.session_id)) END;
   v_request := (CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'scope') = 'object'
                      THEN pg_catalog.jsonb_set(p_request, '{scope}',
                             (p_request -> 'scope') - 'subject_id' - 'session_id')
                      ELSE p_request END)::text;
   PERFORM fabric._emit(
     CASE WHEN p_status = 'denied' THEN 'memory.recall.denied' ELSE 'memory.recall.served' END,
-    p_tenant_id,
+    p_run.tenant_id,
     CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'correlation_id') = 'string'
          THEN pg_catalog.left(p_request ->> 'correlation_id', 200) END,
     CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'causation_id') = 'string'
@@ -374,7 +386,7 @@ BEGIN
     NULL, NULL,
     pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
       'status', p_status, 'reason', p_reason,
-      'agent_id', fabric._setting('fabric.actor'),
+      'agent_id', p_run.agent_id,
       'tiers_requested', p_resolved -> 'tiers_requested',
       'tiers_served', CASE WHEN p_status <> 'denied' THEN p_resolved -> 'tiers' END,
       'tiers_denied', p_resolved -> 'tiers_denied',
@@ -382,7 +394,7 @@ BEGIN
       'request_hash', coalesce(fabric._pseudonym(v_key.key, 'request', v_request),
                                'sha256:' || pg_catalog.encode(pg_catalog.sha256(
                                  pg_catalog.convert_to(v_request, 'UTF8')), 'hex')),
-      'memory_ids', v_ids,
+      'memory_ids', pg_catalog.jsonb_path_query_array(p_records, '$[*].memory_id'),
       'truncated', p_truncated, 'traceparent', p_request -> 'traceparent',
       'duration_ms', pg_catalog.round(EXTRACT(epoch FROM
         pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp()) * 1000, 3))));
@@ -394,17 +406,19 @@ BEGIN
     'truncated', p_truncated,
     'scope_applied', p_resolved -> 'scope_applied',
     'tiers_served', CASE WHEN p_status <> 'denied' THEN p_resolved -> 'tiers' ELSE '[]' END,
-    'tiers_denied', coalesce(p_resolved -> 'tiers_denied', '[]'));
+    'tiers_denied', coalesce(p_resolved -> 'tiers_denied', '[]')) || p_served;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_request_problem: NULL if the request is well formed, else why (22023).
 CREATE OR REPLACE FUNCTION fabric._recall_request_problem(p_request jsonb)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT CASE
+BEGIN
+  -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every recall.
+  RETURN (SELECT CASE
     WHEN p_request IS NULL OR pg_catalog.jsonb_typeof(p_request) <> 'object' THEN
       'the recall request must be a JSON object'
     WHEN EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_request) k
@@ -412,7 +426,9 @@ AS $$
                                  'tiers', 'scope', 'query', 'filters', 'limit', 'allow_partial',
                                  'candidates', 'mode', 'traceparent')) THEN
       'the recall request has unknown keys (see docs/sql.md, Recall)'
-    WHEN fabric._traceparent_problem(p_request -> 'traceparent') IS NOT NULL THEN
+    -- (checked only when present: absent is valid, and the check is a function call)
+    WHEN CASE WHEN p_request ? 'traceparent'
+              THEN fabric._traceparent_problem(p_request -> 'traceparent') END IS NOT NULL THEN
       fabric._traceparent_problem(p_request -> 'traceparent')
     WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid') THEN
       'mode must be text, semantic or hybrid'
@@ -489,8 +505,8 @@ AS $$
                     OR pg_catalog.jsonb_typeof(c -> 'score') IS DISTINCT FROM 'number'
                     OR pg_catalog.abs((c -> 'score')::numeric) > 1e300)) THEN
       'candidates must be an array of at most 1000 {"memory_id": uuid, "score": number}'
-  END
-$$;
+  END);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_request_schema: fabric._recall_request_problem (and the checks recall makes
@@ -647,8 +663,8 @@ BEGIN
     PERFORM fabric._emit('agent.tool.unauthorized', v_run.tenant_id, p_payload =>
       pg_catalog.jsonb_build_object('tool', 'tool:memory-recall', 'agent_id', v_run.agent_id,
                                     'missing_layers', v_missing));
-    RETURN fabric._recall_answer(v_run.tenant_id, p_request, 'denied', v_reason, NULL, '[]', false)
-           || pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb);
+    RETURN fabric._recall_answer(v_run, p_request, 'denied', v_reason, NULL, '[]', false,
+             pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb));
   END IF;
 
   -- 2. Scope before retrieval (os-agt-012).
@@ -665,8 +681,8 @@ BEGIN
     v_reason := 'no requested tier is readable under the agent''s memory_profile.recall_scope';
   END IF;
   IF v_reason IS NOT NULL THEN
-    RETURN fabric._recall_answer(v_run.tenant_id, p_request, 'denied', v_reason, v_resolved, '[]', false)
-           || pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb);
+    RETURN fabric._recall_answer(v_run, p_request, 'denied', v_reason, v_resolved, '[]', false,
+             pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb));
   END IF;
   v_status := CASE WHEN pg_catalog.jsonb_array_length(v_resolved -> 'tiers_denied') > 0
                    THEN 'partial' ELSE 'served' END;
@@ -730,25 +746,39 @@ BEGIN
     FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at, v_min_conf,
            v_excluded, NULL, v_only, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
+  ELSIF v_ids IS NULL THEN
+    -- Text recall: the lexical list alone, whose order is the answer's. Each record's score
+    -- and retrieval are what fabric._recall_fused gives a single lexical list (fused score
+    -- 1 / (60 + rank) over the best, 1 / 61), built here in the same one jsonb_agg, without
+    -- the fusion's join and ranking. limit + 1 records: the one more tells truncation.
+    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object(
+                      'score', pg_catalog.round(((1.0 / (60 + r.ord))
+                                                 / (1.0 / 61)::double precision)::numeric, 6),
+                      'retrieval', pg_catalog.jsonb_build_object('lexical', r.ord)) ORDER BY r.ord)
+                      FILTER (WHERE r.ord <= v_limit), '[]'),
+           pg_catalog.count(*)
+    INTO v_records, v_count
+    FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_lexical_tiers, v_valid_at,
+           v_min_conf, v_excluded, v_query, NULL, NULL, v_limit + 1)
+           WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
-    -- Reciprocal rank fusion over the union of the vector and lexical lists, in one
-    -- statement (one snapshot). With the lexical list alone its order is the answer's, so
-    -- limit + 1 records (the one more tells that the answer is truncated) rank and score
-    -- exactly as a deeper list would. Fused lists are cut where each retriever alone would
-    -- stop (the limit, at least 10): deeper lists let records both retrievers rank mediocre
-    -- outrank what one of them ranks first (measured by make bench-quality).
+    -- Vector candidates (semantic or hybrid): reciprocal rank fusion over the union of the
+    -- vector and lexical lists, in one statement (one snapshot). Fused lists are cut where
+    -- each retriever alone would stop (the limit, at least 10): deeper lists let records
+    -- both retrievers rank mediocre outrank what one of them ranks first (measured by
+    -- make bench-quality).
     SELECT f.records, f.found INTO v_records, v_count
       FROM fabric._recall_fused(v_run.tenant_id, v_keys, v_vector_tiers, v_lexical_tiers,
              v_valid_at, v_min_conf, v_excluded, v_query, v_ids, v_scores,
-             CASE WHEN v_ids IS NULL THEN v_limit + 1 ELSE GREATEST(v_limit, 10) END,
-             CASE WHEN v_mode = 'hybrid' AND v_ids IS NOT NULL AND v_query IS NOT NULL
+             GREATEST(v_limit, 10),
+             CASE WHEN v_mode = 'hybrid' AND v_query IS NOT NULL
                        AND pg_catalog.cardinality(v_vector_tiers) > 0
                   THEN 2.0 / 61 ELSE 1.0 / 61 END,
              v_limit) f;
   END IF;
 
-  RETURN fabric._recall_answer(v_run.tenant_id, p_request, v_status, NULL, v_resolved, v_records,
-                               v_count > v_limit) || v_served;
+  RETURN fabric._recall_answer(v_run, p_request, v_status, NULL, v_resolved, v_records,
+                               v_count > v_limit, v_served);
 END $$;
 COMMENT ON FUNCTION fabric_api.recall(jsonb) IS
   'Recall memory inside your open run (docs/sql.md, Recall): authorized, scope-first, filters pushed '

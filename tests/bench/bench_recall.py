@@ -13,6 +13,15 @@ Fixture shortcut: the records are generated set-based by the superuser with trig
 tests/sql/test_recall_plan.py does. They are data for the reads measured here, not governed
 writes (`make bench-write` measures those).
 
+With --profile, each shape is also profiled function by function (track_functions = all
+for the agent's login): the self time per recall of every function the governed path calls,
+filter-only, one word and the question, and the time fabric_api.recall spends outside the
+retrieval function it shares with the baseline. track_functions adds its own overhead to
+every call: read the profile for proportions, the measures above for time.
+
+--keep keeps each shape's database (DBNAME_many, DBNAME_big); --reuse measures on them
+again without loading (after `memfabric db migrate` on them to try a change).
+
 Measured from one connection each, interleaved query by query (order rotated each turn):
 - governed: `fabric_api.recall` as the agent inside an open run of (tenant, subject), tier
   episodic, visibility subject + tenant, limit 8: filter-only, one topic word, then a
@@ -121,12 +130,12 @@ BASE_AUDIT = """INSERT INTO bench_baseline.events (tenant_id, event_type, correl
 Sample = dict[str, list[float]]
 
 
-def fresh_database(url: str) -> str:
+def fresh_database(url: str, dbname: str) -> str:
     with connect(url) as su:
-        name = sql.Identifier(DBNAME)
+        name = sql.Identifier(dbname)
         su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
         su.execute(sql.SQL("CREATE DATABASE {}").format(name))
-    burl = make_conninfo(url, dbname=DBNAME)
+    burl = make_conninfo(url, dbname=dbname)
     db.migrate(burl)
     return burl
 
@@ -220,6 +229,54 @@ def measure(url: str, tenants: list[str], subjects: int, queries: int, seed: int
     return took
 
 
+KINDS = {"filter": None, "text": "{topic}", "question": QUESTION}
+PROFILE_SQL = """
+SELECT schemaname || '.' || funcname, calls, self_time, total_time
+  FROM pg_stat_user_functions WHERE calls > 0 ORDER BY self_time DESC
+"""
+
+
+def profile(url: str, tenants: list[str], subjects: int, queries: int, seed: int) -> None:
+    """Function-level profile of governed recall, per kind of request (see the docstring)."""
+    rng = random.Random(seed)
+    pairs = [(rng.choice(tenants), f"user-{rng.randrange(subjects)}") for _ in range(20)]
+    with connect(url, "benchr_orchestrator") as orch:
+        runs = [call(orch, OPEN_RUN, p[0], AGENT, p[1], "sess-1", TOOLS) for p in pairs]
+    with connect(url) as su:
+        su.execute("ALTER ROLE benchr_agent SET track_functions = 'all'")
+        try:
+            for kind, text in KINDS.items():
+                su.execute("SELECT pg_stat_reset()")
+                with connect(url, "benchr_agent") as agent:
+                    for n in range(queries + 5):
+                        request = {"run_id": str(rng.choice(runs)), "tiers": ["episodic"],
+                                   "limit": LIMIT}  # fmt: skip
+                        if text:
+                            topic = f"topic{rng.randrange(TOPICS)}"
+                            request |= {"mode": "text", "query": text.format(topic=topic)}
+                        if n == 5:  # after warming plans and caches
+                            agent.execute("SELECT pg_stat_force_next_flush()")
+                            su.execute("SELECT pg_stat_reset()")
+                        call(agent, "SELECT fabric_api.recall(%s)", Jsonb(request))
+                    agent.execute("SELECT pg_stat_force_next_flush()")
+                    agent.execute("SELECT 1")
+                su.execute("SELECT pg_stat_clear_snapshot()")
+                rows = su.execute(PROFILE_SQL).fetchall()
+                per = {name: (calls, self_ms * 1000 / queries, total_ms * 1000 / queries)
+                       for name, calls, self_ms, total_ms in rows}  # fmt: skip
+                outer = per.get("fabric_api.recall", (0, 0.0, 0.0))[2]
+                shared = per.get("fabric._recall_candidates", (0, 0.0, 0.0))[2]
+                print(f"  profile, {kind}: {queries} recalls; fabric_api.recall {outer:.0f} us,"
+                      f" of which fabric._recall_candidates {shared:.0f} us; outside it"
+                      f" {outer - shared:.0f} us")  # fmt: skip
+                print(f"    {'function':<40} {'calls/recall':>12} {'self us/recall':>15}")
+                for name, (calls, self_us, _) in per.items():
+                    if self_us >= 5:
+                        print(f"    {name:<40} {calls / queries:12.1f} {self_us:15.0f}")
+        finally:
+            su.execute("ALTER ROLE benchr_agent RESET track_functions")
+
+
 def report(shape: str, took: Sample) -> list[str]:
     print(f"\n{shape}: {len(next(iter(took.values())))} queries per measure, limit {LIMIT}")
     print(f"  {'measure':<22} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
@@ -248,7 +305,9 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=300, help="per measure and shape")
     ap.add_argument("--shape", choices=["many", "big", "both"], default="both")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--keep", action="store_true", help=f"keep the database {DBNAME}")
+    ap.add_argument("--keep", action="store_true", help=f"keep the databases {DBNAME}_*")
+    ap.add_argument("--reuse", action="store_true", help="measure on the kept databases")
+    ap.add_argument("--profile", action="store_true", help="also profile function by function")
     args = ap.parse_args()
     server = db.database_url()
     shapes = {
@@ -260,20 +319,24 @@ def main() -> int:
     ratios: list[str] = []
     for shape, (tenants, subjects, per_tenant) in shapes.items():
         records = len(tenants) * per_tenant
+        dbname = f"{DBNAME}_{shape.split()[0]}"
         print(f"{shape}: {len(tenants)} tenants x {subjects} subjects x"
-              f" {per_tenant // subjects} records = {records}; fresh database {DBNAME} ...",
+              f" {per_tenant // subjects} records = {records}; database {dbname} ...",
               flush=True)  # fmt: skip
-        url = fresh_database(server)
+        url = make_conninfo(server, dbname=dbname) if args.reuse else fresh_database(server, dbname)
         try:
-            took_s = load(url, tenants, subjects, per_tenant)
-            print(f"  loaded (set-based, fixture shortcut) in {took_s:.0f} s", flush=True)
+            if not args.reuse:
+                took_s = load(url, tenants, subjects, per_tenant)
+                print(f"  loaded (set-based, fixture shortcut) in {took_s:.0f} s", flush=True)
             took = measure(url, tenants, subjects, args.queries, args.seed)
+            if args.profile:
+                profile(url, tenants, subjects, min(args.queries, 200), args.seed)
             cpu, pg = machine(url)
         finally:
-            if not args.keep:
+            if not (args.keep or args.reuse):
                 with connect(server) as su:
                     su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        sql.Identifier(DBNAME)))  # fmt: skip
+                        sql.Identifier(dbname)))  # fmt: skip
         ratios += report(f"{shape} ({records} records)", took)
     loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cpu}; {pg}; load average {loadavg}")
