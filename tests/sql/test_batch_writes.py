@@ -339,7 +339,7 @@ STATE = {
         p.committed_by, p.memory_id::text
         FROM fabric.proposals p WHERE p.run_id = %(run)s""",
     "records": """SELECT m.proposal_id::text, m.memory_id::text, m.tier, m.visibility,
-        m.subject_id, m.content, m.content_hash, m.source_event_id, m.formed_by,
+        m.subject_id, m.content, m.source_event_id, m.formed_by,
         m.formation_method, m.confidence, m.consolidation_state, m.revision, m.search_tsv::text
         FROM fabric.memory_records m WHERE m.run_id = %(run)s""",
     "lineage": """SELECT l.memory_id::text, l.derived_from_id::text FROM fabric.memory_lineage l
@@ -348,7 +348,7 @@ STATE = {
         FROM fabric.memory_record_versions v JOIN fabric.memory_records m
         ON m.memory_id = v.memory_id WHERE m.run_id = %(run)s""",
     "events": """SELECT e.event_type, e.correlation_id, e.causation_id, e.actor_agent_id,
-        e.proposal_id::text, e.memory_id::text, e.payload - 'content_hash'
+        e.proposal_id::text, e.memory_id::text, e.payload - 'content_hash' - 'expires_at'
         FROM fabric.events e WHERE e.run_id = %(run)s""",
 }
 
@@ -380,7 +380,7 @@ def _state(su: psycopg.Connection[Any], run: Any, tag: str) -> dict[str, list[st
 
 
 @settings(
-    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(specs=st.lists(SPECS, min_size=1, max_size=10), denied=st.sampled_from([False] * 5 + [True]))
 def test_a_batch_leaves_the_state_the_same_calls_one_by_one_leave(
