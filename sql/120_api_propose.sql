@@ -511,7 +511,7 @@ BEGIN
       'omit it for the tenant''s default instance, or configure the instance first '
       '(fabric_api.configure_instance)');
   END IF;
-  IF EXISTS (SELECT 1 FROM pg_catalog.unnest(e.derived_from) d
+  IF pg_catalog.cardinality(e.derived_from) > 0 AND EXISTS (SELECT 1 FROM pg_catalog.unnest(e.derived_from) d
              WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
                                WHERE m.tenant_id = p_run.tenant_id AND m.memory_id = d)) THEN
     PERFORM fabric._raise_rule('foreign_key_violation',

@@ -260,6 +260,7 @@ DECLARE
   v_tenant text;
   v_ids uuid[];
   v_status text;
+  v_status_of jsonb := '{}';
   v_records jsonb[];
 BEGIN
   IF p_proposal_ids IS NULL OR pg_catalog.array_ndims(p_proposal_ids) > 1 THEN
@@ -273,21 +274,30 @@ BEGIN
   IF v_count = 0 THEN
     RETURN '[]'::jsonb;
   END IF;
-  -- What commit would refuse, id by id in order, before anything is written.
-  v_tenants := pg_catalog.array_fill(NULL::text, ARRAY[v_count]);
+  -- What commit would refuse, id by id in order, before anything is written: the tenants
+  -- (one lookup), the committer's enablement (once per tenant), each tenant's proposals
+  -- locked and read by one statement; then the first id that commit would refuse raises.
+  SELECT pg_catalog.array_agg(fabric._tenant_of_proposal(u.proposal_id) ORDER BY u.ord)
+  INTO v_tenants FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord);
+  FOR v_tenant IN SELECT DISTINCT t FROM pg_catalog.unnest(v_tenants) t WHERE t IS NOT NULL LOOP
+    IF fabric._committer_enabled_in(v_tenant, v_committer, false) THEN
+      SELECT v_status_of || coalesce(pg_catalog.jsonb_object_agg(p.proposal_id, p.status), '{}')
+      INTO v_status_of
+      FROM (SELECT p0.proposal_id, p0.status FROM fabric.proposals p0
+            WHERE p0.tenant_id = v_tenant AND p0.proposal_id = ANY (p_proposal_ids)
+            ORDER BY p0.proposal_id FOR UPDATE) p;
+    END IF;
+  END LOOP;
   FOR i IN 1 .. v_count LOOP
-    v_tenants[i] := fabric._tenant_of_proposal(p_proposal_ids[i]);
     IF v_tenants[i] IS NULL THEN
       PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
                                  'proposal ids come from fabric_api.propose');
     END IF;
-    PERFORM fabric._committer_enabled_in(v_tenants[i], v_committer);
-    PERFORM 1 FROM fabric.proposals p
-    WHERE p.tenant_id = v_tenants[i] AND p.proposal_id = p_proposal_ids[i] FOR UPDATE;
-    SELECT CASE WHEN p_proposal_ids[i] = ANY (p_proposal_ids[1:i - 1]) THEN 'committed'
-                ELSE p.status END
-    INTO v_status FROM fabric.proposals p
-    WHERE p.tenant_id = v_tenants[i] AND p.proposal_id = p_proposal_ids[i];
+    IF NOT v_status_of ? p_proposal_ids[i]::text THEN
+      PERFORM fabric._committer_enabled_in(v_tenants[i], v_committer);   -- raises 42501
+    END IF;
+    v_status := CASE WHEN p_proposal_ids[i] = ANY (p_proposal_ids[1:i - 1]) THEN 'committed'
+                     ELSE v_status_of ->> p_proposal_ids[i]::text END;
     IF v_status <> 'validated' THEN
       PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
         pg_catalog.format('the proposal is %s; only validated proposals commit', v_status),
