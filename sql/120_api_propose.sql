@@ -79,28 +79,28 @@ BEGIN
   v_text := CASE WHEN pg_catalog.jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END;
   IF v_text IS NULL OR v_text !~
      '^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})$' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
-      MESSAGE = pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
-      HINT = 'e.g. "2026-08-16T10:00:00Z"; now, yesterday and infinity are refused';
+    PERFORM fabric._raise_rule('invalid_datetime_format',
+      pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
+      'e.g. "2026-08-16T10:00:00Z"; now, yesterday and infinity are refused');
   END IF;
   IF pg_catalog.substr(v_text, 12, 2) > '23' OR pg_catalog.substr(v_text, 18, 2) > '59' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
-      MESSAGE = pg_catalog.format('%s has an hour above 23 or a second above 59', p_field),
-      HINT = 'write 24:00:00 as 00:00:00 of the next day; leap seconds (:60) are not represented';
+    PERFORM fabric._raise_rule('invalid_datetime_format',
+      pg_catalog.format('%s has an hour above 23 or a second above 59', p_field),
+      'write 24:00:00 as 00:00:00 of the next day; leap seconds (:60) are not represented');
   END IF;
   v_at := v_text::timestamptz;
   IF v_at < '1900-01-01 00:00:00+00' OR v_at >= '10000-01-01 00:00:00+00' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
-      MESSAGE = pg_catalog.format('%s must lie in the years 1900 to 9999 (UTC)', p_field),
-      HINT = 'open-ended validity is valid_until null, not a far-future date';
+    PERFORM fabric._raise_rule('invalid_datetime_format',
+      pg_catalog.format('%s must lie in the years 1900 to 9999 (UTC)', p_field),
+      'open-ended validity is valid_until null, not a far-future date');
   END IF;
   RETURN v_at;
 EXCEPTION
   WHEN datetime_field_overflow OR invalid_datetime_format
        OR invalid_time_zone_displacement_value THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
-      MESSAGE = pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
-      HINT = 'e.g. "2026-08-16T10:00:00Z"; the date must exist';
+    PERFORM fabric._raise_rule('invalid_datetime_format',
+      pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
+      'e.g. "2026-08-16T10:00:00Z"; the date must exist');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -182,12 +182,117 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF NOT fabric._is_double((p_value)::numeric) THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = pg_catalog.format('%s must be a number that a double represents exactly', p_field),
-      HINT = 'send the shortest decimal of a double, e.g. 0.9; at most 17 significant digits, '
-             'nothing below 5e-324';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      pg_catalog.format('%s must be a number that a double represents exactly', p_field),
+      'send the shortest decimal of a double, e.g. 0.9; at most 17 significant digits, '
+      'nothing below 5e-324');
   END IF;
   RETURN (p_value)::numeric::double precision;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- The checks an envelope's fields meet wherever an envelope enters (fabric._parse_envelope
+-- for propose and propose_many, fabric._import_element for import_records): one reader per
+-- field, one error per rule.
+
+-- fabric._envelope_visibility: scope.visibility is one of the four (22023).
+CREATE OR REPLACE FUNCTION fabric._envelope_visibility(p_visibility text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_visibility IS NULL OR p_visibility NOT IN ('session', 'agent', 'subject', 'tenant') THEN
+    PERFORM fabric._bad_envelope('scope.visibility must be one of session, agent, subject, tenant',
+                                 'there is no cross-tenant visibility');
+  END IF;
+END $$;
+
+-- fabric._envelope_content: content is a JSON object of at most 65536 bytes and 32 levels
+-- (54000), with numbers that are doubles (22003, from fabric.content_hash) and a supplied
+-- content_hash that matches (22023). The hash is answered when p_hash is true or a
+-- content_hash was supplied; otherwise only when a number needs the check (the record's
+-- trigger computes it at formation).
+CREATE OR REPLACE FUNCTION fabric._envelope_content(p_envelope jsonb, p_hash boolean,
+  OUT content jsonb, OUT content_hash text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_text text;
+  v_numbers text;
+BEGIN
+  content := p_envelope -> 'content';
+  IF content IS NULL OR pg_catalog.jsonb_typeof(content) <> 'object' THEN
+    PERFORM fabric._bad_envelope('content must be a JSON object', 'e.g. {"assertion": "..."}');
+  END IF;
+  v_text := content::text;
+  IF pg_catalog.octet_length(v_text) > 65536 THEN
+    PERFORM fabric._raise_rule('program_limit_exceeded', 'content exceeds 65536 bytes',
+                               'store large artefacts elsewhere and reference them');
+  END IF;
+  -- Nesting deeper than 32 needs at least 33 brackets: count them before walking the tree.
+  IF pg_catalog.length(v_text) - pg_catalog.length(pg_catalog.translate(v_text, '{[', '')) > 32
+     AND fabric._jsonb_depth(content) > 32 THEN
+    PERFORM fabric._raise_rule('program_limit_exceeded', 'content nests deeper than 32 levels',
+                               'flatten the content');
+  END IF;
+  IF p_envelope ? 'content_hash' AND pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') <> 'null' THEN
+    content_hash := fabric.content_hash(content);     -- refuses numbers that are not doubles
+    IF content_hash IS DISTINCT FROM (CASE WHEN pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') = 'string'
+                                           THEN p_envelope ->> 'content_hash' END) THEN
+      PERFORM fabric._bad_envelope('content_hash does not match the content',
+        'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
+    END IF;
+  ELSIF p_hash THEN
+    content_hash := fabric.content_hash(content);
+  ELSE
+    -- Numbers must be doubles: a number written with at most 15 digits (and no exponent,
+    -- which jsonb never prints) is some double's shortest decimal; content with another
+    -- number is hashed here, where content_hash refuses it.
+    v_numbers := pg_catalog.jsonb_path_query_array(content, 'strict $.** ? (@.type() == "number")')::text;
+    IF v_numbers <> '[]' AND (v_numbers !~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$'
+                              OR v_numbers ~ '[0-9]{16}') THEN
+      content_hash := fabric.content_hash(content);
+    END IF;
+  END IF;
+END $$;
+
+-- fabric._envelope_confidence: confidence is required, a number a double represents
+-- exactly (22023).
+CREATE OR REPLACE FUNCTION fabric._envelope_confidence(p_envelope jsonb)
+RETURNS double precision
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF pg_catalog.jsonb_typeof(p_envelope -> 'confidence') IS DISTINCT FROM 'number' THEN
+    PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
+  END IF;
+  -- at most 15 digits: some double's shortest decimal (as for content numbers)
+  IF (p_envelope ->> 'confidence') ~ '^-?[0-9.]{1,16}$' AND (p_envelope ->> 'confidence') !~ '[0-9]{16}' THEN
+    RETURN (p_envelope ->> 'confidence')::float8;
+  END IF;
+  RETURN fabric._envelope_double(p_envelope -> 'confidence', 'confidence');
+END $$;
+
+-- fabric._envelope_retention: retention_class, default durable, one of the five (22023).
+-- p_read_ident: the value is already known to be an identifier string (import's fast path).
+CREATE OR REPLACE FUNCTION fabric._envelope_retention(p_value jsonb, p_read_ident boolean)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_retention text := coalesce(CASE WHEN p_read_ident THEN p_value #>> '{}'
+                                    ELSE fabric._envelope_text(p_value, 'retention_class') END,
+                               'durable');
+BEGIN
+  IF v_retention NOT IN ('ephemeral', 'operational', 'durable', 'audit', 'regulated') THEN
+    PERFORM fabric._bad_envelope('retention_class must be one of ephemeral, operational, durable, audit, regulated',
+                                 'the default is durable');
+  END IF;
+  RETURN v_retention;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -355,32 +460,10 @@ BEGIN
     PERFORM fabric._bad_envelope('scope.tenant_id is required',
                                  'name the tenant of the run; it always comes first');
   END IF;
-  IF visibility IS NULL OR visibility NOT IN ('session', 'agent', 'subject', 'tenant') THEN
-    PERFORM fabric._bad_envelope('scope.visibility must be one of session, agent, subject, tenant',
-                                 'there is no cross-tenant visibility');
-  END IF;
+  PERFORM fabric._envelope_visibility(visibility);
 
-  content := p_envelope -> 'content';
-  IF content IS NULL OR pg_catalog.jsonb_typeof(content) <> 'object' THEN
-    PERFORM fabric._bad_envelope('content must be a JSON object', 'e.g. {"assertion": "..."}');
-  END IF;
-  IF pg_catalog.octet_length(content::text) > 65536 THEN
-    PERFORM fabric._raise_rule('program_limit_exceeded', 'content exceeds 65536 bytes',
-                               'store large artefacts elsewhere and reference them');
-  END IF;
-  IF fabric._jsonb_depth(content) > 32 THEN
-    PERFORM fabric._raise_rule('program_limit_exceeded', 'content nests deeper than 32 levels',
-                               'flatten the content');
-  END IF;
-  content_hash := fabric.content_hash(content);     -- refuses numbers that are not doubles
-  IF p_envelope ? 'content_hash' AND pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') <> 'null' THEN
-    v_supplied_hash := CASE WHEN pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') = 'string'
-                            THEN p_envelope ->> 'content_hash' END;
-    IF v_supplied_hash IS DISTINCT FROM content_hash THEN
-      PERFORM fabric._bad_envelope('content_hash does not match the content',
-        'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
-    END IF;
-  END IF;
+  SELECT c.content, c.content_hash INTO content, content_hash
+  FROM fabric._envelope_content(p_envelope, true) c;
 
   v_prov := p_envelope -> 'provenance';
   IF v_prov IS NULL OR pg_catalog.jsonb_typeof(v_prov) <> 'object'
@@ -421,10 +504,7 @@ BEGIN
     supersedes := NULL;
   END IF;
 
-  IF pg_catalog.jsonb_typeof(p_envelope -> 'confidence') IS DISTINCT FROM 'number' THEN
-    PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
-  END IF;
-  confidence := fabric._envelope_double(p_envelope -> 'confidence', 'confidence');
+  confidence := fabric._envelope_confidence(p_envelope);
 
   v_validity := p_envelope -> 'validity_interval';
   IF v_validity IS NOT NULL AND (pg_catalog.jsonb_typeof(v_validity) <> 'object'
@@ -436,11 +516,7 @@ BEGIN
   valid_from := coalesce(given_from, pg_catalog.now());
   valid_until := fabric._envelope_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
 
-  retention_class := coalesce(fabric._envelope_text(p_envelope -> 'retention_class', 'retention_class'), 'durable');
-  IF retention_class NOT IN ('ephemeral', 'operational', 'durable', 'audit', 'regulated') THEN
-    PERFORM fabric._bad_envelope('retention_class must be one of ephemeral, operational, durable, audit, regulated',
-                                 'the default is durable');
-  END IF;
+  retention_class := fabric._envelope_retention(p_envelope -> 'retention_class', false);
   compliance_labels := fabric._envelope_text_array(p_envelope -> 'compliance_labels', 'compliance_labels');
   version := coalesce(fabric._envelope_text(p_envelope -> 'version', 'version', 64), '1.0.0');
   PERFORM fabric._envelope_version_components(version);

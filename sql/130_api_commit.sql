@@ -65,11 +65,11 @@ BEGIN
     RETURN true;
   END IF;
   IF p_refuse THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the committer is not enabled in this tenant; a committer acts only in '
-                'tenants where its agent is enabled',
-      HINT = 'an admin enables the committer agent in the tenant: '
-             'fabric_api.enable_agent(tenant_id, committer_agent_id, ''{}'')';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the committer is not enabled in this tenant; a committer acts only in '
+      'tenants where its agent is enabled',
+      'an admin enables the committer agent in the tenant: '
+      'fabric_api.enable_agent(tenant_id, committer_agent_id, ''{}'')');
   END IF;
   RETURN false;
 END $$;
@@ -143,18 +143,18 @@ DECLARE
   v_record fabric.memory_records;
 BEGIN
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown proposal',
-      HINT = 'proposal ids come from fabric_api.propose';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
+      'proposal ids come from fabric_api.propose');
   END IF;
   PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   SELECT * INTO v_proposal FROM fabric.proposals p
   WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id
   FOR UPDATE;
   IF v_proposal.status <> 'validated' THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = pg_catalog.format('the proposal is %s; only validated proposals commit',
-                                  v_proposal.status),
-      HINT = 'a proposal commits once; rejected proposals never do';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the proposal is %s; only validated proposals commit',
+                        v_proposal.status),
+      'a proposal commits once; rejected proposals never do');
   END IF;
   BEGIN
     v_record := fabric._commit_locked(v_proposal, v_committer);
@@ -360,8 +360,8 @@ DECLARE
   v_failed boolean;
 BEGIN
   IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'limit must be between 1 and 10000', HINT = 'the default is 100';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'limit must be between 1 and 10000', 'the default is 100');
   END IF;
   <<tenants>>
   FOR v_tenant IN SELECT t FROM fabric._tenants_with_validated_proposals() t ORDER BY t LOOP

@@ -305,7 +305,9 @@ def main() -> int:
     url = db.database_url()
     st = setup(url)
     per_round, b = max(args.pairs // args.rounds, 1), args.batch
-    turns = iter(range(1, 10**6))
+    # unique turn numbers across runs too: a repeated envelope would be an idempotent replay
+    first = int(time.time()) % 10**5 * 10**3 + 1
+    turns = iter(range(first, first + 10**3))
 
     def fresh(n: int) -> list[Item]:  # unique turn numbers: unique contents and hashes
         return make_items(next(turns) * 10**6, n)
