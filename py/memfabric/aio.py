@@ -195,7 +195,9 @@ class AsyncAgent(_AsyncRole):
         body = envelope.to_json() if isinstance(envelope, Envelope) else dict(envelope)
         return Proposal.from_json(await self._call("fabric_api.propose", body, self.run.run_id))
 
-    async def propose_many(self, envelopes: Sequence[Envelope | Mapping[str, Any]]) -> list[Proposal]:
+    async def propose_many(
+        self, envelopes: Sequence[Envelope | Mapping[str, Any]]
+    ) -> list[Proposal]:
         """`fabric_api.propose_many`: one answer per envelope, in order, as `propose` gives
         it; an envelope `propose` would refuse with an error answers status `error` (its
         `sqlstate` in `raw`)."""

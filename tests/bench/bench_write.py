@@ -226,7 +226,9 @@ def governed_batch(a: Conn, c: Conn, st: State, items: Sequence[Item], b: int) -
         records = call(c, COMMIT_MANY, ids)
         lat.append(time.perf_counter() - t0)
         if len(records) != len(chunk):
-            raise SystemExit(f"commit_many formed {len(records)} of {len(chunk)}: not the same work")
+            raise SystemExit(
+                f"commit_many formed {len(records)} of {len(chunk)}: not the same work"
+            )
     return lat
 
 

@@ -212,7 +212,9 @@ def test_commit_many_needs_a_committer_enabled_in_the_tenant(fabric: Fabric) -> 
     err = refused(fabric, lambda: call(fabric.connect("mf_agent_a"), "fabric_api.commit_many", ids))
     assert err.sqlstate == "42501"
     su = fabric.su()
-    su.execute("DELETE FROM fabric.tenant_agents WHERE tenant_id = 'acme' AND agent_id = 'os-agt-010'")
+    su.execute(
+        "DELETE FROM fabric.tenant_agents WHERE tenant_id = 'acme' AND agent_id = 'os-agt-010'"
+    )
     committer = fabric.connect("mf_committer")
     err = refused(fabric, lambda: call(committer, "fabric_api.commit_many", ids))
     assert err.sqlstate == "42501"
@@ -227,8 +229,12 @@ def test_commit_pending_refuses_only_the_proposal_that_breaks_a_rule(fabric: Fab
     run = fabric.open_run()
     batch = [
         episode("before"),
-        episode(tier="semantic", content={"key": "k", "value": 1}, derived_from=[base["memory_id"]]),
-        episode(tier="semantic", content={"key": "k", "value": 2}, derived_from=[base["memory_id"]]),
+        episode(
+            tier="semantic", content={"key": "k", "value": 1}, derived_from=[base["memory_id"]]
+        ),
+        episode(
+            tier="semantic", content={"key": "k", "value": 2}, derived_from=[base["memory_id"]]
+        ),
         episode("after"),
     ]
     answers = one(fabric.connect("mf_agent_a"), PROPOSE_MANY, Jsonb(batch), run)
@@ -262,16 +268,28 @@ def _breaker(kind: str, source_event: str) -> dict[str, Any] | str:
         "bad_time": {**e, "validity_interval": {"valid_from": "yesterday"}},
         "deep": {**e, "content": {"a": _nested(33)}},
         "other_tenant": {**e, "scope": {"tenant_id": "globex", "visibility": "subject"}},
-        "other_subject": {**e, "scope": {"tenant_id": "acme", "subject_id": "u-2", "visibility": "subject"}},
+        "other_subject": {
+            **e,
+            "scope": {"tenant_id": "acme", "subject_id": "u-2", "visibility": "subject"},
+        },
         "unknown_parent": {**e, "tier": "semantic", "derived_from": [str(uuid.uuid4())]},
         "unknown_instance": {**e, "business_instance_id": "nowhere"},
         "uncaused": {**e, "provenance": {"formation_method": "extraction"}},
-        "consolidation": {**e, "provenance": {**e["provenance"], "formation_method": "consolidation"}},
+        "consolidation": {
+            **e,
+            "provenance": {**e["provenance"], "formation_method": "consolidation"},
+        },
         "relational": {**e, "tier": "relational"},
         "supersedes": {**e, "supersedes": str(uuid.uuid4())},
         "ephemeral": {**e, "retention_class": "ephemeral"},
         "confidence_range": {**e, "confidence": 1.5},
-        "backwards": {**e, "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": "2026-07-01T00:00:00Z"}},
+        "backwards": {
+            **e,
+            "validity_interval": {
+                "valid_from": "2026-07-02T09:14:00Z",
+                "valid_until": "2026-07-01T00:00:00Z",
+            },
+        },
         "not_semver": {**e, "version": "1.0"},
         "orphan_semantic": {**e, "tier": "semantic"},
     }
@@ -426,9 +444,14 @@ def _check(
             one(committer, "SELECT fabric_api.commit(%s)", a["proposal_id"])
 
     batch = one(
-        agent, PROPOSE_MANY, Jsonb([_envelope(s, tag2, base_id, i) for i, s in enumerate(specs)]), run2
+        agent,
+        PROPOSE_MANY,
+        Jsonb([_envelope(s, tag2, base_id, i) for i, s in enumerate(specs)]),
+        run2,
     )
-    fresh = [a["proposal_id"] for a in batch if a["status"] == "validated" and not a.get("replayed")]
+    fresh = [
+        a["proposal_id"] for a in batch if a["status"] == "validated" and not a.get("replayed")
+    ]
     records = one(committer, "SELECT fabric_api.commit_many(%s)", fresh)
     assert len(records) == len(fresh)
 
