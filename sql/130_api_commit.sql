@@ -330,7 +330,7 @@ END $$;
 COMMENT ON FUNCTION fabric_api.commit_many(uuid[]) IS
   'Commit up to 1000 validated proposals set-based, all or none; returns the record envelopes '
   'in the order of the ids (as fabric_api.commit returns one). Refuses, writing nothing, with '
-  'the error commit would raise for the first proposal that cannot commit (unknown P0002, '
+  'the error commit would give for the first proposal that cannot commit (unknown P0002, '
   'committer not enabled 42501, not validated or listed twice 55000, a rule broken at '
   'formation). Committer only. Example: SELECT fabric_api.commit_many('
   'ARRAY[''<proposal_id>'', ''<proposal_id>'']::uuid[]);';

@@ -24,6 +24,8 @@ SOURCES = [
     *sorted((ROOT / "migrations").rglob("*.sql")),
 ]
 CODE = re.compile(r"^[0-9A-Z]{5}$")
+# fabric._raise_rule('<condition or code>', ...): the rule's SQLSTATE is its first argument
+RAISE_RULE = re.compile(r"\bfabric\._raise_rule\(\s*'([A-Za-z0-9_]+)'")
 
 
 def statements(text: str, python: bool = False) -> list[str]:
@@ -52,6 +54,8 @@ def sqlstate_of(raise_statement: str) -> str | None:
     word = level.group(1).upper()
     if word in ("NOTICE", "WARNING", "INFO", "LOG", "DEBUG") or body.upper() == "RAISE":
         return None
+    if re.search(r"\bERRCODE\s*=\s*p_errcode\b", body):
+        return None  # fabric._raise_rule: its callers' codes are read from the calls
     explicit = re.search(r"\bERRCODE\s*=\s*'([A-Za-z0-9_]+)'", body, flags=re.IGNORECASE)
     if explicit:
         name = explicit.group(1)
@@ -74,6 +78,9 @@ def raised() -> dict[str, set[str]]:
             code = sqlstate_of(stmt)
             if code is not None:
                 codes.setdefault(code, set()).add(str(path.relative_to(ROOT)))
+        for name in RAISE_RULE.findall(re.sub(r"(?m)(^|\s)--[^\n]*", r"\1", path.read_text())):
+            code = name if CODE.match(name) else str(psycopg.errors.lookup(name.upper()).sqlstate)
+            codes.setdefault(code, set()).add(str(path.relative_to(ROOT)))
     return codes
 
 
