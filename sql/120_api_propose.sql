@@ -79,28 +79,28 @@ BEGIN
   v_text := CASE WHEN pg_catalog.jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END;
   IF v_text IS NULL OR v_text !~
      '^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})$' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
-      MESSAGE = pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
-      HINT = 'e.g. "2026-08-16T10:00:00Z"; now, yesterday and infinity are refused';
+    PERFORM fabric._raise_rule('invalid_datetime_format',
+      pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
+      'e.g. "2026-08-16T10:00:00Z"; now, yesterday and infinity are refused');
   END IF;
   IF pg_catalog.substr(v_text, 12, 2) > '23' OR pg_catalog.substr(v_text, 18, 2) > '59' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
-      MESSAGE = pg_catalog.format('%s has an hour above 23 or a second above 59', p_field),
-      HINT = 'write 24:00:00 as 00:00:00 of the next day; leap seconds (:60) are not represented';
+    PERFORM fabric._raise_rule('invalid_datetime_format',
+      pg_catalog.format('%s has an hour above 23 or a second above 59', p_field),
+      'write 24:00:00 as 00:00:00 of the next day; leap seconds (:60) are not represented');
   END IF;
   v_at := v_text::timestamptz;
   IF v_at < '1900-01-01 00:00:00+00' OR v_at >= '10000-01-01 00:00:00+00' THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
-      MESSAGE = pg_catalog.format('%s must lie in the years 1900 to 9999 (UTC)', p_field),
-      HINT = 'open-ended validity is valid_until null, not a far-future date';
+    PERFORM fabric._raise_rule('invalid_datetime_format',
+      pg_catalog.format('%s must lie in the years 1900 to 9999 (UTC)', p_field),
+      'open-ended validity is valid_until null, not a far-future date');
   END IF;
   RETURN v_at;
 EXCEPTION
   WHEN datetime_field_overflow OR invalid_datetime_format
        OR invalid_time_zone_displacement_value THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_datetime_format',
-      MESSAGE = pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
-      HINT = 'e.g. "2026-08-16T10:00:00Z"; the date must exist';
+    PERFORM fabric._raise_rule('invalid_datetime_format',
+      pg_catalog.format('%s must be an RFC 3339 timestamp with an offset', p_field),
+      'e.g. "2026-08-16T10:00:00Z"; the date must exist');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -182,12 +182,117 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF NOT fabric._is_double((p_value)::numeric) THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = pg_catalog.format('%s must be a number that a double represents exactly', p_field),
-      HINT = 'send the shortest decimal of a double, e.g. 0.9; at most 17 significant digits, '
-             'nothing below 5e-324';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      pg_catalog.format('%s must be a number that a double represents exactly', p_field),
+      'send the shortest decimal of a double, e.g. 0.9; at most 17 significant digits, '
+      'nothing below 5e-324');
   END IF;
   RETURN (p_value)::numeric::double precision;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- The checks an envelope's fields meet wherever an envelope enters (fabric._parse_envelope
+-- for propose and propose_many, fabric._import_element for import_records): one reader per
+-- field, one error per rule.
+
+-- fabric._envelope_visibility: scope.visibility is one of the four (22023).
+CREATE OR REPLACE FUNCTION fabric._envelope_visibility(p_visibility text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_visibility IS NULL OR p_visibility NOT IN ('session', 'agent', 'subject', 'tenant') THEN
+    PERFORM fabric._bad_envelope('scope.visibility must be one of session, agent, subject, tenant',
+                                 'there is no cross-tenant visibility');
+  END IF;
+END $$;
+
+-- fabric._envelope_content: content is a JSON object of at most 65536 bytes and 32 levels
+-- (54000), with numbers that are doubles (22003, from fabric.content_hash) and a supplied
+-- content_hash that matches (22023). The hash is answered when p_hash is true or a
+-- content_hash was supplied; otherwise only when a number needs the check (the record's
+-- trigger computes it at formation).
+CREATE OR REPLACE FUNCTION fabric._envelope_content(p_envelope jsonb, p_hash boolean,
+  OUT content jsonb, OUT content_hash text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_text text;
+  v_numbers text;
+BEGIN
+  content := p_envelope -> 'content';
+  IF content IS NULL OR pg_catalog.jsonb_typeof(content) <> 'object' THEN
+    PERFORM fabric._bad_envelope('content must be a JSON object', 'e.g. {"assertion": "..."}');
+  END IF;
+  v_text := content::text;
+  IF pg_catalog.octet_length(v_text) > 65536 THEN
+    PERFORM fabric._raise_rule('program_limit_exceeded', 'content exceeds 65536 bytes',
+                               'store large artefacts elsewhere and reference them');
+  END IF;
+  -- Nesting deeper than 32 needs at least 33 brackets: count them before walking the tree.
+  IF pg_catalog.length(v_text) - pg_catalog.length(pg_catalog.translate(v_text, '{[', '')) > 32
+     AND fabric._jsonb_depth(content) > 32 THEN
+    PERFORM fabric._raise_rule('program_limit_exceeded', 'content nests deeper than 32 levels',
+                               'flatten the content');
+  END IF;
+  IF p_envelope ? 'content_hash' AND pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') <> 'null' THEN
+    content_hash := fabric.content_hash(content);     -- refuses numbers that are not doubles
+    IF content_hash IS DISTINCT FROM (CASE WHEN pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') = 'string'
+                                           THEN p_envelope ->> 'content_hash' END) THEN
+      PERFORM fabric._bad_envelope('content_hash does not match the content',
+        'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
+    END IF;
+  ELSIF p_hash THEN
+    content_hash := fabric.content_hash(content);
+  ELSE
+    -- Numbers must be doubles: a number written with at most 15 digits (and no exponent,
+    -- which jsonb never prints) is some double's shortest decimal; content with another
+    -- number is hashed here, where content_hash refuses it.
+    v_numbers := pg_catalog.jsonb_path_query_array(content, 'strict $.** ? (@.type() == "number")')::text;
+    IF v_numbers <> '[]' AND (v_numbers !~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$'
+                              OR v_numbers ~ '[0-9]{16}') THEN
+      content_hash := fabric.content_hash(content);
+    END IF;
+  END IF;
+END $$;
+
+-- fabric._envelope_confidence: confidence is required, a number a double represents
+-- exactly (22023).
+CREATE OR REPLACE FUNCTION fabric._envelope_confidence(p_envelope jsonb)
+RETURNS double precision
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF pg_catalog.jsonb_typeof(p_envelope -> 'confidence') IS DISTINCT FROM 'number' THEN
+    PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
+  END IF;
+  -- at most 15 digits: some double's shortest decimal (as for content numbers)
+  IF (p_envelope ->> 'confidence') ~ '^-?[0-9.]{1,16}$' AND (p_envelope ->> 'confidence') !~ '[0-9]{16}' THEN
+    RETURN (p_envelope ->> 'confidence')::float8;
+  END IF;
+  RETURN fabric._envelope_double(p_envelope -> 'confidence', 'confidence');
+END $$;
+
+-- fabric._envelope_retention: retention_class, default durable, one of the five (22023).
+-- p_read_ident: the value is already known to be an identifier string (import's fast path).
+CREATE OR REPLACE FUNCTION fabric._envelope_retention(p_value jsonb, p_read_ident boolean)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_retention text := coalesce(CASE WHEN p_read_ident THEN p_value #>> '{}'
+                                    ELSE fabric._envelope_text(p_value, 'retention_class') END,
+                               'durable');
+BEGIN
+  IF v_retention NOT IN ('ephemeral', 'operational', 'durable', 'audit', 'regulated') THEN
+    PERFORM fabric._bad_envelope('retention_class must be one of ephemeral, operational, durable, audit, regulated',
+                                 'the default is durable');
+  END IF;
+  RETURN v_retention;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -221,11 +326,7 @@ BEGIN
   IF v_first.request_hash <> p_request_hash
      OR (v_first.content IS NOT NULL AND (v_first.subject_id IS DISTINCT FROM p_subject_id
                                           OR v_first.session_id IS DISTINCT FROM p_session_id)) THEN
-    RAISE EXCEPTION USING ERRCODE = 'unique_violation',
-      MESSAGE = 'idempotency key reused: this agent already proposed this content for this '
-                'source event, with a different envelope or run scope',
-      HINT = 'resend the first envelope unchanged (in a run of the same subject and session) '
-             'to get its status, or propose under a new provenance.source_event_id';
+    PERFORM fabric._key_reused();
   END IF;
   RETURN pg_catalog.jsonb_build_object('proposal_id', v_first.proposal_id,
            'status', v_first.status, 'reason', v_first.reason, 'replayed', true)
@@ -299,70 +400,31 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.propose: validate an envelope inside the caller's run and file a proposal.
-CREATE OR REPLACE FUNCTION fabric_api.propose(p_envelope jsonb, p_run_id uuid)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
+-- fabric._parse_envelope: the structure of a proposal envelope, checked. Reads nothing
+-- but the envelope and raises propose's structural errors (22023, 22007, 22003, 54000)
+-- in the order propose always has; answers the checked fields. Scope ids are the
+-- envelope's (NULL when omitted): fabric._judge_envelope compares them with the run.
+-- supersedes is answered as given (a JSON string or NULL), given_from as sent (NULL when
+-- omitted), for the rejection reason and the idempotency hash.
+CREATE OR REPLACE FUNCTION fabric._parse_envelope(p_envelope jsonb,
+  OUT tier text, OUT visibility text, OUT tenant_id text, OUT subject_id text,
+  OUT session_id text, OUT agent_id text, OUT content jsonb, OUT content_hash text,
+  OUT source_event_id text, OUT correlation_id text, OUT causation_id text,
+  OUT formation_method text, OUT derived_from uuid[], OUT supersedes jsonb,
+  OUT confidence double precision, OUT given_from timestamptz, OUT valid_from timestamptz,
+  OUT valid_until timestamptz, OUT retention_class text, OUT compliance_labels text[],
+  OUT version text, OUT business_instance_id text)
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_run fabric.runs;
-  v_agent fabric.agents;
-  v_missing text[];
   v_scope jsonb;
   v_prov jsonb;
   v_validity jsonb;
-  v_tier text;
-  v_visibility text;
-  v_tenant text;
-  v_subject text;
-  v_session text;
-  v_scope_agent text;
-  v_content jsonb;
-  v_hash text;
   v_supplied_hash text;
-  v_source_event text;
-  v_correlation text;
-  v_causation text;
-  v_method text;
-  v_derived uuid[] := '{}';
-  v_supersedes jsonb;
-  v_confidence double precision;
-  v_valid_from timestamptz;
-  v_valid_until timestamptz;
-  v_retention text;
-  v_labels text[];
-  v_version text;
-  v_instance text;
   v_item jsonb;
-  v_reason text;
-  v_given_from timestamptz;
-  v_request_hash text;
-  v_answer jsonb;
-  v_proposal_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
-  PERFORM fabric._reset_context();
-  IF pg_catalog.pg_has_role(session_user, 'fabric_committer', 'MEMBER') THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'committers cannot propose: no agent both proposes and commits durable memory',
-      HINT = 'propose with an agent login that is not a member of fabric_committer';
-  END IF;
-  v_run := fabric._enter_run(p_run_id);
-  SELECT * INTO v_agent FROM fabric.agents a WHERE a.agent_id = v_run.agent_id;
-
-  -- Three-layer tool authorization: a refusal is an answer, not an error.
-  v_missing := fabric._tool_denial(v_run, 'tool:memory-propose');
-  IF pg_catalog.cardinality(v_missing) > 0 THEN
-    v_reason := 'tool:memory-propose is not authorized: missing from '
-                || pg_catalog.array_to_string(v_missing, ', ');
-    PERFORM fabric._emit('agent.tool.unauthorized', v_run.tenant_id, p_payload =>
-      pg_catalog.jsonb_build_object('tool', 'tool:memory-propose', 'agent_id', v_run.agent_id,
-                                    'missing_layers', v_missing));
-    RETURN pg_catalog.jsonb_build_object('proposal_id', NULL, 'status', 'denied',
-                                         'reason', v_reason);
-  END IF;
-
-  -- Structure: errors, nothing written.
+  derived_from := '{}';
   IF p_envelope IS NULL OR pg_catalog.jsonb_typeof(p_envelope) <> 'object' THEN
     PERFORM fabric._bad_envelope('the envelope must be a JSON object',
                                  'see the envelope in docs/concepts.md');
@@ -377,8 +439,8 @@ BEGIN
       'business_instance_id (memory_id and consolidation_state are set at commit)');
   END IF;
 
-  v_tier := fabric._envelope_text(p_envelope -> 'tier', 'tier');
-  IF v_tier IS NULL OR v_tier NOT IN ('episodic', 'semantic', 'procedural', 'profile', 'relational') THEN
+  tier := fabric._envelope_text(p_envelope -> 'tier', 'tier');
+  IF tier IS NULL OR tier NOT IN ('episodic', 'semantic', 'procedural', 'profile', 'relational') THEN
     PERFORM fabric._bad_envelope('tier must be one of episodic, semantic, procedural, profile, relational',
       'working memory never enters the fabric; graph and temporal are not proposed');
   END IF;
@@ -389,41 +451,19 @@ BEGIN
     PERFORM fabric._bad_envelope('scope must be an object of tenant_id, subject_id, agent_id, session_id, visibility',
       'tenant_id comes first and is required');
   END IF;
-  v_tenant := fabric._envelope_text(v_scope -> 'tenant_id', 'scope.tenant_id');
-  v_subject := fabric._envelope_text(v_scope -> 'subject_id', 'scope.subject_id');
-  v_session := fabric._envelope_text(v_scope -> 'session_id', 'scope.session_id');
-  v_scope_agent := fabric._envelope_text(v_scope -> 'agent_id', 'scope.agent_id');
-  v_visibility := fabric._envelope_text(v_scope -> 'visibility', 'scope.visibility');
-  IF v_tenant IS NULL THEN
+  tenant_id := fabric._envelope_text(v_scope -> 'tenant_id', 'scope.tenant_id');
+  subject_id := fabric._envelope_text(v_scope -> 'subject_id', 'scope.subject_id');
+  session_id := fabric._envelope_text(v_scope -> 'session_id', 'scope.session_id');
+  agent_id := fabric._envelope_text(v_scope -> 'agent_id', 'scope.agent_id');
+  visibility := fabric._envelope_text(v_scope -> 'visibility', 'scope.visibility');
+  IF tenant_id IS NULL THEN
     PERFORM fabric._bad_envelope('scope.tenant_id is required',
                                  'name the tenant of the run; it always comes first');
   END IF;
-  IF v_visibility IS NULL OR v_visibility NOT IN ('session', 'agent', 'subject', 'tenant') THEN
-    PERFORM fabric._bad_envelope('scope.visibility must be one of session, agent, subject, tenant',
-                                 'there is no cross-tenant visibility');
-  END IF;
+  PERFORM fabric._envelope_visibility(visibility);
 
-  v_content := p_envelope -> 'content';
-  IF v_content IS NULL OR pg_catalog.jsonb_typeof(v_content) <> 'object' THEN
-    PERFORM fabric._bad_envelope('content must be a JSON object', 'e.g. {"assertion": "..."}');
-  END IF;
-  IF pg_catalog.octet_length(v_content::text) > 65536 THEN
-    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
-      MESSAGE = 'content exceeds 65536 bytes', HINT = 'store large artefacts elsewhere and reference them';
-  END IF;
-  IF fabric._jsonb_depth(v_content) > 32 THEN
-    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
-      MESSAGE = 'content nests deeper than 32 levels', HINT = 'flatten the content';
-  END IF;
-  v_hash := fabric.content_hash(v_content);         -- refuses numbers that are not doubles
-  IF p_envelope ? 'content_hash' AND pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') <> 'null' THEN
-    v_supplied_hash := CASE WHEN pg_catalog.jsonb_typeof(p_envelope -> 'content_hash') = 'string'
-                            THEN p_envelope ->> 'content_hash' END;
-    IF v_supplied_hash IS DISTINCT FROM v_hash THEN
-      PERFORM fabric._bad_envelope('content_hash does not match the content',
-        'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
-    END IF;
-  END IF;
+  SELECT c.content, c.content_hash INTO content, content_hash
+  FROM fabric._envelope_content(p_envelope, true) c;
 
   v_prov := p_envelope -> 'provenance';
   IF v_prov IS NULL OR pg_catalog.jsonb_typeof(v_prov) <> 'object'
@@ -431,11 +471,11 @@ BEGIN
     PERFORM fabric._bad_envelope('provenance must be an object of source_event_id, correlation_id, causation_id, formation_method',
       'formed_by is set by the committer');
   END IF;
-  v_source_event := fabric._envelope_text(v_prov -> 'source_event_id', 'provenance.source_event_id');
-  v_correlation := fabric._envelope_text(v_prov -> 'correlation_id', 'provenance.correlation_id');
-  v_causation := fabric._envelope_text(v_prov -> 'causation_id', 'provenance.causation_id');
-  v_method := fabric._envelope_text(v_prov -> 'formation_method', 'provenance.formation_method');
-  IF v_method IS NULL OR v_method NOT IN ('extraction', 'declaration', 'consolidation', 'reflection', 'import') THEN
+  source_event_id := fabric._envelope_text(v_prov -> 'source_event_id', 'provenance.source_event_id');
+  correlation_id := fabric._envelope_text(v_prov -> 'correlation_id', 'provenance.correlation_id');
+  causation_id := fabric._envelope_text(v_prov -> 'causation_id', 'provenance.causation_id');
+  formation_method := fabric._envelope_text(v_prov -> 'formation_method', 'provenance.formation_method');
+  IF formation_method IS NULL OR formation_method NOT IN ('extraction', 'declaration', 'consolidation', 'reflection', 'import') THEN
     PERFORM fabric._bad_envelope('provenance.formation_method must be one of extraction, declaration, consolidation, reflection, import',
                                  'agents propose extraction, declaration or import');
   END IF;
@@ -450,20 +490,21 @@ BEGIN
          '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
         PERFORM fabric._bad_envelope('derived_from must be an array of memory ids', 'memory ids are UUIDs');
       END IF;
-      v_derived := v_derived || (v_item #>> '{}')::uuid;
+      derived_from := derived_from || (v_item #>> '{}')::uuid;
     END LOOP;
-    SELECT pg_catalog.array_agg(DISTINCT d ORDER BY d) INTO v_derived FROM pg_catalog.unnest(v_derived) d;
-    v_derived := coalesce(v_derived, '{}');
+    SELECT pg_catalog.array_agg(DISTINCT d ORDER BY d) INTO derived_from
+    FROM pg_catalog.unnest(derived_from) d;
+    derived_from := coalesce(derived_from, '{}');
   END IF;
-  v_supersedes := p_envelope -> 'supersedes';
-  IF v_supersedes IS NOT NULL AND pg_catalog.jsonb_typeof(v_supersedes) NOT IN ('null', 'string') THEN
+  supersedes := p_envelope -> 'supersedes';
+  IF supersedes IS NOT NULL AND pg_catalog.jsonb_typeof(supersedes) NOT IN ('null', 'string') THEN
     PERFORM fabric._bad_envelope('supersedes must be a memory id or null', 'memory ids are UUIDs');
   END IF;
-
-  IF pg_catalog.jsonb_typeof(p_envelope -> 'confidence') IS DISTINCT FROM 'number' THEN
-    PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
+  IF pg_catalog.jsonb_typeof(supersedes) = 'null' THEN
+    supersedes := NULL;
   END IF;
-  v_confidence := fabric._envelope_double(p_envelope -> 'confidence', 'confidence');
+
+  confidence := fabric._envelope_confidence(p_envelope);
 
   v_validity := p_envelope -> 'validity_interval';
   IF v_validity IS NOT NULL AND (pg_catalog.jsonb_typeof(v_validity) <> 'object'
@@ -471,121 +512,268 @@ BEGIN
     PERFORM fabric._bad_envelope('validity_interval must be an object of valid_from, valid_until',
                                  'valid_until null means open-ended');
   END IF;
-  v_given_from := fabric._envelope_timestamp(v_validity -> 'valid_from', 'validity_interval.valid_from');
-  v_valid_from := coalesce(v_given_from, pg_catalog.now());
-  v_valid_until := fabric._envelope_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
+  given_from := fabric._envelope_timestamp(v_validity -> 'valid_from', 'validity_interval.valid_from');
+  valid_from := coalesce(given_from, pg_catalog.now());
+  valid_until := fabric._envelope_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
 
-  v_retention := coalesce(fabric._envelope_text(p_envelope -> 'retention_class', 'retention_class'), 'durable');
-  IF v_retention NOT IN ('ephemeral', 'operational', 'durable', 'audit', 'regulated') THEN
-    PERFORM fabric._bad_envelope('retention_class must be one of ephemeral, operational, durable, audit, regulated',
-                                 'the default is durable');
-  END IF;
-  v_labels := fabric._envelope_text_array(p_envelope -> 'compliance_labels', 'compliance_labels');
-  v_version := coalesce(fabric._envelope_text(p_envelope -> 'version', 'version', 64), '1.0.0');
-  IF EXISTS (SELECT 1 FROM pg_catalog.regexp_split_to_table(
-               pg_catalog.split_part(pg_catalog.split_part(v_version, '+', 1), '-', 1), '\.') c
+  retention_class := fabric._envelope_retention(p_envelope -> 'retention_class', false);
+  compliance_labels := fabric._envelope_text_array(p_envelope -> 'compliance_labels', 'compliance_labels');
+  version := coalesce(fabric._envelope_text(p_envelope -> 'version', 'version', 64), '1.0.0');
+  PERFORM fabric._envelope_version_components(version);
+  business_instance_id := fabric._envelope_text(p_envelope -> 'business_instance_id', 'business_instance_id');
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._envelope_version_components: a version whose numeric components fit an integer
+-- (22023 otherwise); whether it is SemVer is governance (a rejection), not structure.
+CREATE OR REPLACE FUNCTION fabric._envelope_version_components(p_version text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_version <> '1.0.0' AND EXISTS (SELECT 1 FROM pg_catalog.regexp_split_to_table(
+               pg_catalog.split_part(pg_catalog.split_part(p_version, '+', 1), '-', 1), '\.') c
              WHERE c ~ '^[0-9]+$'
                AND CASE WHEN pg_catalog.length(c) > 10 THEN true ELSE c::bigint > 2147483647 END) THEN
     PERFORM fabric._bad_envelope('version components must be at most 2147483647',
                                  'MAJOR.MINOR.PATCH, e.g. 1.4.2');
   END IF;
-  v_instance := fabric._envelope_text(p_envelope -> 'business_instance_id', 'business_instance_id');
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._judge_envelope: governance of one envelope inside the caller's run. Parses it
+-- (fabric._parse_envelope), refuses a scope outside the run (42501), an unknown business
+-- instance (22023) and derived_from outside the tenant (23503) as errors, and answers the
+-- proposal row to file: status validated, or rejected with its reason; scope taken from
+-- the run, a fresh proposal id, and the request hash of the idempotency key. Writes nothing.
+CREATE OR REPLACE FUNCTION fabric._judge_envelope(p_run fabric.runs, p_agent fabric.agents,
+                                                  p_envelope jsonb)
+RETURNS fabric.proposals
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  e record;
+  v fabric.proposals;
+BEGIN
+  SELECT * INTO e FROM fabric._parse_envelope(p_envelope);
 
   -- Scope comes from the run; a request can only narrow it (errors, nothing written).
-  IF v_tenant <> v_run.tenant_id THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'scope.tenant_id is not the tenant of the run',
-      HINT = 'a run acts in exactly one tenant; there is no cross-tenant write';
+  IF e.tenant_id <> p_run.tenant_id THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'scope.tenant_id is not the tenant of the run',
+      'a run acts in exactly one tenant; there is no cross-tenant write');
   END IF;
-  IF v_subject IS DISTINCT FROM v_run.subject_id AND v_subject IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'scope.subject_id is not the subject of the run',
-      HINT = 'omit subject_id to use the run''s subject';
+  IF e.subject_id IS DISTINCT FROM p_run.subject_id AND e.subject_id IS NOT NULL THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'scope.subject_id is not the subject of the run',
+      'omit subject_id to use the run''s subject');
   END IF;
-  IF v_session IS DISTINCT FROM v_run.session_id AND v_session IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'scope.session_id is not the session of the run',
-      HINT = 'omit session_id to use the run''s session';
+  IF e.session_id IS DISTINCT FROM p_run.session_id AND e.session_id IS NOT NULL THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'scope.session_id is not the session of the run',
+      'omit session_id to use the run''s session');
   END IF;
-  IF v_scope_agent IS NOT NULL AND v_scope_agent <> v_run.agent_id THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'scope.agent_id is neither the calling agent nor null',
-      HINT = 'an agent proposes only for itself';
+  IF e.agent_id IS NOT NULL AND e.agent_id <> p_run.agent_id THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'scope.agent_id is neither the calling agent nor null',
+      'an agent proposes only for itself');
   END IF;
-  IF v_instance IS NOT NULL AND NOT EXISTS (
+  IF e.business_instance_id IS NOT NULL AND NOT EXISTS (
        SELECT 1 FROM fabric.instance_config c
-       WHERE c.tenant_id = v_run.tenant_id AND c.business_instance_id = v_instance) THEN
+       WHERE c.tenant_id = p_run.tenant_id AND c.business_instance_id = e.business_instance_id) THEN
     PERFORM fabric._bad_envelope('business_instance_id names no configured instance of the tenant',
       'omit it for the tenant''s default instance, or configure the instance first '
       '(fabric_api.configure_instance)');
   END IF;
-  v_subject := v_run.subject_id;
-  v_session := v_run.session_id;
-  IF v_visibility = 'agent' THEN
-    v_scope_agent := v_run.agent_id;
-  END IF;
-  IF EXISTS (SELECT 1 FROM pg_catalog.unnest(v_derived) d
+  IF pg_catalog.cardinality(e.derived_from) > 0 AND EXISTS (SELECT 1 FROM pg_catalog.unnest(e.derived_from) d
              WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
-                               WHERE m.tenant_id = v_run.tenant_id AND m.memory_id = d)) THEN
-    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-      MESSAGE = 'derived_from names a memory id that is not a record of this tenant',
-      HINT = 'derive only from committed records of the run''s tenant';
+                               WHERE m.tenant_id = p_run.tenant_id AND m.memory_id = d)) THEN
+    PERFORM fabric._raise_rule('foreign_key_violation',
+      'derived_from names a memory id that is not a record of this tenant',
+      'derive only from committed records of the run''s tenant');
   END IF;
 
+  v.tenant_id := p_run.tenant_id;
+  v.proposal_id := pg_catalog.gen_random_uuid();
+  v.run_id := p_run.run_id;
+  v.proposed_by := p_run.agent_id;
+  v.tier := e.tier;
+  v.visibility := e.visibility;
+  v.subject_id := p_run.subject_id;
+  v.session_id := p_run.session_id;
+  v.agent_id := CASE WHEN e.visibility = 'agent' THEN p_run.agent_id ELSE e.agent_id END;
+  v.business_instance_id := e.business_instance_id;
+  v.content := e.content;
+  v.content_hash := e.content_hash;
+  v.source_event_id := e.source_event_id;
+  v.correlation_id := e.correlation_id;
+  v.causation_id := e.causation_id;
+  v.formation_method := e.formation_method;
+  v.derived_from := e.derived_from;
+  v.supersedes := CASE WHEN (e.supersedes #>> '{}') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                       THEN (e.supersedes #>> '{}')::uuid END;
+  v.confidence := e.confidence;
+  v.valid_from := e.valid_from;
+  v.valid_until := e.valid_until;
+  v.retention_class := e.retention_class;
+  v.compliance_labels := e.compliance_labels;
+  v.version := e.version;
+
   -- Governance: a rejected proposal with its reason.
-  v_reason := CASE
-    WHEN v_source_event IS NULL THEN
+  v.reason := CASE
+    WHEN e.source_event_id IS NULL THEN
       'provenance.source_event_id is required: memory never enters the fabric uncaused (R-PROP-2)'
-    WHEN v_method NOT IN ('extraction', 'declaration', 'import') THEN
+    WHEN e.formation_method NOT IN ('extraction', 'declaration', 'import') THEN
       'agents propose only extraction, declaration or import; consolidation and reflection are formed from os-agt-011 recommendations'
-    WHEN v_tier = 'relational' THEN
+    WHEN e.tier = 'relational' THEN
       'agents never propose into the relational tier; it is reached only by an approved promotion'
-    WHEN v_supersedes IS NOT NULL AND pg_catalog.jsonb_typeof(v_supersedes) <> 'null' THEN
+    WHEN e.supersedes IS NOT NULL THEN
       'agents never propose with supersedes; supersession is a committer action'
-    WHEN NOT fabric._profile_allows(v_agent.memory_profile, 'propose_scope', 'tiers', v_tier) THEN
-      pg_catalog.format('tier %s is outside the agent''s memory_profile.propose_scope.tiers', v_tier)
-    WHEN NOT fabric._profile_allows(v_agent.memory_profile, 'propose_scope', 'visibility', v_visibility) THEN
-      pg_catalog.format('visibility %s is outside the agent''s memory_profile.propose_scope.visibility', v_visibility)
-    WHEN v_visibility = 'session' AND v_session IS NULL THEN
+    WHEN NOT fabric._profile_allows(p_agent.memory_profile, 'propose_scope', 'tiers', e.tier) THEN
+      pg_catalog.format('tier %s is outside the agent''s memory_profile.propose_scope.tiers', e.tier)
+    WHEN NOT fabric._profile_allows(p_agent.memory_profile, 'propose_scope', 'visibility', e.visibility) THEN
+      pg_catalog.format('visibility %s is outside the agent''s memory_profile.propose_scope.visibility', e.visibility)
+    WHEN e.visibility = 'session' AND v.session_id IS NULL THEN
       'visibility session needs a session: the run has none'
-    WHEN v_visibility = 'subject' AND v_subject IS NULL THEN
+    WHEN e.visibility = 'subject' AND v.subject_id IS NULL THEN
       'visibility subject needs a subject: the run has none'
-    WHEN v_retention = 'ephemeral' THEN
+    WHEN e.retention_class = 'ephemeral' THEN
       'ephemeral retention belongs to the working tier, which never enters the fabric'
-    WHEN v_retention = 'audit' AND v_tier <> 'episodic' THEN
+    WHEN e.retention_class = 'audit' AND e.tier <> 'episodic' THEN
       'audit retention is only for episodic records'
-    WHEN v_confidence IS NULL OR NOT (v_confidence BETWEEN 0 AND 1) THEN
+    WHEN e.confidence IS NULL OR NOT (e.confidence BETWEEN 0 AND 1) THEN
       'confidence must lie in [0, 1]'
-    WHEN v_valid_until IS NOT NULL AND v_valid_until <= v_valid_from THEN
+    WHEN e.valid_until IS NOT NULL AND e.valid_until <= e.valid_from THEN
       'validity_interval.valid_until must be after valid_from'
-    WHEN v_version !~ '^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$' THEN
+    WHEN e.version !~ '^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$' THEN
       'version must be SemVer (MAJOR.MINOR.PATCH)'
-    WHEN v_tier = 'semantic' AND NOT fabric._ids_have_episodic_ancestor(v_run.tenant_id, v_derived) THEN
+    WHEN e.tier = 'semantic' AND NOT fabric._ids_have_episodic_ancestor(p_run.tenant_id, e.derived_from) THEN
       'semantic record needs at least one episodic source: pass derived_from with the episodes it was extracted from'
   END;
+  v.status := CASE WHEN v.reason IS NULL THEN 'validated' ELSE 'rejected' END;
 
   -- Idempotency: the key is (tenant, agent, source event, content hash); the request hash
   -- covers the rest of what was asked (subject and session are compared as stored, so no
   -- digest of them outlives an erasure). An omitted valid_from is hashed as omitted.
-  v_request_hash := 'sha256:' || pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
-    pg_catalog.jsonb_build_object('tier', v_tier, 'visibility', v_visibility,
-      'agent_id', v_scope_agent, 'business_instance_id', v_instance,
-      'correlation_id', v_correlation, 'causation_id', v_causation, 'formation_method', v_method,
-      'derived_from', v_derived, 'supersedes', v_supersedes,
+  v.request_hash := 'sha256:' || pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+    pg_catalog.jsonb_build_object('tier', e.tier, 'visibility', e.visibility,
+      'agent_id', v.agent_id, 'business_instance_id', e.business_instance_id,
+      'correlation_id', e.correlation_id, 'causation_id', e.causation_id,
+      'formation_method', e.formation_method,
+      'derived_from', e.derived_from, 'supersedes', e.supersedes,
       'confidence', pg_catalog.trim_scale((p_envelope -> 'confidence')::numeric),
-      'valid_from', pg_catalog.extract('epoch', v_given_from),
-      'valid_until', pg_catalog.extract('epoch', v_valid_until),
-      'retention_class', v_retention, 'compliance_labels', v_labels, 'version', v_version
+      'valid_from', pg_catalog.extract('epoch', e.given_from),
+      'valid_until', pg_catalog.extract('epoch', e.valid_until),
+      'retention_class', e.retention_class, 'compliance_labels', e.compliance_labels,
+      'version', e.version
     )::text, 'UTF8')), 'hex');
-  IF v_source_event IS NOT NULL THEN
-    v_answer := fabric._replayed_proposal(v_run.tenant_id, v_run.agent_id, v_source_event, v_hash,
-                                          v_request_hash, v_subject, v_session);
+  RETURN v;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._key_reused: the refusal of a request under a taken idempotency key (23505).
+CREATE OR REPLACE FUNCTION fabric._key_reused()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._raise_rule('unique_violation',
+    'idempotency key reused: this agent already proposed this content for this '
+    'source event, with a different envelope or run scope',
+    'resend the first envelope unchanged (in a run of the same subject and session) '
+    'to get its status, or propose under a new provenance.source_event_id');
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._enter_proposer: the caller's open run for a proposal (committers are refused:
+-- no agent both proposes and commits durable memory).
+CREATE OR REPLACE FUNCTION fabric._enter_proposer(p_run_id uuid)
+RETURNS fabric.runs
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._reset_context();
+  IF pg_catalog.pg_has_role(session_user, 'fabric_committer', 'MEMBER') THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'committers cannot propose: no agent both proposes and commits durable memory',
+      'propose with an agent login that is not a member of fabric_committer');
+  END IF;
+  RETURN fabric._enter_run(p_run_id);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._propose_denial: the three-layer tool authorization of a proposal. NULL when
+-- authorized; else the denied answer, with one agent.tool.unauthorized event per
+-- envelope refused (p_count: one for propose, the batch size for propose_many).
+CREATE OR REPLACE FUNCTION fabric._propose_denial(p_run fabric.runs, p_count integer DEFAULT 1)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_missing text[] := fabric._tool_denial(p_run, 'tool:memory-propose');
+BEGIN
+  IF pg_catalog.cardinality(v_missing) = 0 THEN
+    RETURN NULL;
+  END IF;
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, actor_agent_id, run_id, payload)
+  SELECT pg_catalog.gen_random_uuid(), p_run.tenant_id, 'agent.tool.unauthorized',
+         fabric._setting('fabric.actor'), fabric._setting('fabric.run_id')::uuid,
+         pg_catalog.jsonb_build_object('tool', 'tool:memory-propose', 'agent_id', p_run.agent_id,
+                                       'missing_layers', v_missing)
+  FROM pg_catalog.generate_series(1, p_count);
+  RETURN pg_catalog.jsonb_build_object('proposal_id', NULL, 'status', 'denied',
+    'reason', 'tool:memory-propose is not authorized: missing from '
+              || pg_catalog.array_to_string(v_missing, ', '));
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._proposal_event_payload: the payload of a filed proposal's event.
+CREATE OR REPLACE FUNCTION fabric._proposal_event_payload(p fabric.proposals)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', p.tier,
+    'visibility', p.visibility, 'content_hash', p.content_hash, 'reason', p.reason))
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.propose: validate an envelope inside the caller's run and file a proposal.
+CREATE OR REPLACE FUNCTION fabric_api.propose(p_envelope jsonb, p_run_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_run fabric.runs;
+  v_agent fabric.agents;
+  v_p fabric.proposals;
+  v_answer jsonb;
+BEGIN
+  v_run := fabric._enter_proposer(p_run_id);
+  SELECT * INTO v_agent FROM fabric.agents a WHERE a.agent_id = v_run.agent_id;
+  -- Three-layer tool authorization: a refusal is an answer, not an error.
+  v_answer := fabric._propose_denial(v_run);
+  IF v_answer IS NOT NULL THEN
+    RETURN v_answer;
+  END IF;
+  -- Structure and scope: errors, nothing written; governance: the reason of a rejection.
+  v_p := fabric._judge_envelope(v_run, v_agent, p_envelope);
+
+  IF v_p.source_event_id IS NOT NULL THEN
+    v_answer := fabric._replayed_proposal(v_p.tenant_id, v_p.proposed_by, v_p.source_event_id,
+                  v_p.content_hash, v_p.request_hash, v_p.subject_id, v_p.session_id);
     IF v_answer IS NOT NULL THEN
       RETURN v_answer;
     END IF;
     UPDATE fabric.proposals p SET request_hash = NULL
-    WHERE p.tenant_id = v_run.tenant_id AND p.proposed_by = v_run.agent_id
-      AND p.source_event_id = v_source_event AND p.content_hash = v_hash
+    WHERE p.tenant_id = v_p.tenant_id AND p.proposed_by = v_p.proposed_by
+      AND p.source_event_id = v_p.source_event_id AND p.content_hash = v_p.content_hash
       AND p.request_hash IS NOT NULL AND p.status = 'rejected';
   END IF;
 
@@ -593,37 +781,31 @@ BEGIN
     visibility, subject_id, agent_id, session_id, business_instance_id, content, content_hash,
     source_event_id, correlation_id, causation_id, formation_method, derived_from, supersedes,
     confidence, valid_from, valid_until, retention_class, compliance_labels, version, request_hash)
-  VALUES (v_run.tenant_id, v_proposal_id, v_run.run_id, v_run.agent_id,
-    CASE WHEN v_reason IS NULL THEN 'validated' ELSE 'rejected' END, v_reason, v_tier,
-    v_visibility, v_subject, v_scope_agent, v_session, v_instance, v_content, v_hash,
-    v_source_event, v_correlation, v_causation, v_method, v_derived,
-    CASE WHEN pg_catalog.jsonb_typeof(v_supersedes) = 'string'
-              AND (v_supersedes #>> '{}') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-         THEN (v_supersedes #>> '{}')::uuid END,
-    v_confidence, v_valid_from, v_valid_until, v_retention, v_labels, v_version, v_request_hash)
+  VALUES (v_p.tenant_id, v_p.proposal_id, v_p.run_id, v_p.proposed_by, v_p.status, v_p.reason,
+    v_p.tier, v_p.visibility, v_p.subject_id, v_p.agent_id, v_p.session_id,
+    v_p.business_instance_id, v_p.content, v_p.content_hash, v_p.source_event_id,
+    v_p.correlation_id, v_p.causation_id, v_p.formation_method, v_p.derived_from,
+    v_p.supersedes, v_p.confidence, v_p.valid_from, v_p.valid_until, v_p.retention_class,
+    v_p.compliance_labels, v_p.version, v_p.request_hash)
   ON CONFLICT (tenant_id, proposed_by, source_event_id, content_hash) WHERE request_hash IS NOT NULL
   DO NOTHING;
   IF NOT FOUND THEN
     -- A concurrent twin took the key first; its transaction has committed by now.
-    v_answer := fabric._replayed_proposal(v_run.tenant_id, v_run.agent_id, v_source_event, v_hash,
-                                          v_request_hash, v_subject, v_session);
+    v_answer := fabric._replayed_proposal(v_p.tenant_id, v_p.proposed_by, v_p.source_event_id,
+                  v_p.content_hash, v_p.request_hash, v_p.subject_id, v_p.session_id);
     IF v_answer IS NULL THEN
-      RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
-        MESSAGE = 'a concurrent proposal with the same idempotency key is not visible yet',
-        HINT = 'retry the call';
+      PERFORM fabric._raise_rule('serialization_failure',
+        'a concurrent proposal with the same idempotency key is not visible yet',
+        'retry the call');
     END IF;
     RETURN v_answer;
   END IF;
 
-  PERFORM fabric._emit(
-    CASE WHEN v_reason IS NULL THEN 'memory.proposal.validated' ELSE 'memory.proposal.rejected' END,
-    v_run.tenant_id, v_correlation, v_causation, NULL, v_proposal_id,
-    pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', v_tier,
-      'visibility', v_visibility, 'content_hash', v_hash, 'reason', v_reason)));
+  PERFORM fabric._emit('memory.proposal.' || v_p.status, v_p.tenant_id, v_p.correlation_id,
+    v_p.causation_id, NULL, v_p.proposal_id, fabric._proposal_event_payload(v_p));
 
-  RETURN pg_catalog.jsonb_build_object('proposal_id', v_proposal_id,
-    'status', CASE WHEN v_reason IS NULL THEN 'validated' ELSE 'rejected' END,
-    'reason', v_reason);
+  RETURN pg_catalog.jsonb_build_object('proposal_id', v_p.proposal_id, 'status', v_p.status,
+                                       'reason', v_p.reason);
 END $$;
 COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
   'Propose a memory inside your open run; returns {"proposal_id","status","reason"} with status '
@@ -633,3 +815,189 @@ COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
   '''{"tier":"episodic","scope":{"tenant_id":"acme","visibility":"subject"},'
   '"content":{"text":"asked for invoices in EUR"},"provenance":{"source_event_id":"evt-1",'
   '"formation_method":"extraction"},"confidence":0.9}'', ''<run_id>'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.propose_many: propose a batch of envelopes inside the caller's run. Each
+-- envelope is parsed and judged as propose does it (one loop, no writes); idempotency keys
+-- are resolved in order, against the table and the earlier envelopes of the batch, exactly
+-- as the same calls one by one would; then the proposals and their events are written by
+-- one statement each. The call's own errors (role, run, the array) fail the whole batch;
+-- an envelope's error is answered at its position ({"status": "error", "sqlstate",
+-- "reason", "hint"}) and writes nothing, while the other envelopes are filed.
+CREATE OR REPLACE FUNCTION fabric_api.propose_many(p_envelopes jsonb, p_run_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_run fabric.runs;
+  v_agent fabric.agents;
+  v_count integer;
+  v_denied jsonb;
+  v_rows fabric.proposals[];
+  v_answers jsonb[];
+  v_new boolean[];
+  v_new_rows fabric.proposals[] := '{}';
+  v_keys jsonb;
+  v_first jsonb;
+  v_key text;
+  v_release uuid[] := '{}';
+  v_p fabric.proposals;
+  v_earlier fabric.proposals;
+  v_inserted integer;
+  v_state text;
+  v_message text;
+  v_hint text;
+BEGIN
+  v_run := fabric._enter_proposer(p_run_id);
+  SELECT * INTO v_agent FROM fabric.agents a WHERE a.agent_id = v_run.agent_id;
+  IF p_envelopes IS NULL OR pg_catalog.jsonb_typeof(p_envelopes) <> 'array' THEN
+    PERFORM fabric._bad_envelope('envelopes must be a JSON array of proposal envelopes',
+                                 'one envelope per element, at most 1000 (docs/sql.md)');
+  END IF;
+  v_count := pg_catalog.jsonb_array_length(p_envelopes);
+  IF v_count > 1000 THEN
+    PERFORM fabric._raise_rule('program_limit_exceeded',
+      'a propose_many call takes at most 1000 envelopes', 'split the batch');
+  END IF;
+  IF v_count = 0 THEN
+    RETURN '[]'::jsonb;
+  END IF;
+  -- Tool authorization comes first, as in propose: every position is denied.
+  v_denied := fabric._propose_denial(v_run, v_count);
+  IF v_denied IS NOT NULL THEN
+    RETURN (SELECT pg_catalog.jsonb_agg(v_denied) FROM pg_catalog.generate_series(1, v_count));
+  END IF;
+
+  -- Parse and judge each envelope; an error is its position's answer.
+  v_rows := pg_catalog.array_fill(NULL::fabric.proposals, ARRAY[v_count]);
+  v_answers := pg_catalog.array_fill(NULL::jsonb, ARRAY[v_count]);
+  v_new := pg_catalog.array_fill(false, ARRAY[v_count]);
+  FOR i IN 1 .. v_count LOOP
+    BEGIN
+      v_rows[i] := fabric._judge_envelope(v_run, v_agent, p_envelopes -> (i - 1));
+    EXCEPTION
+      WHEN data_exception OR program_limit_exceeded OR insufficient_privilege
+           OR integrity_constraint_violation THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT,
+                                v_hint = PG_EXCEPTION_HINT;
+        v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', NULL, 'status', 'error',
+          'sqlstate', v_state, 'reason', v_message, 'hint', NULLIF(v_hint, ''));
+    END;
+  END LOOP;
+
+  -- Idempotency keys, in order: the proposals that hold them now, then the batch's own.
+  SELECT pg_catalog.jsonb_object_agg(p.source_event_id || pg_catalog.chr(31) || p.content_hash,
+           pg_catalog.jsonb_build_object('proposal_id', p.proposal_id, 'status', p.status,
+             'reason', p.reason, 'request_hash', p.request_hash, 'memory_id', p.memory_id,
+             'scope_differs', p.content IS NOT NULL
+                              AND (p.subject_id IS DISTINCT FROM v_run.subject_id
+                                   OR p.session_id IS DISTINCT FROM v_run.session_id)))
+  INTO v_keys
+  FROM fabric.proposals p
+  WHERE p.tenant_id = v_run.tenant_id AND p.proposed_by = v_run.agent_id
+    AND p.request_hash IS NOT NULL
+    AND (p.source_event_id, p.content_hash) IN (
+      SELECT r.source_event_id, r.content_hash FROM pg_catalog.unnest(v_rows) r
+      WHERE r.source_event_id IS NOT NULL);
+  v_keys := coalesce(v_keys, '{}');
+  FOR i IN 1 .. v_count LOOP
+    CONTINUE WHEN v_answers[i] IS NOT NULL;
+    v_p := v_rows[i];
+    IF v_p.source_event_id IS NOT NULL THEN
+      v_key := v_p.source_event_id || pg_catalog.chr(31) || v_p.content_hash;
+      v_first := v_keys -> v_key;
+      IF v_first IS NOT NULL THEN
+        IF v_first ->> 'status' = 'rejected' AND v_first ->> 'request_hash' <> v_p.request_hash THEN
+          -- a corrected envelope: the rejected proposal gives up the key
+          IF v_first ? 'position' THEN
+            v_earlier := v_rows[(v_first ->> 'position')::integer];
+            v_earlier.request_hash := NULL;
+            v_rows[(v_first ->> 'position')::integer] := v_earlier;
+          ELSE
+            v_release := v_release || (v_first ->> 'proposal_id')::uuid;
+          END IF;
+        ELSIF v_first ->> 'request_hash' <> v_p.request_hash
+              OR (v_first ->> 'scope_differs')::boolean THEN
+          BEGIN
+            PERFORM fabric._key_reused();
+          EXCEPTION WHEN unique_violation THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT,
+                                    v_hint = PG_EXCEPTION_HINT;
+            v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', NULL,
+              'status', 'error', 'sqlstate', v_state, 'reason', v_message, 'hint', v_hint);
+          END;
+          CONTINUE;
+        ELSE
+          v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_first -> 'proposal_id',
+              'status', v_first -> 'status', 'reason', v_first -> 'reason', 'replayed', true)
+            || CASE WHEN coalesce(v_first -> 'memory_id', 'null') = 'null' THEN '{}'::jsonb
+                    ELSE pg_catalog.jsonb_build_object('memory_id', v_first -> 'memory_id') END;
+          CONTINUE;
+        END IF;
+      END IF;
+      v_keys := v_keys || pg_catalog.jsonb_build_object(v_key, pg_catalog.jsonb_build_object(
+        'proposal_id', v_p.proposal_id, 'status', v_p.status, 'reason', v_p.reason,
+        'request_hash', v_p.request_hash, 'scope_differs', false, 'position', i));
+    END IF;
+    v_new[i] := true;
+    v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_p.proposal_id,
+                                                  'status', v_p.status, 'reason', v_p.reason);
+  END LOOP;
+  FOR i IN 1 .. v_count LOOP
+    IF v_new[i] THEN
+      v_new_rows := v_new_rows || v_rows[i];
+    END IF;
+  END LOOP;
+
+  -- The writes: one statement per table.
+  IF pg_catalog.cardinality(v_release) > 0 THEN
+    UPDATE fabric.proposals p SET request_hash = NULL
+    WHERE p.tenant_id = v_run.tenant_id AND p.proposal_id = ANY (v_release);
+  END IF;
+  WITH filed AS (
+    INSERT INTO fabric.proposals (tenant_id, proposal_id, run_id, proposed_by, status, reason,
+      tier, visibility, subject_id, agent_id, session_id, business_instance_id, content,
+      content_hash, source_event_id, correlation_id, causation_id, formation_method,
+      derived_from, supersedes, confidence, valid_from, valid_until, retention_class,
+      compliance_labels, version, request_hash)
+    SELECT r.tenant_id, r.proposal_id, r.run_id, r.proposed_by, r.status, r.reason, r.tier,
+      r.visibility, r.subject_id, r.agent_id, r.session_id, r.business_instance_id, r.content,
+      r.content_hash, r.source_event_id, r.correlation_id, r.causation_id, r.formation_method,
+      r.derived_from, r.supersedes, r.confidence, r.valid_from, r.valid_until,
+      r.retention_class, r.compliance_labels, r.version, r.request_hash
+    FROM pg_catalog.unnest(v_new_rows) WITH ORDINALITY AS r
+    ORDER BY r.ordinality
+    ON CONFLICT (tenant_id, proposed_by, source_event_id, content_hash) WHERE request_hash IS NOT NULL
+    DO NOTHING
+    RETURNING 1
+  )
+  SELECT pg_catalog.count(*) INTO v_inserted FROM filed;
+  IF v_inserted < pg_catalog.cardinality(v_new_rows) THEN
+    PERFORM fabric._raise_rule('serialization_failure',
+      'a concurrent proposal took an idempotency key of this batch first',
+      'retry the call: the batch then answers that proposal as a replay');
+  END IF;
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
+                             actor_agent_id, run_id, proposal_id, payload)
+  SELECT pg_catalog.gen_random_uuid(), r.tenant_id, 'memory.proposal.' || r.status,
+         r.correlation_id, r.causation_id, fabric._setting('fabric.actor'),
+         fabric._setting('fabric.run_id')::uuid, r.proposal_id,
+         pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', r.tier,
+           'visibility', r.visibility, 'content_hash', r.content_hash, 'reason', r.reason))
+  FROM pg_catalog.unnest(v_new_rows) WITH ORDINALITY AS r
+  ORDER BY r.ordinality;
+
+  RETURN pg_catalog.to_jsonb(v_answers);
+END $$;
+COMMENT ON FUNCTION fabric_api.propose_many(jsonb, uuid) IS
+  'Propose up to 1000 envelopes inside your open run, set-based; returns one answer per '
+  'envelope, in order, exactly as propose would give it ({"proposal_id","status","reason"}, '
+  'with "replayed": true for a repeat, also of an earlier envelope of the same batch). An '
+  'envelope propose would refuse with an error is answered at its position as '
+  '{"proposal_id": null, "status": "error", "sqlstate", "reason", "hint"} and the others are '
+  'filed; errors of the call itself (role, run, not an array, over 1000) fail the batch. '
+  'Agents only. Example: SELECT fabric_api.propose_many(''[{"tier":"episodic",'
+  '"scope":{"tenant_id":"acme","visibility":"subject"},"content":{"text":"asked for '
+  'invoices in EUR"},"provenance":{"source_event_id":"evt-1","formation_method":'
+  '"extraction"},"confidence":0.9}]'', ''<run_id>'');';

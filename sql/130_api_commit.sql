@@ -65,11 +65,11 @@ BEGIN
     RETURN true;
   END IF;
   IF p_refuse THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'the committer is not enabled in this tenant; a committer acts only in '
-                'tenants where its agent is enabled',
-      HINT = 'an admin enables the committer agent in the tenant: '
-             'fabric_api.enable_agent(tenant_id, committer_agent_id, ''{}'')';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the committer is not enabled in this tenant; a committer acts only in '
+      'tenants where its agent is enabled',
+      'an admin enables the committer agent in the tenant: '
+      'fabric_api.enable_agent(tenant_id, committer_agent_id, ''{}'')');
   END IF;
   RETURN false;
 END $$;
@@ -143,18 +143,18 @@ DECLARE
   v_record fabric.memory_records;
 BEGIN
   IF v_tenant IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = 'unknown proposal',
-      HINT = 'proposal ids come from fabric_api.propose';
+    PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
+      'proposal ids come from fabric_api.propose');
   END IF;
   PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   SELECT * INTO v_proposal FROM fabric.proposals p
   WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id
   FOR UPDATE;
   IF v_proposal.status <> 'validated' THEN
-    RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-      MESSAGE = pg_catalog.format('the proposal is %s; only validated proposals commit',
-                                  v_proposal.status),
-      HINT = 'a proposal commits once; rejected proposals never do';
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the proposal is %s; only validated proposals commit',
+                        v_proposal.status),
+      'a proposal commits once; rejected proposals never do');
   END IF;
   BEGIN
     v_record := fabric._commit_locked(v_proposal, v_committer);
@@ -187,8 +187,158 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._commit_set: form the records of validated proposals of one tenant, already
+-- locked FOR UPDATE, set-based: per run (the events take their run from the context), one
+-- INSERT of the records, one of their lineage and one UPDATE of the proposals, every
+-- record trigger firing as for a single commit; then the deferred semantic rule is
+-- checked, so the caller can refuse this set alone. Raises as the first failing row does.
+CREATE OR REPLACE FUNCTION fabric._commit_set(p_tenant_id text, p_proposal_ids uuid[],
+                                              p_committer text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_run uuid;
+  v_proposals uuid[];
+  v_records uuid[];
+BEGIN
+  PERFORM fabric._set_context('actor', p_committer);
+  FOR v_run IN
+    SELECT p.run_id
+    FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord)
+    JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = u.proposal_id
+    GROUP BY p.run_id ORDER BY pg_catalog.min(u.ord)
+  LOOP
+    PERFORM fabric._set_context('run_id', v_run::text);
+    WITH formed AS (
+      INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
+        session_id, business_instance_id, content, content_hash, source_event_id,
+        correlation_id, causation_id, formed_by, formation_method, confidence, valid_from,
+        valid_until, retention_class, compliance_labels, version, proposal_id, run_id)
+      SELECT p.tenant_id, p.tier, p.visibility, p.subject_id, p.agent_id, p.session_id,
+        p.business_instance_id, p.content, p.content_hash, p.source_event_id,
+        p.correlation_id, p.causation_id, p_committer, p.formation_method, p.confidence,
+        p.valid_from, p.valid_until, p.retention_class, p.compliance_labels, p.version,
+        p.proposal_id, p.run_id
+      FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord)
+      JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = u.proposal_id
+      WHERE p.run_id = v_run
+      ORDER BY u.ord
+      RETURNING memory_records.proposal_id, memory_records.memory_id
+    )
+    SELECT pg_catalog.array_agg(f.proposal_id), pg_catalog.array_agg(f.memory_id)
+    INTO v_proposals, v_records FROM formed f;
+    INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+    SELECT p_tenant_id, f.memory_id, d
+    FROM ROWS FROM (pg_catalog.unnest(v_proposals), pg_catalog.unnest(v_records)) WITH ORDINALITY AS f(proposal_id, memory_id, ord)
+    JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = f.proposal_id
+    CROSS JOIN LATERAL pg_catalog.unnest(p.derived_from) d
+    ORDER BY f.ord;
+    UPDATE fabric.proposals p
+    SET status = 'committed', decided_at = pg_catalog.now(), committed_by = p_committer,
+        memory_id = f.memory_id
+    FROM ROWS FROM (pg_catalog.unnest(v_proposals), pg_catalog.unnest(v_records)) AS f(proposal_id, memory_id)
+    WHERE p.tenant_id = p_tenant_id AND p.proposal_id = f.proposal_id;
+  END LOOP;
+  SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
+  SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.commit_many: commit validated proposals set-based, all or none; returns the
+-- records (their envelopes, as a fresh read returns them) in the order of the ids.
+CREATE OR REPLACE FUNCTION fabric_api.commit_many(p_proposal_ids uuid[])
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_committer text := fabric._enter_committer();
+  v_count integer := pg_catalog.cardinality(p_proposal_ids);
+  v_tenants text[];
+  v_tenant text;
+  v_ids uuid[];
+  v_status text;
+  v_status_of jsonb := '{}';
+  v_records jsonb[];
+BEGIN
+  IF p_proposal_ids IS NULL OR pg_catalog.array_ndims(p_proposal_ids) > 1 THEN
+    PERFORM fabric._bad_envelope('proposal ids must be a one-dimensional array',
+                                 'proposal ids come from fabric_api.propose or propose_many');
+  END IF;
+  IF v_count > 1000 THEN
+    PERFORM fabric._raise_rule('program_limit_exceeded',
+      'a commit_many call takes at most 1000 proposal ids', 'split the batch');
+  END IF;
+  IF v_count = 0 THEN
+    RETURN '[]'::jsonb;
+  END IF;
+  -- What commit would refuse, id by id in order, before anything is written: the tenants
+  -- (one lookup), the committer's enablement (once per tenant), each tenant's proposals
+  -- locked and read by one statement; then the first id that commit would refuse raises.
+  SELECT pg_catalog.array_agg(fabric._tenant_of_proposal(u.proposal_id) ORDER BY u.ord)
+  INTO v_tenants FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord);
+  FOR v_tenant IN SELECT DISTINCT t FROM pg_catalog.unnest(v_tenants) t WHERE t IS NOT NULL LOOP
+    IF fabric._committer_enabled_in(v_tenant, v_committer, false) THEN
+      SELECT v_status_of || coalesce(pg_catalog.jsonb_object_agg(p.proposal_id, p.status), '{}')
+      INTO v_status_of
+      FROM (SELECT p0.proposal_id, p0.status FROM fabric.proposals p0
+            WHERE p0.tenant_id = v_tenant AND p0.proposal_id = ANY (p_proposal_ids)
+            ORDER BY p0.proposal_id FOR UPDATE) p;
+    END IF;
+  END LOOP;
+  FOR i IN 1 .. v_count LOOP
+    IF v_tenants[i] IS NULL THEN
+      PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
+                                 'proposal ids come from fabric_api.propose');
+    END IF;
+    IF NOT v_status_of ? p_proposal_ids[i]::text THEN
+      PERFORM fabric._committer_enabled_in(v_tenants[i], v_committer);   -- raises 42501
+    END IF;
+    v_status := CASE WHEN p_proposal_ids[i] = ANY (p_proposal_ids[1:i - 1]) THEN 'committed'
+                     ELSE v_status_of ->> p_proposal_ids[i]::text END;
+    IF v_status <> 'validated' THEN
+      PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+        pg_catalog.format('the proposal is %s; only validated proposals commit', v_status),
+        'a proposal commits once; rejected proposals never do');
+    END IF;
+  END LOOP;
+  -- The records, tenant by tenant, set-based.
+  v_records := pg_catalog.array_fill(NULL::jsonb, ARRAY[v_count]);
+  FOR v_tenant IN SELECT t.tenant_id FROM pg_catalog.unnest(v_tenants) WITH ORDINALITY AS t(tenant_id, ord)
+                  GROUP BY t.tenant_id ORDER BY pg_catalog.min(t.ord) LOOP
+    PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
+    SELECT pg_catalog.array_agg(u.proposal_id ORDER BY u.ord) INTO v_ids
+    FROM ROWS FROM (pg_catalog.unnest(p_proposal_ids), pg_catalog.unnest(v_tenants)) WITH ORDINALITY AS u(proposal_id, tenant_id, ord)
+    WHERE u.tenant_id = v_tenant;
+    BEGIN
+      PERFORM fabric._commit_set(v_tenant, v_ids, v_committer);
+    EXCEPTION WHEN exclusion_violation THEN
+      PERFORM fabric._contradiction();
+    END;
+    SELECT pg_catalog.array_agg(x.record ORDER BY x.ord) INTO v_records
+    FROM (SELECT u.ord, CASE WHEN u.tenant_id = v_tenant THEN fabric._record_json(m)
+                             ELSE v_records[u.ord] END AS record
+          FROM ROWS FROM (pg_catalog.unnest(p_proposal_ids), pg_catalog.unnest(v_tenants)) WITH ORDINALITY AS u(proposal_id, tenant_id, ord)
+          LEFT JOIN fabric.proposals p ON p.tenant_id = v_tenant AND p.proposal_id = u.proposal_id
+          LEFT JOIN fabric.memory_records m ON m.tenant_id = v_tenant AND m.memory_id = p.memory_id) x;
+  END LOOP;
+  PERFORM fabric._reset_context();
+  RETURN pg_catalog.to_jsonb(v_records);
+END $$;
+COMMENT ON FUNCTION fabric_api.commit_many(uuid[]) IS
+  'Commit up to 1000 validated proposals set-based, all or none; returns the record envelopes '
+  'in the order of the ids (as fabric_api.commit returns one). Refuses, writing nothing, with '
+  'the error commit would give for the first proposal that cannot commit (unknown P0002, '
+  'committer not enabled 42501, not validated or listed twice 55000, a rule broken at '
+  'formation). Committer only. Example: SELECT fabric_api.commit_many('
+  'ARRAY[''<proposal_id>'', ''<proposal_id>'']::uuid[]);';
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.commit_pending: drain validated proposals of the tenants the committer is
--- enabled in, tenant by tenant, skipping rows another committer holds. One proposal never
+-- enabled in, tenant by tenant, skipping rows another committer holds; each tenant's batch
+-- is formed set-based (fabric._commit_set). One proposal never
 -- aborts the drain: one that breaks a rule at commit is rejected (with its event), one
 -- that meets a transient failure stays validated for the next drain (counted as retry).
 CREATE OR REPLACE FUNCTION fabric_api.commit_pending(p_limit integer DEFAULT 100)
@@ -206,28 +356,53 @@ DECLARE
   v_cancelled boolean := false;
   v_state text;
   v_reason text;
+  v_ids uuid[];
+  v_failed boolean;
 BEGIN
   IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'limit must be between 1 and 10000', HINT = 'the default is 100';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'limit must be between 1 and 10000', 'the default is 100');
   END IF;
   <<tenants>>
   FOR v_tenant IN SELECT t FROM fabric._tenants_with_validated_proposals() t ORDER BY t LOOP
     PERFORM fabric._reset_context();
     CONTINUE WHEN NOT fabric._committer_enabled_in(v_tenant, v_committer, false);
     PERFORM fabric._set_context('actor', v_committer);
+    SELECT pg_catalog.array_agg(q.proposal_id ORDER BY q.proposed_at, q.proposal_id) INTO v_ids
+    FROM (SELECT p.proposal_id, p.proposed_at FROM fabric.proposals p
+          WHERE p.tenant_id = v_tenant AND p.status = 'validated'
+          ORDER BY p.proposed_at, p.proposal_id
+          LIMIT p_limit - v_committed - v_rejected - v_retry
+          FOR UPDATE SKIP LOCKED) q;
+    CONTINUE WHEN v_ids IS NULL;
+    -- The batch set-based; if one proposal of it breaks a rule, the batch is redone
+    -- proposal by proposal so that only that one is refused.
+    v_failed := false;
+    BEGIN
+      PERFORM fabric._commit_set(v_tenant, v_ids, v_committer);
+      v_committed := v_committed + pg_catalog.cardinality(v_ids);
+    EXCEPTION
+      WHEN query_canceled THEN             -- a cancel or timeout stops the drain, keeping its work
+        v_retry := v_retry + 1;
+        v_cancelled := true;
+      WHEN OTHERS THEN
+        IF fabric._commit_failure_kind(SQLSTATE) IS NULL THEN
+          RAISE;
+        END IF;
+        v_failed := true;
+    END;
+    EXIT tenants WHEN v_cancelled;
+    CONTINUE WHEN NOT v_failed;
     FOR v_proposal IN
       SELECT * FROM fabric.proposals p
-      WHERE p.tenant_id = v_tenant AND p.status = 'validated'
+      WHERE p.tenant_id = v_tenant AND p.proposal_id = ANY (v_ids)
       ORDER BY p.proposed_at, p.proposal_id
-      LIMIT p_limit - v_committed - v_rejected - v_retry
-      FOR UPDATE SKIP LOCKED
     LOOP
       BEGIN
         PERFORM fabric._commit_locked(v_proposal, v_committer);
         v_committed := v_committed + 1;
       EXCEPTION
-        WHEN query_canceled THEN           -- a cancel or timeout stops the drain, keeping its work
+        WHEN query_canceled THEN
           v_retry := v_retry + 1;
           v_cancelled := true;
         WHEN OTHERS THEN

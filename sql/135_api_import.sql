@@ -55,7 +55,8 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._import_element: one element of an import, parsed and checked by the rules that
--- need nothing but the element. A structural error is caught and answered as
+-- need nothing but the element, through the field readers propose's parser uses
+-- (fabric._envelope_content, _envelope_confidence, _envelope_retention, ...). A structural error is caught and answered as
 -- (sqlstate, reason) -- the error propose would raise; a governance violation as
 -- (NULL, reason) -- the reason propose would reject with. The rules that read tables
 -- (agent enablement and profile, instance, duplicates) are checked by the caller, set-based.
@@ -75,9 +76,7 @@ DECLARE
   v_tier text;
   v_tenant text;
   v_method text;
-  v_text text;
   v_given_from timestamptz;
-  v_numbers text;
 BEGIN
   IF p_element IS NULL OR pg_catalog.jsonb_typeof(p_element) <> 'object' THEN
     PERFORM fabric._bad_envelope('an import element must be a JSON object',
@@ -123,52 +122,15 @@ BEGIN
        WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string'
        AND pg_catalog.pg_input_is_valid(v_scope -> 'visibility' #>> '{}', 'fabric.ident')
        THEN v_scope -> 'visibility' #>> '{}' ELSE fabric._import_text(v_scope -> 'visibility', 'scope.visibility') END;
-  IF o_visibility IS NULL OR o_visibility NOT IN ('session', 'agent', 'subject', 'tenant') THEN
-    PERFORM fabric._bad_envelope('scope.visibility must be one of session, agent, subject, tenant',
-                                 'there is no cross-tenant visibility');
-  END IF;
+  PERFORM fabric._envelope_visibility(o_visibility);
   IF v_tenant IS DISTINCT FROM p_tenant_id AND v_tenant IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-      MESSAGE = 'scope.tenant_id is not the tenant of the import',
-      HINT = 'an import acts in exactly one tenant; omit scope.tenant_id or name that tenant';
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'scope.tenant_id is not the tenant of the import',
+      'an import acts in exactly one tenant; omit scope.tenant_id or name that tenant');
   END IF;
 
-  o_content := p_element -> 'content';
-  IF o_content IS NULL OR pg_catalog.jsonb_typeof(o_content) <> 'object' THEN
-    PERFORM fabric._bad_envelope('content must be a JSON object', 'e.g. {"text": "..."}');
-  END IF;
-  v_text := o_content::text;
-  IF pg_catalog.octet_length(v_text) > 65536 THEN
-    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
-      MESSAGE = 'content exceeds 65536 bytes', HINT = 'store large artefacts elsewhere and reference them';
-  END IF;
-  -- Nesting deeper than 32 needs at least 33 brackets: count them before walking the tree.
-  IF pg_catalog.length(v_text) - pg_catalog.length(pg_catalog.translate(v_text, '{[', '')) > 32
-     AND fabric._jsonb_depth(o_content) > 32 THEN
-    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
-      MESSAGE = 'content nests deeper than 32 levels', HINT = 'flatten the content';
-  END IF;
-  -- The record's trigger computes the hash; here only what can refuse the element is
-  -- checked: a supplied hash is compared, and numbers must be doubles (content_hash
-  -- raises 22003 otherwise), so content with numbers is hashed here too.
-  IF p_element ? 'content_hash' AND pg_catalog.jsonb_typeof(p_element -> 'content_hash') <> 'null' THEN
-    o_content_hash := fabric.content_hash(o_content);
-    IF o_content_hash IS DISTINCT FROM (CASE WHEN p_element -> 'content_hash' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(p_element -> 'content_hash') = 'string'
-                                             THEN p_element ->> 'content_hash' END) THEN
-      PERFORM fabric._bad_envelope('content_hash does not match the content',
-        'omit content_hash, or send sha256: + hex SHA-256 of the RFC 8785 form of the content');
-    END IF;
-  ELSE
-    -- Numbers must be doubles: a number written with at most 15 digits (and no exponent,
-    -- which jsonb never prints) is some double's shortest decimal; content with another
-    -- number is hashed here, where content_hash refuses it.
-    v_numbers := pg_catalog.jsonb_path_query_array(o_content, 'strict $.** ? (@.type() == "number")')::text;
-    IF v_numbers <> '[]' AND (v_numbers !~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$'
-                              OR v_numbers ~ '[0-9]{16}') THEN
-      o_content_hash := fabric.content_hash(o_content);
-    END IF;
-  END IF;
+  SELECT c.content, c.content_hash INTO o_content, o_content_hash
+  FROM fabric._envelope_content(p_element, false) c;
 
   v_prov := coalesce(p_element -> 'provenance', '{}');
   IF pg_catalog.jsonb_typeof(v_prov) <> 'object'
@@ -197,14 +159,7 @@ BEGIN
                                  'omit it or send "import"');
   END IF;
 
-  IF pg_catalog.jsonb_typeof(p_element -> 'confidence') IS DISTINCT FROM 'number' THEN
-    PERFORM fabric._bad_envelope('confidence is required and must be a number', 'a number in [0, 1]');
-  END IF;
-  -- at most 15 digits: some double's shortest decimal (as for content numbers above)
-  o_confidence := CASE WHEN (p_element ->> 'confidence') ~ '^-?[0-9.]{1,16}$'
-                            AND (p_element ->> 'confidence') !~ '[0-9]{16}'
-                       THEN (p_element ->> 'confidence')::float8
-                       ELSE fabric._envelope_double(p_element -> 'confidence', 'confidence') END;
+  o_confidence := fabric._envelope_confidence(p_element);
 
   v_validity := p_element -> 'validity_interval';
   IF v_validity IS NOT NULL AND pg_catalog.jsonb_typeof(v_validity) <> 'null'
@@ -217,14 +172,9 @@ BEGIN
   o_valid_from := coalesce(v_given_from, pg_catalog.now());
   o_valid_until := fabric._import_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
 
-  o_retention := coalesce(CASE WHEN p_element -> 'retention_class' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(p_element -> 'retention_class') = 'string'
-       AND pg_catalog.pg_input_is_valid(p_element -> 'retention_class' #>> '{}', 'fabric.ident')
-       THEN p_element -> 'retention_class' #>> '{}' ELSE fabric._import_text(p_element -> 'retention_class', 'retention_class') END, 'durable');
-  IF o_retention NOT IN ('ephemeral', 'operational', 'durable', 'audit', 'regulated') THEN
-    PERFORM fabric._bad_envelope('retention_class must be one of ephemeral, operational, durable, audit, regulated',
-                                 'the default is durable');
-  END IF;
+  o_retention := fabric._envelope_retention(p_element -> 'retention_class',
+    pg_catalog.jsonb_typeof(p_element -> 'retention_class') = 'string'
+    AND pg_catalog.pg_input_is_valid(p_element ->> 'retention_class', 'fabric.ident'));
   IF p_element -> 'compliance_labels' IS NULL
      OR p_element -> 'compliance_labels' = '[]'::jsonb THEN
     o_labels := '{}';
@@ -239,13 +189,7 @@ BEGIN
     o_labels := fabric._envelope_text_array(p_element -> 'compliance_labels', 'compliance_labels');
   END IF;
   o_version := coalesce(fabric._envelope_text(p_element -> 'version', 'version', 64), '1.0.0');
-  IF o_version <> '1.0.0' AND EXISTS (SELECT 1 FROM pg_catalog.regexp_split_to_table(
-               pg_catalog.split_part(pg_catalog.split_part(o_version, '+', 1), '-', 1), '\.') c
-             WHERE c ~ '^[0-9]+$'
-               AND CASE WHEN pg_catalog.length(c) > 10 THEN true ELSE c::bigint > 2147483647 END) THEN
-    PERFORM fabric._bad_envelope('version components must be at most 2147483647',
-                                 'MAJOR.MINOR.PATCH, e.g. 1.4.2');
-  END IF;
+  PERFORM fabric._envelope_version_components(o_version);
   o_instance := CASE WHEN p_element -> 'business_instance_id' IS NULL THEN NULL
        WHEN pg_catalog.jsonb_typeof(p_element -> 'business_instance_id') = 'string'
        AND pg_catalog.pg_input_is_valid(p_element -> 'business_instance_id' #>> '{}', 'fabric.ident')
@@ -336,9 +280,9 @@ BEGIN
   END IF;
   v_count := pg_catalog.jsonb_array_length(p_records);
   IF v_count > 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
-      MESSAGE = 'an import call takes at most 10000 records',
-      HINT = 'split the import into batches (memfabric import --batch), one import id each';
+    PERFORM fabric._raise_rule('program_limit_exceeded',
+      'an import call takes at most 10000 records',
+      'split the import into batches (memfabric import --batch), one import id each');
   END IF;
 
   -- Idempotency: the import id names one import event per tenant. The same records again
@@ -353,9 +297,9 @@ BEGIN
     AND e.event_type = 'memory.import.completed';
   IF FOUND THEN
     IF v_first ->> 'request_hash' IS DISTINCT FROM v_request_hash THEN
-      RAISE EXCEPTION USING ERRCODE = 'unique_violation',
-        MESSAGE = 'import id reused: this tenant already has an import with this id and other records',
-        HINT = 'resend the same records to get the first result, or import under a new import id';
+      PERFORM fabric._raise_rule('unique_violation',
+        'import id reused: this tenant already has an import with this id and other records',
+        'resend the same records to get the first result, or import under a new import id');
     END IF;
     RETURN pg_catalog.jsonb_build_object('import_id', p_import_id, 'event_id', v_event_id,
       'records', v_first -> 'records', 'formed', v_first -> 'formed',

@@ -21,7 +21,8 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.open_run(text, text, text, text, text[], interval),
   fabric_api.close_run(uuid)
   TO fabric_orchestrator;
-GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.recall(jsonb) TO fabric_agent;
+GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.propose_many(jsonb, uuid),
+  fabric_api.recall(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.handoff(jsonb, uuid) TO fabric_agent;
 -- MCP: the orchestrator issues and revokes bearer tokens of its runs; the gateway resolves
 -- them (and nothing else); everyone who calls recall or propose may read their schemas.
@@ -37,6 +38,7 @@ GRANT EXECUTE ON FUNCTION fabric_api.check_working_uri(text, text)
   TO fabric_agent, fabric_admin, fabric_committer;
 GRANT EXECUTE ON FUNCTION
   fabric_api.commit(uuid),
+  fabric_api.commit_many(uuid[]),
   fabric_api.commit_pending(integer),
   fabric_api.request_approval(uuid, text, jsonb, text),
   fabric_api.promote(uuid, text, uuid, uuid),

@@ -215,6 +215,14 @@ class Agent(_Role):
         body = envelope.to_json() if isinstance(envelope, Envelope) else dict(envelope)
         return Proposal.from_json(self._call("fabric_api.propose", body, self.run.run_id))
 
+    def propose_many(self, envelopes: Sequence[Envelope | Mapping[str, Any]]) -> list[Proposal]:
+        """`fabric_api.propose_many`: one answer per envelope, in order, as `propose` gives
+        it; an envelope `propose` would refuse with an error answers status `error` (its
+        `sqlstate` in `raw`)."""
+        bodies = [e.to_json() if isinstance(e, Envelope) else dict(e) for e in envelopes]
+        answers = self._call("fabric_api.propose_many", Jsonb(bodies), self.run.run_id)
+        return [Proposal.from_json(a) for a in answers]
+
     def recall_once(self, request: Mapping[str, Any]) -> RecallAnswer:
         """One `fabric_api.recall` call in this run, no broker: text mode, or a semantic
         request's resolution (status `resolved`), or its hydration (with `candidates`)."""
@@ -322,6 +330,11 @@ class Committer(_Role):
 
     def commit(self, proposal_id: Id) -> Record:
         return Record.from_json(self._call("fabric_api.commit", proposal_id))
+
+    def commit_many(self, proposal_ids: Sequence[Id]) -> list[Record]:
+        """`fabric_api.commit_many`: the records, in order; all or none."""
+        records = self._call("fabric_api.commit_many", [UUID(str(i)) for i in proposal_ids])
+        return [Record.from_json(r) for r in records]
 
     def commit_pending(self, limit: int = 100) -> Json:
         return self._call("fabric_api.commit_pending", limit)  # type: ignore[no-any-return]

@@ -122,6 +122,34 @@ def test_agent_loop_is_governed_calls_with_typed_answers(fabric: Fabric) -> None
         assert fabric.counts() == before
 
 
+def test_batches_answer_per_envelope_and_commit_all_or_none(fabric: Fabric) -> None:
+    envelope = {
+        "tier": "episodic",
+        "scope": {"tenant_id": "acme", "visibility": "subject"},
+        "content": {"text": "prefers invoices in EUR"},
+        "provenance": {"source_event_id": "evt-sdk-many", "formation_method": "extraction"},
+        "confidence": 0.9,
+    }
+
+    async def flow(run: Any) -> list[str]:
+        async with AsyncFabric(fabric.url, max_size=1) as amf:
+            answers = await amf.agent("mf_agent_a", run).propose_many([envelope, envelope])
+            return [a.status for a in answers]
+
+    with SdkFabric(fabric.url, max_size=2) as mf:
+        orchestrator = mf.orchestrator("mf_orchestrator")
+        run = orchestrator.open_run("acme", "com-agt-003", "user-8842", "sess-1", MEMORY_TOOLS)
+        answers = mf.agent("mf_agent_a", run).propose_many([envelope, {"tier": "episodic"}])
+        assert [a.status for a in answers] == ["validated", "error"]
+        assert answers[1].raw["sqlstate"] == "22023"
+        assert answers[0].proposal_id is not None
+        (record,) = mf.committer("mf_committer").commit_many([answers[0].proposal_id])
+        assert isinstance(record, Record) and record.content == envelope["content"]
+        assert asyncio.run(flow(run)) == ["committed", "committed"]  # replays
+        with pytest.raises(errors.WrongState):
+            mf.committer("mf_committer").commit_many([answers[0].proposal_id])
+
+
 def test_a_run_id_alone_needs_its_tenant(fabric: Fabric) -> None:
     with SdkFabric(fabric.url) as mf, pytest.raises(ValueError, match="tenant_id"):
         mf.agent("mf_agent_a", uuid.uuid4())
