@@ -50,10 +50,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION USING
-    ERRCODE = 'MF003',
-    MESSAGE = pg_catalog.format('%s is append-only: %s is refused', TG_TABLE_NAME, TG_OP),
-    HINT = 'record a new event instead of changing or removing one';
+  PERFORM fabric._raise_rule('MF003',
+    pg_catalog.format('%s is append-only: %s is refused', TG_TABLE_NAME, TG_OP),
+    'record a new event instead of changing or removing one');
 END $$;
 
 CREATE OR REPLACE TRIGGER _200_append_only
