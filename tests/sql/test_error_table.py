@@ -3,7 +3,9 @@ each of them to a named exception.
 
 Every RAISE EXCEPTION in sql/, rls/ and migrations/ is read: its ERRCODE (a condition name
 or a five-character code), else `RAISE SQLSTATE '<code>'`, else P0001 (PostgreSQL's default
-for a RAISE without one). A re-raise (`RAISE;`) adds nothing.
+for a RAISE without one). A re-raise (`RAISE;`) adds nothing. A call of fabric._raise_rule
+raises its first argument, which must be a literal; the RAISE inside fabric._raise_rule
+(`ERRCODE = p_errcode`) is that function passing its argument on, not a code of its own.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ def statements(text: str, python: bool = False) -> list[str]:
                 break
             i += 1
         found.append(text[match.start() : i])
+    for call in re.finditer(r"\b(?:PERFORM|SELECT)\s+fabric\._raise_rule\(\s*([^,)]*)", text):
+        code = call.group(1).strip()
+        assert re.fullmatch(r"'[A-Za-z0-9_]+'", code), (
+            f"fabric._raise_rule's errcode must be a literal so the error table can be checked: "
+            f"{call.group(0)[:120]}"
+        )
+        found.append(f"RAISE EXCEPTION USING ERRCODE = {code}")
     return found
 
 
@@ -51,6 +60,8 @@ def sqlstate_of(raise_statement: str) -> str | None:
     assert level is not None
     word = level.group(1).upper()
     if word in ("NOTICE", "WARNING", "INFO", "LOG", "DEBUG") or body.upper() == "RAISE":
+        return None
+    if re.search(r"\bERRCODE\s*=\s*p_errcode\b", body):  # inside fabric._raise_rule
         return None
     explicit = re.search(r"\bERRCODE\s*=\s*'([A-Za-z0-9_]+)'", body, flags=re.IGNORECASE)
     if explicit:
@@ -96,6 +107,8 @@ def test_the_scanner_reads_every_form_of_raise() -> None:
         "RAISE NOTICE 'hello';\n"
         "RAISE;\n"
         "-- a comment that says raise proves nothing;\n"
+        "PERFORM fabric._raise_rule('MF004', 'm', 'h');\n"
+        "RAISE EXCEPTION USING ERRCODE = p_errcode, MESSAGE = p_message;\n"
     )
     assert [sqlstate_of(s) for s in statements(text)] == [
         "MF005",
@@ -104,6 +117,8 @@ def test_the_scanner_reads_every_form_of_raise() -> None:
         "22P02",
         None,
         None,
+        None,
+        "MF004",
     ]
     assert statements("x = 1\nraise SystemExit('no')\n", python=True) == []
 
