@@ -5,7 +5,7 @@
 -- both are checked against tests/vectors/content_hash.json.
 --
 -- Replayed on every migrate: everything here is CREATE OR REPLACE.
--- Needs: schema fabric, pgcrypto in schema ext, a UTF8 database.
+-- Needs: schema fabric, a UTF8 database.
 --
 -- Why plain SQL string functions are enough: in a UTF8 database PostgreSQL's JSON string
 -- escaping (escape_json, used by jsonb output and to_jsonb(text)::text) is exactly JCS:
@@ -18,8 +18,8 @@
 DO $guard$
 BEGIN
   IF pg_catalog.current_setting('server_encoding') <> 'UTF8' THEN
-    RAISE EXCEPTION 'fabric.content_hash needs a UTF8 database'
-      USING ERRCODE = 'feature_not_supported', HINT = 'create the database with ENCODING ''UTF8''';
+    PERFORM fabric._raise_rule('feature_not_supported', 'fabric.content_hash needs a UTF8 database',
+                               'create the database with ENCODING ''UTF8''');
   END IF;
 END
 $guard$;
@@ -67,10 +67,9 @@ BEGIN
   -- cast's own error message would print the number. NaN and +-Infinity (impossible in
   -- jsonb, possible in a numeric argument) sort above every number.
   IF a > 1.7976931348623157e308 OR a < 5e-324 THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'numeric_value_out_of_range',
-      MESSAGE = 'content number is not exactly representable as an IEEE double',
-      HINT    = 'send it as a string, or round it to at most 15-17 significant digits';
+    PERFORM fabric._raise_rule('numeric_value_out_of_range',
+      'content number is not exactly representable as an IEEE double',
+      'send it as a string, or round it to at most 15-17 significant digits');
   END IF;
   d := a::float8;
   shortest := d::text::numeric;
@@ -93,10 +92,9 @@ BEGIN
     END LOOP;
   END IF;
   IF shortest <> a THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'numeric_value_out_of_range',
-      MESSAGE = 'content number is not exactly representable as an IEEE double',
-      HINT    = 'send it as a string, or round it to at most 15-17 significant digits';
+    PERFORM fabric._raise_rule('numeric_value_out_of_range',
+      'content number is not exactly representable as an IEEE double',
+      'send it as a string, or round it to at most 15-17 significant digits');
   END IF;
 
   t := a::text;
@@ -164,9 +162,13 @@ $fn$;
 -- ---------------------------------------------------------------------------------------
 -- fabric.jcs_canonical
 -- RFC 8785 canonical JSON text of a jsonb value: the exact bytes content_hash hashes.
--- One query per object or array; scalars are done inline. Two fast paths keep the helper
--- calls for the rare cases: ASCII keys sort by their bytes (UTF-16 order is byte order
--- there), and integers within +-2^53 print as numeric text (always exact and shortest).
+-- This runs for every record formed, so the common shapes take no query: an object of at
+-- most 64 ASCII keys gets its keys from one jsonpath call, in the object's own order (by
+-- length, then bytes), and puts them in byte order -- UTF-16 order for ASCII -- by an
+-- insertion sort; an array of at most 64 elements is walked by index. Any other object or
+-- array takes one query (non-ASCII keys sorted by fabric._jcs_key_order). Integers within
+-- +-2^53 print as numeric text (always exact and shortest); other numbers go to
+-- fabric._jcs_number.
 CREATE OR REPLACE FUNCTION fabric.jcs_canonical(doc jsonb)
 RETURNS text
 LANGUAGE plpgsql
@@ -175,9 +177,47 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
   result text;
+  key_list jsonb;
+  keys text[];
+  n integer;
+  k text;
+  j integer;
+  v jsonb;
 BEGIN
   CASE jsonb_typeof(doc)
   WHEN 'object' THEN
+    key_list := jsonb_path_query_array(doc, 'strict $.keyvalue().key');
+    n := jsonb_array_length(key_list);
+    IF n <= 64 AND octet_length(key_list::text) = length(key_list::text) THEN
+      -- ASCII keys (their JSON text is ASCII, so they are): insertion sort by bytes
+      keys := '{}';
+      FOR i IN 1 .. n LOOP
+        k := key_list ->> (i - 1);
+        j := i - 1;
+        WHILE j > 0 AND keys[j] COLLATE "C" > k COLLATE "C" LOOP
+          keys[j + 1] := keys[j];
+          j := j - 1;
+        END LOOP;
+        keys[j + 1] := k;
+      END LOOP;
+      result := '{';
+      FOR i IN 1 .. n LOOP
+        v := doc -> keys[i];
+        result := result || CASE WHEN i > 1 THEN ',' ELSE '' END
+          || to_jsonb(keys[i])::text || ':'
+          || CASE jsonb_typeof(v)
+               WHEN 'string' THEN v::text  -- already JCS-escaped
+               WHEN 'number' THEN
+                 CASE WHEN scale(v::numeric) = 0 AND abs(v::numeric) <= 9007199254740992
+                      THEN v::numeric::text
+                      ELSE fabric._jcs_number(v::numeric) END
+               WHEN 'object' THEN fabric.jcs_canonical(v)
+               WHEN 'array'  THEN fabric.jcs_canonical(v)
+               ELSE v::text  -- true, false, null
+             END;
+      END LOOP;
+      RETURN result || '}';
+    END IF;
     SELECT '{' || coalesce(string_agg(
              to_jsonb(m.key)::text || ':' ||
              CASE jsonb_typeof(m.value)
@@ -197,21 +237,41 @@ BEGIN
       INTO result
       FROM jsonb_each(doc) AS m;
   WHEN 'array' THEN
-    SELECT '[' || coalesce(string_agg(
-             CASE jsonb_typeof(a.value)
-               WHEN 'string' THEN a.value::text
-               WHEN 'number' THEN
-                 CASE WHEN scale(a.value::numeric) = 0
-                       AND abs(a.value::numeric) <= 9007199254740992
-                      THEN a.value::numeric::text
-                      ELSE fabric._jcs_number(a.value::numeric) END
-               WHEN 'object' THEN fabric.jcs_canonical(a.value)
-               WHEN 'array'  THEN fabric.jcs_canonical(a.value)
-               ELSE a.value::text
-             END,
-             ',' ORDER BY a.ord), '') || ']'
-      INTO result
-      FROM jsonb_array_elements(doc) WITH ORDINALITY AS a(value, ord);
+    IF jsonb_array_length(doc) > 64 THEN
+      -- a long array in one query (appending in a loop would copy the text once per element)
+      SELECT '[' || coalesce(string_agg(
+               CASE jsonb_typeof(a.value)
+                 WHEN 'string' THEN a.value::text
+                 WHEN 'number' THEN
+                   CASE WHEN scale(a.value::numeric) = 0
+                         AND abs(a.value::numeric) <= 9007199254740992
+                        THEN a.value::numeric::text
+                        ELSE fabric._jcs_number(a.value::numeric) END
+                 WHEN 'object' THEN fabric.jcs_canonical(a.value)
+                 WHEN 'array'  THEN fabric.jcs_canonical(a.value)
+                 ELSE a.value::text
+               END,
+               ',' ORDER BY a.ord), '') || ']'
+        INTO result
+        FROM jsonb_array_elements(doc) WITH ORDINALITY AS a(value, ord);
+      RETURN result;
+    END IF;
+    result := '[';
+    FOR i IN 0 .. jsonb_array_length(doc) - 1 LOOP
+      v := doc -> i;
+      result := result || CASE WHEN i > 0 THEN ',' ELSE '' END
+        || CASE jsonb_typeof(v)
+             WHEN 'string' THEN v::text
+             WHEN 'number' THEN
+               CASE WHEN scale(v::numeric) = 0 AND abs(v::numeric) <= 9007199254740992
+                    THEN v::numeric::text
+                    ELSE fabric._jcs_number(v::numeric) END
+             WHEN 'object' THEN fabric.jcs_canonical(v)
+             WHEN 'array'  THEN fabric.jcs_canonical(v)
+             ELSE v::text
+           END;
+    END LOOP;
+    result := result || ']';
   WHEN 'number' THEN
     result := fabric._jcs_number(doc::numeric);
   ELSE
@@ -238,7 +298,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
   RETURN 'sha256:' || encode(
-    ext.digest(convert_to(fabric.jcs_canonical(doc), 'UTF8'), 'sha256'), 'hex');
+    sha256(convert_to(fabric.jcs_canonical(doc), 'UTF8')), 'hex');
 END
 $fn$;
 

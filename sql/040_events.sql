@@ -32,12 +32,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_event_id uuid := pg_catalog.gen_random_uuid();
+  -- what fabric._setting answers for both, as simple expressions: this runs for every event
+  v_actor text := nullif(pg_catalog.current_setting('fabric.actor', true), '');
+  v_run_id uuid := nullif(pg_catalog.current_setting('fabric.run_id', true), '')::uuid;
 BEGIN
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
   VALUES (v_event_id, p_tenant_id, p_event_type, p_correlation_id, p_causation_id,
-          fabric._setting('fabric.actor'), fabric._setting('fabric.run_id')::uuid,
-          p_memory_id, p_proposal_id, coalesce(p_payload, '{}'));
+          v_actor, v_run_id, p_memory_id, p_proposal_id, coalesce(p_payload, '{}'));
   RETURN v_event_id;
 END $$;
 
@@ -50,10 +52,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION USING
-    ERRCODE = 'MF003',
-    MESSAGE = pg_catalog.format('%s is append-only: %s is refused', TG_TABLE_NAME, TG_OP),
-    HINT = 'record a new event instead of changing or removing one';
+  PERFORM fabric._raise_rule('MF003',
+    pg_catalog.format('%s is append-only: %s is refused', TG_TABLE_NAME, TG_OP),
+    'record a new event instead of changing or removing one');
 END $$;
 
 CREATE OR REPLACE TRIGGER _200_append_only

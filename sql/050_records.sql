@@ -10,14 +10,14 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RETURN (SELECT CASE p_from
+  RETURN CASE p_from
     WHEN 'raw' THEN p_to IN ('consolidated', 'reflected', 'superseded', 'expired', 'tombstoned')
     WHEN 'consolidated' THEN p_to IN ('reflected', 'superseded', 'expired', 'tombstoned')
     WHEN 'reflected' THEN p_to IN ('superseded', 'expired', 'tombstoned')
     WHEN 'superseded' THEN p_to = 'tombstoned'
     WHEN 'expired' THEN p_to = 'tombstoned'
     ELSE false
-  END);
+  END;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -28,20 +28,23 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_actor text := fabric._setting('fabric.actor');
+  -- what fabric._setting('fabric.actor') answers, as a simple expression: this runs for
+  -- every record formed or changed
+  v_actor text := nullif(pg_catalog.current_setting('fabric.actor', true), '');
 BEGIN
   IF v_actor IS NULL THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF004',
-      MESSAGE = 'memory records change only inside a governed action',
-      HINT = 'use the fabric_api functions; they set the acting agent (fabric.actor)';
+    PERFORM fabric._raise_rule('MF004',
+      'memory records change only inside a governed action',
+      'use the fabric_api functions; they set the acting agent (fabric.actor)');
   END IF;
   RETURN v_actor;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__normalise: a record is born raw (or consolidated/reflected by
--- a workflow), stamped with the transaction time, its hash computed by the database.
+-- a workflow), stamped with the transaction time, its hash and its search text computed by
+-- the database. One trigger does all of a formation's per-row work (the search text's
+-- UPDATE rule is _150_search_text, sql/140_search_text.sql).
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__normalise()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -52,25 +55,23 @@ DECLARE
 BEGIN
   PERFORM fabric._require_actor();
   IF NEW.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF002',
-      MESSAGE = 'a memory record is formed raw, consolidated or reflected',
-      HINT = 'later states are reached by governed transitions, never at formation';
+    PERFORM fabric._raise_rule('MF002',
+      'a memory record is formed raw, consolidated or reflected',
+      'later states are reached by governed transitions, never at formation');
   END IF;
   IF NEW.content IS NULL THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'not_null_violation',
-      MESSAGE = 'a memory record is formed with content',
-      HINT = 'content is removed only by erasure or retention-window closure';
+    PERFORM fabric._raise_rule('not_null_violation',
+      'a memory record is formed with content',
+      'content is removed only by erasure or retention-window closure');
   END IF;
   v_hash := fabric.content_hash(NEW.content);
   IF NEW.content_hash IS NOT NULL AND NEW.content_hash <> v_hash THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'content_hash does not match the content',
-      HINT = 'omit content_hash and let the database compute it (RFC 8785, SHA-256)';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'content_hash does not match the content',
+      'omit content_hash and let the database compute it (RFC 8785, SHA-256)');
   END IF;
   NEW.content_hash := v_hash;
+  NEW.search_tsv := fabric._search_text(NEW.content);
   NEW.recorded_at := pg_catalog.now();
   NEW.known_since := pg_catalog.now();
   NEW.revision := 1;
@@ -115,20 +116,18 @@ BEGIN
     AND NOT (o.key = 'supersedes' AND OLD.supersedes IS NULL AND NEW.tier <> OLD.tier
              AND fabric._setting('fabric.action') IS NOT DISTINCT FROM 'promote');
   IF v_changed IS NOT NULL THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF001',
-      MESSAGE = pg_catalog.format('committed memory records are immutable: %s cannot change',
-                                  pg_catalog.array_to_string(v_changed, ', ')),
-      HINT = 'a changed fact is a new record that supersedes this one';
+    PERFORM fabric._raise_rule('MF001',
+      pg_catalog.format('committed memory records are immutable: %s cannot change',
+                        pg_catalog.array_to_string(v_changed, ', ')),
+      'a changed fact is a new record that supersedes this one');
   END IF;
 
   IF NEW.content IS DISTINCT FROM OLD.content
      AND NOT (NEW.content IS NULL AND (v_to_tombstone OR v_window_closure)) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF001',
-      MESSAGE = 'committed memory records are immutable: content cannot change',
-      HINT = 'content is only removed by erasure (tombstoned, approved) or by closing an '
-             'operational retention window (expired)';
+    PERFORM fabric._raise_rule('MF001',
+      'committed memory records are immutable: content cannot change',
+      'content is only removed by erasure (tombstoned, approved) or by closing an '
+      'operational retention window (expired)');
   END IF;
 
   IF (NEW.subject_id IS DISTINCT FROM OLD.subject_id
@@ -136,29 +135,26 @@ BEGIN
       OR NEW.agent_id IS DISTINCT FROM OLD.agent_id)
      AND NOT (v_to_tombstone AND NEW.subject_id IS NULL AND NEW.session_id IS NULL
               AND NEW.agent_id IS NULL) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF001',
-      MESSAGE = 'committed memory records are immutable: scope cannot change',
-      HINT = 'scope ids are only destroyed by erasure; a wider scope is a supersession';
+    PERFORM fabric._raise_rule('MF001',
+      'committed memory records are immutable: scope cannot change',
+      'scope ids are only destroyed by erasure; a wider scope is a supersession');
   END IF;
 
   IF (NEW.erased_at IS DISTINCT FROM OLD.erased_at
       OR NEW.erasure_approval_id IS DISTINCT FROM OLD.erasure_approval_id)
      AND NOT v_to_tombstone THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF001',
-      MESSAGE = 'erasure stamps are set once, by the transition to tombstoned',
-      HINT = 'erase through fabric_api.erase under an approval';
+    PERFORM fabric._raise_rule('MF001',
+      'erasure stamps are set once, by the transition to tombstoned',
+      'erase through fabric_api.erase under an approval');
   END IF;
 
   IF v_to_tombstone AND (NEW.content IS NOT NULL OR NEW.subject_id IS NOT NULL
                          OR NEW.session_id IS NOT NULL OR NEW.agent_id IS NOT NULL
                          OR NEW.erasure_approval_id IS DISTINCT FROM
                             fabric._setting('fabric.approval_id')::uuid) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF002',
-      MESSAGE = 'a tombstone destroys the content and names the approval in force',
-      HINT = 'set content and scope ids to NULL and erasure_approval_id to fabric.approval_id';
+    PERFORM fabric._raise_rule('MF002',
+      'a tombstone destroys the content and names the approval in force',
+      'set content and scope ids to NULL and erasure_approval_id to fabric.approval_id');
   END IF;
   RETURN NEW;
 END $$;
@@ -177,11 +173,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION USING
-    ERRCODE = 'MF001',
-    MESSAGE = pg_catalog.format('%s on %s is refused: memory is never deleted', TG_OP,
-                                TG_TABLE_NAME),
-    HINT = 'forgetting is an approved erasure that leaves a tombstone';
+  PERFORM fabric._raise_rule('MF001',
+    pg_catalog.format('%s on %s is refused: memory is never deleted', TG_OP, TG_TABLE_NAME),
+    'forgetting is an approved erasure that leaves a tombstone');
 END $$;
 
 CREATE OR REPLACE TRIGGER _300_no_delete
@@ -213,20 +207,18 @@ BEGIN
 
   IF NEW.consolidation_state <> OLD.consolidation_state
      AND NOT fabric._legal_transition(OLD.consolidation_state, NEW.consolidation_state) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF002',
-      MESSAGE = pg_catalog.format('illegal lifecycle transition %s -> %s',
-                                  OLD.consolidation_state, NEW.consolidation_state),
-      HINT = 'records move only forward: raw -> consolidated -> reflected -> '
-             'superseded/expired -> tombstoned';
+    PERFORM fabric._raise_rule('MF002',
+      pg_catalog.format('illegal lifecycle transition %s -> %s',
+                        OLD.consolidation_state, NEW.consolidation_state),
+      'records move only forward: raw -> consolidated -> reflected -> '
+      'superseded/expired -> tombstoned');
   END IF;
 
   IF NEW.tier <> OLD.tier AND v_action IS DISTINCT FROM 'promote'
      AND v_action IS DISTINCT FROM 'demote' THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF002',
-      MESSAGE = 'a record changes tier only by promotion or demotion',
-      HINT = 'use fabric_api.promote or fabric_api.demote';
+    PERFORM fabric._raise_rule('MF002',
+      'a record changes tier only by promotion or demotion',
+      'use fabric_api.promote or fabric_api.demote');
   END IF;
 
   IF NEW.valid_until IS DISTINCT FROM OLD.valid_until AND (
@@ -234,10 +226,9 @@ BEGIN
        OR (OLD.valid_until IS NOT NULL AND NEW.valid_until >= OLD.valid_until)
        OR NEW.consolidation_state NOT IN ('superseded', 'expired')
        OR NEW.consolidation_state = OLD.consolidation_state) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF002',
-      MESSAGE = 'valid_until only shrinks, and only when the record is superseded or expires',
-      HINT = 'close a record by superseding it or by retention-window closure';
+    PERFORM fabric._raise_rule('MF002',
+      'valid_until only shrinks, and only when the record is superseded or expires',
+      'close a record by superseding it or by retention-window closure');
   END IF;
 
   NEW.revision := OLD.revision + 1;
@@ -251,96 +242,135 @@ CREATE OR REPLACE TRIGGER _500_lifecycle
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__history: the previous values of the mutable columns (never
--- content) with the transaction-time range during which the fabric knew them.
+-- content) with the transaction-time range during which the fabric knew them: one row per
+-- new revision, written for all the rows of a statement at once.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__history()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_actor text;
 BEGIN
-  INSERT INTO fabric.memory_record_versions
-    (tenant_id, memory_id, revision, tier, consolidation_state, valid_until, known_during,
-     ended_by)
-  VALUES
-    (OLD.tenant_id, OLD.memory_id, OLD.revision, OLD.tier, OLD.consolidation_state,
-     OLD.valid_until, pg_catalog.tstzrange(OLD.known_since, pg_catalog.now(), '[)'),
-     fabric._require_actor());
+  IF EXISTS (SELECT 1 FROM old_rows o
+               JOIN new_rows n ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
+              WHERE n.revision <> o.revision) THEN
+    v_actor := fabric._require_actor();
+    INSERT INTO fabric.memory_record_versions
+      (tenant_id, memory_id, revision, tier, consolidation_state, valid_until, known_during,
+       ended_by)
+    SELECT o.tenant_id, o.memory_id, o.revision, o.tier, o.consolidation_state, o.valid_until,
+           pg_catalog.tstzrange(o.known_since, pg_catalog.now(), '[)'), v_actor
+      FROM old_rows o
+      JOIN new_rows n ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
+     WHERE n.revision <> o.revision
+     ORDER BY o.memory_id;
+  END IF;
   RETURN NULL;
 END $$;
 
-CREATE OR REPLACE TRIGGER _800_history
+DROP TRIGGER IF EXISTS _800_history ON fabric.memory_records;
+CREATE TRIGGER _800_history
   AFTER UPDATE ON fabric.memory_records
-  FOR EACH ROW WHEN (NEW.revision <> OLD.revision)
-  EXECUTE FUNCTION fabric.tg_memory_records__history();
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__history();
 
 -- ---------------------------------------------------------------------------------------
--- fabric.tg_memory_records__emit: every formation and transition emits its memory.* event
--- in the same transaction, with the record's own correlation and causation ids.
+-- fabric.tg_memory_records__emit_formed: every formation emits its memory.* event in the
+-- same transaction, with the record's own correlation and causation ids -- one INSERT per
+-- statement for all the records it formed (so one wake-up of the projectors, too).
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__emit_formed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_actor text := fabric._setting('fabric.actor');
+  v_run_id uuid := fabric._setting('fabric.run_id')::uuid;
+BEGIN
+  -- the columns and payload fabric._emit writes, for every formed row at once
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
+                             actor_agent_id, run_id, memory_id, proposal_id, payload)
+  SELECT pg_catalog.gen_random_uuid(), n.tenant_id,
+         CASE
+           WHEN n.tier = 'procedural' AND n.formation_method = 'consolidation'
+             THEN 'memory.skill.distilled'
+           WHEN n.consolidation_state = 'raw' THEN 'memory.record.formed'
+           WHEN n.consolidation_state = 'consolidated' THEN 'memory.record.consolidated'
+           WHEN n.consolidation_state = 'reflected' THEN 'memory.reflection.completed'
+         END,
+         n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id, n.proposal_id,
+         pg_catalog.jsonb_build_object('tier', n.tier, 'visibility', n.visibility,
+           'state', n.consolidation_state, 'formation_method', n.formation_method,
+           'content_hash', n.content_hash, 'retention_class', n.retention_class)
+    FROM formed_rows n;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _900_emit_formed ON fabric.memory_records;
+CREATE TRIGGER _900_emit_formed
+  AFTER INSERT ON fabric.memory_records
+  REFERENCING NEW TABLE AS formed_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__emit_formed();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__emit: every transition emits its memory.* event in the same
+-- transaction, with the record's own correlation and causation ids: a state change, the
+-- closing of an expired record's retention window, a promotion or demotion -- one events
+-- INSERT per statement for all the rows it changed.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__emit()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_type text;
-  v_payload jsonb;
+  v_actor text := fabric._setting('fabric.actor');
+  v_run_id uuid := fabric._setting('fabric.run_id')::uuid;
+  v_tier_event text := CASE fabric._setting('fabric.action')
+                         WHEN 'promote' THEN 'memory.record.promoted'
+                         ELSE 'memory.record.demoted'
+                       END;
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    v_type := CASE
-                WHEN NEW.tier = 'procedural' AND NEW.formation_method = 'consolidation'
-                  THEN 'memory.skill.distilled'
-                WHEN NEW.consolidation_state = 'raw' THEN 'memory.record.formed'
-                WHEN NEW.consolidation_state = 'consolidated' THEN 'memory.record.consolidated'
-                WHEN NEW.consolidation_state = 'reflected' THEN 'memory.reflection.completed'
-              END;
-    PERFORM fabric._emit(v_type, NEW.tenant_id, NEW.correlation_id, NEW.causation_id,
-      NEW.memory_id, NEW.proposal_id,
-      pg_catalog.jsonb_build_object('tier', NEW.tier, 'visibility', NEW.visibility,
-        'state', NEW.consolidation_state, 'formation_method', NEW.formation_method,
-        'content_hash', NEW.content_hash, 'retention_class', NEW.retention_class));
-    RETURN NULL;
-  END IF;
-
-  IF NEW.consolidation_state <> OLD.consolidation_state THEN
-    v_type := CASE NEW.consolidation_state
-                WHEN 'consolidated' THEN 'memory.record.consolidated'
-                WHEN 'reflected' THEN 'memory.reflection.completed'
-                WHEN 'superseded' THEN 'memory.record.superseded'
-                WHEN 'expired' THEN 'memory.record.expired'
-                WHEN 'tombstoned' THEN 'memory.record.forgotten'
-              END;
-    v_payload := pg_catalog.jsonb_build_object('tier', NEW.tier,
-      'from_state', OLD.consolidation_state, 'to_state', NEW.consolidation_state,
-      'valid_until', NEW.valid_until, 'content_removed', NEW.content IS NULL AND OLD.content IS NOT NULL,
-      'approval_id', NEW.erasure_approval_id);
-    PERFORM fabric._emit(v_type, NEW.tenant_id, NEW.correlation_id, NEW.causation_id,
-                         NEW.memory_id, NULL, pg_catalog.jsonb_strip_nulls(v_payload));
-  END IF;
-
-  IF NEW.consolidation_state = OLD.consolidation_state AND NEW.content IS NULL
-     AND OLD.content IS NOT NULL THEN        -- an expired record's retention window closed
-    PERFORM fabric._emit('memory.record.expired', NEW.tenant_id, NEW.correlation_id,
-      NEW.causation_id, NEW.memory_id, NULL,
-      pg_catalog.jsonb_build_object('tier', NEW.tier, 'from_state', OLD.consolidation_state,
-                                    'to_state', NEW.consolidation_state, 'content_removed', true));
-  END IF;
-
-  IF NEW.tier <> OLD.tier THEN
-    v_type := CASE fabric._setting('fabric.action')
-                WHEN 'promote' THEN 'memory.record.promoted'
-                ELSE 'memory.record.demoted'
-              END;
-    PERFORM fabric._emit(v_type, NEW.tenant_id, NEW.correlation_id, NEW.causation_id,
-      NEW.memory_id, NULL,
-      pg_catalog.jsonb_build_object('from_tier', OLD.tier, 'to_tier', NEW.tier,
-                                    'state', NEW.consolidation_state));
-  END IF;
+  -- the columns and payloads fabric._emit writes, per changed row in the order above
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
+                             actor_agent_id, run_id, memory_id, proposal_id, payload)
+  SELECT pg_catalog.gen_random_uuid(), n.tenant_id, e.event_type, n.correlation_id,
+         n.causation_id, v_actor, v_run_id, n.memory_id, NULL, e.payload
+    FROM old_rows o
+    JOIN new_rows n ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
+    CROSS JOIN LATERAL (VALUES
+      (1, CASE WHEN n.consolidation_state <> o.consolidation_state THEN
+            CASE n.consolidation_state
+              WHEN 'consolidated' THEN 'memory.record.consolidated'
+              WHEN 'reflected' THEN 'memory.reflection.completed'
+              WHEN 'superseded' THEN 'memory.record.superseded'
+              WHEN 'expired' THEN 'memory.record.expired'
+              WHEN 'tombstoned' THEN 'memory.record.forgotten'
+            END END,
+       pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', n.tier,
+         'from_state', o.consolidation_state, 'to_state', n.consolidation_state,
+         'valid_until', n.valid_until,
+         'content_removed', n.content IS NULL AND o.content IS NOT NULL,
+         'approval_id', n.erasure_approval_id))),
+      -- an expired record's retention window closed
+      (2, CASE WHEN n.consolidation_state = o.consolidation_state AND n.content IS NULL
+                    AND o.content IS NOT NULL THEN 'memory.record.expired' END,
+       pg_catalog.jsonb_build_object('tier', n.tier, 'from_state', o.consolidation_state,
+         'to_state', n.consolidation_state, 'content_removed', true)),
+      (3, CASE WHEN n.tier <> o.tier THEN v_tier_event END,
+       pg_catalog.jsonb_build_object('from_tier', o.tier, 'to_tier', n.tier,
+         'state', n.consolidation_state))
+    ) AS e(ord, event_type, payload)
+   WHERE e.event_type IS NOT NULL
+   ORDER BY n.memory_id, e.ord;
   RETURN NULL;
 END $$;
 
-CREATE OR REPLACE TRIGGER _900_emit
-  AFTER INSERT OR UPDATE ON fabric.memory_records
-  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__emit();
+DROP TRIGGER IF EXISTS _900_emit ON fabric.memory_records;
+CREATE TRIGGER _900_emit
+  AFTER UPDATE ON fabric.memory_records
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__emit();
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__semantic_needs_episode: a semantic record has at least one
@@ -420,17 +450,15 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM fabric.memory_records m
                    WHERE m.tenant_id = NEW.tenant_id AND m.memory_id = NEW.memory_id
                      AND m.recorded_at = pg_catalog.now()) THEN
-      RAISE EXCEPTION USING
-        ERRCODE = 'MF001',
-        MESSAGE = 'derived_from is fixed when a record is formed',
-        HINT = 'lineage rows are written only in the transaction that forms the record';
+      PERFORM fabric._raise_rule('MF001',
+        'derived_from is fixed when a record is formed',
+        'lineage rows are written only in the transaction that forms the record');
     END IF;
     RETURN NEW;
   END IF;
-  RAISE EXCEPTION USING
-    ERRCODE = 'MF001',
-    MESSAGE = pg_catalog.format('%s on memory_lineage is refused: lineage is append-only', TG_OP),
-    HINT = 'lineage survives supersession and erasure';
+  PERFORM fabric._raise_rule('MF001',
+    pg_catalog.format('%s on memory_lineage is refused: lineage is append-only', TG_OP),
+    'lineage survives supersession and erasure');
 END $$;
 
 CREATE OR REPLACE TRIGGER _200_append_only

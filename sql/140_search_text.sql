@@ -14,14 +14,18 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._search_text: the one derivation of search text from content.
+-- fabric._search_text: the one derivation of search text from content. (plpgsql: a SQL
+-- function with a SET clause is never inlined and is planned again on every call; this one
+-- runs once per record formed.)
 CREATE OR REPLACE FUNCTION fabric._search_text(p_content jsonb)
 RETURNS tsvector
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.jsonb_to_tsvector(fabric._text_search_config(), p_content, '["string"]')
-$$;
+BEGIN
+  RETURN (SELECT pg_catalog.jsonb_to_tsvector(s.text_search_config, p_content, '["string"]')
+            FROM fabric.deployment_settings s);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._search_length: a document's length for BM25, the number of positions it holds
@@ -37,30 +41,30 @@ $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__search_text: search text follows content, never the reverse.
--- The one change allowed is to the text the current configuration derives from the
--- content (what `memfabric db reindex-text` does after the configuration changed).
+-- A record is formed with the derived text (fabric.tg_memory_records__normalise, in the
+-- one BEFORE INSERT trigger); after that the one change allowed is to the text the current
+-- configuration derives from the content (what `memfabric db reindex-text` does after the
+-- configuration changed).
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__search_text()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    NEW.search_tsv := fabric._search_text(NEW.content);
-  ELSIF NEW.content IS NULL THEN
+  IF NEW.content IS NULL THEN
     NEW.search_tsv := NULL;          -- erased or window-closed: the derived text goes too
   ELSIF NEW.search_tsv IS DISTINCT FROM OLD.search_tsv
         AND NEW.search_tsv IS DISTINCT FROM fabric._search_text(NEW.content) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'MF001',
-      MESSAGE = 'committed memory records are immutable: search text cannot change',
-      HINT = 'search text is derived from content; memfabric db reindex-text re-derives it';
+    PERFORM fabric._raise_rule('MF001',
+      'committed memory records are immutable: search text cannot change',
+      'search text is derived from content; memfabric db reindex-text re-derives it');
   END IF;
   RETURN NEW;
 END $$;
 
-CREATE OR REPLACE TRIGGER _150_search_text
-  BEFORE INSERT OR UPDATE ON fabric.memory_records
+DROP TRIGGER IF EXISTS _150_search_text ON fabric.memory_records;
+CREATE TRIGGER _150_search_text
+  BEFORE UPDATE ON fabric.memory_records
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__search_text();
 
 -- ---------------------------------------------------------------------------------------
@@ -106,17 +110,27 @@ DECLARE
   v_group record;
 BEGIN
   IF TG_OP = 'INSERT' THEN
+    -- each record's lexemes unnested once and grouped once: a lexeme's row counts the
+    -- records holding it, and its positions summed per scope are the documents' lengths
+    -- (what fabric._search_length counts, without one call per record)
     INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
-    SELECT n.tenant_id, n.scope_key, '', pg_catalog.count(*),
-           pg_catalog.sum(fabric._search_length(n.search_tsv))
-      FROM new_rows n
-     WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
-     GROUP BY n.tenant_id, n.scope_key
+    WITH lexemes AS MATERIALIZED (
+      SELECT n.tenant_id, n.scope_key, u.lexeme, pg_catalog.count(*) AS docs,
+             pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)) AS positions
+        FROM new_rows n CROSS JOIN LATERAL pg_catalog.unnest(n.search_tsv) u
+       WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
+       GROUP BY n.tenant_id, n.scope_key, u.lexeme)
+    SELECT d.tenant_id, d.scope_key, '', d.docs, coalesce(l.length, 0)
+      FROM (SELECT n.tenant_id, n.scope_key, pg_catalog.count(*) AS docs
+              FROM new_rows n
+             WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
+             GROUP BY n.tenant_id, n.scope_key) d
+      LEFT JOIN (SELECT x.tenant_id, x.scope_key, pg_catalog.sum(x.positions)::bigint AS length
+                   FROM lexemes x GROUP BY x.tenant_id, x.scope_key) l
+        ON l.tenant_id = d.tenant_id AND l.scope_key = d.scope_key
     UNION ALL
-    SELECT n.tenant_id, n.scope_key, u.lexeme, pg_catalog.count(*), 0
-      FROM new_rows n CROSS JOIN LATERAL pg_catalog.unnest(n.search_tsv) u
-     WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
-     GROUP BY n.tenant_id, n.scope_key, u.lexeme;
+    SELECT x.tenant_id, x.scope_key, x.lexeme, x.docs, 0
+      FROM lexemes x;
     RETURN NULL;
   END IF;
 
@@ -176,9 +190,9 @@ DECLARE
   v_moved bigint := 0;
 BEGIN
   IF p_limit IS NULL OR p_limit < 1 OR p_limit > 100000 THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'p_limit must be between 1 and 100000',
-      HINT = 'the number of scopes compacted in one call';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'p_limit must be between 1 and 100000',
+      'the number of scopes compacted in one call');
   END IF;
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t ORDER BY t.tenant_id LOOP
     EXIT WHEN v_scopes >= p_limit;

@@ -275,7 +275,9 @@ def record_provenance(ctx: Context) -> tuple[str, str]:
 
 
 def transition_events(ctx: Context) -> tuple[str, str]:
-    off = _disabled_triggers(ctx, "memory_records", ("_900_emit", "_800_history"))
+    off = _disabled_triggers(
+        ctx, "memory_records", ("_900_emit_formed", "_900_emit", "_800_history")
+    )
     if off:
         return FAIL, f"memory_records triggers disabled: {', '.join(off)}"
     silent = ctx.value(

@@ -6,6 +6,9 @@ transaction), and M other fresh records of the same shape formed one by one (age
 `propose` in its run, committer `commit`, each call its own transaction). Both sides write
 what their path writes; the import additionally skips the proposal rows and their events
 (docs/import.md). Rates are records per second of wall time; the ratio is the last line.
+When the server runs on this machine, the server CPU time of the import connections is
+printed too (microseconds a record, from /proc): on a shared machine it moves much less
+than wall time, so it is the figure to compare between changes.
 """
 
 from __future__ import annotations
@@ -97,6 +100,20 @@ def envelope(el: dict[str, Any], source_event: str) -> dict[str, Any]:
     }
 
 
+def backend_cpu(conns: list[Conn]) -> float | None:
+    """Seconds of CPU the connections' server processes have used (None when the server
+    is not on this machine)."""
+    total = 0.0
+    for conn in conns:
+        try:
+            with open(f"/proc/{conn.info.backend_pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def run_import(conns: list[Conn], tag: str, n: int, batch: int) -> float:
     """Import n records in batches, one batch in flight per connection."""
 
@@ -161,9 +178,23 @@ def main() -> int:
         run_single(agent, one[0], run_id, f"{tag}w", args.warmup)
         # Interleaved halves, so drift on the shared machine hits every side.
         t_imp = t_par = t_one = 0.0
+        cpu_imp: float | None = 0.0
+        cpu_one: float | None = 0.0
         for half in ("a", "b"):
+            cpu_start = backend_cpu(one)
             t_imp += run_import(one, f"{tag}{half}", args.records // 2, args.batch)
+            cpu_end = backend_cpu(one)
+            if cpu_imp is None or cpu_start is None or cpu_end is None:
+                cpu_imp = None
+            else:
+                cpu_imp += cpu_end - cpu_start
+            cpu_start = backend_cpu([agent, one[0]])
             t_one += run_single(agent, one[0], run_id, f"{tag}{half}", args.single // 2)
+            cpu_end = backend_cpu([agent, one[0]])
+            if cpu_one is None or cpu_start is None or cpu_end is None:
+                cpu_one = None
+            else:
+                cpu_one += cpu_end - cpu_start
             t_par += run_import(many, f"{tag}{half}p", args.records // 2, args.batch)
     finally:
         for conn in [agent, *committers]:
@@ -176,6 +207,15 @@ def main() -> int:
     print(f"import_records (batch {b}, 1 connection): {n} in {t_imp:.2f} s = {imp_rate:,.0f}/s")
     print(f"import_records (batch {b}, {k} connections): {n} in {t_par:.2f} s = {par_rate:,.0f}/s")
     print(f"propose+commit single: {m} records in {t_one:.2f} s = {one_rate:,.0f}/s")
+    for label, cpu, count in (
+        ("import_records (1 connection)", cpu_imp, n),
+        ("propose+commit single", cpu_one, m),
+    ):
+        if cpu:
+            print(
+                f"{label} server CPU: {cpu * 1e6 / count:,.0f} µs a record"
+                f" (= {count / cpu:,.0f}/s on one free core)"
+            )
     print(f"import rate: {max(imp_rate, par_rate):,.0f} records/s (goal >= 10,000/s)")
     print(f"import (1 connection) / single propose+commit: {imp_rate / one_rate:.1f}x")
     print(f"import ({len(many)} connections) / single propose+commit: {par_rate / one_rate:.1f}x")
