@@ -202,9 +202,13 @@ def scope_before_retrieval(ctx: Context) -> tuple[str, str]:
 
 def tools_from_active_set(ctx: Context) -> tuple[str, str]:
     problems = []
-    for fn in ("fabric_api.recall", "fabric_api.propose"):
-        if "_tool_denial" not in _source(ctx, fn):
+    if "_tool_denial" not in _source(ctx, "fabric_api.recall"):
+        problems.append("fabric_api.recall does not check tool authorization")
+    for fn in ("fabric_api.propose", "fabric_api.propose_many"):
+        if "_propose_denial" not in _source(ctx, fn):
             problems.append(f"{fn} does not check tool authorization")
+    if "_tool_denial" not in _source(ctx, "fabric._propose_denial"):
+        problems.append("fabric._propose_denial does not check tool authorization")
     if "active_tool_set" not in _source(ctx, "fabric._tool_denial"):
         problems.append("fabric._tool_denial does not read the run's active_tool_set")
     callers = _grantees(ctx, ("fabric_api.recall(jsonb)", "fabric_api.propose(jsonb, uuid)"))
@@ -234,8 +238,11 @@ def commit_authority(ctx: Context) -> tuple[str, str]:
     writers = _table_grants(ctx, ("INSERT", "UPDATE", "DELETE", "TRUNCATE"))
     if writers:
         problems.append(f"roles write memory tables directly: {', '.join(writers)}")
-    if "fabric_committer" not in _source(ctx, "fabric_api.propose"):
-        problems.append("fabric_api.propose does not refuse committers")
+    for fn in ("fabric_api.propose", "fabric_api.propose_many"):
+        if "_enter_proposer" not in _source(ctx, fn):
+            problems.append(f"{fn} does not refuse committers")
+    if "fabric_committer" not in _source(ctx, "fabric._enter_proposer"):
+        problems.append("fabric._enter_proposer does not refuse committers")
     if problems:
         return FAIL, "; ".join(problems)
     committers = ctx.rows(
