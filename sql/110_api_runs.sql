@@ -106,7 +106,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_agent_id text := fabric._caller_agent_id();
-  v_tenant text;
   v_run fabric.runs;
 BEGIN
   IF v_agent_id IS NULL THEN
@@ -114,18 +113,14 @@ BEGIN
       'the caller is not a registered agent',
       'each agent logs in with the login registered by fabric_api.register_agent');
   END IF;
-  v_tenant := fabric._tenant_of_run(p_run_id);
-  IF v_tenant IS NOT NULL THEN
-    PERFORM fabric._set_context('tenant_id', v_tenant);
-    SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
-  END IF;
+  v_run := fabric._run_in_its_tenant(p_run_id);
   IF v_run.run_id IS NULL OR v_run.agent_id <> v_agent_id THEN
     PERFORM fabric._set_context('tenant_id', NULL);
     PERFORM fabric._raise_rule('insufficient_privilege',
       'no run of the calling agent has this run_id',
       'the orchestrator opens a run for this agent with fabric_api.open_run');
   END IF;
-  IF v_run.closed_at IS NOT NULL OR v_run.expires_at <= pg_catalog.now() THEN
+  IF NOT fabric._run_is_live(v_run) THEN
     PERFORM fabric._set_context('tenant_id', NULL);
     PERFORM fabric._raise_rule('insufficient_privilege',
       'the run is closed or expired',
