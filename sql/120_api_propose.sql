@@ -732,6 +732,23 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._propose_entry: the entry of every proposing call (propose, propose_many, handoff):
+-- the caller's open run, committers refused (fabric._enter_proposer), the run's agent, and
+-- the tool authorization (fabric._propose_denial: NULL when authorized, else the denied
+-- answer, with p_count agent.tool.unauthorized events written).
+CREATE OR REPLACE FUNCTION fabric._propose_entry(p_run_id uuid, p_count integer,
+  OUT run fabric.runs, OUT agent fabric.agents, OUT denial jsonb)
+RETURNS record
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  run := fabric._enter_proposer(p_run_id);
+  SELECT * INTO agent FROM fabric.agents a WHERE a.agent_id = run.agent_id;
+  denial := fabric._propose_denial(run, p_count);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._proposal_event_payload: the payload of a filed proposal's event.
 CREATE OR REPLACE FUNCTION fabric._proposal_event_payload(p fabric.proposals)
 RETURNS jsonb
@@ -743,27 +760,21 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.propose: validate an envelope inside the caller's run and file a proposal.
-CREATE OR REPLACE FUNCTION fabric_api.propose(p_envelope jsonb, p_run_id uuid)
+-- fabric._file_proposal: judge one envelope inside a run already entered and authorized
+-- (fabric._propose_entry) and file it, or answer the proposal that holds its idempotency
+-- key; returns propose's answer.
+CREATE OR REPLACE FUNCTION fabric._file_proposal(p_run fabric.runs, p_agent fabric.agents,
+                                                 p_envelope jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_run fabric.runs;
-  v_agent fabric.agents;
   v_p fabric.proposals;
   v_answer jsonb;
 BEGIN
-  v_run := fabric._enter_proposer(p_run_id);
-  SELECT * INTO v_agent FROM fabric.agents a WHERE a.agent_id = v_run.agent_id;
-  -- Three-layer tool authorization: a refusal is an answer, not an error.
-  v_answer := fabric._propose_denial(v_run);
-  IF v_answer IS NOT NULL THEN
-    RETURN v_answer;
-  END IF;
   -- Structure and scope: errors, nothing written; governance: the reason of a rejection.
-  v_p := fabric._judge_envelope(v_run, v_agent, p_envelope);
+  v_p := fabric._judge_envelope(p_run, p_agent, p_envelope);
 
   IF v_p.source_event_id IS NOT NULL THEN
     v_answer := fabric._replayed_proposal(v_p.tenant_id, v_p.proposed_by, v_p.source_event_id,
@@ -807,6 +818,23 @@ BEGIN
   RETURN pg_catalog.jsonb_build_object('proposal_id', v_p.proposal_id, 'status', v_p.status,
                                        'reason', v_p.reason);
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.propose: validate an envelope inside the caller's run and file a proposal.
+CREATE OR REPLACE FUNCTION fabric_api.propose(p_envelope jsonb, p_run_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_entry record := fabric._propose_entry(p_run_id, 1);
+BEGIN
+  -- Three-layer tool authorization: a refusal is an answer, not an error.
+  IF v_entry.denial IS NOT NULL THEN
+    RETURN v_entry.denial;
+  END IF;
+  RETURN fabric._file_proposal(v_entry.run, v_entry.agent, p_envelope);
+END $$;
 COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
   'Propose a memory inside your open run; returns {"proposal_id","status","reason"} with status '
   'validated, rejected or denied. Idempotent on (tenant, agent, source_event_id, content_hash): '
@@ -833,7 +861,7 @@ DECLARE
   v_run fabric.runs;
   v_agent fabric.agents;
   v_count integer;
-  v_denied jsonb;
+  v_entry record;
   v_rows fabric.proposals[];
   v_answers jsonb[];
   v_new boolean[];
@@ -849,13 +877,16 @@ DECLARE
   v_message text;
   v_hint text;
 BEGIN
-  v_run := fabric._enter_proposer(p_run_id);
-  SELECT * INTO v_agent FROM fabric.agents a WHERE a.agent_id = v_run.agent_id;
+  -- The denial events are written for a batch that is answered (an array of 1-1000).
+  v_count := CASE WHEN pg_catalog.jsonb_typeof(p_envelopes) = 'array'
+                  THEN pg_catalog.jsonb_array_length(p_envelopes) END;
+  v_entry := fabric._propose_entry(p_run_id, CASE WHEN v_count <= 1000 THEN v_count ELSE 0 END);
+  v_run := v_entry.run;
+  v_agent := v_entry.agent;
   IF p_envelopes IS NULL OR pg_catalog.jsonb_typeof(p_envelopes) <> 'array' THEN
     PERFORM fabric._bad_envelope('envelopes must be a JSON array of proposal envelopes',
                                  'one envelope per element, at most 1000 (docs/sql.md)');
   END IF;
-  v_count := pg_catalog.jsonb_array_length(p_envelopes);
   IF v_count > 1000 THEN
     PERFORM fabric._raise_rule('program_limit_exceeded',
       'a propose_many call takes at most 1000 envelopes', 'split the batch');
@@ -864,9 +895,8 @@ BEGIN
     RETURN '[]'::jsonb;
   END IF;
   -- Tool authorization comes first, as in propose: every position is denied.
-  v_denied := fabric._propose_denial(v_run, v_count);
-  IF v_denied IS NOT NULL THEN
-    RETURN (SELECT pg_catalog.jsonb_agg(v_denied) FROM pg_catalog.generate_series(1, v_count));
+  IF v_entry.denial IS NOT NULL THEN
+    RETURN (SELECT pg_catalog.jsonb_agg(v_entry.denial) FROM pg_catalog.generate_series(1, v_count));
   END IF;
 
   -- Parse and judge each envelope; an error is its position's answer.
