@@ -18,21 +18,22 @@ $$;
 -- fabric_api.handoff: the only path from working memory to durable memory. Each working
 -- item becomes one proposed raw episode whose provenance is the item's own event id, with
 -- the item's correlation and causation ids; the proposal is marked from_tier working, so
--- its commit emits memory.record.promoted. Every rule of propose applies (it is propose).
+-- its commit emits memory.record.promoted. Every rule of propose applies: it enters as
+-- propose does (fabric._propose_entry) and files each item as propose files an envelope.
 CREATE OR REPLACE FUNCTION fabric_api.handoff(p_items jsonb, p_run_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_run fabric.runs;
+  v_entry record := fabric._propose_entry(p_run_id, 0);
+  v_run fabric.runs := v_entry.run;
+  v_denied integer := 0;
   v_item jsonb;
   v_envelope jsonb;
   v_answer jsonb;
   v_answers jsonb := '[]';
 BEGIN
-  PERFORM fabric._reset_context();
-  v_run := fabric._enter_run(p_run_id);
   IF p_items IS NULL OR pg_catalog.jsonb_typeof(p_items) <> 'array'
      OR pg_catalog.jsonb_array_length(p_items) NOT BETWEEN 1 AND 100 THEN
     PERFORM fabric._bad_envelope('handoff items must be an array of 1-100 working items',
@@ -52,7 +53,6 @@ BEGIN
     END IF;
     -- Idempotent: an item this agent already handed off (and that still stands) answers
     -- its first proposal, so a run resumed after Redis was lost never forms it twice.
-    PERFORM fabric._set_context('tenant_id', v_run.tenant_id);
     SELECT pg_catalog.jsonb_build_object('proposal_id', p.proposal_id, 'status', p.status,
                                          'reason', p.reason, 'replayed', true)
     INTO v_answer
@@ -81,15 +81,23 @@ BEGIN
       || CASE WHEN v_item ? 'retention_class'
               THEN pg_catalog.jsonb_build_object('retention_class', v_item -> 'retention_class')
               ELSE '{}'::jsonb END;
-    v_answer := fabric_api.propose(v_envelope, p_run_id);
+    -- Without the propose tool each item is denied (one event each, written below).
+    IF v_entry.denial IS NOT NULL THEN
+      v_denied := v_denied + 1;
+      v_answer := v_entry.denial;
+    ELSE
+      v_answer := fabric._file_proposal(v_run, v_entry.agent, v_envelope);
+    END IF;
     IF v_answer ->> 'proposal_id' IS NOT NULL THEN
-      PERFORM fabric._set_context('tenant_id', v_run.tenant_id);
       UPDATE fabric.proposals p SET from_tier = 'working'
       WHERE p.tenant_id = v_run.tenant_id AND p.proposal_id = (v_answer ->> 'proposal_id')::uuid;
     END IF;
     v_answers := v_answers || pg_catalog.jsonb_build_array(
       v_answer || pg_catalog.jsonb_build_object('event_id', v_item -> 'event_id'));
   END LOOP;
+  IF v_denied > 0 THEN
+    PERFORM fabric._propose_denial(v_run, v_denied);
+  END IF;
   RETURN v_answers;
 END $$;
 COMMENT ON FUNCTION fabric_api.handoff(jsonb, uuid) IS

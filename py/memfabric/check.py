@@ -32,6 +32,9 @@ STORE_METHODS = ("aget", "aput", "adelete", "asearch", "alist_namespaces")
 NAMESPACE = ("tenant_id", "tier", "scope_id")
 MEMORY_TABLES = ("memory_records", "memory_embeddings", "proposals", "memory_lineage",
                  "memory_record_versions", "events")  # fmt: skip
+# The proposing entry points: each enters through fabric._propose_entry (the committer
+# refusal, the run, the three-layer tool authorization).
+PROPOSING_FUNCTIONS = ("fabric_api.propose", "fabric_api.propose_many", "fabric_api.handoff")
 COMMIT_FUNCTIONS = ("commit", "commit_pending", "promote", "demote", "supersede",
                     "commit_recommendation", "erase")  # fmt: skip
 # NOLOGIN roles that own or run the fabric's own functions (recall candidates, lookups).
@@ -204,9 +207,11 @@ def tools_from_active_set(ctx: Context) -> tuple[str, str]:
     problems = []
     if "_tool_denial" not in _source(ctx, "fabric_api.recall"):
         problems.append("fabric_api.recall does not check tool authorization")
-    for fn in ("fabric_api.propose", "fabric_api.propose_many"):
-        if "_propose_denial" not in _source(ctx, fn):
+    for fn in PROPOSING_FUNCTIONS:
+        if "_propose_entry" not in _source(ctx, fn):
             problems.append(f"{fn} does not check tool authorization")
+    if "_propose_denial" not in _source(ctx, "fabric._propose_entry"):
+        problems.append("fabric._propose_entry does not check tool authorization")
     if "_tool_denial" not in _source(ctx, "fabric._propose_denial"):
         problems.append("fabric._propose_denial does not check tool authorization")
     if "active_tool_set" not in _source(ctx, "fabric._tool_denial"):
@@ -238,9 +243,11 @@ def commit_authority(ctx: Context) -> tuple[str, str]:
     writers = _table_grants(ctx, ("INSERT", "UPDATE", "DELETE", "TRUNCATE"))
     if writers:
         problems.append(f"roles write memory tables directly: {', '.join(writers)}")
-    for fn in ("fabric_api.propose", "fabric_api.propose_many"):
-        if "_enter_proposer" not in _source(ctx, fn):
+    for fn in PROPOSING_FUNCTIONS:
+        if "_propose_entry" not in _source(ctx, fn):
             problems.append(f"{fn} does not refuse committers")
+    if "_enter_proposer" not in _source(ctx, "fabric._propose_entry"):
+        problems.append("fabric._propose_entry does not refuse committers")
     if "fabric_committer" not in _source(ctx, "fabric._enter_proposer"):
         problems.append("fabric._enter_proposer does not refuse committers")
     if problems:
