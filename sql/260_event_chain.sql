@@ -105,7 +105,8 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION fabric_api.seal_events(integer) IS
   'Seal the events below the snapshot horizon into each tenant''s hash chain (asynchronous; '
-  'memfabric serve and the workers call it). Committer only. '
+  'one process owns sealing: the sealer memfabric serve runs beside the projector; the '
+  'commit worker does not seal). Committer only. '
   'Example: SELECT fabric_api.seal_events(10000);';
 
 -- ---------------------------------------------------------------------------------------
