@@ -130,6 +130,54 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._lock_to_commit: the committer's entry to proposals (commit, commit_many). What
+-- commit refuses, id by id in order, before anything is written: the tenants (one
+-- lookup), the committer's enablement (once per tenant), each tenant's proposals locked
+-- FOR UPDATE (in id order) and read by one statement; then the first id that cannot commit
+-- raises (unknown P0002, committer not enabled 42501, not validated or listed twice 55000).
+-- Returns the tenant of each id, in order; the proposals stay locked.
+CREATE OR REPLACE FUNCTION fabric._lock_to_commit(p_proposal_ids uuid[], p_committer text)
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenants text[];
+  v_tenant text;
+  v_status text;
+  v_status_of jsonb := '{}';
+BEGIN
+  SELECT pg_catalog.array_agg(fabric._tenant_of_proposal(u.proposal_id) ORDER BY u.ord)
+  INTO v_tenants FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord);
+  FOR v_tenant IN SELECT DISTINCT t FROM pg_catalog.unnest(v_tenants) t WHERE t IS NOT NULL LOOP
+    IF fabric._committer_enabled_in(v_tenant, p_committer, false) THEN
+      SELECT v_status_of || coalesce(pg_catalog.jsonb_object_agg(p.proposal_id, p.status), '{}')
+      INTO v_status_of
+      FROM (SELECT p0.proposal_id, p0.status FROM fabric.proposals p0
+            WHERE p0.tenant_id = v_tenant AND p0.proposal_id = ANY (p_proposal_ids)
+            ORDER BY p0.proposal_id FOR UPDATE) p;
+    END IF;
+  END LOOP;
+  FOR i IN 1 .. pg_catalog.cardinality(p_proposal_ids) LOOP
+    IF v_tenants[i] IS NULL THEN
+      PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
+                                 'proposal ids come from fabric_api.propose');
+    END IF;
+    IF NOT v_status_of ? p_proposal_ids[i]::text THEN
+      PERFORM fabric._committer_enabled_in(v_tenants[i], p_committer);   -- raises 42501
+    END IF;
+    v_status := CASE WHEN p_proposal_ids[i] = ANY (p_proposal_ids[1:i - 1]) THEN 'committed'
+                     ELSE v_status_of ->> p_proposal_ids[i]::text END;
+    IF v_status <> 'validated' THEN
+      PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+        pg_catalog.format('the proposal is %s; only validated proposals commit', v_status),
+        'a proposal commits once; rejected proposals never do');
+    END IF;
+  END LOOP;
+  RETURN v_tenants;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.commit: commit one validated proposal; returns the record (its envelope).
 CREATE OR REPLACE FUNCTION fabric_api.commit(p_proposal_id uuid)
 RETURNS jsonb
@@ -138,24 +186,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_committer text := fabric._enter_committer();
-  v_tenant text := fabric._tenant_of_proposal(p_proposal_id);
+  v_tenant text := (fabric._lock_to_commit(ARRAY[p_proposal_id], v_committer))[1];
   v_proposal fabric.proposals;
   v_record fabric.memory_records;
 BEGIN
-  IF v_tenant IS NULL THEN
-    PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
-      'proposal ids come from fabric_api.propose');
-  END IF;
-  PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
   SELECT * INTO v_proposal FROM fabric.proposals p
-  WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id
-  FOR UPDATE;
-  IF v_proposal.status <> 'validated' THEN
-    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
-      pg_catalog.format('the proposal is %s; only validated proposals commit',
-                        v_proposal.status),
-      'a proposal commits once; rejected proposals never do');
-  END IF;
+  WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id;
   BEGIN
     v_record := fabric._commit_locked(v_proposal, v_committer);
   EXCEPTION WHEN exclusion_violation THEN
@@ -259,8 +295,6 @@ DECLARE
   v_tenants text[];
   v_tenant text;
   v_ids uuid[];
-  v_status text;
-  v_status_of jsonb := '{}';
   v_records jsonb[];
 BEGIN
   IF p_proposal_ids IS NULL OR pg_catalog.array_ndims(p_proposal_ids) > 1 THEN
@@ -274,36 +308,8 @@ BEGIN
   IF v_count = 0 THEN
     RETURN '[]'::jsonb;
   END IF;
-  -- What commit would refuse, id by id in order, before anything is written: the tenants
-  -- (one lookup), the committer's enablement (once per tenant), each tenant's proposals
-  -- locked and read by one statement; then the first id that commit would refuse raises.
-  SELECT pg_catalog.array_agg(fabric._tenant_of_proposal(u.proposal_id) ORDER BY u.ord)
-  INTO v_tenants FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord);
-  FOR v_tenant IN SELECT DISTINCT t FROM pg_catalog.unnest(v_tenants) t WHERE t IS NOT NULL LOOP
-    IF fabric._committer_enabled_in(v_tenant, v_committer, false) THEN
-      SELECT v_status_of || coalesce(pg_catalog.jsonb_object_agg(p.proposal_id, p.status), '{}')
-      INTO v_status_of
-      FROM (SELECT p0.proposal_id, p0.status FROM fabric.proposals p0
-            WHERE p0.tenant_id = v_tenant AND p0.proposal_id = ANY (p_proposal_ids)
-            ORDER BY p0.proposal_id FOR UPDATE) p;
-    END IF;
-  END LOOP;
-  FOR i IN 1 .. v_count LOOP
-    IF v_tenants[i] IS NULL THEN
-      PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
-                                 'proposal ids come from fabric_api.propose');
-    END IF;
-    IF NOT v_status_of ? p_proposal_ids[i]::text THEN
-      PERFORM fabric._committer_enabled_in(v_tenants[i], v_committer);   -- raises 42501
-    END IF;
-    v_status := CASE WHEN p_proposal_ids[i] = ANY (p_proposal_ids[1:i - 1]) THEN 'committed'
-                     ELSE v_status_of ->> p_proposal_ids[i]::text END;
-    IF v_status <> 'validated' THEN
-      PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
-        pg_catalog.format('the proposal is %s; only validated proposals commit', v_status),
-        'a proposal commits once; rejected proposals never do');
-    END IF;
-  END LOOP;
+  -- What commit would refuse, id by id in order, before anything is written.
+  v_tenants := fabric._lock_to_commit(p_proposal_ids, v_committer);
   -- The records, tenant by tenant, set-based.
   v_records := pg_catalog.array_fill(NULL::jsonb, ARRAY[v_count]);
   FOR v_tenant IN SELECT t.tenant_id FROM pg_catalog.unnest(v_tenants) WITH ORDINALITY AS t(tenant_id, ord)
