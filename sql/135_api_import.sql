@@ -8,58 +8,14 @@
 -- makes the import id the idempotency key. See docs/import.md.
 
 -- ---------------------------------------------------------------------------------------
--- fabric._import_text: an optional identifier field of an import element: absent is NULL,
--- anything but an identifier string goes to fabric._envelope_text, which raises propose's
--- error for it. fabric._import_element reads an identifier string inline and calls this
--- for everything else.
-CREATE OR REPLACE FUNCTION fabric._import_text(p_value jsonb, p_field text)
-RETURNS text
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
-    RETURN NULL;
-  END IF;
-  IF pg_catalog.jsonb_typeof(p_value) = 'string'
-     AND pg_catalog.pg_input_is_valid(p_value #>> '{}', 'fabric.ident') THEN
-    RETURN p_value #>> '{}';
-  END IF;
-  RETURN fabric._envelope_text(p_value, p_field);
-END $$;
-
--- ---------------------------------------------------------------------------------------
--- fabric._import_timestamp: an optional timestamp field; the common case (RFC 3339 in UTC
--- or with an offset, a real date and time in the years 1900-9999) is read here, anything
--- else goes to fabric._envelope_timestamp, which raises propose's error for it.
-CREATE OR REPLACE FUNCTION fabric._import_timestamp(p_value jsonb, p_field text)
-RETURNS timestamptz
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  v_text text;
-BEGIN
-  IF p_value IS NULL OR pg_catalog.jsonb_typeof(p_value) = 'null' THEN
-    RETURN NULL;
-  END IF;
-  v_text := CASE WHEN pg_catalog.jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END;
-  IF v_text ~ '^(19|[2-9][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$'
-     AND pg_catalog.pg_input_is_valid(v_text, 'timestamptz')
-     AND v_text::timestamptz >= '1900-01-01 00:00:00+00'
-     AND v_text::timestamptz < '10000-01-01 00:00:00+00' THEN
-    RETURN v_text::timestamptz;
-  END IF;
-  RETURN fabric._envelope_timestamp(p_value, p_field);
-END $$;
-
--- ---------------------------------------------------------------------------------------
 -- fabric._import_element: one element of an import, parsed and checked by the rules that
 -- need nothing but the element, through the field readers propose's parser uses
--- (fabric._envelope_content, _envelope_confidence, _envelope_retention, ...). A structural error is caught and answered as
--- (sqlstate, reason) -- the error propose would raise; a governance violation as
--- (NULL, reason) -- the reason propose would reject with. The rules that read tables
--- (agent enablement and profile, instance, duplicates) are checked by the caller, set-based.
+-- (fabric._envelope_text, _envelope_content, _envelope_timestamp, ...). A structural error
+-- is caught and answered as (sqlstate, reason) -- the error propose would raise; a
+-- governance violation as (NULL, reason) -- the reason propose would reject with. The rules
+-- that read tables (agent enablement and profile, instance, duplicates) are checked by the
+-- caller, set-based. fabric._import_elements reads the common, valid element without it and
+-- hands every other element here.
 CREATE OR REPLACE FUNCTION fabric._import_element(p_element jsonb, p_tenant_id text,
   OUT o_sqlstate text, OUT o_reason text, OUT o_visibility text, OUT o_subject_id text,
   OUT o_agent_id text, OUT o_session_id text, OUT o_instance text, OUT o_content jsonb,
@@ -91,10 +47,7 @@ BEGIN
       'validity_interval, retention_class, compliance_labels, version, supersedes, '
       'business_instance_id');
   END IF;
-  v_tier := CASE WHEN p_element -> 'tier' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(p_element -> 'tier') = 'string'
-       AND pg_catalog.pg_input_is_valid(p_element -> 'tier' #>> '{}', 'fabric.ident')
-       THEN p_element -> 'tier' #>> '{}' ELSE fabric._import_text(p_element -> 'tier', 'tier') END;
+  v_tier := fabric._envelope_text(p_element -> 'tier', 'tier');
 
   v_scope := p_element -> 'scope';
   IF v_scope IS NULL OR pg_catalog.jsonb_typeof(v_scope) <> 'object'
@@ -102,26 +55,11 @@ BEGIN
     PERFORM fabric._bad_envelope('scope must be an object of tenant_id, subject_id, agent_id, session_id, visibility',
       'an imported record carries its full scope');
   END IF;
-  v_tenant := CASE WHEN v_scope -> 'tenant_id' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(v_scope -> 'tenant_id') = 'string'
-       AND pg_catalog.pg_input_is_valid(v_scope -> 'tenant_id' #>> '{}', 'fabric.ident')
-       THEN v_scope -> 'tenant_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'tenant_id', 'scope.tenant_id') END;
-  o_subject_id := CASE WHEN v_scope -> 'subject_id' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(v_scope -> 'subject_id') = 'string'
-       AND pg_catalog.pg_input_is_valid(v_scope -> 'subject_id' #>> '{}', 'fabric.ident')
-       THEN v_scope -> 'subject_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'subject_id', 'scope.subject_id') END;
-  o_session_id := CASE WHEN v_scope -> 'session_id' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(v_scope -> 'session_id') = 'string'
-       AND pg_catalog.pg_input_is_valid(v_scope -> 'session_id' #>> '{}', 'fabric.ident')
-       THEN v_scope -> 'session_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'session_id', 'scope.session_id') END;
-  o_agent_id := CASE WHEN v_scope -> 'agent_id' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(v_scope -> 'agent_id') = 'string'
-       AND pg_catalog.pg_input_is_valid(v_scope -> 'agent_id' #>> '{}', 'fabric.ident')
-       THEN v_scope -> 'agent_id' #>> '{}' ELSE fabric._import_text(v_scope -> 'agent_id', 'scope.agent_id') END;
-  o_visibility := CASE WHEN v_scope -> 'visibility' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string'
-       AND pg_catalog.pg_input_is_valid(v_scope -> 'visibility' #>> '{}', 'fabric.ident')
-       THEN v_scope -> 'visibility' #>> '{}' ELSE fabric._import_text(v_scope -> 'visibility', 'scope.visibility') END;
+  v_tenant := fabric._envelope_text(v_scope -> 'tenant_id', 'scope.tenant_id');
+  o_subject_id := fabric._envelope_text(v_scope -> 'subject_id', 'scope.subject_id');
+  o_session_id := fabric._envelope_text(v_scope -> 'session_id', 'scope.session_id');
+  o_agent_id := fabric._envelope_text(v_scope -> 'agent_id', 'scope.agent_id');
+  o_visibility := fabric._envelope_text(v_scope -> 'visibility', 'scope.visibility');
   PERFORM fabric._envelope_visibility(o_visibility);
   IF v_tenant IS DISTINCT FROM p_tenant_id AND v_tenant IS NOT NULL THEN
     PERFORM fabric._raise_rule('insufficient_privilege',
@@ -142,18 +80,9 @@ BEGIN
     PERFORM fabric._bad_envelope('provenance.source_event_id is set by the import: it names the import event',
       'omit it; keep the original store''s ids in correlation_id or causation_id, or in content');
   END IF;
-  o_correlation_id := CASE WHEN v_prov -> 'correlation_id' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(v_prov -> 'correlation_id') = 'string'
-       AND pg_catalog.pg_input_is_valid(v_prov -> 'correlation_id' #>> '{}', 'fabric.ident')
-       THEN v_prov -> 'correlation_id' #>> '{}' ELSE fabric._import_text(v_prov -> 'correlation_id', 'provenance.correlation_id') END;
-  o_causation_id := CASE WHEN v_prov -> 'causation_id' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(v_prov -> 'causation_id') = 'string'
-       AND pg_catalog.pg_input_is_valid(v_prov -> 'causation_id' #>> '{}', 'fabric.ident')
-       THEN v_prov -> 'causation_id' #>> '{}' ELSE fabric._import_text(v_prov -> 'causation_id', 'provenance.causation_id') END;
-  v_method := CASE WHEN v_prov -> 'formation_method' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(v_prov -> 'formation_method') = 'string'
-       AND pg_catalog.pg_input_is_valid(v_prov -> 'formation_method' #>> '{}', 'fabric.ident')
-       THEN v_prov -> 'formation_method' #>> '{}' ELSE fabric._import_text(v_prov -> 'formation_method', 'provenance.formation_method') END;
+  o_correlation_id := fabric._envelope_text(v_prov -> 'correlation_id', 'provenance.correlation_id');
+  o_causation_id := fabric._envelope_text(v_prov -> 'causation_id', 'provenance.causation_id');
+  v_method := fabric._envelope_text(v_prov -> 'formation_method', 'provenance.formation_method');
   IF v_method IS DISTINCT FROM 'import' AND v_method IS NOT NULL THEN
     PERFORM fabric._bad_envelope('provenance.formation_method of an imported record is import',
                                  'omit it or send "import"');
@@ -168,32 +97,15 @@ BEGIN
     PERFORM fabric._bad_envelope('validity_interval must be an object of valid_from, valid_until',
                                  'valid_until null means open-ended');
   END IF;
-  v_given_from := fabric._import_timestamp(v_validity -> 'valid_from', 'validity_interval.valid_from');
+  v_given_from := fabric._envelope_timestamp(v_validity -> 'valid_from', 'validity_interval.valid_from');
   o_valid_from := coalesce(v_given_from, pg_catalog.now());
-  o_valid_until := fabric._import_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
+  o_valid_until := fabric._envelope_timestamp(v_validity -> 'valid_until', 'validity_interval.valid_until');
 
-  o_retention := fabric._envelope_retention(p_element -> 'retention_class',
-    pg_catalog.jsonb_typeof(p_element -> 'retention_class') = 'string'
-    AND pg_catalog.pg_input_is_valid(p_element ->> 'retention_class', 'fabric.ident'));
-  IF p_element -> 'compliance_labels' IS NULL
-     OR p_element -> 'compliance_labels' = '[]'::jsonb THEN
-    o_labels := '{}';
-  ELSIF pg_catalog.jsonb_typeof(p_element -> 'compliance_labels') = 'array'
-        AND pg_catalog.jsonb_array_length(p_element -> 'compliance_labels') <= 64
-        AND NOT pg_catalog.jsonb_path_exists(p_element -> 'compliance_labels',
-              'strict $[*] ? (@.type() != "string" || !(@ like_regex "^[A-Za-z0-9._:/@+=-]{1,200}$"))') THEN
-    -- plain ASCII labels (identifiers for certain, nothing to escape): read as an array
-    -- literal; anything else goes to propose's reader
-    o_labels := pg_catalog.translate((p_element -> 'compliance_labels')::text, '[]', '{}')::text[];
-  ELSE
-    o_labels := fabric._envelope_text_array(p_element -> 'compliance_labels', 'compliance_labels');
-  END IF;
+  o_retention := fabric._envelope_retention(p_element -> 'retention_class', false);
+  o_labels := fabric._envelope_text_array(p_element -> 'compliance_labels', 'compliance_labels');
   o_version := coalesce(fabric._envelope_text(p_element -> 'version', 'version', 64), '1.0.0');
   PERFORM fabric._envelope_version_components(o_version);
-  o_instance := CASE WHEN p_element -> 'business_instance_id' IS NULL THEN NULL
-       WHEN pg_catalog.jsonb_typeof(p_element -> 'business_instance_id') = 'string'
-       AND pg_catalog.pg_input_is_valid(p_element -> 'business_instance_id' #>> '{}', 'fabric.ident')
-       THEN p_element -> 'business_instance_id' #>> '{}' ELSE fabric._import_text(p_element -> 'business_instance_id', 'business_instance_id') END;
+  o_instance := fabric._envelope_text(p_element -> 'business_instance_id', 'business_instance_id');
   IF (p_element ? 'derived_from' AND pg_catalog.jsonb_typeof(p_element -> 'derived_from') NOT IN ('null', 'array'))
      OR (p_element ? 'supersedes' AND pg_catalog.jsonb_typeof(p_element -> 'supersedes') NOT IN ('null', 'string')) THEN
     PERFORM fabric._bad_envelope('derived_from must be an array and supersedes a memory id or null',
@@ -233,6 +145,140 @@ EXCEPTION
     o_causation_id := NULL; o_confidence := NULL; o_valid_from := NULL; o_valid_until := NULL;
     o_retention := NULL; o_labels := NULL; o_version := NULL;
 END $$;
+DROP FUNCTION IF EXISTS fabric._import_text(jsonb, text);        -- folded into _import_elements
+DROP FUNCTION IF EXISTS fabric._import_timestamp(jsonb, text);   -- folded into _import_elements
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._import_elements: every element of an import with its position, read in one
+-- set-based query. An element of the common shape that breaks no rule of the element (an
+-- object of the import envelope's keys; identifiers that are identifier strings; tier
+-- absent or episodic; content an object of at most 65536 bytes, 32 brackets, numbers that
+-- are doubles' shortest decimals and no content_hash; provenance without source_event_id,
+-- formation method absent or import; confidence a plain decimal in [0, 1]; validity
+-- timestamps in RFC 3339 with T and Z or an offset, valid_until after valid_from; retention
+-- a kept class; labels plain ASCII identifiers; version absent or plain MAJOR.MINOR.PATCH;
+-- no derived_from, supersedes or a visibility without its id) is read by expressions of
+-- this query; every other element goes to fabric._import_element, which answers its first
+-- error or rejection. The readers agree on every element the fast test accepts
+-- (tests/sql/test_import_reader.py).
+CREATE OR REPLACE FUNCTION fabric._import_elements(p_records jsonb, p_tenant_id text)
+RETURNS TABLE (o_position integer, o_sqlstate text, o_reason text, o_visibility text,
+  o_subject_id text, o_agent_id text, o_session_id text, o_instance text, o_content jsonb,
+  o_content_hash text, o_correlation_id text, o_causation_id text,
+  o_confidence double precision, o_valid_from timestamptz, o_valid_until timestamptz,
+  o_retention text, o_labels text[], o_version text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT r.position, f.*
+  FROM (
+    SELECT (x.ord - 1)::integer AS position, x.element,
+      pg_catalog.jsonb_typeof(x.element) = 'object'
+      AND (x.element - ARRAY['tier', 'scope', 'content', 'provenance', 'derived_from',
+                             'confidence', 'validity_interval', 'retention_class',
+                             'compliance_labels', 'version', 'supersedes',
+                             'business_instance_id']) = '{}'::jsonb
+      AND (x.element -> 'tier' IS NULL OR x.element -> 'tier' = '"episodic"')
+      AND (x.element -> 'derived_from' IS NULL OR x.element -> 'derived_from' = '[]')
+      AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'supersedes', 'null')) = 'null'
+      -- scope: an object of its keys, visibility one of four with its id
+      AND pg_catalog.jsonb_typeof(x.element -> 'scope') = 'object'
+      AND ((x.element -> 'scope') - ARRAY['tenant_id', 'subject_id', 'agent_id', 'session_id',
+                                        'visibility']) = '{}'::jsonb
+      AND (x.element -> 'scope' ->> 'tenant_id' IS NULL
+           OR x.element -> 'scope' ->> 'tenant_id' = p_tenant_id)
+      AND CASE x.element -> 'scope' ->> 'visibility'
+            WHEN 'tenant' THEN true
+            WHEN 'subject' THEN x.element -> 'scope' ->> 'subject_id' IS NOT NULL
+            WHEN 'agent' THEN x.element -> 'scope' ->> 'agent_id' IS NOT NULL
+            WHEN 'session' THEN x.element -> 'scope' ->> 'session_id' IS NOT NULL
+            ELSE false END
+      -- provenance: absent, or an object without source_event_id, method absent or import
+      AND (x.element -> 'provenance' IS NULL
+           OR (pg_catalog.jsonb_typeof(x.element -> 'provenance') = 'object'
+               AND ((x.element -> 'provenance') - ARRAY['correlation_id', 'causation_id',
+                                                      'formation_method']) = '{}'::jsonb
+               AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'provenance' -> 'formation_method',
+                                                    '"import"')) IN ('null', 'string')
+               AND coalesce(x.element -> 'provenance' ->> 'formation_method', 'import') = 'import'))
+      -- every identifier absent, null or an identifier string
+      AND NOT EXISTS (
+        SELECT 1 FROM pg_catalog.unnest(ARRAY[
+            x.element -> 'scope' -> 'tenant_id', x.element -> 'scope' -> 'subject_id',
+            x.element -> 'scope' -> 'agent_id', x.element -> 'scope' -> 'session_id',
+            x.element -> 'scope' -> 'visibility', x.element -> 'provenance' -> 'correlation_id',
+            x.element -> 'provenance' -> 'causation_id', x.element -> 'business_instance_id']) i(v)
+        WHERE i.v IS NOT NULL AND pg_catalog.jsonb_typeof(i.v) <> 'null'
+          AND (pg_catalog.jsonb_typeof(i.v) <> 'string'
+               OR NOT pg_catalog.pg_input_is_valid(i.v #>> '{}', 'fabric.ident')))
+      -- content: an object, small and shallow, numbers that need no hash to be checked
+      AND pg_catalog.jsonb_typeof(x.element -> 'content') = 'object'
+      AND pg_catalog.octet_length((x.element -> 'content')::text) <= 65536
+      AND pg_catalog.length((x.element -> 'content')::text)
+          - pg_catalog.length(pg_catalog.translate((x.element -> 'content')::text, '{[', '')) <= 32
+      AND (SELECT q.n = '[]' OR (q.n ~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$' AND q.n !~ '[0-9]{16}')
+           FROM (SELECT pg_catalog.jsonb_path_query_array(x.element -> 'content',
+                          'strict $.** ? (@.type() == "number")')::text) AS q(n))
+      -- confidence: a plain decimal in [0, 1]
+      AND pg_catalog.jsonb_typeof(x.element -> 'confidence') = 'number'
+      AND x.element ->> 'confidence' ~ '^(0|1)(\.[0-9]{1,14})?$'
+      AND (x.element ->> 'confidence')::float8 <= 1
+      -- validity: RFC 3339 instants in 1900-9999, valid_until after valid_from
+      AND (x.element -> 'validity_interval' IS NULL
+           OR pg_catalog.jsonb_typeof(x.element -> 'validity_interval') = 'null'
+           OR (pg_catalog.jsonb_typeof(x.element -> 'validity_interval') = 'object'
+               AND ((x.element -> 'validity_interval') - ARRAY['valid_from', 'valid_until']) = '{}'::jsonb
+               AND NOT EXISTS (
+                 SELECT 1 FROM pg_catalog.unnest(ARRAY[x.element -> 'validity_interval' -> 'valid_from',
+                                                       x.element -> 'validity_interval' -> 'valid_until']) t(v)
+                 WHERE t.v IS NOT NULL AND pg_catalog.jsonb_typeof(t.v) <> 'null'
+                   AND NOT CASE
+                     WHEN pg_catalog.jsonb_typeof(t.v) = 'string'
+                      AND (t.v #>> '{}') ~ '^(19|[2-9][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$'
+                      AND pg_catalog.pg_input_is_valid(t.v #>> '{}', 'timestamptz')
+                     THEN (t.v #>> '{}')::timestamptz >= '1900-01-01 00:00:00+00'
+                      AND (t.v #>> '{}')::timestamptz < '10000-01-01 00:00:00+00'
+                     ELSE false END)
+               AND (x.element -> 'validity_interval' ->> 'valid_until' IS NULL
+                    OR (x.element -> 'validity_interval' ->> 'valid_until')::timestamptz
+                       > coalesce((x.element -> 'validity_interval' ->> 'valid_from')::timestamptz,
+                                  pg_catalog.now()))))
+      AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'retention_class', 'null')) IN ('null', 'string')
+      AND coalesce(x.element ->> 'retention_class', 'durable') IN ('operational', 'durable', 'audit', 'regulated')
+      -- labels: plain ASCII identifiers (nothing to escape)
+      AND (x.element -> 'compliance_labels' IS NULL
+           OR pg_catalog.jsonb_typeof(x.element -> 'compliance_labels') = 'null'
+           OR (pg_catalog.jsonb_typeof(x.element -> 'compliance_labels') = 'array'
+               AND pg_catalog.jsonb_array_length(x.element -> 'compliance_labels') <= 64
+               AND NOT pg_catalog.jsonb_path_exists(x.element -> 'compliance_labels',
+                 'strict $[*] ? (@.type() != "string" || !(@ like_regex "^[A-Za-z0-9._:/@+=-]{1,200}$"))')))
+      AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'version', 'null')) = 'null'
+           OR (pg_catalog.jsonb_typeof(x.element -> 'version') = 'string'
+               AND x.element ->> 'version' ~ '^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$'))
+      AS plain
+    FROM pg_catalog.jsonb_array_elements(p_records) WITH ORDINALITY AS x(element, ord)
+    OFFSET 0   -- computed once, in this order: the test guards the casts that read the values
+  ) r
+  CROSS JOIN LATERAL (
+    SELECT NULL::text, NULL::text, r.element -> 'scope' ->> 'visibility',
+      r.element -> 'scope' ->> 'subject_id', r.element -> 'scope' ->> 'agent_id',
+      r.element -> 'scope' ->> 'session_id', r.element ->> 'business_instance_id',
+      r.element -> 'content', NULL::text,
+      r.element -> 'provenance' ->> 'correlation_id', r.element -> 'provenance' ->> 'causation_id',
+      (r.element ->> 'confidence')::float8,
+      coalesce((r.element -> 'validity_interval' ->> 'valid_from')::timestamptz, pg_catalog.now()),
+      (r.element -> 'validity_interval' ->> 'valid_until')::timestamptz,
+      coalesce(r.element ->> 'retention_class', 'durable'),
+      CASE WHEN pg_catalog.jsonb_typeof(r.element -> 'compliance_labels') = 'array'
+           THEN pg_catalog.translate((r.element -> 'compliance_labels')::text, '[]', '{}')::text[]
+           ELSE '{}'::text[] END,
+      coalesce(r.element ->> 'version', '1.0.0')
+    WHERE r.plain
+    UNION ALL
+    SELECT v.* FROM fabric._import_element(r.element, p_tenant_id) v
+    WHERE r.plain IS NOT TRUE
+  ) f
+$$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._import_event_id: the import event's id, derived from (tenant, import id).
@@ -308,9 +354,11 @@ BEGIN
 
   PERFORM fabric._set_context('actor', v_committer);
   WITH elements AS (
-    SELECT (x.ord - 1)::integer AS position, v.*
-    FROM pg_catalog.jsonb_array_elements(p_records) WITH ORDINALITY AS x(element, ord)
-    CROSS JOIN LATERAL fabric._import_element(x.element, p_tenant_id) v
+    SELECT e.o_position AS position, e.o_sqlstate, e.o_reason, e.o_visibility, e.o_subject_id,
+      e.o_agent_id, e.o_session_id, e.o_instance, e.o_content, e.o_content_hash,
+      e.o_correlation_id, e.o_causation_id, e.o_confidence, e.o_valid_from, e.o_valid_until,
+      e.o_retention, e.o_labels, e.o_version
+    FROM fabric._import_elements(p_records, p_tenant_id) e
   ),
   -- The scope agents' standing, once per (agent, visibility) rather than per element.
   standing AS (

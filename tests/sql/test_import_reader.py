@@ -1,0 +1,243 @@
+"""fabric._import_elements: the set-based reader of import elements agrees with the element
+reader fabric._import_element on every element.
+
+fabric._import_elements reads an element of the common, valid shape with expressions of one
+query and hands every other element to fabric._import_element. For a corpus of elements
+(valid variants and each kind of break, alone and in pairs) the batch answer of each
+position equals fabric._import_element's answer for that element, field by field; and the
+valid variants are read without calling fabric._import_element (the fast path is taken, so
+the comparison is not vacuous).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import Fabric
+
+
+def base() -> dict[str, Any]:
+    return {
+        "scope": {
+            "tenant_id": "acme",
+            "subject_id": "user-8842",
+            "agent_id": "com-agt-003",
+            "session_id": "sess-1f9c",
+            "visibility": "subject",
+        },
+        "content": {"text": "asked for invoices in EUR", "turn": 3},
+        "provenance": {"correlation_id": "corr-crm", "formation_method": "import"},
+        "confidence": 0.9,
+        "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
+        "retention_class": "durable",
+        "compliance_labels": ["pii"],
+    }
+
+
+DROP = object()
+
+# (path, value): the value at the path replaced (DROP removes the key). PLAIN: the
+# elements read by the set-based query.
+PLAIN: list[tuple[tuple[str, ...], Any]] = [
+    (("validity_interval",), DROP),
+    (("validity_interval",), None),
+    (("validity_interval", "valid_from"), DROP),
+    (("validity_interval", "valid_until"), "2026-08-01T00:00:00+02:00"),
+    (("validity_interval", "valid_from"), "2026-07-02T09:14:00.123456Z"),
+    (("confidence",), 1),
+    (("confidence",), 0),
+    (("confidence",), 1.0),
+    (("confidence",), 0.12345678901234),
+    (("version",), "2.3.4"),
+    (("version",), None),
+    (("retention_class",), "audit"),
+    (("retention_class",), None),
+    (("retention_class",), DROP),
+    (("compliance_labels",), []),
+    (("compliance_labels",), None),
+    (("compliance_labels",), DROP),
+    (("compliance_labels",), ["gdpr:art-9", "a/b@c+d=e"]),
+    (("scope", "visibility"), "tenant"),
+    (("scope", "tenant_id"), DROP),
+    (("scope", "tenant_id"), None),
+    (("scope", "session_id"), None),
+    (("provenance",), DROP),
+    (("provenance",), {}),
+    (("provenance", "formation_method"), None),
+    (("provenance", "causation_id"), "msg-77"),
+    (("tier",), "episodic"),
+    (("derived_from",), []),
+    (("supersedes",), None),
+    (("business_instance_id",), "inst-1"),
+    (("content",), {"a": [1, 2.5, -3, {"b": None}], "ü": "ß"}),
+]
+
+# Elements read one by one: breaking a rule, or valid in a shape the fast test leaves out.
+SLOW: list[tuple[tuple[str, ...], Any]] = [
+    (("validity_interval", "valid_until"), "2026-07-01T00:00:00Z"),
+    (("validity_interval", "valid_from"), "1900-01-01T00:30:00+01:00"),
+    (("validity_interval", "valid_from"), "2026-02-30T00:00:00Z"),
+    (("validity_interval", "valid_from"), "2026-07-02t09:14:00z"),
+    (("validity_interval", "valid_from"), "2026-07-02 09:14:00Z"),
+    (("validity_interval", "valid_from"), "2026-07-02T24:00:00Z"),
+    (("validity_interval", "valid_from"), "now"),
+    (("validity_interval", "valid_from"), 5),
+    (("validity_interval", "extra"), 1),
+    (("validity_interval",), []),
+    (("confidence",), 1.5),
+    (("confidence",), 0.123456789012345),
+    (("confidence",), -0.1),
+    (("confidence",), "0.9"),
+    (("confidence",), None),
+    (("confidence",), DROP),
+    (("version",), "1.0.0-rc.1"),
+    (("version",), "01.0.0"),
+    (("version",), "99999999999.0.0"),
+    (("version",), 5),
+    (("version",), "1.0"),
+    (("retention_class",), "ephemeral"),
+    (("retention_class",), "bogus"),
+    (("retention_class",), 3),
+    (("compliance_labels",), ["a b"]),
+    (("compliance_labels",), ["x"] * 65),
+    (("compliance_labels",), [1]),
+    (("compliance_labels",), ["Ünï"]),
+    (("compliance_labels",), "pii"),
+    (("scope", "visibility"), "agent"),
+    (("scope", "visibility"), "session"),
+    (("scope", "visibility"), "world"),
+    (("scope", "visibility"), None),
+    (("scope", "subject_id"), None),
+    (("scope", "subject_id"), ""),
+    (("scope", "subject_id"), "user 8842"),
+    (("scope", "subject_id"), 8842),
+    (("scope", "agent_id"), "a\u200bb"),
+    (("scope", "tenant_id"), "globex"),
+    (("scope", "extra"), "x"),
+    (("scope",), DROP),
+    (("scope",), "acme"),
+    (("provenance",), None),
+    (("provenance", "formation_method"), "extraction"),
+    (("provenance", "source_event_id"), "evt-1"),
+    (("provenance", "source_event_id"), None),
+    (("provenance", "correlation_id"), ["x"]),
+    (("tier",), "semantic"),
+    (("tier",), None),
+    (("derived_from",), None),
+    (("derived_from",), ["7f1f5c7e-0000-4000-8000-000000000001"]),
+    (("derived_from",), "x"),
+    (("supersedes",), "7f1f5c7e-0000-4000-8000-000000000001"),
+    (("business_instance_id",), "inst 1"),
+    (("content",), {"n": 12345678901234567}),
+    (("content",), {"n": 0.1234567890123456789}),
+    (("content",), {"n": 1e300}),
+    (("content",), "text"),
+    (("content",), DROP),
+    (("content",), {"t": "x" * 70000}),
+    (("content_hash",), "sha256:00"),
+    (("content_hash",), None),
+    (("extra",), 1),
+]
+
+
+def mutate(el: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(el)
+    node = out
+    for key in path[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    if value is DROP:
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = copy.deepcopy(value)
+    return out
+
+
+def deep(levels: int) -> dict[str, Any]:
+    content: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels):
+        content = {"d": content}
+    return content
+
+
+def corpus() -> tuple[list[Any], list[Any]]:
+    """(plain elements, all elements): single mutations, pairs, and a few odd ones."""
+    plain = [base()] + [mutate(base(), p, v) for p, v in PLAIN]
+    rng = random.Random(13)
+    mutations = PLAIN + SLOW
+    pairs = [
+        mutate(mutate(base(), *rng.choice(mutations)), *rng.choice(mutations)) for _ in range(150)
+    ]
+    odd = [None, [], "x", 5, {}, mutate(base(), ("content",), deep(31))]
+    odd += [mutate(base(), ("content",), deep(40))]
+    broken = [mutate(base(), p, v) for p, v in SLOW]
+    return plain, plain + broken + pairs + odd
+
+
+def element_calls(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT coalesce(pg_stat_get_xact_function_calls("
+        "'fabric._import_element(jsonb, text)'::regprocedure), 0)"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def batch(conn: psycopg.Connection[Any], elements: list[Any]) -> list[tuple[Any, ...]]:
+    rows = conn.execute(
+        "SELECT * FROM fabric._import_elements(%s::jsonb, 'acme') ORDER BY o_position",
+        (json.dumps(elements),),
+    ).fetchall()
+    assert [r[0] for r in rows] == list(range(len(elements)))
+    return [tuple(r[1:]) for r in rows]
+
+
+def one(conn: psycopg.Connection[Any], el: Any) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT * FROM fabric._import_element(%s::jsonb, 'acme')", (json.dumps(el),)
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_batch_reader_equals_element_reader(fabric: Fabric) -> None:
+    _plain, elements = corpus()
+    with fabric.connect(autocommit=False) as conn:  # one transaction: one now()
+        conn.execute("SET LOCAL track_functions = 'all'")
+        got = batch(conn, elements)
+        for i, el in enumerate(elements):
+            want = one(conn, el)
+            assert got[i] == want, (i, el)
+        # the corpus is not vacuous: valid and refused elements both occur
+        assert any(r[0] is None and r[1] is None for r in got)
+        assert any(r[0] is not None for r in got) and any(
+            r[0] is None and r[1] is not None for r in got
+        )
+
+
+def test_plain_elements_take_the_set_based_path(fabric: Fabric) -> None:
+    plain, _ = corpus()
+    with fabric.connect(autocommit=False) as conn:
+        conn.execute("SET LOCAL track_functions = 'all'")
+        before = element_calls(conn)
+        rows = batch(conn, plain)
+        assert element_calls(conn) == before  # none read one by one
+        assert all(r[0] is None and r[1] is None for r in rows)
+        batch(conn, [mutate(base(), ("confidence",), 1.5)])
+        assert element_calls(conn) == before + 1  # the counter counts
+
+
+@pytest.mark.parametrize("path, value", SLOW[:12])
+def test_a_broken_element_is_read_one_by_one(fabric: Fabric, path: Any, value: Any) -> None:
+    with fabric.connect(autocommit=False) as conn:
+        conn.execute("SET LOCAL track_functions = 'all'")
+        before = element_calls(conn)
+        batch(conn, [base(), mutate(base(), path, value)])
+        assert element_calls(conn) == before + 1
