@@ -181,57 +181,56 @@ AS $$
       AND (x.element -> 'tier' IS NULL OR x.element -> 'tier' = '"episodic"')
       AND (x.element -> 'derived_from' IS NULL OR x.element -> 'derived_from' = '[]')
       AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'supersedes', 'null')) = 'null'
-      -- scope: an object of its keys, visibility one of four with its id
-      AND pg_catalog.jsonb_typeof(x.element -> 'scope') = 'object'
-      AND ((x.element -> 'scope') - ARRAY['tenant_id', 'subject_id', 'agent_id', 'session_id',
-                                        'visibility']) = '{}'::jsonb
-      AND (x.element -> 'scope' ->> 'tenant_id' IS NULL
-           OR x.element -> 'scope' ->> 'tenant_id' = p_tenant_id)
-      AND CASE x.element -> 'scope' ->> 'visibility'
+      -- scope: an object of its keys, each null or a printable ASCII identifier (as JSON
+      -- text: no quote or backslash to escape), visibility one of four with its id
+      AND pg_catalog.jsonb_typeof(e.scope) = 'object'
+      AND (e.scope - ARRAY['tenant_id', 'subject_id', 'agent_id', 'session_id', 'visibility'])
+          = '{}'::jsonb
+      AND e.scope::text ~ '^\{"[a-z_]+": ("[!#-\[\]-~]+"|null)(, "[a-z_]+": ("[!#-\[\]-~]+"|null))*\}$'
+      AND GREATEST(pg_catalog.length(e.scope ->> 'subject_id'),
+            pg_catalog.length(e.scope ->> 'agent_id'), pg_catalog.length(e.scope ->> 'session_id'),
+            pg_catalog.length(e.scope ->> 'visibility'), 0) <= 200
+      AND coalesce(e.scope ->> 'tenant_id', p_tenant_id) = p_tenant_id
+      AND CASE e.scope ->> 'visibility'
             WHEN 'tenant' THEN true
-            WHEN 'subject' THEN x.element -> 'scope' ->> 'subject_id' IS NOT NULL
-            WHEN 'agent' THEN x.element -> 'scope' ->> 'agent_id' IS NOT NULL
-            WHEN 'session' THEN x.element -> 'scope' ->> 'session_id' IS NOT NULL
+            WHEN 'subject' THEN e.scope ->> 'subject_id' IS NOT NULL
+            WHEN 'agent' THEN e.scope ->> 'agent_id' IS NOT NULL
+            WHEN 'session' THEN e.scope ->> 'session_id' IS NOT NULL
             ELSE false END
-      -- provenance: absent, or an object without source_event_id, method absent or import
-      AND (x.element -> 'provenance' IS NULL
-           OR (pg_catalog.jsonb_typeof(x.element -> 'provenance') = 'object'
-               AND ((x.element -> 'provenance') - ARRAY['correlation_id', 'causation_id',
-                                                      'formation_method']) = '{}'::jsonb
-               AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'provenance' -> 'formation_method',
-                                                    '"import"')) IN ('null', 'string')
-               AND coalesce(x.element -> 'provenance' ->> 'formation_method', 'import') = 'import'))
-      -- every identifier absent, null or an identifier string
-      AND NOT EXISTS (
-        SELECT 1 FROM pg_catalog.unnest(ARRAY[
-            x.element -> 'scope' -> 'tenant_id', x.element -> 'scope' -> 'subject_id',
-            x.element -> 'scope' -> 'agent_id', x.element -> 'scope' -> 'session_id',
-            x.element -> 'scope' -> 'visibility', x.element -> 'provenance' -> 'correlation_id',
-            x.element -> 'provenance' -> 'causation_id', x.element -> 'business_instance_id']) i(v)
-        WHERE i.v IS NOT NULL AND pg_catalog.jsonb_typeof(i.v) <> 'null'
-          AND (pg_catalog.jsonb_typeof(i.v) <> 'string'
-               OR NOT pg_catalog.pg_input_is_valid(i.v #>> '{}', 'fabric.ident')))
+      -- provenance: absent, or an object of identifiers without source_event_id, the
+      -- formation method absent or import
+      AND (e.prov IS NULL
+           OR (pg_catalog.jsonb_typeof(e.prov) = 'object'
+               AND (e.prov - ARRAY['correlation_id', 'causation_id', 'formation_method']) = '{}'::jsonb
+               AND (e.prov = '{}' OR e.prov::text ~ '^\{"[a-z_]+": ("[!#-\[\]-~]+"|null)(, "[a-z_]+": ("[!#-\[\]-~]+"|null))*\}$')
+               AND GREATEST(pg_catalog.length(e.prov ->> 'correlation_id'),
+                     pg_catalog.length(e.prov ->> 'causation_id'), 0) <= 200
+               AND coalesce(e.prov ->> 'formation_method', 'import') = 'import'))
+      AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'business_instance_id', 'null')) = 'null'
+           OR (pg_catalog.jsonb_typeof(x.element -> 'business_instance_id') = 'string'
+               AND x.element ->> 'business_instance_id' ~ '^[!-~]+$'
+               AND pg_catalog.length(x.element ->> 'business_instance_id') <= 200))
       -- content: an object, small and shallow, numbers that need no hash to be checked
-      AND pg_catalog.jsonb_typeof(x.element -> 'content') = 'object'
-      AND pg_catalog.octet_length((x.element -> 'content')::text) <= 65536
-      AND pg_catalog.length((x.element -> 'content')::text)
-          - pg_catalog.length(pg_catalog.translate((x.element -> 'content')::text, '{[', '')) <= 32
+      AND pg_catalog.jsonb_typeof(e.content) = 'object'
+      AND pg_catalog.octet_length(e.content_text) <= 65536
+      AND pg_catalog.length(e.content_text)
+          - pg_catalog.length(pg_catalog.translate(e.content_text, '{[', '')) <= 32
       AND (SELECT q.n = '[]' OR (q.n ~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$' AND q.n !~ '[0-9]{16}')
-           FROM (SELECT pg_catalog.jsonb_path_query_array(x.element -> 'content',
+           FROM (SELECT pg_catalog.jsonb_path_query_array(e.content,
                           'strict $.** ? (@.type() == "number")')::text) AS q(n))
       -- confidence: a plain decimal in [0, 1]
       AND pg_catalog.jsonb_typeof(x.element -> 'confidence') = 'number'
       AND x.element ->> 'confidence' ~ '^(0|1)(\.[0-9]{1,14})?$'
       AND (x.element ->> 'confidence')::float8 <= 1
-      -- validity: RFC 3339 instants in 1900-9999, valid_until after valid_from
-      AND (x.element -> 'validity_interval' IS NULL
-           OR pg_catalog.jsonb_typeof(x.element -> 'validity_interval') = 'null'
-           OR (pg_catalog.jsonb_typeof(x.element -> 'validity_interval') = 'object'
-               AND ((x.element -> 'validity_interval') - ARRAY['valid_from', 'valid_until']) = '{}'::jsonb
+      -- validity: RFC 3339 instants (T, Z or an offset) in 1900-9999, valid_until after
+      -- valid_from
+      AND (pg_catalog.jsonb_typeof(coalesce(e.validity, 'null')) = 'null'
+           OR (pg_catalog.jsonb_typeof(e.validity) = 'object'
+               AND (e.validity - ARRAY['valid_from', 'valid_until']) = '{}'::jsonb
                AND NOT EXISTS (
-                 SELECT 1 FROM pg_catalog.unnest(ARRAY[x.element -> 'validity_interval' -> 'valid_from',
-                                                       x.element -> 'validity_interval' -> 'valid_until']) t(v)
-                 WHERE t.v IS NOT NULL AND pg_catalog.jsonb_typeof(t.v) <> 'null'
+                 SELECT 1 FROM pg_catalog.unnest(ARRAY[e.validity -> 'valid_from',
+                                                       e.validity -> 'valid_until']) t(v)
+                 WHERE pg_catalog.jsonb_typeof(coalesce(t.v, 'null')) <> 'null'
                    AND NOT CASE
                      WHEN pg_catalog.jsonb_typeof(t.v) = 'string'
                       AND (t.v #>> '{}') ~ '^(19|[2-9][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$'
@@ -239,24 +238,29 @@ AS $$
                      THEN (t.v #>> '{}')::timestamptz >= '1900-01-01 00:00:00+00'
                       AND (t.v #>> '{}')::timestamptz < '10000-01-01 00:00:00+00'
                      ELSE false END)
-               AND (x.element -> 'validity_interval' ->> 'valid_until' IS NULL
-                    OR (x.element -> 'validity_interval' ->> 'valid_until')::timestamptz
-                       > coalesce((x.element -> 'validity_interval' ->> 'valid_from')::timestamptz,
-                                  pg_catalog.now()))))
+               AND (e.validity ->> 'valid_until' IS NULL
+                    OR (e.validity ->> 'valid_until')::timestamptz
+                       > coalesce((e.validity ->> 'valid_from')::timestamptz, pg_catalog.now()))))
       AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'retention_class', 'null')) IN ('null', 'string')
       AND coalesce(x.element ->> 'retention_class', 'durable') IN ('operational', 'durable', 'audit', 'regulated')
-      -- labels: plain ASCII identifiers (nothing to escape)
-      AND (x.element -> 'compliance_labels' IS NULL
-           OR pg_catalog.jsonb_typeof(x.element -> 'compliance_labels') = 'null'
+      -- labels: plain ASCII identifiers (nothing to escape), at most 200 bytes in all (so
+      -- fewer than 64, each shorter than 200)
+      AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'compliance_labels', 'null')) = 'null'
+           OR x.element -> 'compliance_labels' = '[]'
            OR (pg_catalog.jsonb_typeof(x.element -> 'compliance_labels') = 'array'
-               AND pg_catalog.jsonb_array_length(x.element -> 'compliance_labels') <= 64
-               AND NOT pg_catalog.jsonb_path_exists(x.element -> 'compliance_labels',
-                 'strict $[*] ? (@.type() != "string" || !(@ like_regex "^[A-Za-z0-9._:/@+=-]{1,200}$"))')))
+               AND pg_catalog.octet_length((x.element -> 'compliance_labels')::text) <= 200
+               AND (x.element -> 'compliance_labels')::text
+                   ~ '^\["[A-Za-z0-9._:/@+=-]+"(, "[A-Za-z0-9._:/@+=-]+")*\]$'))
       AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'version', 'null')) = 'null'
            OR (pg_catalog.jsonb_typeof(x.element -> 'version') = 'string'
                AND x.element ->> 'version' ~ '^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$'))
       AS plain
     FROM pg_catalog.jsonb_array_elements(p_records) WITH ORDINALITY AS x(element, ord)
+    CROSS JOIN LATERAL (
+      SELECT x.element -> 'scope', x.element -> 'provenance', x.element -> 'content',
+             (x.element -> 'content')::text, x.element -> 'validity_interval'
+      OFFSET 0
+    ) AS e(scope, prov, content, content_text, validity)
     OFFSET 0   -- computed once, in this order: the test guards the casts that read the values
   ) r
   CROSS JOIN LATERAL (
