@@ -192,8 +192,9 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- The checks an envelope's fields meet wherever an envelope enters (fabric._parse_envelope
--- for propose and propose_many, fabric._import_element for import_records): one reader per
--- field, one error per rule.
+-- for propose and propose_many, fabric._import_element for the elements of import_records
+-- that fabric._import_elements does not read set-based): one reader per field, one error
+-- per rule.
 
 -- fabric._envelope_visibility: scope.visibility is one of the four (22023).
 CREATE OR REPLACE FUNCTION fabric._envelope_visibility(p_visibility text)
