@@ -16,7 +16,6 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
-from integration.test_graph import DATABASE, PASSWORD, GraphServer, _graph_sh, graph_server  # noqa: F401
 from memfabric import ops
 from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
@@ -24,6 +23,7 @@ from memfabric.graph import GraphStore
 from memfabric.projector import Projector
 from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore, QdrantServerStore, VectorStore
+from servers import DATABASE, PASSWORD, GraphServer, graph_sh
 
 # starts the projection stores and takes a graph server away (up to a minute)
 pytestmark = pytest.mark.slow
@@ -41,29 +41,22 @@ class CountingEmbedder:
         return self.inner.embed(texts)
 
 
-@pytest.fixture(scope="module")
-def model() -> MiniLMEmbedder:
-    m = MiniLMEmbedder()
-    m.embed(["warm up"])
-    return m
-
-
 @pytest.fixture(params=["edge", "qdrant-client"])
 def vectors(
-    request: pytest.FixtureRequest, tmp_path: Path, model: MiniLMEmbedder
+    request: pytest.FixtureRequest, tmp_path: Path, minilm: MiniLMEmbedder
 ) -> Iterator[VectorStore]:
     store: VectorStore = (
         EdgeVectorStore(tmp_path / "qdrant")
         if request.param == "edge"
         else QdrantServerStore(location=":memory:")
     )
-    store.ensure_collections(model.model, model.version, model.dims)
+    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
     yield store
     store.close()
 
 
 @pytest.fixture
-def graph(graph_server: GraphServer) -> Iterator[GraphStore]:  # noqa: F811
+def graph(graph_server: GraphServer) -> Iterator[GraphStore]:
     with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as g:
         g.ensure_schema()
         g.wipe()
@@ -72,10 +65,10 @@ def graph(graph_server: GraphServer) -> Iterator[GraphStore]:  # noqa: F811
 
 @pytest.fixture
 def projector(
-    fabric: Fabric, vectors: VectorStore, graph: GraphStore, model: MiniLMEmbedder
+    fabric: Fabric, vectors: VectorStore, graph: GraphStore, minilm: MiniLMEmbedder
 ) -> Projector:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-    return Projector(url, CountingEmbedder(model), vectors, graph)  # type: ignore[arg-type]
+    return Projector(url, CountingEmbedder(minilm), vectors, graph)  # type: ignore[arg-type]
 
 
 def drain(projector: Projector) -> int:
@@ -274,10 +267,10 @@ def test_graph_server_away_and_back(
     fabric: Fabric,
     projector: Projector,
     seeded: dict[str, Any],
-    graph_server: GraphServer,  # noqa: F811 - the module fixture of test_graph
+    graph_server: GraphServer,
 ) -> None:
     drain(projector)
-    _graph_sh(graph_server.env, "down", timeout=60)
+    graph_sh(graph_server.env, "down", timeout=60)
     try:
         run = seeded["run"]
         late = form(fabric, run, "formed while the graph was away")
@@ -286,7 +279,7 @@ def test_graph_server_away_and_back(
             with pytest.raises(Exception):  # noqa: B017 - the driver's error while away
                 projector.drain(conn, "graph")
     finally:
-        assert _graph_sh(graph_server.env, "up").returncode == 0
+        assert graph_sh(graph_server.env, "up").returncode == 0
     with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as fresh:
         projector.graph = fresh
         drain(projector)
@@ -346,31 +339,31 @@ def run_for(projector: Projector, seconds: float) -> None:
 
 
 @pytest.fixture
-def edge(tmp_path: Path, model: MiniLMEmbedder) -> Iterator[VectorStore]:
+def edge(tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[VectorStore]:
     store = EdgeVectorStore(tmp_path / "qdrant")
-    store.ensure_collections(model.model, model.version, model.dims)
+    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
     yield store
     store.close()
 
 
 def test_the_projector_loop_lets_a_programming_error_surface(
-    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+    fabric: Fabric, edge: VectorStore, minilm: MiniLMEmbedder
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     buggy = StoreWithFault(edge, TypeError("a bug in a backend"), once=False)
     form(fabric, fabric.open_run(), "a bug must not be retried forever")
     with pytest.raises(TypeError, match="a bug in a backend"):
-        run_for(Projector(url, model, buggy, None), 20)  # type: ignore[arg-type]
+        run_for(Projector(url, minilm, buggy, None), 20)  # type: ignore[arg-type]
     assert buggy.raised == 1
     assert point_ids(edge, "episodic") == set()
 
 
 def test_the_projector_loop_outlives_a_lost_connection(
-    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+    fabric: Fabric, edge: VectorStore, minilm: MiniLMEmbedder
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     flaky = StoreWithFault(edge, ConnectionResetError("the store went away"), once=True)
     rid = form(fabric, fabric.open_run(), "applied after the store came back")
-    run_for(Projector(url, model, flaky, None), 5)  # type: ignore[arg-type]
+    run_for(Projector(url, minilm, flaky, None), 5)  # type: ignore[arg-type]
     assert flaky.raised == 1
     assert point_ids(edge, "episodic") == {rid}

@@ -20,19 +20,12 @@ from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore
 
 
-@pytest.fixture(scope="module")
-def model() -> MiniLMEmbedder:
-    m = MiniLMEmbedder()
-    m.embed(["warm up"])
-    return m
-
-
 @pytest.fixture
-def projector(fabric: Fabric, tmp_path: Path, model: MiniLMEmbedder) -> Iterator[Projector]:
+def projector(fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[Projector]:
     store = EdgeVectorStore(tmp_path / "qdrant")
-    store.ensure_collections(model.model, model.version, model.dims)
+    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-    yield Projector(url, model, store, None)
+    yield Projector(url, minilm, store, None)
     store.close()
 
 

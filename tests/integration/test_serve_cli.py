@@ -20,9 +20,9 @@ import psycopg
 import pytest
 
 from conftest import Fabric, episode
-from integration.test_graph import PASSWORD, GraphServer, graph_server  # noqa: F401
 from memfabric.broker import serving
 from memfabric.graph import GraphStore
+from servers import PASSWORD, GraphServer
 
 # runs memfabric serve and restarts servers under it
 pytestmark = pytest.mark.slow
@@ -32,7 +32,7 @@ PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 
 
 @pytest.fixture
-def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa: F811
+def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
     with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
         graph.wipe()  # each test's fabric starts empty
     sock = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp")) / "s.sock"
