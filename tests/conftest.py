@@ -388,11 +388,14 @@ class Fabric:
         return str(self.commit(proposal, committer)["memory_id"])
 
     def owner(
-        self, tenant: str | None = "acme", actor: str | None = None, autocommit: bool = True
+        self,
+        tenant: str | None = "acme",
+        actor: str | None = "os-agt-010",
+        autocommit: bool = True,
     ) -> psycopg.Connection[Any]:
         """A new connection of the superuser acting as fabric_owner (the table owner: not
         superuser, not BYPASSRLS, so RLS and the triggers apply), with the governance
-        context `fabric.tenant_id` / `fabric.actor` set for the session when given."""
+        context `fabric.tenant_id` / `fabric.actor` set for the session unless None."""
         conn = self.connect(None, autocommit=autocommit)
         conn.execute("SET ROLE fabric_owner")
         if tenant is not None:

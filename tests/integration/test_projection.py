@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,18 +75,6 @@ def drain(projector: Projector) -> int:
         return sum(projector.drain(conn, p) for p in ("qdrant", "graph"))
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
-def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(sql, args).fetchone()
-    assert row is not None
-    return row[0]
-
-
 def point_ids(store: VectorStore, tier: str) -> set[str]:
     return {i for i, _ in store.scroll(tier)}
 
@@ -95,11 +82,10 @@ def point_ids(store: VectorStore, tier: str) -> set[str]:
 @pytest.fixture
 def seeded(fabric: Fabric) -> dict[str, Any]:
     run = fabric.open_run()
-    a = form(fabric, run, "Customer asked to be invoiced in euros")
-    b = form(fabric, run, "Customer confirmed euros as invoice currency")
-    c = form(fabric, run, "The weather in Amsterdam was rainy")
-    s = form(
-        fabric,
+    a = fabric.form(run, "Customer asked to be invoiced in euros")
+    b = fabric.form(run, "Customer confirmed euros as invoice currency")
+    c = fabric.form(run, "The weather in Amsterdam was rainy")
+    s = fabric.form(
         run,
         "invoices are in EUR",
         tier="semantic",
@@ -121,8 +107,8 @@ def test_projection_follows_formation_promotion_supersession_and_erasure(
     assert fabric.count("memory_embeddings") == 4
     assert drain(projector) == 0  # nothing left after the cursor
 
-    promoted = call(
-        fabric, "mf_committer", "SELECT fabric_api.promote(%s, 'profile')", seeded["semantic"]
+    promoted = fabric.call(
+        "mf_committer", "SELECT fabric_api.promote(%s, 'profile')", seeded["semantic"]
     )
     assert promoted["tier"] == "profile"
     drain(projector)
@@ -131,11 +117,11 @@ def test_projection_follows_formation_promotion_supersession_and_erasure(
     }
 
     victim = seeded["episodes"][2]
-    approval = call(
-        fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", victim
-    )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
-    call(fabric, "mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    approval = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", victim)[
+        "approval_id"
+    ]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
     drain(projector)
     assert victim not in point_ids(store, "episodic")
     export = graph.export("acme").as_json()
@@ -164,11 +150,11 @@ def test_semantic_recall_is_resolved_searched_then_rechecked(
 
     # A stale projection never leaks: erase one, do not project, recall again.
     victim = answer["records"][0]["memory_id"]
-    approval = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", victim)[
+    approval = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", victim)[
         "approval_id"
     ]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
-    call(fabric, "mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
     stale = recall(agent, request, broker)
     assert victim not in {r["memory_id"] for r in stale["records"]}
 
@@ -273,7 +259,7 @@ def test_graph_server_away_and_back(
     graph_sh(graph_server.env, "down", timeout=60)
     try:
         run = seeded["run"]
-        late = form(fabric, run, "formed while the graph was away")
+        late = fabric.form(run, "formed while the graph was away")
         with psycopg.connect(projector.conninfo, autocommit=True) as conn:
             assert projector.drain(conn, "qdrant") > 0  # the vector projection goes on
             with pytest.raises(Exception):  # noqa: B017 - the driver's error while away
@@ -295,7 +281,7 @@ def test_projector_loop_wakes_on_notify_and_applies(fabric: Fabric, projector: P
     thread.start()
     try:
         run = fabric.open_run()
-        rid = form(fabric, run, "notified")
+        rid = fabric.form(run, "notified")
         assert projector.store is not None
         for _ in range(100):
             if rid in point_ids(projector.store, "episodic"):
@@ -351,7 +337,7 @@ def test_the_projector_loop_lets_a_programming_error_surface(
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     buggy = StoreWithFault(edge, TypeError("a bug in a backend"), once=False)
-    form(fabric, fabric.open_run(), "a bug must not be retried forever")
+    fabric.form(fabric.open_run(), "a bug must not be retried forever")
     with pytest.raises(TypeError, match="a bug in a backend"):
         run_for(Projector(url, minilm, buggy, None), 20)  # type: ignore[arg-type]
     assert buggy.raised == 1
@@ -363,7 +349,7 @@ def test_the_projector_loop_outlives_a_lost_connection(
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     flaky = StoreWithFault(edge, ConnectionResetError("the store went away"), once=True)
-    rid = form(fabric, fabric.open_run(), "applied after the store came back")
+    rid = fabric.form(fabric.open_run(), "applied after the store came back")
     run_for(Projector(url, minilm, flaky, None), 5)  # type: ignore[arg-type]
     assert flaky.raised == 1
     assert point_ids(edge, "episodic") == {rid}

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric, episode
+from conftest import Fabric
 from memfabric.broker import serving
 from memfabric.graph import GraphStore
 from servers import PASSWORD, GraphServer
@@ -94,18 +93,13 @@ def wait_verified(env: dict[str, str], memory_ids: set[str], timeout: float = 90
         time.sleep(0.5)
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str) -> str:
-    result = fabric.propose("mf_agent_a", episode(text), run)
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def test_serve_projects_answers_recall_and_passes_the_drill(
     fabric: Fabric, served: dict[str, Any]
 ) -> None:
     env = served["env"]
     run = fabric.open_run()
     ids = {
-        form(fabric, run, t)
+        fabric.form(run, t)
         for t in ("invoices in euros please", "ship to Rotterdam", "the customer prefers email")
     }
     wait_verified(env, ids)
@@ -155,7 +149,7 @@ def test_postgres_restarted_under_the_projector_loses_nothing(
 ) -> None:
     env = served["env"]
     run = fabric.open_run()
-    before = {form(fabric, run, "before the restart")}
+    before = {fabric.form(run, "before the restart")}
     wait_verified(env, before)
     fabric.close()
     restart = subprocess.run(  # the server's output goes to its log, not to a pipe we wait on
@@ -178,7 +172,7 @@ def test_postgres_restarted_under_the_projector_loses_nothing(
     )
     assert restart.returncode == 0
     run = fabric.open_run()
-    after = form(fabric, run, "after the restart")
+    after = fabric.form(run, "after the restart")
     report = wait_verified(env, before | {after})
     assert report["qdrant"]["points"] == 2
     assert served["proc"].poll() is None  # the serve process rode it out

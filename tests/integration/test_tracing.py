@@ -17,7 +17,6 @@ import threading
 import time
 import tomllib
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric
 from memfabric.errors import InvalidEnvelope
 from memfabric.metrics import serve_metrics
 from memfabric.recall import recall
@@ -111,17 +110,11 @@ def export(fabric: Fabric, receiver: Receiver) -> SpanMaker:
     return maker
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str) -> str:
-    result = fabric.propose("mf_agent_a", episode(text), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def test_recalls_from_raw_sql_become_spans_without_content(
     fabric: Fabric, receiver: Receiver
 ) -> None:
     run = fabric.open_run("com-agt-003")
-    memory_id = form(fabric, run, f"invoices in EUR {CANARY}")
+    memory_id = fabric.form(run, f"invoices in EUR {CANARY}")
     # A recall through raw SQL, as the agent's own login: no Python client involved.
     with fabric.connect("mf_agent_a") as agent:
         answer = agent.execute(

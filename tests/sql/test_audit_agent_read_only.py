@@ -41,14 +41,6 @@ def audit_login(fabric: Fabric) -> Iterator[str]:
         su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
 
 
-def owner(fabric: Fabric, tenant: str | None = None) -> psycopg.Connection[Any]:
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    if tenant is not None:
-        conn.execute("SELECT set_config('fabric.tenant_id', %s, false)", (tenant,))
-    return conn
-
-
 def register(fabric: Fabric, login: str, profile: dict[str, Any], tools: list[str]) -> Any:
     return fabric.connect("mf_admin").execute(
         "SELECT fabric_api.register_agent('os-agt-008', %s, %s, %s)",
@@ -107,7 +99,7 @@ def test_the_owners_raw_insert_of_a_writing_audit_agent_is_refused(
 ) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "INSERT INTO fabric.agents (agent_id, login, tools_allowed, memory_profile)"
             " VALUES ('os-agt-008', %s, %s, %s)",
             (audit_login, tools, Jsonb(profile)),
@@ -131,7 +123,7 @@ def test_the_owners_raw_update_of_the_audit_agent_is_refused(
 ) -> None:
     register(fabric, audit_login, RECALL_ONLY, [])
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(statement)
+        fabric.owner(None, actor=None).execute(statement)
     assert info.value.diag.constraint_name == "audit_agent_is_read_only"
     row = fabric.su().execute(
         "SELECT tools_allowed, memory_profile FROM fabric.agents WHERE agent_id = 'os-agt-008'"
@@ -146,7 +138,7 @@ def test_a_writing_agent_renamed_to_os_agt_008_is_refused(fabric: Fabric, audit_
         (audit_login, Jsonb(PROFILE_WIDE), MEMORY_TOOLS),
     )
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "UPDATE fabric.agents SET agent_id = 'os-agt-008' WHERE agent_id = 'new-agt-001'"
         )
     assert info.value.diag.constraint_name == "audit_agent_is_read_only"
@@ -175,7 +167,7 @@ def test_the_owners_raw_enablement_of_an_audit_agent_tool_is_refused(
     fabric.connect("mf_admin").execute("SELECT fabric_api.enable_agent('acme', 'os-agt-008', '{}')")
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric, "acme").execute(
+        fabric.owner("acme", actor=None).execute(
             "INSERT INTO fabric.tenant_agent_tools (tenant_id, agent_id, tool_id)"
             " VALUES ('acme', 'os-agt-008', 'tool:memory-propose')"
         )
@@ -197,7 +189,7 @@ def test_open_run_refuses_an_audit_tool_in_the_active_tool_set(fabric: Fabric, t
 def test_a_raw_run_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric, "acme").execute(
+        fabric.owner("acme", actor=None).execute(
             "INSERT INTO fabric.runs (tenant_id, agent_id, active_tool_set, expires_at)"
             " VALUES ('acme', 'com-agt-003', ARRAY['tool:audit-lineage'], now() + interval '1h')"
         )

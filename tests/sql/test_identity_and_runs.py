@@ -38,15 +38,6 @@ def propose_refused(fabric: Fabric, login: str, envelope: Any, run_id: uuid.UUID
     return info.value
 
 
-def owner(fabric: Fabric, tenant: str | None = None) -> psycopg.Connection[Any]:
-    """The superuser acting as fabric_owner: the strongest non-bypass writer there is."""
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    if tenant is not None:
-        conn.execute("SELECT set_config('fabric.tenant_id', %s, false)", (tenant,))
-    return conn
-
-
 def proposals_of_run(fabric: Fabric, run_id: uuid.UUID) -> int:
     return fabric.count("proposals", f"run_id = '{run_id}'")
 
@@ -242,7 +233,7 @@ def test_enable_agent_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
 def test_the_owners_raw_insert_of_an_agent_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "INSERT INTO fabric.agents (agent_id, login, tools_allowed)"
             " VALUES ('raw-agt-001', 'mf_stranger', ARRAY['tool:audit-lineage'])"
         )
@@ -252,7 +243,7 @@ def test_the_owners_raw_insert_of_an_agent_with_an_audit_tool_is_refused(fabric:
 
 def test_the_owners_raw_update_adding_an_audit_tool_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "UPDATE fabric.agents SET tools_allowed = tools_allowed || 'tool:audit-recalls'::text"
             " WHERE agent_id = 'com-agt-003'"
         )
@@ -266,7 +257,7 @@ def test_the_owners_raw_update_adding_an_audit_tool_is_refused(fabric: Fabric) -
 def test_the_owners_raw_tenant_enablement_of_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric, "acme").execute(
+        fabric.owner("acme", actor=None).execute(
             "INSERT INTO fabric.tenant_agent_tools (tenant_id, agent_id, tool_id)"
             " VALUES ('acme', 'com-agt-003', 'tool:audit-lineage')"
         )
@@ -276,7 +267,7 @@ def test_the_owners_raw_tenant_enablement_of_an_audit_tool_is_refused(fabric: Fa
 
 def test_a_tool_some_agent_holds_cannot_become_backed_by_os_agt_008(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "UPDATE fabric.tools SET agent_id = 'os-agt-008' WHERE tool_id = 'tool:memory-propose'"
         )
     assert info.value.diag.constraint_name == "tools_audit_agent_is_never_allowed"
@@ -285,7 +276,7 @@ def test_a_tool_some_agent_holds_cannot_become_backed_by_os_agt_008(fabric: Fabr
 
 def test_a_tool_enabled_in_some_tenant_cannot_become_backed_by_os_agt_008(fabric: Fabric) -> None:
     # held only at the tenant layer (not in any tools_allowed), which is still an enablement
-    owner(fabric).execute(
+    fabric.owner(None, actor=None).execute(
         "INSERT INTO fabric.tools (tool_id, agent_id, description)"
         " VALUES ('tool:export-notes', 'os-agt-012', 'export notes')"
     )
@@ -294,7 +285,7 @@ def test_a_tool_enabled_in_some_tenant_cannot_become_backed_by_os_agt_008(fabric
         ([*MEMORY_TOOLS, "tool:export-notes"],),
     )
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "UPDATE fabric.tools SET agent_id = 'os-agt-008' WHERE tool_id = 'tool:export-notes'"
         )
     assert info.value.diag.constraint_name == "tools_audit_agent_is_never_allowed"
