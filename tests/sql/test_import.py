@@ -14,7 +14,6 @@ import copy
 import itertools
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +25,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import MEMORY_TOOLS, Fabric
+from conftest import MEMORY_TOOLS, Fabric, wait_until_blocked
 
 IMPORT = "SELECT fabric_api.import_records(%s, %s, %s)"
 _ids = itertools.count(1)
@@ -700,14 +699,14 @@ def test_two_concurrent_imports_with_one_id_form_the_records_once(fabric: Fabric
     first = fabric.connect("mf_committer", autocommit=False)
     answer = one(first, IMPORT, "acme", "crm-race", Jsonb(records))
     result: dict[str, Any] = {}
+    conn = fabric.connect("mf_committer")
 
     def second() -> None:
-        conn = fabric.connect("mf_committer")
         result["answer"] = one(conn, IMPORT, "acme", "crm-race", Jsonb(records))
 
     thread = threading.Thread(target=second)
     thread.start()
-    time.sleep(0.5)
+    wait_until_blocked(fabric, conn)
     assert thread.is_alive(), "the second import did not wait for the first"
     first.commit()
     thread.join(timeout=30)

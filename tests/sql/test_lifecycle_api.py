@@ -4,7 +4,6 @@ contradictions, profile reconstruction, consolidation."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -12,7 +11,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric, episode, wait_until_blocked
 from memfabric.consolidate import DeterministicConsolidator, run_consolidation
 
 MF005 = "MF005"
@@ -499,6 +498,7 @@ def test_two_concurrent_supersessions_exactly_one_wins(
     second = successor(fabric, run, "billing.entity", "B", [fabric.form(run)])
     holder = fabric.connect("mf_committer", autocommit=False)
     holder.execute("SELECT fabric_api.supersede(%s, %s)", (corroborated, first))
+    rival_conn = fabric.session("mf_committer")  # the connection supersede() uses
     outcome: list[str] = []
 
     def rival() -> None:
@@ -510,7 +510,7 @@ def test_two_concurrent_supersessions_exactly_one_wins(
 
     thread = threading.Thread(target=rival)
     thread.start()
-    time.sleep(0.3)  # the rival is blocked on the row lock, not finished
+    wait_until_blocked(fabric, rival_conn)  # the rival is blocked on the row lock
     assert outcome == []
     holder.commit()
     thread.join(timeout=30)

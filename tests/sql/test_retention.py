@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric, episode, wait_until_blocked
 from memfabric.errors import FabricError
 from memfabric.worker import erase, run_decay_once
 
@@ -426,17 +426,18 @@ def test_erase_racing_an_embedding_write_cannot_resurrect_a_vector(
     eraser = fabric.connect("mf_committer", autocommit=False)
     eraser.execute("SELECT fabric_api.erase(%s)", (approved_erasure(fabric, rid),))
     outcome: list[str] = []
+    writer = fabric.connect("mf_projector")
 
     def write() -> None:
         try:
-            fabric.connect("mf_projector").execute(store, (rid, content_hash))
+            writer.execute(store, (rid, content_hash))
             outcome.append("stored")
         except psycopg.Error as exc:
             outcome.append(exc.sqlstate or "?")
 
     thread = threading.Thread(target=write)
     thread.start()
-    time.sleep(0.3)
+    wait_until_blocked(fabric, writer)
     assert outcome == []  # blocked behind the erasure's row lock
     eraser.commit()
     thread.join(timeout=30)
