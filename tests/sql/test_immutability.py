@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from conftest import Fabric, episode
+from conftest import Fabric
 
 ACTOR = "os-agt-010"
 # (column, SQL expression giving a different value) for every immutable envelope column.
@@ -60,11 +60,8 @@ DERIVED = {"scope_key", "assertion_key"}
 
 
 def committed(fabric: Fabric, text: str = "asked for invoices in EUR", **env: Any) -> str:
-    """Propose through an open run and commit through the API; the new memory_id."""
-    run = fabric.open_run()
-    result = fabric.propose("mf_agent_a", episode(text, **env), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
+    """Propose through a new run and commit through the API; the new memory_id."""
+    return fabric.form(fabric.open_run(), text, **env)
 
 
 def record(fabric: Fabric, memory_id: str) -> dict[str, Any]:

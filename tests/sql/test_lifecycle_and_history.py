@@ -54,11 +54,8 @@ HISTORY_COLUMNS = {
 
 
 def committed(fabric: Fabric, text: str = "asked for invoices in EUR", **env: Any) -> str:
-    """Propose through an open run and commit through the API; the new memory_id."""
-    run = fabric.open_run()
-    result = fabric.propose("mf_agent_a", episode(text, **env), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
+    """Propose through a new run and commit through the API; the new memory_id."""
+    return fabric.form(fabric.open_run(), text, **env)
 
 
 def record(fabric: Fabric, memory_id: str) -> dict[str, Any]:

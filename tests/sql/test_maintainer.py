@@ -43,9 +43,7 @@ def approved_erasure(fabric: Fabric, memory_id: str) -> str:
 
 
 def formed(fabric: Fabric, text: str = "asked for invoices in EUR") -> str:
-    run = fabric.open_run()
-    proposal = fabric.propose("mf_agent_a", episode(text), run)
-    return str(fabric.commit(proposal["proposal_id"])["memory_id"])
+    return fabric.form(fabric.open_run(), text)
 
 
 def warnings_of(conn: psycopg.Connection[Any]) -> list[str]:

@@ -162,9 +162,7 @@ def raw(canary: str, **overrides: Any) -> dict[str, Any]:
 
 
 def committed_canary(fabric: Fabric, canary: str) -> str:
-    run = fabric.open_run()
-    result = fabric.propose("mf_agent_a", episode(content={"text": canary}), run)
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
+    return fabric.form(fabric.open_run(), content={"text": canary})
 
 
 def test_the_owners_content_update_is_not_echoed(

@@ -6,7 +6,6 @@ bypass RLS.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import psycopg
@@ -56,12 +55,6 @@ FOREIGN_ROWS = {
 # --- helpers ----------------------------------------------------------------------------
 
 
-def committed(fabric: Fabric, login: str, run: uuid.UUID, text: str, **env: Any) -> str:
-    result = fabric.propose(login, episode(text, **env), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def populate(fabric: Fabric) -> None:
     """Rows of both tenants in every RLS table: runs, proposals, an episode, a semantic
     record derived from it (lineage) and one transition (history)."""
@@ -72,12 +65,11 @@ def populate(fabric: Fabric) -> None:
         run = fabric.open_run(agent_id=agent, tenant=tenant)
         fabric.connect("mf_orchestrator").execute("SELECT fabric_api.issue_mcp_token(%s)", (run,))
         scope = {"tenant_id": tenant, "visibility": "subject"}
-        source = committed(fabric, login, run, f"{tenant} episode", scope=scope)
-        committed(
-            fabric,
-            login,
+        source = fabric.form(run, f"{tenant} episode", login, scope=scope)
+        fabric.form(
             run,
             f"{tenant} fact",
+            login,
             scope=scope,
             tier="semantic",
             derived_from=[source],
