@@ -298,7 +298,7 @@ def test_only_projectors_read_the_feed(fabric: Fabric) -> None:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             fabric.connect(login).execute("SELECT fabric_api.projection_events('qdrant', 10)")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        fabric.connect("mf_agent_a").execute("SELECT fabric_api.projection_records(%s)", ([],))
+        fabric.session("mf_agent_a").execute("SELECT fabric_api.projection_records(%s)", ([],))
     _ = Jsonb
 
 

@@ -255,7 +255,7 @@ def test_the_tracer_cannot_read_content(fabric: Fabric) -> None:
 def test_an_air_gapped_instance_refuses_a_remote_otlp_endpoint(
     fabric: Fabric, receiver: Receiver
 ) -> None:
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         (Jsonb({"deployment_mode": "air-gapped"}),),
     )
@@ -341,7 +341,7 @@ def test_the_error_type_of_a_malformed_traceparent(fabric: Fabric) -> None:
 
 def test_the_projector_cannot_move_or_read_the_trace_cursor(fabric: Fabric) -> None:
     before = (
-        fabric.su()
+        fabric.session()
         .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")
         .fetchone()
     )
@@ -352,7 +352,7 @@ def test_the_projector_cannot_move_or_read_the_trace_cursor(fabric: Fabric) -> N
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             conn.execute("SELECT fabric_api.projection_events('trace')")
     after = (
-        fabric.su()
+        fabric.session()
         .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")
         .fetchone()
     )

@@ -310,14 +310,14 @@ def test_only_the_auditor_calls_the_relations(fabric: Fabric, name: str) -> None
     for login in ("mf_agent_a", "mf_committer", "mf_admin", "mf_policy", "mf_projector"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             fabric.connect(login).execute(query, params)
-    assert fabric.connect("mf_auditor").execute(query, params).fetchall() is not None
+    assert fabric.session("mf_auditor").execute(query, params).fetchall() is not None
 
 
 @pytest.mark.parametrize("name", RELATIONS)
 def test_an_unknown_tenant_is_refused(fabric: Fabric, name: str) -> None:
     query, params = relation(name, tenant="nope")
     with pytest.raises(psycopg.Error) as caught:
-        fabric.connect("mf_auditor").execute(query, params)
+        fabric.session("mf_auditor").execute(query, params)
     assert caught.value.sqlstate == "P0002"
 
 

@@ -46,7 +46,7 @@ def subject_erasure(fabric: Fabric, subject: str) -> dict[str, Any]:
 
 def subject_events(fabric: Fabric, subject: str) -> list[tuple[Any, ...]]:
     return (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT event_type, run_id FROM fabric_audit.subject_events('acme', %s,"
             " now() - interval '1 hour', now() + interval '1 hour')",

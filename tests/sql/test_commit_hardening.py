@@ -190,7 +190,7 @@ def test_a_timed_out_drain_stops_and_keeps_what_it_committed(fabric: Fabric) -> 
 def test_a_commit_failure_is_rejected_retried_or_a_fault_by_its_sqlstate(
     fabric: Fabric, state: str, kind: str | None
 ) -> None:
-    row = fabric.su().execute("SELECT fabric._commit_failure_kind(%s)", (state,)).fetchone()
+    row = fabric.session().execute("SELECT fabric._commit_failure_kind(%s)", (state,)).fetchone()
     assert row == (kind,)
 
 

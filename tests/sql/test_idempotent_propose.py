@@ -164,7 +164,7 @@ def test_an_erased_record_is_not_formed_again_by_a_replay(fabric: Fabric) -> Non
     approval = committer.execute(
         "SELECT fabric_api.request_erasure(%s, 'gdpr')", (memory_id,)
     ).fetchone()[0]["approval_id"]  # type: ignore[index]
-    fabric.connect("mf_policy").execute(
+    fabric.session("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
     )
     committer.execute("SELECT fabric_api.erase(%s)", (approval,))

@@ -397,7 +397,7 @@ def test_other_roles_cannot_import(fabric: Fabric, login: str) -> None:
 
 
 def test_a_committer_not_enabled_in_the_tenant_cannot_import(fabric: Fabric) -> None:
-    fabric.connect("mf_admin").execute("SELECT fabric_api.create_tenant('initech')")
+    fabric.session("mf_admin").execute("SELECT fabric_api.create_tenant('initech')")
     el = element()
     el["scope"] = {**el["scope"], "tenant_id": "initech", "agent_id": None}
     err = refused_call(fabric, lambda: run_import(fabric, [el], tenant="initech"))
@@ -684,7 +684,7 @@ def test_labels_and_numbers_off_the_fast_path_are_read_as_propose_reads_them(
     answer = run_import(fabric, [el])
     assert answer["formed"] == 1, answer
     row = (
-        fabric.su()
+        fabric.session()
         .execute("SELECT compliance_labels, confidence, content FROM fabric.memory_records")
         .fetchone()
     )

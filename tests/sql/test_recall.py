@@ -115,7 +115,7 @@ def test_recall_tool_must_hold_in_all_three_layers(fabric: Fabric, layer: str) -
     if layer == "tools_allowed":
         login, agent = "mf_agent_notools", "com-agt-009"
     elif layer == "tenant_enablement":
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.enable_agent('acme', 'com-agt-003', ARRAY['tool:memory-propose'])"
         )
     else:
@@ -503,7 +503,7 @@ def test_auditor_has_no_write_privilege_and_no_tool(fabric: Fabric) -> None:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             auditor.execute(call)
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.register_agent('aud-1', 'mf_auditor', '{}', %s)",
             (["tool:memory-recall"],),
         )
@@ -513,7 +513,7 @@ def test_lineage_both_ways_with_depth(fabric: Fabric, world: dict[str, Any]) -> 
     run = fabric.open_run()
     deeper = semantic(fabric, run, "derived from a semantic", [world["subject"]])
     rows = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT direction, depth, memory_id::text FROM fabric_audit.lineage('acme', %s)",
             (world["subject"],),
@@ -523,7 +523,7 @@ def test_lineage_both_ways_with_depth(fabric: Fabric, world: dict[str, Any]) -> 
     assert ("ancestor", 1, world["episode"]) in rows
     assert ("descendant", 1, deeper) in rows
     rows = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT direction, depth, memory_id::text FROM fabric_audit.lineage('acme', %s)",
             (deeper,),
@@ -561,7 +561,7 @@ def test_records_as_of_reconstructs_what_was_known(fabric: Fabric) -> None:
     # Before the record was recorded, the fabric knew nothing of it.
     assert as_of("2026-02-01T00:00:00Z", "2000-01-01T00:00:00Z") == []
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        fabric.connect("mf_agent_a").execute(
+        fabric.session("mf_agent_a").execute(
             "SELECT * FROM fabric_audit.records_as_of('acme', now())"
         )
 

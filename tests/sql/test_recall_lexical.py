@@ -169,7 +169,7 @@ def test_compaction_keeps_the_statistics_exact(fabric: Fabric) -> None:
     deltas = fabric.count("search_stats", "scope_key = 'subject:user-8842' AND lexeme = ''")
     assert deltas == 5  # one delta per commit: nothing updated in place
     result = (
-        fabric.connect("mf_committer")
+        fabric.session("mf_committer")
         .execute("SELECT fabric_api.compact_search_stats(100)")
         .fetchone()
     )
@@ -210,7 +210,7 @@ def test_changing_the_configuration_then_reindexing_rebuilds_text_and_statistics
 ) -> None:
     run = fabric.open_run()
     memory_id = fabric.form(run, "the invoices")
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         'SELECT fabric_api.configure_deployment(\'{"text_search_config": "simple"}\')'
     )
     # `memfabric db reindex-text`: the migration role, as the owner.
@@ -425,7 +425,7 @@ def test_a_tier_without_a_vector_collection_is_served_lexically(fabric: Fabric) 
         "SELECT fabric_api.request_approval(%s, 'promote', '{\"tier\": \"relational\"}', 'needed')",
         (edge,),
     ).fetchone()  # type: ignore[misc]
-    fabric.connect("mf_policy").execute(
+    fabric.session("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval["approval_id"],)
     )
     committer.execute(

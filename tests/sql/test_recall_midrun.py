@@ -31,7 +31,7 @@ def recall_events(fabric: Fabric, run: uuid.UUID) -> list[str]:
 
 
 def admin(fabric: Fabric, query: str, *args: Any) -> None:
-    fabric.connect("mf_admin").execute(query, args)
+    fabric.session("mf_admin").execute(query, args)
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_closing_the_run_mid_run_refuses_the_very_next_recall_and_writes_nothing
     fabric: Fabric, served: tuple[uuid.UUID, psycopg.Connection[Any], str]
 ) -> None:
     run, conn, _ = served
-    fabric.connect("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (run,))
+    fabric.session("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (run,))
     before = fabric.counts()
     with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
         recall(conn, run)

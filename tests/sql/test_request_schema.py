@@ -206,7 +206,7 @@ def refusal(conn: psycopg.Connection[Any], call: str, *args: Any) -> str | None:
 
 def schema(fabric: Fabric, name: str) -> dict[str, Any]:
     row = (
-        fabric.connect("mf_agent_a")
+        fabric.session("mf_agent_a")
         .execute("SELECT fabric_api.request_schema(%s)", (name,))
         .fetchone()
     )

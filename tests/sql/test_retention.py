@@ -98,11 +98,11 @@ def run(fabric: Fabric) -> uuid.UUID:
 def test_configuration_rules_are_refused_at_configuration_time(
     fabric: Fabric, config: dict[str, Any], constraint: str
 ) -> None:
-    before = fabric.su().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
+    before = fabric.session().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
     with pytest.raises(psycopg.errors.CheckViolation) as caught:
         configure(fabric, config)
     assert caught.value.diag.constraint_name == constraint
-    after = fabric.su().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
+    after = fabric.session().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
     assert after == before
 
 
@@ -453,7 +453,7 @@ def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUI
         (content_hash,) = su.execute(
             "SELECT content_hash FROM fabric.memory_records WHERE memory_id = %s", (rid,)
         ).fetchone()  # type: ignore[misc]
-    fabric.connect("mf_projector").execute(
+    fabric.session("mf_projector").execute(
         "SELECT fabric_api.store_embedding(%s, 'm', 'v1', '[0.5,0.5]', %s)", (rid, content_hash)
     )
     answer = fabric.recall(
@@ -489,7 +489,7 @@ def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUI
             "SELECT count(*) FROM fabric.memory_records m WHERE m::text LIKE %s", (f"%{canary}%",)
         ).fetchone()
     assert raw == (0,)
-    assert fabric.connect("mf_auditor").execute(
+    assert fabric.session("mf_auditor").execute(
         "SELECT fabric_audit.verify_tombstone(%s, %s)", (rid, Jsonb({"text": canary}))
     ).fetchone() == (True,)
 

@@ -63,7 +63,7 @@ def populate(fabric: Fabric) -> None:
         ("globex", "glx-agt-001", "mf_agent_g"),
     ):
         run = fabric.open_run(agent_id=agent, tenant=tenant)
-        fabric.connect("mf_orchestrator").execute("SELECT fabric_api.issue_mcp_token(%s)", (run,))
+        fabric.session("mf_orchestrator").execute("SELECT fabric_api.issue_mcp_token(%s)", (run,))
         scope = {"tenant_id": tenant, "visibility": "subject"}
         source = fabric.form(run, f"{tenant} episode", login, scope=scope)
         fabric.form(

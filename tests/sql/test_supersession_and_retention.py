@@ -86,7 +86,7 @@ def row(fabric: Fabric, memory_id: str) -> dict[str, Any]:
 
 def as_of(fabric: Fabric, valid_at: str) -> list[str]:
     rows = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT memory_id::text FROM fabric_audit.records_as_of('acme', %s) "
             "WHERE tier = 'profile'",
@@ -153,7 +153,7 @@ def test_promote_with_supersedes_closes_the_old_at_the_successors_valid_from(
     assert known_supersedes("infinity") == [("profile", old)]
     assert known_supersedes(before) == [("semantic", None)]  # not yet known to replace it
     edges = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT direction, memory_id::text FROM fabric_audit.lineage('acme', %s) "
             "WHERE direction LIKE 'supersed%%'",
