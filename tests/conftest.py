@@ -187,8 +187,7 @@ class ClonePool:
         self._thread = threading.Thread(target=self._work, name="clone-pool", daemon=True)
         self._thread.start()
 
-    def _clone(self, c: psycopg.Connection[Any]) -> str:
-        name = f"mf_test_{os.getpid()}_{next(_counter)}"
+    def _clone(self, c: psycopg.Connection[Any], name: str) -> None:
         c.execute(
             sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
                 sql.Identifier(name), sql.Identifier(self.template)
@@ -202,7 +201,10 @@ class ClonePool:
                     sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
                 )
             )
-        return name
+
+    @staticmethod
+    def _drop(c: psycopg.Connection[Any], name: str) -> None:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
     def _work(self) -> None:
         conn: psycopg.Connection[Any] | None = None
@@ -214,22 +216,33 @@ class ClonePool:
                     if self._stopping:
                         return
                     drop = self._drops.pop() if self._drops else None
-                    create = drop is None
-                    if create:
+                    if drop is None:
                         self._wanted -= 1
-                if conn is None or conn.closed or conn.broken:
-                    conn = psycopg.connect(
-                        _admin_conninfo(self.server, "postgres"), autocommit=True
-                    )
-                if drop is not None:
-                    conn.execute(
-                        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                            sql.Identifier(drop)
-                        )
-                    )
-                else:
-                    self._ready.put(self._clone(conn))
-        except BaseException as exc:  # handed to the test that waits for a clone
+                name = drop or f"mf_test_{os.getpid()}_{next(_counter)}"
+                # A test may restart the server (test_serve_cli): reconnect and do it again.
+                deadline, retry = time.monotonic() + 120, False
+                while True:
+                    try:
+                        if conn is None or conn.closed or conn.broken:
+                            conn = psycopg.connect(
+                                _admin_conninfo(self.server, "postgres"), autocommit=True
+                            )
+                        if drop is not None or retry:
+                            self._drop(conn, name)
+                        if drop is None:
+                            self._clone(conn, name)
+                        break
+                    except psycopg.OperationalError:
+                        if conn is not None:
+                            conn.close()
+                            conn = None
+                        if time.monotonic() > deadline:
+                            raise
+                        retry = True
+                        time.sleep(0.2)
+                if drop is None:
+                    self._ready.put(name)
+        except BaseException as exc:  # handed to every test that waits for a clone
             self._error = exc
             self._ready.put("")
         finally:
@@ -242,7 +255,8 @@ class ClonePool:
             self._wanted += 1
             self._cond.notify()
         name = self._ready.get()
-        if self._error is not None:
+        if not name:
+            self._ready.put("")  # for the next test too
             raise RuntimeError("the clone pool failed") from self._error
         return name
 
@@ -262,9 +276,7 @@ class ClonePool:
             leftover.append(self._ready.get_nowait())
         with psycopg.connect(_admin_conninfo(self.server, "postgres"), autocommit=True) as c:
             for name in filter(None, leftover):
-                c.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+                self._drop(c, name)
 
 
 @pytest.fixture(scope="session")

@@ -87,8 +87,8 @@ def test_an_unknown_run_is_refused_and_writes_nothing(fabric: Fabric) -> None:
 
 
 def test_an_expired_run_is_refused_and_writes_nothing(fabric: Fabric) -> None:
-    run = fabric.open_run(ttl="1 second")
-    time.sleep(1.2)
+    run = fabric.open_run(ttl="200 milliseconds")
+    time.sleep(0.3)
     before = world(fabric)
     exc = propose_refused(fabric, "mf_agent_a", episode(), run)
     assert exc.sqlstate == "42501"
