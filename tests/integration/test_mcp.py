@@ -303,6 +303,7 @@ def test_the_caller_cannot_pick_another_run_or_tenant(fabric: Fabric) -> None:
     assert fabric.count("events", f"run_id = '{other}' AND event_type LIKE 'memory.recall%'") == 0
 
 
+@pytest.mark.slow
 def test_the_documented_stdio_configuration_recalls_and_proposes(
     fabric: Fabric, tmp_path: Path
 ) -> None:
@@ -472,6 +473,7 @@ def password_logins(fabric: Fabric, tmp_path: Path) -> Iterator[Path]:
         su.execute("SELECT pg_reload_conf()")
 
 
+@pytest.mark.slow
 def test_stdio_logs_in_with_the_password_file_and_only_with_it(
     fabric: Fabric, password_logins: Path, tmp_path: Path
 ) -> None:

@@ -365,6 +365,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_the_trace_worker_exports_as_recalls_happen_and_serves_metrics(
     fabric: Fabric, receiver: Receiver
 ) -> None:

@@ -260,6 +260,7 @@ def projection_env(
     )
 
 
+@pytest.mark.slow
 def test_drill_on_never_built_projections_says_how_to_build_them(
     fabric: Fabric, projection_env: dict[str, str | None]
 ) -> None:
