@@ -82,11 +82,15 @@ demo: migrate ## run the narrated end-to-end scenario on the local server
 worker: migrate ## run the committer worker (drains validated proposals)
 	$(BIN)/memfabric worker commit
 
+# PYTHONDONTWRITEBYTECODE (set in some shells and images) would make every test process and
+# every CLI subprocess the suite starts compile the package again: the tests keep bytecode.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+
 test: venv pg graph ## run the whole suite against real servers it starts itself
-	$(BIN)/pytest -q
+	$(PYTEST) -q --durations=15
 
 test-fast: venv pg graph ## the suite without the tests marked slow (over 5 s each)
-	$(BIN)/pytest -q -m 'not slow'
+	$(PYTEST) -q -m 'not slow' --durations=10
 
 lint: venv ## ruff check + ruff format --check
 	$(BIN)/ruff check py tests migrations

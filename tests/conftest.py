@@ -4,6 +4,14 @@ template database migrated once per session, and a fresh clone of it per test.
 The template holds a small world: tenants acme and globex, an admin, an orchestrator, a
 committer registered as os-agt-010, and agents with their own logins. Logins are
 cluster-wide, so they are created once per session.
+
+What keeps it fast (docs/development.md, "Running the tests"):
+- the session's temporary directory (the server's data directory, Edge shards, the graph
+  server's root) is on tmpfs when /dev/shm is writable: a clone costs ~25 ms there;
+- clones are prepared ahead by a background thread (`ClonePool`) and dropped behind;
+- the `Fabric` helpers (propose, commit, recall, call, count, ...) reuse one connection per
+  login per test (`Fabric.session`); `Fabric.connect` still opens a new one, for tests that
+  change a connection's state or need several backends of one login.
 """
 
 from __future__ import annotations
@@ -11,6 +19,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import queue
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,9 +36,22 @@ from pytest_postgresql import factories
 
 from memfabric import db as mfdb
 from memfabric.call import Cast, fabric_call
+from memfabric.embedding import MiniLMEmbedder
 from memfabric.errors import FabricError
+from servers import GraphServer, start_graph_server
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _use_tmpfs() -> None:
+    """Put the session's temporary root on tmpfs (pytest's own PYTEST_DEBUG_TEMPROOT) unless
+    the caller chose one (the variable, or --basetemp, which wins over it)."""
+    shm = Path("/dev/shm")  # noqa: S108 - pytest makes its own private, numbered dirs there
+    if "PYTEST_DEBUG_TEMPROOT" not in os.environ and shm.is_dir() and os.access(shm, os.W_OK):
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(shm)
+
+
+_use_tmpfs()
 PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 TEMPLATE = "mf_template"
 
@@ -146,19 +170,142 @@ def call(conn: psycopg.Connection[Any], name: str, *args: Any) -> Any:
         raise
 
 
+class ClonePool:
+    """Clones of the template prepared ahead by one background thread, and used clones
+    dropped behind it: a test waits for a clone only when the pool has none ready."""
+
+    def __init__(self, server: Any, template: str, ready: int = 2) -> None:
+        self.server = server
+        self.template = template
+        self.size = ready
+        self._ready: queue.Queue[str] = queue.Queue()
+        self._cond = threading.Condition()
+        self._drops: list[str] = []
+        self._wanted = ready
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="clone-pool", daemon=True)
+        self._thread.start()
+
+    def _clone(self, c: psycopg.Connection[Any], name: str) -> None:
+        c.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+                sql.Identifier(name), sql.Identifier(self.template)
+            )
+        )
+        # ALTER DATABASE settings live in pg_db_role_setting and are not copied by
+        # CREATE DATABASE ... TEMPLATE: re-apply what bootstrap sets (R-LOG-1).
+        for setting, value in mfdb.DATABASE_SETTINGS:
+            c.execute(
+                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                    sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
+                )
+            )
+
+    @staticmethod
+    def _drop(c: psycopg.Connection[Any], name: str) -> None:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    def _work(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            while True:
+                with self._cond:
+                    while not (self._stopping or self._drops or self._wanted > 0):
+                        self._cond.wait()
+                    if self._stopping:
+                        return
+                    drop = self._drops.pop() if self._drops else None
+                    if drop is None:
+                        self._wanted -= 1
+                name = drop or f"mf_test_{os.getpid()}_{next(_counter)}"
+                # A test may restart the server (test_serve_cli): reconnect and do it again.
+                deadline, retry = time.monotonic() + 120, False
+                while True:
+                    try:
+                        if conn is None or conn.closed or conn.broken:
+                            conn = psycopg.connect(
+                                _admin_conninfo(self.server, "postgres"), autocommit=True
+                            )
+                        if drop is not None or retry:
+                            self._drop(conn, name)
+                        if drop is None:
+                            self._clone(conn, name)
+                        break
+                    except psycopg.OperationalError:
+                        if conn is not None:
+                            conn.close()
+                            conn = None
+                        if time.monotonic() > deadline:
+                            raise
+                        retry = True
+                        time.sleep(0.2)
+                if drop is None:
+                    self._ready.put(name)
+        except BaseException as exc:  # handed to every test that waits for a clone
+            self._error = exc
+            self._ready.put("")
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def take(self) -> str:
+        """A fresh clone; the pool starts preparing the next one."""
+        with self._cond:
+            self._wanted += 1
+            self._cond.notify()
+        name = self._ready.get()
+        if not name:
+            self._ready.put("")  # for the next test too
+            raise RuntimeError("the clone pool failed") from self._error
+        return name
+
+    def give_back(self, name: str) -> None:
+        """Drop a used clone in the background."""
+        with self._cond:
+            self._drops.append(name)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(60)
+        leftover = list(self._drops)
+        while not self._ready.empty():
+            leftover.append(self._ready.get_nowait())
+        with psycopg.connect(_admin_conninfo(self.server, "postgres"), autocommit=True) as c:
+            for name in filter(None, leftover):
+                self._drop(c, name)
+
+
+@pytest.fixture(scope="session")
+def clones(server: Any, template: str) -> Iterator[ClonePool]:
+    pool = ClonePool(server, template)
+    yield pool
+    pool.close()
+
+
 @dataclass
 class Fabric:
-    """One test's database, with a connection per identity."""
+    """One test's database, with a connection per identity.
+
+    `connect(login)` opens a new connection each time: the test owns it and may change its
+    state (SET ROLE, set_config, an open transaction). The helpers below share one
+    connection per login (`session(login)`), which nobody may change: they only call.
+    """
 
     server: Any
     dbname: str
     _conns: list[psycopg.Connection[Any]] = field(default_factory=list)
+    _sessions: dict[str | None, psycopg.Connection[Any]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return _admin_conninfo(self.server, self.dbname)
 
     def connect(self, login: str | None = None, autocommit: bool = True) -> psycopg.Connection[Any]:
+        """A new connection as `login` (the superuser when None), closed after the test."""
         conninfo = (
             self.url if login is None else psycopg.conninfo.make_conninfo(self.url, user=login)
         )
@@ -167,15 +314,29 @@ class Fabric:
         return conn
 
     def su(self) -> psycopg.Connection[Any]:
+        """A new superuser connection."""
         return self.connect(None)
+
+    def session(self, login: str | None = None) -> psycopg.Connection[Any]:
+        """The test's shared autocommit connection as `login`: calls only, never SET ROLE,
+        set_config or an open transaction (take `connect` for those)."""
+        conn = self._sessions.get(login)
+        if conn is None or conn.closed or conn.broken:
+            conn = self._sessions[login] = self.connect(login)
+        return conn
+
+    def call(self, login: str | None, query: str, *args: Any) -> Any:
+        """The one value `query` returns, run as `login` on its shared connection."""
+        row = self.session(login).execute(query, args).fetchone()  # type: ignore[arg-type]
+        assert row is not None
+        return row[0]
 
     def count(self, table: str, where: str = "true") -> int:
         """Rows in a fabric table, all tenants, read by the superuser (bypasses RLS)."""
-        with psycopg.connect(self.url, autocommit=True) as c:
-            q = sql.SQL("SELECT count(*) FROM fabric.{} WHERE ").format(sql.Identifier(table))
-            row = c.execute(q + sql.SQL(where)).fetchone()  # type: ignore[operator]
-            assert row is not None
-            return int(row[0])
+        q = sql.SQL("SELECT count(*) FROM fabric.{} WHERE ").format(sql.Identifier(table))
+        row = self.session(None).execute(q + sql.SQL(where)).fetchone()  # type: ignore[operator]
+        assert row is not None
+        return int(row[0])
 
     def counts(self) -> dict[str, int]:
         return {
@@ -201,7 +362,7 @@ class Fabric:
     ) -> uuid.UUID:
         tools = MEMORY_TOOLS if tools is None else tools
         return call(  # type: ignore[no-any-return]
-            self.connect("mf_orchestrator"),
+            self.session("mf_orchestrator"),
             "fabric_api.open_run",
             *(tenant, agent_id, subject, session, tools, Cast(ttl, "interval")),
         )
@@ -209,50 +370,94 @@ class Fabric:
     def propose(self, login: str, envelope: Any, run_id: uuid.UUID) -> dict[str, Any]:
         # Jsonb, not the dict rule: the hostile-envelope tests propose non-objects too.
         return call(  # type: ignore[no-any-return]
-            self.connect(login), "fabric_api.propose", Jsonb(envelope), run_id
+            self.session(login), "fabric_api.propose", Jsonb(envelope), run_id
         )
 
     def commit(self, proposal_id: Any, login: str = "mf_committer") -> dict[str, Any]:
-        return call(self.connect(login), "fabric_api.commit", proposal_id)  # type: ignore[no-any-return]
+        return call(self.session(login), "fabric_api.commit", proposal_id)  # type: ignore[no-any-return]
 
     def recall(self, login: str, request: dict[str, Any]) -> dict[str, Any]:
-        return call(self.connect(login), "fabric_api.recall", Jsonb(request))  # type: ignore[no-any-return]
+        return call(self.session(login), "fabric_api.recall", Jsonb(request))  # type: ignore[no-any-return]
+
+    def proposed(
+        self, run: uuid.UUID, text: str = "e", login: str = "mf_agent_a", **overrides: Any
+    ) -> str:
+        """Propose an `episode(text, **overrides)` as `login`; its proposal_id, validated."""
+        result = self.propose(login, episode(text, **overrides), run)
+        assert result["status"] == "validated", result
+        return str(result["proposal_id"])
+
+    def form(
+        self,
+        run: uuid.UUID,
+        text: str = "e",
+        login: str = "mf_agent_a",
+        committer: str = "mf_committer",
+        **overrides: Any,
+    ) -> str:
+        """Propose an `episode(text, **overrides)` and commit it; the new memory_id."""
+        proposal = self.proposed(run, text, login, **overrides)
+        return str(self.commit(proposal, committer)["memory_id"])
+
+    def owner(
+        self,
+        tenant: str | None = "acme",
+        actor: str | None = "os-agt-010",
+        autocommit: bool = True,
+    ) -> psycopg.Connection[Any]:
+        """A new connection of the superuser acting as fabric_owner (the table owner: not
+        superuser, not BYPASSRLS, so RLS and the triggers apply), with the governance
+        context `fabric.tenant_id` / `fabric.actor` set for the session unless None."""
+        conn = self.connect(None, autocommit=autocommit)
+        conn.execute("SET ROLE fabric_owner")
+        if tenant is not None:
+            conn.execute("SELECT set_config('fabric.tenant_id', %s, false)", (tenant,))
+        if actor is not None:
+            conn.execute("SELECT set_config('fabric.actor', %s, false)", (actor,))
+        if not autocommit:
+            conn.commit()
+        return conn
 
     def events(self, where: str = "true") -> list[dict[str, Any]]:
-        with psycopg.connect(self.url, autocommit=True) as c:
-            q = sql.SQL(
-                "SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at"
-            )
-            return [r[0] for r in c.execute(q.format(sql.SQL(where))).fetchall()]  # type: ignore[arg-type]
+        q = sql.SQL("SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at")
+        rows = self.session(None).execute(q.format(sql.SQL(where))).fetchall()  # type: ignore[arg-type]
+        return [r[0] for r in rows]
 
     def close(self) -> None:
         for conn in self._conns:
             conn.close()
 
 
+def backend_pid(conn_or_pid: psycopg.Connection[Any] | int) -> int:
+    return conn_or_pid if isinstance(conn_or_pid, int) else conn_or_pid.info.backend_pid
+
+
+def wait_until_blocked(
+    observer: psycopg.Connection[Any] | Fabric,
+    conn_or_pid: psycopg.Connection[Any] | int,
+    timeout: float = 30.0,
+) -> None:
+    """Return once the backend waits on a heavyweight lock (pg_locks: not granted), so a race
+    test knows its rival is queued behind the lock under test, without sleeping blind."""
+    conn = observer.session(None) if isinstance(observer, Fabric) else observer
+    pid = backend_pid(conn_or_pid)
+    deadline = time.monotonic() + timeout
+    while not conn.execute(
+        "SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted", (pid,)
+    ).fetchone():
+        assert time.monotonic() < deadline, f"backend {pid} never waited on a lock"
+        time.sleep(0.005)
+
+
 @pytest.fixture
-def fabric(server: Any, template: str) -> Iterator[Fabric]:
+def fabric(clones: ClonePool) -> Iterator[Fabric]:
     """A fresh clone of the template database for one test."""
-    name = f"mf_test_{os.getpid()}_{next(_counter)}"
-    with psycopg.connect(_admin_conninfo(server, "postgres"), autocommit=True) as c:
-        c.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                sql.Identifier(name), sql.Identifier(template)
-            )
-        )
-        # ALTER DATABASE settings live in pg_db_role_setting and are not copied by
-        # CREATE DATABASE ... TEMPLATE: re-apply what bootstrap sets (R-LOG-1).
-        for setting, value in mfdb.DATABASE_SETTINGS:
-            c.execute(
-                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
-                    sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
-                )
-            )
-    f = Fabric(server, name)
-    yield f
-    f.close()
-    with psycopg.connect(_admin_conninfo(server, "postgres"), autocommit=True) as c:
-        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    f = Fabric(clones.server, clones.take())
+    try:
+        yield f
+    finally:
+        f.close()
+        clones.give_back(f.dbname)
 
 
 _source_events = itertools.count(1)
@@ -295,3 +500,18 @@ def db(fabric: Fabric) -> psycopg.Connection[Any]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+@pytest.fixture(scope="session")
+def graph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GraphServer]:
+    """One Bolt graph server for the session; a test that uses it wipes what it reads."""
+    yield from start_graph_server(tmp_path_factory.mktemp("arcadedb"))
+
+
+@pytest.fixture(scope="session")
+def minilm() -> MiniLMEmbedder:
+    """The embedding model, loaded and warmed up once for the session."""
+    embedder = MiniLMEmbedder()
+    embedder.load()
+    embedder.embed(["warm up"])
+    return embedder

@@ -9,14 +9,12 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import Fabric, episode
+from conftest import Fabric
 from memfabric import check
 from memfabric.cli import app
 
@@ -24,35 +22,22 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
 
-def call(fabric: Fabric, login: str, query: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(query, args).fetchone()
-    assert row is not None
-    return row[0]
-
-
-def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 @pytest.fixture
 def live(fabric: Fabric) -> Fabric:
     """Records formed, one promoted, one erased, a recall served: a fabric in use."""
     run = fabric.open_run()
-    a, b = form(fabric, run, "ep a"), form(fabric, run, "ep b")
-    s = form(
-        fabric, run, "s", tier="semantic", content={"key": "k", "value": "v"}, derived_from=[a, b]
+    a, b = fabric.form(run, "ep a"), fabric.form(run, "ep b")
+    s = fabric.form(
+        run, "s", tier="semantic", content={"key": "k", "value": "v"}, derived_from=[a, b]
     )
-    call(fabric, "mf_committer", "SELECT fabric_api.promote(%s, 'profile', NULL, NULL)", s)
-    approval = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", a)
-    call(
-        fabric,
+    fabric.call("mf_committer", "SELECT fabric_api.promote(%s, 'profile', NULL, NULL)", s)
+    approval = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", a)
+    fabric.call(
         "mf_policy",
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
         approval["approval_id"],
     )
-    call(fabric, "mf_committer", "SELECT fabric_api.erase(%s)", approval["approval_id"])
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval["approval_id"])
     fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["profile"]})
     return fabric
 

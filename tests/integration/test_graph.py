@@ -1,17 +1,14 @@
-"""The graph projection (memfabric.graph) against a real Bolt server: ArcadeDB, started by
-scripts/graph.sh on free ports with its own temporary root, so a developer's server on the
-default ports is never touched (and never wiped)."""
+"""The graph projection (memfabric.graph) against a real Bolt server: ArcadeDB, the session's
+`graph_server` (tests/servers.py), started by scripts/graph.sh on free ports with its own
+temporary root, so a developer's server on the default ports is never touched (and never
+wiped)."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,68 +16,7 @@ import neo4j
 import pytest
 
 from memfabric.graph import GraphStore, graph_from_env
-
-ROOT = Path(__file__).resolve().parents[2]
-GRAPH_SH = ROOT / "scripts" / "graph.sh"
-PASSWORD = "test-graph-pw"
-DATABASE = "graph"
-
-
-@dataclass(frozen=True)
-class GraphServer:
-    uri: str
-    env: dict[str, str]
-    root: Path
-
-    def pid(self) -> int:
-        return int((self.root / "arcadedb.pid").read_text().strip())
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _graph_sh(
-    env: dict[str, str], *args: str, timeout: float = 240
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(GRAPH_SH), *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-@pytest.fixture(scope="module")
-def graph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GraphServer]:
-    bolt, http = _free_ports(2)
-    root = tmp_path_factory.mktemp("arcadedb")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEO4J_")}
-    env |= {
-        "GRAPH_ROOT": str(root / "server"),
-        "GRAPH_LOG": str(root / "arcadedb.log"),
-        "GRAPH_BOLT_PORT": str(bolt),
-        "GRAPH_HTTP_PORT": str(http),
-        "GRAPH_PASSWORD": PASSWORD,
-    }
-    started = time.monotonic()
-    up = _graph_sh(env, "up")
-    if up.returncode != 0:
-        _graph_sh(env, "down")
-        pytest.fail(f"graph.sh up failed:\n{up.stdout}\n{up.stderr}")
-    print(f"\n[graph] test server up in {time.monotonic() - started:.1f} s: {up.stdout.strip()}")
-    server = GraphServer(uri=f"bolt://127.0.0.1:{bolt}", env=env, root=root / "server")
-    try:
-        yield server
-    finally:
-        down = _graph_sh(env, "down", timeout=60)
-        assert down.returncode == 0, down.stderr
+from servers import DATABASE, PASSWORD, GraphServer, graph_sh
 
 
 @pytest.fixture
@@ -539,18 +475,18 @@ def test_graph_from_env_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_script_status_url_and_neo4j_uri(graph_server: GraphServer) -> None:
-    status = _graph_sh(graph_server.env, "status")
+    status = graph_sh(graph_server.env, "status")
     assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout.startswith("[graph] running")
-    again = _graph_sh(graph_server.env, "up")  # idempotent
+    again = graph_sh(graph_server.env, "up")  # idempotent
     assert again.returncode == 0 and "already running" in again.stdout
-    url = _graph_sh(graph_server.env, "url")
+    url = graph_sh(graph_server.env, "url")
     assert url.stdout.strip() == graph_server.uri
     external = graph_server.env | {"NEO4J_URI": "bolt://neo4j.example:7687"}
     for cmd in ("up", "down"):
-        out = _graph_sh(external, cmd)
+        out = graph_sh(external, cmd)
         assert out.returncode == 0 and "NEO4J_URI is set" in out.stdout
-    assert _graph_sh(external, "url").stdout.strip() == "bolt://neo4j.example:7687"
-    assert _graph_sh(graph_server.env, "status").returncode == 0  # still ours, still up
+    assert graph_sh(external, "url").stdout.strip() == "bolt://neo4j.example:7687"
+    assert graph_sh(graph_server.env, "status").returncode == 0  # still ours, still up
     other = graph_server.env | {"GRAPH_ROOT": str(graph_server.root.parent / "nothing")}
-    assert _graph_sh(other, "status").returncode == 3
+    assert graph_sh(other, "status").returncode == 3

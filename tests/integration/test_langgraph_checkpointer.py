@@ -285,7 +285,7 @@ def age(fabric: Fabric, thread_id: str, by: str) -> None:
 
 
 def test_a_graph_waiting_for_approval_survives_the_decay_and_resumes(fabric: Fabric) -> None:
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         (Jsonb({"approval_timeout": "1 day", "checkpoint_retention": "3 days"}),),
     )
@@ -336,7 +336,7 @@ def test_a_subject_erasure_deletes_its_threads_and_the_receipt_lists_them(
     ).fetchone()
     assert row is not None
     approval = row[0]["approval_id"]
-    fabric.connect("mf_policy").execute(
+    fabric.session("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
     )
     receipt = erase(committer, approval, maintainer=fabric.connect("mf_maintainer"))
@@ -344,7 +344,7 @@ def test_a_subject_erasure_deletes_its_threads_and_the_receipt_lists_them(
     assert "langgraph.checkpoint_blobs" in receipt["vacuumed"]  # type: ignore[operator]
     assert threads(fabric) == ["mf_service:chat-3", "mf_service:chat-4"]
     row = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute("SELECT fabric_audit.erasure_receipt(%s)", (memory_id,))
         .fetchone()
     )

@@ -72,7 +72,7 @@ def run_async(fn: Callable[[], Awaitable[None]]) -> None:
 
 def issue(fabric: Fabric, run: uuid.UUID, ttl: str | None = None) -> str:
     row = (
-        fabric.connect("mf_orchestrator")
+        fabric.session("mf_orchestrator")
         .execute("SELECT fabric_api.issue_mcp_token(%s, %s::interval)", (run, ttl))
         .fetchone()
     )
@@ -142,7 +142,7 @@ def gateway(fabric: Fabric) -> Iterator[str]:
 def test_stdio_lists_the_three_tools_with_the_database_schemas(fabric: Fabric) -> None:
     run = fabric.open_run()
     published = (
-        fabric.connect("mf_agent_a")
+        fabric.session("mf_agent_a")
         .execute("SELECT fabric_api.request_schema('recall'), fabric_api.request_schema('propose')")
         .fetchone()
     )
@@ -303,6 +303,7 @@ def test_the_caller_cannot_pick_another_run_or_tenant(fabric: Fabric) -> None:
     assert fabric.count("events", f"run_id = '{other}' AND event_type LIKE 'memory.recall%'") == 0
 
 
+@pytest.mark.slow
 def test_the_documented_stdio_configuration_recalls_and_proposes(
     fabric: Fabric, tmp_path: Path
 ) -> None:
@@ -378,7 +379,7 @@ def test_http_refuses_a_missing_unknown_or_revoked_token(fabric: Fabric, gateway
     async def go() -> None:
         async with http(gateway, token) as client:
             assert not (await client.call_tool("memory_recall", {})).is_error
-            fabric.connect("mf_orchestrator").execute(
+            fabric.session("mf_orchestrator").execute(
                 "SELECT fabric_api.revoke_mcp_token(%s)", (token,)
             )
             with pytest.raises(Exception):  # noqa: B017 - the transport's 401, any form
@@ -472,6 +473,7 @@ def password_logins(fabric: Fabric, tmp_path: Path) -> Iterator[Path]:
         su.execute("SELECT pg_reload_conf()")
 
 
+@pytest.mark.slow
 def test_stdio_logs_in_with_the_password_file_and_only_with_it(
     fabric: Fabric, password_logins: Path, tmp_path: Path
 ) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,6 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
-from integration.test_graph import DATABASE, PASSWORD, GraphServer, _graph_sh, graph_server  # noqa: F401
 from memfabric import ops
 from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
@@ -24,6 +22,7 @@ from memfabric.graph import GraphStore
 from memfabric.projector import Projector
 from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore, QdrantServerStore, VectorStore
+from servers import DATABASE, PASSWORD, GraphServer, graph_sh
 
 # starts the projection stores and takes a graph server away (up to a minute)
 pytestmark = pytest.mark.slow
@@ -41,29 +40,22 @@ class CountingEmbedder:
         return self.inner.embed(texts)
 
 
-@pytest.fixture(scope="module")
-def model() -> MiniLMEmbedder:
-    m = MiniLMEmbedder()
-    m.embed(["warm up"])
-    return m
-
-
 @pytest.fixture(params=["edge", "qdrant-client"])
 def vectors(
-    request: pytest.FixtureRequest, tmp_path: Path, model: MiniLMEmbedder
+    request: pytest.FixtureRequest, tmp_path: Path, minilm: MiniLMEmbedder
 ) -> Iterator[VectorStore]:
     store: VectorStore = (
         EdgeVectorStore(tmp_path / "qdrant")
         if request.param == "edge"
         else QdrantServerStore(location=":memory:")
     )
-    store.ensure_collections(model.model, model.version, model.dims)
+    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
     yield store
     store.close()
 
 
 @pytest.fixture
-def graph(graph_server: GraphServer) -> Iterator[GraphStore]:  # noqa: F811
+def graph(graph_server: GraphServer) -> Iterator[GraphStore]:
     with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as g:
         g.ensure_schema()
         g.wipe()
@@ -72,27 +64,15 @@ def graph(graph_server: GraphServer) -> Iterator[GraphStore]:  # noqa: F811
 
 @pytest.fixture
 def projector(
-    fabric: Fabric, vectors: VectorStore, graph: GraphStore, model: MiniLMEmbedder
+    fabric: Fabric, vectors: VectorStore, graph: GraphStore, minilm: MiniLMEmbedder
 ) -> Projector:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-    return Projector(url, CountingEmbedder(model), vectors, graph)  # type: ignore[arg-type]
+    return Projector(url, CountingEmbedder(minilm), vectors, graph)  # type: ignore[arg-type]
 
 
 def drain(projector: Projector) -> int:
     with psycopg.connect(projector.conninfo, autocommit=True) as conn:
         return sum(projector.drain(conn, p) for p in ("qdrant", "graph"))
-
-
-def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
-def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(sql, args).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def point_ids(store: VectorStore, tier: str) -> set[str]:
@@ -102,11 +82,10 @@ def point_ids(store: VectorStore, tier: str) -> set[str]:
 @pytest.fixture
 def seeded(fabric: Fabric) -> dict[str, Any]:
     run = fabric.open_run()
-    a = form(fabric, run, "Customer asked to be invoiced in euros")
-    b = form(fabric, run, "Customer confirmed euros as invoice currency")
-    c = form(fabric, run, "The weather in Amsterdam was rainy")
-    s = form(
-        fabric,
+    a = fabric.form(run, "Customer asked to be invoiced in euros")
+    b = fabric.form(run, "Customer confirmed euros as invoice currency")
+    c = fabric.form(run, "The weather in Amsterdam was rainy")
+    s = fabric.form(
         run,
         "invoices are in EUR",
         tier="semantic",
@@ -128,8 +107,8 @@ def test_projection_follows_formation_promotion_supersession_and_erasure(
     assert fabric.count("memory_embeddings") == 4
     assert drain(projector) == 0  # nothing left after the cursor
 
-    promoted = call(
-        fabric, "mf_committer", "SELECT fabric_api.promote(%s, 'profile')", seeded["semantic"]
+    promoted = fabric.call(
+        "mf_committer", "SELECT fabric_api.promote(%s, 'profile')", seeded["semantic"]
     )
     assert promoted["tier"] == "profile"
     drain(projector)
@@ -138,11 +117,11 @@ def test_projection_follows_formation_promotion_supersession_and_erasure(
     }
 
     victim = seeded["episodes"][2]
-    approval = call(
-        fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", victim
-    )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
-    call(fabric, "mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    approval = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", victim)[
+        "approval_id"
+    ]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
     drain(projector)
     assert victim not in point_ids(store, "episodic")
     export = graph.export("acme").as_json()
@@ -171,11 +150,11 @@ def test_semantic_recall_is_resolved_searched_then_rechecked(
 
     # A stale projection never leaks: erase one, do not project, recall again.
     victim = answer["records"][0]["memory_id"]
-    approval = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", victim)[
+    approval = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", victim)[
         "approval_id"
     ]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
-    call(fabric, "mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
     stale = recall(agent, request, broker)
     assert victim not in {r["memory_id"] for r in stale["records"]}
 
@@ -274,19 +253,19 @@ def test_graph_server_away_and_back(
     fabric: Fabric,
     projector: Projector,
     seeded: dict[str, Any],
-    graph_server: GraphServer,  # noqa: F811 - the module fixture of test_graph
+    graph_server: GraphServer,
 ) -> None:
     drain(projector)
-    _graph_sh(graph_server.env, "down", timeout=60)
+    graph_sh(graph_server.env, "down", timeout=60)
     try:
         run = seeded["run"]
-        late = form(fabric, run, "formed while the graph was away")
+        late = fabric.form(run, "formed while the graph was away")
         with psycopg.connect(projector.conninfo, autocommit=True) as conn:
             assert projector.drain(conn, "qdrant") > 0  # the vector projection goes on
             with pytest.raises(Exception):  # noqa: B017 - the driver's error while away
                 projector.drain(conn, "graph")
     finally:
-        assert _graph_sh(graph_server.env, "up").returncode == 0
+        assert graph_sh(graph_server.env, "up").returncode == 0
     with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as fresh:
         projector.graph = fresh
         drain(projector)
@@ -302,7 +281,7 @@ def test_projector_loop_wakes_on_notify_and_applies(fabric: Fabric, projector: P
     thread.start()
     try:
         run = fabric.open_run()
-        rid = form(fabric, run, "notified")
+        rid = fabric.form(run, "notified")
         assert projector.store is not None
         for _ in range(100):
             if rid in point_ids(projector.store, "episodic"):
@@ -319,7 +298,7 @@ def test_only_projectors_read_the_feed(fabric: Fabric) -> None:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             fabric.connect(login).execute("SELECT fabric_api.projection_events('qdrant', 10)")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        fabric.connect("mf_agent_a").execute("SELECT fabric_api.projection_records(%s)", ([],))
+        fabric.session("mf_agent_a").execute("SELECT fabric_api.projection_records(%s)", ([],))
     _ = Jsonb
 
 
@@ -346,31 +325,31 @@ def run_for(projector: Projector, seconds: float) -> None:
 
 
 @pytest.fixture
-def edge(tmp_path: Path, model: MiniLMEmbedder) -> Iterator[VectorStore]:
+def edge(tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[VectorStore]:
     store = EdgeVectorStore(tmp_path / "qdrant")
-    store.ensure_collections(model.model, model.version, model.dims)
+    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
     yield store
     store.close()
 
 
 def test_the_projector_loop_lets_a_programming_error_surface(
-    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+    fabric: Fabric, edge: VectorStore, minilm: MiniLMEmbedder
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     buggy = StoreWithFault(edge, TypeError("a bug in a backend"), once=False)
-    form(fabric, fabric.open_run(), "a bug must not be retried forever")
+    fabric.form(fabric.open_run(), "a bug must not be retried forever")
     with pytest.raises(TypeError, match="a bug in a backend"):
-        run_for(Projector(url, model, buggy, None), 20)  # type: ignore[arg-type]
+        run_for(Projector(url, minilm, buggy, None), 20)  # type: ignore[arg-type]
     assert buggy.raised == 1
     assert point_ids(edge, "episodic") == set()
 
 
 def test_the_projector_loop_outlives_a_lost_connection(
-    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+    fabric: Fabric, edge: VectorStore, minilm: MiniLMEmbedder
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     flaky = StoreWithFault(edge, ConnectionResetError("the store went away"), once=True)
-    rid = form(fabric, fabric.open_run(), "applied after the store came back")
-    run_for(Projector(url, model, flaky, None), 5)  # type: ignore[arg-type]
+    rid = fabric.form(fabric.open_run(), "applied after the store came back")
+    run_for(Projector(url, minilm, flaky, None), 5)  # type: ignore[arg-type]
     assert flaky.raised == 1
     assert point_ids(edge, "episodic") == {rid}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from conftest import Fabric, episode
@@ -96,6 +97,7 @@ def everything_else(url: str) -> dict[str, Any]:
         return {t: conn.execute(q, params).fetchone() for t, q in EVERYTHING_ELSE.items()}  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_demo_and_session_run_twice_on_a_shared_database_and_touch_nothing_else(
     fabric: Fabric,
 ) -> None:

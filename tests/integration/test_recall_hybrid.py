@@ -4,7 +4,6 @@ behind a real unix socket, and the database's fusion of lexical and vector ranks
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric, episode
+from conftest import Fabric
 from memfabric.broker import LocalBroker, RemoteBroker, serve_socket
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.projector import Projector
@@ -20,19 +19,12 @@ from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore
 
 
-@pytest.fixture(scope="module")
-def model() -> MiniLMEmbedder:
-    m = MiniLMEmbedder()
-    m.embed(["warm up"])
-    return m
-
-
 @pytest.fixture
-def projector(fabric: Fabric, tmp_path: Path, model: MiniLMEmbedder) -> Iterator[Projector]:
+def projector(fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[Projector]:
     store = EdgeVectorStore(tmp_path / "qdrant")
-    store.ensure_collections(model.model, model.version, model.dims)
+    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-    yield Projector(url, model, store, None)
+    yield Projector(url, minilm, store, None)
     store.close()
 
 
@@ -58,12 +50,6 @@ def project(projector: Projector) -> None:
         projector.drain(conn, "qdrant")
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def by_id(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["memory_id"]: r for r in answer["records"]}
 
@@ -72,11 +58,11 @@ def test_default_recall_is_hybrid_through_the_broker_it_finds(
     fabric: Fabric, projector: Projector, socket_broker: Path
 ) -> None:
     run = fabric.open_run()
-    paraphrase = form(fabric, run, "Customer wants to be billed in euros")
-    form(fabric, run, "The weather in Amsterdam was rainy")
+    paraphrase = fabric.form(run, "Customer wants to be billed in euros")
+    fabric.form(run, "The weather in Amsterdam was rainy")
     project(projector)
     # Formed after the projection ran: only the database can find it yet.
-    unprojected = form(fabric, run, "Purchase order PO-7731 was approved")
+    unprojected = fabric.form(run, "Purchase order PO-7731 was approved")
     agent = fabric.connect("mf_agent_a")
     request = {"run_id": str(run), "tiers": ["episodic"], "limit": 10}
 
@@ -108,7 +94,7 @@ def test_a_tier_without_a_collection_never_crashes_the_broker(
             " WHERE agent_id = 'com-agt-003'"
         )
     run = fabric.open_run()
-    form(fabric, run, "Customer wants to be billed in euros")
+    fabric.form(run, "Customer wants to be billed in euros")
     project(projector)
     agent = fabric.connect("mf_agent_a")
     broker = RemoteBroker(socket_broker, timeout=60)

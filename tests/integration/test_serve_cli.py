@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric, episode
-from integration.test_graph import PASSWORD, GraphServer, graph_server  # noqa: F401
+from conftest import Fabric
 from memfabric.broker import serving
 from memfabric.graph import GraphStore
+from servers import PASSWORD, GraphServer
 
 # runs memfabric serve and restarts servers under it
 pytestmark = pytest.mark.slow
@@ -32,7 +31,7 @@ PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 
 
 @pytest.fixture
-def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterator[dict[str, Any]]:  # noqa: F811
+def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
     with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
         graph.wipe()  # each test's fabric starts empty
     sock = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp")) / "s.sock"
@@ -94,18 +93,13 @@ def wait_verified(env: dict[str, str], memory_ids: set[str], timeout: float = 90
         time.sleep(0.5)
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str) -> str:
-    result = fabric.propose("mf_agent_a", episode(text), run)
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def test_serve_projects_answers_recall_and_passes_the_drill(
     fabric: Fabric, served: dict[str, Any]
 ) -> None:
     env = served["env"]
     run = fabric.open_run()
     ids = {
-        form(fabric, run, t)
+        fabric.form(run, t)
         for t in ("invoices in euros please", "ship to Rotterdam", "the customer prefers email")
     }
     wait_verified(env, ids)
@@ -155,7 +149,7 @@ def test_postgres_restarted_under_the_projector_loses_nothing(
 ) -> None:
     env = served["env"]
     run = fabric.open_run()
-    before = {form(fabric, run, "before the restart")}
+    before = {fabric.form(run, "before the restart")}
     wait_verified(env, before)
     fabric.close()
     restart = subprocess.run(  # the server's output goes to its log, not to a pipe we wait on
@@ -178,7 +172,7 @@ def test_postgres_restarted_under_the_projector_loses_nothing(
     )
     assert restart.returncode == 0
     run = fabric.open_run()
-    after = form(fabric, run, "after the restart")
+    after = fabric.form(run, "after the restart")
     report = wait_verified(env, before | {after})
     assert report["qdrant"]["points"] == 2
     assert served["proc"].poll() is None  # the serve process rode it out

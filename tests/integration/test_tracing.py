@@ -17,7 +17,6 @@ import threading
 import time
 import tomllib
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric
 from memfabric.errors import InvalidEnvelope
 from memfabric.metrics import serve_metrics
 from memfabric.recall import recall
@@ -111,17 +110,11 @@ def export(fabric: Fabric, receiver: Receiver) -> SpanMaker:
     return maker
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str) -> str:
-    result = fabric.propose("mf_agent_a", episode(text), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def test_recalls_from_raw_sql_become_spans_without_content(
     fabric: Fabric, receiver: Receiver
 ) -> None:
     run = fabric.open_run("com-agt-003")
-    memory_id = form(fabric, run, f"invoices in EUR {CANARY}")
+    memory_id = fabric.form(run, f"invoices in EUR {CANARY}")
     # A recall through raw SQL, as the agent's own login: no Python client involved.
     with fabric.connect("mf_agent_a") as agent:
         answer = agent.execute(
@@ -262,7 +255,7 @@ def test_the_tracer_cannot_read_content(fabric: Fabric) -> None:
 def test_an_air_gapped_instance_refuses_a_remote_otlp_endpoint(
     fabric: Fabric, receiver: Receiver
 ) -> None:
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         (Jsonb({"deployment_mode": "air-gapped"}),),
     )
@@ -348,7 +341,7 @@ def test_the_error_type_of_a_malformed_traceparent(fabric: Fabric) -> None:
 
 def test_the_projector_cannot_move_or_read_the_trace_cursor(fabric: Fabric) -> None:
     before = (
-        fabric.su()
+        fabric.session()
         .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")
         .fetchone()
     )
@@ -359,7 +352,7 @@ def test_the_projector_cannot_move_or_read_the_trace_cursor(fabric: Fabric) -> N
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             conn.execute("SELECT fabric_api.projection_events('trace')")
     after = (
-        fabric.su()
+        fabric.session()
         .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")
         .fetchone()
     )
@@ -372,6 +365,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_the_trace_worker_exports_as_recalls_happen_and_serves_metrics(
     fabric: Fabric, receiver: Receiver
 ) -> None:

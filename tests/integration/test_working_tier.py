@@ -150,7 +150,9 @@ def test_idempotency_key_keeps_the_first_answer(
 
 def test_subject_digest_is_the_databases(fabric: Fabric) -> None:
     row = (
-        fabric.su().execute("SELECT fabric._working_subject_key('acme', 'user-8842 ü')").fetchone()
+        fabric.session()
+        .execute("SELECT fabric._working_subject_key('acme', 'user-8842 ü')")
+        .fetchone()
     )
     assert row is not None
     assert row[0] == working.subject_key("acme", "user-8842 ü")
@@ -283,7 +285,7 @@ def test_handing_off_an_item_again_answers_its_first_proposal(
 def test_the_committer_drain_promotes_handed_off_items_too(fabric: Fabric, run: RunRef) -> None:
     working.handoff(fabric.connect("mf_agent_a"), run, [turn(1), turn(2)])
     p = fabric.propose("mf_agent_a", episode("said hello"), uuid.UUID(run.run_id))
-    drained = fabric.connect("mf_committer").execute("SELECT fabric_api.commit_pending(10)")
+    drained = fabric.session("mf_committer").execute("SELECT fabric_api.commit_pending(10)")
     assert drained.fetchone()[0]["committed"] == 3  # type: ignore[index]
     promoted = fabric.events("event_type = 'memory.record.promoted'")
     assert sorted(e["payload"]["source_event_id"] for e in promoted) == [
@@ -472,7 +474,7 @@ def test_a_subject_erasure_deletes_the_subjects_working_keys(
     approval = committer.execute(
         "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')"
     ).fetchone()[0]["approval_id"]  # type: ignore[index]
-    fabric.connect("mf_policy").execute(
+    fabric.session("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
     )
     cli = subprocess.run(
@@ -511,7 +513,7 @@ def _approved_subject_erasure(fabric: Fabric) -> str:
     approval = committer.execute(
         "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')"
     ).fetchone()[0]["approval_id"]  # type: ignore[index]
-    fabric.connect("mf_policy").execute(
+    fabric.session("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
     )
     return str(approval)
@@ -564,7 +566,7 @@ def test_a_record_erasure_has_no_working_scope(fabric: Fabric, run: RunRef) -> N
 
 
 def test_an_air_gapped_instance_refuses_a_remote_redis(fabric: Fabric) -> None:
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         (Jsonb({"deployment_mode": "air-gapped", "local_hosts": ["redis.internal"]}),),
     )
@@ -581,7 +583,7 @@ def test_an_air_gapped_instance_refuses_a_remote_redis(fabric: Fabric) -> None:
 def test_open_tier_checks_the_uri_before_it_connects(
     fabric: Fabric, redis_server: RedisServer
 ) -> None:
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         (Jsonb({"deployment_mode": "air-gapped"}),),
     )

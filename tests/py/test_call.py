@@ -56,7 +56,7 @@ def test_dict_is_jsonb_list_is_array_timedelta_is_interval(fabric: Fabric) -> No
     assert isinstance(run, uuid.UUID)
     proposal = fabric_call(fabric.connect("mf_agent_a"), "fabric_api.propose", episode(), run)
     assert proposal["status"] == "validated"
-    ttl = fabric.su().execute("SELECT expires_at - opened_at FROM fabric.runs").fetchone()
+    ttl = fabric.session().execute("SELECT expires_at - opened_at FROM fabric.runs").fetchone()
     assert ttl is not None and ttl[0] == timedelta(minutes=5)
 
 

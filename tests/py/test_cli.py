@@ -19,11 +19,11 @@ from typer.main import get_command
 from typer.testing import CliRunner, Result
 
 from conftest import Fabric, episode
-from integration.test_graph import PASSWORD, GraphServer, graph_server  # noqa: F401
 from memfabric import db as mfdb
 from memfabric.cli import app
 from memfabric.graph import GraphStore
 from memfabric.settings import Settings
+from servers import PASSWORD, GraphServer
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMFABRIC = ROOT / ".venv" / "bin" / "memfabric"
@@ -246,7 +246,7 @@ def test_debug_keeps_the_traceback_in_process() -> None:
 @pytest.fixture
 def projection_env(
     fabric: Fabric,
-    graph_server: GraphServer,  # noqa: F811
+    graph_server: GraphServer,
     no_serve: dict[str, str],
 ) -> Iterator[dict[str, str | None]]:
     with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
@@ -260,6 +260,7 @@ def projection_env(
     )
 
 
+@pytest.mark.slow
 def test_drill_on_never_built_projections_says_how_to_build_them(
     fabric: Fabric, projection_env: dict[str, str | None]
 ) -> None:

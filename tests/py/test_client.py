@@ -121,6 +121,7 @@ def test_two_workers_drain_each_proposal_exactly_once(fabric: Fabric) -> None:
     assert sorted(e["proposal_id"] for e in formed) == sorted(ids)
 
 
+@pytest.mark.slow
 def test_cli_migrate_and_worker_run_against_database_url(fabric: Fabric) -> None:
     ids = _validated(fabric, 3)
     env = {

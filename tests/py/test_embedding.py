@@ -45,13 +45,6 @@ def assert_close(a: list[list[float]], b: list[list[float]], tol: float = 1e-6) 
         assert max(abs(x - y) for x, y in zip(u, v, strict=True)) <= tol
 
 
-@pytest.fixture(scope="module")
-def minilm() -> MiniLMEmbedder:
-    embedder = MiniLMEmbedder()
-    embedder.load()
-    return embedder
-
-
 # --------------------------------------------------------------------------- MiniLM
 
 

@@ -43,7 +43,7 @@ def called_by(role: type[Any]) -> set[str]:
 
 def database_functions(fabric: Fabric) -> set[str]:
     rows = (
-        fabric.su()
+        fabric.session()
         .execute(
             "SELECT n.nspname || '.' || p.proname FROM pg_proc p "
             "JOIN pg_namespace n ON n.oid = p.pronamespace "

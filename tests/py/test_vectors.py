@@ -433,6 +433,7 @@ def test_count_and_scroll_see_every_point_with_its_payload(
 # contracts, aliases, reopening
 
 
+@pytest.mark.slow
 def test_contract_change_is_a_new_collection_and_the_old_stays(
     store: VectorStore, rng: np.random.Generator
 ) -> None:

@@ -34,23 +34,15 @@ def audit_login(fabric: Fabric) -> Iterator[str]:
     """A fresh plain login for attempts to register os-agt-008 (logins are cluster-wide, and
     registering one makes it a member of fabric_agent: dropped after the test)."""
     login = f"mf_audit_{uuid.uuid4().hex[:12]}"
-    fabric.su().execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+    fabric.session().execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
     yield login
     fabric.close()
     with psycopg.connect(fabric.url, autocommit=True) as su:
         su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
 
 
-def owner(fabric: Fabric, tenant: str | None = None) -> psycopg.Connection[Any]:
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    if tenant is not None:
-        conn.execute("SELECT set_config('fabric.tenant_id', %s, false)", (tenant,))
-    return conn
-
-
 def register(fabric: Fabric, login: str, profile: dict[str, Any], tools: list[str]) -> Any:
-    return fabric.connect("mf_admin").execute(
+    return fabric.session("mf_admin").execute(
         "SELECT fabric_api.register_agent('os-agt-008', %s, %s, %s)",
         (login, Jsonb(profile), tools),
     )
@@ -76,7 +68,9 @@ def test_os_agt_008_cannot_be_registered_with_a_tool_or_a_propose_scope(
     assert info.value.diag.constraint_name == "audit_agent_is_read_only"
     assert info.value.diag.message_hint
     assert world(fabric) == before
-    member = fabric.su().execute("SELECT pg_has_role(%s, 'fabric_agent', 'MEMBER')", (audit_login,))
+    member = fabric.session().execute(
+        "SELECT pg_has_role(%s, 'fabric_agent', 'MEMBER')", (audit_login,)
+    )
     assert member.fetchone() == (False,)
 
 
@@ -91,7 +85,7 @@ def test_os_agt_008_registered_read_only_cannot_be_re_registered_with_tools(
     with pytest.raises(errors.CheckViolation):
         register(fabric, audit_login, PROFILE_WIDE, [])
     assert world(fabric) == before
-    row = fabric.su().execute(
+    row = fabric.session().execute(
         "SELECT tools_allowed, memory_profile FROM fabric.agents WHERE agent_id = 'os-agt-008'"
     )
     assert row.fetchone() == ([], RECALL_ONLY)
@@ -107,7 +101,7 @@ def test_the_owners_raw_insert_of_a_writing_audit_agent_is_refused(
 ) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "INSERT INTO fabric.agents (agent_id, login, tools_allowed, memory_profile)"
             " VALUES ('os-agt-008', %s, %s, %s)",
             (audit_login, tools, Jsonb(profile)),
@@ -131,9 +125,9 @@ def test_the_owners_raw_update_of_the_audit_agent_is_refused(
 ) -> None:
     register(fabric, audit_login, RECALL_ONLY, [])
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(statement)
+        fabric.owner(None, actor=None).execute(statement)
     assert info.value.diag.constraint_name == "audit_agent_is_read_only"
-    row = fabric.su().execute(
+    row = fabric.session().execute(
         "SELECT tools_allowed, memory_profile FROM fabric.agents WHERE agent_id = 'os-agt-008'"
     )
     assert row.fetchone() == ([], RECALL_ONLY)
@@ -141,12 +135,12 @@ def test_the_owners_raw_update_of_the_audit_agent_is_refused(
 
 def test_a_writing_agent_renamed_to_os_agt_008_is_refused(fabric: Fabric, audit_login: str) -> None:
     """Renaming a writing agent (enabled nowhere) to os-agt-008 is an update path too."""
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.register_agent('new-agt-001', %s, %s, %s)",
         (audit_login, Jsonb(PROFILE_WIDE), MEMORY_TOOLS),
     )
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "UPDATE fabric.agents SET agent_id = 'os-agt-008' WHERE agent_id = 'new-agt-001'"
         )
     assert info.value.diag.constraint_name == "audit_agent_is_read_only"
@@ -157,14 +151,14 @@ def test_os_agt_008_cannot_be_enabled_with_a_tool(fabric: Fabric, audit_login: s
     register(fabric, audit_login, RECALL_ONLY, [])
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.enable_agent('acme', 'os-agt-008', %s)", (["tool:memory-recall"],)
         )
     assert info.value.sqlstate == "23514"
     assert info.value.diag.constraint_name == "audit_agent_is_read_only"
     assert world(fabric) == before
     # enabled with no tools, it may be bound to runs, and still holds nothing
-    fabric.connect("mf_admin").execute("SELECT fabric_api.enable_agent('acme', 'os-agt-008', '{}')")
+    fabric.session("mf_admin").execute("SELECT fabric_api.enable_agent('acme', 'os-agt-008', '{}')")
     assert fabric.count("tenant_agents", "agent_id = 'os-agt-008'") == 1
 
 
@@ -172,10 +166,10 @@ def test_the_owners_raw_enablement_of_an_audit_agent_tool_is_refused(
     fabric: Fabric, audit_login: str
 ) -> None:
     register(fabric, audit_login, RECALL_ONLY, [])
-    fabric.connect("mf_admin").execute("SELECT fabric_api.enable_agent('acme', 'os-agt-008', '{}')")
+    fabric.session("mf_admin").execute("SELECT fabric_api.enable_agent('acme', 'os-agt-008', '{}')")
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric, "acme").execute(
+        fabric.owner("acme", actor=None).execute(
             "INSERT INTO fabric.tenant_agent_tools (tenant_id, agent_id, tool_id)"
             " VALUES ('acme', 'os-agt-008', 'tool:memory-propose')"
         )
@@ -197,7 +191,7 @@ def test_open_run_refuses_an_audit_tool_in_the_active_tool_set(fabric: Fabric, t
 def test_a_raw_run_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric, "acme").execute(
+        fabric.owner("acme", actor=None).execute(
             "INSERT INTO fabric.runs (tenant_id, agent_id, active_tool_set, expires_at)"
             " VALUES ('acme', 'com-agt-003', ARRAY['tool:audit-lineage'], now() + interval '1h')"
         )
@@ -208,7 +202,7 @@ def test_a_raw_run_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
 def test_the_audit_agent_cannot_write_memory_end_to_end(fabric: Fabric, audit_login: str) -> None:
     """The reported attack, with what the registry still accepts: no tool, so no write."""
     register(fabric, audit_login, RECALL_ONLY, [])
-    fabric.connect("mf_admin").execute("SELECT fabric_api.enable_agent('acme', 'os-agt-008', '{}')")
+    fabric.session("mf_admin").execute("SELECT fabric_api.enable_agent('acme', 'os-agt-008', '{}')")
     run = fabric.open_run(agent_id="os-agt-008")
     before = fabric.counts()
     answer = fabric.propose(audit_login, episode(), run)
@@ -222,7 +216,7 @@ def test_an_unknown_tool_is_refused_without_echoing_it(fabric: Fabric) -> None:
     canary = "tool:CANARY-" + uuid.uuid4().hex
     before = world(fabric)
     with pytest.raises(errors.ForeignKeyViolation) as info:
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.enable_agent('acme', 'com-agt-003', %s)", ([canary],)
         )
     assert info.value.sqlstate == "23503"

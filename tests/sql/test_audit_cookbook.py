@@ -18,7 +18,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric
 from memfabric.worker import erase, run_decay_once, seal_once
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,33 +50,14 @@ def cookbook() -> dict[str, str]:
     return found
 
 
-def call(fabric: Fabric, login: str, query: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(query, args).fetchone()
-    assert row is not None
-    return row[0]
-
-
-def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
-def propose(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(result["proposal_id"])
-
-
 def approval(fabric: Fabric, memory_id: str, target: dict[str, Any], decision: str) -> str:
-    a = call(
-        fabric,
+    a = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_approval(%s, 'promote', %s, 'needed')",
         memory_id,
         Jsonb(target),
     )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, %s, 'reviewed')", a, decision)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, %s, 'reviewed')", a, decision)
     return str(a)
 
 
@@ -84,28 +65,26 @@ def build(fabric: Fabric) -> dict[str, Any]:
     """A month of a tenant's life, through the governed API only."""
     w: dict[str, Any] = {}
     run = fabric.open_run()  # com-agt-003 serving user-8842
-    e1, e2 = form(fabric, run, "ep one"), form(fabric, run, "ep two")
-    s1 = form(
-        fabric,
+    e1, e2 = fabric.form(run, "ep one"), fabric.form(run, "ep two")
+    s1 = fabric.form(
         run,
         "s",
         tier="semantic",
         content={"key": "billing.currency", "value": "EUR"},
         derived_from=[e1, e2],
     )
-    call(fabric, "mf_committer", "SELECT fabric_api.promote(%s, 'profile', NULL, NULL)", s1)
-    e3 = form(fabric, run, "ep three")
+    fabric.call("mf_committer", "SELECT fabric_api.promote(%s, 'profile', NULL, NULL)", s1)
+    e3 = fabric.form(run, "ep three")
     used = approval(fabric, e3, {"tier": "relational"}, "approved")
-    call(fabric, "mf_committer", "SELECT fabric_api.promote(%s, 'relational', %s, NULL)", e3, used)
+    fabric.call("mf_committer", "SELECT fabric_api.promote(%s, 'relational', %s, NULL)", e3, used)
     denied = approval(fabric, e2, {"tier": "relational"}, "denied")
     # a profile fact, recalled, then superseded twice: p0 -> p1 -> p2
-    p0 = form(
-        fabric,
+    p0 = fabric.form(
         run,
         "p",
         tier="profile",
         content={"key": "billing.entity", "value": "A"},
-        derived_from=[form(fabric, run, "ep p0")],
+        derived_from=[fabric.form(run, "ep p0")],
         validity_interval={"valid_from": "2026-06-01T00:00:00Z", "valid_until": None},
     )
     answer = fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["profile"]})
@@ -113,19 +92,17 @@ def build(fabric: Fabric) -> dict[str, Any]:
     assert p0 in recalled, answer
     chain = [p0]
     for value, valid_from in (("B", "2026-07-02T09:14:00Z"), ("C", "2026-08-01T00:00:00Z")):
-        proposal = propose(
-            fabric,
+        proposal = fabric.proposed(
             run,
             "p",
             tier="profile",
             content={"key": "billing.entity", "value": value},
-            derived_from=[form(fabric, run, f"ep {value}")],
+            derived_from=[fabric.form(run, f"ep {value}")],
             validity_interval={"valid_from": valid_from, "valid_until": None},
         )
         chain.append(
             str(
-                call(
-                    fabric,
+                fabric.call(
                     "mf_committer",
                     "SELECT fabric_api.supersede(%s, %s, NULL)",
                     chain[-1],
@@ -134,8 +111,7 @@ def build(fabric: Fabric) -> dict[str, Any]:
             )
         )
     # a record whose validity ended: decay expires it
-    lapsed = form(
-        fabric,
+    lapsed = fabric.form(
         run,
         "lapsed",
         validity_interval={
@@ -149,21 +125,19 @@ def build(fabric: Fabric) -> dict[str, Any]:
     refused = fabric.recall("mf_agent_a", {"run_id": str(narrow), "tiers": ["episodic"]})
     assert refused["status"] == "denied", refused
     # one record erased (s1 derives from it), and a whole data subject erased
-    a = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", e1)[
+    a = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", e1)[
         "approval_id"
     ]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
     erase(fabric.connect("mf_committer"), str(a))
     gone_run = fabric.open_run(subject="user-gone", session="sess-gone")
-    gone = [form(fabric, gone_run, "gone one"), form(fabric, gone_run, "gone two")]
+    gone = [fabric.form(gone_run, "gone one"), fabric.form(gone_run, "gone two")]
     fabric.recall("mf_agent_a", {"run_id": str(gone_run), "tiers": ["episodic"]})
-    subject_approval = call(
-        fabric,
+    subject_approval = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_subject_erasure('acme', 'user-gone', 'art. 17')",
     )["approval_id"]
-    call(
-        fabric,
+    fabric.call(
         "mf_policy",
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
         subject_approval,
@@ -336,21 +310,21 @@ def test_only_the_auditor_calls_the_relations(fabric: Fabric, name: str) -> None
     for login in ("mf_agent_a", "mf_committer", "mf_admin", "mf_policy", "mf_projector"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             fabric.connect(login).execute(query, params)
-    assert fabric.connect("mf_auditor").execute(query, params).fetchall() is not None
+    assert fabric.session("mf_auditor").execute(query, params).fetchall() is not None
 
 
 @pytest.mark.parametrize("name", RELATIONS)
 def test_an_unknown_tenant_is_refused(fabric: Fabric, name: str) -> None:
     query, params = relation(name, tenant="nope")
     with pytest.raises(psycopg.Error) as caught:
-        fabric.connect("mf_auditor").execute(query, params)
+        fabric.session("mf_auditor").execute(query, params)
     assert caught.value.sqlstate == "P0002"
 
 
 def test_relations_hold_no_content_and_no_subject_id(fabric: Fabric) -> None:
     canary = f"canary-{uuid.uuid4().hex}"
     run = fabric.open_run(subject=canary, session=f"{canary}-s")
-    memory_id = form(fabric, run, canary)
+    memory_id = fabric.form(run, canary)
     fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
     auditor = fabric.connect("mf_auditor")
     seen = []
@@ -365,7 +339,7 @@ def test_relations_hold_no_content_and_no_subject_id(fabric: Fabric) -> None:
 
 def test_the_relations_are_tenant_first(fabric: Fabric) -> None:
     run = fabric.open_run()
-    form(fabric, run, "acme only")
+    fabric.form(run, "acme only")
     auditor = fabric.connect("mf_auditor")
     assert auditor.execute(
         "SELECT count(*) FROM fabric_audit.events('globex', '-infinity', 'infinity') "
@@ -382,8 +356,8 @@ def test_recalls_and_recall_history_read_the_same_recalls(fabric: Fabric) -> Non
     recalled_records (the canonical relations) are two shapes of one set of events: the same
     recalls, in the same order, with the same memory ids in the same rank order."""
     run = fabric.open_run()
-    form(fabric, run, "recalled one")
-    form(fabric, run, "recalled two")
+    fabric.form(run, "recalled one")
+    fabric.form(run, "recalled two")
     fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
     narrow = fabric.open_run(tools=["tool:memory-propose"])
     denied = fabric.recall("mf_agent_a", {"run_id": str(narrow), "tiers": ["episodic"]})

@@ -22,22 +22,10 @@ PG_DUMP = ROOT / ".local" / "pg17" / "bin" / "pg_dump"
 RECALLS = "event_type LIKE 'memory.recall.%'"
 
 
-def call(fabric: Fabric, login: str, query: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(query, args).fetchone()
-    assert row is not None
-    return row[0]
-
-
 def sqlstate(fn: Any) -> str | None:
     with pytest.raises((psycopg.Error, FabricError)) as caught:
         fn()
     return caught.value.sqlstate
-
-
-def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
 
 
 def dump(fabric: Fabric) -> str:
@@ -47,19 +35,18 @@ def dump(fabric: Fabric) -> str:
 
 
 def subject_erasure(fabric: Fabric, subject: str) -> dict[str, Any]:
-    approval = call(
-        fabric,
+    approval = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_subject_erasure('acme', %s, 'art. 17')",
         subject,
     )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
     return erase(fabric.connect("mf_committer"), str(approval))
 
 
 def subject_events(fabric: Fabric, subject: str) -> list[tuple[Any, ...]]:
     return (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT event_type, run_id FROM fabric_audit.subject_events('acme', %s,"
             " now() - interval '1 hour', now() + interval '1 hour')",
@@ -79,7 +66,7 @@ def test_recall_events_name_subject_and_session_only_by_pseudonyms(
 ) -> None:
     session = f"{canary}-session"
     run = fabric.open_run(subject=canary, session=session)
-    form(fabric, run, "remember")
+    fabric.form(run, "remember")
     fabric.recall(
         "mf_agent_a",
         {"run_id": str(run), "tiers": ["episodic"], "scope": {"subject_id": canary}},
@@ -134,8 +121,7 @@ def test_auditor_finds_a_living_subjects_events_and_nobody_else_can(fabric: Fabr
 
 
 def test_approvals_store_the_subject_only_as_its_pseudonym(fabric: Fabric, canary: str) -> None:
-    approval = call(
-        fabric,
+    approval = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_subject_erasure('acme', %s, 'art. 17')",
         canary,
@@ -154,8 +140,8 @@ def test_subject_erasure_shreds_the_key_and_the_canary_leaves_every_table(
 ) -> None:
     session = f"{canary}-session"
     run = fabric.open_run(subject=canary, session=session)
-    episode_id = form(fabric, run, "an episode")
-    form(fabric, run, "derived", tier="semantic", derived_from=[episode_id], content={"a": "b"})
+    episode_id = fabric.form(run, "an episode")
+    fabric.form(run, "derived", tier="semantic", derived_from=[episode_id], content={"a": "b"})
     fabric.propose("mf_agent_a", episode("validated, never committed"), run)
     fabric.propose("mf_agent_a", episode("rejected", confidence=5), run)
     for _ in range(2):
@@ -172,7 +158,7 @@ def test_subject_erasure_shreds_the_key_and_the_canary_leaves_every_table(
     assert canary not in data  # records, proposals, runs, approvals, receipts, keys, events...
     assert fabric.count("events", RECALLS) == events_before
     assert subject_events(fabric, canary) == []
-    receipt = call(fabric, "mf_auditor", "SELECT fabric_audit.erasure_receipt(%s)", episode_id)
+    receipt = fabric.call("mf_auditor", "SELECT fabric_audit.erasure_receipt(%s)", episode_id)
     assert receipt["destroyed"]["subject_key"]["destroyed"] is True
     assert "Backups taken before the erasure" in receipt["destroyed"]["subject_key"]["note"]
 
@@ -180,18 +166,16 @@ def test_subject_erasure_shreds_the_key_and_the_canary_leaves_every_table(
 def test_erasing_a_subject_whose_key_is_already_destroyed_is_refused(fabric: Fabric) -> None:
     run = fabric.open_run(subject="user-twice")
     fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
-    first = call(
-        fabric,
+    first = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_subject_erasure('acme', 'user-twice', 'art. 17')",
     )["approval_id"]
-    second = call(
-        fabric,
+    second = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_subject_erasure('acme', 'user-twice', 'art. 17')",
     )["approval_id"]
     for a in (first, second):
-        call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+        fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
     erase(fabric.connect("mf_committer"), str(first))
     assert sqlstate(lambda: erase(fabric.connect("mf_committer"), str(second))) == "MF005"
     with fabric.su() as su:

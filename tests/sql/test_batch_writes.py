@@ -400,6 +400,7 @@ def _state(su: psycopg.Connection[Any], run: Any, tag: str) -> dict[str, list[st
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow
 @given(specs=st.lists(SPECS, min_size=1, max_size=10), denied=st.sampled_from([False] * 5 + [True]))
 def test_a_batch_leaves_the_state_the_same_calls_one_by_one_leave(
     fabric: Fabric, specs: list[tuple[Any, ...]], denied: bool

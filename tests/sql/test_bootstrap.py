@@ -19,9 +19,9 @@ from memfabric import db as mfdb
 
 def test_the_required_extensions_are_the_four_the_fabric_uses(fabric: Fabric) -> None:
     assert set(mfdb.EXTENSIONS) == {"vector", "btree_gist", "btree_gin", "pgcrypto"}
-    installed = {r[0] for r in fabric.su().execute("SELECT extname FROM pg_extension")}
+    installed = {r[0] for r in fabric.session().execute("SELECT extname FROM pg_extension")}
     assert "plpython3u" not in installed
-    languages = fabric.su().execute(
+    languages = fabric.session().execute(
         "SELECT DISTINCT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
         "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname LIKE 'fabric%'"
     )
@@ -63,7 +63,7 @@ def test_without_a_superuser_a_bootstrapped_database_migrates_with_warnings(
     # a clone does not copy the database's grants: the bootstrap is not complete here
     with pytest.raises(SystemExit, match="CONNECT and CREATE on this database for fabric_migrator"):
         mfdb.migrate(as_admin)
-    fabric.su().execute(
+    fabric.session().execute(
         sql.SQL("GRANT CONNECT, CREATE ON DATABASE {} TO fabric_migrator").format(
             sql.Identifier(fabric.dbname)
         )

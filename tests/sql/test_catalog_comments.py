@@ -52,7 +52,7 @@ def test_every_table_has_a_comment(fabric: Fabric) -> None:
 
 
 def test_every_fabric_column_has_a_comment(fabric: Fabric) -> None:
-    missing = [r[0] for r in fabric.su().execute(COLUMNS).fetchall()]
+    missing = [r[0] for r in fabric.session().execute(COLUMNS).fetchall()]
     assert not missing, f"{len(missing)} columns without COMMENT ON COLUMN:\n  " + "\n  ".join(
         missing
     )
@@ -70,7 +70,7 @@ def test_the_check_sees_a_missing_comment(fabric: Fabric) -> None:
 def test_the_auditor_reads_the_comments(fabric: Fabric) -> None:
     """The auditor's login reads no table, yet the catalog's comments describe them to it."""
     row = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT pg_catalog.obj_description(c.oid, 'pg_class'),"
             "       pg_catalog.col_description(c.oid, 1)"

@@ -25,33 +25,10 @@ from memfabric.worker import erase, run_committer, run_decay_once
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(sql, args).fetchone()
-    assert row is not None
-    return row[0]
-
-
 def sqlstate(fn: Any) -> str | None:
     with pytest.raises((psycopg.Error, FabricError)) as caught:
         fn()
     return caught.value.sqlstate
-
-
-def propose(fabric: Fabric, run: uuid.UUID, text: str, login: str = "mf_agent_a", **kw: Any) -> str:
-    result = fabric.propose(login, episode(text, **kw), run)
-    assert result["status"] == "validated", result
-    return str(result["proposal_id"])
-
-
-def form(
-    fabric: Fabric,
-    run: uuid.UUID,
-    text: str = "e",
-    committer: str = "mf_committer",
-    login: str = "mf_agent_a",
-    **kw: Any,
-) -> str:
-    return str(fabric.commit(propose(fabric, run, text, login, **kw), committer)["memory_id"])
 
 
 def fresh(fabric: Fabric, memory_id: str) -> dict[str, Any]:
@@ -76,14 +53,13 @@ def status(fabric: Fabric, proposal_id: str) -> tuple[Any, ...]:
 
 
 def erase_subject(fabric: Fabric, tenant: str, subject: str) -> dict[str, Any]:
-    a = call(
-        fabric,
+    a = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_subject_erasure(%s, %s, 'art. 17')",
         tenant,
         subject,
     )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
     return erase(fabric.connect("mf_committer"), str(a))
 
 
@@ -98,7 +74,7 @@ def test_subject_erasure_withdraws_uncommitted_proposals_and_the_drain_goes_on(
     fabric: Fabric,
 ) -> None:
     other = fabric.open_run()  # tenant acme
-    waiting = propose(fabric, other, "acme's proposal")
+    waiting = fabric.proposed(other, "acme's proposal")
     erased_run = fabric.open_run("glx-agt-001", "globex", subject="user-s")
     doomed = fabric.propose("mf_agent_g", glx("about user-s"), erased_run)["proposal_id"]
     assert status(fabric, doomed) == ("validated", None, False)
@@ -111,14 +87,14 @@ def test_subject_erasure_withdraws_uncommitted_proposals_and_the_drain_goes_on(
     assert (
         event["tenant_id"] == "globex" and event["payload"]["approval_id"] == result["approval_id"]
     )
-    drained = call(fabric, "mf_committer", "SELECT fabric_api.commit_pending(100)")
+    drained = fabric.call("mf_committer", "SELECT fabric_api.commit_pending(100)")
     assert drained == {"committed": 1, "rejected": 0, "retry": 0}
     assert status(fabric, waiting)[0] == "committed"
     assert sqlstate(lambda: fabric.commit(doomed)) == "55000"
 
 
 def test_the_commit_worker_survives_an_erased_subject(fabric: Fabric) -> None:
-    waiting = propose(fabric, fabric.open_run(), "acme's proposal")
+    waiting = fabric.proposed(fabric.open_run(), "acme's proposal")
     erased_run = fabric.open_run("glx-agt-001", "globex", subject="user-s")
     fabric.propose("mf_agent_g", glx("about user-s"), erased_run)
     erase_subject(fabric, "globex", "user-s")
@@ -141,13 +117,13 @@ def test_the_commit_worker_survives_an_erased_subject(fabric: Fabric) -> None:
 
 
 def test_a_proposal_that_breaks_a_rule_at_commit_is_rejected_alone(fabric: Fabric) -> None:
-    good = propose(fabric, fabric.open_run(), "fine")
+    good = fabric.proposed(fabric.open_run(), "fine")
     run_g = fabric.open_run("glx-agt-001", "globex")
     bad = fabric.propose("mf_agent_g", glx("scrubbed underneath"), run_g)["proposal_id"]
     with fabric.su() as su:  # the state an erasure left before withdrawal existed
         su.execute("UPDATE fabric.proposals SET content = NULL WHERE proposal_id = %s", (bad,))
     assert sqlstate(lambda: fabric.commit(bad)) == "23502"
-    drained = call(fabric, "mf_committer", "SELECT fabric_api.commit_pending(100)")
+    drained = fabric.call("mf_committer", "SELECT fabric_api.commit_pending(100)")
     assert drained == {"committed": 1, "rejected": 1, "retry": 0}
     assert status(fabric, good)[0] == "committed"
     assert status(fabric, bad)[:2] == ("rejected", "refused at commit (23502)")
@@ -158,7 +134,7 @@ def test_a_proposal_that_breaks_a_rule_at_commit_is_rejected_alone(fabric: Fabri
 def test_a_transient_failure_leaves_the_proposal_validated_for_the_next_drain(
     fabric: Fabric,
 ) -> None:
-    good = propose(fabric, fabric.open_run(), "fine")
+    good = fabric.proposed(fabric.open_run(), "fine")
     run_g = fabric.open_run("glx-agt-001", "globex")
     later = fabric.propose("mf_agent_g", glx("waits for a lock"), run_g)["proposal_id"]
     holder = fabric.connect(None, autocommit=False)
@@ -175,7 +151,7 @@ def test_a_transient_failure_leaves_the_proposal_validated_for_the_next_drain(
 
 
 def test_a_timed_out_drain_stops_and_keeps_what_it_committed(fabric: Fabric) -> None:
-    good = propose(fabric, fabric.open_run(), "fine")
+    good = fabric.proposed(fabric.open_run(), "fine")
     run_g = fabric.open_run("glx-agt-001", "globex")
     later = fabric.propose("mf_agent_g", glx("waits for a lock"), run_g)["proposal_id"]
     holder = fabric.connect(None, autocommit=False)
@@ -214,12 +190,12 @@ def test_a_timed_out_drain_stops_and_keeps_what_it_committed(fabric: Fabric) -> 
 def test_a_commit_failure_is_rejected_retried_or_a_fault_by_its_sqlstate(
     fabric: Fabric, state: str, kind: str | None
 ) -> None:
-    row = fabric.su().execute("SELECT fabric._commit_failure_kind(%s)", (state,)).fetchone()
+    row = fabric.session().execute("SELECT fabric._commit_failure_kind(%s)", (state,)).fetchone()
     assert row == (kind,)
 
 
 def test_the_commit_worker_reports_a_refused_drain_and_keeps_running(fabric: Fabric) -> None:
-    waiting = propose(fabric, fabric.open_run(), "acme's proposal")
+    waiting = fabric.proposed(fabric.open_run(), "acme's proposal")
     su = fabric.su()
     su.execute(
         "REVOKE EXECUTE ON FUNCTION fabric_api.commit_pending(integer) FROM fabric_committer"
@@ -259,8 +235,7 @@ def run(fabric: Fabric) -> uuid.UUID:
 
 
 def semantic(fabric: Fabric, run: uuid.UUID, key: str, sources: list[str], **kw: Any) -> str:
-    return propose(
-        fabric,
+    return fabric.proposed(
         run,
         "s",
         tier="semantic",
@@ -271,20 +246,20 @@ def semantic(fabric: Fabric, run: uuid.UUID, key: str, sources: list[str], **kw:
 
 
 def test_commit_returns_the_record_with_its_lineage(fabric: Fabric, run: uuid.UUID) -> None:
-    a, b = form(fabric, run, "a"), form(fabric, run, "b")
+    a, b = fabric.form(run, "a"), fabric.form(run, "b")
     record = fabric.commit(semantic(fabric, run, "billing.entity", [a, b]))
     assert sorted(record["derived_from"]) == sorted([a, b])
     assert record == fresh(fabric, record["memory_id"])
 
 
 def test_supersede_returns_what_a_fresh_read_returns(fabric: Fabric, run: uuid.UUID) -> None:
-    a = form(fabric, run, "a")
+    a = fabric.form(run, "a")
     old = fabric.commit(semantic(fabric, run, "billing.entity", [a]))
     newer = semantic(
         fabric, run, "billing.entity", [a], validity_interval={"valid_from": "2026-09-01T00:00:00Z"}
     )
-    record = call(
-        fabric, "mf_committer", "SELECT fabric_api.supersede(%s, %s)", old["memory_id"], newer
+    record = fabric.call(
+        "mf_committer", "SELECT fabric_api.supersede(%s, %s)", old["memory_id"], newer
     )
     assert record["derived_from"] == [a] and record["supersedes"] == old["memory_id"]
     assert record == fresh(fabric, record["memory_id"])
@@ -293,12 +268,12 @@ def test_supersede_returns_what_a_fresh_read_returns(fabric: Fabric, run: uuid.U
 def test_promote_and_demote_return_what_a_fresh_read_returns(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    a, b = form(fabric, run, "a"), form(fabric, run, "b")
+    a, b = fabric.form(run, "a"), fabric.form(run, "b")
     memory_id = str(fabric.commit(semantic(fabric, run, "pref.lang", [a, b]))["memory_id"])
-    promoted = call(fabric, "mf_committer", "SELECT fabric_api.promote(%s, 'profile')", memory_id)
+    promoted = fabric.call("mf_committer", "SELECT fabric_api.promote(%s, 'profile')", memory_id)
     assert promoted["tier"] == "profile" and len(promoted["derived_from"]) == 2
     assert promoted == fresh(fabric, memory_id)
-    demoted = call(fabric, "mf_committer", "SELECT fabric_api.demote(%s, 'semantic')", memory_id)
+    demoted = fabric.call("mf_committer", "SELECT fabric_api.demote(%s, 'semantic')", memory_id)
     assert demoted["tier"] == "semantic"
     assert demoted == fresh(fabric, memory_id)
 
@@ -306,10 +281,9 @@ def test_promote_and_demote_return_what_a_fresh_read_returns(
 def recommend(
     fabric: Fabric, tenant: str, kind: str, sources: list[str], proposal: dict[str, Any]
 ) -> str:
-    wf = call(fabric, "mf_consolidator", "SELECT fabric_api.start_workflow_run(%s)", tenant)
+    wf = fabric.call("mf_consolidator", "SELECT fabric_api.start_workflow_run(%s)", tenant)
     return str(
-        call(
-            fabric,
+        fabric.call(
             "mf_consolidator",
             "SELECT fabric_api.recommend(%s)",
             Jsonb(
@@ -328,7 +302,7 @@ def recommend(
 def test_commit_recommendation_returns_what_a_fresh_read_returns(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    a, b = form(fabric, run, "a"), form(fabric, run, "b")
+    a, b = fabric.form(run, "a"), fabric.form(run, "b")
     rec = recommend(
         fabric,
         "acme",
@@ -336,14 +310,12 @@ def test_commit_recommendation_returns_what_a_fresh_read_returns(
         [a, b],
         {"content": {"key": "k", "value": 1}, "confidence": 0.9},
     )
-    result = call(fabric, "mf_committer", "SELECT fabric_api.commit_recommendation(%s)", rec)
+    result = fabric.call("mf_committer", "SELECT fabric_api.commit_recommendation(%s)", rec)
     assert sorted(result["record"]["derived_from"]) == sorted([a, b])
     assert result["record"] == fresh(fabric, result["record"]["memory_id"])
     memory_id = str(fabric.commit(semantic(fabric, run, "pref.tz", [a, b]))["memory_id"])
     promotion = recommend(fabric, "acme", "promotion", [memory_id], {"target_tier": "profile"})
-    promoted = call(
-        fabric, "mf_committer", "SELECT fabric_api.commit_recommendation(%s)", promotion
-    )
+    promoted = fabric.call("mf_committer", "SELECT fabric_api.commit_recommendation(%s)", promotion)
     assert promoted["tier"] == "profile" and promoted == fresh(fabric, memory_id)
 
 
@@ -398,7 +370,7 @@ def refused(fabric: Fabric, sql: str, *args: Any) -> None:
     """mf_committer is refused with 42501 and a hint, and nothing is written."""
     before = world(fabric)
     with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
-        call(fabric, "mf_committer", sql, *args)
+        fabric.call("mf_committer", sql, *args)
     assert "enable" in (caught.value.diag.message_hint or "")
     assert world(fabric) == before
 
@@ -415,12 +387,12 @@ def test_commit_pending_skips_tenants_the_committer_is_not_enabled_in(
     fabric: Fabric, initech: uuid.UUID
 ) -> None:
     foreign = fabric.propose("mf_agent_a", ini("x"), initech)["proposal_id"]
-    own = propose(fabric, fabric.open_run(), "acme")
-    drained = call(fabric, "mf_committer", "SELECT fabric_api.commit_pending(100)")
+    own = fabric.proposed(fabric.open_run(), "acme")
+    drained = fabric.call("mf_committer", "SELECT fabric_api.commit_pending(100)")
     assert drained == {"committed": 1, "rejected": 0, "retry": 0}
     assert status(fabric, own)[0] == "committed"
     assert status(fabric, foreign)[0] == "validated"
-    drained = call(fabric, "mf_committer2", "SELECT fabric_api.commit_pending(100)")
+    drained = fabric.call("mf_committer2", "SELECT fabric_api.commit_pending(100)")
     assert drained["committed"] == 1 and status(fabric, foreign)[0] == "committed"
 
 
@@ -449,12 +421,12 @@ def test_record_actions_in_a_foreign_tenant_are_refused(fabric: Fabric, initech:
     )
     refused(fabric, "SELECT fabric_api.request_erasure(%s, 'gdpr')", a)
     refused(fabric, "SELECT fabric_api.request_subject_erasure('initech', 'user-8842', 'gdpr')")
-    call(fabric, "mf_committer2", "SELECT fabric_api.promote(%s, 'profile')", fact)
+    fabric.call("mf_committer2", "SELECT fabric_api.promote(%s, 'profile')", fact)
     refused(fabric, "SELECT fabric_api.demote(%s, 'semantic')", fact)
-    approval = call(fabric, "mf_committer2", "SELECT fabric_api.request_erasure(%s, 'gdpr')", a)[
+    approval = fabric.call("mf_committer2", "SELECT fabric_api.request_erasure(%s, 'gdpr')", a)[
         "approval_id"
     ]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
     refused(fabric, "SELECT fabric_api.erase(%s)", approval)
     rec = recommend(
         fabric,
@@ -466,10 +438,10 @@ def test_record_actions_in_a_foreign_tenant_are_refused(fabric: Fabric, initech:
     refused(fabric, "SELECT fabric_api.commit_recommendation(%s)", rec)
     # the committer enabled with no tools does what the other was refused
     assert (
-        call(fabric, "mf_committer2", "SELECT fabric_api.commit_recommendation(%s)", rec)["status"]
+        fabric.call("mf_committer2", "SELECT fabric_api.commit_recommendation(%s)", rec)["status"]
         == "committed"
     )
-    assert call(fabric, "mf_committer2", "SELECT fabric_api.erase(%s)", approval)["erased"] == [a]
+    assert fabric.call("mf_committer2", "SELECT fabric_api.erase(%s)", approval)["erased"] == [a]
 
 
 def test_decay_skips_tenants_the_committer_is_not_enabled_in(
@@ -490,20 +462,19 @@ def test_decay_skips_tenants_the_committer_is_not_enabled_in(
 @pytest.fixture
 def flag(fabric: Fabric, run: uuid.UUID) -> dict[str, Any]:
     """An open review flag: a semantic record derived from an erased episode."""
-    source = form(fabric, run, "source")
-    form(fabric, run, "derived", tier="semantic", content={"assertion": "d"}, derived_from=[source])
-    a = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", source)[
+    source = fabric.form(run, "source")
+    fabric.form(run, "derived", tier="semantic", content={"assertion": "d"}, derived_from=[source])
+    a = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", source)[
         "approval_id"
     ]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
     erase(fabric.connect("mf_committer"), str(a))
-    (queued,) = call(fabric, "mf_consolidator", "SELECT fabric_api.review_queue('acme')")
+    (queued,) = fabric.call("mf_consolidator", "SELECT fabric_api.review_queue('acme')")
     return queued  # type: ignore[no-any-return]
 
 
 def resolve(fabric: Fabric, flag_id: str, decision: str, login: str = "mf_consolidator") -> Any:
-    return call(
-        fabric,
+    return fabric.call(
         login,
         "SELECT fabric_api.resolve_review_flag(%s, %s, 'checked by hand')",
         flag_id,
@@ -521,7 +492,7 @@ def test_keeping_a_flagged_record_resolves_the_flag_once_with_an_event(
         "decision": "keep",
         "approval_id": None,
     }
-    assert call(fabric, "mf_consolidator", "SELECT fabric_api.review_queue('acme')") == []
+    assert fabric.call("mf_consolidator", "SELECT fabric_api.review_queue('acme')") == []
     (event,) = fabric.events("event_type = 'memory.review_flag.resolved'")
     assert event["actor_agent_id"] == "os-agt-011" and event["memory_id"] == flag["memory_id"]
     assert event["payload"]["decision"] == "keep"
@@ -535,7 +506,7 @@ def test_requesting_erasure_of_a_flagged_record_files_an_erase_approval(
     fabric: Fabric, flag: dict[str, Any]
 ) -> None:
     result = resolve(fabric, flag["flag_id"], "request_erasure")
-    assert call(fabric, "mf_consolidator", "SELECT fabric_api.review_queue('acme')") == []
+    assert fabric.call("mf_consolidator", "SELECT fabric_api.review_queue('acme')") == []
     with fabric.su() as su:
         row = su.execute(
             "SELECT action, memory_id::text, status, requested_by FROM fabric.approvals "
@@ -543,8 +514,7 @@ def test_requesting_erasure_of_a_flagged_record_files_an_erase_approval(
             (result["approval_id"],),
         ).fetchone()
     assert row == ("erase", flag["memory_id"], "pending", "os-agt-011")
-    call(
-        fabric,
+    fabric.call(
         "mf_policy",
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
         result["approval_id"],
@@ -570,7 +540,7 @@ def test_resolving_a_review_flag_is_refused_without_writing(
     assert world(fabric) == before
     assert [
         q["flag_id"]
-        for q in call(fabric, "mf_consolidator", "SELECT fabric_api.review_queue('acme')")
+        for q in fabric.call("mf_consolidator", "SELECT fabric_api.review_queue('acme')")
     ] == [flag["flag_id"]]
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 
-from conftest import Fabric, episode
+from conftest import Fabric, episode, wait_until_blocked
 
 
 def test_two_committers_racing_on_one_proposal_form_exactly_one_record(fabric: Fabric) -> None:
@@ -15,6 +14,7 @@ def test_two_committers_racing_on_one_proposal_form_exactly_one_record(fabric: F
     proposal = fabric.propose("mf_agent_a", episode(), run)["proposal_id"]
     first = fabric.connect("mf_committer", autocommit=False)
     first.execute("SELECT fabric_api.commit(%s)", (proposal,))  # holds the proposal's row lock
+    rival = fabric.session("mf_committer2")  # the connection fabric.commit uses below
     outcome: list[str] = []
 
     def second() -> None:
@@ -26,7 +26,7 @@ def test_two_committers_racing_on_one_proposal_form_exactly_one_record(fabric: F
 
     thread = threading.Thread(target=second)
     thread.start()
-    time.sleep(0.3)
+    wait_until_blocked(fabric, rival)
     assert outcome == []  # blocked on the lock, not done
     first.commit()
     thread.join(timeout=30)

@@ -20,7 +20,7 @@ NOT_BUILT = {
 
 def propose_schema(fabric: Fabric) -> dict[str, Any]:
     row = (
-        fabric.connect("mf_agent_a")
+        fabric.session("mf_agent_a")
         .execute("SELECT fabric_api.request_schema('propose')")
         .fetchone()
     )
@@ -117,7 +117,7 @@ def test_the_full_envelope_is_accepted_by_the_database_too(fabric: Fabric) -> No
     body["derived_from"] = [record["memory_id"]]
     del body["supersedes"], body["business_instance_id"]
     answer = (
-        fabric.connect("mf_agent_a")
+        fabric.session("mf_agent_a")
         .execute("SELECT fabric_api.propose(%s, %s)", (Jsonb(body), run))
         .fetchone()
     )

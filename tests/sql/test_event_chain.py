@@ -21,14 +21,14 @@ MIGRATOR = "fabric_migrator"
 
 
 def seal(fabric: Fabric) -> dict[str, Any]:
-    row = fabric.connect("mf_committer").execute("SELECT fabric_api.seal_events()").fetchone()
+    row = fabric.session("mf_committer").execute("SELECT fabric_api.seal_events()").fetchone()
     assert row is not None
     return row[0]  # type: ignore[no-any-return]
 
 
 def verify(fabric: Fabric, tenant: str | None = None) -> dict[str, Any]:
     row = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute("SELECT fabric_audit.verify_event_chain(%s)", (tenant,))
         .fetchone()
     )

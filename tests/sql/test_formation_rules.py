@@ -64,7 +64,7 @@ def assert_rejected(
     assert after["memory_records"] == before["memory_records"]
     assert after["memory_lineage"] == before["memory_lineage"]
     row = (
-        fabric.su()
+        fabric.session()
         .execute(
             "SELECT status, reason FROM fabric.proposals WHERE proposal_id = %s",
             (result["proposal_id"],),
@@ -426,7 +426,9 @@ def test_content_just_under_64_kib_is_accepted(fabric: Fabric) -> None:
 
 
 def test_content_nested_deeper_than_32_is_an_error(fabric: Fabric) -> None:
-    depth = fabric.su().execute("SELECT fabric._jsonb_depth(%s)", (Jsonb(nest(33)),)).fetchone()
+    depth = (
+        fabric.session().execute("SELECT fabric._jsonb_depth(%s)", (Jsonb(nest(33)),)).fetchone()
+    )
     assert depth == (33,)
     assert_structural_error(fabric, episode(content=nest(33)), "54000")
 
@@ -524,7 +526,7 @@ def test_owner_raw_insert_into_tenant_platform_is_refused(fabric: Fabric) -> Non
 
 def test_tenant_platform_cannot_be_created(fabric: Fabric) -> None:
     with pytest.raises(errors.InvalidParameterValue):
-        fabric.connect("mf_admin").execute("SELECT fabric_api.create_tenant('platform')")
+        fabric.session("mf_admin").execute("SELECT fabric_api.create_tenant('platform')")
     assert fabric.count("tenants", "tenant_id = 'platform'") == 0
 
 

@@ -364,6 +364,7 @@ def test_content_over_64_kib_is_an_error(
     kinds=st.lists(st.booleans(), min_size=200, max_size=200),
     leaf=hostile_text,
 )
+@pytest.mark.slow
 def test_content_nested_deeper_than_32_is_an_error(
     harness: Harness, depth: int, kinds: list[bool], leaf: str
 ) -> None:
@@ -569,6 +570,7 @@ content_value = st.recursive(
 )
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(content=st.dictionaries(hostile_text, content_value, max_size=6), text=sql_text)
 def test_hostile_strings_in_content_are_stored_verbatim(

@@ -8,7 +8,6 @@ nothing; two connections proposing at once leave exactly one proposal.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -16,7 +15,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric, episode, wait_until_blocked
 
 
 def envelope(**overrides: Any) -> dict[str, Any]:
@@ -165,7 +164,7 @@ def test_an_erased_record_is_not_formed_again_by_a_replay(fabric: Fabric) -> Non
     approval = committer.execute(
         "SELECT fabric_api.request_erasure(%s, 'gdpr')", (memory_id,)
     ).fetchone()[0]["approval_id"]  # type: ignore[index]
-    fabric.connect("mf_policy").execute(
+    fabric.session("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
     )
     committer.execute("SELECT fabric_api.erase(%s)", (approval,))
@@ -204,20 +203,6 @@ def test_a_proposal_row_with_a_taken_key_is_refused_by_the_index(fabric: Fabric)
 # --- two connections at once ----------------------------------------------------------------
 
 
-def _waiting_on_a_lock(fabric: Fabric, pid: int, timeout: float = 30.0) -> None:
-    """Until the backend pid waits for a lock (never a fixed sleep)."""
-    with fabric.su() as su:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            row = su.execute(
-                "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", (pid,)
-            ).fetchone()
-            if row is not None and row[0] > 0:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the second proposer never waited on the first")
-
-
 def _race(fabric: Fabric, first_commits: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     run = fabric.open_run()
     a = fabric.connect("mf_agent_a", autocommit=False)
@@ -237,7 +222,7 @@ def _race(fabric: Fabric, first_commits: bool) -> tuple[dict[str, Any], dict[str
 
     thread = threading.Thread(target=second)
     thread.start()
-    _waiting_on_a_lock(fabric, b_pid)  # B has reached the key and waits for A's outcome
+    wait_until_blocked(fabric, b_pid)  # B has reached the key and waits for A's outcome
     if first_commits:
         a.commit()
     else:

@@ -38,15 +38,6 @@ def propose_refused(fabric: Fabric, login: str, envelope: Any, run_id: uuid.UUID
     return info.value
 
 
-def owner(fabric: Fabric, tenant: str | None = None) -> psycopg.Connection[Any]:
-    """The superuser acting as fabric_owner: the strongest non-bypass writer there is."""
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    if tenant is not None:
-        conn.execute("SELECT set_config('fabric.tenant_id', %s, false)", (tenant,))
-    return conn
-
-
 def proposals_of_run(fabric: Fabric, run_id: uuid.UUID) -> int:
     return fabric.count("proposals", f"run_id = '{run_id}'")
 
@@ -96,8 +87,8 @@ def test_an_unknown_run_is_refused_and_writes_nothing(fabric: Fabric) -> None:
 
 
 def test_an_expired_run_is_refused_and_writes_nothing(fabric: Fabric) -> None:
-    run = fabric.open_run(ttl="1 second")
-    time.sleep(1.2)
+    run = fabric.open_run(ttl="200 milliseconds")
+    time.sleep(0.3)
     before = world(fabric)
     exc = propose_refused(fabric, "mf_agent_a", episode(), run)
     assert exc.sqlstate == "42501"
@@ -108,7 +99,7 @@ def test_an_expired_run_is_refused_and_writes_nothing(fabric: Fabric) -> None:
 def test_a_closed_run_is_refused_and_writes_nothing(fabric: Fabric) -> None:
     run = fabric.open_run()
     assert fabric.propose("mf_agent_a", episode(), run)["status"] == "validated"
-    fabric.connect("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (run,))
+    fabric.session("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (run,))
     before = world(fabric)
     exc = propose_refused(fabric, "mf_agent_a", episode(), run)
     assert exc.sqlstate == "42501"
@@ -169,7 +160,7 @@ def assert_denied_once(
 
 def test_tool_missing_from_tools_allowed_is_denied_without_raising(fabric: Fabric) -> None:
     # enabled in the tenant and active in the run: only the agent's tools_allowed lacks it
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.enable_agent('acme', 'com-agt-009', %s)", (MEMORY_TOOLS,)
     )
     run = fabric.open_run(agent_id="com-agt-009")
@@ -177,7 +168,7 @@ def test_tool_missing_from_tools_allowed_is_denied_without_raising(fabric: Fabri
 
 
 def test_tool_missing_from_tenant_enablement_is_denied_without_raising(fabric: Fabric) -> None:
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.enable_agent('acme', 'com-agt-003', ARRAY['tool:memory-recall'])"
     )
     run = fabric.open_run()
@@ -203,26 +194,26 @@ def test_a_denial_is_recorded_in_the_runs_tenant(fabric: Fabric) -> None:
 def test_register_agent_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.register_agent('new-agt-001', 'mf_stranger', '{}', %s)",
             (["tool:memory-recall", "tool:audit-lineage"],),
         )
     assert info.value.sqlstate == "23514"
     assert world(fabric) == before
     assert fabric.count("agents", "login = 'mf_stranger'") == 0
-    member = fabric.su().execute("SELECT pg_has_role('mf_stranger', 'fabric_agent', 'MEMBER')")
+    member = fabric.session().execute("SELECT pg_has_role('mf_stranger', 'fabric_agent', 'MEMBER')")
     assert member.fetchone() == (False,)
 
 
 def test_re_registering_an_agent_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation):
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.register_agent('com-agt-003', 'mf_agent_a', %s, %s)",
             (Jsonb(PROFILE_WIDE), [*MEMORY_TOOLS, "tool:audit-records-as-of"]),
         )
     assert world(fabric) == before
-    row = fabric.su().execute(
+    row = fabric.session().execute(
         "SELECT tools_allowed FROM fabric.agents WHERE agent_id = 'com-agt-003'"
     )
     assert row.fetchone() == (MEMORY_TOOLS,)
@@ -231,7 +222,7 @@ def test_re_registering_an_agent_with_an_audit_tool_is_refused(fabric: Fabric) -
 def test_enable_agent_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.enable_agent('acme', 'com-agt-003', %s)",
             ([*MEMORY_TOOLS, "tool:audit-lineage"],),
         )
@@ -242,7 +233,7 @@ def test_enable_agent_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
 def test_the_owners_raw_insert_of_an_agent_with_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "INSERT INTO fabric.agents (agent_id, login, tools_allowed)"
             " VALUES ('raw-agt-001', 'mf_stranger', ARRAY['tool:audit-lineage'])"
         )
@@ -252,12 +243,12 @@ def test_the_owners_raw_insert_of_an_agent_with_an_audit_tool_is_refused(fabric:
 
 def test_the_owners_raw_update_adding_an_audit_tool_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "UPDATE fabric.agents SET tools_allowed = tools_allowed || 'tool:audit-recalls'::text"
             " WHERE agent_id = 'com-agt-003'"
         )
     assert info.value.diag.constraint_name == "tools_audit_agent_is_never_allowed"
-    row = fabric.su().execute(
+    row = fabric.session().execute(
         "SELECT tools_allowed FROM fabric.agents WHERE agent_id = 'com-agt-003'"
     )
     assert row.fetchone() == (MEMORY_TOOLS,)
@@ -266,7 +257,7 @@ def test_the_owners_raw_update_adding_an_audit_tool_is_refused(fabric: Fabric) -
 def test_the_owners_raw_tenant_enablement_of_an_audit_tool_is_refused(fabric: Fabric) -> None:
     before = world(fabric)
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric, "acme").execute(
+        fabric.owner("acme", actor=None).execute(
             "INSERT INTO fabric.tenant_agent_tools (tenant_id, agent_id, tool_id)"
             " VALUES ('acme', 'com-agt-003', 'tool:audit-lineage')"
         )
@@ -276,7 +267,7 @@ def test_the_owners_raw_tenant_enablement_of_an_audit_tool_is_refused(fabric: Fa
 
 def test_a_tool_some_agent_holds_cannot_become_backed_by_os_agt_008(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "UPDATE fabric.tools SET agent_id = 'os-agt-008' WHERE tool_id = 'tool:memory-propose'"
         )
     assert info.value.diag.constraint_name == "tools_audit_agent_is_never_allowed"
@@ -285,16 +276,16 @@ def test_a_tool_some_agent_holds_cannot_become_backed_by_os_agt_008(fabric: Fabr
 
 def test_a_tool_enabled_in_some_tenant_cannot_become_backed_by_os_agt_008(fabric: Fabric) -> None:
     # held only at the tenant layer (not in any tools_allowed), which is still an enablement
-    owner(fabric).execute(
+    fabric.owner(None, actor=None).execute(
         "INSERT INTO fabric.tools (tool_id, agent_id, description)"
         " VALUES ('tool:export-notes', 'os-agt-012', 'export notes')"
     )
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.enable_agent('globex', 'com-agt-004', %s)",
         ([*MEMORY_TOOLS, "tool:export-notes"],),
     )
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(
+        fabric.owner(None, actor=None).execute(
             "UPDATE fabric.tools SET agent_id = 'os-agt-008' WHERE tool_id = 'tool:export-notes'"
         )
     assert info.value.diag.constraint_name == "tools_audit_agent_is_never_allowed"
@@ -419,7 +410,7 @@ def test_naming_the_runs_own_scope_is_accepted(fabric: Fabric) -> None:
 
 
 def _superuser_name(fabric: Fabric) -> str:
-    row = fabric.su().execute("SELECT current_user").fetchone()
+    row = fabric.session().execute("SELECT current_user").fetchone()
     assert row is not None
     return str(row[0])
 
@@ -437,7 +428,7 @@ def test_register_agent_refuses_privileged_or_non_login_roles(
         "nologin": "fabric_agent",  # a group role
     }[kind]
     flags = (
-        fabric.su()
+        fabric.session()
         .execute(
             "SELECT rolsuper, rolbypassrls, rolcanlogin FROM pg_roles WHERE rolname = %s", (login,)
         )
@@ -453,7 +444,7 @@ def test_register_agent_refuses_privileged_or_non_login_roles(
     )
     before = world(fabric)
     with pytest.raises(psycopg.Error) as info:
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.register_agent('priv-agt-001', %s, '{}', %s)",
             (login, MEMORY_TOOLS),
         )

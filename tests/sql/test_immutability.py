@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from conftest import Fabric, episode
+from conftest import Fabric
 
 ACTOR = "os-agt-010"
 # (column, SQL expression giving a different value) for every immutable envelope column.
@@ -60,23 +60,8 @@ DERIVED = {"scope_key", "assertion_key"}
 
 
 def committed(fabric: Fabric, text: str = "asked for invoices in EUR", **env: Any) -> str:
-    """Propose through an open run and commit through the API; the new memory_id."""
-    run = fabric.open_run()
-    result = fabric.propose("mf_agent_a", episode(text, **env), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
-def owner(
-    fabric: Fabric, tenant: str = "acme", actor: str | None = ACTOR
-) -> psycopg.Connection[Any]:
-    """The table owner with a governance context: RLS and the triggers still apply."""
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute("SELECT set_config('fabric.tenant_id', %s, false)", (tenant,))
-    if actor is not None:
-        conn.execute("SELECT set_config('fabric.actor', %s, false)", (actor,))
-    return conn
+    """Propose through a new run and commit through the API; the new memory_id."""
+    return fabric.form(fabric.open_run(), text, **env)
 
 
 def record(fabric: Fabric, memory_id: str) -> dict[str, Any]:
@@ -114,7 +99,7 @@ def test_committed_envelope_column_never_changes(fabric: Fabric, column: str, va
         sql.Identifier(column),
         sql.SQL(value),  # type: ignore[arg-type]
     )
-    refused(owner(fabric), query, (memory_id,), "MF001")
+    refused(fabric.owner(), query, (memory_id,), "MF001")
     assert record(fabric, memory_id) == before
     assert fabric.counts() == counts
 
@@ -123,7 +108,7 @@ def test_content_is_not_removed_outside_an_ending_transition(fabric: Fabric) -> 
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
     refused(
-        owner(fabric),
+        fabric.owner(),
         "UPDATE fabric.memory_records SET content = NULL WHERE memory_id = %s",
         (memory_id,),
         "MF001",
@@ -150,7 +135,7 @@ def test_records_are_never_deleted(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     counts = fabric.counts()
     refused(
-        owner(fabric),
+        fabric.owner(),
         "DELETE FROM fabric.memory_records WHERE memory_id = %s",
         (memory_id,),
         "MF001",
@@ -162,7 +147,7 @@ def test_records_are_never_truncated(fabric: Fabric) -> None:
     committed(fabric)
     counts = fabric.counts()
     # Plain TRUNCATE already fails on the foreign keys; CASCADE reaches the trigger.
-    refused(owner(fabric), "TRUNCATE fabric.memory_records CASCADE", None, "MF001")
+    refused(fabric.owner(), "TRUNCATE fabric.memory_records CASCADE", None, "MF001")
     assert fabric.counts() == counts
 
 
@@ -187,7 +172,7 @@ def test_erasure_under_approval_leaves_a_tombstone(fabric: Fabric) -> None:
     before = record(fabric, memory_id)
     assert before["scope_key"] == "subject:user-8842"
     approval = uuid.uuid4()
-    conn = owner(fabric)
+    conn = fabric.owner()
     conn.execute("SELECT set_config('fabric.approval_id', %s, false)", (str(approval),))
     conn.execute(erase_sql(), (approval, memory_id))
 
@@ -226,7 +211,7 @@ def test_erasure_under_approval_leaves_a_tombstone(fabric: Fabric) -> None:
 def test_erasure_without_the_approval_context_is_refused(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
-    refused(owner(fabric), erase_sql(), (uuid.uuid4(), memory_id), "MF002")
+    refused(fabric.owner(), erase_sql(), (uuid.uuid4(), memory_id), "MF002")
     assert record(fabric, memory_id) == before
     assert fabric.counts() == counts
 
@@ -234,7 +219,7 @@ def test_erasure_without_the_approval_context_is_refused(fabric: Fabric) -> None
 def test_erasure_names_the_approval_in_force(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
-    conn = owner(fabric)
+    conn = fabric.owner()
     conn.execute("SELECT set_config('fabric.approval_id', %s, false)", (str(uuid.uuid4()),))
     refused(conn, erase_sql(), (uuid.uuid4(), memory_id), "MF002")
     assert record(fabric, memory_id) == before
@@ -245,7 +230,7 @@ def test_erasure_destroys_the_scope_ids(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
     approval = uuid.uuid4()
-    conn = owner(fabric)
+    conn = fabric.owner()
     conn.execute("SELECT set_config('fabric.approval_id', %s, false)", (str(approval),))
     refused(
         conn,
@@ -271,7 +256,7 @@ def close_window_sql() -> str:
 def test_operational_window_closure_removes_content(fabric: Fabric) -> None:
     memory_id = committed(fabric, retention_class="operational")
     before = record(fabric, memory_id)
-    owner(fabric).execute(close_window_sql(), (memory_id,))
+    fabric.owner().execute(close_window_sql(), (memory_id,))
     after = record(fabric, memory_id)
     assert after["content"] is None
     assert after["search_tsv"] is None
@@ -287,7 +272,7 @@ def test_operational_window_closure_removes_content(fabric: Fabric) -> None:
 def test_window_closure_is_only_for_operational_records(fabric: Fabric) -> None:
     memory_id = committed(fabric, retention_class="durable")
     before, counts = record(fabric, memory_id), fabric.counts()
-    refused(owner(fabric), close_window_sql(), (memory_id,), "MF001")
+    refused(fabric.owner(), close_window_sql(), (memory_id,), "MF001")
     assert record(fabric, memory_id) == before
     assert fabric.counts() == counts
 
@@ -296,7 +281,7 @@ def test_content_removal_needs_an_ending_transition(fabric: Fabric) -> None:
     memory_id = committed(fabric, retention_class="operational")
     before, counts = record(fabric, memory_id), fabric.counts()
     refused(
-        owner(fabric),
+        fabric.owner(),
         "UPDATE fabric.memory_records SET content = NULL, consolidation_state = 'superseded'"
         " WHERE memory_id = %s",
         (memory_id,),
@@ -336,14 +321,14 @@ def test_events_are_append_only_even_for_the_owner(
     table = "fabric.events" if target == "parent" else current_partition(fabric)
     before = fabric.events()
     assert before
-    refused(owner(fabric), statement.format(table), None, "MF003")
+    refused(fabric.owner(), statement.format(table), None, "MF003")
     assert fabric.events() == before
 
 
 def transitioned(fabric: Fabric) -> str:
     """A record with one row of history."""
     memory_id = committed(fabric)
-    owner(fabric).execute(
+    fabric.owner().execute(
         "UPDATE fabric.memory_records SET consolidation_state = 'consolidated'"
         " WHERE memory_id = %s",
         (memory_id,),
@@ -366,7 +351,7 @@ def test_record_history_is_append_only(fabric: Fabric, statement: str) -> None:
     transitioned(fabric)
     with fabric.su() as c:
         before = c.execute("SELECT to_jsonb(v) FROM fabric.memory_record_versions v").fetchall()
-    refused(owner(fabric), statement, None, "MF003")
+    refused(fabric.owner(), statement, None, "MF003")
     with fabric.su() as c:
         assert (
             c.execute("SELECT to_jsonb(v) FROM fabric.memory_record_versions v").fetchall()
@@ -388,7 +373,7 @@ def test_lineage_rows_never_change(fabric: Fabric, statement: str) -> None:
     with fabric.su() as c:
         before = c.execute("SELECT to_jsonb(l) FROM fabric.memory_lineage l").fetchall()
     assert len(before) == 1
-    refused(owner(fabric), statement, None, "MF001")
+    refused(fabric.owner(), statement, None, "MF001")
     with fabric.su() as c:
         assert c.execute("SELECT to_jsonb(l) FROM fabric.memory_lineage l").fetchall() == before
 
@@ -398,7 +383,7 @@ def test_lineage_is_fixed_when_a_record_is_formed(fabric: Fabric) -> None:
     newer = committed(fabric, "second")
     counts = fabric.counts()
     refused(
-        owner(fabric),
+        fabric.owner(),
         "INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)"
         " VALUES ('acme', %s, %s)",
         (newer, older),

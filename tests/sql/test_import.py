@@ -14,7 +14,6 @@ import copy
 import itertools
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +25,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import MEMORY_TOOLS, Fabric
+from conftest import MEMORY_TOOLS, Fabric, wait_until_blocked
 
 IMPORT = "SELECT fabric_api.import_records(%s, %s, %s)"
 _ids = itertools.count(1)
@@ -398,7 +397,7 @@ def test_other_roles_cannot_import(fabric: Fabric, login: str) -> None:
 
 
 def test_a_committer_not_enabled_in_the_tenant_cannot_import(fabric: Fabric) -> None:
-    fabric.connect("mf_admin").execute("SELECT fabric_api.create_tenant('initech')")
+    fabric.session("mf_admin").execute("SELECT fabric_api.create_tenant('initech')")
     el = element()
     el["scope"] = {**el["scope"], "tenant_id": "initech", "agent_id": None}
     err = refused_call(fabric, lambda: run_import(fabric, [el], tenant="initech"))
@@ -685,7 +684,7 @@ def test_labels_and_numbers_off_the_fast_path_are_read_as_propose_reads_them(
     answer = run_import(fabric, [el])
     assert answer["formed"] == 1, answer
     row = (
-        fabric.su()
+        fabric.session()
         .execute("SELECT compliance_labels, confidence, content FROM fabric.memory_records")
         .fetchone()
     )
@@ -700,14 +699,14 @@ def test_two_concurrent_imports_with_one_id_form_the_records_once(fabric: Fabric
     first = fabric.connect("mf_committer", autocommit=False)
     answer = one(first, IMPORT, "acme", "crm-race", Jsonb(records))
     result: dict[str, Any] = {}
+    conn = fabric.connect("mf_committer")
 
     def second() -> None:
-        conn = fabric.connect("mf_committer")
         result["answer"] = one(conn, IMPORT, "acme", "crm-race", Jsonb(records))
 
     thread = threading.Thread(target=second)
     thread.start()
-    time.sleep(0.5)
+    wait_until_blocked(fabric, conn)
     assert thread.is_alive(), "the second import did not wait for the first"
     first.commit()
     thread.join(timeout=30)

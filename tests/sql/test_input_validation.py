@@ -59,7 +59,7 @@ def refused(fabric: Fabric, send: Callable[[], Any], sqlstate: str) -> psycopg.E
 
 def propose_text(fabric: Fabric, run: uuid.UUID, text: str) -> Any:
     row = (
-        fabric.connect("mf_agent_a")
+        fabric.session("mf_agent_a")
         .execute("SELECT fabric_api.propose(%s::jsonb, %s)", (text, run))
         .fetchone()
     )
@@ -203,7 +203,7 @@ def test_register_agent_refuses_format_characters(fabric: Fabric, char: str) -> 
     )
     assert error.diag.message_primary is not None
     assert error.diag.message_primary.startswith("agent_id")
-    row = fabric.su().execute("SELECT count(*) FROM fabric.agents WHERE login = 'mf_stranger'")
+    row = fabric.session().execute("SELECT count(*) FROM fabric.agents WHERE login = 'mf_stranger'")
     assert row.fetchone() == (0,)
 
 
@@ -269,11 +269,11 @@ def test_a_business_instance_that_is_not_configured_is_refused(fabric: Fabric) -
     assert error.diag.message_primary is not None
     assert error.diag.message_primary.startswith("business_instance_id ")
     # configured in another tenant is still not configured in this one
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('globex', %s, '{}')", ("instance-" + CANARY,)
     )
     refused(fabric, lambda: fabric.propose("mf_agent_a", env, run), "22023")
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('acme', %s, '{}')", ("instance-" + CANARY,)
     )
     assert fabric.propose("mf_agent_a", env, run)["status"] == "validated"
@@ -344,7 +344,7 @@ def test_a_recommendation_whose_confidence_is_no_double_is_rejected_at_commit(
     row = reader.execute("SELECT fabric_api.recommend(%s::jsonb)", (text,)).fetchone()
     assert row is not None
     records = fabric.count("memory_records")
-    result = fabric.connect("mf_committer").execute(
+    result = fabric.session("mf_committer").execute(
         "SELECT fabric_api.commit_recommendation(%s)", (row[0]["recommendation_id"],)
     )
     answer = result.fetchone()[0]  # type: ignore[index]

@@ -54,25 +54,8 @@ HISTORY_COLUMNS = {
 
 
 def committed(fabric: Fabric, text: str = "asked for invoices in EUR", **env: Any) -> str:
-    """Propose through an open run and commit through the API; the new memory_id."""
-    run = fabric.open_run()
-    result = fabric.propose("mf_agent_a", episode(text, **env), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
-def owner(
-    fabric: Fabric, actor: str | None = ACTOR, autocommit: bool = True
-) -> psycopg.Connection[Any]:
-    """The table owner with a governance context: RLS and the triggers still apply."""
-    conn = fabric.connect(None, autocommit=autocommit)
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
-    if actor is not None:
-        conn.execute("SELECT set_config('fabric.actor', %s, false)", (actor,))
-    if not autocommit:
-        conn.commit()
-    return conn
+    """Propose through a new run and commit through the API; the new memory_id."""
+    return fabric.form(fabric.open_run(), text, **env)
 
 
 def record(fabric: Fabric, memory_id: str) -> dict[str, Any]:
@@ -127,7 +110,7 @@ def move(conn: psycopg.Connection[Any], memory_id: str, to: str, **columns: Any)
 @pytest.mark.parametrize(("src", "dst"), PAIRS, ids=[f"{a}->{b}" for a, b in PAIRS])
 def test_records_move_only_along_the_lifecycle_table(fabric: Fabric, src: str, dst: str) -> None:
     memory_id = committed(fabric)
-    conn = owner(fabric)
+    conn = fabric.owner()
     if src != "raw":
         move(conn, memory_id, src)  # every state is one legal step from raw
     before, counts = record(fabric, memory_id), fabric.counts()
@@ -162,7 +145,7 @@ def test_the_lifecycle_table_matches_the_design(fabric: Fabric) -> None:
 def test_an_unchanged_state_is_not_a_transition(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
-    owner(fabric).execute(
+    fabric.owner().execute(
         "UPDATE fabric.memory_records SET consolidation_state = 'raw' WHERE memory_id = %s",
         (memory_id,),
     )
@@ -174,7 +157,7 @@ def test_an_unchanged_state_is_not_a_transition(fabric: Fabric) -> None:
 def test_changes_without_an_acting_agent_fail_closed(fabric: Fabric, dst: str) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
-    conn = owner(fabric, actor=None)
+    conn = fabric.owner(actor=None)
     with pytest.raises(psycopg.Error) as info:
         move(conn, memory_id, dst)
     assert info.value.sqlstate == "MF004", info.value
@@ -186,7 +169,7 @@ def test_records_are_formed_only_with_an_acting_agent(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     counts = fabric.counts()
     refused(
-        owner(fabric, actor=None),
+        fabric.owner(actor=None),
         "INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, content,"
         " content_hash, source_event_id, formed_by, formation_method, confidence, valid_from,"
         " retention_class) SELECT tenant_id, tier, visibility, subject_id, content,"
@@ -205,7 +188,7 @@ def test_records_are_formed_only_with_an_acting_agent(fabric: Fabric) -> None:
 def test_each_transition_emits_its_event_in_the_same_transaction(fabric: Fabric, dst: str) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
-    conn = owner(fabric, autocommit=False)
+    conn = fabric.owner(autocommit=False)
     move(conn, memory_id, dst)
     events = conn.execute(
         "SELECT to_jsonb(e) FROM fabric.events e WHERE e.xid = pg_current_xact_id()"
@@ -230,7 +213,7 @@ def test_each_transition_emits_its_event_in_the_same_transaction(fabric: Fabric,
 def test_promotion_emits_its_event(fabric: Fabric) -> None:
     source = committed(fabric)
     memory_id = committed(fabric, "prefers EUR", tier="semantic", derived_from=[source])
-    conn = owner(fabric)
+    conn = fabric.owner()
     conn.execute("SELECT set_config('fabric.action', 'promote', false)")
     conn.execute(
         "UPDATE fabric.memory_records SET tier = 'profile' WHERE memory_id = %s", (memory_id,)
@@ -247,7 +230,7 @@ def test_tier_changes_only_by_promotion_or_demotion(fabric: Fabric, action: str 
     source = committed(fabric)
     memory_id = committed(fabric, "prefers EUR", tier="semantic", derived_from=[source])
     before, counts = record(fabric, memory_id), fabric.counts()
-    conn = owner(fabric)
+    conn = fabric.owner()
     if action is not None:
         conn.execute("SELECT set_config('fabric.action', %s, false)", (action,))
     refused(
@@ -268,7 +251,7 @@ CLOSED = {"valid_from": "2026-07-02T09:14:00Z", "valid_until": "2026-12-31T00:00
 @pytest.mark.parametrize("dst", ["superseded", "expired"])
 def test_valid_until_shrinks_when_the_record_ends(fabric: Fabric, dst: str) -> None:
     memory_id = committed(fabric, validity_interval=CLOSED)
-    move(owner(fabric), memory_id, dst, valid_until="2026-10-01T00:00:00Z")
+    move(fabric.owner(), memory_id, dst, valid_until="2026-10-01T00:00:00Z")
     after = record(fabric, memory_id)
     assert after["valid_until"].startswith("2026-10-01T00:00:00")
     assert [v["valid_until"][:10] for v in history(fabric, memory_id)] == ["2026-12-31"]
@@ -299,7 +282,7 @@ def test_valid_until_only_shrinks_and_only_when_superseded_or_expired(
     fabric: Fabric, setup: str | None, change: str
 ) -> None:
     memory_id = committed(fabric, validity_interval=CLOSED)
-    conn = owner(fabric)
+    conn = fabric.owner()
     if setup is not None:
         move(conn, memory_id, setup)
     before, counts = record(fabric, memory_id), fabric.counts()
@@ -320,7 +303,7 @@ def walk(fabric: Fabric, text: str = "asked for invoices in EUR") -> str:
     """raw -> consolidated -> reflected -> superseded (valid_until shrinks) -> tombstoned,
     one transaction each."""
     memory_id = committed(fabric, text, validity_interval=CLOSED)
-    conn = owner(fabric)
+    conn = fabric.owner()
     move(conn, memory_id, "consolidated")
     move(conn, memory_id, "reflected")
     move(conn, memory_id, "superseded", valid_until="2026-10-01T00:00:00Z")
@@ -462,7 +445,7 @@ def test_a_commit_wakes_the_projectors_once(fabric: Fabric) -> None:
 
 def test_one_statement_of_several_projected_events_wakes_once(fabric: Fabric) -> None:
     conn = listener(fabric)
-    owner(fabric).execute(
+    fabric.owner().execute(
         "INSERT INTO fabric.events (tenant_id, event_type, memory_id)"
         " SELECT 'acme', t, gen_random_uuid() FROM unnest(ARRAY["
         "'memory.record.formed', 'memory.record.consolidated', 'memory.record.expired']) t"
@@ -473,7 +456,7 @@ def test_one_statement_of_several_projected_events_wakes_once(fabric: Fabric) ->
 def test_one_update_of_several_records_wakes_once(fabric: Fabric) -> None:
     ids = [committed(fabric, f"fact {i}") for i in range(3)]
     conn = listener(fabric)
-    owner(fabric).execute(
+    fabric.owner().execute(
         "UPDATE fabric.memory_records SET consolidation_state = 'consolidated'"
         " WHERE memory_id = ANY (%s::uuid[])",
         (ids,),

@@ -4,7 +4,6 @@ contradictions, profile reconstruction, consolidation."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -12,16 +11,10 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric, episode, wait_until_blocked
 from memfabric.consolidate import DeterministicConsolidator, run_consolidation
 
 MF005 = "MF005"
-
-
-def form(fabric: Fabric, run: uuid.UUID, text: str = "e", **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
 
 
 def fact(
@@ -33,20 +26,13 @@ def fact(
     tier: str = "semantic",
     **overrides: Any,
 ) -> str:
-    return form(
-        fabric,
+    return fabric.form(
         run,
         tier=tier,
         content={"key": key, "value": value},
         derived_from=sources,
         **overrides,
     )
-
-
-def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(sql, args).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def approval(
@@ -56,8 +42,7 @@ def approval(
     target: dict[str, Any],
     decision: str | None = "approved",
 ) -> str:
-    a = call(
-        fabric,
+    a = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_approval(%s, %s, %s, 'needed')",
         memory_id,
@@ -65,7 +50,7 @@ def approval(
         Jsonb(target),
     )["approval_id"]
     if decision:
-        call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, %s, 'ok')", a, decision)
+        fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, %s, 'ok')", a, decision)
     return str(a)
 
 
@@ -76,10 +61,9 @@ def promote(
     approval_id: str | None = None,
     supersedes: str | None = None,
 ) -> dict[str, Any]:
-    return call(
-        fabric,
+    return fabric.call(
         "mf_committer",
-        "SELECT fabric_api.promote(%s, %s, %s, %s)",  # type: ignore[no-any-return]
+        "SELECT fabric_api.promote(%s, %s, %s, %s)",
         memory_id,
         tier,
         approval_id,
@@ -101,7 +85,7 @@ def run(fabric: Fabric) -> uuid.UUID:
 @pytest.fixture
 def corroborated(fabric: Fabric, run: uuid.UUID) -> str:
     """A semantic record with two episodic sources and confidence 0.9."""
-    a, b = form(fabric, run, "ep a"), form(fabric, run, "ep b")
+    a, b = fabric.form(run, "ep a"), fabric.form(run, "ep b")
     return fact(fabric, run, "billing.entity", "Acme BV", [a, b])
 
 
@@ -111,7 +95,7 @@ def corroborated(fabric: Fabric, run: uuid.UUID) -> str:
 def test_promotion_into_relational_needs_a_decided_matching_unused_approval(
     fabric: Fabric, run: uuid.UUID, corroborated: str
 ) -> None:
-    other = fact(fabric, run, "other.key", "x", [form(fabric, run)])
+    other = fact(fabric, run, "other.key", "x", [fabric.form(run)])
     assert sqlstate(lambda: promote(fabric, corroborated, "relational")) == MF005
     pending = approval(fabric, corroborated, "promote", {"tier": "relational"}, decision=None)
     assert sqlstate(lambda: promote(fabric, corroborated, "relational", pending)) == MF005
@@ -144,25 +128,24 @@ def test_only_policy_decides_and_a_decision_is_final(fabric: Fabric, corroborate
     for login in ("mf_committer", "mf_agent_a", "mf_admin"):
         assert (
             sqlstate(
-                lambda lg=login: call(  # type: ignore[misc]
-                    fabric, lg, "SELECT fabric_api.decide_approval(%s, 'approved', 'x')", a
+                lambda lg=login: fabric.call(  # type: ignore[misc]
+                    lg, "SELECT fabric_api.decide_approval(%s, 'approved', 'x')", a
                 )
             )
             == "42501"
         )
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'denied', 'no')", a)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'denied', 'no')", a)
     assert (
         sqlstate(
-            lambda: call(
-                fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'x')", a
+            lambda: fabric.call(
+                "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'x')", a
             )
         )
         == "55000"
     )
     assert (
         sqlstate(
-            lambda: call(
-                fabric,
+            lambda: fabric.call(
                 "mf_agent_a",
                 "SELECT fabric_api.request_approval(%s, 'promote', '{}', 'x')",
                 corroborated,
@@ -203,7 +186,7 @@ def test_promotion_keeps_identity_content_and_event_ids(fabric: Fabric, corrobor
 def test_illegal_promotion_edges_are_refused(
     fabric: Fabric, run: uuid.UUID, source: str, target: str
 ) -> None:
-    ep = form(fabric, run)
+    ep = fabric.form(run)
     rid = ep if source == "episodic" else fact(fabric, run, "k", "v", [ep], tier=source)
     assert sqlstate(lambda: promote(fabric, rid, target)) == "MF002"
     assert fabric.count("memory_records", f"memory_id = '{rid}' AND tier = '{source}'") == 1
@@ -211,29 +194,28 @@ def test_illegal_promotion_edges_are_refused(
 
 def test_every_legal_edge_promotes(fabric: Fabric, run: uuid.UUID) -> None:
     for tier, target in (("semantic", "profile"), ("semantic", "procedural")):
-        a, b = form(fabric, run), form(fabric, run)
+        a, b = fabric.form(run), fabric.form(run)
         rid = fact(fabric, run, f"k.{target}", "v", [a, b], tier=tier)
         assert promote(fabric, rid, target)["tier"] == target
     for tier in ("episodic", "semantic", "procedural", "profile"):
-        ep = form(fabric, run)
+        ep = fabric.form(run)
         rid = ep if tier == "episodic" else fact(fabric, run, f"r.{tier}", "v", [ep], tier=tier)
         ok = approval(fabric, rid, "promote", {"tier": "relational"})
         assert promote(fabric, rid, "relational", ok)["tier"] == "relational"
 
 
 def test_audit_class_records_are_never_promoted(fabric: Fabric, run: uuid.UUID) -> None:
-    rid = form(fabric, run, retention_class="audit")
+    rid = fabric.form(run, retention_class="audit")
     ok = approval(fabric, rid, "promote", {"tier": "relational"})
     assert sqlstate(lambda: promote(fabric, rid, "relational", ok)) == "MF002"
 
 
 def test_promotion_threshold_is_checked_on_the_source(fabric: Fabric, run: uuid.UUID) -> None:
-    lone = fact(fabric, run, "k1", "v", [form(fabric, run)])
+    lone = fact(fabric, run, "k1", "v", [fabric.form(run)])
     assert sqlstate(lambda: promote(fabric, lone, "profile")) == "23514"
-    low = fact(fabric, run, "k2", "v", [form(fabric, run), form(fabric, run)], confidence=0.5)
+    low = fact(fabric, run, "k2", "v", [fabric.form(run), fabric.form(run)], confidence=0.5)
     assert sqlstate(lambda: promote(fabric, low, "profile")) == "23514"
-    call(
-        fabric,
+    fabric.call(
         "mf_admin",
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         Jsonb({"min_corroborating_episodes": 1, "min_confidence": 0.4}),
@@ -245,22 +227,19 @@ def test_promotion_threshold_is_checked_on_the_source(fabric: Fabric, run: uuid.
 def test_domain_pack_defaults_apply_until_the_instance_sets_its_own(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    call(
-        fabric,
+    fabric.call(
         "mf_admin",
         "SELECT fabric_api.declare_pack_defaults('pack', %s)",
         Jsonb({"min_corroborating_episodes": 3}),
     )
-    call(
-        fabric,
+    fabric.call(
         "mf_admin",
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         Jsonb({"domain_pack_id": "pack"}),
     )
-    two = fact(fabric, run, "k", "v", [form(fabric, run), form(fabric, run)])
+    two = fact(fabric, run, "k", "v", [fabric.form(run), fabric.form(run)])
     assert sqlstate(lambda: promote(fabric, two, "profile")) == "23514"
-    call(
-        fabric,
+    fabric.call(
         "mf_admin",
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         Jsonb({"min_corroborating_episodes": 2}),
@@ -268,16 +247,15 @@ def test_domain_pack_defaults_apply_until_the_instance_sets_its_own(
     assert promote(fabric, two, "profile")["tier"] == "profile"
     assert (
         sqlstate(
-            lambda: call(
-                fabric, "mf_agent_a", "SELECT fabric_api.configure_instance('acme', '', '{}')"
+            lambda: fabric.call(
+                "mf_agent_a", "SELECT fabric_api.configure_instance('acme', '', '{}')"
             )
         )
         == "42501"
     )
     assert (
         sqlstate(
-            lambda: call(
-                fabric,
+            lambda: fabric.call(
                 "mf_admin",
                 "SELECT fabric_api.configure_instance('acme', '', '{\"bogus\": 1}')",
             )
@@ -289,7 +267,7 @@ def test_domain_pack_defaults_apply_until_the_instance_sets_its_own(
 def test_promoting_into_a_live_key_needs_supersedes(
     fabric: Fabric, run: uuid.UUID, corroborated: str
 ) -> None:
-    ep = form(fabric, run)
+    ep = fabric.form(run)
     declared = fact(
         fabric,
         run,
@@ -318,13 +296,13 @@ def test_demotion_returns_only_to_a_tier_held_before(fabric: Fabric, corroborate
     promote(fabric, corroborated, "profile")
     assert (
         sqlstate(
-            lambda: call(
-                fabric, "mf_committer", "SELECT fabric_api.demote(%s, 'episodic')", corroborated
+            lambda: fabric.call(
+                "mf_committer", "SELECT fabric_api.demote(%s, 'episodic')", corroborated
             )
         )
         == "MF002"
     )
-    record = call(fabric, "mf_committer", "SELECT fabric_api.demote(%s, 'semantic')", corroborated)
+    record = fabric.call("mf_committer", "SELECT fabric_api.demote(%s, 'semantic')", corroborated)
     assert record["tier"] == "semantic"
     types = [e["event_type"] for e in fabric.events(f"memory_id = '{corroborated}'")]
     assert types[-2:] == ["memory.record.promoted", "memory.record.demoted"]
@@ -396,8 +374,7 @@ def successor(
 
 
 def supersede(fabric: Fabric, old: str, proposal: str, approval_id: str | None = None) -> Any:
-    return call(
-        fabric,
+    return fabric.call(
         "mf_committer",
         "SELECT fabric_api.supersede(%s, %s, %s)",
         old,
@@ -409,20 +386,20 @@ def supersede(fabric: Fabric, old: str, proposal: str, approval_id: str | None =
 def test_contradicting_commit_fails_with_a_hint_and_no_values(
     fabric: Fabric, run: uuid.UUID, corroborated: str
 ) -> None:
-    proposal = successor(fabric, run, "billing.entity", "Globex BV", [form(fabric, run)])
+    proposal = successor(fabric, run, "billing.entity", "Globex BV", [fabric.form(run)])
     with pytest.raises(psycopg.errors.ExclusionViolation) as caught:
         fabric.commit(proposal)
     diag = caught.value.diag
     assert "supersede" in (diag.message_hint or "")
     assert diag.message_detail is None and "Globex" not in str(caught.value)
-    rejected = call(fabric, "mf_committer", "SELECT fabric_api.commit_pending(10)")
+    rejected = fabric.call("mf_committer", "SELECT fabric_api.commit_pending(10)")
     assert rejected == {"committed": 0, "rejected": 1, "retry": 0}
 
 
 def test_supersession_closes_the_old_record_then_commits_the_successor(
     fabric: Fabric, run: uuid.UUID, corroborated: str
 ) -> None:
-    proposal = successor(fabric, run, "billing.entity", "Globex BV", [form(fabric, run)])
+    proposal = successor(fabric, run, "billing.entity", "Globex BV", [fabric.form(run)])
     new = supersede(fabric, corroborated, proposal)
     assert new["supersedes"] == corroborated
     with fabric.su() as su:
@@ -455,7 +432,7 @@ def test_supersession_closes_the_old_record_then_commits_the_successor(
 def test_backdated_and_future_supersession_is_refused(
     fabric: Fabric, run: uuid.UUID, corroborated: str, valid_from: str, constraint: str
 ) -> None:
-    proposal = successor(fabric, run, "billing.entity", "B", [form(fabric, run)], valid_from)
+    proposal = successor(fabric, run, "billing.entity", "B", [fabric.form(run)], valid_from)
     with pytest.raises(psycopg.errors.CheckViolation) as caught:
         supersede(fabric, corroborated, proposal)
     assert caught.value.diag.constraint_name == constraint
@@ -465,14 +442,14 @@ def test_backdated_and_future_supersession_is_refused(
 def test_supersession_stays_within_one_tier(
     fabric: Fabric, run: uuid.UUID, corroborated: str
 ) -> None:
-    proposal = successor(fabric, run, "billing.entity", "B", [form(fabric, run)], tier="profile")
+    proposal = successor(fabric, run, "billing.entity", "B", [fabric.form(run)], tier="profile")
     with pytest.raises(psycopg.errors.CheckViolation) as caught:
         supersede(fabric, corroborated, proposal)
     assert caught.value.diag.constraint_name == "supersession_within_one_tier"
 
 
 def test_procedural_versions_only_increase(fabric: Fabric, run: uuid.UUID) -> None:
-    ep = form(fabric, run)
+    ep = fabric.form(run)
     old = fact(fabric, run, "skill.refund", "v1", [ep], tier="procedural", version="1.10.0")
     lower = successor(fabric, run, "skill.refund", "v2", [ep], tier="procedural", version="1.9.9")
     with pytest.raises(psycopg.errors.CheckViolation):
@@ -484,7 +461,7 @@ def test_procedural_versions_only_increase(fabric: Fabric, run: uuid.UUID) -> No
 def test_extraction_cannot_supersede_a_declaration_without_approval(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    ep = form(fabric, run)
+    ep = fabric.form(run)
     declared = fact(
         fabric,
         run,
@@ -502,7 +479,7 @@ def test_extraction_cannot_supersede_a_declaration_without_approval(
 def test_widening_visibility_needs_approval_narrowing_does_not(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    ep = form(fabric, run)
+    ep = fabric.form(run)
     narrow = fact(fabric, run, "k", "a", [ep])
     wide = successor(
         fabric, run, "k", "b", [ep], scope={"tenant_id": "acme", "visibility": "tenant"}
@@ -517,10 +494,11 @@ def test_widening_visibility_needs_approval_narrowing_does_not(
 def test_two_concurrent_supersessions_exactly_one_wins(
     fabric: Fabric, run: uuid.UUID, corroborated: str
 ) -> None:
-    first = successor(fabric, run, "billing.entity", "A", [form(fabric, run)])
-    second = successor(fabric, run, "billing.entity", "B", [form(fabric, run)])
+    first = successor(fabric, run, "billing.entity", "A", [fabric.form(run)])
+    second = successor(fabric, run, "billing.entity", "B", [fabric.form(run)])
     holder = fabric.connect("mf_committer", autocommit=False)
     holder.execute("SELECT fabric_api.supersede(%s, %s)", (corroborated, first))
+    rival_conn = fabric.session("mf_committer")  # the connection supersede() uses
     outcome: list[str] = []
 
     def rival() -> None:
@@ -532,7 +510,7 @@ def test_two_concurrent_supersessions_exactly_one_wins(
 
     thread = threading.Thread(target=rival)
     thread.start()
-    time.sleep(0.3)  # the rival is blocked on the row lock, not finished
+    wait_until_blocked(fabric, rival_conn)  # the rival is blocked on the row lock
     assert outcome == []
     holder.commit()
     thread.join(timeout=30)
@@ -544,7 +522,7 @@ def test_two_concurrent_supersessions_exactly_one_wins(
 
 
 def test_profile_at_reconstructs_past_profiles(fabric: Fabric, run: uuid.UUID) -> None:
-    ep = form(fabric, run)
+    ep = fabric.form(run)
     old = fact(
         fabric,
         run,
@@ -589,8 +567,8 @@ def test_profile_at_reconstructs_past_profiles(fabric: Fabric, run: uuid.UUID) -
 
 def test_consolidation_workflow_end_to_end_is_idempotent(fabric: Fabric, run: uuid.UUID) -> None:
     for i in range(3):
-        form(fabric, run, content={"key": "invoice.currency", "value": "EUR", "n": i})
-    form(fabric, run, content={"key": "invoice.currency", "value": "USD"})  # uncorroborated
+        fabric.form(run, content={"key": "invoice.currency", "value": "EUR", "n": i})
+    fabric.form(run, content={"key": "invoice.currency", "value": "USD"})  # uncorroborated
     reader, committer = fabric.connect("mf_consolidator"), fabric.connect("mf_committer")
     first = run_consolidation(reader, committer, "acme", DeterministicConsolidator())
     assert (first.recommended, first.committed, first.rejected) == (1, 1, 0)
@@ -618,7 +596,7 @@ def test_consolidation_workflow_end_to_end_is_idempotent(fabric: Fabric, run: uu
 def test_consolidation_budget_defers_never_skips_validation(fabric: Fabric, run: uuid.UUID) -> None:
     for key in ("a", "b", "c"):
         for _ in range(2):
-            form(fabric, run, content={"key": key, "value": 1})
+            fabric.form(run, content={"key": key, "value": 1})
     reader, committer = fabric.connect("mf_consolidator"), fabric.connect("mf_committer")
     summary = run_consolidation(reader, committer, "acme", budget=1)
     assert (summary.committed, summary.deferred) == (1, 2)
@@ -629,11 +607,11 @@ def test_consolidation_budget_defers_never_skips_validation(fabric: Fabric, run:
 def test_recommendations_commit_nothing_and_are_validated_at_commit(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    a = form(fabric, run)
+    a = fabric.form(run)
     other_session = fabric.open_run(session="sess-other")
-    b = form(fabric, other_session, scope={"tenant_id": "acme", "visibility": "session"})
+    b = fabric.form(other_session, scope={"tenant_id": "acme", "visibility": "session"})
     reader = fabric.connect("mf_consolidator")
-    wf = call(fabric, "mf_consolidator", "SELECT fabric_api.start_workflow_run('acme')")
+    wf = fabric.call("mf_consolidator", "SELECT fabric_api.start_workflow_run('acme')")
     before = fabric.count("memory_records")
 
     def recommend(kind: str, sources: list[str]) -> str:
@@ -660,22 +638,21 @@ def test_recommendations_commit_nothing_and_are_validated_at_commit(
     thin = recommend("consolidation", [a])
     assert fabric.count("memory_records") == before
     for rid, reason in ((spanning, "scopes"), (thin, "at least 2")):
-        result = call(fabric, "mf_committer", "SELECT fabric_api.commit_recommendation(%s)", rid)
+        result = fabric.call("mf_committer", "SELECT fabric_api.commit_recommendation(%s)", rid)
         assert result["status"] == "rejected" and reason in result["reason"]
     reflected = recommend("reflection", [a])
-    result = call(fabric, "mf_committer", "SELECT fabric_api.commit_recommendation(%s)", reflected)
+    result = fabric.call("mf_committer", "SELECT fabric_api.commit_recommendation(%s)", reflected)
     assert result["record"]["consolidation_state"] == "reflected"
     assert len(fabric.events("event_type = 'memory.reflection.completed'")) == 1
     assert (
-        sqlstate(lambda: call(fabric, "mf_agent_a", "SELECT fabric_api.recommend('{}')")) == "42501"
+        sqlstate(lambda: fabric.call("mf_agent_a", "SELECT fabric_api.recommend('{}')")) == "42501"
     )
 
 
 def test_distillation_forms_a_procedural_skill(fabric: Fabric, run: uuid.UUID) -> None:
-    sources = [form(fabric, run, f"trajectory {i}") for i in range(3)]
-    wf = call(fabric, "mf_consolidator", "SELECT fabric_api.start_workflow_run('acme')")
-    rec = call(
-        fabric,
+    sources = [fabric.form(run, f"trajectory {i}") for i in range(3)]
+    wf = fabric.call("mf_consolidator", "SELECT fabric_api.start_workflow_run('acme')")
+    rec = fabric.call(
         "mf_consolidator",
         "SELECT fabric_api.recommend(%s)",
         Jsonb(
@@ -688,8 +665,7 @@ def test_distillation_forms_a_procedural_skill(fabric: Fabric, run: uuid.UUID) -
             }
         ),
     )
-    result = call(
-        fabric,
+    result = fabric.call(
         "mf_committer",
         "SELECT fabric_api.commit_recommendation(%s)",
         rec["recommendation_id"],

@@ -36,16 +36,14 @@ def approved_erasure(fabric: Fabric, memory_id: str) -> str:
     ).fetchone()
     assert row is not None
     approval = row[0]["approval_id"]
-    fabric.connect("mf_policy").execute(
+    fabric.session("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
     )
     return str(approval)
 
 
 def formed(fabric: Fabric, text: str = "asked for invoices in EUR") -> str:
-    run = fabric.open_run()
-    proposal = fabric.propose("mf_agent_a", episode(text), run)
-    return str(fabric.commit(proposal["proposal_id"])["memory_id"])
+    return fabric.form(fabric.open_run(), text)
 
 
 def warnings_of(conn: psycopg.Connection[Any]) -> list[str]:
@@ -71,7 +69,7 @@ def test_the_committer_cannot_vacuum(fabric: Fabric, table: str) -> None:
 
 def test_the_committer_holds_no_maintain_anywhere(fabric: Fabric) -> None:
     row = (
-        fabric.su()
+        fabric.session()
         .execute(
             "SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'fabric'::regnamespace"
             " AND c.relkind IN ('r', 'p')"
@@ -149,7 +147,7 @@ def test_erase_refuses_a_maintenance_login_that_may_not_vacuum(fabric: Fabric) -
 
 
 def test_decay_vacuums_after_closing_operational_windows(fabric: Fabric) -> None:
-    fabric.connect("mf_admin").execute(
+    fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         (Jsonb({"operational_window": "1 millisecond"}),),
     )
@@ -171,7 +169,7 @@ def test_decay_vacuums_after_closing_operational_windows(fabric: Fabric) -> None
 
 def test_the_maintainer_group_cannot_log_in_and_the_login_is_not_an_agent(fabric: Fabric) -> None:
     row = (
-        fabric.su()
+        fabric.session()
         .execute(
             "SELECT rolcanlogin, rolbypassrls, rolsuper FROM pg_roles"
             " WHERE rolname = 'fabric_maintainer'"
@@ -180,7 +178,7 @@ def test_the_maintainer_group_cannot_log_in_and_the_login_is_not_an_agent(fabric
     )
     assert row == (False, False, False)
     with pytest.raises(psycopg.Error) as info:
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.register_agent('mnt-agt-001', 'mf_maintainer', '{}', '{}')"
         )
     assert info.value.sqlstate == "42501"
@@ -189,7 +187,7 @@ def test_the_maintainer_group_cannot_log_in_and_the_login_is_not_an_agent(fabric
 
 def test_vacuum_refuses_when_a_partition_is_not_maintainable(fabric: Fabric) -> None:
     """VACUUM of a partitioned table recurses: a partition without MAINTAIN is a refusal too."""
-    fabric.su().execute(
+    fabric.session().execute(
         "REVOKE MAINTAIN ON fabric.temporal_summaries_default FROM fabric_maintainer"
     )
     with pytest.raises(NotAuthorized):

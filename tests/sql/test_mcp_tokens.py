@@ -76,9 +76,9 @@ def test_only_the_gateway_resolves_tokens(fabric: Fabric, login: str) -> None:
 
 def test_no_token_for_an_unknown_closed_or_expired_run(fabric: Fabric) -> None:
     closed = fabric.open_run()
-    fabric.connect("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (closed,))
-    expired = fabric.open_run(ttl="1 second")
-    time.sleep(1.1)
+    fabric.session("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (closed,))
+    expired = fabric.open_run(ttl="200 milliseconds")
+    time.sleep(0.3)
     for run in (uuid.uuid4(), closed, expired):
         assert refused(issue, fabric, run) == "42501+hint"
     assert fabric.count("mcp_tokens") == 0

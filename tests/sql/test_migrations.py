@@ -24,6 +24,9 @@ from psycopg import sql
 
 from memfabric import db as mfdb
 
+# every test here migrates databases of its own from nothing or from a release (~15 s together)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_DUMP = ROOT / ".local" / "pg17" / "bin" / "pg_dump"
 FABRIC_ROLES = {

@@ -151,16 +151,6 @@ VALUES ('acme', 'episodic', 'subject', 'user-8842', %(content)s, %(source)s, 'os
 """
 
 
-def owner(fabric: Fabric) -> psycopg.Connection[Any]:
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute(
-        "SELECT set_config('fabric.tenant_id', 'acme', false),"
-        " set_config('fabric.actor', 'os-agt-010', false)"
-    )
-    return conn
-
-
 def raw(canary: str, **overrides: Any) -> dict[str, Any]:
     params = {
         "content": Jsonb({"text": canary, "note": f"about {canary}"}),
@@ -172,16 +162,14 @@ def raw(canary: str, **overrides: Any) -> dict[str, Any]:
 
 
 def committed_canary(fabric: Fabric, canary: str) -> str:
-    run = fabric.open_run()
-    result = fabric.propose("mf_agent_a", episode(content={"text": canary}), run)
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
+    return fabric.form(fabric.open_run(), content={"text": canary})
 
 
 def test_the_owners_content_update_is_not_echoed(
     fabric: Fabric, canary: str, refuse: Callable[..., psycopg.Error]
 ) -> None:
     memory_id = committed_canary(fabric, canary)
-    conn = owner(fabric)
+    conn = fabric.owner()
     refuse(
         lambda: conn.execute(
             "UPDATE fabric.memory_records SET content = jsonb_build_object('text', %s::text)"
@@ -196,7 +184,7 @@ def test_the_owners_delete_is_not_echoed(
     fabric: Fabric, canary: str, refuse: Callable[..., psycopg.Error]
 ) -> None:
     committed_canary(fabric, canary)
-    conn = owner(fabric)
+    conn = fabric.owner()
     refuse(
         lambda: conn.execute(
             "DELETE FROM fabric.memory_records WHERE content ->> 'text' = %s", (canary,)
@@ -209,7 +197,7 @@ def test_the_owners_delete_is_not_echoed(
 def test_a_check_violation_on_a_raw_insert_is_not_echoed(
     fabric: Fabric, canary: str, refuse: Callable[..., psycopg.Error]
 ) -> None:
-    conn = owner(fabric)
+    conn = fabric.owner()
     exc = refuse(lambda: conn.execute(RAW_INSERT, raw(canary, confidence=5)), "23514")
     assert exc.diag.constraint_name == "memory_records_confidence_in_unit_interval"
     assert exc.diag.message_detail is None
@@ -219,7 +207,7 @@ def test_a_raw_insert_whose_statement_holds_the_content_is_not_logged(
     fabric: Fabric, canary: str, refuse: Callable[..., psycopg.Error]
 ) -> None:
     """The statement text itself is content here: only log_min_error_statement keeps it out."""
-    conn = owner(fabric)
+    conn = fabric.owner()
     literal = sql.Literal(json.dumps({"text": canary})).as_string(conn)
     statement = RAW_INSERT.replace("%(content)s", literal + "::jsonb")
     assert canary in statement
@@ -229,7 +217,7 @@ def test_a_raw_insert_whose_statement_holds_the_content_is_not_logged(
 def test_a_not_null_violation_on_a_raw_insert_is_not_echoed(
     fabric: Fabric, canary: str, refuse: Callable[..., psycopg.Error]
 ) -> None:
-    conn = owner(fabric)
+    conn = fabric.owner()
     exc = refuse(lambda: conn.execute(RAW_INSERT, raw(canary, source=None)), "23502")
     assert exc.diag.message_detail is None
 
@@ -237,7 +225,7 @@ def test_a_not_null_violation_on_a_raw_insert_is_not_echoed(
 def test_a_foreign_key_violation_on_a_raw_insert_is_not_echoed(
     fabric: Fabric, canary: str, refuse: Callable[..., psycopg.Error]
 ) -> None:
-    conn = owner(fabric)
+    conn = fabric.owner()
     refuse(lambda: conn.execute(RAW_INSERT, raw(canary, supersedes=uuid.uuid4())), "23503")
     assert fabric.count("memory_records") == 0
 
@@ -245,7 +233,7 @@ def test_a_foreign_key_violation_on_a_raw_insert_is_not_echoed(
 def test_a_hash_mismatch_on_a_raw_insert_is_not_echoed(
     fabric: Fabric, canary: str, refuse: Callable[..., psycopg.Error]
 ) -> None:
-    conn = owner(fabric)
+    conn = fabric.owner()
     statement = RAW_INSERT.replace("supersedes)\nVALUES", "supersedes, content_hash)\nVALUES")
     statement = statement.replace(
         "%(supersedes)s)", "%(supersedes)s, 'sha256:' || repeat('0', 64))"

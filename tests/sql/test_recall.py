@@ -9,25 +9,15 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import MEMORY_TOOLS, Fabric, episode
+from conftest import MEMORY_TOOLS, Fabric
 
 RECALL_ONLY = ["tool:memory-recall"]
-
-
-def form(
-    fabric: Fabric, run: uuid.UUID, text: str, login: str = "mf_agent_a", **overrides: Any
-) -> str:
-    """Propose and commit one record; returns its memory_id."""
-    result = fabric.propose(login, episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
 
 
 def semantic(
     fabric: Fabric, run: uuid.UUID, text: str, sources: list[str], **overrides: Any
 ) -> str:
-    return form(
-        fabric,
+    return fabric.form(
         run,
         text,
         tier="semantic",
@@ -35,17 +25,6 @@ def semantic(
         content={"assertion": text},
         **overrides,
     )
-
-
-def owner(fabric: Fabric, tenant: str = "acme") -> psycopg.Connection[Any]:
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute(
-        "SELECT set_config('fabric.tenant_id', %s, false), "
-        "set_config('fabric.actor', 'os-agt-010', false)",
-        (tenant,),
-    )
-    return conn
 
 
 def ids(answer: dict[str, Any]) -> list[str]:
@@ -56,7 +35,7 @@ def ids(answer: dict[str, Any]) -> list[str]:
 def world(fabric: Fabric) -> dict[str, Any]:
     """Records of every visibility in acme, one in globex with the same subject id."""
     run = fabric.open_run()
-    ep = form(fabric, run, "invoices in EUR please")
+    ep = fabric.form(run, "invoices in EUR please")
     w: dict[str, Any] = {"run": run, "episode": ep}
     w["subject"] = semantic(fabric, run, "billing entity is Acme Logistics BV", [ep])
     w["tenant"] = semantic(
@@ -82,8 +61,7 @@ def world(fabric: Fabric) -> dict[str, Any]:
         scope={"tenant_id": "acme", "visibility": "agent"},
     )
     grun = fabric.open_run("glx-agt-001", tenant="globex")
-    gep = form(
-        fabric,
+    gep = fabric.form(
         grun,
         "globex episode",
         login="mf_agent_g",
@@ -137,7 +115,7 @@ def test_recall_tool_must_hold_in_all_three_layers(fabric: Fabric, layer: str) -
     if layer == "tools_allowed":
         login, agent = "mf_agent_notools", "com-agt-009"
     elif layer == "tenant_enablement":
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.enable_agent('acme', 'com-agt-003', ARRAY['tool:memory-propose'])"
         )
     else:
@@ -253,8 +231,7 @@ def test_request_visibility_narrows(fabric: Fabric, world: dict[str, Any]) -> No
 
 def test_valid_at_start_inclusive_end_exclusive(fabric: Fabric) -> None:
     run = fabric.open_run()
-    rid = form(
-        fabric,
+    rid = fabric.form(
         run,
         "bounded",
         validity_interval={
@@ -280,9 +257,9 @@ def test_valid_at_start_inclusive_end_exclusive(fabric: Fabric) -> None:
 
 def test_min_confidence_and_compliance_exclusions_are_filters(fabric: Fabric) -> None:
     run = fabric.open_run()
-    low = form(fabric, run, "low", confidence=0.3)
-    pci = form(fabric, run, "card", compliance_labels=["pci", "pii"])
-    plain = form(fabric, run, "plain", confidence=0.95)
+    low = fabric.form(run, "low", confidence=0.3)
+    pci = fabric.form(run, "card", compliance_labels=["pci", "pii"])
+    plain = fabric.form(run, "plain", confidence=0.95)
     rr = str(recall_run(fabric))
     assert set(ids(fabric.recall("mf_agent_a", {"run_id": rr, "tiers": ["episodic"]}))) == {
         low,
@@ -305,7 +282,7 @@ def test_min_confidence_and_compliance_exclusions_are_filters(fabric: Fabric) ->
 def test_limit_defaults_to_eight_and_reports_truncation(fabric: Fabric) -> None:
     run = fabric.open_run()
     for i in range(10):
-        form(fabric, run, f"episode {i}")
+        fabric.form(run, f"episode {i}")
     rr = str(recall_run(fabric))
     answer = fabric.recall("mf_agent_a", {"run_id": rr, "tiers": ["episodic"]})
     assert len(answer["records"]) == 8 and answer["truncated"] is True
@@ -321,7 +298,7 @@ def test_text_recall_reports_truncation_and_ranks_as_a_deeper_list(fabric: Fabri
     same scores, and one record more than the limit is reported as truncated."""
     run = fabric.open_run()
     for i in range(10):
-        form(fabric, run, f"invoice episode {i}" + " invoice" * (i % 3))
+        fabric.form(run, f"invoice episode {i}" + " invoice" * (i % 3))
     rr = str(recall_run(fabric))
     ask = {"run_id": rr, "tiers": ["episodic"], "query": "invoice"}
     full = fabric.recall("mf_agent_a", {**ask, "limit": 10})
@@ -337,11 +314,11 @@ def test_superseded_tombstoned_and_contentless_records_are_never_returned(
     fabric: Fabric, world: dict[str, Any]
 ) -> None:
     run = fabric.open_run()
-    sup = form(fabric, run, "will be superseded")
-    tomb = form(fabric, run, "will be erased")
-    gone = form(fabric, run, "window closes", retention_class="operational")
-    keep = form(fabric, run, "stays")
-    with owner(fabric) as conn:
+    sup = fabric.form(run, "will be superseded")
+    tomb = fabric.form(run, "will be erased")
+    gone = fabric.form(run, "window closes", retention_class="operational")
+    keep = fabric.form(run, "stays")
+    with fabric.owner() as conn:
         conn.execute(
             "UPDATE fabric.memory_records SET consolidation_state = 'superseded', "
             "valid_until = valid_from + interval '1 day' WHERE memory_id = %s",
@@ -378,16 +355,15 @@ def test_superseded_tombstoned_and_contentless_records_are_never_returned(
 
 def test_query_matches_and_ranks_ties_by_confidence_then_recency(fabric: Fabric) -> None:
     run = fabric.open_run()
-    a = form(fabric, run, "invoice invoice currency", confidence=0.5)
-    b = form(fabric, run, "invoice currency", confidence=0.9)
-    c = form(
-        fabric,
+    a = fabric.form(run, "invoice invoice currency", confidence=0.5)
+    b = fabric.form(run, "invoice currency", confidence=0.9)
+    c = fabric.form(
         run,
         "invoice currency",
         confidence=0.9,
         validity_interval={"valid_from": "2026-08-01T00:00:00Z"},
     )
-    form(fabric, run, "unrelated weather note")
+    fabric.form(run, "unrelated weather note")
     answer = fabric.recall(
         "mf_agent_a",
         {"run_id": str(recall_run(fabric)), "tiers": ["episodic"], "query": "invoice currency"},
@@ -398,14 +374,13 @@ def test_query_matches_and_ranks_ties_by_confidence_then_recency(fabric: Fabric)
 
 def test_without_query_order_is_confidence_then_recency(fabric: Fabric) -> None:
     run = fabric.open_run()
-    old = form(
-        fabric, run, "old", confidence=0.8, validity_interval={"valid_from": "2026-01-01T00:00:00Z"}
+    old = fabric.form(
+        run, "old", confidence=0.8, validity_interval={"valid_from": "2026-01-01T00:00:00Z"}
     )
-    new = form(
-        fabric, run, "new", confidence=0.8, validity_interval={"valid_from": "2026-06-01T00:00:00Z"}
+    new = fabric.form(
+        run, "new", confidence=0.8, validity_interval={"valid_from": "2026-06-01T00:00:00Z"}
     )
-    top = form(
-        fabric,
+    top = fabric.form(
         run,
         "top",
         confidence=0.99,
@@ -468,7 +443,7 @@ def test_response_carries_provenance_validity_and_lineage(
 def test_every_recall_emits_one_audit_event_without_content_and_no_notify(fabric: Fabric) -> None:
     run = fabric.open_run()
     canary = f"CANARY-{uuid.uuid4().hex}"
-    rid = form(fabric, run, canary)
+    rid = fabric.form(run, canary)
     listener = fabric.connect()
     listener.execute("LISTEN fabric_events")
     rr = str(recall_run(fabric))
@@ -528,7 +503,7 @@ def test_auditor_has_no_write_privilege_and_no_tool(fabric: Fabric) -> None:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             auditor.execute(call)
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        fabric.connect("mf_admin").execute(
+        fabric.session("mf_admin").execute(
             "SELECT fabric_api.register_agent('aud-1', 'mf_auditor', '{}', %s)",
             (["tool:memory-recall"],),
         )
@@ -538,7 +513,7 @@ def test_lineage_both_ways_with_depth(fabric: Fabric, world: dict[str, Any]) -> 
     run = fabric.open_run()
     deeper = semantic(fabric, run, "derived from a semantic", [world["subject"]])
     rows = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT direction, depth, memory_id::text FROM fabric_audit.lineage('acme', %s)",
             (world["subject"],),
@@ -548,7 +523,7 @@ def test_lineage_both_ways_with_depth(fabric: Fabric, world: dict[str, Any]) -> 
     assert ("ancestor", 1, world["episode"]) in rows
     assert ("descendant", 1, deeper) in rows
     rows = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT direction, depth, memory_id::text FROM fabric_audit.lineage('acme', %s)",
             (deeper,),
@@ -560,10 +535,10 @@ def test_lineage_both_ways_with_depth(fabric: Fabric, world: dict[str, Any]) -> 
 
 def test_records_as_of_reconstructs_what_was_known(fabric: Fabric) -> None:
     run = fabric.open_run()
-    rid = form(fabric, run, "fact", validity_interval={"valid_from": "2026-01-01T00:00:00Z"})
+    rid = fabric.form(run, "fact", validity_interval={"valid_from": "2026-01-01T00:00:00Z"})
     auditor = fabric.connect("mf_auditor")
     (t_before_change,) = auditor.execute("SELECT clock_timestamp()").fetchone()  # type: ignore[misc]
-    with owner(fabric) as conn:
+    with fabric.owner() as conn:
         conn.execute(
             "UPDATE fabric.memory_records SET consolidation_state = 'superseded', "
             "valid_until = '2026-03-01T00:00:00Z' WHERE memory_id = %s",
@@ -586,7 +561,7 @@ def test_records_as_of_reconstructs_what_was_known(fabric: Fabric) -> None:
     # Before the record was recorded, the fabric knew nothing of it.
     assert as_of("2026-02-01T00:00:00Z", "2000-01-01T00:00:00Z") == []
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        fabric.connect("mf_agent_a").execute(
+        fabric.session("mf_agent_a").execute(
             "SELECT * FROM fabric_audit.records_as_of('acme', now())"
         )
 

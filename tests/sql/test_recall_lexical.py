@@ -17,12 +17,6 @@ from memfabric.recall import recall
 QUESTION = "Which currency did the customer ask for when we sent the invoices?"
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def ask(fabric: Fabric, query: Any, **request: Any) -> dict[str, Any]:
     run = fabric.open_run()
     body = {"run_id": str(run), "tiers": ["episodic"], **request}
@@ -55,8 +49,8 @@ def raw_scores(fabric: Fabric, keys: list[str], query: str) -> list[tuple[str, f
 
 def test_a_question_finds_a_record_that_shares_only_some_of_its_words(fabric: Fabric) -> None:
     run = fabric.open_run()
-    wanted = form(fabric, run, "asked for invoices in EUR")
-    form(fabric, run, "the weather was sunny on the trip")
+    wanted = fabric.form(run, "asked for invoices in EUR")
+    fabric.form(run, "the weather was sunny on the trip")
     answer = ask(fabric, QUESTION)
     assert answer["status"] == "served"
     assert answer["mode_served"] == "text"
@@ -68,9 +62,9 @@ def test_a_question_finds_a_record_that_shares_only_some_of_its_words(fabric: Fa
 def test_rarer_terms_weigh_more_than_common_ones(fabric: Fabric) -> None:
     run = fabric.open_run()
     for n in range(6):
-        form(fabric, run, f"invoice reminder number {n}")
-    rare = form(fabric, run, "the customer prefers EUR", confidence=0.5)
-    common = form(fabric, run, "an invoice was sent", confidence=0.99)
+        fabric.form(run, f"invoice reminder number {n}")
+    rare = fabric.form(run, "the customer prefers EUR", confidence=0.5)
+    common = fabric.form(run, "an invoice was sent", confidence=0.99)
     answer = ask(fabric, "invoice in EUR")
     assert ids(answer)[0] == rare
     assert common in ids(answer)
@@ -82,9 +76,8 @@ def test_rarer_terms_weigh_more_than_common_ones(fabric: Fabric) -> None:
 
 def test_term_frequency_saturates_and_long_records_are_normalised(fabric: Fabric) -> None:
     run = fabric.open_run()
-    short = form(fabric, run, "refund approved", confidence=0.5)
-    long = form(
-        fabric,
+    short = fabric.form(run, "refund approved", confidence=0.5)
+    long = fabric.form(
         run,
         "refund " + " ".join(f"filler{n}" for n in range(60)),
         confidence=0.99,
@@ -92,8 +85,8 @@ def test_term_frequency_saturates_and_long_records_are_normalised(fabric: Fabric
     answer = ask(fabric, "was the refund approved")
     assert ids(answer)[:2] == [short, long]
     keys = ["subject:user-8842"]
-    repeated = form(fabric, run, "refund " * 40)
-    once = form(fabric, run, "refund")
+    repeated = fabric.form(run, "refund " * 40)
+    once = fabric.form(run, "refund")
     scores = dict(raw_scores(fabric, keys, "refund"))
     # Forty occurrences are worth less than 2.2 times one (k1 = 1.2 saturates tf).
     assert scores[once] < scores[repeated] < 2.2 * scores[once]
@@ -106,7 +99,7 @@ def test_english_is_the_default_configuration_and_stop_words_match_nothing(
         row = su.execute("SELECT text_search_config::text FROM fabric.deployment_settings")
         assert row.fetchone() == ("english",)
     run = fabric.open_run()
-    form(fabric, run, "the invoices are in the drawer")
+    fabric.form(run, "the invoices are in the drawer")
     before = recall_events(fabric)
     answer = ask(fabric, "the of and is in")
     assert answer["status"] == "served"
@@ -121,8 +114,8 @@ def test_english_is_the_default_configuration_and_stop_words_match_nothing(
 
 def test_another_subjects_records_change_neither_order_nor_scores(fabric: Fabric) -> None:
     run = fabric.open_run()
-    banana = form(fabric, run, "banana smoothie recipe", confidence=0.9)
-    cherry = form(fabric, run, "cherry smoothie recipe", confidence=0.8)
+    banana = fabric.form(run, "banana smoothie recipe", confidence=0.9)
+    cherry = fabric.form(run, "cherry smoothie recipe", confidence=0.8)
     keys = ["subject:user-8842", "session:sess-1f9c", "agent:com-agt-003", "tenant"]
     before = ask(fabric, "banana or cherry")
     before_raw = raw_scores(fabric, keys, "banana cherry")
@@ -146,7 +139,7 @@ def test_another_subjects_records_change_neither_order_nor_scores(fabric: Fabric
 
 def test_erasure_leaves_no_lexeme_of_the_erased_scope(fabric: Fabric) -> None:
     run = fabric.open_run(subject="user-gone", session=None)
-    memory_id = form(fabric, run, "canarylexeme lives here")
+    memory_id = fabric.form(run, "canarylexeme lives here")
     assert fabric.count("search_stats", "lexeme = 'canarylexem'") == 1
     approval = uuid.uuid4()
     conn = fabric.su()
@@ -170,13 +163,13 @@ def test_erasure_leaves_no_lexeme_of_the_erased_scope(fabric: Fabric) -> None:
 def test_compaction_keeps_the_statistics_exact(fabric: Fabric) -> None:
     run = fabric.open_run()
     for n in range(5):
-        form(fabric, run, f"parcel {n} delivered")
+        fabric.form(run, f"parcel {n} delivered")
     keys = ["subject:user-8842"]
     before = raw_scores(fabric, keys, "parcel delivered")
     deltas = fabric.count("search_stats", "scope_key = 'subject:user-8842' AND lexeme = ''")
     assert deltas == 5  # one delta per commit: nothing updated in place
     result = (
-        fabric.connect("mf_committer")
+        fabric.session("mf_committer")
         .execute("SELECT fabric_api.compact_search_stats(100)")
         .fetchone()
     )
@@ -201,7 +194,7 @@ def test_two_commits_in_one_scope_do_not_wait_for_each_other(fabric: Fabric) -> 
 
 def test_empty_statistics_never_fail_recall(fabric: Fabric) -> None:
     run = fabric.open_run()
-    wanted = form(fabric, run, "asked for invoices in EUR")
+    wanted = fabric.form(run, "asked for invoices in EUR")
     with fabric.su() as su:
         su.execute("DELETE FROM fabric.search_stats")
     answer = ask(fabric, QUESTION)
@@ -216,8 +209,8 @@ def test_changing_the_configuration_then_reindexing_rebuilds_text_and_statistics
     fabric: Fabric,
 ) -> None:
     run = fabric.open_run()
-    memory_id = form(fabric, run, "the invoices")
-    fabric.connect("mf_admin").execute(
+    memory_id = fabric.form(run, "the invoices")
+    fabric.session("mf_admin").execute(
         'SELECT fabric_api.configure_deployment(\'{"text_search_config": "simple"}\')'
     )
     # `memfabric db reindex-text`: the migration role, as the owner.
@@ -236,7 +229,7 @@ def test_changing_the_configuration_then_reindexing_rebuilds_text_and_statistics
 
 def test_search_text_can_only_become_what_the_content_derives(fabric: Fabric) -> None:
     run = fabric.open_run()
-    memory_id = form(fabric, run, "asked for invoices in EUR")
+    memory_id = fabric.form(run, "asked for invoices in EUR")
     conn = fabric.su()
     conn.execute("SET ROLE fabric_owner")
     conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
@@ -280,7 +273,7 @@ def test_search_text_can_only_become_what_the_content_derives(fabric: Fabric) ->
 )
 def test_bad_queries_are_served_with_one_audit_event(fabric: Fabric, query: str) -> None:
     run = fabric.open_run()
-    form(fabric, run, "asked for invoices in EUR")
+    fabric.form(run, "asked for invoices in EUR")
     other = fabric.open_run(subject="user-0001", session="sess-other")
     secret = str(
         fabric.commit(
@@ -297,8 +290,8 @@ def test_bad_queries_are_served_with_one_audit_event(fabric: Fabric, query: str)
 
 def test_other_scripts_are_found_in_their_own_words(fabric: Fabric) -> None:
     run = fabric.open_run()
-    wanted = form(fabric, run, "клиент просил счета в евро")
-    form(fabric, run, "asked for invoices in EUR")
+    wanted = fabric.form(run, "клиент просил счета в евро")
+    fabric.form(run, "asked for invoices in EUR")
     assert ids(ask(fabric, "какие счета?")) == [wanted]
 
 
@@ -354,9 +347,9 @@ def test_valid_correlation_ids_are_kept(fabric: Fabric) -> None:
 
 def test_hybrid_fuses_the_union_and_says_which_retriever_found_what(fabric: Fabric) -> None:
     run = fabric.open_run()
-    both = form(fabric, run, "asked for invoices in EUR")
-    lexical_only = form(fabric, run, "invoices are due monthly")
-    vector_only = form(fabric, run, "wants to be billed in euros")
+    both = fabric.form(run, "asked for invoices in EUR")
+    lexical_only = fabric.form(run, "invoices are due monthly")
+    vector_only = fabric.form(run, "wants to be billed in euros")
     answer = fabric.recall(
         "mf_agent_a",
         {
@@ -382,15 +375,15 @@ def test_hybrid_fuses_the_union_and_says_which_retriever_found_what(fabric: Fabr
 
 def test_no_retriever_returns_a_hit_outside_the_resolved_scope(fabric: Fabric) -> None:
     run = fabric.open_run()
-    mine = form(fabric, run, "invoices in EUR")
+    mine = fabric.form(run, "invoices in EUR")
     other = fabric.open_run(subject="user-0001", session="sess-other")
     theirs = str(
         fabric.commit(
             fabric.propose("mf_agent_a", episode("invoices in EUR"), other)["proposal_id"]
         )["memory_id"]
     )
-    private = form(
-        fabric, run, "invoices in EUR private", scope={"tenant_id": "acme", "visibility": "agent"}
+    private = fabric.form(
+        run, "invoices in EUR private", scope={"tenant_id": "acme", "visibility": "agent"}
     )
     for mode in ("text", "semantic", "hybrid"):
         request: dict[str, Any] = {
@@ -419,9 +412,8 @@ def test_a_tier_without_a_vector_collection_is_served_lexically(fabric: Fabric) 
             " WHERE agent_id = 'com-agt-003'"
         )
     run = fabric.open_run()
-    sources = [form(fabric, run, "met the logistics partner"), form(fabric, run, "call notes")]
-    edge = form(
-        fabric,
+    sources = [fabric.form(run, "met the logistics partner"), fabric.form(run, "call notes")]
+    edge = fabric.form(
         run,
         "",
         tier="semantic",
@@ -433,7 +425,7 @@ def test_a_tier_without_a_vector_collection_is_served_lexically(fabric: Fabric) 
         "SELECT fabric_api.request_approval(%s, 'promote', '{\"tier\": \"relational\"}', 'needed')",
         (edge,),
     ).fetchone()  # type: ignore[misc]
-    fabric.connect("mf_policy").execute(
+    fabric.session("mf_policy").execute(
         "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval["approval_id"],)
     )
     committer.execute(
@@ -479,7 +471,7 @@ def test_without_a_broker_python_recall_defaults_to_text(
     monkeypatch.delenv("QDRANT_URL", raising=False)
     monkeypatch.setenv("MEMFABRIC_SOCKET", str(tmp_path / "nobody.sock"))
     run = fabric.open_run()
-    wanted = form(fabric, run, "asked for invoices in EUR")
+    wanted = fabric.form(run, "asked for invoices in EUR")
     conn = fabric.connect("mf_agent_a")
     answer = recall(
         conn, {"run_id": str(fabric.open_run()), "tiers": ["episodic"], "query": QUESTION}
@@ -493,8 +485,8 @@ def test_the_candidate_bound_leaves_out_records_holding_only_common_words(
     fabric: Fabric,
 ) -> None:
     run = fabric.open_run()
-    commons = [form(fabric, run, f"apple crate {n}") for n in range(4)]
-    rare = form(fabric, run, "zebra apple")
+    commons = [fabric.form(run, f"apple crate {n}") for n in range(4)]
+    rare = fabric.form(run, "zebra apple")
     admin = fabric.connect("mf_admin")
     admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_bound\": 3}')")
     bounded = ask(fabric, "zebra apple", limit=10)

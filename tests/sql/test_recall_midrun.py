@@ -14,15 +14,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric, call, episode
+from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric, call
 
 AGENT, LOGIN = "com-agt-003", "mf_agent_a"
-
-
-def formed(fabric: Fabric, run: uuid.UUID, text: str, **overrides: Any) -> str:
-    result = fabric.propose(LOGIN, episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
 
 
 def recall(conn: psycopg.Connection[Any], run: uuid.UUID, **request: Any) -> dict[str, Any]:
@@ -37,14 +31,14 @@ def recall_events(fabric: Fabric, run: uuid.UUID) -> list[str]:
 
 
 def admin(fabric: Fabric, query: str, *args: Any) -> None:
-    fabric.connect("mf_admin").execute(query, args)
+    fabric.session("mf_admin").execute(query, args)
 
 
 @pytest.fixture
 def served(fabric: Fabric) -> tuple[uuid.UUID, psycopg.Connection[Any], str]:
     """An open run whose first recall is served one record, and the agent's connection."""
     run = fabric.open_run(AGENT)
-    memory_id = formed(fabric, run, "invoices in EUR please")
+    memory_id = fabric.form(run, "invoices in EUR please")
     conn = fabric.connect(LOGIN)
     answer = recall(conn, run)
     assert answer["status"] == "served" and [r["memory_id"] for r in answer["records"]] == [
@@ -111,8 +105,8 @@ def test_a_memory_profile_change_mid_run_binds_the_very_next_recall(
     fabric: Fabric, served: tuple[uuid.UUID, psycopg.Connection[Any], str]
 ) -> None:
     run, conn, memory_id = served
-    tenant_wide = formed(
-        fabric, run, "acme bills monthly", scope={"tenant_id": "acme", "visibility": "tenant"}
+    tenant_wide = fabric.form(
+        run, "acme bills monthly", scope={"tenant_id": "acme", "visibility": "tenant"}
     )
     before = recall(conn, run)
     assert before["status"] == "served"
@@ -145,7 +139,7 @@ def test_closing_the_run_mid_run_refuses_the_very_next_recall_and_writes_nothing
     fabric: Fabric, served: tuple[uuid.UUID, psycopg.Connection[Any], str]
 ) -> None:
     run, conn, _ = served
-    fabric.connect("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (run,))
+    fabric.session("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (run,))
     before = fabric.counts()
     with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
         recall(conn, run)

@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
@@ -206,7 +207,7 @@ def refusal(conn: psycopg.Connection[Any], call: str, *args: Any) -> str | None:
 
 def schema(fabric: Fabric, name: str) -> dict[str, Any]:
     row = (
-        fabric.connect("mf_agent_a")
+        fabric.session("mf_agent_a")
         .execute("SELECT fabric_api.request_schema(%s)", (name,))
         .fetchone()
     )
@@ -215,6 +216,7 @@ def schema(fabric: Fabric, name: str) -> dict[str, Any]:
     return row[0]  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_the_recall_schema_and_validator_agree(fabric: Fabric) -> None:
     validator = jsonschema.Draft202012Validator(schema(fabric, "recall"))
     run = str(fabric.open_run(tools=["tool:memory-recall"]))
@@ -369,6 +371,7 @@ PROPOSE_BAD: Values = {
 }
 
 
+@pytest.mark.slow
 def test_the_propose_schema_and_validator_agree(fabric: Fabric) -> None:
     validator = jsonschema.Draft202012Validator(schema(fabric, "propose"))
     run = fabric.open_run()

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric, episode, wait_until_blocked
 from memfabric.errors import FabricError
 from memfabric.worker import erase, run_decay_once
 
@@ -22,23 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PG_DUMP = ROOT / ".local" / "pg17" / "bin" / "pg_dump"
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str = "e", **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
-def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(sql, args).fetchone()
-    assert row is not None
-    return row[0]
-
-
 def configure(fabric: Fabric, config: dict[str, Any]) -> dict[str, Any]:
-    return call(
-        fabric,
+    return fabric.call(
         "mf_admin",
-        "SELECT fabric_api.configure_instance('acme', '', %s)",  # type: ignore[no-any-return]
+        "SELECT fabric_api.configure_instance('acme', '', %s)",
         Jsonb(config),
     )
 
@@ -48,14 +35,13 @@ def decay(fabric: Fabric, now: str | None = None) -> dict[str, Any]:
 
 
 def approved_erasure(fabric: Fabric, memory_id: str, legal: bool = False) -> str:
-    a = call(
-        fabric,
+    a = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_erasure(%s, 'gdpr', %s)",
         memory_id,
         legal,
     )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
     return str(a)
 
 
@@ -112,11 +98,11 @@ def run(fabric: Fabric) -> uuid.UUID:
 def test_configuration_rules_are_refused_at_configuration_time(
     fabric: Fabric, config: dict[str, Any], constraint: str
 ) -> None:
-    before = fabric.su().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
+    before = fabric.session().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
     with pytest.raises(psycopg.errors.CheckViolation) as caught:
         configure(fabric, config)
     assert caught.value.diag.constraint_name == constraint
-    after = fabric.su().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
+    after = fabric.session().execute("SELECT to_jsonb(c) FROM fabric.instance_config c").fetchall()
     assert after == before
 
 
@@ -158,8 +144,7 @@ def test_malformed_configuration_is_an_error(fabric: Fabric) -> None:
 
 
 def test_interval_expiry_happens_exactly_at_valid_until(fabric: Fabric, run: uuid.UUID) -> None:
-    rid = form(
-        fabric,
+    rid = fabric.form(
         run,
         validity_interval={
             "valid_from": "2026-01-01T00:00:00Z",
@@ -182,11 +167,11 @@ def test_operational_window_closure_summarises_what_it_removes(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
     configure(fabric, {"operational_window": "1 millisecond"})
-    ops = [form(fabric, run, f"op {i}", retention_class="operational") for i in range(3)]
+    ops = [fabric.form(run, f"op {i}", retention_class="operational") for i in range(3)]
     other = fabric.open_run(subject="user-1")
-    ops.append(form(fabric, other, "op other", retention_class="operational"))
-    durable = form(fabric, run, "durable")
-    audit = form(fabric, run, "audit", retention_class="audit")
+    ops.append(fabric.form(other, "op other", retention_class="operational"))
+    durable = fabric.form(run, "durable")
+    audit = fabric.form(run, "audit", retention_class="audit")
     time.sleep(0.05)
     result = decay(fabric)
     assert result["windows_closed"] == 4
@@ -209,8 +194,7 @@ def test_operational_window_closure_summarises_what_it_removes(
 def test_window_closure_of_an_already_expired_record_removes_its_content(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    rid = form(
-        fabric,
+    rid = fabric.form(
         run,
         retention_class="operational",
         validity_interval={
@@ -235,7 +219,7 @@ def test_regulated_ceiling_raises_an_erasure_request_never_erases(
         fabric,
         {"regulated_retention": {"default": {"floor": "0 seconds", "ceiling": "1 millisecond"}}},
     )
-    rid = form(fabric, run, retention_class="regulated")
+    rid = fabric.form(run, retention_class="regulated")
     time.sleep(0.02)
     assert decay(fabric)["erasure_requests"] == 1
     assert decay(fabric)["erasure_requests"] == 0
@@ -249,7 +233,7 @@ def test_regulated_ceiling_raises_an_erasure_request_never_erases(
 
 def test_regulated_floor_blocks_erasure_unless_legal(fabric: Fabric, run: uuid.UUID) -> None:
     configure(fabric, {"regulated_retention": {"jp": {"floor": "10 years", "ceiling": "20 years"}}})
-    rid = form(fabric, run, retention_class="regulated", compliance_labels=["jurisdiction:jp"])
+    rid = fabric.form(run, retention_class="regulated", compliance_labels=["jurisdiction:jp"])
     conn = fabric.connect("mf_committer")
     assert sqlstate(lambda: erase(conn, approved_erasure(fabric, rid))) == "MF005"
     assert state(fabric, rid)[0] == "raw"
@@ -259,8 +243,7 @@ def test_regulated_floor_blocks_erasure_unless_legal(fabric: Fabric, run: uuid.U
 
 def test_concurrent_decay_runs_expire_each_record_once(fabric: Fabric, run: uuid.UUID) -> None:
     ids = [
-        form(
-            fabric,
+        fabric.form(
             run,
             f"r{i}",
             validity_interval={
@@ -290,8 +273,7 @@ def test_concurrent_decay_runs_expire_each_record_once(fabric: Fabric, run: uuid
 
 
 def test_recall_never_decays_anything(fabric: Fabric, run: uuid.UUID) -> None:
-    rid = form(
-        fabric,
+    rid = fabric.form(
         run,
         validity_interval={
             "valid_from": "2026-01-01T00:00:00Z",
@@ -306,16 +288,16 @@ def test_recall_never_decays_anything(fabric: Fabric, run: uuid.UUID) -> None:
 
 
 def test_erasure_needs_a_decided_unused_erase_approval(fabric: Fabric, run: uuid.UUID) -> None:
-    rid, other = form(fabric, run), form(fabric, run)
+    rid, other = fabric.form(run), fabric.form(run)
     conn = fabric.connect("mf_committer")
-    pending = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", rid)[
+    pending = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", rid)[
         "approval_id"
     ]
     assert sqlstate(lambda: erase(conn, pending)) == "MF005"
-    denied = call(fabric, "mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", rid)[
+    denied = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'x')", rid)[
         "approval_id"
     ]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'denied', 'no')", denied)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'denied', 'no')", denied)
     assert sqlstate(lambda: erase(conn, denied)) == "MF005"
     expired = approved_erasure(fabric, rid)
     with fabric.su() as su:
@@ -325,13 +307,12 @@ def test_erasure_needs_a_decided_unused_erase_approval(fabric: Fabric, run: uuid
             (expired,),
         )
     assert sqlstate(lambda: erase(conn, expired)) == "MF005"
-    promote = call(
-        fabric,
+    promote = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_approval(%s, 'promote', '{\"tier\": \"relational\"}', 'x')",
         rid,
     )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", promote)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", promote)
     assert sqlstate(lambda: erase(conn, promote)) == "MF005"
     assert sqlstate(lambda: erase(conn, str(uuid.uuid4()))) == "MF005"
     assert state(fabric, rid)[0] == "raw"
@@ -340,14 +321,13 @@ def test_erasure_needs_a_decided_unused_erase_approval(fabric: Fabric, run: uuid
     assert sqlstate(lambda: erase(conn, good)) == "MF005"  # reused
     assert state(fabric, other)[0] == "raw"
     assert (
-        sqlstate(lambda: call(fabric, "mf_agent_a", "SELECT fabric_api.erase(%s)", good)) == "42501"
+        sqlstate(lambda: fabric.call("mf_agent_a", "SELECT fabric_api.erase(%s)", good)) == "42501"
     )
 
 
 def test_tombstone_keeps_exactly_the_spec_list(fabric: Fabric, run: uuid.UUID) -> None:
-    source = form(fabric, run, "source")
-    derived = form(
-        fabric,
+    source = fabric.form(run, "source")
+    derived = fabric.form(
         run,
         "derived",
         tier="semantic",
@@ -374,7 +354,7 @@ def test_tombstone_keeps_exactly_the_spec_list(fabric: Fabric, run: uuid.UUID) -
     assert proposal == (None, None)
     assert fabric.count("memory_lineage", f"derived_from_id = '{source}'") == 1
     assert state(fabric, derived)[:2] == ("raw", True)  # not cascaded
-    queue = call(fabric, "mf_consolidator", "SELECT fabric_api.review_queue('acme')")
+    queue = fabric.call("mf_consolidator", "SELECT fabric_api.review_queue('acme')")
     assert [(q["memory_id"], q["tombstoned_source"]) for q in queue] == [(derived, source)]
     (event,) = fabric.events(f"memory_id = '{source}' AND event_type = 'memory.record.forgotten'")
     assert event["payload"]["approval_id"]
@@ -392,18 +372,17 @@ def test_tombstone_keeps_exactly_the_spec_list(fabric: Fabric, run: uuid.UUID) -
 def test_subject_erasure_covers_every_tier_and_uncommitted_proposals(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    ep = form(fabric, run, "ep")
-    sem = form(fabric, run, "sem", tier="semantic", derived_from=[ep], content={"a": "sem"})
+    ep = fabric.form(run, "ep")
+    sem = fabric.form(run, "sem", tier="semantic", derived_from=[ep], content={"a": "sem"})
     validated = fabric.propose("mf_agent_a", episode("not yet committed"), run)
     rejected = fabric.propose("mf_agent_a", episode("bad", confidence=5), run)
     other_run = fabric.open_run(subject="user-other")
-    keep = form(fabric, other_run, "someone else")
-    a = call(
-        fabric,
+    keep = fabric.form(other_run, "someone else")
+    a = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')",
     )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
     result = erase(fabric.connect("mf_committer"), a)
     assert sorted(result["erased"]) == sorted([ep, sem])  # type: ignore[type-var]
     assert state(fabric, keep)[:2] == ("raw", True)
@@ -420,7 +399,7 @@ def test_subject_erasure_covers_every_tier_and_uncommitted_proposals(
 
 
 def test_erase_racing_a_recall_never_tears_a_result(fabric: Fabric, run: uuid.UUID) -> None:
-    rid = form(fabric, run, "racing")
+    rid = fabric.form(run, "racing")
     approval_id = approved_erasure(fabric, rid)
     eraser = fabric.connect("mf_committer", autocommit=False)
     eraser.execute("SELECT fabric_api.erase(%s)", (approval_id,))
@@ -436,7 +415,7 @@ def test_erase_racing_a_recall_never_tears_a_result(fabric: Fabric, run: uuid.UU
 def test_erase_racing_an_embedding_write_cannot_resurrect_a_vector(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    rid = form(fabric, run, "vector me")
+    rid = fabric.form(run, "vector me")
     with fabric.su() as su:
         (content_hash,) = su.execute(
             "SELECT content_hash FROM fabric.memory_records WHERE memory_id = %s", (rid,)
@@ -447,17 +426,18 @@ def test_erase_racing_an_embedding_write_cannot_resurrect_a_vector(
     eraser = fabric.connect("mf_committer", autocommit=False)
     eraser.execute("SELECT fabric_api.erase(%s)", (approved_erasure(fabric, rid),))
     outcome: list[str] = []
+    writer = fabric.connect("mf_projector")
 
     def write() -> None:
         try:
-            fabric.connect("mf_projector").execute(store, (rid, content_hash))
+            writer.execute(store, (rid, content_hash))
             outcome.append("stored")
         except psycopg.Error as exc:
             outcome.append(exc.sqlstate or "?")
 
     thread = threading.Thread(target=write)
     thread.start()
-    time.sleep(0.3)
+    wait_until_blocked(fabric, writer)
     assert outcome == []  # blocked behind the erasure's row lock
     eraser.commit()
     thread.join(timeout=30)
@@ -467,13 +447,13 @@ def test_erase_racing_an_embedding_write_cannot_resurrect_a_vector(
 
 def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUID) -> None:
     canary = f"canary{uuid.uuid4().hex}"
-    rid = form(fabric, run, canary)
-    child = form(fabric, run, "child", tier="semantic", derived_from=[rid], content={"c": 1})
+    rid = fabric.form(run, canary)
+    child = fabric.form(run, "child", tier="semantic", derived_from=[rid], content={"c": 1})
     with fabric.su() as su:
         (content_hash,) = su.execute(
             "SELECT content_hash FROM fabric.memory_records WHERE memory_id = %s", (rid,)
         ).fetchone()  # type: ignore[misc]
-    fabric.connect("mf_projector").execute(
+    fabric.session("mf_projector").execute(
         "SELECT fabric_api.store_embedding(%s, 'm', 'v1', '[0.5,0.5]', %s)", (rid, content_hash)
     )
     answer = fabric.recall(
@@ -509,7 +489,7 @@ def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUI
             "SELECT count(*) FROM fabric.memory_records m WHERE m::text LIKE %s", (f"%{canary}%",)
         ).fetchone()
     assert raw == (0,)
-    assert fabric.connect("mf_auditor").execute(
+    assert fabric.session("mf_auditor").execute(
         "SELECT fabric_audit.verify_tombstone(%s, %s)", (rid, Jsonb({"text": canary}))
     ).fetchone() == (True,)
 
@@ -518,10 +498,9 @@ def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUI
 
 
 def deploy(fabric: Fabric, settings: dict[str, Any]) -> dict[str, Any]:
-    return call(
-        fabric,
+    return fabric.call(
         "mf_admin",
-        "SELECT fabric_api.configure_deployment(%s)",  # type: ignore[no-any-return]
+        "SELECT fabric_api.configure_deployment(%s)",
         Jsonb(settings),
     )
 
@@ -553,7 +532,7 @@ def test_deployment_settings_are_validated(fabric: Fabric) -> None:
     assert sqlstate(lambda: deploy(fabric, {"recall_max_limit": 5000})) == "23514"
     assert sqlstate(lambda: deploy(fabric, {"bogus": 1})) == "22023"
     assert (
-        sqlstate(lambda: call(fabric, "mf_agent_a", "SELECT fabric_api.configure_deployment('{}')"))
+        sqlstate(lambda: fabric.call("mf_agent_a", "SELECT fabric_api.configure_deployment('{}')"))
         == "42501"
     )
     assert deploy(fabric, {"recall_default_limit": 5})["recall_default_limit"] == 5

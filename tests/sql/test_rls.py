@@ -6,7 +6,6 @@ bypass RLS.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import psycopg
@@ -56,22 +55,6 @@ FOREIGN_ROWS = {
 # --- helpers ----------------------------------------------------------------------------
 
 
-def committed(fabric: Fabric, login: str, run: uuid.UUID, text: str, **env: Any) -> str:
-    result = fabric.propose(login, episode(text, **env), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
-def owner(fabric: Fabric, tenant: str | None = None) -> psycopg.Connection[Any]:
-    """The table owner (not superuser, not BYPASSRLS), with or without a tenant."""
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute("SELECT set_config('fabric.actor', 'os-agt-010', false)")
-    if tenant is not None:
-        conn.execute("SELECT set_config('fabric.tenant_id', %s, false)", (tenant,))
-    return conn
-
-
 def populate(fabric: Fabric) -> None:
     """Rows of both tenants in every RLS table: runs, proposals, an episode, a semantic
     record derived from it (lineage) and one transition (history)."""
@@ -80,19 +63,18 @@ def populate(fabric: Fabric) -> None:
         ("globex", "glx-agt-001", "mf_agent_g"),
     ):
         run = fabric.open_run(agent_id=agent, tenant=tenant)
-        fabric.connect("mf_orchestrator").execute("SELECT fabric_api.issue_mcp_token(%s)", (run,))
+        fabric.session("mf_orchestrator").execute("SELECT fabric_api.issue_mcp_token(%s)", (run,))
         scope = {"tenant_id": tenant, "visibility": "subject"}
-        source = committed(fabric, login, run, f"{tenant} episode", scope=scope)
-        committed(
-            fabric,
-            login,
+        source = fabric.form(run, f"{tenant} episode", login, scope=scope)
+        fabric.form(
             run,
             f"{tenant} fact",
+            login,
             scope=scope,
             tier="semantic",
             derived_from=[source],
         )
-        owner(fabric, tenant).execute(
+        fabric.owner(tenant).execute(
             "UPDATE fabric.memory_records SET consolidation_state = 'consolidated'"
             " WHERE memory_id = %s",
             (source,),
@@ -115,7 +97,7 @@ def owner_count(conn: psycopg.Connection[Any], table: str, where: str = "true") 
 @pytest.mark.parametrize("table", RLS_TABLES)
 def test_no_tenant_setting_shows_no_rows(fabric: Fabric, table: str) -> None:
     populate(fabric)
-    conn = owner(fabric)
+    conn = fabric.owner(None)
     assert owner_count(conn, table) == 0
     conn.execute("SELECT set_config('fabric.tenant_id', '', false)")
     assert owner_count(conn, table) == 0
@@ -124,7 +106,7 @@ def test_no_tenant_setting_shows_no_rows(fabric: Fabric, table: str) -> None:
 @pytest.mark.parametrize("table", RLS_TABLES)
 def test_the_tenant_setting_shows_only_that_tenant(fabric: Fabric, table: str) -> None:
     populate(fabric)
-    conn = owner(fabric, "acme")
+    conn = fabric.owner("acme")
     assert owner_count(conn, table) == fabric.count(table, "tenant_id = 'acme'")
     assert owner_count(conn, table, "tenant_id <> 'acme'") == 0
 
@@ -135,7 +117,7 @@ def test_the_owner_cannot_write_into_another_tenant(fabric: Fabric, table: str) 
     counts = fabric.counts()
     tenant_rows = fabric.count(table)
     with pytest.raises(psycopg.Error) as info:
-        owner(fabric, "acme").execute(FOREIGN_ROWS[table])
+        fabric.owner("acme").execute(FOREIGN_ROWS[table])
     assert info.value.sqlstate == "42501", info.value
     assert fabric.count(table) == tenant_rows
     assert fabric.counts() == counts
@@ -146,7 +128,7 @@ def test_the_owner_cannot_move_a_row_into_another_tenant(fabric: Fabric, table: 
     populate(fabric)
     before = fabric.count(table, "tenant_id = 'acme'")
     with pytest.raises(psycopg.Error) as info:
-        owner(fabric, "acme").execute(
+        fabric.owner("acme").execute(
             sql.SQL("UPDATE fabric.{} SET tenant_id = 'globex'").format(sql.Identifier(table))
         )
     assert info.value.sqlstate == "42501", info.value

@@ -30,7 +30,7 @@ OLDER = "0013_working_tier"
 def stamp(fabric: Fabric, revision: str) -> None:
     """What a database migrated by another package looks like: its alembic revision."""
     stamped = "UPDATE fabric_migrations.alembic_version SET version_num = %s"
-    fabric.su().execute(stamped, (revision,))
+    fabric.session().execute(stamped, (revision,))
 
 
 def invoke(fabric: Fabric, tmp_path: Path, *args: str) -> Result:
@@ -78,7 +78,7 @@ def test_every_service_login_reads_the_revision_at_head(fabric: Fabric, login: s
 
 def test_a_login_of_no_fabric_role_cannot_read_it(fabric: Fabric) -> None:
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        fabric.connect("mf_stranger").execute("SELECT fabric_api.schema_revision()")
+        fabric.session("mf_stranger").execute("SELECT fabric_api.schema_revision()")
 
 
 def test_an_older_revision_names_both_and_says_to_migrate(fabric: Fabric) -> None:
@@ -99,7 +99,7 @@ def test_an_unknown_revision_names_both_and_does_not_say_migrate(fabric: Fabric)
 
 
 def test_a_fabric_older_than_the_revision_function_says_to_migrate(fabric: Fabric) -> None:
-    fabric.su().execute("DROP FUNCTION fabric_api.schema_revision()")
+    fabric.session().execute("DROP FUNCTION fabric_api.schema_revision()")
     conn = fabric.connect("mf_committer", autocommit=False)
     with pytest.raises(SchemaMismatch) as caught:
         mfdb.require_known_revision(conn)

@@ -30,18 +30,6 @@ def committed(fabric: Fabric, n: int) -> list[str]:
     return ids
 
 
-def owner(fabric: Fabric, actor: str | None = ACTOR) -> psycopg.Connection[Any]:
-    """The table owner with a governance context, one open transaction: RLS and the
-    triggers still apply."""
-    conn = fabric.connect(None, autocommit=False)
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
-    if actor is not None:
-        conn.execute("SELECT set_config('fabric.actor', %s, false)", (actor,))
-    conn.commit()
-    return conn
-
-
 def in_tx(conn: psycopg.Connection[Any], query: str) -> list[Any]:
     """Rows of this transaction's events or history (by its xid or its time)."""
     return [r[0] for r in conn.execute(query).fetchall()]
@@ -60,7 +48,7 @@ TX_HISTORY = (
 def test_one_update_of_many_records_keeps_each_ones_history_and_event(fabric: Fabric) -> None:
     ids = committed(fabric, 3)
     counts = fabric.counts()
-    conn = owner(fabric)
+    conn = fabric.owner(autocommit=False)
     conn.execute(
         "UPDATE fabric.memory_records SET consolidation_state = 'consolidated'"
         " WHERE memory_id = ANY (%s::uuid[])",
@@ -84,7 +72,7 @@ def test_one_update_of_many_records_keeps_each_ones_history_and_event(fabric: Fa
 
 def test_rows_a_statement_leaves_unchanged_get_no_history_or_event(fabric: Fabric) -> None:
     ids = committed(fabric, 3)
-    conn = owner(fabric)
+    conn = fabric.owner(autocommit=False)
     conn.execute(
         "UPDATE fabric.memory_records SET consolidation_state = CASE WHEN memory_id = %s::uuid"
         " THEN 'expired' ELSE consolidation_state END, valid_until = CASE WHEN memory_id ="
@@ -101,7 +89,7 @@ def test_rows_a_statement_leaves_unchanged_get_no_history_or_event(fabric: Fabri
 def test_one_statement_without_an_acting_agent_writes_nothing(fabric: Fabric) -> None:
     ids = committed(fabric, 3)
     counts = fabric.counts()
-    conn = owner(fabric, actor=None)
+    conn = fabric.owner(actor=None, autocommit=False)
     with pytest.raises(psycopg.Error) as info:
         conn.execute(
             "UPDATE fabric.memory_records SET consolidation_state = 'consolidated'"

@@ -24,22 +24,10 @@ OLD_FROM = "2026-06-01T00:00:00Z"
 NEW_FROM = "2026-07-02T09:14:00Z"  # episode()'s default valid_from
 
 
-def form(fabric: Fabric, run: uuid.UUID, text: str = "e", **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode(text, **overrides), run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def propose(fabric: Fabric, run: uuid.UUID, **overrides: Any) -> str:
     result = fabric.propose("mf_agent_a", episode("x", **overrides), run)
     assert result["status"] == "validated", result
     return str(result["proposal_id"])
-
-
-def call(fabric: Fabric, login: str, sql: str, *args: Any) -> Any:
-    row = fabric.connect(login).execute(sql, args).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def refusal(fn: Any) -> psycopg.Error:
@@ -49,15 +37,14 @@ def refusal(fn: Any) -> psycopg.Error:
 
 
 def approval(fabric: Fabric, memory_id: str, action: str, target: dict[str, Any]) -> str:
-    a = call(
-        fabric,
+    a = fabric.call(
         "mf_committer",
         "SELECT fabric_api.request_approval(%s, %s, %s, 'needed')",
         memory_id,
         action,
         Jsonb(target),
     )["approval_id"]
-    call(fabric, "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
     return str(a)
 
 
@@ -68,8 +55,7 @@ def promote(
     supersedes: str | None = None,
     approval_id: str | None = None,
 ) -> dict[str, Any]:
-    return call(  # type: ignore[no-any-return]
-        fabric,
+    return fabric.call(
         "mf_committer",
         "SELECT fabric_api.promote(%s, %s, %s, %s)",
         memory_id,
@@ -80,8 +66,7 @@ def promote(
 
 
 def supersede(fabric: Fabric, old: str, proposal: str, approval_id: str | None = None) -> Any:
-    return call(
-        fabric,
+    return fabric.call(
         "mf_committer",
         "SELECT fabric_api.supersede(%s, %s, %s)",
         old,
@@ -101,7 +86,7 @@ def row(fabric: Fabric, memory_id: str) -> dict[str, Any]:
 
 def as_of(fabric: Fabric, valid_at: str) -> list[str]:
     rows = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT memory_id::text FROM fabric_audit.records_as_of('acme', %s) "
             "WHERE tier = 'profile'",
@@ -119,17 +104,16 @@ def run(fabric: Fabric) -> uuid.UUID:
 
 def semantic(fabric: Fabric, run: uuid.UUID, content: dict[str, Any], **overrides: Any) -> str:
     """A semantic record corroborated by two episodes (promotable to profile)."""
-    a, b = form(fabric, run, "ep a"), form(fabric, run, "ep b")
-    return form(fabric, run, tier="semantic", content=content, derived_from=[a, b], **overrides)
+    a, b = fabric.form(run, "ep a"), fabric.form(run, "ep b")
+    return fabric.form(run, tier="semantic", content=content, derived_from=[a, b], **overrides)
 
 
 def old_profile(fabric: Fabric, run: uuid.UUID, content: dict[str, Any], **overrides: Any) -> str:
-    return form(
-        fabric,
+    return fabric.form(
         run,
         tier="profile",
         content=content,
-        derived_from=[form(fabric, run, "ep old")],
+        derived_from=[fabric.form(run, "ep old")],
         validity_interval={"valid_from": OLD_FROM, "valid_until": None},
         **overrides,
     )
@@ -169,7 +153,7 @@ def test_promote_with_supersedes_closes_the_old_at_the_successors_valid_from(
     assert known_supersedes("infinity") == [("profile", old)]
     assert known_supersedes(before) == [("semantic", None)]  # not yet known to replace it
     edges = (
-        fabric.connect("mf_auditor")
+        fabric.session("mf_auditor")
         .execute(
             "SELECT direction, memory_id::text FROM fabric_audit.lineage('acme', %s) "
             "WHERE direction LIKE 'supersed%%'",
@@ -190,7 +174,7 @@ def test_supersede_shows_the_edge_in_lineage_both_ways(fabric: Fabric, run: uuid
         run,
         tier="profile",
         content={"key": "k", "value": "b"},
-        derived_from=[form(fabric, run)],
+        derived_from=[fabric.form(run)],
     )
     new = supersede(fabric, old, proposal)["memory_id"]
     auditor = fabric.connect("mf_auditor")
@@ -206,9 +190,8 @@ def test_a_promotion_that_cannot_supersede_is_an_error_that_changes_nothing(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
     new = semantic(fabric, run, {"text": "new"})
-    in_other_tier = form(fabric, run, "episode")
-    later = form(
-        fabric,
+    in_other_tier = fabric.form(run, "episode")
+    later = fabric.form(
         run,
         tier="profile",
         content={"text": "later"},
@@ -283,11 +266,10 @@ def test_promoted_supersession_follows_the_authority_rule(fabric: Fabric, run: u
 def test_request_approval_checks_the_target_against_the_action(
     fabric: Fabric, run: uuid.UUID, action: str, target: dict[str, Any], expected: str
 ) -> None:
-    rid = form(fabric, run)
+    rid = fabric.form(run)
     before = fabric.count("approvals")
     err = refusal(
-        lambda: call(
-            fabric,
+        lambda: fabric.call(
             "mf_committer",
             "SELECT fabric_api.request_approval(%s, %s, %s, 'x')",
             rid,
@@ -307,8 +289,7 @@ def test_request_approval_checks_the_target_against_the_action(
 def test_supersede_refuses_a_longer_retention_without_approval(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    old = form(
-        fabric,
+    old = fabric.form(
         run,
         "old",
         retention_class="operational",
@@ -325,8 +306,7 @@ def test_supersede_refuses_a_longer_retention_without_approval(
 def test_supersede_of_a_regulated_label_record_into_a_longer_class_needs_approval(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    old = form(
-        fabric,
+    old = fabric.form(
         run,
         "old",
         retention_class="regulated",
@@ -341,8 +321,7 @@ def test_supersede_of_a_regulated_label_record_into_a_longer_class_needs_approva
 
 
 def test_audit_records_are_never_superseded(fabric: Fabric, run: uuid.UUID) -> None:
-    old = form(
-        fabric,
+    old = fabric.form(
         run,
         "audit",
         retention_class="audit",
@@ -356,8 +335,7 @@ def test_audit_records_are_never_superseded(fabric: Fabric, run: uuid.UUID) -> N
 
 
 def test_audit_records_never_decay_whoever_tries(fabric: Fabric, run: uuid.UUID) -> None:
-    rid = form(
-        fabric,
+    rid = fabric.form(
         run,
         "audit",
         retention_class="audit",
@@ -366,7 +344,7 @@ def test_audit_records_never_decay_whoever_tries(fabric: Fabric, run: uuid.UUID)
             "valid_until": "2026-02-01T00:00:00Z",
         },
     )
-    done = call(fabric, "mf_committer", "SELECT fabric_api.run_decay()")
+    done = fabric.call("mf_committer", "SELECT fabric_api.run_decay()")
     assert done["expired"] == 0
     assert row(fabric, rid)["consolidation_state"] == "raw"
     with fabric.su() as su:
@@ -385,9 +363,8 @@ def test_audit_records_never_decay_whoever_tries(fabric: Fabric, run: uuid.UUID)
 
 
 def recommend(fabric: Fabric, sources: list[str], proposal: dict[str, Any]) -> str:
-    wf = call(fabric, "mf_consolidator", "SELECT fabric_api.start_workflow_run('acme')")
-    rec = call(
-        fabric,
+    wf = fabric.call("mf_consolidator", "SELECT fabric_api.start_workflow_run('acme')")
+    rec = fabric.call(
         "mf_consolidator",
         "SELECT fabric_api.recommend(%s)",
         Jsonb(
@@ -404,9 +381,7 @@ def recommend(fabric: Fabric, sources: list[str], proposal: dict[str, Any]) -> s
 
 
 def commit_recommendation(fabric: Fabric, rid: str) -> dict[str, Any]:
-    return call(  # type: ignore[no-any-return]
-        fabric, "mf_committer", "SELECT fabric_api.commit_recommendation(%s)", rid
-    )
+    return fabric.call("mf_committer", "SELECT fabric_api.commit_recommendation(%s)", rid)
 
 
 @pytest.mark.parametrize(
@@ -423,7 +398,7 @@ def test_consolidation_takes_the_earliest_ending_class_of_its_sources(
     fabric: Fabric, run: uuid.UUID, classes: list[str], expected: str
 ) -> None:
     sources = [
-        form(fabric, run, f"ep {i}", retention_class=c, compliance_labels=["phi"])
+        fabric.form(run, f"ep {i}", retention_class=c, compliance_labels=["phi"])
         for i, c in enumerate(classes)
     ]
     result = commit_recommendation(fabric, recommend(fabric, sources, {}))
@@ -433,7 +408,7 @@ def test_consolidation_takes_the_earliest_ending_class_of_its_sources(
 
 
 def test_consolidation_never_lengthens_retention_on_request(fabric: Fabric, run: uuid.UUID) -> None:
-    sources = [form(fabric, run, f"ep {i}", retention_class="operational") for i in range(2)]
+    sources = [fabric.form(run, f"ep {i}", retention_class="operational") for i in range(2)]
     before = fabric.count("memory_records")
     longer = commit_recommendation(
         fabric, recommend(fabric, sources, {"retention_class": "durable"})
@@ -449,8 +424,7 @@ def test_consolidation_never_lengthens_retention_on_request(fabric: Fabric, run:
 def test_operational_window_longer_than_the_ceiling_orders_by_effective_end(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
-    call(
-        fabric,
+    fabric.call(
         "mf_admin",
         "SELECT fabric_api.configure_instance('acme', '', %s)",
         Jsonb(
@@ -461,8 +435,8 @@ def test_operational_window_longer_than_the_ceiling_orders_by_effective_end(
         ),
     )
     sources = [
-        form(fabric, run, "a", retention_class="operational"),
-        form(fabric, run, "b", retention_class="regulated", compliance_labels=["phi"]),
+        fabric.form(run, "a", retention_class="operational"),
+        fabric.form(run, "b", retention_class="regulated", compliance_labels=["phi"]),
     ]
     result = commit_recommendation(fabric, recommend(fabric, sources, {}))
     assert result["record"]["retention_class"] == "regulated"
