@@ -2,8 +2,10 @@
 
 One cursor per projection (`qdrant`, `graph`), so an outage of one never stalls the other.
 Events are read after the cursor and below the snapshot's xmin (the database does that),
-records are hydrated from Postgres, embeddings are computed outside any transaction and
-stored through `fabric_api.store_embedding` (which refuses erased records), then the
+records are hydrated from Postgres as rows (`projection_events_v2`, `projection_records_v2`,
+`projection_snapshot_v2`; embeddings arrive as binary `ext.vector` through pgvector's
+adapter), embeddings are computed outside any transaction and stored a batch at a time
+through `fabric_api.store_embeddings` (which refuses erased records), then the
 projection is written idempotently (point id = memory_id, Cypher MERGE) and flushed before
 the cursor moves: at-least-once, never skipping. NOTIFY only wakes the loop.
 """
@@ -21,8 +23,9 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from pgvector import Vector
 
-from memfabric.call import Cast, fabric_call
+from memfabric.call import Cast, fabric_call, fabric_rows, register_vector
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, EmbeddingError, text_of
 from memfabric.errors import FabricError, OperationalFailure
@@ -34,15 +37,25 @@ Progress = Callable[[str], None]
 PROJECTIONS = ("qdrant", "graph")
 
 
-def _ts(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
+def _ts(value: str | datetime | None) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 def vector_payload(record: Json) -> MemoryPayload:
-    """A projection record (fabric._record_projection: JSON, so its instants are ISO
-    strings) as the vector payload."""
+    """A projection record (a row of projection_records_v2, or a record of the deprecated
+    jsonb feeds, whose instants are ISO strings) as the vector payload."""
     instants = {"valid_from": _ts(record["valid_from"]), "valid_until": _ts(record["valid_until"])}
     return MemoryPayload.from_row(record | instants)
+
+
+def projection_record(row: Json) -> Json:
+    """A row of projection_records_v2 / projection_snapshot_v2 with its ids as strings (the
+    stores' point and node keys); instants stay datetimes, the embedding a pgvector.Vector."""
+    return row | {
+        "memory_id": str(row["memory_id"]),
+        "supersedes": None if row["supersedes"] is None else str(row["supersedes"]),
+        "derived_from": [str(d) for d in row["derived_from"] or ()],
+    }
 
 
 def graph_row(record: Json) -> Json:
@@ -116,27 +129,39 @@ class Projector:
         missing = []
         for r in records:
             if r.get("embedding") is not None:
-                out[r["memory_id"]] = [float(x) for x in r["embedding"]]
+                out[r["memory_id"]] = r["embedding"].to_list()
             else:
                 missing.append(r)
         if missing:
             vectors = self.embedder.embed([text_of(r["content"]) for r in missing])
-            for r, vector in zip(missing, vectors, strict=True):
-                try:
-                    self._call(
-                        conn,
-                        "fabric_api.store_embedding",
-                        r["memory_id"],
-                        self.embedder.model,
-                        self.embedder.version,
-                        Cast(str(vector), "ext.vector"),
-                        r["content_hash"],
-                    )
-                    out[r["memory_id"]] = vector
-                except Exception as exc:
-                    if getattr(exc, "sqlstate", None) != "55000":
-                        raise
+            out |= self.store_embeddings(conn, missing, vectors)
         return out
+
+    def store_embeddings(
+        self,
+        conn: psycopg.Connection[Any],
+        records: Sequence[Json],
+        vectors: Sequence[list[float]],
+    ) -> dict[str, list[float]]:
+        """Store the embeddings of `records` in one call; returns those stored (a record
+        erased or changed meanwhile stores nothing and is skipped)."""
+        register_vector(conn)
+        rows = fabric_rows(
+            conn,
+            "fabric_api.store_embeddings",
+            Cast([r["memory_id"] for r in records], "uuid[]"),
+            self.embedder.model,
+            self.embedder.version,
+            [Vector(v) for v in vectors],
+            [r["content_hash"] for r in records],
+            binary=True,
+        )
+        stored = {str(row["memory_id"]) for row in rows if row["stored"]}
+        return {
+            r["memory_id"]: list(v)
+            for r, v in zip(records, vectors, strict=True)
+            if r["memory_id"] in stored
+        }
 
     def apply_vectors(self, conn: psycopg.Connection[Any], records: Sequence[Json]) -> None:
         assert self.store is not None
@@ -174,14 +199,20 @@ class Projector:
             self.apply_graph(records)
 
     def records(self, conn: psycopg.Connection[Any], ids: Sequence[str]) -> list[Json]:
-        rows: list[Json] = self._call(
+        register_vector(conn)
+        rows = fabric_rows(
             conn,
-            "fabric_api.projection_records",
-            Cast(list(ids), "uuid[]"),
+            "fabric_api.projection_records_v2",
+            Cast([str(i) for i in ids], "uuid[]"),
             self.embedder.model,
             self.embedder.version,
+            binary=True,
         )
-        return rows
+        return [projection_record(r) for r in rows]
+
+    def events(self, conn: psycopg.Connection[Any], projection: str) -> list[Json]:
+        """The next batch of events after the cursor (xid as text: no client type for xid8)."""
+        return fabric_rows(conn, "fabric_api.projection_events_v2", projection, self.batch)
 
     # -- the outbox ----------------------------------------------------------------------------
 
@@ -192,12 +223,10 @@ class Projector:
         `max_batches` batches); returns how many were applied."""
         applied = batches = 0
         while max_batches is None or batches < max_batches:
-            events: list[Json] = self._call(
-                conn, "fabric_api.projection_events", projection, self.batch
-            )
+            events = self.events(conn, projection)
             if not events:
                 break
-            ids = sorted({e["memory_id"] for e in events if e["memory_id"]})
+            ids = sorted({str(e["memory_id"]) for e in events if e["memory_id"]})
             if ids:
                 records = self.records(conn, ids)
                 with self._guarded():
@@ -207,7 +236,7 @@ class Projector:
                 conn,
                 "fabric_api.set_projection_cursor",
                 projection,
-                Cast(last["xid"], "xid8"),
+                Cast(str(last["xid"]), "xid8"),
                 last["event_id"],
             )
             applied += len(events)
@@ -259,16 +288,21 @@ class Projector:
     def snapshot(self, conn: psycopg.Connection[Any], page: int = 1000) -> Iterator[list[Json]]:
         after_tenant: str | None = None
         after_memory: str | None = None
+        register_vector(conn)
         while True:
-            rows: list[Json] = self._call(
-                conn,
-                "fabric_api.projection_snapshot",
-                after_tenant,
-                Cast(after_memory, "uuid"),
-                page,
-                self.embedder.model,
-                self.embedder.version,
-            )
+            rows = [
+                projection_record(r)
+                for r in fabric_rows(
+                    conn,
+                    "fabric_api.projection_snapshot_v2",
+                    after_tenant,
+                    Cast(after_memory, "uuid"),
+                    page,
+                    self.embedder.model,
+                    self.embedder.version,
+                    binary=True,
+                )
+            ]
             if not rows:
                 return
             yield rows
