@@ -52,22 +52,21 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._projection_cursor: a projection's cursor (not the tracer's).
-CREATE OR REPLACE FUNCTION fabric._projection_cursor(p_projection text)
-RETURNS fabric.projection_cursors
+-- fabric._projection_cursor: a projection's cursor (not the tracer's). OUT parameters, not
+-- the table's row type, so the function does not pin the table (migrations drop it).
+CREATE OR REPLACE FUNCTION fabric._projection_cursor(p_projection text, OUT last_xid xid8,
+  OUT last_event_id uuid)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_cursor fabric.projection_cursors;
 BEGIN
-  SELECT * INTO v_cursor FROM fabric.projection_cursors c
+  SELECT c.last_xid, c.last_event_id INTO last_xid, last_event_id
+  FROM fabric.projection_cursors c
   WHERE c.projection = p_projection AND c.projection <> 'trace';
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'projection must be qdrant or graph', HINT = 'one cursor per projection';
   END IF;
-  RETURN v_cursor;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -75,23 +74,20 @@ END $$;
 -- as it is now; a cursor already past (p_xid, p_event_id) stays where it is. The one place
 -- the projection and trace cursors move.
 CREATE OR REPLACE FUNCTION fabric._move_cursor(p_projection text, p_xid xid8, p_event_id uuid,
-  p_rewind boolean DEFAULT false)
-RETURNS fabric.projection_cursors
+  p_rewind boolean DEFAULT false, OUT last_xid xid8, OUT last_event_id uuid)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v fabric.projection_cursors;
 BEGIN
   UPDATE fabric.projection_cursors c
   SET last_xid = p_xid, last_event_id = p_event_id, updated_at = pg_catalog.now()
   WHERE c.projection = p_projection
     AND (p_rewind OR (c.last_xid, c.last_event_id) < (p_xid, p_event_id))
-  RETURNING * INTO v;
+  RETURNING c.last_xid, c.last_event_id INTO last_xid, last_event_id;
   IF NOT FOUND THEN
-    SELECT * INTO v FROM fabric.projection_cursors c WHERE c.projection = p_projection;
+    SELECT c.last_xid, c.last_event_id INTO last_xid, last_event_id
+    FROM fabric.projection_cursors c WHERE c.projection = p_projection;
   END IF;
-  RETURN v;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -104,10 +100,10 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_cursor fabric.projection_cursors;
+  v_cursor record;
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read the projection feed');
-  v_cursor := fabric._projection_cursor(p_projection);
+  SELECT * INTO v_cursor FROM fabric._projection_cursor(p_projection);
   RETURN QUERY
     SELECT e.xid, e.event_id, e.event_type, e.tenant_id::text, e.memory_id, e.occurred_at
     FROM fabric.events e
@@ -141,13 +137,14 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v fabric.projection_cursors;
+  v record;
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'move projection cursors');
   IF p_projection = 'trace' THEN  -- the tracer's own cursor: read, never moved from here
-    SELECT * INTO v FROM fabric.projection_cursors c WHERE c.projection = p_projection;
+    SELECT c.last_xid, c.last_event_id INTO v FROM fabric.projection_cursors c
+    WHERE c.projection = p_projection;
   ELSE
-    v := fabric._move_cursor(p_projection, p_xid, p_event_id, p_rewind);
+    SELECT * INTO v FROM fabric._move_cursor(p_projection, p_xid, p_event_id, p_rewind);
   END IF;
   RETURN pg_catalog.jsonb_build_object('projection', p_projection, 'xid', v.last_xid::text,
                                        'event_id', v.last_event_id);

@@ -53,10 +53,10 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v fabric.projection_cursors;
+  v record;
 BEGIN
   PERFORM fabric._require_role('fabric_tracer', 'move the trace cursor');
-  v := fabric._move_cursor('trace', p_xid, p_event_id);
+  SELECT * INTO v FROM fabric._move_cursor('trace', p_xid, p_event_id);
   RETURN pg_catalog.jsonb_build_object('xid', v.last_xid::text, 'event_id', v.last_event_id);
 END $$;
 COMMENT ON FUNCTION fabric_api.set_trace_cursor(xid8, uuid) IS
