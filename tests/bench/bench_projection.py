@@ -44,10 +44,10 @@ from psycopg.types.json import Jsonb
 
 from memfabric import db
 from memfabric.broker import LocalBroker
-from memfabric.call import Cast
+from memfabric.call import Cast, fabric_rows, register_vector
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import graph_from_env
-from memfabric.projector import Projector
+from memfabric.projector import Projector, projection_record
 from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
 from memfabric.vectors import EdgeVectorStore, RecallFilter
 
@@ -136,10 +136,12 @@ class BenchProjector(Projector):
 
     def snapshot(self, conn: Conn, page: int = 1000) -> Iterator[list[Any]]:
         after, e = ZERO, self.embedder
+        register_vector(conn)
         while True:
-            rows = self._call(conn, "fabric_api.projection_snapshot", self.tenant,
-                              Cast(after, "uuid"), page, e.model, e.version)  # fmt: skip
-            mine = [r for r in rows if r["tenant_id"] == self.tenant]
+            rows = fabric_rows(conn, "fabric_api.projection_snapshot_v2", self.tenant,
+                               Cast(after, "uuid"), page, e.model, e.version,
+                               binary=True)  # fmt: skip
+            mine = [projection_record(r) for r in rows if r["tenant_id"] == self.tenant]
             if mine:
                 yield mine
             if not rows or len(mine) < len(rows):
