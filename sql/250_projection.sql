@@ -92,8 +92,11 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_events_v2: the next outbox events a projection has not applied,
--- one row each, in (xid, event_id) order.
-CREATE OR REPLACE FUNCTION fabric_api.projection_events_v2(p_projection text, p_limit integer DEFAULT 500)
+-- one row each, in (xid, event_id) order. A pipelined projector reads ahead of its cursor
+-- (p_after_xid, p_after_event_id: the last event it has read but not yet applied); the
+-- cursor itself moves only when a batch is applied, so a crash replays from there.
+CREATE OR REPLACE FUNCTION fabric_api.projection_events_v2(p_projection text,
+  p_limit integer DEFAULT 500, p_after_xid xid8 DEFAULT NULL, p_after_event_id uuid DEFAULT NULL)
 RETURNS TABLE (xid xid8, event_id uuid, event_type text, tenant_id text, memory_id uuid,
   occurred_at timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -108,6 +111,9 @@ BEGIN
     SELECT e.xid, e.event_id, e.event_type, e.tenant_id::text, e.memory_id, e.occurred_at
     FROM fabric.events e
     WHERE (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id)
+      AND (p_after_xid IS NULL
+           OR (e.xid, e.event_id) > (p_after_xid, coalesce(p_after_event_id,
+                                                           '00000000-0000-0000-0000-000000000000')))
       AND e.xid < pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
       AND e.event_type = ANY (fabric._projected_event_types())
     ORDER BY e.xid, e.event_id
@@ -318,9 +324,9 @@ BEGIN
   PERFORM fabric._set_context('tenant_id', '');
 END $$;
 
-COMMENT ON FUNCTION fabric_api.projection_events_v2(text, integer) IS
-  'Outbox events after the projection''s cursor, below the snapshot xmin, one row each in '
-  '(xid, event_id) order. Projector only. '
+COMMENT ON FUNCTION fabric_api.projection_events_v2(text, integer, xid8, uuid) IS
+  'Outbox events after the projection''s cursor (and after p_after_xid/p_after_event_id, to '
+  'read ahead), below the snapshot xmin, one row each in (xid, event_id) order. Projector only. '
   'Example: SELECT * FROM fabric_api.projection_events_v2(''qdrant'', 500);';
 COMMENT ON FUNCTION fabric_api.projection_events(text, integer) IS
   'Deprecated since 0.4 (removed in 0.5): use projection_events_v2 (rows). Outbox events after '

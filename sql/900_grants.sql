@@ -64,7 +64,7 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.store_embedding(uuid, text, text, ext.vector, text),
   fabric_api.store_embeddings(uuid[], text, text, ext.vector[], text[]),
   fabric_api.projection_events(text, integer),
-  fabric_api.projection_events_v2(text, integer),
+  fabric_api.projection_events_v2(text, integer, xid8, uuid),
   fabric_api.set_projection_cursor(text, xid8, uuid, boolean),
   fabric_api.projection_horizon(),
   fabric_api.projection_records(uuid[], text, text),

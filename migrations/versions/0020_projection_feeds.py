@@ -24,7 +24,7 @@ SET LOCAL ROLE fabric_owner;
 DROP FUNCTION IF EXISTS fabric_api.projection_events(text, integer);
 DROP FUNCTION IF EXISTS fabric_api.projection_records(uuid[], text, text);
 DROP FUNCTION IF EXISTS fabric_api.projection_snapshot(text, uuid, integer, text, text);
-DROP FUNCTION IF EXISTS fabric_api.projection_events_v2(text, integer);
+DROP FUNCTION IF EXISTS fabric_api.projection_events_v2(text, integer, xid8, uuid);
 DROP FUNCTION IF EXISTS fabric_api.projection_records_v2(uuid[], text, text);
 DROP FUNCTION IF EXISTS fabric_api.projection_snapshot_v2(text, uuid, integer, text, text);
 DROP FUNCTION IF EXISTS fabric_api.store_embeddings(uuid[], text, text, ext.vector[], text[]);

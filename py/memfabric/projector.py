@@ -13,6 +13,7 @@ the cursor moves: at-least-once, never skipping. NOTIFY only wakes the loop.
 from __future__ import annotations
 
 import contextlib
+import queue
 import random
 import select
 import threading
@@ -35,6 +36,15 @@ from memfabric.vectors import MemoryPayload, VectorPoint, VectorStore
 Json = dict[str, Any]
 Progress = Callable[[str], None]
 PROJECTIONS = ("qdrant", "graph")
+
+
+@dataclass
+class _Batch:
+    """Events read ahead of the cursor, their records, and (vectors) their new embeddings."""
+
+    events: list[Json]
+    records: list[Json]
+    embedded: list[list[float]] | None = None
 
 
 def _ts(value: str | datetime | None) -> datetime | None:
@@ -120,11 +130,21 @@ class Projector:
 
     # -- applying records ----------------------------------------------------------------------
 
+    def embed_missing(self, records: Sequence[Json]) -> list[list[float]]:
+        """Embeddings of the projectable records that have none stored, in their order
+        (no database work: the pipelined projector runs this on its own thread)."""
+        missing = [r for r in records if projectable(r) and r.get("embedding") is None]
+        return self.embedder.embed([text_of(r["content"]) for r in missing]) if missing else []
+
     def vectors_for(
-        self, conn: psycopg.Connection[Any], records: Sequence[Json]
+        self,
+        conn: psycopg.Connection[Any],
+        records: Sequence[Json],
+        embedded: Sequence[list[float]] | None = None,
     ) -> dict[str, list[float]]:
-        """Stored embeddings where they exist; the rest embedded now and stored (refused,
-        and skipped, if the record was erased meanwhile)."""
+        """Stored embeddings where they exist; the rest embedded now (or taken from
+        `embedded`, computed by `embed_missing` for these records) and stored (refused, and
+        skipped, if the record was erased meanwhile)."""
         out: dict[str, list[float]] = {}
         missing = []
         for r in records:
@@ -133,8 +153,9 @@ class Projector:
             else:
                 missing.append(r)
         if missing:
-            vectors = self.embedder.embed([text_of(r["content"]) for r in missing])
-            out |= self.store_embeddings(conn, missing, vectors)
+            if embedded is None:
+                embedded = self.embedder.embed([text_of(r["content"]) for r in missing])
+            out |= self.store_embeddings(conn, missing, embedded)
         return out
 
     def store_embeddings(
@@ -163,10 +184,15 @@ class Projector:
             if r["memory_id"] in stored
         }
 
-    def apply_vectors(self, conn: psycopg.Connection[Any], records: Sequence[Json]) -> None:
+    def apply_vectors(
+        self,
+        conn: psycopg.Connection[Any],
+        records: Sequence[Json],
+        embedded: Sequence[list[float]] | None = None,
+    ) -> None:
         assert self.store is not None
         live = [r for r in records if projectable(r)]
-        vectors = self.vectors_for(conn, live)
+        vectors = self.vectors_for(conn, live, embedded)
         by_tier: dict[str, list[VectorPoint]] = {t: [] for t in INDEXED_TIERS}
         for r in live:
             if r["memory_id"] in vectors:
@@ -210,9 +236,22 @@ class Projector:
         )
         return [projection_record(r) for r in rows]
 
-    def events(self, conn: psycopg.Connection[Any], projection: str) -> list[Json]:
-        """The next batch of events after the cursor (xid as text: no client type for xid8)."""
-        return fabric_rows(conn, "fabric_api.projection_events_v2", projection, self.batch)
+    def events(
+        self, conn: psycopg.Connection[Any], projection: str, after: Json | None = None
+    ) -> list[Json]:
+        """The next batch of events after the cursor, and after the event `after` when
+        reading ahead (xid as text: there is no client type for xid8)."""
+        ahead = () if after is None else (Cast(str(after["xid"]), "xid8"), after["event_id"])
+        return fabric_rows(conn, "fabric_api.projection_events_v2", projection, self.batch, *ahead)
+
+    def move_cursor(self, conn: psycopg.Connection[Any], projection: str, last: Json) -> None:
+        self._call(
+            conn,
+            "fabric_api.set_projection_cursor",
+            projection,
+            Cast(str(last["xid"]), "xid8"),
+            last["event_id"],
+        )
 
     # -- the outbox ----------------------------------------------------------------------------
 
@@ -231,14 +270,7 @@ class Projector:
                 records = self.records(conn, ids)
                 with self._guarded():
                     self.apply(projection, conn, records)
-            last = events[-1]
-            self._call(
-                conn,
-                "fabric_api.set_projection_cursor",
-                projection,
-                Cast(str(last["xid"]), "xid8"),
-                last["event_id"],
-            )
+            self.move_cursor(conn, projection, events[-1])
             applied += len(events)
             batches += 1
         return applied
@@ -282,6 +314,158 @@ class Projector:
                 self.progress(f"projection paused ({type(exc).__name__}); retrying in {delay:.1f}s")
                 time.sleep(delay)
                 backoff *= 2
+
+    # -- pipelined -------------------------------------------------------------------------------
+
+    def run_pipelined(
+        self,
+        projections: Sequence[str] = PROJECTIONS,
+        *,
+        poll_seconds: float = 1.0,
+        should_stop: Callable[[], bool] = lambda: False,
+        depth: int = 2,
+    ) -> None:
+        """`run`, with each projection on its own thread and each in three stages joined by
+        queues of at most `depth` batches: a reader (events after the last batch read,
+        ahead of the cursor, and their records), the embedder (CPU: what has no stored
+        embedding), and a writer (stores the embeddings, writes the projection, flushes,
+        then moves the cursor). The cursor moves only after its batch is written, in
+        order; on a failure every stage stops and the projection starts again from its
+        cursor (batches read ahead are read again; writes are idempotent). A lost
+        connection or back end backs off and retries as in `run`; anything else stops
+        every projection and is raised."""
+        failed: list[BaseException] = []
+
+        def stopping() -> bool:
+            return bool(failed) or should_stop()
+
+        threads = [
+            threading.Thread(
+                target=self._follow,
+                args=(projection, poll_seconds, stopping, failed, depth),
+                name=f"projector-{projection}",
+                daemon=True,
+            )
+            for projection in projections
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if failed:
+            raise failed[0]
+
+    def _follow(
+        self,
+        projection: str,
+        poll_seconds: float,
+        should_stop: Callable[[], bool],
+        failed: list[BaseException],
+        depth: int,
+    ) -> None:
+        backoff = 0.5
+        while not should_stop():
+            try:
+                self._pipeline(projection, poll_seconds, should_stop, depth)
+            except Exception as exc:
+                if not recoverable(exc):
+                    failed.append(exc)
+                    return
+                if should_stop():
+                    return
+                delay = min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter
+                self.progress(
+                    f"{projection}: paused ({type(exc).__name__}); retrying in {delay:.1f}s"
+                )
+                time.sleep(delay)
+                backoff *= 2
+            else:
+                backoff = 0.5
+
+    def _pipeline(
+        self, projection: str, poll_seconds: float, should_stop: Callable[[], bool], depth: int
+    ) -> None:
+        """One life of a projection's three stages; returns when asked to stop, raises the
+        first stage's failure."""
+        halt = threading.Event()
+        errors: list[Exception] = []
+        read: queue.Queue[_Batch] = queue.Queue(maxsize=depth)
+        embedded: queue.Queue[_Batch] = queue.Queue(maxsize=depth)
+
+        def halted() -> bool:
+            return halt.is_set() or should_stop()
+
+        def put(q: queue.Queue[_Batch], batch: _Batch) -> bool:
+            while not halted():
+                with contextlib.suppress(queue.Full):
+                    q.put(batch, timeout=0.1)
+                    return True
+            return False
+
+        def get(q: queue.Queue[_Batch]) -> _Batch | None:
+            while not halted():
+                with contextlib.suppress(queue.Empty):
+                    return q.get(timeout=0.1)
+            return None
+
+        def stage(body: Callable[[], None]) -> Callable[[], None]:
+            def guarded() -> None:
+                try:
+                    body()
+                except Exception as exc:
+                    errors.append(exc)
+                    halt.set()
+
+            return guarded
+
+        def reader() -> None:
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                conn.execute("LISTEN fabric_events")
+                after: Json | None = None
+                while not halted():
+                    events = self.events(conn, projection, after)
+                    if not events:
+                        if select.select([conn.fileno()], [], [], min(poll_seconds, 0.5))[0]:
+                            for _ in conn.notifies(timeout=0):
+                                pass
+                        continue
+                    ids = sorted({str(e["memory_id"]) for e in events if e["memory_id"]})
+                    records = self.records(conn, ids) if ids else []
+                    if not put(read, _Batch(events, records)):
+                        return
+                    after = events[-1]
+
+        def embedder() -> None:
+            while (batch := get(read)) is not None:
+                if projection == "qdrant" and batch.records:
+                    batch.embedded = self.embed_missing(batch.records)
+                if not put(embedded, batch):
+                    return
+
+        stages = [
+            threading.Thread(target=stage(body), name=f"projector-{projection}-{body.__name__}")
+            for body in (reader, embedder)
+        ]
+        try:
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                for t in stages:
+                    t.start()
+                while (batch := get(embedded)) is not None:
+                    if batch.records:
+                        with self._guarded():
+                            if projection == "qdrant":
+                                self.apply_vectors(conn, batch.records, batch.embedded)
+                            else:
+                                self.apply_graph(batch.records)
+                    self.move_cursor(conn, projection, batch.events[-1])
+                    self.progress(f"{projection}: applied {len(batch.events)} events")
+        finally:
+            halt.set()
+            for t in stages:
+                if t.is_alive() or t.ident is not None:
+                    t.join()
+        if errors:
+            raise errors[0]
 
     # -- rebuild ---------------------------------------------------------------------------------
 
