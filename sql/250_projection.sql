@@ -95,6 +95,7 @@ END $$;
 -- one row each, in (xid, event_id) order. A pipelined projector reads ahead of its cursor
 -- (p_after_xid, p_after_event_id: the last event it has read but not yet applied); the
 -- cursor itself moves only when a batch is applied, so a crash replays from there.
+DROP FUNCTION IF EXISTS fabric_api.projection_events_v2(text, integer);  -- before read-ahead
 CREATE OR REPLACE FUNCTION fabric_api.projection_events_v2(p_projection text,
   p_limit integer DEFAULT 500, p_after_xid xid8 DEFAULT NULL, p_after_event_id uuid DEFAULT NULL)
 RETURNS TABLE (xid xid8, event_id uuid, event_type text, tenant_id text, memory_id uuid,
@@ -103,17 +104,21 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_cursor record;
+  v_xid xid8;
+  v_event uuid;
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read the projection feed');
-  SELECT * INTO v_cursor FROM fabric._projection_cursor(p_projection);
+  SELECT c.last_xid, c.last_event_id INTO v_xid, v_event
+  FROM fabric._projection_cursor(p_projection) c;
+  IF p_after_xid IS NOT NULL AND (p_after_xid, coalesce(p_after_event_id,
+       '00000000-0000-0000-0000-000000000000'::uuid)) > (v_xid, v_event) THEN
+    v_xid := p_after_xid;  -- read ahead of the cursor
+    v_event := coalesce(p_after_event_id, '00000000-0000-0000-0000-000000000000'::uuid);
+  END IF;
   RETURN QUERY
     SELECT e.xid, e.event_id, e.event_type, e.tenant_id::text, e.memory_id, e.occurred_at
     FROM fabric.events e
-    WHERE (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id)
-      AND (p_after_xid IS NULL
-           OR (e.xid, e.event_id) > (p_after_xid, coalesce(p_after_event_id,
-                                                           '00000000-0000-0000-0000-000000000000')))
+    WHERE (e.xid, e.event_id) > (v_xid, v_event)
       AND e.xid < pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
       AND e.event_type = ANY (fabric._projected_event_types())
     ORDER BY e.xid, e.event_id

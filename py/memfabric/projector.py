@@ -217,10 +217,14 @@ class Projector:
             self.graph.forget(tenant, ids)
 
     def apply(
-        self, projection: str, conn: psycopg.Connection[Any], records: Sequence[Json]
+        self,
+        projection: str,
+        conn: psycopg.Connection[Any],
+        records: Sequence[Json],
+        embedded: Sequence[list[float]] | None = None,
     ) -> None:
         if projection == "qdrant":
-            self.apply_vectors(conn, records)
+            self.apply_vectors(conn, records, embedded)
         else:
             self.apply_graph(records)
 
@@ -453,10 +457,7 @@ class Projector:
                 while (batch := get(embedded)) is not None:
                     if batch.records:
                         with self._guarded():
-                            if projection == "qdrant":
-                                self.apply_vectors(conn, batch.records, batch.embedded)
-                            else:
-                                self.apply_graph(batch.records)
+                            self.apply(projection, conn, batch.records, batch.embedded)
                     self.move_cursor(conn, projection, batch.events[-1])
                     self.progress(f"{projection}: applied {len(batch.events)} events")
         finally:

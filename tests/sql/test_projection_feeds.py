@@ -392,9 +392,12 @@ def test_the_sdk_reads_rows_and_stores_binary_vectors(fabric: Fabric) -> None:
         projector = mf.projector("mf_projector")
         events = projector.projection_events_v2("graph", 5)
         assert len(events) == 5 and isinstance(events[0]["event_id"], uuid.UUID)
-        records = projector.projection_records_v2(ids[:2], MODEL, VERSION)
-        assert [str(r["memory_id"]) for r in records] == ids[:2]
-        assert isinstance(records[0]["embedding"], Vector) and records[1]["embedding"] is None
+        records = {
+            str(r["memory_id"]): r for r in projector.projection_records_v2(ids[:2], MODEL, VERSION)
+        }
+        assert sorted(records) == sorted(ids[:2])  # in memory_id order, not the order asked
+        assert isinstance(records[ids[0]]["embedding"], Vector)  # even positions have one
+        assert records[ids[1]]["embedding"] is None
         page = projector.projection_snapshot_v2(limit=3, model=MODEL, model_version=VERSION)
         assert len(page) == 3
         answer = projector.store_embeddings(
@@ -424,3 +427,20 @@ def test_the_sdk_reads_rows_and_stores_binary_vectors(fabric: Fabric) -> None:
         )
         == "[0.5,1.5]"
     )
+
+
+def test_events_rows_read_ahead_of_the_cursor_but_never_behind_it(fabric: Fabric) -> None:
+    populate(fabric)
+    conn = fabric.connect("mf_projector")
+    feed = (
+        "SELECT xid::text, event_id"
+        " FROM fabric_api.projection_events_v2('qdrant', 10000, %s::xid8, %s)"
+    )
+    everything = conn.execute(feed, (None, None)).fetchall()
+    ahead = conn.execute(feed, everything[9]).fetchall()
+    assert ahead == everything[10:]  # after the 10th event read, the cursor unmoved
+    assert one(fabric.su(), "SELECT last_xid::text FROM fabric.projection_cursors"
+               " WHERE projection = 'qdrant'") == "0"  # fmt: skip
+    conn.execute("SELECT fabric_api.set_projection_cursor('qdrant', %s::xid8, %s)", everything[19])
+    assert conn.execute(feed, everything[9]).fetchall() == everything[20:]  # the cursor wins
+    assert conn.execute(feed, everything[29]).fetchall() == everything[30:]
