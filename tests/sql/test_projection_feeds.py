@@ -444,3 +444,15 @@ def test_events_rows_read_ahead_of_the_cursor_but_never_behind_it(fabric: Fabric
     conn.execute("SELECT fabric_api.set_projection_cursor('qdrant', %s::xid8, %s)", everything[19])
     assert conn.execute(feed, everything[9]).fetchall() == everything[20:]  # the cursor wins
     assert conn.execute(feed, everything[29]).fetchall() == everything[30:]
+
+
+def test_store_embeddings_takes_at_most_10000(fabric: Fabric) -> None:
+    conn = fabric.connect("mf_projector")
+    register_vector(conn)
+    ids = [str(uuid.uuid4()) for _ in range(10001)]
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded):
+        conn.execute(
+            "SELECT * FROM fabric_api.store_embeddings(%s::uuid[], 'm', 'v1', %s, %s)",
+            (ids, [Vector([1.0])] * len(ids), ["sha256:x"] * len(ids)),
+        )
+    assert fabric.count("memory_embeddings") == 0
