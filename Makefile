@@ -11,7 +11,7 @@ export GRAPH_HTTP_PORT ?= 52480
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-quality serve db-up db-down db-status migrate psql demo test test-fast check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality serve db-up db-down db-status migrate psql demo test test-fast check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -117,6 +117,9 @@ bench-recall: venv db-up ## recall at 1,000,000 records vs SELECT+audit and Lang
 
 bench-import: migrate ## bulk import_records rate vs single propose+commit (printed, not asserted)
 	$(BIN)/python tests/bench/bench_import.py $(ARGS)
+
+bench-feeds: migrate ## the projection feed's database half: jsonb feeds vs row feeds, text vs binary embeddings (printed)
+	$(BIN)/python tests/bench/bench_feeds.py $(ARGS)
 
 bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic and hybrid recall at 100k (printed; ARGS=--only-recall)
 	$(BIN)/python tests/bench/bench_projection.py $(ARGS)

@@ -1,74 +1,143 @@
 -- Projection feed: the projector (fabric_projector) reads the outbox after its cursor and
 -- below the snapshot's xmin -- so a slow transaction's events are never skipped -- and
 -- hydrates committed state from Postgres. Qdrant and Neo4j are rebuilt from here alone.
+--
+-- The feeds return rows (projection_events_v2, projection_records_v2,
+-- projection_snapshot_v2): a page is streamed row by row, never built into one jsonb value
+-- (which has a size limit of its own), and an embedding travels as an ext.vector (binary
+-- with pgvector's client adapter). The jsonb functions of 0.3 are thin deprecated wrappers
+-- over them, kept for one release.
+
+-- 0.3's jsonb builder of one record, replaced by fabric._projection_rows.
+DROP FUNCTION IF EXISTS fabric._record_projection(fabric.memory_records, text, text);
 
 -- ---------------------------------------------------------------------------------------
--- fabric._record_projection: one record as the projections see it (the vector payload,
--- lineage, content for embedding, and the stored embedding of the deployment's model).
-CREATE OR REPLACE FUNCTION fabric._record_projection(p_record fabric.memory_records,
-  p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)
-RETURNS jsonb
+-- fabric._projection_rows: records of one tenant as the projections see them (the vector
+-- payload, lineage, content for embedding, and the stored embedding of the deployment's
+-- model), in memory_id order: the records named in p_memory_ids, or (p_memory_ids NULL)
+-- those after p_after_memory, at most p_limit. The caller has set the tenant context.
+CREATE OR REPLACE FUNCTION fabric._projection_rows(p_tenant text, p_memory_ids uuid[],
+  p_after_memory uuid, p_limit integer, p_model text, p_model_version text)
+RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope_type text,
+  scope_id text, scope_key text, subject_id text, agent_id text, session_id text,
+  content_hash text, confidence double precision, valid_from timestamptz,
+  valid_until timestamptz, consolidation_state text, retention_class text,
+  compliance_labels text[], version text, formation_method text, formed_by text,
+  supersedes uuid, recorded_at timestamptz, derived_from uuid[], content jsonb,
+  embedding ext.vector)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.jsonb_build_object(
-    'memory_id', p_record.memory_id, 'tenant_id', p_record.tenant_id, 'tier', p_record.tier,
-    'visibility', p_record.visibility, 'scope_type', p_record.visibility,
-    'scope_id', CASE p_record.visibility WHEN 'session' THEN p_record.session_id
-                  WHEN 'agent' THEN p_record.agent_id WHEN 'subject' THEN p_record.subject_id
-                  ELSE p_record.tenant_id END,
-    'scope_key', p_record.scope_key, 'subject_id', p_record.subject_id,
-    'agent_id', p_record.agent_id, 'session_id', p_record.session_id,
-    'content_hash', p_record.content_hash, 'confidence', p_record.confidence,
-    'valid_from', p_record.valid_from, 'valid_until', p_record.valid_until,
-    'consolidation_state', p_record.consolidation_state,
-    'retention_class', p_record.retention_class,
-    'compliance_labels', pg_catalog.to_jsonb(p_record.compliance_labels),
-    'version', p_record.version, 'formation_method', p_record.formation_method,
-    'formed_by', p_record.formed_by, 'supersedes', p_record.supersedes,
-    'recorded_at', p_record.recorded_at,
-    'derived_from', coalesce((SELECT pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id)
-                              FROM fabric.memory_lineage l
-                              WHERE l.tenant_id = p_record.tenant_id
-                                AND l.memory_id = p_record.memory_id), '[]'),
-    'content', p_record.content,
-    'embedding', (SELECT e.embedding::text::jsonb FROM fabric.memory_embeddings e
-                  WHERE e.tenant_id = p_record.tenant_id AND e.memory_id = p_record.memory_id
-                    AND e.model = p_model AND e.model_version = p_model_version
-                    AND e.content_hash = p_record.content_hash))
+  SELECT m.memory_id, m.tenant_id, m.tier, m.visibility, m.visibility,
+         CASE m.visibility WHEN 'session' THEN m.session_id WHEN 'agent' THEN m.agent_id
+                           WHEN 'subject' THEN m.subject_id ELSE m.tenant_id END,
+         m.scope_key, m.subject_id, m.agent_id, m.session_id, m.content_hash, m.confidence,
+         m.valid_from, m.valid_until, m.consolidation_state, m.retention_class,
+         m.compliance_labels, m.version, m.formation_method, m.formed_by, m.supersedes,
+         m.recorded_at,
+         coalesce((SELECT pg_catalog.array_agg(l.derived_from_id ORDER BY l.derived_from_id)
+                   FROM fabric.memory_lineage l
+                   WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id), '{}'),
+         m.content,
+         (SELECT e.embedding FROM fabric.memory_embeddings e
+          WHERE e.tenant_id = m.tenant_id AND e.memory_id = m.memory_id
+            AND e.model = p_model AND e.model_version = p_model_version
+            AND e.content_hash = m.content_hash)
+  FROM fabric.memory_records m
+  WHERE m.tenant_id = p_tenant
+    AND (p_memory_ids IS NULL OR m.memory_id = ANY (p_memory_ids))
+    AND (p_after_memory IS NULL OR m.memory_id > p_after_memory)
+  ORDER BY m.memory_id
+  LIMIT p_limit
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.projection_events: the next outbox events a projection has not applied.
-CREATE OR REPLACE FUNCTION fabric_api.projection_events(p_projection text, p_limit integer DEFAULT 500)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+-- fabric._projection_cursor: a projection's cursor (not the tracer's). OUT parameters, not
+-- the table's row type, so the function does not pin the table (migrations drop it).
+CREATE OR REPLACE FUNCTION fabric._projection_cursor(p_projection text, OUT last_xid xid8,
+  OUT last_event_id uuid)
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_cursor fabric.projection_cursors;
 BEGIN
-  PERFORM fabric._require_role('fabric_projector', 'read the projection feed');
-  SELECT * INTO v_cursor FROM fabric.projection_cursors c
+  SELECT c.last_xid, c.last_event_id INTO last_xid, last_event_id
+  FROM fabric.projection_cursors c
   WHERE c.projection = p_projection AND c.projection <> 'trace';
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'projection must be qdrant or graph', HINT = 'one cursor per projection';
   END IF;
-  RETURN (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'xid', e.xid::text, 'event_id', e.event_id, 'event_type', e.event_type,
-            'tenant_id', e.tenant_id, 'memory_id', e.memory_id, 'occurred_at', e.occurred_at)
-            ORDER BY e.xid, e.event_id), '[]')
-          FROM (SELECT * FROM fabric.events e
-                WHERE (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id)
-                  AND e.xid < pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
-                  AND e.event_type = ANY (fabric._projected_event_types())
-                ORDER BY e.xid, e.event_id
-                LIMIT greatest(1, least(coalesce(p_limit, 500), 10000))) e);
 END $$;
-COMMENT ON FUNCTION fabric_api.projection_events(text, integer) IS
-  'Outbox events after the projection''s cursor, below the snapshot xmin. Projector only. '
-  'Example: SELECT fabric_api.projection_events(''qdrant'', 500);';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._move_cursor: move a feed's cursor forward (or, p_rewind, anywhere) and return it
+-- as it is now; a cursor already past (p_xid, p_event_id) stays where it is. The one place
+-- the projection and trace cursors move.
+CREATE OR REPLACE FUNCTION fabric._move_cursor(p_projection text, p_xid xid8, p_event_id uuid,
+  p_rewind boolean DEFAULT false, OUT last_xid xid8, OUT last_event_id uuid)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  UPDATE fabric.projection_cursors c
+  SET last_xid = p_xid, last_event_id = p_event_id, updated_at = pg_catalog.now()
+  WHERE c.projection = p_projection
+    AND (p_rewind OR (c.last_xid, c.last_event_id) < (p_xid, p_event_id))
+  RETURNING c.last_xid, c.last_event_id INTO last_xid, last_event_id;
+  IF NOT FOUND THEN
+    SELECT c.last_xid, c.last_event_id INTO last_xid, last_event_id
+    FROM fabric.projection_cursors c WHERE c.projection = p_projection;
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_events_v2: the next outbox events a projection has not applied,
+-- one row each, in (xid, event_id) order. A pipelined projector reads ahead of its cursor
+-- (p_after_xid, p_after_event_id: the last event it has read but not yet applied); the
+-- cursor itself moves only when a batch is applied, so a crash replays from there.
+DROP FUNCTION IF EXISTS fabric_api.projection_events_v2(text, integer);  -- before read-ahead
+CREATE OR REPLACE FUNCTION fabric_api.projection_events_v2(p_projection text,
+  p_limit integer DEFAULT 500, p_after_xid xid8 DEFAULT NULL, p_after_event_id uuid DEFAULT NULL)
+RETURNS TABLE (xid xid8, event_id uuid, event_type text, tenant_id text, memory_id uuid,
+  occurred_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_xid xid8;
+  v_event uuid;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read the projection feed');
+  SELECT c.last_xid, c.last_event_id INTO v_xid, v_event
+  FROM fabric._projection_cursor(p_projection) c;
+  IF p_after_xid IS NOT NULL AND (p_after_xid, coalesce(p_after_event_id,
+       '00000000-0000-0000-0000-000000000000'::uuid)) > (v_xid, v_event) THEN
+    v_xid := p_after_xid;  -- read ahead of the cursor
+    v_event := coalesce(p_after_event_id, '00000000-0000-0000-0000-000000000000'::uuid);
+  END IF;
+  RETURN QUERY
+    SELECT e.xid, e.event_id, e.event_type, e.tenant_id::text, e.memory_id, e.occurred_at
+    FROM fabric.events e
+    WHERE (e.xid, e.event_id) > (v_xid, v_event)
+      AND e.xid < pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+      AND e.event_type = ANY (fabric._projected_event_types())
+    ORDER BY e.xid, e.event_id
+    LIMIT greatest(1, least(coalesce(p_limit, 500), 10000));
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_events: deprecated (0.4): projection_events_v2 as one jsonb array.
+CREATE OR REPLACE FUNCTION fabric_api.projection_events(p_projection text, p_limit integer DEFAULT 500)
+RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+           'xid', e.xid::text, 'event_id', e.event_id, 'event_type', e.event_type,
+           'tenant_id', e.tenant_id, 'memory_id', e.memory_id, 'occurred_at', e.occurred_at)
+           ORDER BY e.xid, e.event_id), '[]')
+  FROM fabric_api.projection_events_v2(p_projection, p_limit) e
+$$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.set_projection_cursor: advance (or, for a rebuild, rewind) a cursor.
@@ -79,23 +148,18 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v fabric.projection_cursors;
+  v record;
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'move projection cursors');
-  UPDATE fabric.projection_cursors c
-  SET last_xid = p_xid, last_event_id = p_event_id, updated_at = pg_catalog.now()
-  WHERE c.projection = p_projection AND c.projection <> 'trace'  -- the tracer's own cursor
-    AND (p_rewind OR (c.last_xid, c.last_event_id) < (p_xid, p_event_id))
-  RETURNING * INTO v;
-  IF NOT FOUND THEN
-    SELECT * INTO v FROM fabric.projection_cursors c WHERE c.projection = p_projection;
+  IF p_projection = 'trace' THEN  -- the tracer's own cursor: read, never moved from here
+    SELECT c.last_xid, c.last_event_id INTO v FROM fabric.projection_cursors c
+    WHERE c.projection = p_projection;
+  ELSE
+    SELECT * INTO v FROM fabric._move_cursor(p_projection, p_xid, p_event_id, p_rewind);
   END IF;
   RETURN pg_catalog.jsonb_build_object('projection', p_projection, 'xid', v.last_xid::text,
                                        'event_id', v.last_event_id);
 END $$;
-COMMENT ON FUNCTION fabric_api.set_projection_cursor(text, xid8, uuid, boolean) IS
-  'Advance a projection cursor (never backwards unless p_rewind). Projector only. '
-  'Example: SELECT fabric_api.set_projection_cursor(''qdrant'', ''1234'', ''<event_id>'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_horizon: the xid below which every transaction has finished; a
@@ -105,72 +169,198 @@ RETURNS xid8
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) $$;
-COMMENT ON FUNCTION fabric_api.projection_horizon() IS
-  'The current snapshot xmin (for rebuilds). Projector only. Example: SELECT fabric_api.projection_horizon();';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.projection_records: the current state of some records, tenant by tenant.
-CREATE OR REPLACE FUNCTION fabric_api.projection_records(p_memory_ids uuid[],
+-- fabric_api.projection_records_v2: the current state of some records, one row each,
+-- tenant by tenant, then by memory_id.
+CREATE OR REPLACE FUNCTION fabric_api.projection_records_v2(p_memory_ids uuid[],
   p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)
-RETURNS jsonb
+RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope_type text,
+  scope_id text, scope_key text, subject_id text, agent_id text, session_id text,
+  content_hash text, confidence double precision, valid_from timestamptz,
+  valid_until timestamptz, consolidation_state text, retention_class text,
+  compliance_labels text[], version text, formation_method text, formed_by text,
+  supersedes uuid, recorded_at timestamptz, derived_from uuid[], content jsonb,
+  embedding ext.vector)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_tenant text;
-  v_out jsonb := '[]';
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
                   WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
     PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
-    v_out := v_out || coalesce((SELECT pg_catalog.jsonb_agg(fabric._record_projection(m, p_model, p_model_version)
-                                                            ORDER BY m.memory_id)
-                                FROM fabric.memory_records m
-                                WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (p_memory_ids)), '[]');
+    RETURN QUERY SELECT * FROM fabric._projection_rows(v_tenant, coalesce(p_memory_ids, '{}'),
+                                                       NULL, NULL, p_model, p_model_version);
   END LOOP;
   PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
-  RETURN v_out;
 END $$;
-COMMENT ON FUNCTION fabric_api.projection_records(uuid[], text, text) IS
-  'Current projection payloads (with content and stored embedding) of records. Projector only. '
-  'Example: SELECT fabric_api.projection_records(ARRAY[''<memory_id>''::uuid], ''all-MiniLM-L6-v2'', ''v1'');';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.projection_snapshot: every record, paged by (tenant_id, memory_id), for rebuilds.
-CREATE OR REPLACE FUNCTION fabric_api.projection_snapshot(p_after_tenant text, p_after_memory uuid,
-  p_limit integer DEFAULT 1000, p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)
+-- fabric_api.projection_records: deprecated (0.4): projection_records_v2 as one jsonb array
+-- (the embedding as an array of numbers).
+CREATE OR REPLACE FUNCTION fabric_api.projection_records(p_memory_ids uuid[],
+  p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)
 RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)
+           || pg_catalog.jsonb_build_object('embedding', r.embedding::text::jsonb)
+           ORDER BY r.tenant_id, r.memory_id), '[]')
+  FROM fabric_api.projection_records_v2(p_memory_ids, p_model, p_model_version) r
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_snapshot_v2: every record, paged by (tenant_id, memory_id), one row
+-- each, for rebuilds: the page after (p_after_tenant, p_after_memory), at most p_limit.
+CREATE OR REPLACE FUNCTION fabric_api.projection_snapshot_v2(p_after_tenant text,
+  p_after_memory uuid, p_limit integer DEFAULT 1000, p_model text DEFAULT NULL,
+  p_model_version text DEFAULT NULL)
+RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope_type text,
+  scope_id text, scope_key text, subject_id text, agent_id text, session_id text,
+  content_hash text, confidence double precision, valid_from timestamptz,
+  valid_until timestamptz, consolidation_state text, retention_class text,
+  compliance_labels text[], version text, formation_method text, formed_by text,
+  supersedes uuid, recorded_at timestamptz, derived_from uuid[], content jsonb,
+  embedding ext.vector)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_tenant text;
-  v_out jsonb := '[]';
   v_left integer := greatest(1, least(coalesce(p_limit, 1000), 10000));
-  v_page jsonb;
+  v_rows integer;
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT t FROM fabric._tenants_with_records() t
                   WHERE p_after_tenant IS NULL OR t >= p_after_tenant ORDER BY t LOOP
+    CONTINUE WHEN v_tenant = p_after_tenant AND p_after_memory IS NULL;  -- as in 0.3
     PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
-    SELECT coalesce(pg_catalog.jsonb_agg(fabric._record_projection(m, p_model, p_model_version)
-                                         ORDER BY m.memory_id), '[]')
-    INTO v_page
-    FROM (SELECT * FROM fabric.memory_records m
-          WHERE m.tenant_id = v_tenant
-            AND (p_after_tenant IS NULL OR v_tenant > p_after_tenant OR m.memory_id > p_after_memory)
-          ORDER BY m.memory_id LIMIT v_left) m;
-    v_out := v_out || v_page;
-    v_left := v_left - pg_catalog.jsonb_array_length(v_page);
+    RETURN QUERY SELECT * FROM fabric._projection_rows(v_tenant, NULL,
+      CASE WHEN p_after_tenant IS NOT NULL AND v_tenant = p_after_tenant THEN p_after_memory END,
+      v_left, p_model, p_model_version);
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    v_left := v_left - v_rows;
     EXIT WHEN v_left <= 0;
   END LOOP;
   PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
-  RETURN v_out;
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_snapshot: deprecated (0.4): projection_snapshot_v2 as one jsonb
+-- array (the embedding as an array of numbers).
+CREATE OR REPLACE FUNCTION fabric_api.projection_snapshot(p_after_tenant text, p_after_memory uuid,
+  p_limit integer DEFAULT 1000, p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)
+           || pg_catalog.jsonb_build_object('embedding', r.embedding::text::jsonb)
+           ORDER BY r.tenant_id, r.memory_id), '[]')
+  FROM fabric_api.projection_snapshot_v2(p_after_tenant, p_after_memory, p_limit, p_model,
+                                         p_model_version) r
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.store_embeddings: store_embedding for a batch, embeddings as ext.vector[] (binary
+-- with pgvector's client adapter). The same rules: projector only, an unknown record fails
+-- the call (P0002) and stores nothing; a tombstoned or content-less record, or one whose
+-- content hash differs from the one embedded, stores nothing and answers stored = false
+-- (store_embedding raises 55000 for it). One row per input, tenant by tenant, in input order.
+CREATE OR REPLACE FUNCTION fabric_api.store_embeddings(p_memory_ids uuid[], p_model text,
+  p_model_version text, p_embeddings ext.vector[], p_content_hashes text[])
+RETURNS TABLE (memory_id uuid, stored boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+  v_tenant text;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_projector', 'store embeddings');
+  IF p_memory_ids IS NULL OR p_embeddings IS NULL OR p_content_hashes IS NULL
+     OR p_model IS NULL OR p_model_version IS NULL
+     OR pg_catalog.cardinality(p_embeddings) <> pg_catalog.cardinality(p_memory_ids)
+     OR pg_catalog.cardinality(p_content_hashes) <> pg_catalog.cardinality(p_memory_ids)
+     OR (SELECT count(DISTINCT i) <> pg_catalog.cardinality(p_memory_ids)
+         FROM pg_catalog.unnest(p_memory_ids) i) THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'store_embeddings takes distinct memory ids with one embedding and one content hash each',
+      'three arrays of the same length, no memory id twice, a model and its version');
+  END IF;
+  IF pg_catalog.cardinality(p_memory_ids) > 10000 THEN
+    PERFORM fabric._raise_rule('program_limit_exceeded',
+      'store_embeddings takes at most 10000 embeddings', 'split the batch');
+  END IF;
+  PERFORM fabric._tenant_of_known_record(i) FROM pg_catalog.unnest(p_memory_ids) i;
+  FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
+                  ORDER BY 1 LOOP
+    PERFORM fabric._set_context('tenant_id', v_tenant);
+    RETURN QUERY
+      WITH input AS (
+        SELECT u.id, u.embedding, u.content_hash, u.ord
+        FROM ROWS FROM (pg_catalog.unnest(p_memory_ids), pg_catalog.unnest(p_embeddings),
+                        pg_catalog.unnest(p_content_hashes))
+             WITH ORDINALITY AS u(id, embedding, content_hash, ord)
+        WHERE fabric._tenant_of_record(u.id) = v_tenant),
+      live AS (  -- locked, so an erasure racing this call waits or has already won
+        SELECT m.memory_id AS id, m.content_hash FROM fabric.memory_records m
+        WHERE m.tenant_id = v_tenant AND m.memory_id IN (SELECT i.id FROM input i)
+          AND m.consolidation_state <> 'tombstoned' AND m.content IS NOT NULL
+        ORDER BY m.memory_id FOR SHARE),
+      written AS (
+        INSERT INTO fabric.memory_embeddings AS e (tenant_id, memory_id, model, model_version,
+                                                   dims, embedding, content_hash)
+        SELECT v_tenant, i.id, p_model, p_model_version, ext.vector_dims(i.embedding),
+               i.embedding, i.content_hash
+        FROM input i JOIN live l ON l.id = i.id AND l.content_hash = i.content_hash
+        ON CONFLICT ON CONSTRAINT memory_embeddings_pkey
+        DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims,
+                      content_hash = EXCLUDED.content_hash, created_at = pg_catalog.now()
+        RETURNING e.memory_id AS id)
+      SELECT i.id, EXISTS (SELECT 1 FROM written w WHERE w.id = i.id)
+      FROM input i ORDER BY i.ord;
+  END LOOP;
+  PERFORM fabric._set_context('tenant_id', '');
+END $$;
+
+COMMENT ON FUNCTION fabric_api.projection_events_v2(text, integer, xid8, uuid) IS
+  'Outbox events after the projection''s cursor (and after p_after_xid/p_after_event_id, to '
+  'read ahead), below the snapshot xmin, one row each in (xid, event_id) order. Projector only. '
+  'Example: SELECT * FROM fabric_api.projection_events_v2(''qdrant'', 500);';
+COMMENT ON FUNCTION fabric_api.projection_events(text, integer) IS
+  'Deprecated since 0.4 (removed in 0.5): use projection_events_v2 (rows). Outbox events after '
+  'the projection''s cursor, below the snapshot xmin, as one jsonb array. Projector only. '
+  'Example: SELECT fabric_api.projection_events(''qdrant'', 500);';
+COMMENT ON FUNCTION fabric_api.set_projection_cursor(text, xid8, uuid, boolean) IS
+  'Advance a projection cursor (never backwards unless p_rewind). Projector only. '
+  'Example: SELECT fabric_api.set_projection_cursor(''qdrant'', ''1234'', ''<event_id>'');';
+COMMENT ON FUNCTION fabric_api.projection_horizon() IS
+  'The current snapshot xmin (for rebuilds). Projector only. Example: SELECT fabric_api.projection_horizon();';
+COMMENT ON FUNCTION fabric_api.projection_records_v2(uuid[], text, text) IS
+  'Current projection payloads (with content and stored embedding as ext.vector) of records, '
+  'one row each, by tenant then memory_id. Projector only. '
+  'Example: SELECT * FROM fabric_api.projection_records_v2(ARRAY[''<memory_id>''::uuid], ''all-MiniLM-L6-v2'', ''v1'');';
+COMMENT ON FUNCTION fabric_api.projection_records(uuid[], text, text) IS
+  'Deprecated since 0.4 (removed in 0.5): use projection_records_v2 (rows). Current projection '
+  'payloads of records as one jsonb array. Projector only. '
+  'Example: SELECT fabric_api.projection_records(ARRAY[''<memory_id>''::uuid], ''all-MiniLM-L6-v2'', ''v1'');';
+COMMENT ON FUNCTION fabric_api.projection_snapshot_v2(text, uuid, integer, text, text) IS
+  'All records after (tenant, memory_id), one page, one row each, for rebuilds. Projector only. '
+  'Example: SELECT * FROM fabric_api.projection_snapshot_v2(NULL, NULL, 1000);';
 COMMENT ON FUNCTION fabric_api.projection_snapshot(text, uuid, integer, text, text) IS
-  'All records after (tenant, memory_id), one page, for rebuilds. Projector only. '
+  'Deprecated since 0.4 (removed in 0.5): use projection_snapshot_v2 (rows). All records after '
+  '(tenant, memory_id), one page as one jsonb array, for rebuilds. Projector only. '
   'Example: SELECT fabric_api.projection_snapshot(NULL, NULL, 1000);';
+COMMENT ON FUNCTION fabric_api.store_embeddings(uuid[], text, text, ext.vector[], text[]) IS
+  'Store a batch of embeddings (ext.vector[]); a tombstoned, content-less or re-hashed record '
+  'answers stored = false. Projector only. Example: SELECT * FROM fabric_api.store_embeddings('
+  'ARRAY[''<memory_id>''::uuid], ''all-MiniLM-L6-v2'', ''v1'', ARRAY[''[...]''::ext.vector], ARRAY[''sha256:...'']);';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.deployment_embedder: the deployment's embedder settings (read by Python,

@@ -53,16 +53,10 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v fabric.projection_cursors;
+  v record;
 BEGIN
   PERFORM fabric._require_role('fabric_tracer', 'move the trace cursor');
-  UPDATE fabric.projection_cursors c
-  SET last_xid = p_xid, last_event_id = p_event_id, updated_at = pg_catalog.now()
-  WHERE c.projection = 'trace' AND (c.last_xid, c.last_event_id) < (p_xid, p_event_id)
-  RETURNING * INTO v;
-  IF NOT FOUND THEN
-    SELECT * INTO STRICT v FROM fabric.projection_cursors c WHERE c.projection = 'trace';
-  END IF;
+  SELECT * INTO v FROM fabric._move_cursor('trace', p_xid, p_event_id);
   RETURN pg_catalog.jsonb_build_object('xid', v.last_xid::text, 'event_id', v.last_event_id);
 END $$;
 COMMENT ON FUNCTION fabric_api.set_trace_cursor(xid8, uuid) IS

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import psycopg
+from pgvector import Vector
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from memfabric.call import Cast, afabric_call, afabric_rows
+from memfabric.call import Cast, afabric_call, afabric_rows, aregister_vector
 from memfabric.constants import FormationMethod, Tier, Visibility
 from memfabric.envelope import Envelope
 from memfabric.recall import arecall
@@ -525,14 +526,23 @@ class AsyncProjector(_AsyncRole):
         embedding: Sequence[float],
         content_hash: str,
     ) -> bool:
-        vector = Cast(str([float(x) for x in embedding]), "ext.vector")
-        return bool(
-            await self._call(
-                "fabric_api.store_embedding", memory_id, model, model_version, vector, content_hash
+        vector = Vector([float(x) for x in embedding])
+        pool = await self.fabric.pool(self.login)
+        async with pool.connection() as conn:
+            await aregister_vector(conn)
+            stored = await afabric_call(
+                conn,
+                "fabric_api.store_embedding",
+                memory_id,
+                model,
+                model_version,
+                vector,
+                content_hash,
             )
-        )
+        return bool(stored)
 
     async def projection_events(self, projection: str, limit: int = 500) -> list[Json]:
+        """Deprecated (0.4): projection_events_v2 returns rows."""
         return await self._call("fabric_api.projection_events", projection, limit)  # type: ignore[no-any-return]
 
     async def set_projection_cursor(
@@ -549,6 +559,7 @@ class AsyncProjector(_AsyncRole):
     async def projection_records(
         self, memory_ids: Sequence[Id], model: str | None = None, model_version: str | None = None
     ) -> list[Json]:
+        """Deprecated (0.4): projection_records_v2 returns rows."""
         ids = Cast([str(m) for m in memory_ids], "uuid[]")
         return await self._call("fabric_api.projection_records", ids, model, model_version)  # type: ignore[no-any-return]
 
@@ -560,10 +571,57 @@ class AsyncProjector(_AsyncRole):
         model: str | None = None,
         model_version: str | None = None,
     ) -> list[Json]:
+        """Deprecated (0.4): projection_snapshot_v2 returns rows."""
         return await self._call(  # type: ignore[no-any-return]
             "fabric_api.projection_snapshot",
             *(after_tenant, Cast(after_memory, "uuid"), limit, model, model_version),
         )
+
+    # rows (0.4): a page streams as rows; embeddings are pgvector.Vector (binary)
+    async def projection_events_v2(self, projection: str, limit: int = 500) -> list[Json]:
+        return await self._rows("fabric_api.projection_events_v2", projection, limit)
+
+    async def projection_records_v2(
+        self, memory_ids: Sequence[Id], model: str | None = None, model_version: str | None = None
+    ) -> list[Json]:
+        ids = Cast([str(m) for m in memory_ids], "uuid[]")
+        return await self._vector_rows(
+            "fabric_api.projection_records_v2", ids, model, model_version
+        )
+
+    async def projection_snapshot_v2(
+        self,
+        after_tenant: str | None = None,
+        after_memory: Id | None = None,
+        limit: int = 1000,
+        model: str | None = None,
+        model_version: str | None = None,
+    ) -> list[Json]:
+        return await self._vector_rows(
+            "fabric_api.projection_snapshot_v2",
+            *(after_tenant, Cast(after_memory, "uuid"), limit, model, model_version),
+        )
+
+    async def store_embeddings(
+        self,
+        memory_ids: Sequence[Id],
+        model: str,
+        model_version: str,
+        embeddings: Sequence[Sequence[float]],
+        content_hashes: Sequence[str],
+    ) -> list[Json]:
+        """One row per record: `stored` is false for an erased, content-less or re-hashed one."""
+        vectors = [Vector([float(x) for x in e]) for e in embeddings]
+        ids = Cast([str(m) for m in memory_ids], "uuid[]")
+        return await self._vector_rows(
+            "fabric_api.store_embeddings", ids, model, model_version, vectors, list(content_hashes)
+        )
+
+    async def _vector_rows(self, name: str, *args: Any) -> list[Json]:
+        pool = await self.fabric.pool(self.login)
+        async with pool.connection() as conn:
+            await aregister_vector(conn)
+            return await afabric_rows(conn, name, *args, binary=True)
 
     async def deployment_embedder(self) -> Json:
         return await self._call("fabric_api.deployment_embedder")  # type: ignore[no-any-return]

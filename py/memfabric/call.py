@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from pgvector.psycopg.vector import register_vector_info
 from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
+from psycopg.types import TypeInfo
 from psycopg.types.json import Jsonb
 
 from memfabric.errors import mapped
@@ -111,13 +113,28 @@ def fabric_call(conn: psycopg.Connection[Any], name: str, /, *args: Any, **named
 
 
 def fabric_rows(
-    conn: psycopg.Connection[Any], name: str, /, *args: Any, **named: Any
+    conn: psycopg.Connection[Any], name: str, /, *args: Any, binary: bool = False, **named: Any
 ) -> list[dict[str, Any]]:
     """The same call for the functions that return a table (`fabric_audit.lineage`, ...):
-    its rows as dicts keyed by column."""
+    its rows as dicts keyed by column (`binary=True`: in PostgreSQL's binary format, e.g.
+    `ext.vector` columns after `register_vector`)."""
     call, params = statement(name, args, named)
-    with mapped(), conn.cursor(row_factory=dict_row) as cur:
+    with mapped(), conn.cursor(row_factory=dict_row, binary=binary) as cur:
         return cur.execute(sql.SQL("SELECT * FROM {}").format(call), params).fetchall()
+
+
+def register_vector(conn: psycopg.Connection[Any]) -> None:
+    """pgvector's adapter for the fabric's `ext.vector` on `conn` (once per connection):
+    embeddings travel as binary vectors (`pgvector.Vector` in and out; a Python list of
+    floats is not a vector until wrapped), never as text or jsonb."""
+    if conn.adapters.types.get("vector") is None:
+        register_vector_info(conn, TypeInfo.fetch(conn, "ext.vector"))
+
+
+async def aregister_vector(conn: psycopg.AsyncConnection[Any]) -> None:
+    """`register_vector` on an async connection."""
+    if conn.adapters.types.get("vector") is None:
+        register_vector_info(conn, await TypeInfo.fetch(conn, "ext.vector"))
 
 
 async def afabric_call(
@@ -133,11 +150,16 @@ async def afabric_call(
 
 
 async def afabric_rows(
-    conn: psycopg.AsyncConnection[Any], name: str, /, *args: Any, **named: Any
+    conn: psycopg.AsyncConnection[Any],
+    name: str,
+    /,
+    *args: Any,
+    binary: bool = False,
+    **named: Any,
 ) -> list[dict[str, Any]]:
     """`fabric_rows` on an async connection."""
     call, params = statement(name, args, named)
     with mapped():
-        async with conn.cursor(row_factory=dict_row) as cur:
+        async with conn.cursor(row_factory=dict_row, binary=binary) as cur:
             await cur.execute(sql.SQL("SELECT * FROM {}").format(call), params)
             return await cur.fetchall()

@@ -199,7 +199,7 @@ def projection_lag(projector: Projector) -> int:
     with psycopg.connect(projector.conninfo, autocommit=True) as conn:
         lags = [
             conn.execute(
-                "SELECT jsonb_array_length(fabric_api.projection_events(%s, 10000))", (p,)
+                "SELECT count(*) FROM fabric_api.projection_events_v2(%s, 10000)", (p,)
             ).fetchone()
             for p in ("qdrant", "graph")
         ]

@@ -2,8 +2,10 @@
 
 One cursor per projection (`qdrant`, `graph`), so an outage of one never stalls the other.
 Events are read after the cursor and below the snapshot's xmin (the database does that),
-records are hydrated from Postgres, embeddings are computed outside any transaction and
-stored through `fabric_api.store_embedding` (which refuses erased records), then the
+records are hydrated from Postgres as rows (`projection_events_v2`, `projection_records_v2`,
+`projection_snapshot_v2`; embeddings arrive as binary `ext.vector` through pgvector's
+adapter), embeddings are computed outside any transaction and stored a batch at a time
+through `fabric_api.store_embeddings` (which refuses erased records), then the
 projection is written idempotently (point id = memory_id, Cypher MERGE) and flushed before
 the cursor moves: at-least-once, never skipping. NOTIFY only wakes the loop.
 """
@@ -11,6 +13,7 @@ the cursor moves: at-least-once, never skipping. NOTIFY only wakes the loop.
 from __future__ import annotations
 
 import contextlib
+import queue
 import random
 import select
 import threading
@@ -21,8 +24,9 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from pgvector import Vector
 
-from memfabric.call import Cast, fabric_call
+from memfabric.call import Cast, fabric_call, fabric_rows, register_vector
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, EmbeddingError, text_of
 from memfabric.errors import FabricError, OperationalFailure
@@ -34,15 +38,34 @@ Progress = Callable[[str], None]
 PROJECTIONS = ("qdrant", "graph")
 
 
-def _ts(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
+@dataclass
+class _Batch:
+    """Events read ahead of the cursor, their records, and (vectors) their new embeddings."""
+
+    events: list[Json]
+    records: list[Json]
+    embedded: list[list[float]] | None = None
+
+
+def _ts(value: str | datetime | None) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 def vector_payload(record: Json) -> MemoryPayload:
-    """A projection record (fabric._record_projection: JSON, so its instants are ISO
-    strings) as the vector payload."""
+    """A projection record (a row of projection_records_v2, or a record of the deprecated
+    jsonb feeds, whose instants are ISO strings) as the vector payload."""
     instants = {"valid_from": _ts(record["valid_from"]), "valid_until": _ts(record["valid_until"])}
     return MemoryPayload.from_row(record | instants)
+
+
+def projection_record(row: Json) -> Json:
+    """A row of projection_records_v2 / projection_snapshot_v2 with its ids as strings (the
+    stores' point and node keys); instants stay datetimes, the embedding a pgvector.Vector."""
+    return row | {
+        "memory_id": str(row["memory_id"]),
+        "supersedes": None if row["supersedes"] is None else str(row["supersedes"]),
+        "derived_from": [str(d) for d in row["derived_from"] or ()],
+    }
 
 
 def graph_row(record: Json) -> Json:
@@ -107,41 +130,69 @@ class Projector:
 
     # -- applying records ----------------------------------------------------------------------
 
+    def embed_missing(self, records: Sequence[Json]) -> list[list[float]]:
+        """Embeddings of the projectable records that have none stored, in their order
+        (no database work: the pipelined projector runs this on its own thread)."""
+        missing = [r for r in records if projectable(r) and r.get("embedding") is None]
+        return self.embedder.embed([text_of(r["content"]) for r in missing]) if missing else []
+
     def vectors_for(
-        self, conn: psycopg.Connection[Any], records: Sequence[Json]
+        self,
+        conn: psycopg.Connection[Any],
+        records: Sequence[Json],
+        embedded: Sequence[list[float]] | None = None,
     ) -> dict[str, list[float]]:
-        """Stored embeddings where they exist; the rest embedded now and stored (refused,
-        and skipped, if the record was erased meanwhile)."""
+        """Stored embeddings where they exist; the rest embedded now (or taken from
+        `embedded`, computed by `embed_missing` for these records) and stored (refused, and
+        skipped, if the record was erased meanwhile)."""
         out: dict[str, list[float]] = {}
         missing = []
         for r in records:
             if r.get("embedding") is not None:
-                out[r["memory_id"]] = [float(x) for x in r["embedding"]]
+                out[r["memory_id"]] = r["embedding"].to_list()
             else:
                 missing.append(r)
         if missing:
-            vectors = self.embedder.embed([text_of(r["content"]) for r in missing])
-            for r, vector in zip(missing, vectors, strict=True):
-                try:
-                    self._call(
-                        conn,
-                        "fabric_api.store_embedding",
-                        r["memory_id"],
-                        self.embedder.model,
-                        self.embedder.version,
-                        Cast(str(vector), "ext.vector"),
-                        r["content_hash"],
-                    )
-                    out[r["memory_id"]] = vector
-                except Exception as exc:
-                    if getattr(exc, "sqlstate", None) != "55000":
-                        raise
+            if embedded is None:
+                embedded = self.embedder.embed([text_of(r["content"]) for r in missing])
+            out |= self.store_embeddings(conn, missing, embedded)
         return out
 
-    def apply_vectors(self, conn: psycopg.Connection[Any], records: Sequence[Json]) -> None:
+    def store_embeddings(
+        self,
+        conn: psycopg.Connection[Any],
+        records: Sequence[Json],
+        vectors: Sequence[list[float]],
+    ) -> dict[str, list[float]]:
+        """Store the embeddings of `records` in one call; returns those stored (a record
+        erased or changed meanwhile stores nothing and is skipped)."""
+        register_vector(conn)
+        rows = fabric_rows(
+            conn,
+            "fabric_api.store_embeddings",
+            Cast([r["memory_id"] for r in records], "uuid[]"),
+            self.embedder.model,
+            self.embedder.version,
+            [Vector(v) for v in vectors],
+            [r["content_hash"] for r in records],
+            binary=True,
+        )
+        stored = {str(row["memory_id"]) for row in rows if row["stored"]}
+        return {
+            r["memory_id"]: list(v)
+            for r, v in zip(records, vectors, strict=True)
+            if r["memory_id"] in stored
+        }
+
+    def apply_vectors(
+        self,
+        conn: psycopg.Connection[Any],
+        records: Sequence[Json],
+        embedded: Sequence[list[float]] | None = None,
+    ) -> None:
         assert self.store is not None
         live = [r for r in records if projectable(r)]
-        vectors = self.vectors_for(conn, live)
+        vectors = self.vectors_for(conn, live, embedded)
         by_tier: dict[str, list[VectorPoint]] = {t: [] for t in INDEXED_TIERS}
         for r in live:
             if r["memory_id"] in vectors:
@@ -166,22 +217,45 @@ class Projector:
             self.graph.forget(tenant, ids)
 
     def apply(
-        self, projection: str, conn: psycopg.Connection[Any], records: Sequence[Json]
+        self,
+        projection: str,
+        conn: psycopg.Connection[Any],
+        records: Sequence[Json],
+        embedded: Sequence[list[float]] | None = None,
     ) -> None:
         if projection == "qdrant":
-            self.apply_vectors(conn, records)
+            self.apply_vectors(conn, records, embedded)
         else:
             self.apply_graph(records)
 
     def records(self, conn: psycopg.Connection[Any], ids: Sequence[str]) -> list[Json]:
-        rows: list[Json] = self._call(
+        register_vector(conn)
+        rows = fabric_rows(
             conn,
-            "fabric_api.projection_records",
-            Cast(list(ids), "uuid[]"),
+            "fabric_api.projection_records_v2",
+            Cast([str(i) for i in ids], "uuid[]"),
             self.embedder.model,
             self.embedder.version,
+            binary=True,
         )
-        return rows
+        return [projection_record(r) for r in rows]
+
+    def events(
+        self, conn: psycopg.Connection[Any], projection: str, after: Json | None = None
+    ) -> list[Json]:
+        """The next batch of events after the cursor, and after the event `after` when
+        reading ahead (xid as text: there is no client type for xid8)."""
+        ahead = () if after is None else (Cast(str(after["xid"]), "xid8"), after["event_id"])
+        return fabric_rows(conn, "fabric_api.projection_events_v2", projection, self.batch, *ahead)
+
+    def move_cursor(self, conn: psycopg.Connection[Any], projection: str, last: Json) -> None:
+        self._call(
+            conn,
+            "fabric_api.set_projection_cursor",
+            projection,
+            Cast(str(last["xid"]), "xid8"),
+            last["event_id"],
+        )
 
     # -- the outbox ----------------------------------------------------------------------------
 
@@ -192,24 +266,15 @@ class Projector:
         `max_batches` batches); returns how many were applied."""
         applied = batches = 0
         while max_batches is None or batches < max_batches:
-            events: list[Json] = self._call(
-                conn, "fabric_api.projection_events", projection, self.batch
-            )
+            events = self.events(conn, projection)
             if not events:
                 break
-            ids = sorted({e["memory_id"] for e in events if e["memory_id"]})
+            ids = sorted({str(e["memory_id"]) for e in events if e["memory_id"]})
             if ids:
                 records = self.records(conn, ids)
                 with self._guarded():
                     self.apply(projection, conn, records)
-            last = events[-1]
-            self._call(
-                conn,
-                "fabric_api.set_projection_cursor",
-                projection,
-                Cast(last["xid"], "xid8"),
-                last["event_id"],
-            )
+            self.move_cursor(conn, projection, events[-1])
             applied += len(events)
             batches += 1
         return applied
@@ -254,21 +319,175 @@ class Projector:
                 time.sleep(delay)
                 backoff *= 2
 
+    # -- pipelined -------------------------------------------------------------------------------
+
+    def run_pipelined(
+        self,
+        projections: Sequence[str] = PROJECTIONS,
+        *,
+        poll_seconds: float = 1.0,
+        should_stop: Callable[[], bool] = lambda: False,
+        depth: int = 2,
+    ) -> None:
+        """`run`, with each projection on its own thread and each in three stages joined by
+        queues of at most `depth` batches: a reader (events after the last batch read,
+        ahead of the cursor, and their records), the embedder (CPU: what has no stored
+        embedding), and a writer (stores the embeddings, writes the projection, flushes,
+        then moves the cursor). The cursor moves only after its batch is written, in
+        order; on a failure every stage stops and the projection starts again from its
+        cursor (batches read ahead are read again; writes are idempotent). A lost
+        connection or back end backs off and retries as in `run`; anything else stops
+        every projection and is raised."""
+        failed: list[BaseException] = []
+
+        def stopping() -> bool:
+            return bool(failed) or should_stop()
+
+        threads = [
+            threading.Thread(
+                target=self._follow,
+                args=(projection, poll_seconds, stopping, failed, depth),
+                name=f"projector-{projection}",
+                daemon=True,
+            )
+            for projection in projections
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if failed:
+            raise failed[0]
+
+    def _follow(
+        self,
+        projection: str,
+        poll_seconds: float,
+        should_stop: Callable[[], bool],
+        failed: list[BaseException],
+        depth: int,
+    ) -> None:
+        backoff = 0.5
+        while not should_stop():
+            try:
+                self._pipeline(projection, poll_seconds, should_stop, depth)
+            except Exception as exc:
+                if not recoverable(exc):
+                    failed.append(exc)
+                    return
+                if should_stop():
+                    return
+                delay = min(backoff, 30.0) * (0.5 + random.random())  # noqa: S311 - jitter
+                self.progress(
+                    f"{projection}: paused ({type(exc).__name__}); retrying in {delay:.1f}s"
+                )
+                time.sleep(delay)
+                backoff *= 2
+            else:
+                backoff = 0.5
+
+    def _pipeline(
+        self, projection: str, poll_seconds: float, should_stop: Callable[[], bool], depth: int
+    ) -> None:
+        """One life of a projection's three stages; returns when asked to stop, raises the
+        first stage's failure."""
+        halt = threading.Event()
+        errors: list[Exception] = []
+        read: queue.Queue[_Batch] = queue.Queue(maxsize=depth)
+        embedded: queue.Queue[_Batch] = queue.Queue(maxsize=depth)
+
+        def halted() -> bool:
+            return halt.is_set() or should_stop()
+
+        def put(q: queue.Queue[_Batch], batch: _Batch) -> bool:
+            while not halted():
+                with contextlib.suppress(queue.Full):
+                    q.put(batch, timeout=0.1)
+                    return True
+            return False
+
+        def get(q: queue.Queue[_Batch]) -> _Batch | None:
+            while not halted():
+                with contextlib.suppress(queue.Empty):
+                    return q.get(timeout=0.1)
+            return None
+
+        def stage(body: Callable[[], None]) -> Callable[[], None]:
+            def guarded() -> None:
+                try:
+                    body()
+                except Exception as exc:
+                    errors.append(exc)
+                    halt.set()
+
+            return guarded
+
+        def reader() -> None:
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                conn.execute("LISTEN fabric_events")
+                after: Json | None = None
+                while not halted():
+                    events = self.events(conn, projection, after)
+                    if not events:
+                        if select.select([conn.fileno()], [], [], min(poll_seconds, 0.5))[0]:
+                            for _ in conn.notifies(timeout=0):
+                                pass
+                        continue
+                    ids = sorted({str(e["memory_id"]) for e in events if e["memory_id"]})
+                    records = self.records(conn, ids) if ids else []
+                    if not put(read, _Batch(events, records)):
+                        return
+                    after = events[-1]
+
+        def embedder() -> None:
+            while (batch := get(read)) is not None:
+                if projection == "qdrant" and batch.records:
+                    batch.embedded = self.embed_missing(batch.records)
+                if not put(embedded, batch):
+                    return
+
+        stages = [
+            threading.Thread(target=stage(body), name=f"projector-{projection}-{body.__name__}")
+            for body in (reader, embedder)
+        ]
+        try:
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                for t in stages:
+                    t.start()
+                while (batch := get(embedded)) is not None:
+                    if batch.records:
+                        with self._guarded():
+                            self.apply(projection, conn, batch.records, batch.embedded)
+                    self.move_cursor(conn, projection, batch.events[-1])
+                    self.progress(f"{projection}: applied {len(batch.events)} events")
+        finally:
+            halt.set()
+            for t in stages:
+                if t.is_alive() or t.ident is not None:
+                    t.join()
+        if errors:
+            raise errors[0]
+
     # -- rebuild ---------------------------------------------------------------------------------
 
     def snapshot(self, conn: psycopg.Connection[Any], page: int = 1000) -> Iterator[list[Json]]:
         after_tenant: str | None = None
         after_memory: str | None = None
+        register_vector(conn)
         while True:
-            rows: list[Json] = self._call(
-                conn,
-                "fabric_api.projection_snapshot",
-                after_tenant,
-                Cast(after_memory, "uuid"),
-                page,
-                self.embedder.model,
-                self.embedder.version,
-            )
+            rows = [
+                projection_record(r)
+                for r in fabric_rows(
+                    conn,
+                    "fabric_api.projection_snapshot_v2",
+                    after_tenant,
+                    Cast(after_memory, "uuid"),
+                    page,
+                    self.embedder.model,
+                    self.embedder.version,
+                    binary=True,
+                )
+            ]
             if not rows:
                 return
             yield rows

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import psycopg
+from pgvector import Vector
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from memfabric.call import Cast, fabric_call, fabric_rows
+from memfabric.call import Cast, fabric_call, fabric_rows, register_vector
 from memfabric.constants import FormationMethod, Tier, Visibility
 from memfabric.envelope import Envelope
 from memfabric.recall import recall as _recall
@@ -535,14 +536,22 @@ class Projector(_Role):
         embedding: Sequence[float],
         content_hash: str,
     ) -> bool:
-        vector = Cast(str([float(x) for x in embedding]), "ext.vector")
-        return bool(
-            self._call(
-                "fabric_api.store_embedding", memory_id, model, model_version, vector, content_hash
+        vector = Vector([float(x) for x in embedding])
+        with self.fabric.pool(self.login).connection() as conn:
+            register_vector(conn)
+            stored = fabric_call(
+                conn,
+                "fabric_api.store_embedding",
+                memory_id,
+                model,
+                model_version,
+                vector,
+                content_hash,
             )
-        )
+        return bool(stored)
 
     def projection_events(self, projection: str, limit: int = 500) -> list[Json]:
+        """Deprecated (0.4): projection_events_v2 returns rows."""
         return self._call("fabric_api.projection_events", projection, limit)  # type: ignore[no-any-return]
 
     def set_projection_cursor(
@@ -559,6 +568,7 @@ class Projector(_Role):
     def projection_records(
         self, memory_ids: Sequence[Id], model: str | None = None, model_version: str | None = None
     ) -> list[Json]:
+        """Deprecated (0.4): projection_records_v2 returns rows."""
         ids = Cast([str(m) for m in memory_ids], "uuid[]")
         return self._call("fabric_api.projection_records", ids, model, model_version)  # type: ignore[no-any-return]
 
@@ -570,10 +580,54 @@ class Projector(_Role):
         model: str | None = None,
         model_version: str | None = None,
     ) -> list[Json]:
+        """Deprecated (0.4): projection_snapshot_v2 returns rows."""
         return self._call(  # type: ignore[no-any-return]
             "fabric_api.projection_snapshot",
             *(after_tenant, Cast(after_memory, "uuid"), limit, model, model_version),
         )
+
+    # rows (0.4): a page streams as rows; embeddings are pgvector.Vector (binary)
+    def projection_events_v2(self, projection: str, limit: int = 500) -> list[Json]:
+        return self._rows("fabric_api.projection_events_v2", projection, limit)
+
+    def projection_records_v2(
+        self, memory_ids: Sequence[Id], model: str | None = None, model_version: str | None = None
+    ) -> list[Json]:
+        ids = Cast([str(m) for m in memory_ids], "uuid[]")
+        return self._vector_rows("fabric_api.projection_records_v2", ids, model, model_version)
+
+    def projection_snapshot_v2(
+        self,
+        after_tenant: str | None = None,
+        after_memory: Id | None = None,
+        limit: int = 1000,
+        model: str | None = None,
+        model_version: str | None = None,
+    ) -> list[Json]:
+        return self._vector_rows(
+            "fabric_api.projection_snapshot_v2",
+            *(after_tenant, Cast(after_memory, "uuid"), limit, model, model_version),
+        )
+
+    def store_embeddings(
+        self,
+        memory_ids: Sequence[Id],
+        model: str,
+        model_version: str,
+        embeddings: Sequence[Sequence[float]],
+        content_hashes: Sequence[str],
+    ) -> list[Json]:
+        """One row per record: `stored` is false for an erased, content-less or re-hashed one."""
+        vectors = [Vector([float(x) for x in e]) for e in embeddings]
+        ids = Cast([str(m) for m in memory_ids], "uuid[]")
+        return self._vector_rows(
+            "fabric_api.store_embeddings", ids, model, model_version, vectors, list(content_hashes)
+        )
+
+    def _vector_rows(self, name: str, *args: Any) -> list[Json]:
+        with self.fabric.pool(self.login).connection() as conn:
+            register_vector(conn)
+            return fabric_rows(conn, name, *args, binary=True)
 
     def deployment_embedder(self) -> Json:
         return self._call("fabric_api.deployment_embedder")  # type: ignore[no-any-return]

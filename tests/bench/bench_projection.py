@@ -10,6 +10,10 @@ Prints, never asserts (docs/benchmarks.md). Needs `make migrate` and `scripts/gr
    `recall()` end to end in semantic and in hybrid mode (query embedding included) against
    the same filtered query straight to Edge, interleaved query by query.
    --only-recall runs phase 4 alone (no graph server needed).
+--rates 25,50,100 runs instead, for the vector projection alone (Edge and the embedder, the
+bound; no graph server needed), the serial projector (`Projector.run`) and the pipelined one
+(`Projector.run_pipelined`) side by side: lag p50/p95 at each write rate (--seconds each),
+then a full drain of a --backlog each; ratios pipelined/serial are the last lines.
 Tenants benchp (writes) and benchb (bulk; rows stay, reused). The product's Projector is kept
 to its tenant (other tenants' records and snapshot rows skipped, graph wipes per tenant); the
 global projection cursors are put back as found, so no other projector may be connected.
@@ -44,10 +48,10 @@ from psycopg.types.json import Jsonb
 
 from memfabric import db
 from memfabric.broker import LocalBroker
-from memfabric.call import Cast
+from memfabric.call import Cast, fabric_rows, register_vector
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import graph_from_env
-from memfabric.projector import Projector
+from memfabric.projector import Projector, projection_record
 from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
 from memfabric.vectors import EdgeVectorStore, RecallFilter
 
@@ -128,18 +132,21 @@ class BenchProjector(Projector):
     def records(self, conn: Conn, ids: Sequence[str]) -> list[dict[str, Any]]:
         return [r for r in super().records(conn, ids) if r["tenant_id"] == self.tenant]
 
-    def apply(self, projection: str, conn: Conn, records: Sequence[Any]) -> None:
-        super().apply(projection, conn, records)
+    def apply(self, projection: str, conn: Conn, records: Sequence[Any],
+              embedded: Sequence[list[float]] | None = None) -> None:  # fmt: skip
+        super().apply(projection, conn, records, embedded)
         now, seen = time.perf_counter(), self.applied[projection]
         for r in records:
             seen.setdefault(r["memory_id"], now)
 
     def snapshot(self, conn: Conn, page: int = 1000) -> Iterator[list[Any]]:
         after, e = ZERO, self.embedder
+        register_vector(conn)
         while True:
-            rows = self._call(conn, "fabric_api.projection_snapshot", self.tenant,
-                              Cast(after, "uuid"), page, e.model, e.version)  # fmt: skip
-            mine = [r for r in rows if r["tenant_id"] == self.tenant]
+            rows = fabric_rows(conn, "fabric_api.projection_snapshot_v2", self.tenant,
+                               Cast(after, "uuid"), page, e.model, e.version,
+                               binary=True)  # fmt: skip
+            mine = [projection_record(r) for r in rows if r["tenant_id"] == self.tenant]
             if mine:
                 yield mine
             if not rows or len(mine) < len(rows):
@@ -235,6 +242,78 @@ def lag_phase(p: BenchProjector, write: Write, args: argparse.Namespace) -> list
         ("write rate achieved during the lag run", f"{rate:.1f} writes/s",
          f"asked {args.rate:g}; {len(committed) - len(done)} not applied after 120 s"),
     ]  # fmt: skip
+
+
+def lag_run(p: BenchProjector, write: Write, rate: float, seconds: float, warmup: float,
+            pipelined: bool) -> tuple[list[float], float, int]:  # fmt: skip
+    """Vector projection alone: lags (s) of the records written at `rate` for `seconds`."""
+    stop, committed = threading.Event(), {}
+    run = p.run_pipelined if pipelined else p.run
+    kwargs = {"poll_seconds": 0.5, "should_stop": stop.is_set}
+    thread = threading.Thread(target=run, args=(("qdrant",),), kwargs=kwargs, daemon=True)
+    thread.start()
+    t0, step, i = time.perf_counter(), 1 / rate, 0
+    start, end = t0 + warmup, t0 + warmup + seconds
+    while (due := t0 + i * step) < end:
+        time.sleep(max(0.0, due - time.perf_counter()))
+        memory_id = write()
+        if due >= start:
+            committed[memory_id] = time.perf_counter()
+        i += 1
+    achieved = len(committed) / (time.perf_counter() - start)
+    q, deadline = p.applied["qdrant"], time.perf_counter() + 120
+    while time.perf_counter() < deadline and not all(m in q for m in committed):
+        time.sleep(0.05)
+    stop.set()
+    thread.join(timeout=60)
+    done = [m for m in committed if m in q]
+    return [q[m] - committed[m] for m in done], achieved, len(committed) - len(done)
+
+
+def drain_run(p: BenchProjector, write: Write, n: int, pipelined: bool) -> float:
+    """Records/s of a full drain of an n-record backlog (vector projection, embedding in)."""
+    ids = [write() for _ in range(n)]
+    q, t = p.applied["qdrant"], time.perf_counter()
+    if pipelined:
+        p.run_pipelined(("qdrant",), poll_seconds=0.1,
+                        should_stop=lambda: all(m in q for m in ids))  # fmt: skip
+    else:
+        with psycopg.connect(p.conninfo, autocommit=True) as conn:
+            p.drain(conn, "qdrant")
+    return n / (time.perf_counter() - t)
+
+
+def rates_phase(p: BenchProjector, write: Write, args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    ratios: list[str] = []
+    for rate in (float(r) for r in args.rates.split(",")):
+        results = {}
+        for pipelined in (False, True):
+            name = "pipelined" if pipelined else "serial"
+            print(f"  {rate:g} writes/s, {name} ...")
+            set_cursors(p)
+            results[name] = lag_run(p, write, rate, args.seconds, args.warmup, pipelined)
+        for name, (lags, achieved, missing) in results.items():
+            rows.append((f"lag p50 / p95 at {rate:g} writes/s, {name} ({len(lags)} records)",
+                         ms(lags), f"achieved {achieved:.1f} writes/s; {missing} not applied"
+                         f"; p95 <= 1 s: {OK[bool(lags) and pct(lags, 95) <= 1]}"))  # fmt: skip
+        for row in rows[-2:]:
+            print("   ", " | ".join(row), flush=True)
+        s95, p95 = (pct(results[k][0], 95) if results[k][0] else float("nan")
+                    for k in ("serial", "pipelined"))  # fmt: skip
+        ratios.append(f"lag p95 at {rate:g} writes/s: pipelined / serial = {p95 / s95:.2f}")
+    drains = {}
+    for pipelined in (False, True):
+        name = "pipelined" if pipelined else "serial"
+        print(f"  drain of {args.backlog}, {name} ...")
+        set_cursors(p)
+        drains[name] = drain_run(p, write, args.backlog, pipelined)
+        rows.append((f"full drain of {args.backlog}, {name}, embedding included",
+                     f"{drains[name]:.0f} records/s", "goal >= 300/s: "
+                     f"{OK[drains[name] >= 300]}"))  # fmt: skip
+        print("   ", " | ".join(rows[-1]), flush=True)
+    ratios.append(f"drain: pipelined / serial = {drains['pipelined'] / drains['serial']:.2f}")
+    return rows + [(r, "", "") for r in ratios]
 
 
 def drain_phase(p: BenchProjector, emb: Counting, write: Write, n: int) -> list[Row]:
@@ -374,6 +453,7 @@ def main() -> int:
     for name, default in opts.items():
         ap.add_argument(f"--{name}", type=type(default), default=default)
     ap.add_argument("--only-recall", action="store_true", help="phase 4 alone, no graph")
+    ap.add_argument("--rates", default="", help="e.g. 25,50,100: serial vs pipelined, no graph")
     args = ap.parse_args()
     url, emb, rows = db.database_url(), Counting(), []
     saved = setup(url)
@@ -382,7 +462,7 @@ def main() -> int:
     stores = [EdgeVectorStore(tmp / "edge-writes"), EdgeVectorStore(tmp / "edge-bulk")]
     for s in stores:
         s.ensure_collections(emb.model, emb.version, emb.dims)
-    graph = None if args.only_recall else graph_from_env()
+    graph = None if args.only_recall or args.rates else graph_from_env()
     if graph is not None:
         graph.wipe = partial(graph.wipe, tenant_id=TENANT)  # type: ignore[method-assign]
         graph.ensure_schema()  # the wipes keep to our tenant
@@ -391,7 +471,12 @@ def main() -> int:
     p = BenchProjector(conninfo, emb, stores[0], graph)
     pb = BenchProjector(conninfo, emb, stores[1], None, tenant=BULK)
     try:
-        if not args.only_recall:
+        if args.rates:
+            with connect(url, "benchp_orchestrator") as orch:
+                run_id = call(orch, OPEN_RUN, TENANT, AGENT, "user-w", "sess-w", TOOLS)
+            print(f"lag at {args.rates} writes/s and drain, serial vs pipelined (Edge) ...")
+            rows += rates_phase(p, writer(url, run_id), args)
+        elif not args.only_recall:
             with connect(url, "benchp_orchestrator") as orch:
                 run_id = call(orch, OPEN_RUN, TENANT, AGENT, "user-w", "sess-w", TOOLS)
             set_cursors(p)  # start after everything committed so far (other tenants' too)
@@ -402,10 +487,12 @@ def main() -> int:
             rows += drain_phase(p, emb, w, args.backlog)
             print("3/4 rebuild from stored embeddings ...")
             rows += [rebuild(p, emb, "qdrant"), rebuild(p, emb, "graph")]
-        print(f"4/4 semantic recall: loading {args.records:,} records ...")
-        have, load_s = bulk_load(url, args.records, args.seed, emb.model, emb.version)
-        rows.append(rebuild(pb, emb, "qdrant"))
-        rows += recall_phase(url, stores[1], emb, args)
+        have, load_s = 0, 0.0
+        if not args.rates:
+            print(f"4/4 semantic recall: loading {args.records:,} records ...")
+            have, load_s = bulk_load(url, args.records, args.seed, emb.model, emb.version)
+            rows.append(rebuild(pb, emb, "qdrant"))
+            rows += recall_phase(url, stores[1], emb, args)
     finally:
         set_cursors(p, saved)
         if graph is not None:

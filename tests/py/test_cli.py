@@ -288,7 +288,7 @@ def test_projector_login_without_the_projector_role(
 ) -> None:
     env = {**projection_env, "MEMFABRIC_PROJECTOR_LOGIN": "mf_agent_a"}
     one_line_error(
-        invoke(env, "verify"), "permission denied for function projection_snapshot (42501)"
+        invoke(env, "verify"), "permission denied for function projection_snapshot_v2 (42501)"
     )
 
 
