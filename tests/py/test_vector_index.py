@@ -236,3 +236,64 @@ def test_index_settings_parse_and_refuse_bad_values() -> None:
     ]:
         with pytest.raises(Misconfigured, match=name):
             Settings.from_env({name: value})
+
+
+def cli_env(root: Path) -> dict[str, str | None]:
+    return {
+        "MEMFABRIC_VECTOR_DIR": str(root / "edge"),
+        "MEMFABRIC_SOCKET": str(root / "no.sock"),
+        "QDRANT_URL": None,
+    }
+
+
+def test_cli_status_and_build_index_on_the_embedded_shards(root: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from memfabric.cli import app
+
+    s = EdgeVectorStore(root / "edge", indexing_threshold_kb=1000)
+    s.ensure_collections("bench-model", "1", DIMS)
+    s.upsert("semantic", points(3000, 1))
+    s.close()
+    runner = CliRunner()
+    status = runner.invoke(app, ["vectors", "status"], env=cli_env(root))
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.stdout)["semantic"]["indexed"] == 0
+    built = runner.invoke(app, ["vectors", "build-index", "--tier", "semantic"], env=cli_env(root))
+    assert built.exit_code == 0, built.output
+    assert json.loads(built.stdout)["semantic"]["result"] == "built"
+    status = runner.invoke(app, ["vectors", "status"], env=cli_env(root))
+    assert json.loads(status.stdout)["semantic"]["indexed"] == 3000
+    on_server = runner.invoke(
+        app, ["vectors", "status"], env={**cli_env(root), "QDRANT_URL": "http://127.0.0.1:1"}
+    )
+    assert on_server.exit_code != 0
+    assert "builds its indexes itself" in on_server.output
+
+
+def test_the_serve_socket_builds_without_its_lock(root: Path) -> None:
+    """build_index through the broker socket runs while the serve lock is held elsewhere
+    (the projector applying a batch): only the store's own mutex is taken."""
+    from memfabric.broker import LocalBroker, RemoteBroker, serve_socket
+
+    store = EdgeVectorStore(root / "edge", indexing_threshold_kb=1000)
+    store.ensure_collections("bench-model", "1", DIMS)
+    store.upsert("semantic", points(3000, 1))
+    lock = threading.Lock()
+    broker = LocalBroker(
+        store,
+        None,  # type: ignore[arg-type]  # no search is asked
+        {"build_index": lambda tiers=None: store.build_index(tiers)},
+    )
+    path = root / "serve.sock"
+    server = serve_socket(broker, path, lock)
+    try:
+        with lock:  # held as the projector holds it while it applies
+            result = RemoteBroker(path, timeout=120).run("build_index", tiers=["semantic"])
+        assert result["semantic"]["result"] == "built"
+    finally:
+        server.shutdown()
+        server.server_close()
+        store.close()

@@ -67,6 +67,7 @@ class EdgeVectorStore(_StoreBase):
         self._journals: dict[str, list[tuple[str, Any]]] = {}
         self._build_lock = threading.Lock()  # one build at a time
         self._building: str | None = None
+        self._left_unindexed: dict[str, int] = {}  # per shard, after its last build
 
     # manifest --------------------------------------------------------------------------
     @property
@@ -307,6 +308,28 @@ class EdgeVectorStore(_StoreBase):
                     self._building = None
                     shutil.rmtree(self.root / "building", ignore_errors=True)
             return out
+
+    def build_index_when_due(self, after: int) -> dict[str, dict[str, Any]]:
+        """`build_index` for the tiers holding at least `after` vectors outside an index
+        beyond what their last build left there (segments under the engine's indexing
+        threshold stay unindexed: they must not make every check build again)."""
+        due = [
+            tier
+            for tier, st in self.index_status().items()
+            if st["points"] - st["indexed"] - self._left_unindexed.get(st["collection"], 0)
+            >= max(after, 1)
+        ]
+        if not due:
+            return {}
+        out = self.build_index(due)
+        status = self.index_status()
+        for tier, result in out.items():
+            if result["result"] in ("built", "unchanged"):
+                left = status[tier]["points"] - status[tier]["indexed"]
+                self._left_unindexed[status[tier]["collection"]] = left
+            else:
+                self._left_unindexed.pop(status[tier]["collection"], None)
+        return out
 
     def _build_one(self, physical: str) -> dict[str, Any]:
         import qdrant_edge as qe
