@@ -623,6 +623,9 @@ def serve(
         close_projector(projector)
 
 
+VECTORS_ENV = ("MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL")
+
+
 def _edge_store(store: Any) -> Any:
     from memfabric.vectors import EdgeVectorStore
 
@@ -678,7 +681,7 @@ def _vector_op(op: str, **kwargs: Any) -> dict[str, Any]:
         return result
 
 
-@vectors_app.command("build-index", epilog=env_help(*PROJECTION_ENV))
+@vectors_app.command("build-index", epilog=env_help(*VECTORS_ENV))
 def vectors_build_index(
     tier: list[str] = typer.Option(None, "--tier", help="only this tier (repeatable)"),
 ) -> None:
@@ -687,7 +690,7 @@ def vectors_build_index(
     typer.echo(json.dumps(_vector_op("build_index", tiers=tier or None)))
 
 
-@vectors_app.command("status", epilog=env_help(*PROJECTION_ENV))
+@vectors_app.command("status", epilog=env_help(*VECTORS_ENV))
 def vectors_status() -> None:
     """Per tier: points, vectors in an HNSW index (the others are searched exhaustively),
     segments, and whether a build is running."""
