@@ -400,8 +400,8 @@ def recall_phase(
             flt = RecallFilter(BULK, keys, datetime.now(UTC), 0.3, ["pii"])
             turn = ORDER[k % len(ORDER) :] + ORDER[: k % len(ORDER)]  # noise hits them all
             for what in turn:
-                base, _, ix = what.partition("+")
-                broker, store = brokers["+" + ix if ix else ""], stores["+" + ix if ix else ""]
+                base, ix = what.removesuffix("+ix"), "+ix" if what.endswith("+ix") else ""
+                broker, store = brokers[ix], stores[ix]
                 t = time.perf_counter()
                 if base == "e2e":
                     served.append(len(recall(agent, request, broker)["records"]))
@@ -409,7 +409,7 @@ def recall_phase(
                     answer = recall(agent, {**request, "mode": "hybrid"}, broker)
                     assert answer["mode_served"] == "hybrid", answer
                     fused.append(len(answer["records"]))
-                elif base == "embed":
+                elif base == "embed+edge":
                     store.search(TIERS, emb.embed([text])[0], flt, n)
                 else:
                     hits.append(len(store.search(TIERS, vectors[text], flt, n)))
@@ -507,6 +507,8 @@ def main() -> int:
         stores[2].ensure_collections(emb.model, emb.version, emb.dims)
         print("4/4 index build while recall runs ...")
         rows += build_phase(url, stores[1], emb, args)
+        for row in rows[-2:]:
+            print("| " + " | ".join(row) + " |", flush=True)
         print("4/4 recall with and without the index ...")
         rows += recall_phase(url, stores[2], stores[1], emb, args)
     finally:
