@@ -29,6 +29,10 @@ from memfabric.vectors import RecallFilter, VectorStore, store_from_env
 
 Json = dict[str, Any]
 
+# Operations the serve process runs without its lock: an index build blocks its caller for
+# minutes but works on a copy, taking the store's own mutex only to copy and to swap.
+UNLOCKED_OPS: frozenset[str] = frozenset({"build_index", "index_status"})
+
 
 def default_socket() -> Path:
     from memfabric.settings import Settings
@@ -94,20 +98,24 @@ class _Handler(socketserver.StreamRequestHandler):
         for line in self.rfile:
             try:
                 request = json.loads(line)
-                with self.lock:  # Edge shards: one writer at a time
-                    if request["op"] == "search":
-                        hits = self.broker.search(
-                            request["resolved"],
-                            request["query"],
-                            int(request["limit"]),
-                            bool(request.get("exact")),
-                        )
-                        answer: Json = {"ok": True, "hits": hits}
-                    else:
-                        answer = {
-                            "ok": True,
-                            "result": self.broker.run(request["op"], **request.get("args", {})),
-                        }
+                if request["op"] == "search":
+                    # Not under the serve lock: the query is embedded while the projector
+                    # works, and the store serializes its own shard access (an Edge store
+                    # holds its mutex per read or write, never while embedding).
+                    hits = self.broker.search(
+                        request["resolved"],
+                        request["query"],
+                        int(request["limit"]),
+                        bool(request.get("exact")),
+                    )
+                    answer: Json = {"ok": True, "hits": hits}
+                elif request["op"] in UNLOCKED_OPS:
+                    result = self.broker.run(request["op"], **request.get("args", {}))
+                    answer = {"ok": True, "result": result}
+                else:
+                    with self.lock:  # rebuild, drill, verify: the projector waits
+                        result = self.broker.run(request["op"], **request.get("args", {}))
+                    answer = {"ok": True, "result": result}
             except Exception as exc:
                 answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             self.wfile.write(json.dumps(answer, default=str).encode() + b"\n")

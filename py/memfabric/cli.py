@@ -77,6 +77,10 @@ mcp_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(mcp_app, name="mcp")
+vectors_app = typer.Typer(
+    help="The embedded vector shards: their HNSW index.", no_args_is_help=True
+)
+app.add_typer(vectors_app, name="vectors")
 
 
 @app.callback()
@@ -579,6 +583,8 @@ def serve(
             "rebuild": lambda target="all": ops.rebuild(projector, target),
             "drill": lambda: ops.drill(projector),
             "verify": lambda: ops.verify(projector),
+            "build_index": lambda tiers=None: _edge_store(projector.store).build_index(tiers),
+            "index_status": lambda: _edge_store(projector.store).index_status(),
         },
     )
     server = serve_socket(broker, socket, lock)
@@ -603,6 +609,7 @@ def serve(
         ).start()
         typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
     _start_metrics(metrics_port, maker, projector)
+    _start_index_builder(projector.store, settings, stop)
     try:
         projector.run(poll_seconds=poll)
     except KeyboardInterrupt:
@@ -614,6 +621,80 @@ def serve(
         server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+
+
+VECTORS_ENV = ("MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL")
+
+
+def _edge_store(store: Any) -> Any:
+    from memfabric.vectors import EdgeVectorStore
+
+    if not isinstance(store, EdgeVectorStore):
+        raise errors.OperationalFailure(
+            "the vectors are on a Qdrant server (QDRANT_URL), which builds its indexes itself",
+            hint="index builds are for the embedded shards (QDRANT_URL unset)",
+        )
+    return store
+
+
+def _start_index_builder(store: Any, settings: Settings, stop: Any) -> None:
+    """Every MEMFABRIC_VECTOR_INDEX_SECONDS, build the index of the embedded shards holding
+    MEMFABRIC_VECTOR_INDEX_AFTER vectors outside one (0: never; a child process does the
+    work on a copy, so recall and projection go on)."""
+    import threading
+
+    from memfabric.vectors import EdgeVectorStore
+
+    after = settings.vector_index_after
+    if after == 0 or not isinstance(store, EdgeVectorStore):
+        return
+
+    def loop() -> None:
+        while not stop.wait(settings.vector_index_seconds):
+            try:
+                for tier, r in store.build_index_when_due(after).items():
+                    typer.echo(f"[index] {tier}: {json.dumps(r)}")
+            except Exception as exc:  # the next check tries again; serving goes on
+                typer.echo(f"[index] build failed: {type(exc).__name__}: {exc}")
+
+    threading.Thread(target=loop, name="index-builder", daemon=True).start()
+    typer.echo(
+        f"[serve] building vector indexes once {after} vectors are outside one "
+        f"(checked every {settings.vector_index_seconds} s)"
+    )
+
+
+def _vector_op(op: str, **kwargs: Any) -> dict[str, Any]:
+    """build_index/index_status in `memfabric serve` when it runs (it owns the shards),
+    else on the embedded shards here."""
+    from memfabric.broker import RemoteBroker, serving
+    from memfabric.vectors import EdgeVectorStore
+
+    settings = Settings.from_env()
+    if settings.qdrant_url:
+        _edge_store(None)
+    if serving(settings.socket):
+        typer.echo(f"[{op}] asking memfabric serve ({settings.socket})", err=True)
+        return RemoteBroker(settings.socket, timeout=24 * 3600.0).run(op, **kwargs)
+    with EdgeVectorStore(settings.vector_dir) as store:
+        result: dict[str, Any] = getattr(store, op)(**kwargs)
+        return result
+
+
+@vectors_app.command("build-index", epilog=env_help(*VECTORS_ENV))
+def vectors_build_index(
+    tier: list[str] = typer.Option(None, "--tier", help="only this tier (repeatable)"),
+) -> None:
+    """Build the HNSW index of the embedded vector shards now (a child process optimizes a
+    copy, which is swapped in; searches and writes go on meanwhile)."""
+    typer.echo(json.dumps(_vector_op("build_index", tiers=tier or None)))
+
+
+@vectors_app.command("status", epilog=env_help(*VECTORS_ENV))
+def vectors_status() -> None:
+    """Per tier: points, vectors in an HNSW index (the others are searched exhaustively),
+    segments, and whether a build is running."""
+    typer.echo(json.dumps(_vector_op("index_status")))
 
 
 @app.command("import", epilog=env_help(*COMMITTER_ENV))

@@ -27,6 +27,8 @@ DEFAULT_TRACER_LOGIN: Final = "memfabric_tracer"
 DEFAULT_REDIS_PORT: Final = 56379
 DEFAULT_EMBEDDER_DIMS: Final = 384
 DEFAULT_MCP_GATEWAY_LOGIN: Final = "memfabric_mcp_gateway"
+DEFAULT_VECTOR_INDEX_AFTER: Final = 20_000
+DEFAULT_VECTOR_INDEX_SECONDS: Final = 60
 
 Identity = Literal["committer", "consolidator", "projector", "maintainer", "tracer"]
 
@@ -58,6 +60,11 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "REDIS_PORT": f"the local Redis server's port (default {DEFAULT_REDIS_PORT})",
     "MEMFABRIC_SOCKET": "the unix socket of memfabric serve (default .local/run/memfabric.sock)",
     "MEMFABRIC_VECTOR_DIR": "the embedded Qdrant shards (default .local/qdrant)",
+    "MEMFABRIC_VECTOR_INDEX_AFTER": "memfabric serve builds an embedded shard's vector index "
+    "in a child process once this many of its vectors are outside an index (default "
+    f"{DEFAULT_VECTOR_INDEX_AFTER}; 0: never, build it with `memfabric vectors build-index`)",
+    "MEMFABRIC_VECTOR_INDEX_SECONDS": "how often memfabric serve checks whether to build "
+    f"(default {DEFAULT_VECTOR_INDEX_SECONDS} s)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
     "QDRANT_URL": "a Qdrant server; unset: the embedded shards owned by memfabric serve",
     "QDRANT_API_KEY": "the Qdrant server's API key",
@@ -116,6 +123,8 @@ PROJECTION_ENV: Final = (
     "MEMFABRIC_PROJECTOR_URL",
     "MEMFABRIC_SOCKET",
     "MEMFABRIC_VECTOR_DIR",
+    "MEMFABRIC_VECTOR_INDEX_AFTER",
+    "MEMFABRIC_VECTOR_INDEX_SECONDS",
     "MEMFABRIC_EMBEDDER_DIMS",
     "QDRANT_URL",
     "QDRANT_API_KEY",
@@ -140,6 +149,17 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise Misconfigured(
             f"{name} is not an integer", hint=f"set {name} to a number, or unset it"
         ) from None
+
+
+def _int_at_least(env: Mapping[str, str], name: str, default: int, least: int) -> int:
+    value = _int(env, name, default)
+    if value < least:
+        from memfabric.errors import Misconfigured
+
+        raise Misconfigured(
+            f"{name} is {value}, below {least}", hint=f"set {name} to {least} or more, or unset it"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -168,6 +188,8 @@ class Settings:
     redis_port: int
     socket: Path
     vector_dir: Path
+    vector_index_after: int
+    vector_index_seconds: int
     embedder_dims: int
     qdrant_url: str | None
     qdrant_api_key: str | None
@@ -212,6 +234,12 @@ class Settings:
             redis_port=_int(e, "REDIS_PORT", DEFAULT_REDIS_PORT),
             socket=Path(get("MEMFABRIC_SOCKET") or ROOT / ".local" / "run" / "memfabric.sock"),
             vector_dir=Path(get("MEMFABRIC_VECTOR_DIR") or ROOT / ".local" / "qdrant"),
+            vector_index_after=_int_at_least(
+                e, "MEMFABRIC_VECTOR_INDEX_AFTER", DEFAULT_VECTOR_INDEX_AFTER, 0
+            ),
+            vector_index_seconds=_int_at_least(
+                e, "MEMFABRIC_VECTOR_INDEX_SECONDS", DEFAULT_VECTOR_INDEX_SECONDS, 1
+            ),
             embedder_dims=_int(e, "MEMFABRIC_EMBEDDER_DIMS", DEFAULT_EMBEDDER_DIMS),
             qdrant_url=get("QDRANT_URL"),
             qdrant_api_key=get("QDRANT_API_KEY"),

@@ -6,10 +6,12 @@ Prints, never asserts (docs/benchmarks.md). Needs `make migrate` and `scripts/gr
    minus its commit return. 2. One full drain of a --backlog, embedding included.
 3. Rebuilds from stored embeddings (embed calls counted). 4. --records bulk-loaded as the
    superuser (triggers off, random unit vectors stored as embeddings, search text and the
-   per-scope search statistics derived set-based as the triggers would), rebuilt into Edge;
-   `recall()` end to end in semantic and in hybrid mode (query embedding included) against
-   the same filtered query straight to Edge, interleaved query by query.
-   --only-recall runs phase 4 alone (no graph server needed).
+   per-scope search statistics derived set-based as the triggers would), rebuilt into Edge
+   and copied. The rebuilt shards get their HNSW index (`build_index`: a child process on a
+   copy, swapped in) while semantic recall runs against them and --build_rate vector writes/s
+   arrive; then `recall()` end to end in semantic and in hybrid mode (query embedding
+   included) against the unindexed copy and the indexed shards, and the same filtered query
+   straight to Edge, interleaved query by query. --only-recall runs phase 4 alone (no graph).
 --rates 25,50,100 runs instead, for the vector projection alone (Edge and the embedder, the
 bound; no graph server needed), the serial projector (`Projector.run`) and the pipelined one
 (`Projector.run_pipelined`) side by side: lag p50/p95 at each write rate (--seconds each),
@@ -53,7 +55,7 @@ from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import graph_from_env
 from memfabric.projector import Projector, projection_record
 from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
-from memfabric.vectors import EdgeVectorStore, RecallFilter
+from memfabric.vectors import EdgeVectorStore, MemoryPayload, RecallFilter, VectorPoint
 
 Conn, Row, Write = psycopg.Connection[Any], tuple[str, str, str], Callable[[], str]
 OK = ("NOT met", "met")
@@ -63,7 +65,8 @@ SCOPE = {"tiers": TIERS, "visibility": ["subject", "tenant"]}
 GROUPS = ("committer", "orchestrator", "admin", "projector")
 LOGINS = {"benchp_agent": None, **{f"benchp_{g}": f"fabric_{g}" for g in GROUPS}}
 ZERO, TOP = "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"
-SUBJECTS, LIMIT, ORDER = 2000, 10, ("e2e", "hybrid", "embed+edge", "edge")
+SUBJECTS, LIMIT = 2000, 10
+ORDER = ("e2e", "hybrid", "embed+edge", "edge", "e2e+ix", "hybrid+ix", "edge+ix")
 FILTERS = {"min_confidence": 0.3, "compliance_labels_excluded": ["pii"]}
 TEXTS = """Customer asked to be invoiced in euros from next quarter|which currency do invoices use
 The shipment to Rotterdam was delayed two days at customs|what happened to the shipment
@@ -391,65 +394,156 @@ def search_text(su: Conn) -> None:
                " fabric.search_stats")  # fmt: skip
 
 
-def recall_phase(url: str, store: EdgeVectorStore, emb: Counting, args: Any) -> list[Row]:
+def open_runs(url: str, subjects: Sequence[str]) -> dict[str, Any]:
+    with connect(url, "benchp_orchestrator") as orch:
+        return {s: call(orch, OPEN_RUN, BULK, AGENT, s, "sess-q", TOOLS) for s in set(subjects)}
+
+
+def semantic_request(run_id: Any, text: str) -> dict[str, Any]:
+    return {"run_id": str(run_id), "mode": "semantic", "query": text, "tiers": TIERS,
+            "limit": LIMIT, "filters": FILTERS}  # fmt: skip
+
+
+def build_phase(url: str, store: EdgeVectorStore, emb: Counting, args: Any) -> list[Row]:
+    """Semantic recall end to end against a shard while its index is built (a child process
+    on a copy, swapped in) and --build-rate vector writes per second arrive (points in the
+    bulk tenant that Postgres does not hold: the re-check drops them, the shard takes them)."""
+    rng = np.random.default_rng(args.seed + 2)
+    subjects = [f"user-{s}" for s in rng.integers(SUBJECTS, size=4000)]
+    runs, broker = open_runs(url, subjects[:50]), LocalBroker(store, emb, {})
+    done, result, written = threading.Event(), {}, [0]
+
+    def build() -> None:
+        try:
+            result.update(store.build_index())
+        finally:
+            done.set()
+
+    def write() -> None:
+        now = datetime.now(UTC)
+        while not done.wait(1 / args.build_rate):
+            v = rng.normal(size=384)
+            payload = MemoryPayload(memory_id=str(uuid.uuid4()), tenant_id=BULK, tier="episodic",
+                                    visibility="subject", subject_id="user-w",
+                                    content_hash="sha256:" + "0" * 64, confidence=0.9,
+                                    valid_from=now, consolidation_state="raw",
+                                    retention_class="durable")  # fmt: skip
+            store.upsert("episodic", [VectorPoint(payload, v / np.linalg.norm(v))])
+            written[0] += 1
+
+    lat: list[float] = []
+    threads = [threading.Thread(target=build), threading.Thread(target=write)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    with connect(url, "benchp_agent") as agent:
+        for k, subject in enumerate(itertools.cycle(subjects[:50])):
+            if done.is_set():
+                break
+            t = time.perf_counter()
+            recall(agent, semantic_request(runs[subject], QUERIES[k % len(QUERIES)]), broker)
+            lat.append(time.perf_counter() - t)
+    for th in threads:
+        th.join()
+    took = time.perf_counter() - t0
+    built = [r for r in result.values() if r["result"] == "built"]
+    steps = "; ".join(f"{r['collection'].split('__')[0]}: copy {r['copy_s']:.1f} s, child "
+                      f"{r['build_s']:.0f} s, swap {r['swap_s']:.1f} s, {r['replayed']} replayed"
+                      for r in built)  # fmt: skip
+    return [
+        ("index build (child process on a copy, swapped in)", f"{took:.0f} s",
+         f"{len(built)} shards built; {steps}"),
+        (f"semantic recall end to end while the index is built ({len(lat)} queries)",
+         f"{ms(lat)}", f"max {max(lat) * 1e3:.0f} ms; {written[0]} vector writes "
+         f"({args.build_rate:g}/s) arriving meanwhile"),
+    ]  # fmt: skip
+
+
+def recall_phase(
+    url: str, plain: EdgeVectorStore, indexed: EdgeVectorStore, emb: Counting, args: Any
+) -> list[Row]:
     rng = np.random.default_rng(args.seed + 1)
     subjects = [f"user-{s}" for s in rng.integers(SUBJECTS, size=args.queries + 20)]
-    with connect(url, "benchp_orchestrator") as orch:
-        runs = {s: call(orch, OPEN_RUN, BULK, AGENT, s, "sess-q", TOOLS) for s in set(subjects)}
+    runs = open_runs(url, subjects)
     vectors = dict(zip(QUERIES, emb.embed(QUERIES), strict=True))
-    broker = LocalBroker(store, emb, {})
-    out: dict[str, list[float]] = {w: [] for w in (*ORDER, "pg", "fusion")}
-    served, fused, hits = [], [], []
+    brokers = {"": LocalBroker(plain, emb, {}), "+ix": LocalBroker(indexed, emb, {})}
+    stores = {"": plain, "+ix": indexed}
+    out: dict[str, list[float]] = {w: [] for w in (*ORDER, "pg", "fusion", "fusion+ix")}
+    served, fused, hits, overlap = [], [], [], []
     n = min(1000, max(MIN_CANDIDATES, LIMIT * CANDIDATE_FACTOR))  # what recall() asks for
     with connect(url, "benchp_agent") as agent:
         for k, subject in enumerate(subjects):
             text, took = QUERIES[k % len(QUERIES)], {}
-            request = {"run_id": str(runs[subject]), "mode": "semantic", "query": text,
-                       "tiers": TIERS, "limit": LIMIT, "filters": FILTERS}  # fmt: skip
+            request = semantic_request(runs[subject], text)
             keys = [f"subject:{subject}", "tenant"]  # what the database resolves, as FILTERS
             flt = RecallFilter(BULK, keys, datetime.now(UTC), 0.3, ["pii"])
             turn = ORDER[k % len(ORDER) :] + ORDER[: k % len(ORDER)]  # noise hits them all
             for what in turn:
+                base, ix = what.removesuffix("+ix"), "+ix" if what.endswith("+ix") else ""
+                broker, store = brokers[ix], stores[ix]
                 t = time.perf_counter()
-                if what == "e2e":
+                if base == "e2e":
                     served.append(len(recall(agent, request, broker)["records"]))
-                elif what == "hybrid":
+                elif base == "hybrid":
                     answer = recall(agent, {**request, "mode": "hybrid"}, broker)
                     assert answer["mode_served"] == "hybrid", answer
                     fused.append(len(answer["records"]))
-                elif what == "embed+edge":
+                elif base == "embed+edge":
                     store.search(TIERS, emb.embed([text])[0], flt, n)
                 else:
                     hits.append(len(store.search(TIERS, vectors[text], flt, n)))
                 took[what] = time.perf_counter() - t
             took["pg"] = took["e2e"] - took["embed+edge"]  # paired: the same query and filter
             took["fusion"] = took["hybrid"] - took["e2e"]  # the lexical list and the fusion
-            for what, s in took.items() if k >= 20 else ():  # the first 20 warm plans and caches
-                out[what].append(s)
+            took["fusion+ix"] = took["hybrid+ix"] - took["e2e+ix"]
+            if k >= 20:  # the first 20 warm plans and caches
+                for what, sec in took.items():
+                    out[what].append(sec)
+                exact = {i for i, _ in indexed.search(TIERS, vectors[text], flt, n, exact=True)}
+                approx = {i for i, _ in indexed.search(TIERS, vectors[text], flt, n)}
+                overlap.append(len(exact & approx) / max(len(exact), 1))
     e2e, direct, hybrid = out["e2e"], out["embed+edge"], out["hybrid"]
+    e2x, hybx = out["e2e+ix"], out["hybrid+ix"]
     return [
-        (f"semantic recall end to end p50 / p95 ({len(e2e)} queries)", ms(e2e),
-         f"p95 <= 30 ms: {OK[pct(e2e, 95) <= 0.030]}; {statistics.mean(served):.1f} served"),
-        (f"hybrid recall end to end p50 / p95 ({len(hybrid)} queries)", ms(hybrid),
-         f"p95 <= 40 ms: {OK[pct(hybrid, 95) <= 0.040]}; {statistics.mean(fused):.1f} served;"
-         " query embedding included"),
-        ("  hybrid - semantic, per query", ms(out["fusion"]),
+        (f"semantic recall end to end p50 / p95 ({len(e2e)} queries), no index", ms(e2e),
+         f"{statistics.mean(served):.1f} served"),
+        ("semantic recall end to end p50 / p95, index built", ms(e2x),
+         f"p95 <= 30 ms: {OK[pct(e2x, 95) <= 0.030]}"),
+        (f"hybrid recall end to end p50 / p95 ({len(hybrid)} queries), no index", ms(hybrid),
+         f"{statistics.mean(fused):.1f} served; query embedding included"),
+        ("hybrid recall end to end p50 / p95, index built", ms(hybx),
+         f"p95 <= 40 ms: {OK[pct(hybx, 95) <= 0.040]}"),
+        ("  hybrid - semantic, per query, no index / index built",
+         f"{ms(out['fusion'])}; {ms(out['fusion+ix'])}",
          "lexical list (BM25 in the scope) and fusion"),
         ("  end to end - direct with embedding, per query", ms(out["pg"]),
-         "Postgres: resolution, re-check, hydration"),
-        ("direct Edge search, same filter, with query embedding", ms(direct), f"limit {n}"),
-        ("direct Edge search, same filter, no embedding", ms(out["edge"]),
-         f"{statistics.mean(hits):.1f} hits"),
+         "Postgres: resolution, re-check, hydration (no index)"),
+        ("direct Edge search, same filter, with query embedding", ms(direct),
+         f"limit {n}, no index"),
+        ("direct Edge search, same filter, no embedding: no index / index built",
+         f"{ms(out['edge'])}; {ms(out['edge+ix'])}", f"{statistics.mean(hits):.1f} hits"),
+        ("index built: share of the exact top candidates found", f"{statistics.mean(overlap):.3f}",
+         f"mean over {len(overlap)} queries, top {n}"),
         ("cost of governance: end to end / direct with embedding",
          f"{pct(e2e, 50) / pct(direct, 50):.2f}x p50, {pct(e2e, 95) / pct(direct, 95):.2f}x p95",
+         "interleaved query by query (no index)"),
+        ("index built / no index, semantic end to end",
+         f"{pct(e2x, 50) / pct(e2e, 50):.2f}x p50, {pct(e2x, 95) / pct(e2e, 95):.2f}x p95",
+         "interleaved query by query"),
+        ("index built / no index, hybrid end to end",
+         f"{pct(hybx, 50) / pct(hybrid, 50):.2f}x p50, {pct(hybx, 95) / pct(hybrid, 95):.2f}x p95",
          "interleaved query by query"),
     ]  # fmt: skip
+
+
+def ignore_lock(directory: str, names: list[str]) -> list[str]:
+    return [".lock"] if ".lock" in names else []
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     opts = {"records": 100_000, "seconds": 20.0, "warmup": 3.0, "rate": 50.0, "backlog": 1000,
-            "queries": 200, "seed": 7}  # fmt: skip
+            "queries": 200, "seed": 7, "build_rate": 20.0}  # fmt: skip
     for name, default in opts.items():
         ap.add_argument(f"--{name}", type=type(default), default=default)
     ap.add_argument("--only-recall", action="store_true", help="phase 4 alone, no graph")
@@ -492,7 +586,18 @@ def main() -> int:
             print(f"4/4 semantic recall: loading {args.records:,} records ...")
             have, load_s = bulk_load(url, args.records, args.seed, emb.model, emb.version)
             rows.append(rebuild(pb, emb, "qdrant"))
-            rows += recall_phase(url, stores[1], emb, args)
+            # a copy that stays without an index; the index is built on the rebuilt shard
+            # while recall runs against it, then the two are queried side by side
+            stores[1].flush()
+            shutil.copytree(tmp / "edge-bulk", tmp / "edge-plain", ignore=ignore_lock)
+            stores.append(EdgeVectorStore(tmp / "edge-plain"))
+            stores[2].ensure_collections(emb.model, emb.version, emb.dims)
+            print("4/4 index build while recall runs ...")
+            rows += build_phase(url, stores[1], emb, args)
+            for row in rows[-2:]:
+                print("| " + " | ".join(row) + " |", flush=True)
+            print("4/4 recall with and without the index ...")
+            rows += recall_phase(url, stores[2], stores[1], emb, args)
     finally:
         set_cursors(p, saved)
         if graph is not None:

@@ -98,6 +98,7 @@ def run(
     dims: int,
     exact_too: bool,
     reopen: bool,
+    build: bool = False,
 ) -> None:
     t = time.perf_counter()
     store = open_store()
@@ -113,18 +114,28 @@ def run(
     print(f"\n{name}: {len(points)} points x {dims} dims")
     print(f"  ensure_collections (4 collections, 20 payload indexes each): {ensure_s:7.2f} s")
     print(f"  upsert + flush: {upsert_s:7.2f} s = {len(points) / upsert_s:9.0f} points/s")
-    modes = [False, True] if exact_too else [False]
+    modes: list[bool | str] = [False, True] if exact_too else [False]
+    if build and isinstance(store, EdgeVectorStore):
+        modes.append("index")
     for exact in modes:
+        if exact == "index":
+            assert isinstance(store, EdgeVectorStore)
+            t = time.perf_counter()
+            built = store.build_index()
+            print(f"  build_index (child process on a copy): {time.perf_counter() - t:7.1f} s")
+            for tier, r in built.items():
+                if r["result"] == "built":
+                    print(f"    {tier}: {r}")
         for shape in ("narrow", "broad"):
             lat = []
             found = 0
             for vec, narrow, broad in qs:
                 rfilter = narrow if shape == "narrow" else broad
                 t = time.perf_counter()
-                hits = store.search(["semantic"], vec, rfilter, 10, exact=exact)
+                hits = store.search(["semantic"], vec, rfilter, 10, exact=exact is True)
                 lat.append((time.perf_counter() - t) * 1000)
                 found += len(hits)
-            mode = "exact " if exact else "approx"
+            mode = {True: "exact ", False: "approx", "index": "HNSW  "}[exact]
             print(
                 f"  query {shape:6} {mode}: p50 {statistics.median(lat):8.2f} ms"
                 f"  p95 {pct(lat, 0.95):8.2f} ms  ({len(lat)} queries, {found / len(lat):.1f} hits)"
@@ -146,6 +157,7 @@ def main() -> None:
     ap.add_argument("--local-queries", type=int, default=20)
     ap.add_argument("--dir", type=Path, default=None, help="parent directory for Edge data")
     ap.add_argument("--skip-local", action="store_true")
+    ap.add_argument("--index", action="store_true", help="then build the HNSW index, query again")
     args = ap.parse_args()
 
     points = make_points(args.points, args.dims, seed=1)
@@ -153,7 +165,14 @@ def main() -> None:
     try:
         qs = queries(args.edge_queries, args.dims, seed=2)
         run(
-            "Qdrant Edge", lambda: EdgeVectorStore(work / "edge"), points, qs, args.dims, True, True
+            "Qdrant Edge",
+            lambda: EdgeVectorStore(work / "edge"),
+            points,
+            qs,
+            args.dims,
+            True,
+            True,
+            args.index,
         )
         if not args.skip_local:
             warnings.simplefilter("ignore")

@@ -347,6 +347,8 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("working", "grant-tenant"): DATABASE | REDIS,
     ("import",): COMMITTER,
     ("rebuild",): PROJECTION,
+    ("vectors", "build-index"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
+    ("vectors", "status"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
     ("drill",): PROJECTION,
     ("verify",): PROJECTION,
     ("check",): PROJECTION

@@ -25,7 +25,10 @@ Backends:
   shard directory per physical collection. One process only may open a data directory
   (Qdrant's rule for an EdgeShard); the store takes an exclusive `flock` on
   `<path>/.lock` and a second opener fails at once with `VectorStoreLocked`. In the
-  embedded deployment `memfabric serve` is that process. `optimize()` is never called.
+  embedded deployment `memfabric serve` is that process. A shard gets its HNSW index only
+  from `EdgeVectorStore.build_index()`: a child process optimizes a copy (the engine holds
+  the interpreter lock while it builds), which is swapped in with the writes it missed
+  replayed; until then, and for points written since, search is exhaustive.
 - `QdrantServerStore(url=…)`: a Qdrant server through `qdrant-client` (production), or its
   local mode (`location=":memory:"` / `path=`), which is brute force and only for tests.
 

@@ -9,7 +9,12 @@ import fcntl
 import json
 import os
 import shutil
-from collections.abc import Mapping
+import subprocess
+import sys
+import threading
+import time
+from array import array
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,17 +45,29 @@ class EdgeVectorStore(_StoreBase):
     else talks to it. A second opener gets `VectorStoreLocked` at once.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, indexing_threshold_kb: int | None = None
+    ) -> None:
+        """`indexing_threshold_kb`: the engine's threshold (KB of vectors) under which a
+        segment is left without an HNSW index by `build_index` (unset: the engine's default,
+        10,000 KB, about 6,500 vectors of 384 dimensions)."""
         super().__init__()
         self.root = Path(path)
+        self._indexing_threshold_kb = indexing_threshold_kb
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _take_lock(self.root / ".lock")
         try:
             self._manifest = self._read_manifest()
+            self._recover_swaps()
         except BaseException:
             _release_lock(self._lock_fd)
             raise
         self._shards: dict[str, qdrant_edge.EdgeShard] = {}
+        # index builds (build_index): the writes each building shard received since its copy
+        self._journals: dict[str, list[tuple[str, Any]]] = {}
+        self._build_lock = threading.Lock()  # one build at a time
+        self._building: str | None = None
+        self._left_unindexed: dict[str, int] = {}  # per shard, after its last build
 
     # manifest --------------------------------------------------------------------------
     @property
@@ -91,8 +108,12 @@ class EdgeVectorStore(_StoreBase):
         if known is not None and CollectionContract.from_dict(known["contract"]) != contract:
             raise ContractMismatch(f"{physical} is recorded with another contract: {known}")
         if physical not in self._shards:
+            optimizers = None
+            if self._indexing_threshold_kb is not None:
+                optimizers = qe.EdgeOptimizersConfig(indexing_threshold=self._indexing_threshold_kb)
             config = qe.EdgeConfig(
-                vectors=qe.EdgeVectorParams(size=contract.dims, distance=qe.Distance.Cosine)
+                vectors=qe.EdgeVectorParams(size=contract.dims, distance=qe.Distance.Cosine),
+                optimizers=optimizers,
             )
             directory = self._shard_dir(physical)
             try:
@@ -119,6 +140,7 @@ class EdgeVectorStore(_StoreBase):
             self._write_manifest()
 
     def _drop(self, physical: str) -> None:
+        self._journals.pop(physical, None)  # a build of the dropped shard is discarded
         shard = self._shards.pop(physical, None)
         if shard is not None:
             shard.close()
@@ -155,22 +177,27 @@ class EdgeVectorStore(_StoreBase):
         import qdrant_edge as qe
 
         points = [qe.Point(pid, vec, payload) for pid, vec, payload in rows]
-        self._shard(physical).update(qe.UpdateOperation.upsert_points(points))
+        with self._mutex:
+            self._shard(physical).update(qe.UpdateOperation.upsert_points(points))
+            if physical in self._journals:  # an index build runs: replay this on its copy
+                self._journals[physical].append(
+                    ("upsert", [(pid, array("f", vec), payload) for pid, vec, payload in rows])
+                )
 
     def _delete_raw(self, physical: str, ids: list[str]) -> None:
         import qdrant_edge as qe
 
         point_ids: list[qe.PointId] = list(ids)
-        self._shard(physical).update(qe.UpdateOperation.delete_points(point_ids))
+        with self._mutex:
+            self._shard(physical).update(qe.UpdateOperation.delete_points(point_ids))
+            if physical in self._journals:
+                self._journals[physical].append(("delete", list(ids)))
 
     def _set_payload_raw(self, physical: str, ids: list[str], payload: dict[str, Any]) -> None:
-        import qdrant_edge as qe
-
-        # by filter: set_payload by id list fails on an id the shard does not hold
-        has_id = qe.HasIdCondition(set(ids))
-        self._shard(physical).update(
-            qe.UpdateOperation.set_payload_by_filter(qe.Filter(must=[has_id]), payload)
-        )
+        with self._mutex:
+            _apply_set_payload(self._shard(physical), ids, payload)
+            if physical in self._journals:
+                self._journals[physical].append(("set_payload", (list(ids), dict(payload))))
 
     def _query_raw(
         self, physical: str, vector: list[float], spec: FilterSpec, n: int, exact: bool
@@ -185,29 +212,34 @@ class EdgeVectorStore(_StoreBase):
             with_vector=False,
             params=qe.SearchParams(exact=exact),
         )
-        return [(str(p.id), float(p.score)) for p in self._shard(physical).query(request)]
+        with self._mutex:
+            found = self._shard(physical).query(request)
+        return [(str(p.id), float(p.score)) for p in found]
 
     def _count_raw(self, physical: str) -> int:
         import qdrant_edge as qe
 
-        return self._shard(physical).count(qe.CountRequest(exact=True))
+        with self._mutex:
+            return self._shard(physical).count(qe.CountRequest(exact=True))
 
     def _scroll_raw(
         self, physical: str, offset: str | None
     ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
         import qdrant_edge as qe
 
-        records, nxt = self._shard(physical).scroll(
-            qe.ScrollRequest(
-                offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=False
+        with self._mutex:
+            records, nxt = self._shard(physical).scroll(
+                qe.ScrollRequest(
+                    offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=False
+                )
             )
-        )
         page = [(str(r.id), dict(r.payload or {})) for r in records]
         return page, None if nxt is None else str(nxt)
 
     def _flush_raw(self) -> None:
-        for shard in self._shards.values():
-            shard.flush()
+        with self._mutex:
+            for shard in self._shards.values():
+                shard.flush()
 
     def _release_unbound(self) -> None:
         bound = {c.physical_name for c in (self._bound or {}).values()}
@@ -225,6 +257,221 @@ class EdgeVectorStore(_StoreBase):
             self._shards.clear()
         finally:
             _release_lock(self._lock_fd)
+
+    # the vector index ----------------------------------------------------------------------
+    # Qdrant Edge builds an HNSW index only when its optimizer runs (`EdgeShard.optimize()`),
+    # which holds the Python interpreter lock for the whole build (minutes at 100,000
+    # points). So the build never runs in this process: the shard is flushed and copied,
+    # a child process optimizes the copy, and the copy is swapped in with the writes it
+    # missed replayed on it. Searches and writes go on against the live shard meanwhile;
+    # they wait only while the copy is taken and while the swap runs.
+
+    def index_status(self) -> dict[str, dict[str, Any]]:
+        """Per bound tier: its physical collection, points, vectors in an HNSW index (the
+        rest are searched by brute force), segments, and whether a build is running."""
+        with self._mutex:
+            out: dict[str, dict[str, Any]] = {}
+            for tier, contract in sorted(self._bindings().items()):
+                info = self._shard(contract.physical_name).info()
+                out[tier] = {
+                    "collection": contract.physical_name,
+                    "points": info.points_count,
+                    "indexed": info.indexed_vectors_count,
+                    "segments": info.segments_count,
+                    "building": self._building == contract.physical_name,
+                }
+            return out
+
+    def build_index(
+        self, tiers: Sequence[str] | None = None, *, min_unindexed: int = 1
+    ) -> dict[str, dict[str, Any]]:
+        """Build the HNSW index of each bound tier's shard (all, or `tiers`) that holds at
+        least `min_unindexed` vectors outside an index, in a child process on a copy, then
+        swap the copy in. Blocks the caller until done; other threads go on searching and
+        writing. Returns per tier what was done (`skipped`, `unchanged` when the engine found
+        nothing to optimize, `built`, `discarded` when the shard was wiped meanwhile) and the
+        seconds each phase took. One build at a time: a second caller waits."""
+        with self._build_lock:
+            status = self.index_status()
+            out: dict[str, dict[str, Any]] = {}
+            for tier in tiers if tiers is not None else list(status):
+                if tier not in status:
+                    raise NotBound(f"no collection bound for tier {tier!r}")
+                st = status[tier]
+                if st["points"] - st["indexed"] < max(min_unindexed, 1):
+                    out[tier] = {"result": "skipped", **st}
+                    continue
+                self._building = st["collection"]
+                try:
+                    out[tier] = self._build_one(st["collection"])
+                finally:
+                    self._building = None
+                    shutil.rmtree(self.root / "building", ignore_errors=True)
+            return out
+
+    def build_index_when_due(self, after: int) -> dict[str, dict[str, Any]]:
+        """`build_index` for the tiers holding at least `after` vectors outside an index
+        beyond what their last build left there (segments under the engine's indexing
+        threshold stay unindexed: they must not make every check build again)."""
+        due = [
+            tier
+            for tier, st in self.index_status().items()
+            if st["points"] - st["indexed"] - self._left_unindexed.get(st["collection"], 0)
+            >= max(after, 1)
+        ]
+        if not due:
+            return {}
+        out = self.build_index(due)
+        status = self.index_status()
+        for tier, result in out.items():
+            if result["result"] in ("built", "unchanged"):
+                left = status[tier]["points"] - status[tier]["indexed"]
+                self._left_unindexed[status[tier]["collection"]] = left
+            else:
+                self._left_unindexed.pop(status[tier]["collection"], None)
+        return out
+
+    def _build_one(self, physical: str) -> dict[str, Any]:
+        import qdrant_edge as qe
+
+        building = self.root / "building"
+        copy = building / physical
+        t0 = time.perf_counter()
+        with self._mutex:
+            shard = self._shard(physical)
+            shutil.rmtree(copy, ignore_errors=True)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shard.flush()
+            _copy_tree(self._shard_dir(physical), copy)
+            self._journals[physical] = []
+        t1 = time.perf_counter()
+        try:
+            child = subprocess.run(
+                [sys.executable, "-c", _BUILD_CHILD, str(copy)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if child.returncode != 0:
+                raise VectorStoreError(
+                    f"building the index of {physical} failed: {child.stderr.strip()[-2000:]}"
+                )
+            built = json.loads(child.stdout.strip().splitlines()[-1])
+        except BaseException:
+            with self._mutex:
+                self._journals.pop(physical, None)
+            shutil.rmtree(copy, ignore_errors=True)
+            raise
+        t2 = time.perf_counter()
+        timing = {"copy_s": round(t1 - t0, 3), "build_s": round(t2 - t1, 3)}
+        with self._mutex:
+            journal = self._journals.pop(physical, None)
+            if journal is None or physical not in self._shards or not built["optimized"]:
+                shutil.rmtree(copy, ignore_errors=True)
+                result = "discarded" if journal is None else "unchanged"
+                return {"result": result, "collection": physical, **timing}
+            fresh = qe.EdgeShard.load(str(copy))
+            try:
+                for op in journal:
+                    _replay(fresh, op)
+                fresh.flush()
+            finally:
+                fresh.close()
+            live = self._shard_dir(physical)
+            aside = live.with_name(live.name + ".old")
+            self._shards.pop(physical).close()
+            os.rename(live, aside)
+            os.rename(copy, live)
+            _fsync_dir(live.parent)
+            try:
+                self._shards[physical] = qe.EdgeShard.load(str(live))
+            except Exception:
+                os.rename(live, copy)  # put the live shard back as it was
+                os.rename(aside, live)
+                self._shards[physical] = qe.EdgeShard.load(str(live))
+                raise
+            shutil.rmtree(aside, ignore_errors=True)
+            info = self._shards[physical].info()
+            timing["swap_s"] = round(time.perf_counter() - t2, 3)
+        return {
+            "result": "built",
+            "collection": physical,
+            "points": info.points_count,
+            "indexed": info.indexed_vectors_count,
+            "segments": info.segments_count,
+            "replayed": len(journal),
+            **timing,
+        }
+
+    def _recover_swaps(self) -> None:
+        """Finish what a crash left: a half-done swap, an unfinished build copy."""
+        shards = self.root / "shards"
+        if shards.is_dir():
+            for aside in shards.glob("*.old"):
+                live = aside.with_name(aside.name.removesuffix(".old"))
+                if live.exists():
+                    shutil.rmtree(aside)  # the swap was done: the built copy is live
+                else:
+                    os.rename(aside, live)  # the swap was not done: the old shard stays
+        shutil.rmtree(self.root / "building", ignore_errors=True)
+
+
+# The child process of build_index: optimize the shard copy at argv[1] at low priority.
+_BUILD_CHILD = """
+import json, os, sys, time
+import qdrant_edge as qe
+os.nice(10)
+t = time.perf_counter()
+shard = qe.EdgeShard.load(sys.argv[1])
+optimized = shard.optimize()
+shard.flush()
+info = shard.info()
+shard.close()
+print(json.dumps({"optimized": optimized, "seconds": time.perf_counter() - t,
+                  "points": info.points_count, "indexed": info.indexed_vectors_count}))
+"""
+
+
+def _apply_set_payload(shard: Any, ids: list[str], payload: dict[str, Any]) -> None:
+    import qdrant_edge as qe
+
+    # by filter: set_payload by id list fails on an id the shard does not hold
+    has_id = qe.HasIdCondition(set(ids))
+    shard.update(qe.UpdateOperation.set_payload_by_filter(qe.Filter(must=[has_id]), payload))
+
+
+def _replay(shard: Any, op: tuple[str, Any]) -> None:
+    """One journalled write, applied to the built copy as it was to the live shard."""
+    import qdrant_edge as qe
+
+    kind, arg = op
+    if kind == "upsert":
+        points = [qe.Point(pid, vec.tolist(), payload) for pid, vec, payload in arg]
+        shard.update(qe.UpdateOperation.upsert_points(points))
+    elif kind == "delete":
+        shard.update(qe.UpdateOperation.delete_points(arg))
+    else:
+        _apply_set_payload(shard, *arg)
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """Copy a shard directory keeping its preallocated files sparse (GNU cp; a reflink where
+    the filesystem has them), else file by file."""
+    cp = shutil.which("cp")
+    if cp is not None:
+        argv = [cp, "-a", "--reflink=auto", "--sparse=always", str(src), str(dst)]
+        if subprocess.call(argv, stderr=subprocess.DEVNULL) == 0:
+            return
+        shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _edge_index(kind: str) -> Any:
