@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from conftest import Fabric
-from integration.test_projection import StoreWithFault, form, point_ids
+from integration.test_projection import StoreWithFault, point_ids
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.projector import Projector
 from memfabric.vectors import EdgeVectorStore, VectorStore
@@ -78,7 +78,7 @@ def test_the_pipeline_projects_in_small_batches_and_moves_the_cursor_last(
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     run = fabric.open_run()
-    ids = {form(fabric, run, f"pipelined record {i}") for i in range(12)}
+    ids = {fabric.form(run, f"pipelined record {i}") for i in range(12)}
     projector = Projector(url, model, edge, None, batch=5)  # several batches in flight
     run_until(projector, lambda: cursor(fabric) == last_event(fabric))
     assert point_ids(edge, "episodic") == ids
@@ -101,7 +101,7 @@ def test_records_formed_while_it_runs_are_projected(
     thread.start()
     try:
         run = fabric.open_run()
-        ids = {form(fabric, run, f"arrives while running {i}") for i in range(8)}
+        ids = {fabric.form(run, f"arrives while running {i}") for i in range(8)}
         deadline = time.monotonic() + 60
         while point_ids(edge, "episodic") != ids and time.monotonic() < deadline:
             threading.Event().wait(0.1)
@@ -117,7 +117,7 @@ def test_a_failed_write_leaves_the_cursor_and_a_new_run_replays(
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     run = fabric.open_run()
-    ids = {form(fabric, run, f"replayed record {i}") for i in range(6)}
+    ids = {fabric.form(run, f"replayed record {i}") for i in range(6)}
     before = cursor(fabric)
     buggy = StoreWithFault(edge, TypeError("a bug in a backend"), once=False)
     with pytest.raises(TypeError, match="a bug in a backend"):
@@ -136,7 +136,7 @@ def test_a_lost_store_is_retried_from_the_cursor(
 ) -> None:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     run = fabric.open_run()
-    ids = {form(fabric, run, f"after the store came back {i}") for i in range(5)}
+    ids = {fabric.form(run, f"after the store came back {i}") for i in range(5)}
     flaky = StoreWithFault(edge, ConnectionResetError("the store went away"), once=True)
     projector = Projector(url, model, flaky, None, batch=2)  # type: ignore[arg-type]
     run_until(projector, lambda: cursor(fabric) == last_event(fabric))
