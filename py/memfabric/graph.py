@@ -334,9 +334,14 @@ class GraphStore:
         database: str = LOCAL_DATABASE,
         *,
         batch_size: int = BATCH,
+        retry_seconds: float = 30.0,
     ) -> None:
+        """`retry_seconds`: how long a write transaction is retried while the server is
+        unreachable before the driver's error reaches the caller (the driver's default)."""
         if batch_size < 1:
             raise ValueError("batch_size must be positive")
+        if retry_seconds < 0:
+            raise ValueError("retry_seconds must not be negative")
         self.uri = uri
         self.database = database
         self.batch_size = batch_size
@@ -345,6 +350,7 @@ class GraphStore:
             auth=(user, password),
             max_connection_pool_size=10,
             connection_timeout=15.0,
+            max_transaction_retry_time=retry_seconds,
         )
 
     # -- lifecycle -------------------------------------------------------------------------

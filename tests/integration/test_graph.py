@@ -490,3 +490,11 @@ def test_script_status_url_and_neo4j_uri(graph_server: GraphServer) -> None:
     assert graph_sh(graph_server.env, "status").returncode == 0  # still ours, still up
     other = graph_server.env | {"GRAPH_ROOT": str(graph_server.root.parent / "nothing")}
     assert graph_sh(other, "status").returncode == 3
+
+
+def test_a_store_refuses_a_bad_batch_size_or_retry_time() -> None:
+    # validated before the driver is made: no server is needed to be refused
+    with pytest.raises(ValueError, match="batch_size"):
+        GraphStore("bolt://127.0.0.1:1", "root", "x", batch_size=0)
+    with pytest.raises(ValueError, match="retry_seconds"):
+        GraphStore("bolt://127.0.0.1:1", "root", "x", retry_seconds=-1)

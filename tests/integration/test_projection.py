@@ -56,7 +56,8 @@ def vectors(
 
 @pytest.fixture
 def graph(graph_server: GraphServer) -> Iterator[GraphStore]:
-    with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as g:
+    # one second of retries, not the driver's 30: the server-away test waits them out
+    with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE, retry_seconds=1.0) as g:
         g.ensure_schema()
         g.wipe()
         yield g
