@@ -19,14 +19,10 @@ from memfabric.embedding import MiniLMEmbedder
 from memfabric.projector import Projector
 from memfabric.vectors import EdgeVectorStore, VectorStore
 
-pytestmark = pytest.mark.slow  # loads the model
 
-
-@pytest.fixture(scope="module")
-def model() -> MiniLMEmbedder:
-    m = MiniLMEmbedder()
-    m.embed(["warm up"])
-    return m
+@pytest.fixture
+def model(minilm: MiniLMEmbedder) -> MiniLMEmbedder:
+    return minilm  # the session's model
 
 
 @pytest.fixture
