@@ -42,8 +42,8 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__normalise: a record is born raw (or consolidated/reflected by
--- a workflow), stamped with the transaction time, its hash and its search text computed by
--- the database. One trigger does all of a formation's per-row work (the search text's
+-- a workflow), stamped with the transaction time, its hash and its search text (and the
+-- search text's length, for BM25) computed by the database. One trigger does all of a formation's per-row work (the search text's
 -- UPDATE rule is _150_search_text, sql/140_search_text.sql).
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__normalise()
 RETURNS trigger
@@ -72,6 +72,7 @@ BEGIN
   END IF;
   NEW.content_hash := v_hash;
   NEW.search_tsv := fabric._search_text(NEW.content);
+  NEW.search_length := fabric._search_length(NEW.search_tsv);
   NEW.recorded_at := pg_catalog.now();
   NEW.known_since := pg_catalog.now();
   NEW.revision := 1;

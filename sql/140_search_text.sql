@@ -44,13 +44,19 @@ $$;
 -- A record is formed with the derived text (fabric.tg_memory_records__normalise, in the
 -- one BEFORE INSERT trigger); after that the one change allowed is to the text the current
 -- configuration derives from the content (what `memfabric db reindex-text` does after the
--- configuration changed).
+-- configuration changed). The stored search length (what BM25 reads) follows the search
+-- text: no one sets it, every change of the text re-counts it.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__search_text()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF NEW.search_length IS DISTINCT FROM OLD.search_length THEN
+    PERFORM fabric._raise_rule('MF001',
+      'committed memory records are immutable: search length cannot change',
+      'search length is counted from the search text by the database');
+  END IF;
   IF NEW.content IS NULL THEN
     NEW.search_tsv := NULL;          -- erased or window-closed: the derived text goes too
   ELSIF NEW.search_tsv IS DISTINCT FROM OLD.search_tsv
@@ -59,10 +65,16 @@ BEGIN
       'committed memory records are immutable: search text cannot change',
       'search text is derived from content; memfabric db reindex-text re-derives it');
   END IF;
+  IF NEW.search_tsv IS DISTINCT FROM OLD.search_tsv THEN
+    NEW.search_length := fabric._search_length(NEW.search_tsv);
+  END IF;
   RETURN NEW;
 END $$;
 
 DROP TRIGGER IF EXISTS _150_search_text ON fabric.memory_records;
+-- migration 0021's bridge, until this replay: the triggers here write the search length
+DROP TRIGGER IF EXISTS _999_search_length_0021 ON fabric.memory_records;
+DROP FUNCTION IF EXISTS fabric.tg_memory_records__search_length_0021();
 CREATE TRIGGER _150_search_text
   BEFORE UPDATE ON fabric.memory_records
   FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__search_text();
@@ -111,43 +123,36 @@ DECLARE
 BEGIN
   IF TG_OP = 'INSERT' THEN
     -- each record's lexemes unnested once and grouped once: a lexeme's row counts the
-    -- records holding it, and its positions summed per scope are the documents' lengths
-    -- (what fabric._search_length counts, without one call per record)
+    -- records holding it; the scope's row sums the records' stored search lengths
     INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
-    WITH lexemes AS MATERIALIZED (
-      SELECT n.tenant_id, n.scope_key, u.lexeme, pg_catalog.count(*) AS docs,
-             pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)) AS positions
-        FROM new_rows n CROSS JOIN LATERAL pg_catalog.unnest(n.search_tsv) u
-       WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
-       GROUP BY n.tenant_id, n.scope_key, u.lexeme)
-    SELECT d.tenant_id, d.scope_key, '', d.docs, coalesce(l.length, 0)
-      FROM (SELECT n.tenant_id, n.scope_key, pg_catalog.count(*) AS docs
-              FROM new_rows n
-             WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
-             GROUP BY n.tenant_id, n.scope_key) d
-      LEFT JOIN (SELECT x.tenant_id, x.scope_key, pg_catalog.sum(x.positions)::bigint AS length
-                   FROM lexemes x GROUP BY x.tenant_id, x.scope_key) l
-        ON l.tenant_id = d.tenant_id AND l.scope_key = d.scope_key
+    SELECT n.tenant_id, n.scope_key, '', pg_catalog.count(*), pg_catalog.sum(n.search_length)
+      FROM new_rows n
+     WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
+     GROUP BY n.tenant_id, n.scope_key
     UNION ALL
-    SELECT x.tenant_id, x.scope_key, x.lexeme, x.docs, 0
-      FROM lexemes x;
+    SELECT n.tenant_id, n.scope_key, u.lexeme, pg_catalog.count(*), 0
+      FROM new_rows n CROSS JOIN LATERAL pg_catalog.unnest(n.search_tsv) u
+     WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
+     GROUP BY n.tenant_id, n.scope_key, u.lexeme;
     RETURN NULL;
   END IF;
 
   INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
   WITH changed AS (
     SELECT o.tenant_id, o.scope_key AS old_key, o.search_tsv AS old_tsv,
-           n.scope_key AS new_key, n.search_tsv AS new_tsv
+           o.search_length AS old_length, n.scope_key AS new_key, n.search_tsv AS new_tsv,
+           n.search_length AS new_length
       FROM old_rows o JOIN new_rows n USING (memory_id)
      WHERE (o.search_tsv, o.scope_key) IS DISTINCT FROM (n.search_tsv, n.scope_key)),
   delta AS (
-    SELECT c.tenant_id, c.old_key AS scope_key, c.old_tsv AS search_tsv, -1 AS sign
+    SELECT c.tenant_id, c.old_key AS scope_key, c.old_tsv AS search_tsv,
+           c.old_length AS search_length, -1 AS sign
       FROM changed c WHERE c.old_tsv IS NOT NULL AND c.old_key IS NOT NULL
     UNION ALL
-    SELECT c.tenant_id, c.new_key, c.new_tsv, 1
+    SELECT c.tenant_id, c.new_key, c.new_tsv, c.new_length, 1
       FROM changed c WHERE c.new_tsv IS NOT NULL AND c.new_key IS NOT NULL)
   SELECT d.tenant_id, d.scope_key, '', pg_catalog.sum(d.sign),
-         pg_catalog.sum(d.sign * fabric._search_length(d.search_tsv))
+         pg_catalog.sum(d.sign * d.search_length)
     FROM delta d GROUP BY d.tenant_id, d.scope_key
   UNION ALL
   SELECT d.tenant_id, d.scope_key, u.lexeme, pg_catalog.sum(d.sign), 0
@@ -236,8 +241,7 @@ BEGIN
     v_records := v_records + v_changed;
     DELETE FROM fabric.search_stats s WHERE s.tenant_id = v_tenant;
     INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
-    SELECT m.tenant_id, m.scope_key, '', pg_catalog.count(*),
-           pg_catalog.sum(fabric._search_length(m.search_tsv))
+    SELECT m.tenant_id, m.scope_key, '', pg_catalog.count(*), pg_catalog.sum(m.search_length)
       FROM fabric.memory_records m
      WHERE m.tenant_id = v_tenant AND m.search_tsv IS NOT NULL AND m.scope_key IS NOT NULL
      GROUP BY m.tenant_id, m.scope_key

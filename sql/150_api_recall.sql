@@ -189,16 +189,15 @@ BEGIN
       SELECT m.memory_id, bm.score, fabric._record_json(m)
       FROM fabric.memory_records m
       -- BM25 per candidate, without a function call per record: the record's length is
-      -- what fabric._search_length counts, written out; the query lexemes it holds are
-      -- picked out of its search text by setweight/ts_filter (both in C) before anything
-      -- is unnested, so only the few matching lexemes become rows. The join on the lexeme
-      -- keeps the sum exact whatever weights the search text carries. (ts_filter drops a
-      -- lexeme stored without positions, which search text derived by the database never
-      -- has; a record left with no scored lexeme scores 0, never NULL.)
+      -- its stored search_length (fabric._search_length of its search text, written with
+      -- it); the query lexemes it holds are picked out of its search text by
+      -- setweight/ts_filter (both in C) before anything is unnested, so only the few
+      -- matching lexemes become rows. The join on the lexeme keeps the sum exact whatever
+      -- weights the search text carries. (ts_filter drops a lexeme stored without
+      -- positions, which search text derived by the database never has; a record left
+      -- with no scored lexeme scores 0, never NULL.)
       CROSS JOIN LATERAL (
-        SELECT GREATEST(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)), 1)
-                 ::double precision AS n
-          FROM pg_catalog.unnest(m.search_tsv) u) dl
+        SELECT GREATEST(m.search_length, 1)::double precision AS n) dl
       CROSS JOIN LATERAL (
         SELECT coalesce(pg_catalog.sum(q.idf * tf.n * (c_k1 + 1)
                  / (tf.n + c_k1 * (1 - c_b + c_b * dl.n / coalesce(v_avgdl, dl.n)))), 0) AS score

@@ -140,6 +140,7 @@ COMMENT ON COLUMN fabric.memory_records.erasure_approval_id IS 'The approval tha
 COMMENT ON COLUMN fabric.memory_records.revision IS 'Revision number, raised by each change of a mutable column.';
 COMMENT ON COLUMN fabric.memory_records.known_since IS 'Transaction time: since when the current revision holds.';
 COMMENT ON COLUMN fabric.memory_records.search_tsv IS 'Search text derived from the content for lexical recall; NULL once content is gone.';
+COMMENT ON COLUMN fabric.memory_records.search_length IS 'Length of the search text for BM25 (fabric._search_length of search_tsv, 0 once content is gone); written with the search text, set by no one.';
 COMMENT ON COLUMN fabric.memory_records.assertion_key IS
   'Generated from content->>''key''; at most one live record per key, tier and scope at any valid time.';
 

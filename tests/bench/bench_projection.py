@@ -79,8 +79,8 @@ OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '6 hours'::interval)"
 SET_CURSOR = "SELECT fabric_api.set_projection_cursor(%s, %s::xid8, %s::uuid, true)"
 BULK_COPY = """COPY fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
   session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
-  confidence, valid_from, valid_until, consolidation_state, retention_class, compliance_labels)
-  FROM STDIN"""
+  confidence, valid_from, valid_until, consolidation_state, retention_class, compliance_labels,
+  search_length) FROM STDIN"""
 EMBEDDINGS = """COPY fabric.memory_embeddings (tenant_id, memory_id, model, model_version, dims,
   embedding, content_hash) FROM STDIN (FORMAT BINARY)"""
 OTHER_PROJECTORS = """SELECT DISTINCT usename FROM pg_stat_activity
@@ -88,7 +88,8 @@ OTHER_PROJECTORS = """SELECT DISTINCT usename FROM pg_stat_activity
   AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = usename)"""
 # The fixture shortcut skips the triggers: derive the search text and fold the statistics
 # the way they would have (the same functions), for the bulk tenant only.
-SEARCH_TEXT = """UPDATE fabric.memory_records SET search_tsv = fabric._search_text(content)
+SEARCH_TEXT = """UPDATE fabric.memory_records SET search_tsv = fabric._search_text(content),
+  search_length = fabric._search_length(fabric._search_text(content))
   WHERE tenant_id = %(t)s AND content IS NOT NULL AND search_tsv IS NULL"""
 SEARCH_STATS = """INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
 SELECT tenant_id, scope_key, '', count(*), sum(fabric._search_length(search_tsv))
@@ -373,7 +374,7 @@ def bulk_load(url: str, n: int, seed: int, model: str, version: str) -> tuple[in
                                   keys[-1][1], f"evt-bulk-{i}", AGENT, "extraction",
                                   round(float(r[4]), 3), start, until,
                                   "superseded" if r[5] < 0.03 else "raw", "durable",
-                                  ["pii"] if r[5] > 0.95 else []))  # fmt: skip
+                                  ["pii"] if r[5] > 0.95 else [], 0))  # fmt: skip
             with su.cursor().copy(EMBEDDINGS) as cp:
                 cp.set_types(["text", "uuid", "text", "text", "int4", vector.oid, "text"])
                 for (mid, h), v in zip(keys, vecs, strict=True):

@@ -80,14 +80,14 @@ RECORDS_SQL = """
 INSERT INTO fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
   session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
   confidence, valid_from, valid_until, recorded_at, consolidation_state, retention_class,
-  compliance_labels, search_tsv)
+  compliance_labels, search_tsv, search_length)
 SELECT t.tenant_id, gen_random_uuid(), (ARRAY['episodic', 'semantic'])[1 + i %% 2],
        CASE WHEN (i / 20) %% 10 = 3 THEN 'tenant' ELSE 'subject' END,
        'user-' || ((i / 2) %% %(subjects)s), 'sess-' || (i %% 7), %(agent)s, c.content,
        'sha256:' || encode(sha256(convert_to(t.tenant_id || i, 'UTF8')), 'hex'),
        'evt-' || i, %(agent)s, 'extraction', (i %% 97) / 96.0,
        now() - make_interval(days => 1 + i %% 400), NULL, now(), 'raw', 'durable', '{}',
-       jsonb_to_tsvector(s.text_search_config, c.content, '["string"]')
+       x.tsv, fabric._search_length(x.tsv)
 FROM unnest(%(tenants)s::text[]) AS t(tenant_id)
 CROSS JOIN generate_series(1, %(per_tenant)s) AS i
 CROSS JOIN fabric.deployment_settings s
@@ -95,6 +95,8 @@ CROSS JOIN LATERAL (SELECT jsonb_build_object('text', 'note ' || i || ' about to
   || abs(hashtext(t.tenant_id || i) %% %(topics)s) || ' and topic'
   || abs(hashtext(i || t.tenant_id) %% %(topics)s) || '. '
   || %(filler)s) AS content) c
+CROSS JOIN LATERAL (SELECT jsonb_to_tsvector(s.text_search_config, c.content, '["string"]')
+  AS tsv) x
 """
 STATS_SQL = """
 INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)

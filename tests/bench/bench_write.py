@@ -108,6 +108,16 @@ SELECT p.tenant_id, %s, p.tier, p.visibility, p.subject_id, p.agent_id, p.sessio
 FROM bench_baseline.proposals p WHERE p.tenant_id = %s AND p.proposal_id = %s"""
 # The derived search text (migration 0003), when present: data the governed row carries.
 TSV = (", search_tsv", """, jsonb_to_tsvector(%s::regconfig, p.content, '["string"]')""")
+# ... and its length for BM25 (migration 0021), when present: what fabric._search_length
+# counts, written out (the baseline's logins may not call the fabric's functions).
+LENGTH = (
+    ", search_length",
+    """, (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
+       FROM unnest(jsonb_to_tsvector(%s::regconfig, p.content, '["string"]')) u)""",
+)
+HAS_LENGTH = """SELECT EXISTS (SELECT 1 FROM pg_attribute
+  WHERE attrelid = 'fabric.memory_records'::regclass AND attname = 'search_length'
+  AND NOT attisdropped)"""
 HAS_TSV = """SELECT (SELECT text_search_config::text FROM fabric.deployment_settings)
   WHERE EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'fabric.memory_records'::regclass
                 AND attname = 'search_tsv' AND NOT attisdropped)"""
@@ -183,6 +193,8 @@ def setup(url: str) -> State:
                 su.execute(grant.format(sql.Identifier(group), sql.Identifier(login)))
         su.execute(BASELINE_DDL)
         tsconfig = tuple(r[0] for r in su.execute(HAS_TSV))
+        has_length = su.execute(HAS_LENGTH).fetchone()
+        with_length = bool(tsconfig) and has_length is not None and bool(has_length[0])
         waiting = su.execute(WAITING, (TENANT,)).fetchall()
     if waiting:  # commit_pending drains every tenant: it would commit these too
         raise SystemExit(f"validated proposals wait in tenants {waiting}: drain them first")
@@ -200,6 +212,9 @@ def setup(url: str) -> State:
         while call(committer, COMMIT_PENDING, 1000)["committed"]:  # a killed run's leftovers
             pass
     tsv = [sql.SQL(x if tsconfig else "") for x in TSV]
+    if with_length:  # the length is computed from the same derivation (one more parameter)
+        tsv = [x + sql.SQL(y) for x, y in zip(tsv, LENGTH, strict=True)]
+        tsconfig = tsconfig * 2
     return State(run_id, sql.SQL(B_RECORD).format(*tsv), tsconfig)
 
 

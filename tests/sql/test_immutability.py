@@ -23,6 +23,7 @@ IMMUTABLE = [
     ("content", '\'{"text": "rewritten"}\'::jsonb'),
     ("content_hash", "'sha256:' || repeat('0', 64)"),
     ("search_tsv", "to_tsvector('simple', 'forged')"),
+    ("search_length", "search_length + 1"),
     ("tenant_id", "'globex'"),
     ("memory_id", "gen_random_uuid()"),
     ("visibility", "'tenant'"),

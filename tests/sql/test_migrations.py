@@ -237,3 +237,71 @@ def test_downgrade_to_base_then_migrate_restores_the_schema(installs: dict[str, 
 def test_roles_survive_a_downgrade(installs: dict[str, Any]) -> None:
     assert installs["roles_before_downgrade"] >= FABRIC_ROLES
     assert installs["roles_after_downgrade"] == installs["roles_before_downgrade"]
+
+
+# --- 0021: the stored search length, backfilled ---------------------------------------------
+
+# Records of a database before 0021 (the column is absent): the superuser's bulk shortcut,
+# enough of them for the backfill to take two batches of 10,000.
+BEFORE_0021 = """
+INSERT INTO fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
+  content, content_hash, source_event_id, formed_by, formation_method, confidence,
+  valid_from, consolidation_state, retention_class, search_tsv)
+SELECT 'globex', gen_random_uuid(), 'episodic', 'subject', 'user-' || (i % 7),
+       jsonb_build_object('text', repeat('word' || (i % 13) || ' ', 1 + i % 5) || 'note ' || i),
+       'sha256:' || encode(sha256(convert_to('globex' || i, 'UTF8')), 'hex'), 'evt-' || i,
+       'os-agt-010', 'extraction', 0.5, now(), 'raw', 'durable',
+       fabric._search_text(jsonb_build_object('text',
+         repeat('word' || (i % 13) || ' ', 1 + i % 5) || 'note ' || i))
+FROM generate_series(1, 12000) i
+"""
+
+
+def bridge(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgname = '_999_search_length_0021'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_0021_backfills_every_records_search_length(fabric: Any) -> None:
+    run = fabric.open_run()
+    formed = [fabric.form(run, t) for t in ("the invoices in EUR", "parcel parcel parcel")]
+    mfdb.bootstrap(fabric.url)  # a clone lacks the migration role's grant on the database
+    mfdb.downgrade(fabric.url, "0020_projection_feeds")
+    with fabric.su() as su:
+        assert not su.execute(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = 'fabric.memory_records'::regclass"
+            " AND attname = 'search_length' AND NOT attisdropped"
+        ).fetchone()
+        su.execute("SET session_replication_role = replica")
+        su.execute(BEFORE_0021)
+        su.execute("UPDATE fabric.memory_records SET search_tsv = NULL WHERE memory_id = %s",
+                   (formed[1],))  # fmt: skip
+    mfdb.upgrade(fabric.url)
+    assert bridge(fabric.url) == 1  # until the replay, the length is written by the bridge
+    mfdb.migrate(fabric.url)
+    assert bridge(fabric.url) == 0
+    with fabric.su() as su:
+        total, wrong = su.execute(
+            "SELECT count(*), count(*) FILTER (WHERE search_length IS DISTINCT FROM"
+            " fabric._search_length(search_tsv)) FROM fabric.memory_records"
+        ).fetchone()  # type: ignore[misc]
+        not_null, constraints = su.execute(
+            "SELECT a.attnotnull, (SELECT count(*) FROM pg_constraint c"
+            "  WHERE c.conrelid = a.attrelid AND c.conname LIKE '%search_length%')"
+            " FROM pg_attribute a WHERE a.attrelid = 'fabric.memory_records'::regclass"
+            " AND a.attname = 'search_length'"
+        ).fetchone()  # type: ignore[misc]
+        lengths = dict(
+            su.execute(
+                "SELECT memory_id::text, search_length FROM fabric.memory_records"
+                " WHERE memory_id = ANY(%s)",
+                (formed,),
+            ).fetchall()
+        )
+    assert total == 12002 and wrong == 0
+    assert not_null and constraints == 0
+    assert lengths == {formed[0]: 2, formed[1]: 0}

@@ -227,6 +227,97 @@ def test_changing_the_configuration_then_reindexing_rebuilds_text_and_statistics
     assert ids(ask(fabric, "the")) == [memory_id]
 
 
+def stored_lengths(fabric: Fabric) -> list[tuple[str, int, int]]:
+    """(memory_id, stored search_length, fabric._search_length(search_tsv)) of every record."""
+    with fabric.su() as su:
+        rows = su.execute(
+            "SELECT memory_id::text, search_length, fabric._search_length(search_tsv)::integer"
+            " FROM fabric.memory_records ORDER BY memory_id"
+        ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def scope_lengths(fabric: Fabric) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Per scope: the statistics' summed length, and the records' stored lengths summed."""
+    with fabric.su() as su:
+        stats = su.execute(
+            "SELECT scope_key, sum(length)::bigint FROM fabric.search_stats WHERE lexeme = ''"
+            " GROUP BY scope_key HAVING sum(docs) > 0 ORDER BY scope_key"
+        ).fetchall()
+        stored = su.execute(
+            "SELECT scope_key, sum(search_length)::bigint FROM fabric.memory_records"
+            " WHERE search_tsv IS NOT NULL AND scope_key IS NOT NULL"
+            " GROUP BY scope_key ORDER BY scope_key"
+        ).fetchall()
+    return [(r[0], r[1]) for r in stats], [(r[0], r[1]) for r in stored]
+
+
+def test_the_stored_search_length_is_always_what_the_search_text_counts(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    texts = ["the invoices", "invoices invoices in EUR EUR EUR", "parcel", "a an the of"]
+    formed = [fabric.form(run, t) for t in texts]
+    other = fabric.form(fabric.open_run(subject="user-gone", session=None), "erase me soon")
+    after_insert = stored_lengths(fabric)
+    assert len(after_insert) == 5
+    assert all(length == counted for _, length, counted in after_insert)
+    assert {m: n for m, n, _ in after_insert}[formed[1]] == 5  # "in" is a stop word
+    assert {m: n for m, n, _ in after_insert}[formed[3]] == 0  # stop words only
+    stats, stored = scope_lengths(fabric)
+    assert stats == stored
+
+    # erasure takes the search text, and the length with it
+    approval = uuid.uuid4()
+    conn = fabric.su()
+    conn.execute("SET ROLE fabric_owner")
+    conn.execute(
+        "SELECT set_config('fabric.tenant_id', 'acme', false), "
+        "set_config('fabric.actor', 'os-agt-010', false), "
+        "set_config('fabric.approval_id', %s, false)",
+        (str(approval),),
+    )
+    conn.execute(
+        "UPDATE fabric.memory_records SET content = NULL, subject_id = NULL, session_id = NULL,"
+        " agent_id = NULL, consolidation_state = 'tombstoned', erased_at = now(),"
+        " erasure_approval_id = %s WHERE memory_id = %s",
+        (approval, other),
+    )
+    after_erasure = stored_lengths(fabric)
+    assert all(length == counted for _, length, counted in after_erasure)
+    assert {m: n for m, n, _ in after_erasure}[other] == 0
+    stats, stored = scope_lengths(fabric)
+    assert stats == stored
+
+    # the reindex after a configuration change re-counts it (stop words now count)
+    fabric.session("mf_admin").execute(
+        'SELECT fabric_api.configure_deployment(\'{"text_search_config": "simple"}\')'
+    )
+    mfdb.reindex_text(fabric.url)
+    after_reindex = stored_lengths(fabric)
+    assert all(length == counted for _, length, counted in after_reindex)
+    assert {m: n for m, n, _ in after_reindex}[formed[0]] == 2
+    assert {m: n for m, n, _ in after_reindex}[formed[3]] == 4
+    stats, stored = scope_lengths(fabric)
+    assert stats == stored
+
+
+def test_no_one_sets_the_search_length(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    memory_id = fabric.form(run, "asked for invoices in EUR")
+    conn = fabric.su()
+    conn.execute("SET ROLE fabric_owner")
+    conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
+    for change in ("search_length = 1000", "search_length = search_length + 1"):
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(
+                f"UPDATE fabric.memory_records SET {change} WHERE memory_id = %s",  # noqa: S608
+                (memory_id,),
+            )
+        assert info.value.sqlstate == "MF001"
+    assert stored_lengths(fabric) == [(memory_id, 3, 3)]
+    stats, stored = scope_lengths(fabric)
+    assert stats == stored == [("subject:user-8842", 3)]
+
+
 def test_search_text_can_only_become_what_the_content_derives(fabric: Fabric) -> None:
     run = fabric.open_run()
     memory_id = fabric.form(run, "asked for invoices in EUR")

@@ -29,7 +29,7 @@ BULK = """
 INSERT INTO fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
   session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
   confidence, valid_from, valid_until, recorded_at, consolidation_state, retention_class,
-  compliance_labels, search_tsv, erased_at, erasure_approval_id)
+  compliance_labels, search_tsv, search_length, erased_at, erasure_approval_id)
 SELECT %(tenant)s::text, gen_random_uuid(),
        (ARRAY['episodic','semantic','procedural','profile'])[1 + i %% 4],
        v.vis, 'user-' || (i %% %(subjects)s), 'sess-' || (i %% 7), 'agt-' || (i %% 5),
@@ -37,8 +37,9 @@ SELECT %(tenant)s::text, gen_random_uuid(),
        'sha256:' || encode(sha256(convert_to(%(tenant)s::text || i, 'UTF8')), 'hex'),
        'evt-' || i, 'os-agt-010', 'extraction', (i %% 100) / 100.0,
        now() - make_interval(days => i %% 400), NULL, now(), 'raw', 'durable', '{}',
-       to_tsvector('simple', 'word' || (i %% 500) || ' note ' || i), NULL, NULL
+       x.tsv, fabric._search_length(x.tsv), NULL, NULL
 FROM generate_series(1, %(rows)s) i
+CROSS JOIN LATERAL (SELECT to_tsvector('simple', 'word' || (i %% 500) || ' note ' || i) AS tsv) x
 CROSS JOIN LATERAL (SELECT (ARRAY['subject','subject','subject','tenant','session','agent'])
                            [1 + (i / 4) %% 6] AS vis) v
 """
@@ -254,12 +255,13 @@ def mixed(server: Any, template: str) -> Iterator[tuple[str, list[dict[str, Any]
                 "subject_id, session_id, agent_id, content, content_hash, source_event_id, "
                 "formed_by, formation_method, confidence, valid_from, valid_until, "
                 "consolidation_state, retention_class, compliance_labels, erased_at, "
-                "erasure_approval_id) VALUES (%(tenant_id)s, %(memory_id)s, %(tier)s, "
+                "erasure_approval_id, search_length) VALUES (%(tenant_id)s, %(memory_id)s, "
+                "%(tier)s, "
                 "%(visibility)s, %(subject_id)s, %(session_id)s, %(agent_id)s, %(content)s, "
                 "'sha256:' || repeat('0', 64), 'evt', 'os-agt-010', 'extraction', "
                 "%(confidence)s, %(valid_from)s, %(valid_until)s, %(state)s, 'operational', "
                 "%(labels)s, CASE WHEN %(state)s = 'tombstoned' THEN now() END, "
-                "CASE WHEN %(state)s = 'tombstoned' THEN gen_random_uuid() END)",
+                "CASE WHEN %(state)s = 'tombstoned' THEN gen_random_uuid() END, 0)",
                 [
                     {
                         **r,
