@@ -290,8 +290,10 @@ SET LOCAL ROLE fabric_owner;
 GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_settings,
   fabric.search_stats TO fabric_retriever;
 GRANT EXECUTE ON FUNCTION fabric._record_json(fabric.memory_records),
-  fabric._text_search_config(), fabric._search_length(tsvector),
-  fabric._any_term_query(text[]) TO fabric_retriever;
+  fabric._text_search_config(), fabric._any_term_query(text[]) TO fabric_retriever;
+-- BM25 reads the stored length (memory_records.search_length): the retriever no longer
+-- counts it, so it loses the grant it had before 0.4.0.
+REVOKE EXECUTE ON FUNCTION fabric._search_length(tsvector) FROM fabric_retriever;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_fused: the answer's records from up to two ranked lists, fused by
