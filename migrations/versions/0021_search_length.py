@@ -38,7 +38,10 @@ AS $$
 BEGIN
   IF TG_OP = 'INSERT' OR NEW.search_tsv IS DISTINCT FROM OLD.search_tsv
      OR NEW.search_length IS NULL THEN
-    NEW.search_length := fabric._search_length(NEW.search_tsv);
+    -- fabric._search_length written out: an alembic-only upgrade from an old revision
+    -- has not replayed sql/, so this revision may not call functions that sql/ defines
+    NEW.search_length := (SELECT coalesce(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)), 0)
+                      FROM pg_catalog.unnest(NEW.search_tsv) u);
   END IF;
   RETURN NEW;
 END $$;
@@ -71,12 +74,14 @@ BEGIN
       ALTER TABLE fabric.memory_records DISABLE TRIGGER USER;
       IF v_upto IS NOT NULL THEN
         UPDATE fabric.memory_records m
-           SET search_length = fabric._search_length(m.search_tsv)
+           SET search_length = (SELECT coalesce(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)), 0)
+                                  FROM pg_catalog.unnest(m.search_tsv) u)
          WHERE m.tenant_id = v_tenant AND m.memory_id > v_last AND m.memory_id <= v_upto
            AND m.search_length IS NULL;
       ELSE                         -- the last batch, and a record with the nil uuid, if any
         UPDATE fabric.memory_records m
-           SET search_length = fabric._search_length(m.search_tsv)
+           SET search_length = (SELECT coalesce(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)), 0)
+                                  FROM pg_catalog.unnest(m.search_tsv) u)
          WHERE m.tenant_id = v_tenant
            AND (m.memory_id > v_last OR m.memory_id = '00000000-0000-0000-0000-000000000000')
            AND m.search_length IS NULL;
