@@ -137,10 +137,8 @@ def test_another_subjects_records_change_neither_order_nor_scores(fabric: Fabric
     assert [banana, cherry] == [m for m, _ in before_raw]
 
 
-def test_erasure_leaves_no_lexeme_of_the_erased_scope(fabric: Fabric) -> None:
-    run = fabric.open_run(subject="user-gone", session=None)
-    memory_id = fabric.form(run, "canarylexeme lives here")
-    assert fabric.count("search_stats", "lexeme = 'canarylexem'") == 1
+def erase_by_hand(fabric: Fabric, memory_id: Any) -> None:
+    """What erasure does to a record, written as the owner under an approval id."""
     approval = uuid.uuid4()
     conn = fabric.su()
     conn.execute("SET ROLE fabric_owner")
@@ -156,6 +154,13 @@ def test_erasure_leaves_no_lexeme_of_the_erased_scope(fabric: Fabric) -> None:
         " erasure_approval_id = %s WHERE memory_id = %s",
         (approval, memory_id),
     )
+
+
+def test_erasure_leaves_no_lexeme_of_the_erased_scope(fabric: Fabric) -> None:
+    run = fabric.open_run(subject="user-gone", session=None)
+    memory_id = fabric.form(run, "canarylexeme lives here")
+    assert fabric.count("search_stats", "lexeme = 'canarylexem'") == 1
+    erase_by_hand(fabric, memory_id)
     assert fabric.count("search_stats", "lexeme = 'canarylexem'") == 0
     assert fabric.count("search_stats", "scope_key = 'subject:user-gone'") == 0
 
@@ -266,21 +271,7 @@ def test_the_stored_search_length_is_always_what_the_search_text_counts(fabric: 
     assert stats == stored
 
     # erasure takes the search text, and the length with it
-    approval = uuid.uuid4()
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute(
-        "SELECT set_config('fabric.tenant_id', 'acme', false), "
-        "set_config('fabric.actor', 'os-agt-010', false), "
-        "set_config('fabric.approval_id', %s, false)",
-        (str(approval),),
-    )
-    conn.execute(
-        "UPDATE fabric.memory_records SET content = NULL, subject_id = NULL, session_id = NULL,"
-        " agent_id = NULL, consolidation_state = 'tombstoned', erased_at = now(),"
-        " erasure_approval_id = %s WHERE memory_id = %s",
-        (approval, other),
-    )
+    erase_by_hand(fabric, other)
     after_erasure = stored_lengths(fabric)
     assert all(length == counted for _, length, counted in after_erasure)
     assert {m: n for m, n, _ in after_erasure}[other] == 0
