@@ -338,16 +338,14 @@ def test_propose_many_takes_the_set_based_path(fabric: Fabric) -> None:
         )
     )
     with fabric.connect("mf_agent_a", autocommit=False) as conn:
-        oid = fabric.call(
-            None,
-            "SELECT 'fabric._judge_envelope(fabric.runs, fabric.agents, jsonb)'::regprocedure::oid",
-        )
-        calls = f"SELECT coalesce(pg_stat_get_xact_function_calls({int(oid)}), 0)"  # noqa: S608
-        before = conn.execute(calls).fetchone()
+        judge = "fabric._judge_envelope(fabric.runs, fabric.agents, jsonb)"
+        oid = fabric.call(None, "SELECT %s::regprocedure::oid", judge)
+        calls = "SELECT coalesce(pg_stat_get_xact_function_calls(%s), 0)"
+        before = conn.execute(calls, (oid,)).fetchone()
         answers = conn.execute(
             "SELECT fabric_api.propose_many(%s::jsonb, %s)", (json.dumps(envelopes), run)
         ).fetchone()
-        after = conn.execute(calls).fetchone()
+        after = conn.execute(calls, (oid,)).fetchone()
         assert answers is not None and before is not None and after is not None
         assert [a["status"] for a in answers[0]] == ["validated", "validated", "rejected"]
         assert after[0] == before[0] + 1  # only the rejected one was judged one by one
