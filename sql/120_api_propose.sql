@@ -775,7 +775,13 @@ DECLARE
   v_answer jsonb;
 BEGIN
   -- Structure and scope: errors, nothing written; governance: the reason of a rejection.
-  v_p := fabric._judge_envelope(p_run, p_agent, p_envelope);
+  -- An envelope of the common, valid shape is judged by the set-based query
+  -- (fabric._judge_envelopes, which answers what fabric._judge_envelope would).
+  SELECT (j.o_row).* INTO v_p
+  FROM fabric._judge_envelopes(pg_catalog.jsonb_build_array(p_envelope), p_run, p_agent) j;
+  IF NOT FOUND THEN
+    v_p := fabric._judge_envelope(p_run, p_agent, p_envelope);
+  END IF;
 
   IF v_p.source_event_id IS NOT NULL THEN
     v_answer := fabric._replayed_proposal(v_p.tenant_id, v_p.proposed_by, v_p.source_event_id,
@@ -867,9 +873,13 @@ COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
 CREATE OR REPLACE FUNCTION fabric._judge_envelopes(p_envelopes jsonb, p_run fabric.runs,
                                                    p_agent fabric.agents)
 RETURNS TABLE (o_position integer, o_row fabric.proposals)
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+  -- plpgsql: the plan is kept for the session (a SQL function with a SET clause is planned
+  -- again on every call; propose calls this once per envelope)
+  RETURN QUERY
   SELECT r.position, ROW(
       p_run.tenant_id, pg_catalog.gen_random_uuid(), p_run.run_id, p_run.agent_id,
       'validated', NULL, r.tier, r.visibility, p_run.subject_id, r.agent_id, p_run.session_id,
@@ -1038,8 +1048,8 @@ AS $$
     ) s
     WHERE s.plain
     OFFSET 0
-  ) r
-$$;
+  ) r;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.propose_many: propose a batch of envelopes inside the caller's run. Each
