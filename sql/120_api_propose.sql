@@ -775,13 +775,7 @@ DECLARE
   v_answer jsonb;
 BEGIN
   -- Structure and scope: errors, nothing written; governance: the reason of a rejection.
-  -- An envelope of the common, valid shape is judged by the set-based query
-  -- (fabric._judge_envelopes, which answers what fabric._judge_envelope would).
-  SELECT (j.o_row).* INTO v_p
-  FROM fabric._judge_envelopes(pg_catalog.jsonb_build_array(p_envelope), p_run, p_agent) j;
-  IF NOT FOUND THEN
-    v_p := fabric._judge_envelope(p_run, p_agent, p_envelope);
-  END IF;
+  v_p := fabric._judge_envelope(p_run, p_agent, p_envelope);
 
   IF v_p.source_event_id IS NOT NULL THEN
     v_answer := fabric._replayed_proposal(v_p.tenant_id, v_p.proposed_by, v_p.source_event_id,
@@ -875,10 +869,12 @@ CREATE OR REPLACE FUNCTION fabric._judge_envelopes(p_envelopes jsonb, p_run fabr
 RETURNS TABLE (o_position integer, o_row fabric.proposals)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
-  -- plpgsql: the plan is kept for the session (a SQL function with a SET clause is planned
-  -- again on every call; propose calls this once per envelope)
+  -- plpgsql, its generic plan kept for the session (a SQL function with a SET clause is
+  -- planned again on every call). Not used by propose: for one envelope, starting this
+  -- query costs about what fabric._judge_envelope does.
   RETURN QUERY
   SELECT r.position, ROW(
       p_run.tenant_id, pg_catalog.gen_random_uuid(), p_run.run_id, p_run.agent_id,

@@ -350,37 +350,3 @@ def test_propose_many_takes_the_set_based_path(fabric: Fabric) -> None:
         assert [a["status"] for a in answers[0]] == ["validated", "validated", "rejected"]
         assert after[0] == before[0] + 1  # only the rejected one was judged one by one
 
-
-def test_propose_takes_the_set_based_path(fabric: Fabric) -> None:
-    ids = world(fabric)
-    run = fabric.open_run()
-    fabric.session(None).execute(
-        sql.SQL("ALTER ROLE mf_agent_a IN DATABASE {} SET track_functions = 'all'").format(
-            sql.Identifier(fabric.dbname)
-        )
-    )
-    judge = "fabric._judge_envelope(fabric.runs, fabric.agents, jsonb)"
-    oid = fabric.call(None, "SELECT %s::regprocedure::oid", judge)
-    calls = "SELECT coalesce(pg_stat_get_xact_function_calls(%s), 0)"
-    with fabric.connect("mf_agent_a", autocommit=False) as conn:
-        before = conn.execute(calls, (oid,)).fetchone()
-        valid = conn.execute(
-            "SELECT fabric_api.propose(%s::jsonb, %s)", (json.dumps(base(ids["$E"])), run)
-        ).fetchone()
-        middle = conn.execute(calls, (oid,)).fetchone()
-        rejected = conn.execute(
-            "SELECT fabric_api.propose(%s::jsonb, %s)",
-            (
-                json.dumps(
-                    mutate(base(), ("provenance", "source_event_id"), "evt-2", ids)
-                    | {"confidence": 1.5}
-                ),
-                run,
-            ),
-        ).fetchone()
-        after = conn.execute(calls, (oid,)).fetchone()
-    assert valid is not None and rejected is not None
-    assert valid[0]["status"] == "validated" and rejected[0]["status"] == "rejected"
-    assert before is not None and middle is not None and after is not None
-    assert middle[0] == before[0]  # the valid envelope: set-based
-    assert after[0] == before[0] + 1  # the rejected one: judged by fabric._judge_envelope
