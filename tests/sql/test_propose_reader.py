@@ -349,4 +349,3 @@ def test_propose_many_takes_the_set_based_path(fabric: Fabric) -> None:
         assert answers is not None and before is not None and after is not None
         assert [a["status"] for a in answers[0]] == ["validated", "validated", "rejected"]
         assert after[0] == before[0] + 1  # only the rejected one was judged one by one
-
