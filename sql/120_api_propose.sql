@@ -981,11 +981,7 @@ BEGIN
                  AND NOT EXISTS (
                    SELECT 1 FROM pg_catalog.jsonb_array_elements(e.derived) d
                    WHERE pg_catalog.jsonb_typeof(d) <> 'string'
-                      -- a UUID in hex (what propose's case-insensitive regex accepts, which
-                      -- costs 20x this test)
-                      OR pg_catalog.translate(d #>> '{}', '0123456789abcdefABCDEF',
-                                              '0000000000000000000000')
-                         <> '00000000-0000-0000-0000-000000000000'
+                      OR (d #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
                       -- one index probe per id (OFFSET 0: never a hashed scan of the tenant)
                       OR NOT EXISTS (SELECT 1 FROM fabric.memory_records m
                                      WHERE m.tenant_id = p_run.tenant_id
