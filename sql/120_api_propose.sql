@@ -1045,7 +1045,8 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.propose_many: propose a batch of envelopes inside the caller's run. Each
--- envelope is parsed and judged as propose does it (one loop, no writes); idempotency keys
+-- envelope is parsed and judged as propose does it, no writes: those of the common, valid
+-- shape by one query (fabric._judge_envelopes), the others one by one; idempotency keys
 -- are resolved in order, against the table and the earlier envelopes of the batch, exactly
 -- as the same calls one by one would; then the proposals and their events are written by
 -- one statement each. The call's own errors (role, run, the array) fail the whole batch;
@@ -1139,54 +1140,66 @@ BEGIN
       AND p0.request_hash IS NOT NULL
     OFFSET 0) p;
   v_keys := coalesce(v_keys, '{}');
-  FOR i IN 1 .. v_count LOOP
-    CONTINUE WHEN v_answers[i] IS NOT NULL;
-    v_p := v_rows[i];
-    IF v_p.source_event_id IS NOT NULL THEN
-      v_key := v_p.source_event_id || pg_catalog.chr(31) || v_p.content_hash;
-      v_first := v_keys -> v_key;
-      IF v_first IS NOT NULL THEN
-        IF v_first ->> 'status' = 'rejected' AND v_first ->> 'request_hash' <> v_p.request_hash THEN
-          -- a corrected envelope: the rejected proposal gives up the key
-          IF v_first ? 'position' THEN
-            v_earlier := v_rows[(v_first ->> 'position')::integer];
-            v_earlier.request_hash := NULL;
-            v_rows[(v_first ->> 'position')::integer] := v_earlier;
+  IF v_keys = '{}'::jsonb
+     AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(v_answers) a WHERE a IS NOT NULL)
+     AND (SELECT pg_catalog.count(*) = pg_catalog.count(DISTINCT (r.source_event_id, r.content_hash))
+          FROM pg_catalog.unnest(v_rows) r WHERE r.source_event_id IS NOT NULL) THEN
+    -- The common case, what the loop below concludes for it: every envelope judged, no
+    -- key held by a proposal or repeated in the batch, so each position files a new one.
+    v_new_rows := v_rows;
+    SELECT pg_catalog.array_agg(pg_catalog.jsonb_build_object('proposal_id', r.proposal_id,
+             'status', r.status, 'reason', r.reason) ORDER BY r.ordinality)
+    INTO v_answers FROM pg_catalog.unnest(v_rows) WITH ORDINALITY AS r;
+  ELSE
+    FOR i IN 1 .. v_count LOOP
+      CONTINUE WHEN v_answers[i] IS NOT NULL;
+      v_p := v_rows[i];
+      IF v_p.source_event_id IS NOT NULL THEN
+        v_key := v_p.source_event_id || pg_catalog.chr(31) || v_p.content_hash;
+        v_first := v_keys -> v_key;
+        IF v_first IS NOT NULL THEN
+          IF v_first ->> 'status' = 'rejected' AND v_first ->> 'request_hash' <> v_p.request_hash THEN
+            -- a corrected envelope: the rejected proposal gives up the key
+            IF v_first ? 'position' THEN
+              v_earlier := v_rows[(v_first ->> 'position')::integer];
+              v_earlier.request_hash := NULL;
+              v_rows[(v_first ->> 'position')::integer] := v_earlier;
+            ELSE
+              v_release := v_release || (v_first ->> 'proposal_id')::uuid;
+            END IF;
+          ELSIF v_first ->> 'request_hash' <> v_p.request_hash
+                OR (v_first ->> 'scope_differs')::boolean THEN
+            BEGIN
+              PERFORM fabric._key_reused();
+            EXCEPTION WHEN unique_violation THEN
+              GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT,
+                                      v_hint = PG_EXCEPTION_HINT;
+              v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', NULL,
+                'status', 'error', 'sqlstate', v_state, 'reason', v_message, 'hint', v_hint);
+            END;
+            CONTINUE;
           ELSE
-            v_release := v_release || (v_first ->> 'proposal_id')::uuid;
+            v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_first -> 'proposal_id',
+                'status', v_first -> 'status', 'reason', v_first -> 'reason', 'replayed', true)
+              || CASE WHEN coalesce(v_first -> 'memory_id', 'null') = 'null' THEN '{}'::jsonb
+                      ELSE pg_catalog.jsonb_build_object('memory_id', v_first -> 'memory_id') END;
+            CONTINUE;
           END IF;
-        ELSIF v_first ->> 'request_hash' <> v_p.request_hash
-              OR (v_first ->> 'scope_differs')::boolean THEN
-          BEGIN
-            PERFORM fabric._key_reused();
-          EXCEPTION WHEN unique_violation THEN
-            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT,
-                                    v_hint = PG_EXCEPTION_HINT;
-            v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', NULL,
-              'status', 'error', 'sqlstate', v_state, 'reason', v_message, 'hint', v_hint);
-          END;
-          CONTINUE;
-        ELSE
-          v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_first -> 'proposal_id',
-              'status', v_first -> 'status', 'reason', v_first -> 'reason', 'replayed', true)
-            || CASE WHEN coalesce(v_first -> 'memory_id', 'null') = 'null' THEN '{}'::jsonb
-                    ELSE pg_catalog.jsonb_build_object('memory_id', v_first -> 'memory_id') END;
-          CONTINUE;
         END IF;
+        v_keys := v_keys || pg_catalog.jsonb_build_object(v_key, pg_catalog.jsonb_build_object(
+          'proposal_id', v_p.proposal_id, 'status', v_p.status, 'reason', v_p.reason,
+          'request_hash', v_p.request_hash, 'scope_differs', false, 'position', i));
       END IF;
-      v_keys := v_keys || pg_catalog.jsonb_build_object(v_key, pg_catalog.jsonb_build_object(
-        'proposal_id', v_p.proposal_id, 'status', v_p.status, 'reason', v_p.reason,
-        'request_hash', v_p.request_hash, 'scope_differs', false, 'position', i));
-    END IF;
-    v_new[i] := true;
-    v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_p.proposal_id,
-                                                  'status', v_p.status, 'reason', v_p.reason);
-  END LOOP;
-  FOR i IN 1 .. v_count LOOP
-    IF v_new[i] THEN
-      v_new_rows := v_new_rows || v_rows[i];
-    END IF;
-  END LOOP;
+      v_new[i] := true;
+      v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_p.proposal_id,
+                                                    'status', v_p.status, 'reason', v_p.reason);
+    END LOOP;
+    FOR i IN 1 .. v_count LOOP
+      IF v_new[i] THEN
+        v_new_rows := v_new_rows || v_rows[i];
+      END IF;
+    END LOOP;
+  END IF;
 
   -- The writes: one statement per table.
   IF pg_catalog.cardinality(v_release) > 0 THEN
