@@ -19,7 +19,9 @@ rows). The baseline writes the events per pair and side the governed warm-up wro
 Baseline tables (schema bench_baseline, recreated each run) are `CREATE TABLE (LIKE fabric.x
 INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING INDEXES)`: same columns, defaults, generated
 scope_key, primary keys and secondary indexes (the fair choice: the governed writes maintain
-them all). NOT NULL stays; no CHECK, foreign key, trigger or RLS policy; fabric.ident and
+them all; those on scope_key -- scope, search text, recall's top-k, one live assertion per
+key -- are created again after scope_key is, as the records' definitions). NOT NULL stays;
+no CHECK, foreign key, trigger or RLS policy; fabric.ident and
 fabric.tenant_ident domain columns become text (a domain CHECK is governance too). events is
 one plain table (fabric.events is partitioned by month). The derived search text (search_tsv,
 when present) is computed in the baseline INSERT: data the governed row holds.
@@ -76,7 +78,7 @@ BEGIN
     EXECUTE format('CREATE TABLE bench_baseline.%I (LIKE fabric.%I INCLUDING DEFAULTS'
                    ' INCLUDING GENERATED INCLUDING INDEXES)', t, t);
   END LOOP;
-  ALTER TABLE bench_baseline.memory_records DROP COLUMN scope_key;  -- and its index
+  ALTER TABLE bench_baseline.memory_records DROP COLUMN scope_key;  -- and its indexes
   FOR c IN SELECT a.attrelid::regclass AS rel, a.attname FROM pg_attribute a
            JOIN pg_class r ON r.oid = a.attrelid JOIN pg_type t ON t.oid = a.atttypid
            WHERE r.relnamespace = 'bench_baseline'::regnamespace AND r.relkind = 'r'
@@ -88,7 +90,18 @@ ALTER TABLE bench_baseline.memory_records ADD COLUMN scope_key text GENERATED AL
   CASE visibility WHEN 'session' THEN 'session:' || session_id
     WHEN 'agent' THEN 'agent:' || agent_id WHEN 'subject' THEN 'subject:' || subject_id
     WHEN 'tenant' THEN 'tenant' END) STORED;
-CREATE INDEX ON bench_baseline.memory_records (tenant_id, scope_key, tier, consolidation_state);
+-- every index of the records on scope_key (dropped with the column above): the scope, the
+-- search text (GIN), recall's top-k, one live assertion per key (GiST)
+DO $$
+DECLARE d text;
+BEGIN
+  FOR d IN SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i
+           WHERE i.indrelid = 'fabric.memory_records'::regclass
+             AND pg_get_indexdef(i.indexrelid) LIKE '%scope_key%' LOOP
+    EXECUTE regexp_replace(d, '^CREATE (UNIQUE )?INDEX \\S+ ON fabric\\.memory_records ',
+                           'CREATE \\1INDEX ON bench_baseline.memory_records ');
+  END LOOP;
+END $$;
 GRANT USAGE ON SCHEMA bench_baseline TO bench_agent, bench_committer;
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA bench_baseline
   TO bench_agent, bench_committer;
