@@ -987,7 +987,9 @@ BEGIN
                                      WHERE m.tenant_id = p_run.tenant_id
                                        AND m.memory_id = (d #>> '{}')::uuid OFFSET 0))))
         AND (e.tier <> 'semantic' OR EXISTS (
-               SELECT 1 FROM pg_catalog.jsonb_array_elements(e.derived) d
+               SELECT 1 FROM pg_catalog.jsonb_array_elements(
+                 CASE WHEN pg_catalog.jsonb_typeof(e.derived) = 'array' THEN e.derived
+                      ELSE '[]' END) d
                WHERE (SELECT m.tier FROM fabric.memory_records m
                       WHERE m.tenant_id = p_run.tenant_id AND m.memory_id = (d #>> '{}')::uuid
                       OFFSET 0) = 'episodic'))

@@ -183,6 +183,16 @@ SLOW: list[tuple[tuple[str, ...], Any]] = [
     (("memory_id",), "7f1f5c7e-0000-4000-8000-000000000001"),
 ]
 
+# A semantic envelope judged one by one: without an episode among its parents (rejected, or
+# the walk decides), or with audit retention (rejected).
+SEMANTIC_SLOW: list[tuple[tuple[str, ...], Any]] = [
+    (("derived_from",), None),
+    (("derived_from",), []),
+    (("derived_from",), DROP),
+    (("derived_from",), ["$S"]),
+    (("retention_class",), "audit"),
+]
+
 
 def resolve(value: Any, ids: dict[str, str]) -> Any:
     if isinstance(value, str):
@@ -225,7 +235,7 @@ def corpus(ids: dict[str, str]) -> tuple[list[Any], list[Any]]:
         if p[0] != "derived_from" and v != "audit"  # audit retention: episodes only
     ]
     rng = random.Random(13)
-    mutations = PLAIN + SLOW
+    mutations = PLAIN + SLOW + SEMANTIC_SLOW
     pairs = [
         mutate(mutate(rng.choice([base(), semantic]), *rng.choice(mutations), ids),
                *rng.choice(mutations), ids)
@@ -234,8 +244,7 @@ def corpus(ids: dict[str, str]) -> tuple[list[Any], list[Any]]:
     odd = [None, [], "x", 5, {}, mutate(base(), ("content",), deep(31), ids)]
     odd += [mutate(base(), ("content",), deep(40), ids)]
     broken = [mutate(base(), p, v, ids) for p, v in SLOW]
-    broken += [mutate(semantic, p, v, ids) for p, v in SLOW]
-    broken += [mutate(semantic, ("retention_class",), "audit", ids)]
+    broken += [mutate(semantic, p, v, ids) for p, v in SLOW + SEMANTIC_SLOW]
     return plain, plain + broken + pairs + odd
 
 
@@ -319,8 +328,7 @@ def test_the_slow_variants_are_left_to_the_judge_of_propose(fabric: Fabric) -> N
     run = fabric.open_run()
     semantic = base(ids["$E"])
     envelopes = [mutate(base(), p, v, ids) for p, v in SLOW if v != ["$S"]]
-    envelopes += [mutate(semantic, ("derived_from",), ["$S"], ids)]  # the walk decides
-    envelopes += [mutate(semantic, ("retention_class",), "audit", ids)]
+    envelopes += [mutate(semantic, p, v, ids) for p, v in SEMANTIC_SLOW]
     with fabric.owner(autocommit=False) as conn:
         assert batch(conn, envelopes, run, "com-agt-003") == {}
 
