@@ -385,6 +385,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM pg_catalog.set_config('fabric.tenant_id', NEW.tenant_id, true);
+  -- The common case first: a parent that is itself an episode (one index probe per
+  -- parent); the walk through derived_from only when none is.
+  IF EXISTS (SELECT 1 FROM fabric.memory_lineage l
+             WHERE l.tenant_id = NEW.tenant_id AND l.memory_id = NEW.memory_id
+               AND (SELECT m.tier FROM fabric.memory_records m
+                    WHERE m.tenant_id = l.tenant_id AND m.memory_id = l.derived_from_id)
+                   = 'episodic') THEN
+    RETURN NULL;
+  END IF;
   IF NOT fabric._has_episodic_ancestor(NEW.tenant_id, NEW.memory_id) THEN
     RAISE EXCEPTION USING
       ERRCODE = 'check_violation',

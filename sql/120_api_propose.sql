@@ -846,8 +846,209 @@ COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
   '"formation_method":"extraction"},"confidence":0.9}'', ''<run_id>'');';
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._judge_envelopes: the envelopes of a propose_many batch of the common, valid shape,
+-- judged by one set-based query: the proposal row fabric._judge_envelope would answer for
+-- each (status validated, the scope of the run, a fresh proposal id, the same request hash),
+-- with its position (1-based). An envelope of that shape is an object of the proposal
+-- envelope's keys; tier episodic, semantic, procedural or profile, allowed by the agent's
+-- profile with its visibility; scope ids printable ASCII identifiers (as JSON text: nothing
+-- to escape), the run's tenant, the run's subject, session and agent or null, a visibility
+-- whose id the run has; content an object of at most 65536 bytes and 32 brackets, numbers
+-- that are doubles' shortest decimals, no content_hash; provenance an object of identifiers
+-- with a source_event_id and a formation method agents propose; derived_from absent, null
+-- or up to 256 ids of records of the tenant, one of them episodic for a semantic envelope;
+-- confidence a plain decimal in [0, 1]; validity timestamps in RFC 3339 with T and Z or an
+-- offset, valid_until after valid_from; retention a kept class (audit only episodic);
+-- labels plain ASCII identifiers; version absent or plain MAJOR.MINOR.PATCH; no
+-- supersedes; a business instance configured in the tenant. Every other envelope is
+-- answered by no row: propose_many judges it with fabric._judge_envelope, which raises its
+-- error or gives its rejection. The readers agree on every envelope the fast test accepts
+-- (tests/sql/test_propose_reader.py). Reads, writes nothing.
+CREATE OR REPLACE FUNCTION fabric._judge_envelopes(p_envelopes jsonb, p_run fabric.runs,
+                                                   p_agent fabric.agents)
+RETURNS TABLE (o_position integer, o_row fabric.proposals)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+  -- plpgsql, its generic plan kept for the session (a SQL function with a SET clause is
+  -- planned again on every call). Not used by propose: for one envelope, starting this
+  -- query costs about what fabric._judge_envelope does.
+  RETURN QUERY
+  SELECT r.position, ROW(
+      p_run.tenant_id, pg_catalog.gen_random_uuid(), p_run.run_id, p_run.agent_id,
+      'validated', NULL, r.tier, r.visibility, p_run.subject_id, r.agent_id, p_run.session_id,
+      r.instance, r.content, fabric.content_hash(r.content), r.source_event_id,
+      r.correlation_id, r.causation_id, r.method, r.derived_from, NULL,
+      (r.element ->> 'confidence')::float8, coalesce(r.given_from, pg_catalog.now()),
+      r.valid_until, r.retention, r.labels, r.version, NULL, NULL, NULL, NULL,
+      'sha256:' || pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+        pg_catalog.jsonb_build_object('tier', r.tier, 'visibility', r.visibility,
+          'agent_id', r.agent_id, 'business_instance_id', r.instance,
+          'correlation_id', r.correlation_id, 'causation_id', r.causation_id,
+          'formation_method', r.method,
+          'derived_from', r.derived_from, 'supersedes', NULL::jsonb,
+          'confidence', pg_catalog.trim_scale((r.element -> 'confidence')::numeric),
+          'valid_from', pg_catalog.extract('epoch', r.given_from),
+          'valid_until', pg_catalog.extract('epoch', r.valid_until),
+          'retention_class', r.retention, 'compliance_labels', r.labels,
+          'version', r.version
+        )::text, 'UTF8')), 'hex'),
+      NULL)::fabric.proposals
+  FROM (
+    SELECT s.position, s.element, s.tier, s.visibility, s.instance, s.content,
+      s.prov ->> 'source_event_id' AS source_event_id,
+      s.prov ->> 'correlation_id' AS correlation_id,
+      s.prov ->> 'causation_id' AS causation_id, s.prov ->> 'formation_method' AS method,
+      CASE WHEN s.visibility = 'agent' THEN p_run.agent_id ELSE s.scope ->> 'agent_id' END
+        AS agent_id,
+      CASE WHEN pg_catalog.jsonb_typeof(s.derived) = 'array' AND s.derived <> '[]'
+           THEN ARRAY(SELECT DISTINCT (d #>> '{}')::uuid
+                      FROM pg_catalog.jsonb_array_elements(s.derived) d ORDER BY 1)
+           ELSE '{}'::uuid[] END AS derived_from,
+      (s.validity ->> 'valid_from')::timestamptz AS given_from,
+      (s.validity ->> 'valid_until')::timestamptz AS valid_until,
+      coalesce(s.element ->> 'retention_class', 'durable') AS retention,
+      CASE WHEN pg_catalog.jsonb_typeof(s.element -> 'compliance_labels') = 'array'
+           THEN pg_catalog.translate((s.element -> 'compliance_labels')::text, '[]', '{}')::text[]
+           ELSE '{}'::text[] END AS labels,
+      coalesce(s.element ->> 'version', '1.0.0') AS version
+    FROM (
+      SELECT x.ord::integer AS position, x.element, e.*,
+        pg_catalog.jsonb_typeof(x.element) = 'object'
+        AND (x.element - ARRAY['tier', 'scope', 'content', 'content_hash', 'provenance',
+                               'derived_from', 'confidence', 'validity_interval',
+                               'retention_class', 'compliance_labels', 'version', 'supersedes',
+                               'business_instance_id']) = '{}'::jsonb
+        AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'content_hash', 'null')) = 'null'
+        AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'supersedes', 'null')) = 'null'
+        AND pg_catalog.jsonb_typeof(x.element -> 'tier') = 'string'
+        AND e.tier IN ('episodic', 'semantic', 'procedural', 'profile')
+        AND coalesce((p_agent.memory_profile -> 'propose_scope' -> 'tiers') ? e.tier, false)
+        -- scope: an object of its keys, each null or a printable ASCII identifier (as JSON
+        -- text: no quote or backslash to escape), inside the run, the visibility's id held
+        AND pg_catalog.jsonb_typeof(e.scope) = 'object'
+        AND (e.scope - ARRAY['tenant_id', 'subject_id', 'agent_id', 'session_id', 'visibility'])
+            = '{}'::jsonb
+        AND e.scope::text ~ '^\{"[a-z_]+": ("[!#-\[\]-~]+"|null)(, "[a-z_]+": ("[!#-\[\]-~]+"|null))*\}$'
+        AND GREATEST(pg_catalog.length(e.scope ->> 'tenant_id'),
+              pg_catalog.length(e.scope ->> 'subject_id'),
+              pg_catalog.length(e.scope ->> 'agent_id'),
+              pg_catalog.length(e.scope ->> 'session_id'),
+              pg_catalog.length(e.scope ->> 'visibility'), 0) <= 200
+        AND e.scope ->> 'tenant_id' = p_run.tenant_id
+        AND coalesce(e.scope ->> 'subject_id' = p_run.subject_id, e.scope ->> 'subject_id' IS NULL)
+        AND coalesce(e.scope ->> 'session_id' = p_run.session_id, e.scope ->> 'session_id' IS NULL)
+        AND coalesce(e.scope ->> 'agent_id' = p_run.agent_id, e.scope ->> 'agent_id' IS NULL)
+        AND CASE e.visibility
+              WHEN 'tenant' THEN true
+              WHEN 'agent' THEN true
+              WHEN 'subject' THEN p_run.subject_id IS NOT NULL
+              WHEN 'session' THEN p_run.session_id IS NOT NULL
+              ELSE false END
+        AND coalesce((p_agent.memory_profile -> 'propose_scope' -> 'visibility') ? e.visibility,
+                     false)
+        -- provenance: an object of identifiers with a source event and a method agents use
+        AND pg_catalog.jsonb_typeof(e.prov) = 'object'
+        AND (e.prov - ARRAY['source_event_id', 'correlation_id', 'causation_id',
+                            'formation_method']) = '{}'::jsonb
+        AND e.prov::text ~ '^\{"[a-z_]+": ("[!#-\[\]-~]+"|null)(, "[a-z_]+": ("[!#-\[\]-~]+"|null))*\}$'
+        AND GREATEST(pg_catalog.length(e.prov ->> 'source_event_id'),
+              pg_catalog.length(e.prov ->> 'correlation_id'),
+              pg_catalog.length(e.prov ->> 'causation_id'), 0) <= 200
+        AND e.prov ->> 'source_event_id' IS NOT NULL
+        AND e.prov ->> 'formation_method' IN ('extraction', 'declaration', 'import')
+        AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'business_instance_id', 'null')) = 'null'
+             OR (pg_catalog.jsonb_typeof(x.element -> 'business_instance_id') = 'string'
+                 AND x.element ->> 'business_instance_id' ~ '^[!-~]+$'
+                 AND pg_catalog.length(x.element ->> 'business_instance_id') <= 200
+                 AND EXISTS (SELECT 1 FROM fabric.instance_config c
+                             WHERE c.tenant_id = p_run.tenant_id
+                               AND c.business_instance_id = x.element ->> 'business_instance_id')))
+        -- content: an object, small and shallow, numbers that the hash accepts
+        AND pg_catalog.jsonb_typeof(e.content) = 'object'
+        AND pg_catalog.octet_length(e.content_text) <= 65536
+        AND pg_catalog.length(e.content_text)
+            - pg_catalog.length(pg_catalog.translate(e.content_text, '{[', '')) <= 32
+        AND (SELECT q.n = '[]' OR (q.n ~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$' AND q.n !~ '[0-9]{16}')
+             FROM (SELECT pg_catalog.jsonb_path_query_array(e.content,
+                            'strict $.** ? (@.type() == "number")')::text) AS q(n))
+        -- derived_from: records of the tenant, one of them an episode for a semantic record
+        AND (pg_catalog.jsonb_typeof(coalesce(e.derived, 'null')) = 'null'
+             OR (pg_catalog.jsonb_typeof(e.derived) = 'array'
+                 AND pg_catalog.jsonb_array_length(e.derived) <= 256
+                 AND NOT EXISTS (
+                   SELECT 1 FROM pg_catalog.jsonb_array_elements(e.derived) d
+                   WHERE pg_catalog.jsonb_typeof(d) <> 'string'
+                      OR (d #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                      -- one index probe per id (OFFSET 0: never a hashed scan of the tenant)
+                      OR NOT EXISTS (SELECT 1 FROM fabric.memory_records m
+                                     WHERE m.tenant_id = p_run.tenant_id
+                                       AND m.memory_id = (d #>> '{}')::uuid OFFSET 0))))
+        AND (e.tier <> 'semantic' OR EXISTS (
+               SELECT 1 FROM pg_catalog.jsonb_array_elements(
+                 CASE WHEN pg_catalog.jsonb_typeof(e.derived) = 'array' THEN e.derived
+                      ELSE '[]' END) d
+               WHERE (SELECT m.tier FROM fabric.memory_records m
+                      WHERE m.tenant_id = p_run.tenant_id AND m.memory_id = (d #>> '{}')::uuid
+                      OFFSET 0) = 'episodic'))
+        -- confidence: a plain decimal in [0, 1]
+        AND pg_catalog.jsonb_typeof(x.element -> 'confidence') = 'number'
+        AND x.element ->> 'confidence' ~ '^(0|1)(\.[0-9]{1,14})?$'
+        AND (x.element ->> 'confidence')::float8 <= 1
+        -- validity: absent, or RFC 3339 instants (T, Z or an offset) in 1900-9999,
+        -- valid_until after valid_from
+        AND (e.validity IS NULL
+             OR (pg_catalog.jsonb_typeof(e.validity) = 'object'
+                 AND (e.validity - ARRAY['valid_from', 'valid_until']) = '{}'::jsonb
+                 AND NOT EXISTS (
+                   SELECT 1 FROM pg_catalog.unnest(ARRAY[e.validity -> 'valid_from',
+                                                         e.validity -> 'valid_until']) t(v)
+                   WHERE pg_catalog.jsonb_typeof(coalesce(t.v, 'null')) <> 'null'
+                     AND NOT CASE
+                       WHEN pg_catalog.jsonb_typeof(t.v) = 'string'
+                        AND (t.v #>> '{}') ~ '^(19|[2-9][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$'
+                        AND pg_catalog.pg_input_is_valid(t.v #>> '{}', 'timestamptz')
+                       THEN (t.v #>> '{}')::timestamptz >= '1900-01-01 00:00:00+00'
+                        AND (t.v #>> '{}')::timestamptz < '10000-01-01 00:00:00+00'
+                       ELSE false END)
+                 AND (e.validity ->> 'valid_until' IS NULL
+                      OR (e.validity ->> 'valid_until')::timestamptz
+                         > coalesce((e.validity ->> 'valid_from')::timestamptz, pg_catalog.now()))))
+        AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'retention_class', 'null')) IN ('null', 'string')
+        AND (coalesce(x.element ->> 'retention_class', 'durable') IN ('operational', 'durable', 'regulated')
+             OR (x.element ->> 'retention_class' = 'audit' AND e.tier = 'episodic'))
+        -- labels: plain ASCII identifiers (nothing to escape), at most 200 bytes in all
+        AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'compliance_labels', 'null')) = 'null'
+             OR x.element -> 'compliance_labels' = '[]'
+             OR (pg_catalog.jsonb_typeof(x.element -> 'compliance_labels') = 'array'
+                 AND pg_catalog.octet_length((x.element -> 'compliance_labels')::text) <= 200
+                 AND (x.element -> 'compliance_labels')::text
+                     ~ '^\["[A-Za-z0-9._:/@+=-]+"(, "[A-Za-z0-9._:/@+=-]+")*\]$'))
+        AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'version', 'null')) = 'null'
+             OR (pg_catalog.jsonb_typeof(x.element -> 'version') = 'string'
+                 AND x.element ->> 'version' ~ '^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$'))
+        AS plain
+      FROM pg_catalog.jsonb_array_elements(p_envelopes) WITH ORDINALITY AS x(element, ord)
+      CROSS JOIN LATERAL (
+        SELECT x.element ->> 'tier', x.element -> 'scope', x.element -> 'scope' ->> 'visibility',
+               x.element -> 'provenance', x.element -> 'content',
+               (x.element -> 'content')::text, x.element -> 'validity_interval',
+               x.element -> 'derived_from', x.element ->> 'business_instance_id'
+        OFFSET 0
+      ) AS e(tier, scope, visibility, prov, content, content_text, validity, derived, instance)
+      OFFSET 0   -- computed once, in this order: the test guards the casts that read the values
+    ) s
+    WHERE s.plain
+    OFFSET 0
+  ) r;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.propose_many: propose a batch of envelopes inside the caller's run. Each
--- envelope is parsed and judged as propose does it (one loop, no writes); idempotency keys
+-- envelope is parsed and judged as propose does it, no writes: those of the common, valid
+-- shape by one query (fabric._judge_envelopes), the others one by one; idempotency keys
 -- are resolved in order, against the table and the earlier envelopes of the batch, exactly
 -- as the same calls one by one would; then the proposals and their events are written by
 -- one statement each. The call's own errors (role, run, the array) fail the whole batch;
@@ -866,6 +1067,7 @@ DECLARE
   v_rows fabric.proposals[];
   v_answers jsonb[];
   v_new boolean[];
+  v_judged boolean[];
   v_new_rows fabric.proposals[] := '{}';
   v_keys jsonb;
   v_first jsonb;
@@ -900,11 +1102,16 @@ BEGIN
     RETURN (SELECT pg_catalog.jsonb_agg(v_entry.denial) FROM pg_catalog.generate_series(1, v_count));
   END IF;
 
-  -- Parse and judge each envelope; an error is its position's answer.
-  v_rows := pg_catalog.array_fill(NULL::fabric.proposals, ARRAY[v_count]);
+  -- Parse and judge each envelope: those of the common, valid shape by one query
+  -- (fabric._judge_envelopes), the others one by one; an error is its position's answer.
+  SELECT pg_catalog.array_agg(j.o_row ORDER BY g.i), pg_catalog.array_agg(j.o_position IS NOT NULL ORDER BY g.i)
+  INTO v_rows, v_judged
+  FROM pg_catalog.generate_series(1, v_count) AS g(i)
+  LEFT JOIN fabric._judge_envelopes(p_envelopes, v_run, v_agent) j ON j.o_position = g.i;
   v_answers := pg_catalog.array_fill(NULL::jsonb, ARRAY[v_count]);
   v_new := pg_catalog.array_fill(false, ARRAY[v_count]);
   FOR i IN 1 .. v_count LOOP
+    CONTINUE WHEN v_judged[i];
     BEGIN
       v_rows[i] := fabric._judge_envelope(v_run, v_agent, p_envelopes -> (i - 1));
     EXCEPTION
@@ -925,61 +1132,76 @@ BEGIN
                               AND (p.subject_id IS DISTINCT FROM v_run.subject_id
                                    OR p.session_id IS DISTINCT FROM v_run.session_id)))
   INTO v_keys
-  FROM fabric.proposals p
-  WHERE p.tenant_id = v_run.tenant_id AND p.proposed_by = v_run.agent_id
-    AND p.request_hash IS NOT NULL
-    AND (p.source_event_id, p.content_hash) IN (
-      SELECT r.source_event_id, r.content_hash FROM pg_catalog.unnest(v_rows) r
-      WHERE r.source_event_id IS NOT NULL);
+  FROM (SELECT DISTINCT r.source_event_id, r.content_hash FROM pg_catalog.unnest(v_rows) r
+        WHERE r.source_event_id IS NOT NULL) k
+  -- one index probe per key of the batch, not a scan of the agent's proposals
+  CROSS JOIN LATERAL (
+    SELECT p0.* FROM fabric.proposals p0
+    WHERE p0.tenant_id = v_run.tenant_id AND p0.proposed_by = v_run.agent_id
+      AND p0.source_event_id = k.source_event_id AND p0.content_hash = k.content_hash
+      AND p0.request_hash IS NOT NULL
+    OFFSET 0) p;
   v_keys := coalesce(v_keys, '{}');
-  FOR i IN 1 .. v_count LOOP
-    CONTINUE WHEN v_answers[i] IS NOT NULL;
-    v_p := v_rows[i];
-    IF v_p.source_event_id IS NOT NULL THEN
-      v_key := v_p.source_event_id || pg_catalog.chr(31) || v_p.content_hash;
-      v_first := v_keys -> v_key;
-      IF v_first IS NOT NULL THEN
-        IF v_first ->> 'status' = 'rejected' AND v_first ->> 'request_hash' <> v_p.request_hash THEN
-          -- a corrected envelope: the rejected proposal gives up the key
-          IF v_first ? 'position' THEN
-            v_earlier := v_rows[(v_first ->> 'position')::integer];
-            v_earlier.request_hash := NULL;
-            v_rows[(v_first ->> 'position')::integer] := v_earlier;
+  IF v_keys = '{}'::jsonb
+     AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(v_answers) a WHERE a IS NOT NULL)
+     AND (SELECT pg_catalog.count(*) = pg_catalog.count(DISTINCT (r.source_event_id, r.content_hash))
+          FROM pg_catalog.unnest(v_rows) r WHERE r.source_event_id IS NOT NULL) THEN
+    -- The common case, what the loop below concludes for it: every envelope judged, no
+    -- key held by a proposal or repeated in the batch, so each position files a new one.
+    v_new_rows := v_rows;
+    SELECT pg_catalog.array_agg(pg_catalog.jsonb_build_object('proposal_id', r.proposal_id,
+             'status', r.status, 'reason', r.reason) ORDER BY r.ordinality)
+    INTO v_answers FROM pg_catalog.unnest(v_rows) WITH ORDINALITY AS r;
+  ELSE
+    FOR i IN 1 .. v_count LOOP
+      CONTINUE WHEN v_answers[i] IS NOT NULL;
+      v_p := v_rows[i];
+      IF v_p.source_event_id IS NOT NULL THEN
+        v_key := v_p.source_event_id || pg_catalog.chr(31) || v_p.content_hash;
+        v_first := v_keys -> v_key;
+        IF v_first IS NOT NULL THEN
+          IF v_first ->> 'status' = 'rejected' AND v_first ->> 'request_hash' <> v_p.request_hash THEN
+            -- a corrected envelope: the rejected proposal gives up the key
+            IF v_first ? 'position' THEN
+              v_earlier := v_rows[(v_first ->> 'position')::integer];
+              v_earlier.request_hash := NULL;
+              v_rows[(v_first ->> 'position')::integer] := v_earlier;
+            ELSE
+              v_release := v_release || (v_first ->> 'proposal_id')::uuid;
+            END IF;
+          ELSIF v_first ->> 'request_hash' <> v_p.request_hash
+                OR (v_first ->> 'scope_differs')::boolean THEN
+            BEGIN
+              PERFORM fabric._key_reused();
+            EXCEPTION WHEN unique_violation THEN
+              GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT,
+                                      v_hint = PG_EXCEPTION_HINT;
+              v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', NULL,
+                'status', 'error', 'sqlstate', v_state, 'reason', v_message, 'hint', v_hint);
+            END;
+            CONTINUE;
           ELSE
-            v_release := v_release || (v_first ->> 'proposal_id')::uuid;
+            v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_first -> 'proposal_id',
+                'status', v_first -> 'status', 'reason', v_first -> 'reason', 'replayed', true)
+              || CASE WHEN coalesce(v_first -> 'memory_id', 'null') = 'null' THEN '{}'::jsonb
+                      ELSE pg_catalog.jsonb_build_object('memory_id', v_first -> 'memory_id') END;
+            CONTINUE;
           END IF;
-        ELSIF v_first ->> 'request_hash' <> v_p.request_hash
-              OR (v_first ->> 'scope_differs')::boolean THEN
-          BEGIN
-            PERFORM fabric._key_reused();
-          EXCEPTION WHEN unique_violation THEN
-            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT,
-                                    v_hint = PG_EXCEPTION_HINT;
-            v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', NULL,
-              'status', 'error', 'sqlstate', v_state, 'reason', v_message, 'hint', v_hint);
-          END;
-          CONTINUE;
-        ELSE
-          v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_first -> 'proposal_id',
-              'status', v_first -> 'status', 'reason', v_first -> 'reason', 'replayed', true)
-            || CASE WHEN coalesce(v_first -> 'memory_id', 'null') = 'null' THEN '{}'::jsonb
-                    ELSE pg_catalog.jsonb_build_object('memory_id', v_first -> 'memory_id') END;
-          CONTINUE;
         END IF;
+        v_keys := v_keys || pg_catalog.jsonb_build_object(v_key, pg_catalog.jsonb_build_object(
+          'proposal_id', v_p.proposal_id, 'status', v_p.status, 'reason', v_p.reason,
+          'request_hash', v_p.request_hash, 'scope_differs', false, 'position', i));
       END IF;
-      v_keys := v_keys || pg_catalog.jsonb_build_object(v_key, pg_catalog.jsonb_build_object(
-        'proposal_id', v_p.proposal_id, 'status', v_p.status, 'reason', v_p.reason,
-        'request_hash', v_p.request_hash, 'scope_differs', false, 'position', i));
-    END IF;
-    v_new[i] := true;
-    v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_p.proposal_id,
-                                                  'status', v_p.status, 'reason', v_p.reason);
-  END LOOP;
-  FOR i IN 1 .. v_count LOOP
-    IF v_new[i] THEN
-      v_new_rows := v_new_rows || v_rows[i];
-    END IF;
-  END LOOP;
+      v_new[i] := true;
+      v_answers[i] := pg_catalog.jsonb_build_object('proposal_id', v_p.proposal_id,
+                                                    'status', v_p.status, 'reason', v_p.reason);
+    END LOOP;
+    FOR i IN 1 .. v_count LOOP
+      IF v_new[i] THEN
+        v_new_rows := v_new_rows || v_rows[i];
+      END IF;
+    END LOOP;
+  END IF;
 
   -- The writes: one statement per table.
   IF pg_catalog.cardinality(v_release) > 0 THEN

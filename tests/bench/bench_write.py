@@ -10,6 +10,8 @@ pairs (25; whole batches) within each round, order flipped each turn, so noise h
 - governed batch: one `fabric_api.propose_many` of B envelopes, then one
   `fabric_api.commit_many` of the B proposal ids (set-based on both sides); baseline batch:
   the same rows, one transaction per side (`executemany`, pipelined).
+The server CPU of both connections per pair is printed too (from /proc, when the server runs on
+this machine): on a shared machine it moves much less than wall time.
 Half the envelopes are episodic, half semantic derived_from the previous episode (lineage
 rows). The baseline writes the events per pair and side the governed warm-up wrote
 (counted in fabric.events), the same payloads, and a content hash precomputed client-side.
@@ -17,7 +19,9 @@ rows). The baseline writes the events per pair and side the governed warm-up wro
 Baseline tables (schema bench_baseline, recreated each run) are `CREATE TABLE (LIKE fabric.x
 INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING INDEXES)`: same columns, defaults, generated
 scope_key, primary keys and secondary indexes (the fair choice: the governed writes maintain
-them all). NOT NULL stays; no CHECK, foreign key, trigger or RLS policy; fabric.ident and
+them all; those on scope_key -- scope, search text, recall's top-k, one live assertion per
+key -- are created again after scope_key is, as the records' definitions). NOT NULL stays;
+no CHECK, foreign key, trigger or RLS policy; fabric.ident and
 fabric.tenant_ident domain columns become text (a domain CHECK is governance too). events is
 one plain table (fabric.events is partitioned by month). The derived search text (search_tsv,
 when present) is computed in the baseline INSERT: data the governed row holds.
@@ -74,7 +78,7 @@ BEGIN
     EXECUTE format('CREATE TABLE bench_baseline.%I (LIKE fabric.%I INCLUDING DEFAULTS'
                    ' INCLUDING GENERATED INCLUDING INDEXES)', t, t);
   END LOOP;
-  ALTER TABLE bench_baseline.memory_records DROP COLUMN scope_key;  -- and its index
+  ALTER TABLE bench_baseline.memory_records DROP COLUMN scope_key;  -- and its indexes
   FOR c IN SELECT a.attrelid::regclass AS rel, a.attname FROM pg_attribute a
            JOIN pg_class r ON r.oid = a.attrelid JOIN pg_type t ON t.oid = a.atttypid
            WHERE r.relnamespace = 'bench_baseline'::regnamespace AND r.relkind = 'r'
@@ -86,7 +90,18 @@ ALTER TABLE bench_baseline.memory_records ADD COLUMN scope_key text GENERATED AL
   CASE visibility WHEN 'session' THEN 'session:' || session_id
     WHEN 'agent' THEN 'agent:' || agent_id WHEN 'subject' THEN 'subject:' || subject_id
     WHEN 'tenant' THEN 'tenant' END) STORED;
-CREATE INDEX ON bench_baseline.memory_records (tenant_id, scope_key, tier, consolidation_state);
+-- every index of the records on scope_key (dropped with the column above): the scope, the
+-- search text (GIN), recall's top-k, one live assertion per key (GiST)
+DO $$
+DECLARE d text;
+BEGIN
+  FOR d IN SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i
+           WHERE i.indrelid = 'fabric.memory_records'::regclass
+             AND pg_get_indexdef(i.indexrelid) LIKE '%scope_key%' LOOP
+    EXECUTE regexp_replace(d, '^CREATE (UNIQUE )?INDEX \\S+ ON fabric\\.memory_records ',
+                           'CREATE \\1INDEX ON bench_baseline.memory_records ');
+  END LOOP;
+END $$;
 GRANT USAGE ON SCHEMA bench_baseline TO bench_agent, bench_committer;
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA bench_baseline
   TO bench_agent, bench_committer;
@@ -302,6 +317,20 @@ def events_per_pair(url: str, since: datetime, pairs: int, login: str) -> tuple[
     return tuple(e for e, n in rows for _ in range(round(n / pairs)))
 
 
+def backend_cpu(conns: Sequence[Conn]) -> float | None:
+    """Seconds of CPU the connections' server processes have used (None when the server is
+    not on this machine). Moves much less than wall time on a shared machine."""
+    total = 0.0
+    for conn in conns:
+        try:
+            with open(f"/proc/{conn.info.backend_pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def machine(url: str) -> tuple[str, str]:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
@@ -337,6 +366,7 @@ def main() -> int:
     ]
     lat: dict[str, list[float]] = {m[0]: [] for pair in modes for m in pair}
     wall = dict.fromkeys(lat, 0.0)
+    cpu_used: dict[str, float | None] = dict.fromkeys(lat, 0.0)
     with agent, committer:
         # Warm-up (plans, caches); the governed single part counts the events per pair.
         since = call(agent, "SELECT clock_timestamp()")
@@ -355,9 +385,14 @@ def main() -> int:
                 for k, start in enumerate(range(0, per_round, step)):
                     for name, fn, size in (gov, base) if (r + k) % 2 == 0 else (base, gov):
                         items = fresh(min(step, per_round - start))
+                        c0 = backend_cpu((agent, committer))
                         t0 = time.perf_counter()
                         lat[name] += fn(agent, committer, st, items, size)
                         took[name] += time.perf_counter() - t0
+                        c1 = backend_cpu((agent, committer))
+                        used = cpu_used[name]
+                        both = None if c0 is None or c1 is None or used is None else c1 - c0
+                        cpu_used[name] = None if both is None or used is None else used + both
                 for name in took:
                     wall[name] += took[name]
                 line.append(f"{gov[0]} {took[base[0]] / took[gov[0]]:.2f}")
@@ -385,6 +420,11 @@ def main() -> int:
     for row in table:
         print("| " + " | ".join(row) + " |")
     print()
+    for gov, base in modes:
+        g, b_ = cpu_used[gov[0]], cpu_used[base[0]]
+        if g and b_:  # both connections' server processes, /proc ticks summed over the run
+            print(f"server CPU a pair: {gov[0]} {g * 1e6 / n:,.0f} µs, {base[0]}"
+                  f" {b_ * 1e6 / n:,.0f} µs (baseline/governed {b_ / g:.2f})")  # fmt: skip
     for (gov, base), goal in zip(modes, ("0.6", "0.5"), strict=True):
         ratio = wall[base[0]] / wall[gov[0]]
         print(f"ratio {gov[0]} / {base[0]}: {ratio:.2f} (goal >= {goal})")

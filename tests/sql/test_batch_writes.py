@@ -292,6 +292,7 @@ def _breaker(kind: str, source_event: str) -> dict[str, Any] | str:
         },
         "not_semver": {**e, "version": "1.0"},
         "orphan_semantic": {**e, "tier": "semantic"},
+        "null_parents": {**e, "tier": "semantic", "derived_from": None},
     }
     return table[kind]  # type: ignore[no-any-return]
 
@@ -300,7 +301,7 @@ BREAKERS = [
     "not_object", "extra_key", "bad_tier", "no_confidence", "bad_time", "deep", "other_tenant",
     "other_subject", "unknown_parent", "unknown_instance", "uncaused", "consolidation",
     "relational", "supersedes", "ephemeral", "confidence_range", "backwards", "not_semver",
-    "orphan_semantic",
+    "orphan_semantic", "null_parents",
 ]  # fmt: skip
 SPECS = st.one_of(
     st.tuples(st.just("breaker"), st.sampled_from(BREAKERS), st.just(0), st.just(0.9)),
@@ -410,6 +411,22 @@ def test_a_batch_leaves_the_state_the_same_calls_one_by_one_leave(
     su = psycopg.connect(fabric.url, autocommit=True)
     try:
         _check(conns, su, specs, denied)
+    finally:
+        for c in [su, *conns.values()]:
+            c.close()
+
+
+def test_a_batch_of_every_breaker_leaves_the_state_the_same_calls_leave(fabric: Fabric) -> None:
+    """The property for one fixed batch: every breaker, valid envelopes of both tiers (read
+    set-based by propose_many) and a repeated key, each answered as propose answers it."""
+    specs: list[tuple[Any, ...]] = [("breaker", b, 0, 0.9) for b in BREAKERS]
+    specs += [("episodic", TEXTS[0], 0, 0.9), ("semantic", TEXTS[1], 1, 0.9)]
+    specs += [("episodic", TEXTS[0], 0, 0.9), ("semantic", TEXTS[2], 2, 1.5)]
+    logins = ("mf_orchestrator", "mf_agent_a", "mf_committer")
+    conns = {login: psycopg.connect(fabric.url, user=login, autocommit=True) for login in logins}
+    su = psycopg.connect(fabric.url, autocommit=True)
+    try:
+        _check(conns, su, specs, False)
     finally:
         for c in [su, *conns.values()]:
             c.close()

@@ -510,6 +510,42 @@ def test_owner_raw_semantic_without_lineage_fails_at_commit(fabric: Fabric) -> N
     assert fabric.count("events", "event_type = 'memory.record.formed'") == 0
 
 
+def _raw_semantic_of(conn: psycopg.Connection[Any], parent: str) -> None:
+    """A semantic record formed by hand with one lineage row to parent (not committed)."""
+    row = conn.execute(RAW_INSERT + " RETURNING memory_id", raw(tier="semantic")).fetchone()
+    assert row is not None
+    conn.execute(
+        "INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)"
+        " VALUES ('acme', %s, %s)",
+        (row[0], parent),
+    )
+
+
+def test_owner_raw_semantic_of_a_non_episode_fails_at_commit(fabric: Fabric) -> None:
+    """A parent that is not an episode (and has none) does not pass the direct-parent test
+    of the deferred check, nor its walk."""
+    procedural = committed(fabric, episode("how to file an invoice", tier="procedural"))
+    before = fabric.count("memory_records")
+    conn = owner(fabric, autocommit=False)
+    _raw_semantic_of(conn, procedural)
+    with pytest.raises(errors.CheckViolation) as info:
+        conn.commit()
+    assert info.value.diag.constraint_name == "memory_records_semantic_needs_episode"
+    assert fabric.count("memory_records") == before
+    assert fabric.count("memory_lineage") == 0
+
+
+def test_owner_raw_semantic_of_a_semantic_with_an_episode_commits(fabric: Fabric) -> None:
+    """The walk: a semantic parent whose own parent is an episode."""
+    run = fabric.open_run()
+    first = fabric.form(run, "the episode")
+    fact = fabric.form(run, "the fact", tier="semantic", derived_from=[first])
+    conn = owner(fabric, autocommit=False)
+    _raw_semantic_of(conn, fact)
+    conn.commit()
+    assert fabric.count("memory_records", "tier = 'semantic'") == 2
+
+
 def test_owner_raw_subject_visibility_without_subject_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
         owner(fabric).execute(RAW_INSERT, raw(subject=None))
