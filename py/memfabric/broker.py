@@ -81,7 +81,20 @@ class LocalBroker:
         tiers = [t for t in resolved["tiers"] if t in INDEXED_TIERS]
         if not resolved["scope_keys"] or not tiers:
             return []
-        vector = self.embedder.embed([query])[0]
+        return self.search_vector(resolved, self.embed_query(query), limit, exact)
+
+    def embed_query(self, query: str) -> list[float]:
+        """The query's vector, computed without the filter: memfabric.recall starts it
+        while the database resolves the scope (nothing is searched before that)."""
+        return self.embedder.embed([query])[0]
+
+    def search_vector(
+        self, resolved: Json, vector: list[float], limit: int, exact: bool = False
+    ) -> list[tuple[str, float]]:
+        """`search` with the query already embedded (by `embed_query`)."""
+        tiers = [t for t in resolved["tiers"] if t in INDEXED_TIERS]
+        if not resolved["scope_keys"] or not tiers:
+            return []
         return self.store.search(tiers, vector, recall_filter(resolved), limit, exact=exact)
 
     def run(self, op: str, **kwargs: Any) -> Json:
