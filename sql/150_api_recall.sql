@@ -188,8 +188,13 @@ BEGIN
               WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
        WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound);
     v_tsq := fabric._any_term_query(v_match);
+    -- Candidates are scored and sorted as narrow rows (id, score, order keys); only the
+    -- p_limit winners are read whole (by their row address, within this one statement:
+    -- the same row version) and built.
     RETURN QUERY
-      SELECT m.memory_id, bm.score, fabric._record_json(m)
+      SELECT m.memory_id, w.score, fabric._record_json(m)
+      FROM (SELECT m.ctid AS row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
+                   m.recorded_at
       FROM fabric.memory_records m
       -- BM25 per candidate, without a function call per record: the record's length is
       -- its stored search_length (fabric._search_length of its search text, written with
@@ -227,7 +232,9 @@ BEGIN
                                 pg_catalog.tsvector_to_array(m.search_tsv))
             OPERATOR(pg_catalog.&&) fabric._search_keys(p_tenant_id, p_scope_keys, v_match)
       ORDER BY 2 DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC, m.memory_id
-      LIMIT p_limit;
+      LIMIT p_limit) w
+      JOIN fabric.memory_records m ON m.ctid = w.row_id  -- the very row version scored
+      ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
     RETURN;
   END IF;
 
