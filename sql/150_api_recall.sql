@@ -231,7 +231,8 @@ BEGIN
         AND fabric._search_keys(m.tenant_id, ARRAY[m.scope_key],
                                 pg_catalog.tsvector_to_array(m.search_tsv))
             OPERATOR(pg_catalog.&&) fabric._search_keys(p_tenant_id, p_scope_keys, v_match)
-      ORDER BY 2 DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC, m.memory_id
+      ORDER BY bm.score DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
+               m.memory_id
       LIMIT p_limit) w
       JOIN fabric.memory_records m ON m.ctid = w.row_id  -- the very row version scored
       ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
