@@ -14,6 +14,8 @@ checkout's `memfabric.recall.recall` on --url, and the same through the baseline
 --base-url (resolution, then the query embedding and the Edge search, then the re-check: one
 step after the other, as 0.4.0 does), each step of the baseline timed. The answers of both
 sides are compared (the same records in the same order). Ratios new / base are the last lines.
+--database-only measures the database's part alone (no broker, no embedding): text recall and
+the re-check call of semantic and hybrid recall with the same 50 candidates on both sides.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import os
 import statistics
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -125,6 +128,40 @@ def base_recall(conn: psycopg.Connection[Any], request: Json, broker: LocalBroke
     return answer
 
 
+SCOPE_IDS = """SELECT memory_id::text FROM fabric.memory_records
+ WHERE tenant_id = %s AND scope_key = ANY (%s) ORDER BY memory_id LIMIT 50"""
+
+
+def database_phase(url: str, base_url: str, subjects: Sequence[str], runs: dict[str, Any]
+                   ) -> tuple[dict[str, list[float]], int]:  # fmt: skip
+    """The database's part alone, per query on each side: text recall, and the second call
+    of semantic and of hybrid recall (the re-check, fusion and audit) with the same 50
+    candidates (records of the subject's scope), interleaved; no broker, no embedding."""
+    with connect(url) as su:
+        ids = {s: su.execute(SCOPE_IDS, (BULK, [f"subject:{s}", "tenant"])).fetchall()
+               for s in set(subjects)}  # fmt: skip
+    out: dict[str, list[float]] = defaultdict(list)
+    differ = 0
+    with connect(url, "benchp_agent") as new, connect(base_url, "benchp_agent") as base:
+        for k, subject in enumerate(subjects):
+            cands = [{"memory_id": i, "score": 1 - n / 100} for n, (i,) in enumerate(ids[subject])]
+            for mode in ("text", "semantic", "hybrid"):
+                got = {}
+                for side, conn in ((("new", new), ("base", base)) if k % 2 else
+                                   (("base", base), ("new", new))):  # fmt: skip
+                    request = {**semantic_request(runs[side][subject], QUERIES[k % len(QUERIES)]),
+                               "mode": mode}  # fmt: skip
+                    if mode != "text":
+                        request["candidates"] = cands
+                    t = time.perf_counter()
+                    answer = fabric_call(conn, "fabric_api.recall", request)
+                    if k >= 20:
+                        out[f"{side} {mode}"].append(time.perf_counter() - t)
+                    got[side] = [r["memory_id"] for r in answer["records"]]
+                differ += got["new"] != got["base"]
+    return out, differ
+
+
 def ms(xs: Sequence[float]) -> str:
     return f"{pct(xs, 50) * 1e3:.1f} / {pct(xs, 95) * 1e3:.1f} ms"
 
@@ -143,6 +180,7 @@ def main() -> int:
     ap.add_argument("--dir", required=True, help="Edge shards, kept and reused")
     ap.add_argument("--index", action="store_true", help="build the HNSW index once")
     ap.add_argument("--load-only", action="store_true", help="load and build, no queries")
+    ap.add_argument("--database-only", action="store_true", help="no broker: the DB's part")
     args = ap.parse_args()
     url, emb = args.url or db.database_url(), Counting()
     emb.embed(["warm up"])
@@ -151,13 +189,27 @@ def main() -> int:
         have, took = bulk_load(u, args.records, args.seed, emb.model, emb.version)
         print(f"  {have:,} records in {BULK} of {u.rsplit('/', 1)[-1]}"
               f" ({f'loaded in {took:.0f} s' if took else 'reused'})", flush=True)  # fmt: skip
+    rng = np.random.default_rng(args.seed + 1)
+    subjects = [f"user-{s}" for s in rng.integers(SUBJECTS, size=args.queries + 20)]
+    if args.database_only:
+        runs = {"new": open_runs(url, subjects), "base": open_runs(args.base_url, subjects)}
+        load = os.getloadavg()[0]
+        db_out, differ = database_phase(url, args.base_url, subjects, runs)
+        print(f"\n{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; load average (1 min) "
+              f"{load:.1f} before, {os.getloadavg()[0]:.1f} after; {args.records:,} records; "
+              f"{args.queries} queries; answers that differ: {differ}\n")  # fmt: skip
+        print("| database part | base p50 / p95 | new p50 / p95 | new / base p50, p95 |")
+        print("|---|---|---|---|")
+        for mode in ("text", "semantic", "hybrid"):
+            b, n = db_out[f"base {mode}"], db_out[f"new {mode}"]
+            print(f"| {mode} | {ms(b)} | {ms(n)} | {pct(n, 50) / pct(b, 50):.2f}x, "
+                  f"{pct(n, 95) / pct(b, 95):.2f}x |")  # fmt: skip
+        return 0
     store = shards(url, Path(args.dir), args.records, emb, args.index)
     if args.load_only:
         store.close()
         return 0
     broker = LocalBroker(store, emb, {})
-    rng = np.random.default_rng(args.seed + 1)
-    subjects = [f"user-{s}" for s in rng.integers(SUBJECTS, size=args.queries + 20)]
     runs = {"new": open_runs(url, subjects), "base": open_runs(args.base_url, subjects)}
     out: dict[str, list[float]] = {w: [] for w in ORDER}
     steps: dict[str, list[float]] = {
