@@ -114,14 +114,27 @@ class _Handler(socketserver.StreamRequestHandler):
                 if request["op"] == "search":
                     # Not under the serve lock: the query is embedded while the projector
                     # works, and the store serializes its own shard access (an Edge store
-                    # holds its mutex per read or write, never while embedding).
-                    hits = self.broker.search(
-                        request["resolved"],
-                        request["query"],
-                        int(request["limit"]),
-                        bool(request.get("exact")),
-                    )
+                    # holds its mutex per read or write, never while embedding). A client
+                    # that had the query embedded first (op embed) sends the vector.
+                    if "vector" in request:
+                        hits = self.broker.search_vector(
+                            request["resolved"],
+                            [float(x) for x in request["vector"]],
+                            int(request["limit"]),
+                            bool(request.get("exact")),
+                        )
+                    else:
+                        hits = self.broker.search(
+                            request["resolved"],
+                            request["query"],
+                            int(request["limit"]),
+                            bool(request.get("exact")),
+                        )
                     answer: Json = {"ok": True, "hits": hits}
+                elif request["op"] == "embed":
+                    # The query alone, no filter and no search: recall asks for it while
+                    # the database resolves the scope (not under the serve lock either).
+                    answer = {"ok": True, "vector": self.broker.embed_query(request["query"])}
                 elif request["op"] in UNLOCKED_OPS:
                     result = self.broker.run(request["op"], **request.get("args", {}))
                     answer = {"ok": True, "result": result}
@@ -185,6 +198,20 @@ class RemoteBroker:
         hits = self._ask(
             {"op": "search", "resolved": resolved, "query": query, "limit": limit, "exact": exact}
         )["hits"]
+        return [(str(h[0]), float(h[1])) for h in hits]
+
+    def embed_query(self, query: str) -> list[float]:
+        """The query's vector, embedded by the serve process (op embed)."""
+        return [float(x) for x in self._ask({"op": "embed", "query": query})["vector"]]
+
+    def search_vector(
+        self, resolved: Json, vector: list[float], limit: int, exact: bool = False
+    ) -> list[tuple[str, float]]:
+        """`search` with the query already embedded (by `embed_query`)."""
+        hits = self._ask(
+            {"op": "search", "resolved": resolved, "vector": vector, "limit": limit,
+             "exact": exact}
+        )["hits"]  # fmt: skip
         return [(str(h[0]), float(h[1])) for h in hits]
 
     def run(self, op: str, **kwargs: Any) -> Json:

@@ -6,9 +6,11 @@ A request without `mode` is served `hybrid` when a vector broker is reachable (t
 `memfabric serve` socket or QDRANT_URL) and has a query with words, otherwise `text`; the
 answer's `mode_served` says which.
 
-With a broker in this process (QDRANT_URL, or a LocalBroker passed in), the query is
-embedded in a worker thread while the database resolves the scope: the embedding needs no
-filter, the search waits for it, and nothing is searched before the scope is resolved."""
+The query is embedded while the database resolves the scope (a worker thread asks the
+broker in this process, or `memfabric serve`, for the vector alone): the embedding needs no
+filter, the search waits for it, and nothing is searched before the scope is resolved. A
+`memfabric serve` that cannot embed alone (older than this client) is asked to search with
+the query, as before."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import psycopg
 from memfabric.broker import (
     Broker,
     LocalBroker,
+    RemoteBroker,
     find_broker,
     hits_as_candidates,
     locate_broker,
@@ -131,7 +134,7 @@ class _FindBroker:
 
 @dataclass(frozen=True)
 class _Embed:
-    broker: LocalBroker
+    broker: LocalBroker | RemoteBroker
     query: str
 
     def start(self) -> Future[list[float]]:
@@ -149,11 +152,16 @@ class _Search:
     vector: Future[list[float]] | None = None  # the embedding started before resolution
 
     def run(self) -> list[tuple[str, float]]:
-        if self.vector is not None and isinstance(self.broker, LocalBroker):
-            # An embedding error surfaces here, where the search's own would have.
-            return self.broker.search_vector(
-                self.flt, self.vector.result(), self.limit, exact=self.exact
-            )
+        if self.vector is not None and isinstance(self.broker, LocalBroker | RemoteBroker):
+            try:
+                # An embedding error surfaces here, where the search's own would have.
+                vector = self.vector.result()
+            except (OSError, RuntimeError):
+                if not isinstance(self.broker, RemoteBroker):
+                    raise
+                # an older serve (no embed operation): it embeds the query when searching
+                return self.broker.search(self.flt, self.query, self.limit, exact=self.exact)
+            return self.broker.search_vector(self.flt, vector, self.limit, exact=self.exact)
         return self.broker.search(self.flt, self.query, self.limit, exact=self.exact)
 
 
@@ -177,7 +185,7 @@ def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
     if broker is None:
         raise no_broker()
     vector: Future[list[float]] | None = None
-    if isinstance(broker, LocalBroker) and isinstance(request.get("query"), str):
+    if isinstance(broker, LocalBroker | RemoteBroker) and isinstance(request.get("query"), str):
         vector = yield _Embed(broker, request["query"])  # overlaps the resolution below
     resolved: Json = yield _Database(request)
     if resolved["status"] != "resolved":

@@ -71,11 +71,21 @@ def test_a_refused_resolution_searches_nothing(broker: LocalBroker, status: str)
     vector.result()  # the embedding finishes and is dropped
 
 
-def test_a_broker_in_another_process_embeds_after_the_resolution(tmp_path: Path) -> None:
-    """`memfabric serve` embeds the query itself: the client sends it with the filter."""
+def test_a_broker_in_another_process_embeds_during_the_resolution_too(tmp_path: Path) -> None:
+    """`memfabric serve` is asked for the vector alone while the database resolves; when it
+    cannot answer that (gone here; or older than the client), the search asks it with the
+    query, as before, and its error is the search's."""
     plan = _plan(REQUEST, False)
     next(plan)
-    resolve = plan.send(RemoteBroker(tmp_path / "no.sock"))
+    broker = RemoteBroker(tmp_path / "no.sock")
+    embed = plan.send(broker)
+    assert isinstance(embed, _Embed)
+    vector = embed.start()
+    resolve = plan.send(vector)
     assert isinstance(resolve, _Database)
     search = plan.send(RESOLVED)
-    assert isinstance(search, _Search) and search.vector is None
+    assert isinstance(search, _Search) and search.vector is vector
+    with pytest.raises(OSError):
+        vector.result()
+    with pytest.raises(OSError):
+        search.run()  # the fallback: a search with the query, on the same (absent) socket
