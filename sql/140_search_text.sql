@@ -40,6 +40,25 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._search_keys: the keys of the lexical index (memory_records_search_keys), one per
+-- scope key and lexeme, each naming the tenant too: a lexical lookup reads the postings of
+-- exactly the scopes recall resolved, never the whole tenant's. 64-bit hashes: a collision
+-- can only add a candidate, which the query's own predicates (tenant, scope key, search
+-- text) then drop. Migration 0022 creates it with the same text (the index needs it before
+-- sql/ is replayed); both must stay identical.
+CREATE OR REPLACE FUNCTION fabric._search_keys(p_tenant_id text, p_scope_keys text[],
+                                               p_lexemes text[])
+RETURNS bigint[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT ARRAY(SELECT pg_catalog.hashtextextended(
+                        p_tenant_id || E'\x1f' || k.key || E'\x1f' || l.lexeme, 0)
+                 FROM pg_catalog.unnest(p_scope_keys) AS k(key),
+                      pg_catalog.unnest(p_lexemes) AS l(lexeme))
+$$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__search_text: search text follows content, never the reverse.
 -- A record is formed with the derived text (fabric.tg_memory_records__normalise, in the
 -- one BEFORE INSERT trigger); after that the one change allowed is to the text the current

@@ -147,8 +147,10 @@ DECLARE
   v_n double precision;
   v_avgdl double precision;
   v_bound integer;
+  v_match text[];
 BEGIN
-  IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL THEN
+  IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL
+     OR pg_catalog.cardinality(p_tiers) = 0 OR pg_catalog.cardinality(p_scope_keys) = 0 THEN
     RETURN;                                   -- an unresolved scope matches nothing
   END IF;
 
@@ -179,14 +181,20 @@ BEGIN
     -- within recall_lexical_bound (the rarest always), score every query lexeme a candidate
     -- holds. A record holding only very common words is left out; it would rank low anyway.
     v_bound := (SELECT s.recall_lexical_bound FROM fabric.deployment_settings s);
-    v_tsq := fabric._any_term_query(ARRAY(
+    v_match := ARRAY(
       SELECT x.lexeme
         FROM (SELECT l.lexeme, pg_catalog.row_number() OVER w AS n, pg_catalog.sum(l.df) OVER w AS cum
                 FROM ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_df)) AS l(lexeme, df)
               WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
-       WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound));
+       WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound);
+    v_tsq := fabric._any_term_query(v_match);
+    -- Candidates are scored and sorted as narrow rows (id, score, order keys); only the
+    -- p_limit winners are read whole (by their row address, within this one statement:
+    -- the same row version) and built.
     RETURN QUERY
-      SELECT m.memory_id, bm.score, fabric._record_json(m)
+      SELECT m.memory_id, w.score, fabric._record_json(m)
+      FROM (SELECT m.ctid AS row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
+                   m.recorded_at
       FROM fabric.memory_records m
       -- BM25 per candidate, without a function call per record: the record's length is
       -- its stored search_length (fabric._search_length of its search text, written with
@@ -218,8 +226,16 @@ BEGIN
         AND m.confidence >= p_min_confidence
         AND NOT (m.compliance_labels && p_excluded_labels)
         AND m.search_tsv @@ v_tsq
-      ORDER BY 2 DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC, m.memory_id
-      LIMIT p_limit;
+        -- the index condition (memory_records_search_keys): the postings of the matched
+        -- lexemes in exactly these scope keys; the predicates above keep the answer exact
+        AND fabric._search_keys(m.tenant_id, ARRAY[m.scope_key],
+                                pg_catalog.tsvector_to_array(m.search_tsv))
+            OPERATOR(pg_catalog.&&) fabric._search_keys(p_tenant_id, p_scope_keys, v_match)
+      ORDER BY bm.score DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
+               m.memory_id
+      LIMIT p_limit) w
+      JOIN fabric.memory_records m ON m.ctid = w.row_id  -- the very row version scored
+      ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
     RETURN;
   END IF;
 
@@ -290,7 +306,8 @@ SET LOCAL ROLE fabric_owner;
 GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_settings,
   fabric.search_stats TO fabric_retriever;
 GRANT EXECUTE ON FUNCTION fabric._record_json(fabric.memory_records),
-  fabric._text_search_config(), fabric._any_term_query(text[]) TO fabric_retriever;
+  fabric._text_search_config(), fabric._any_term_query(text[]),
+  fabric._search_keys(text, text[], text[]) TO fabric_retriever;
 -- BM25 reads the stored length (memory_records.search_length): the retriever no longer
 -- counts it, so it loses the grant it had before 0.4.0.
 REVOKE EXECUTE ON FUNCTION fabric._search_length(tsvector) FROM fabric_retriever;
@@ -320,12 +337,12 @@ BEGIN
              p_min_confidence, p_excluded_labels, NULL, p_candidate_ids, p_candidate_scores,
              p_depth) WITH ORDINALITY AS a(memory_id, score, record, ord)
      WHERE p_candidate_ids IS NOT NULL),
-  lex AS (
+  lex AS (  -- none in semantic recall of vector tiers only: not even the statistics read
     SELECT b.memory_id, b.record, b.ord
       FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
              p_min_confidence, p_excluded_labels, p_query, NULL, NULL, p_depth)
              WITH ORDINALITY AS b(memory_id, score, record, ord)
-     WHERE p_query IS NOT NULL),
+     WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0),
   fused AS (
     SELECT coalesce(v.memory_id, l.memory_id) AS memory_id,
            coalesce(v.record, l.record) AS record,

@@ -81,7 +81,20 @@ class LocalBroker:
         tiers = [t for t in resolved["tiers"] if t in INDEXED_TIERS]
         if not resolved["scope_keys"] or not tiers:
             return []
-        vector = self.embedder.embed([query])[0]
+        return self.search_vector(resolved, self.embed_query(query), limit, exact)
+
+    def embed_query(self, query: str) -> list[float]:
+        """The query's vector, computed without the filter: memfabric.recall starts it
+        while the database resolves the scope (nothing is searched before that)."""
+        return self.embedder.embed([query])[0]
+
+    def search_vector(
+        self, resolved: Json, vector: list[float], limit: int, exact: bool = False
+    ) -> list[tuple[str, float]]:
+        """`search` with the query already embedded (by `embed_query`)."""
+        tiers = [t for t in resolved["tiers"] if t in INDEXED_TIERS]
+        if not resolved["scope_keys"] or not tiers:
+            return []
         return self.store.search(tiers, vector, recall_filter(resolved), limit, exact=exact)
 
     def run(self, op: str, **kwargs: Any) -> Json:
@@ -101,14 +114,27 @@ class _Handler(socketserver.StreamRequestHandler):
                 if request["op"] == "search":
                     # Not under the serve lock: the query is embedded while the projector
                     # works, and the store serializes its own shard access (an Edge store
-                    # holds its mutex per read or write, never while embedding).
-                    hits = self.broker.search(
-                        request["resolved"],
-                        request["query"],
-                        int(request["limit"]),
-                        bool(request.get("exact")),
-                    )
+                    # holds its mutex per read or write, never while embedding). A client
+                    # that had the query embedded first (op embed) sends the vector.
+                    if "vector" in request:
+                        hits = self.broker.search_vector(
+                            request["resolved"],
+                            [float(x) for x in request["vector"]],
+                            int(request["limit"]),
+                            bool(request.get("exact")),
+                        )
+                    else:
+                        hits = self.broker.search(
+                            request["resolved"],
+                            request["query"],
+                            int(request["limit"]),
+                            bool(request.get("exact")),
+                        )
                     answer: Json = {"ok": True, "hits": hits}
+                elif request["op"] == "embed":
+                    # The query alone, no filter and no search: recall asks for it while
+                    # the database resolves the scope (not under the serve lock either).
+                    answer = {"ok": True, "vector": self.broker.embed_query(request["query"])}
                 elif request["op"] in UNLOCKED_OPS:
                     result = self.broker.run(request["op"], **request.get("args", {}))
                     answer = {"ok": True, "result": result}
@@ -172,6 +198,20 @@ class RemoteBroker:
         hits = self._ask(
             {"op": "search", "resolved": resolved, "query": query, "limit": limit, "exact": exact}
         )["hits"]
+        return [(str(h[0]), float(h[1])) for h in hits]
+
+    def embed_query(self, query: str) -> list[float]:
+        """The query's vector, embedded by the serve process (op embed)."""
+        return [float(x) for x in self._ask({"op": "embed", "query": query})["vector"]]
+
+    def search_vector(
+        self, resolved: Json, vector: list[float], limit: int, exact: bool = False
+    ) -> list[tuple[str, float]]:
+        """`search` with the query already embedded (by `embed_query`)."""
+        hits = self._ask(
+            {"op": "search", "resolved": resolved, "vector": vector, "limit": limit,
+             "exact": exact}
+        )["hits"]  # fmt: skip
         return [(str(h[0]), float(h[1])) for h in hits]
 
     def run(self, op: str, **kwargs: Any) -> Json:

@@ -4,18 +4,32 @@ fusion and hydration of the candidates (it never trusts the projection).
 
 A request without `mode` is served `hybrid` when a vector broker is reachable (the
 `memfabric serve` socket or QDRANT_URL) and has a query with words, otherwise `text`; the
-answer's `mode_served` says which."""
+answer's `mode_served` says which.
+
+The query is embedded while the database resolves the scope (a worker thread asks the
+broker in this process, or `memfabric serve`, for the vector alone): the embedding needs no
+filter, the search waits for it, and nothing is searched before the scope is resolved. A
+`memfabric serve` that cannot embed alone (older than this client) is asked to search with
+the query, as before."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Generator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from memfabric.broker import Broker, find_broker, hits_as_candidates, locate_broker
+from memfabric.broker import (
+    Broker,
+    LocalBroker,
+    RemoteBroker,
+    find_broker,
+    hits_as_candidates,
+    locate_broker,
+)
 from memfabric.call import afabric_call, fabric_call
 from memfabric.constants import RECALL_MAX_CANDIDATES
 from memfabric.errors import Unreachable
@@ -25,6 +39,9 @@ from memfabric.tracing import client_span
 Json = dict[str, Any]
 CANDIDATE_FACTOR = 4  # vector candidates fetched per record asked for
 MIN_CANDIDATES = 50  # and never fewer: fusion needs depth (the lexical list is as deep)
+# Query embeddings started before the scope is resolved (one at a time per recall; the
+# model itself runs its own threads and releases the interpreter while it computes).
+_EMBEDDING = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memfabric-recall-embed")
 
 
 def _recall(conn: psycopg.Connection[Any], request: Json) -> Json:
@@ -74,6 +91,8 @@ async def arecall(
                 reply = await afabric_call(conn, "fabric_api.recall", step.request)
             elif isinstance(step, _FindBroker):
                 reply = broker or await _afind_broker(conn)
+            elif isinstance(step, _Embed):
+                reply = step.start()
             else:
                 try:
                     reply = await asyncio.to_thread(step.run)
@@ -114,18 +133,39 @@ class _FindBroker:
 
 
 @dataclass(frozen=True)
+class _Embed:
+    broker: LocalBroker | RemoteBroker
+    query: str
+
+    def start(self) -> Future[list[float]]:
+        """The query's embedding, started now in a worker thread (not waited for)."""
+        return _EMBEDDING.submit(self.broker.embed_query, self.query)
+
+
+@dataclass(frozen=True)
 class _Search:
     broker: Broker
     flt: Json
     query: str
     limit: int
     exact: bool
+    vector: Future[list[float]] | None = None  # the embedding started before resolution
 
     def run(self) -> list[tuple[str, float]]:
+        if self.vector is not None and isinstance(self.broker, LocalBroker | RemoteBroker):
+            try:
+                # An embedding error surfaces here, where the search's own would have.
+                vector = self.vector.result()
+            except (OSError, RuntimeError):
+                if not isinstance(self.broker, RemoteBroker):
+                    raise
+                # an older serve (no embed operation): it embeds the query when searching
+                return self.broker.search(self.flt, self.query, self.limit, exact=self.exact)
+            return self.broker.search_vector(self.flt, vector, self.limit, exact=self.exact)
         return self.broker.search(self.flt, self.query, self.limit, exact=self.exact)
 
 
-_Step = _Database | _FindBroker | _Search
+_Step = _Database | _FindBroker | _Embed | _Search
 
 
 def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
@@ -144,6 +184,9 @@ def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
         broker = yield _FindBroker()
     if broker is None:
         raise no_broker()
+    vector: Future[list[float]] | None = None
+    if isinstance(broker, LocalBroker | RemoteBroker) and isinstance(request.get("query"), str):
+        vector = yield _Embed(broker, request["query"])  # overlaps the resolution below
     resolved: Json = yield _Database(request)
     if resolved["status"] != "resolved":
         return resolved  # malformed or denied, and audited as such
@@ -154,7 +197,7 @@ def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
             RECALL_MAX_CANDIDATES, max(MIN_CANDIDATES, int(flt["limit"]) * CANDIDATE_FACTOR)
         )
         try:
-            hits = yield _Search(broker, flt, request["query"], limit, exact)
+            hits = yield _Search(broker, flt, request["query"], limit, exact, vector)
         except (OSError, RuntimeError):
             if not defaulted:
                 raise
@@ -184,6 +227,8 @@ def _recall_modes(
             reply = _recall(conn, step.request)
         elif isinstance(step, _FindBroker):
             reply = broker or find_broker(conn)
+        elif isinstance(step, _Embed):
+            reply = step.start()
         else:
             try:
                 reply = step.run()

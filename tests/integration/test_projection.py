@@ -4,6 +4,7 @@ rebuild, drill and verify; faults."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector
-from memfabric.recall import recall
+from memfabric.recall import arecall, recall
 from memfabric.vectors import EdgeVectorStore, QdrantServerStore, VectorStore
 from servers import DATABASE, PASSWORD, GraphServer, graph_sh
 
@@ -170,6 +171,34 @@ def test_semantic_recall_is_resolved_searched_then_rechecked(
         "memory.recall.served",
         "memory.recall.denied",
     ]
+
+
+def test_async_recall_embeds_during_the_resolution_and_answers_as_sync_recall(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any]
+) -> None:
+    """arecall drives the same steps (the query embedded in a worker thread while the
+    database resolves the scope): the same records in the same order, one audit event each."""
+    drain(projector)
+    assert projector.store is not None
+    broker = LocalBroker(projector.store, projector.embedder, {})
+    request = {"run_id": str(seeded["run"]), "query": "which currency do invoices use",
+               "tiers": ["episodic"], "limit": 3}  # fmt: skip
+    before = fabric.count("events", "event_type = 'memory.recall.served'")
+
+    async def ask(mode: str) -> dict[str, Any]:
+        conninfo = psycopg.conninfo.make_conninfo(fabric.url, user="mf_agent_a")
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            return await arecall(conn, {**request, "mode": mode}, broker)
+
+    for mode in ("semantic", "hybrid"):
+        sync = recall(fabric.connect("mf_agent_a"), {**request, "mode": mode}, broker)
+        answer = asyncio.run(ask(mode))
+        assert answer["status"] == "served" and answer["mode_served"] == mode
+        assert [r["memory_id"] for r in answer["records"]] == [
+            r["memory_id"] for r in sync["records"]
+        ]
+        assert answer["records"]
+    assert fabric.count("events", "event_type = 'memory.recall.served'") == before + 4
 
 
 def test_rebuild_and_drill_give_identical_answers_without_reembedding(

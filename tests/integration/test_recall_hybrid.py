@@ -130,3 +130,29 @@ def test_a_tier_without_a_collection_never_crashes_the_broker(
     )
     assert only_relational["status"] == "served"
     assert only_relational["records"] == []
+
+
+def test_the_serve_socket_embeds_alone_and_searches_with_a_vector(
+    fabric: Fabric, projector: Projector, socket_broker: Path, minilm: MiniLMEmbedder
+) -> None:
+    """op embed answers the query's vector (no filter, no search); op search with that
+    vector answers what op search with the query answers."""
+    run = fabric.open_run()
+    fabric.form(run, "Customer asked to be invoiced in euros from next quarter")
+    fabric.form(run, "The shipment to Rotterdam was delayed at customs")
+    project(projector)
+    broker = RemoteBroker(socket_broker, timeout=60)
+    query = "which currency do invoices use"
+    vector = broker.embed_query(query)
+    assert vector == minilm.embed([query])[0]
+    resolved = recall(
+        fabric.connect("mf_agent_a"),
+        {"run_id": str(run), "mode": "semantic", "query": query, "tiers": ["episodic"]},
+        broker,
+    )
+    assert resolved["status"] == "served" and resolved["records"]
+    flt = {"tenant_id": "acme", "scope_keys": ["subject:user-8842"], "tiers": ["episodic"],
+           "valid_at": "2030-01-01T00:00:00+00:00", "min_confidence": 0.0,
+           "excluded_labels": [], "limit": 5}  # fmt: skip
+    by_query = broker.search(flt, query, 5)
+    assert by_query and broker.search_vector(flt, vector, 5) == by_query

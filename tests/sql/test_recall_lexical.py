@@ -92,6 +92,27 @@ def test_term_frequency_saturates_and_long_records_are_normalised(fabric: Fabric
     assert scores[once] < scores[repeated] < 2.2 * scores[once]
 
 
+def test_the_limit_cuts_the_ranking_after_it_is_ordered(fabric: Fabric) -> None:
+    """More candidates than the limit: the answer for limit k is the first k of the whole
+    ranking, by score, then confidence (the candidates are scored and sorted as narrow
+    rows and only the winners read whole: the cut must come after the full order)."""
+    run = fabric.open_run()
+    best = fabric.form(run, "refund approved today", confidence=0.2)
+    for n, confidence in enumerate([0.3, 0.9, 0.5, 0.95, 0.4, 0.7, 0.6, 0.8]):
+        fabric.form(run, f"refund noted {n} extra words here", confidence=confidence)
+    whole = ids(ask(fabric, "refund approved", limit=50))
+    assert len(whole) == 9 and whole[0] == best
+    for k in (1, 2, 3, 5):
+        assert ids(ask(fabric, "refund approved", limit=k)) == whole[:k]
+    with fabric.su() as su:
+        rows = su.execute(
+            "SELECT r.record ->> 'confidence' FROM fabric._recall_candidates('acme', "
+            "ARRAY['subject:user-8842'], ARRAY['episodic'], now(), 0, '{}', 'refund noted', "
+            "NULL, NULL, 3) r"
+        ).fetchall()
+    assert [r[0] for r in rows] == ["0.95", "0.9", "0.8"]
+
+
 def test_english_is_the_default_configuration_and_stop_words_match_nothing(
     fabric: Fabric,
 ) -> None:

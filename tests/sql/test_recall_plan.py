@@ -145,6 +145,32 @@ def test_tenant_and_scope_are_index_conditions_not_filters(big: str, query: str 
         assert "tenant_id" not in node.get("Filter", ""), explained
 
 
+@pytest.mark.parametrize("query", ["word42", QUESTION])
+def test_lexical_candidates_come_from_the_postings_of_the_resolved_scopes(
+    big: str, query: str
+) -> None:
+    """memory_records_search_keys holds one key per (tenant, scope key, lexeme): the lookup
+    reads the postings of the matched lexemes in the three resolved scope keys, never the
+    tenant's whole posting list (tenant 'big' holds 100,000 records). The rows the index
+    returns are the scope's records holding a matched lexeme, and only the k winners are
+    read whole (by row address)."""
+    (explained,) = plan_of(big, query, analyze=True)
+    found = [
+        n for n in nodes(explained["Plan"]) if n.get("Index Name") == "memory_records_search_keys"
+    ]
+    assert found, explained
+    assert "_search_keys" in found[0]["Index Cond"], explained
+    with psycopg.connect(big, autocommit=True) as conn:
+        (holding,) = conn.execute(
+            "SELECT count(*) FROM fabric.memory_records WHERE tenant_id = 'big' "
+            "AND scope_key IN ('subject:user-42', 'tenant', 'agent:agt-3') "
+            "AND search_tsv @@ to_tsquery('simple', 'word42 | word7 | note | say | about')"
+        ).fetchone()
+    assert 0 < found[0]["Actual Rows"] <= holding, (holding, explained)
+    whole = [n for n in nodes(explained["Plan"]) if n["Node Type"] == "Tid Scan"]
+    assert whole and sum(n["Actual Rows"] * n["Actual Loops"] for n in whole) <= 9, explained
+
+
 def rows_read(node: dict[str, Any]) -> float:
     """The rows a scan node looked at: those it returned and those it filtered out."""
     return (

@@ -1,0 +1,266 @@
+"""Semantic and hybrid recall end to end, two versions of the code side by side on the same data.
+
+Prints, never asserts (docs/benchmarks.md, "Semantic and hybrid recall at 100,000 records").
+The data is bench_projection's phase 4 (tenant benchb: --records bulk-loaded as the superuser
+with random unit vectors as embeddings; its Postgres rows stay for the next run), loaded into
+two databases of one server: --url (this checkout's schema, `memfabric db migrate`) and
+--base-url (the schema of the code compared against, migrated from that checkout). The Edge
+shards are rebuilt from --url into --dir and, with --index, get their HNSW index; they stay
+there (a marker file names the records they hold), so a later run reuses them and the build
+(minutes at 100,000 records) is paid once. Each question is asked as the agent of a random
+subject (tiers episodic + semantic, limit 10, min_confidence 0.3, label pii excluded) four
+ways, interleaved query by query with the order rotated: semantic and hybrid through this
+checkout's `memfabric.recall.recall` on --url, and the same through the baseline's flow on
+--base-url (resolution, then the query embedding and the Edge search, then the re-check: one
+step after the other, as 0.4.0 does), each step of the baseline timed. The answers of both
+sides are compared (the same records in the same order). Ratios new / base are the last lines.
+--database-only measures the database's part alone (no broker, no embedding): text recall and
+the re-check call of semantic and hybrid recall with the same 50 candidates on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from bench_projection import (
+    AGENT,
+    BULK,
+    COMMITTER,
+    LOGINS,
+    QUERIES,
+    SCOPE,
+    SUBJECTS,
+    TOOLS,
+    BenchProjector,
+    Counting,
+    bulk_load,
+    call,
+    connect,
+    open_runs,
+    semantic_request,
+)
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from memfabric import db
+from memfabric.broker import LocalBroker, hits_as_candidates, recall_filter
+from memfabric.call import fabric_call
+from memfabric.constants import INDEXED_TIERS, RECALL_MAX_CANDIDATES
+from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
+from memfabric.vectors import EdgeVectorStore
+
+Json = dict[str, Any]
+ORDER = ("new", "base", "new-h", "base-h")
+
+
+def setup(url: str) -> None:
+    """Logins (cluster-wide), the bench tenant and its agents (idempotent). No projector
+    runs here, so unlike bench_projection the cursors are left alone."""
+    with connect(url) as su:
+        for login, group in LOGINS.items():
+            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
+                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+            if group:
+                su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+    with connect(url, "benchp_admin") as admin:
+        register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
+        profile = Jsonb({"propose_scope": SCOPE, "recall_scope": SCOPE})
+        call(admin, register, AGENT, "benchp_agent", profile, TOOLS)
+        call(admin, register, COMMITTER, "benchp_committer", Jsonb({}), [])
+        call(admin, "SELECT fabric_api.create_tenant(%s)", BULK)
+        call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", BULK, AGENT, TOOLS)
+        call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", BULK, COMMITTER, [])
+
+
+def shards(url: str, where: Path, records: int, emb: Counting, index: bool) -> EdgeVectorStore:
+    """The Edge shards of the bulk tenant in `where`, rebuilt (and indexed) once."""
+    marker = where / f"built-{records}{'-index' if index else ''}"
+    store = EdgeVectorStore(where)
+    store.ensure_collections(emb.model, emb.version, emb.dims)
+    if marker.exists():
+        print(f"  reusing the shards in {where}", flush=True)
+        return store
+    t = time.perf_counter()
+    pb = BenchProjector(db.url_for(url, "benchp_projector"), emb, store, None, tenant=BULK)
+    n = pb.rebuild("qdrant")
+    print(f"  rebuilt {n:,} records into Edge in {time.perf_counter() - t:.0f} s", flush=True)
+    if index:
+        t = time.perf_counter()
+        built = store.build_index()
+        print(f"  index built in {time.perf_counter() - t:.0f} s: "
+              f"{ {k: v['result'] for k, v in built.items()} }", flush=True)  # fmt: skip
+    store.flush()
+    marker.touch()
+    return store
+
+
+def base_recall(conn: psycopg.Connection[Any], request: Json, broker: LocalBroker,
+                steps: dict[str, list[float]]) -> Json:  # fmt: skip
+    """The baseline's flow, one step after the other (resolution, embedding, Edge search,
+    re-check), each step timed."""
+    t0 = time.perf_counter()
+    resolved: Json = fabric_call(conn, "fabric_api.recall", request)
+    t1 = time.perf_counter()
+    flt = resolved["filter"]
+    limit = min(RECALL_MAX_CANDIDATES, max(MIN_CANDIDATES, int(flt["limit"]) * CANDIDATE_FACTOR))
+    vector = broker.embedder.embed([request["query"]])[0]
+    t2 = time.perf_counter()
+    tiers = [t for t in flt["tiers"] if t in INDEXED_TIERS]
+    hits = broker.store.search(tiers, vector, recall_filter(flt), limit)
+    t3 = time.perf_counter()
+    answer: Json = fabric_call(
+        conn, "fabric_api.recall", {**request, "candidates": hits_as_candidates(hits)}
+    )
+    t4 = time.perf_counter()
+    mode = request["mode"]
+    for name, sec in (("resolve", t1 - t0), ("embed", t2 - t1), ("edge", t3 - t2),
+                      ("recheck", t4 - t3)):  # fmt: skip
+        steps[f"{mode} {name}"].append(sec)
+    return answer
+
+
+SCOPE_IDS = """SELECT memory_id::text FROM fabric.memory_records
+ WHERE tenant_id = %s AND scope_key = ANY (%s) ORDER BY memory_id LIMIT 50"""
+
+
+def database_phase(url: str, base_url: str, subjects: Sequence[str], runs: dict[str, Any]
+                   ) -> tuple[dict[str, list[float]], int]:  # fmt: skip
+    """The database's part alone, per query on each side: text recall, and the second call
+    of semantic and of hybrid recall (the re-check, fusion and audit) with the same 50
+    candidates (records of the subject's scope), interleaved; no broker, no embedding."""
+    with connect(url) as su:
+        ids = {s: su.execute(SCOPE_IDS, (BULK, [f"subject:{s}", "tenant"])).fetchall()
+               for s in set(subjects)}  # fmt: skip
+    out: dict[str, list[float]] = defaultdict(list)
+    differ = 0
+    with connect(url, "benchp_agent") as new, connect(base_url, "benchp_agent") as base:
+        for k, subject in enumerate(subjects):
+            cands = [{"memory_id": i, "score": 1 - n / 100} for n, (i,) in enumerate(ids[subject])]
+            for mode in ("text", "semantic", "hybrid"):
+                got = {}
+                for side, conn in ((("new", new), ("base", base)) if k % 2 else
+                                   (("base", base), ("new", new))):  # fmt: skip
+                    request = {**semantic_request(runs[side][subject], QUERIES[k % len(QUERIES)]),
+                               "mode": mode}  # fmt: skip
+                    if mode != "text":
+                        request["candidates"] = cands
+                    t = time.perf_counter()
+                    answer = fabric_call(conn, "fabric_api.recall", request)
+                    if k >= 20:
+                        out[f"{side} {mode}"].append(time.perf_counter() - t)
+                    got[side] = [r["memory_id"] for r in answer["records"]]
+                differ += got["new"] != got["base"]
+    return out, differ
+
+
+def ms(xs: Sequence[float]) -> str:
+    return f"{pct(xs, 50) * 1e3:.1f} / {pct(xs, 95) * 1e3:.1f} ms"
+
+
+def pct(xs: Sequence[float], q: int) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else xs[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--records", type=int, default=20_000)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--url", default=None, help="this checkout's database (DATABASE_URL)")
+    ap.add_argument("--base-url", required=True, help="the baseline's database, same server")
+    ap.add_argument("--dir", required=True, help="Edge shards, kept and reused")
+    ap.add_argument("--index", action="store_true", help="build the HNSW index once")
+    ap.add_argument("--load-only", action="store_true", help="load and build, no queries")
+    ap.add_argument("--database-only", action="store_true", help="no broker: the DB's part")
+    args = ap.parse_args()
+    url, emb = args.url or db.database_url(), Counting()
+    emb.embed(["warm up"])
+    for u in (url, args.base_url):
+        setup(u)
+        have, took = bulk_load(u, args.records, args.seed, emb.model, emb.version)
+        print(f"  {have:,} records in {BULK} of {u.rsplit('/', 1)[-1]}"
+              f" ({f'loaded in {took:.0f} s' if took else 'reused'})", flush=True)  # fmt: skip
+    rng = np.random.default_rng(args.seed + 1)
+    subjects = [f"user-{s}" for s in rng.integers(SUBJECTS, size=args.queries + 20)]
+    if args.database_only:
+        runs = {"new": open_runs(url, subjects), "base": open_runs(args.base_url, subjects)}
+        load = os.getloadavg()[0]
+        db_out, differ = database_phase(url, args.base_url, subjects, runs)
+        print(f"\n{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; load average (1 min) "
+              f"{load:.1f} before, {os.getloadavg()[0]:.1f} after; {args.records:,} records; "
+              f"{args.queries} queries; answers that differ: {differ}\n")  # fmt: skip
+        print("| database part | base p50 / p95 | new p50 / p95 | new / base p50, p95 |")
+        print("|---|---|---|---|")
+        for mode in ("text", "semantic", "hybrid"):
+            b, n = db_out[f"base {mode}"], db_out[f"new {mode}"]
+            print(f"| {mode} | {ms(b)} | {ms(n)} | {pct(n, 50) / pct(b, 50):.2f}x, "
+                  f"{pct(n, 95) / pct(b, 95):.2f}x |")  # fmt: skip
+        return 0
+    store = shards(url, Path(args.dir), args.records, emb, args.index)
+    if args.load_only:
+        store.close()
+        return 0
+    broker = LocalBroker(store, emb, {})
+    runs = {"new": open_runs(url, subjects), "base": open_runs(args.base_url, subjects)}
+    out: dict[str, list[float]] = {w: [] for w in ORDER}
+    steps: dict[str, list[float]] = {
+        f"{m} {s}": [] for m in ("semantic", "hybrid") for s in ("resolve", "embed", "edge",
+                                                                  "recheck")}  # fmt: skip
+    differ, load = 0, [os.getloadavg()[0]]
+    with connect(url, "benchp_agent") as new, connect(args.base_url, "benchp_agent") as base:
+        for k, subject in enumerate(subjects):
+            text, took, ids = QUERIES[k % len(QUERIES)], {}, {}
+            turn = ORDER[k % len(ORDER) :] + ORDER[: k % len(ORDER)]
+            part: dict[str, list[float]] = {name: [] for name in steps}
+            for what in turn:
+                side, mode = what.split("-")[0], "hybrid" if what.endswith("-h") else "semantic"
+                request = {**semantic_request(runs[side][subject], text), "mode": mode}
+                t = time.perf_counter()
+                if side == "new":
+                    answer = recall(new, request, broker)
+                else:
+                    answer = base_recall(base, request, broker, part)
+                took[what] = time.perf_counter() - t
+                assert answer["status"] == "served", answer
+                ids[what] = [r["memory_id"] for r in answer["records"]]
+            differ += (ids["new"] != ids["base"]) + (ids["new-h"] != ids["base-h"])
+            if k >= 20:  # the first 20 warm plans and caches
+                for what, sec in took.items():
+                    out[what].append(sec)
+                for name, secs in part.items():
+                    steps[name] += secs
+            if k % 50 == 0:
+                load.append(os.getloadavg()[0])
+    store.close()
+    load.append(os.getloadavg()[0])
+    n = len(out["new"])
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; nproc {os.cpu_count()}; "
+          f"load average (1 min) during the run {min(load):.1f}-{max(load):.1f}; "
+          f"{args.records:,} records; {n} queries after 20 warm-up; "
+          f"index {args.index}")  # fmt: skip
+    print(f"answers that differ between the two sides (records or order): {differ} of "
+          f"{2 * len(subjects)}\n")  # fmt: skip
+    print("| measure | p50 / p95 |\n|---|---|")
+    for name, secs in steps.items():
+        print(f"| base {name} | {ms(secs)} |")
+    for mode, key in (("semantic", ""), ("hybrid", "-h")):
+        print(f"| {mode} end to end, base | {ms(out['base' + key])} |")
+        print(f"| {mode} end to end, new | {ms(out['new' + key])} |")
+    for mode, key in (("semantic", ""), ("hybrid", "-h")):
+        new_, base_ = out["new" + key], out["base" + key]
+        print(f"{mode} new / base: {pct(new_, 50) / pct(base_, 50):.2f}x p50, "
+              f"{pct(new_, 95) / pct(base_, 95):.2f}x p95")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
