@@ -56,6 +56,28 @@ def _use_tmpfs() -> None:
 _use_tmpfs()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (`make test` runs two workers) each worker has its own PostgreSQL
+    server, template and clone pool (the session fixtures below), so the cluster-wide logins,
+    ALTER SYSTEM and the server restarts of some tests never meet a second worker. A module
+    runs on one worker (its module fixtures are built once), and the modules that use the
+    graph server share one worker, so one graph server is started, as without xdist."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    uses_graph: dict[str, bool] = {}
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module not in uses_graph:
+                path = config.rootpath / module
+                uses_graph[module] = path.is_file() and "graph_server" in path.read_text()
+            return "graph" if uses_graph[module] else module
+
+    return ModuleScheduling(config, log)
+
+
 PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 TEMPLATE = "mf_template"
 
