@@ -8,10 +8,15 @@ cluster-wide, so they are created once per session.
 What keeps it fast (docs/development.md, "Running the tests"):
 - the session's temporary directory (the server's data directory, Edge shards, the graph
   server's root) is on tmpfs when /dev/shm is writable: a clone costs ~25 ms there;
-- clones are prepared ahead by a background thread (`ClonePool`) and dropped behind;
-- the `Fabric` helpers (propose, commit, recall, call, count, ...) reuse one connection per
-  login per test (`Fabric.session`); `Fabric.connect` still opens a new one, for tests that
-  change a connection's state or need several backends of one login.
+- clones are prepared ahead by a background thread (`ClonePool`), with the superuser's
+  session and the helpers' shared backend already connected, and dropped behind;
+- the `Fabric` helpers (open_run, propose, commit, recall, call) call as their login on one
+  backend (`Fabric.acting`: SET SESSION AUTHORIZATION), so a test pays the first call of a
+  fabric function once, not once per login; `Fabric.session(login)` is one connection per
+  login, `Fabric.connect` a new one, for tests that change a connection's state or need
+  several backends;
+- under pytest-xdist (`make test`: two workers) each worker has its own server, template
+  and pool (`pytest_xdist_make_scheduler` keeps a module on one worker).
 """
 
 from __future__ import annotations
