@@ -85,12 +85,15 @@ worker: migrate ## run the committer worker (drains validated proposals)
 # PYTHONDONTWRITEBYTECODE (set in some shells and images) would make every test process and
 # every CLI subprocess the suite starts compile the package again: the tests keep bytecode.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+# Two pytest-xdist workers, each with its own PostgreSQL server, template and clone pool
+# (tests/conftest.py); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 
 test: venv pg graph ## run the whole suite against real servers it starts itself
-	$(PYTEST) -q --durations=15
+	$(PYTEST) -q -n $(TEST_WORKERS) --durations=25
 
 test-fast: venv pg graph ## the suite without the tests marked slow (over 5 s each)
-	$(PYTEST) -q -m 'not slow' --durations=10
+	$(PYTEST) -q -n $(TEST_WORKERS) -m 'not slow' --durations=25
 
 lint: venv ## ruff check + ruff format --check
 	$(BIN)/ruff check py tests migrations

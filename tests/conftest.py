@@ -8,10 +8,15 @@ cluster-wide, so they are created once per session.
 What keeps it fast (docs/development.md, "Running the tests"):
 - the session's temporary directory (the server's data directory, Edge shards, the graph
   server's root) is on tmpfs when /dev/shm is writable: a clone costs ~25 ms there;
-- clones are prepared ahead by a background thread (`ClonePool`) and dropped behind;
-- the `Fabric` helpers (propose, commit, recall, call, count, ...) reuse one connection per
-  login per test (`Fabric.session`); `Fabric.connect` still opens a new one, for tests that
-  change a connection's state or need several backends of one login.
+- clones are prepared ahead by a background thread (`ClonePool`), with the superuser's
+  session and the helpers' shared backend already connected, and dropped behind;
+- the `Fabric` helpers (open_run, propose, commit, recall, call) call as their login on one
+  backend (`Fabric.acting`: SET SESSION AUTHORIZATION), so a test pays the first call of a
+  fabric function once, not once per login; `Fabric.session(login)` is one connection per
+  login, `Fabric.connect` a new one, for tests that change a connection's state or need
+  several backends;
+- under pytest-xdist (`make test`: two workers) each worker has its own server, template
+  and pool (`pytest_xdist_make_scheduler` keeps a module on one worker).
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import itertools
 import json
 import os
 import queue
+import select
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +59,30 @@ def _use_tmpfs() -> None:
 
 
 _use_tmpfs()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (`make test` runs two workers) each worker has its own PostgreSQL
+    server, template and clone pool (the session fixtures below), so the cluster-wide logins,
+    ALTER SYSTEM and the server restarts of some tests never meet a second worker. A module
+    runs on one worker (its module fixtures are built once), and the modules that use the
+    graph server share one worker, so one graph server is started, as without xdist."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    uses_graph: dict[str, bool] = {}
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module not in uses_graph:
+                path = config.rootpath / module
+                uses_graph[module] = path.is_file() and "graph_server" in path.read_text()
+            return "graph" if uses_graph[module] else module
+
+    return ModuleScheduling(config, log)
+
+
 PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 TEMPLATE = "mf_template"
 
@@ -170,15 +201,25 @@ def call(conn: psycopg.Connection[Any], name: str, *args: Any) -> Any:
         raise
 
 
+# The connections the pool opens with each clone it prepares, so a test does not wait for
+# their backends to start (only connected, nothing run on them): the superuser's
+# `Fabric.session(None)` and the backend the helpers share (`Fabric.acting`).
+SHARED = "shared"
+SESSION_LOGINS: tuple[str | None, ...] = (None, SHARED)
+
+Sessions = dict[str | None, psycopg.Connection[Any]]
+
+
 class ClonePool:
     """Clones of the template prepared ahead by one background thread, and used clones
-    dropped behind it: a test waits for a clone only when the pool has none ready."""
+    dropped behind it: a test waits for a clone only when the pool has none ready. Each
+    clone comes with its `SESSION_LOGINS` connected (`take`)."""
 
     def __init__(self, server: Any, template: str, ready: int = 2) -> None:
         self.server = server
         self.template = template
         self.size = ready
-        self._ready: queue.Queue[str] = queue.Queue()
+        self._ready: queue.Queue[tuple[str, Sessions]] = queue.Queue()
         self._cond = threading.Condition()
         self._drops: list[str] = []
         self._wanted = ready
@@ -202,6 +243,20 @@ class ClonePool:
                 )
             )
 
+    def _connect(self, name: str) -> Sessions:
+        sessions: Sessions = {}
+        try:
+            for login in SESSION_LOGINS:
+                conninfo = _admin_conninfo(self.server, name)
+                if login not in (None, SHARED):
+                    conninfo = psycopg.conninfo.make_conninfo(conninfo, user=login)
+                sessions[login] = psycopg.connect(conninfo, autocommit=True)
+        except BaseException:
+            for conn in sessions.values():
+                conn.close()
+            raise
+        return sessions
+
     @staticmethod
     def _drop(c: psycopg.Connection[Any], name: str) -> None:
         c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -221,6 +276,7 @@ class ClonePool:
                 name = drop or f"mf_test_{os.getpid()}_{next(_counter)}"
                 # A test may restart the server (test_serve_cli): reconnect and do it again.
                 deadline, retry = time.monotonic() + 120, False
+                sessions: Sessions = {}
                 while True:
                     try:
                         if conn is None or conn.closed or conn.broken:
@@ -231,6 +287,7 @@ class ClonePool:
                             self._drop(conn, name)
                         if drop is None:
                             self._clone(conn, name)
+                            sessions = self._connect(name)
                         break
                     except psycopg.OperationalError:
                         if conn is not None:
@@ -241,24 +298,31 @@ class ClonePool:
                         retry = True
                         time.sleep(0.2)
                 if drop is None:
-                    self._ready.put(name)
+                    self._ready.put((name, sessions))
         except BaseException as exc:  # handed to every test that waits for a clone
             self._error = exc
-            self._ready.put("")
+            self._ready.put(("", {}))
         finally:
             if conn is not None:
                 conn.close()
 
-    def take(self) -> str:
-        """A fresh clone; the pool starts preparing the next one."""
+    def take(self) -> tuple[str, Sessions]:
+        """A fresh clone and its `SESSION_LOGINS` connections; the pool starts preparing the
+        next one. A connection the server has written to while it waited (the server
+        restarted under it and said goodbye) is closed and left out: `Fabric.session`
+        connects that login again."""
         with self._cond:
             self._wanted += 1
             self._cond.notify()
-        name = self._ready.get()
+        name, sessions = self._ready.get()
         if not name:
-            self._ready.put("")  # for the next test too
+            self._ready.put(("", {}))  # for the next test too
             raise RuntimeError("the clone pool failed") from self._error
-        return name
+        for login, conn in list(sessions.items()):
+            if select.select([conn.fileno()], [], [], 0)[0]:
+                conn.close()
+                del sessions[login]
+        return name, sessions
 
     def give_back(self, name: str) -> None:
         """Drop a used clone in the background."""
@@ -273,7 +337,10 @@ class ClonePool:
         self._thread.join(60)
         leftover = list(self._drops)
         while not self._ready.empty():
-            leftover.append(self._ready.get_nowait())
+            name, sessions = self._ready.get_nowait()
+            for conn in sessions.values():
+                conn.close()
+            leftover.append(name)
         with psycopg.connect(_admin_conninfo(self.server, "postgres"), autocommit=True) as c:
             for name in filter(None, leftover):
                 self._drop(c, name)
@@ -291,14 +358,18 @@ class Fabric:
     """One test's database, with a connection per identity.
 
     `connect(login)` opens a new connection each time: the test owns it and may change its
-    state (SET ROLE, set_config, an open transaction). The helpers below share one
-    connection per login (`session(login)`), which nobody may change: they only call.
+    state (SET ROLE, set_config, an open transaction). `session(login)` is one connection
+    per login, which nobody may change: it only calls. The helpers below call as a login on
+    one backend they share (`acting`).
     """
 
     server: Any
     dbname: str
     _conns: list[psycopg.Connection[Any]] = field(default_factory=list)
     _sessions: dict[str | None, psycopg.Connection[Any]] = field(default_factory=dict)
+    _shared: psycopg.Connection[Any] | None = None
+    _shared_as: str | None = None
+    _shared_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def url(self) -> str:
@@ -325,9 +396,39 @@ class Fabric:
             conn = self._sessions[login] = self.connect(login)
         return conn
 
+    @contextmanager
+    def acting(self, login: str | None) -> Iterator[psycopg.Connection[Any]]:
+        """The connection a helper calls on as `login`: one superuser backend for all logins,
+        switched with SET SESSION AUTHORIZATION (session_user and current_user are the login,
+        as on the login's own connection), so a test starts one backend, not one per login,
+        and pays the first call of each fabric function once (docs/development.md, "Running
+        the tests"). Autocommit and calls only, so no transaction spans two logins. The
+        login's own `session(login)` is used instead when the test has taken it (a race test
+        watches that backend: "the connection fabric.commit uses"), while another thread
+        calls on the shared one, and for the superuser (None)."""
+        if login is None or login in self._sessions:
+            yield self.session(login)
+            return
+        if not self._shared_lock.acquire(blocking=False):
+            yield self.session(login)
+            return
+        try:
+            conn = self._shared
+            if conn is None or conn.closed or conn.broken:
+                conn = self._shared = self.connect(None)
+                self._shared_as = None
+            if self._shared_as != login:
+                self._shared_as = None
+                conn.execute(sql.SQL("SET SESSION AUTHORIZATION {}").format(sql.Identifier(login)))
+                self._shared_as = login
+            yield conn
+        finally:
+            self._shared_lock.release()
+
     def call(self, login: str | None, query: str, *args: Any) -> Any:
-        """The one value `query` returns, run as `login` on its shared connection."""
-        row = self.session(login).execute(query, args).fetchone()  # type: ignore[arg-type]
+        """The one value `query` returns, run as `login` (`acting`)."""
+        with self.acting(login) as conn:
+            row = conn.execute(query, args).fetchone()  # type: ignore[arg-type]
         assert row is not None
         return row[0]
 
@@ -361,23 +462,25 @@ class Fabric:
         ttl: str = "1 hour",
     ) -> uuid.UUID:
         tools = MEMORY_TOOLS if tools is None else tools
-        return call(  # type: ignore[no-any-return]
-            self.session("mf_orchestrator"),
-            "fabric_api.open_run",
-            *(tenant, agent_id, subject, session, tools, Cast(ttl, "interval")),
-        )
+        with self.acting("mf_orchestrator") as conn:
+            return call(  # type: ignore[no-any-return]
+                conn,
+                "fabric_api.open_run",
+                *(tenant, agent_id, subject, session, tools, Cast(ttl, "interval")),
+            )
 
     def propose(self, login: str, envelope: Any, run_id: uuid.UUID) -> dict[str, Any]:
         # Jsonb, not the dict rule: the hostile-envelope tests propose non-objects too.
-        return call(  # type: ignore[no-any-return]
-            self.session(login), "fabric_api.propose", Jsonb(envelope), run_id
-        )
+        with self.acting(login) as conn:
+            return call(conn, "fabric_api.propose", Jsonb(envelope), run_id)  # type: ignore[no-any-return]
 
     def commit(self, proposal_id: Any, login: str = "mf_committer") -> dict[str, Any]:
-        return call(self.session(login), "fabric_api.commit", proposal_id)  # type: ignore[no-any-return]
+        with self.acting(login) as conn:
+            return call(conn, "fabric_api.commit", proposal_id)  # type: ignore[no-any-return]
 
     def recall(self, login: str, request: dict[str, Any]) -> dict[str, Any]:
-        return call(self.session(login), "fabric_api.recall", Jsonb(request))  # type: ignore[no-any-return]
+        with self.acting(login) as conn:
+            return call(conn, "fabric_api.recall", Jsonb(request))  # type: ignore[no-any-return]
 
     def proposed(
         self, run: uuid.UUID, text: str = "e", login: str = "mf_agent_a", **overrides: Any
@@ -452,7 +555,10 @@ def wait_until_blocked(
 @pytest.fixture
 def fabric(clones: ClonePool) -> Iterator[Fabric]:
     """A fresh clone of the template database for one test."""
-    f = Fabric(clones.server, clones.take())
+    name, sessions = clones.take()
+    shared = sessions.pop(SHARED, None)
+    conns = [*sessions.values(), *([shared] if shared else [])]
+    f = Fabric(clones.server, name, conns, sessions, shared)
     try:
         yield f
     finally:

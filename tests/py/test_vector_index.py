@@ -80,6 +80,7 @@ def queries(n: int) -> list[list[float]]:
     return [list(map(float, x / np.linalg.norm(x))) for x in q]
 
 
+@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
 def test_a_fresh_shard_has_no_index_and_a_build_indexes_every_point(
     store: EdgeVectorStore,
 ) -> None:
@@ -104,6 +105,7 @@ def test_a_fresh_shard_has_no_index_and_a_build_indexes_every_point(
         assert len({i for i, _ in approx} & {i for i, _ in exact}) >= 8
 
 
+@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
 def test_a_second_build_without_new_points_is_skipped(store: EdgeVectorStore) -> None:
     store.upsert("semantic", points(3000, 1))
     assert store.build_index()["semantic"]["result"] == "built"
@@ -114,6 +116,7 @@ def test_a_second_build_without_new_points_is_skipped(store: EdgeVectorStore) ->
     assert store.build_index(["episodic"])["episodic"]["result"] == "skipped"  # empty
 
 
+@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
 def test_writes_during_the_build_are_replayed_on_the_built_copy(
     store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,6 +164,7 @@ def test_writes_during_the_build_are_replayed_on_the_built_copy(
     assert not (store.root / "building").exists()
 
 
+@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
 def test_a_wipe_during_the_build_discards_it(
     store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -246,6 +250,7 @@ def cli_env(root: Path) -> dict[str, str | None]:
     }
 
 
+@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
 def test_cli_status_and_build_index_on_the_embedded_shards(root: Path) -> None:
     import json
 
@@ -273,6 +278,7 @@ def test_cli_status_and_build_index_on_the_embedded_shards(root: Path) -> None:
     assert "builds its indexes itself" in on_server.output
 
 
+@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
 def test_the_serve_socket_builds_without_its_lock(root: Path) -> None:
     """build_index through the broker socket runs while the serve lock is held elsewhere
     (the projector applying a batch): only the store's own mutex is taken."""

@@ -131,7 +131,9 @@ def test_agents_never_propose_into_the_relational_tier(fabric: Fabric) -> None:
     assert_rejected(fabric, episode(tier="relational"), "relational")
 
 
-@pytest.mark.parametrize("supersedes", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize(
+    "supersedes", [str(uuid.uuid4()), "not-a-uuid"], ids=["a-uuid", "not-a-uuid"]
+)
 def test_agents_never_propose_with_supersedes(fabric: Fabric, supersedes: str) -> None:
     assert_rejected(fabric, episode(supersedes=supersedes), "supersedes")
 
