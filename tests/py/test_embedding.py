@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +21,7 @@ from memfabric.embedding import (
     EmbeddingError,
     HttpEmbedder,
     MiniLMEmbedder,
+    ProcessEmbedder,
     embedder_from_settings,
     text_of,
 )
@@ -271,3 +274,59 @@ def test_http_embedder_raises_when_unreachable() -> None:
 def test_http_embedder_refuses_non_http_urls() -> None:
     with pytest.raises(ValueError, match="http"):
         HttpEmbedder("file:///etc/passwd", "m", 384)
+
+
+# --------------------------------------------------------------------------- in a child process
+
+
+def test_process_embedder_gives_the_in_process_vectors_exactly(minilm: MiniLMEmbedder) -> None:
+    child = ProcessEmbedder(nice=3)
+    try:
+        assert (child.model, child.version, child.dims) == (minilm.model, minilm.version, 384)
+        assert child.pid is None  # nothing starts before it is needed
+        assert child.embed(TEXTS) == minilm.embed(TEXTS)
+        pid = child.pid
+        assert pid is not None and pid != os.getpid()
+        assert os.getpriority(os.PRIO_PROCESS, pid) >= os.getpriority(os.PRIO_PROCESS, 0)
+        assert child.embed([]) == []
+        with pytest.raises(TypeError):
+            child.embed("not a list")
+    finally:
+        child.close()
+    assert child.pid is None
+
+
+def test_process_embedder_raises_when_its_child_dies_then_starts_another(
+    minilm: MiniLMEmbedder,
+) -> None:
+    child = ProcessEmbedder()
+    try:
+        child.start()
+        pid = child.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(EmbeddingError, match="ended unexpectedly"):
+            child.embed(["a"])
+        assert child.pid is None
+        assert child.embed(TEXTS[:2]) == minilm.embed(TEXTS[:2])  # a new child
+        assert child.pid not in (None, pid)
+    finally:
+        child.close()
+
+
+def test_process_embedder_reports_the_childs_failure(server: _Server) -> None:
+    child = ProcessEmbedder("http", base_url=f"{server.root}/fail", model="m", dims=384,
+                            api_key="k-secret")  # fmt: skip
+    try:
+        assert "k-secret" not in repr(child)
+        with pytest.raises(EmbeddingError, match="answered HTTP 500") as info:
+            child.embed(["secret content"])
+        assert "secret" not in str(info.value)
+        assert child.pid is not None  # the child outlives a failed request
+    finally:
+        child.close()
+    bad = ProcessEmbedder("minilm")
+    bad._kwargs = {"batch_size": 0}  # refused in the child: the reason comes back
+    with pytest.raises(EmbeddingError, match="batch_size must be at least 1"):
+        bad.start()
+    assert bad.pid is None
