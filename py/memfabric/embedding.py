@@ -52,6 +52,7 @@ __all__ = [
     "HttpEmbedder",
     "MiniLMEmbedder",
     "ProcessEmbedder",
+    "StaticMiniLMEmbedder",
     "embedder_from_settings",
     "text_of",
 ]
@@ -249,6 +250,115 @@ class MiniLMEmbedder:
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         unit: npt.NDArray[np.float32] = (pooled / norms).astype(np.float32)
         return unit
+
+
+# --------------------------------------------------------------------------- static
+
+STATIC_MODEL = "memfabric/minilm-static"
+STATIC_DIMS = MINILM_DIMS
+#: The table is derived from the pinned MiniLM artefacts, so they name it.
+STATIC_VERSION = (
+    f"from {_ONNX_PIN};onnx-sha256={_ONNX_SHA256[:16]};tokenizer-sha256="
+    f"{_TOKENIZER_SHA256[:16]};per-token-mean-pool;v1"
+)
+_STATIC_FILE = f"minilm-static-{_ONNX_SHA256[:16]}-{_TOKENIZER_SHA256[:16]}-v1.npy"
+_static_tables: dict[Path, Any] = {}
+
+
+def _derive_static_table(rt: _MiniLMRuntime) -> npt.NDArray[np.float32]:
+    """One row per token id: MiniLM's mean-pooled output for ``[CLS] token [SEP]``; one more
+    row (the last) for the empty text. Deterministic: every sequence has the same length,
+    so there is no padding, and the session computes deterministically."""
+    import numpy as np
+
+    cls, sep = rt.tokenizer.token_to_id("[CLS]"), rt.tokenizer.token_to_id("[SEP]")
+    vocab = rt.tokenizer.get_vocab_size()
+    table = np.empty((vocab + 1, MINILM_DIMS), dtype=np.float32)
+    step = 1024
+    for start in range(0, vocab, step):
+        ids = np.arange(start, min(start + step, vocab), dtype=np.int64)
+        seqs = np.stack([np.full_like(ids, cls), ids, np.full_like(ids, sep)], axis=1)
+        feed = {"input_ids": seqs, "attention_mask": np.ones_like(seqs)}
+        if "token_type_ids" in rt.input_names:
+            feed["token_type_ids"] = np.zeros_like(seqs)
+        hidden = np.asarray(rt.session.run(None, feed)[0], dtype=np.float64)
+        table[start : start + len(ids)] = hidden.mean(axis=1).astype(np.float32)
+    empty = np.array([[cls, sep]], dtype=np.int64)
+    feed = {"input_ids": empty, "attention_mask": np.ones_like(empty)}
+    if "token_type_ids" in rt.input_names:
+        feed["token_type_ids"] = np.zeros_like(empty)
+    table[vocab] = np.asarray(rt.session.run(None, feed)[0], dtype=np.float64)[0].mean(axis=0)
+    return table
+
+
+class StaticMiniLMEmbedder:
+    """A static embedder derived from all-MiniLM-L6-v2: a table of one vector per token
+    (the model's output for that token alone), a text's vector the L2-normalised mean of its
+    tokens' rows. No model runs per text, so it embeds thousands of texts per second on one
+    core, at a cost in quality measured by ``make bench-quality`` (docs/benchmarks.md).
+
+    The table is derived once from the pinned MiniLM artefacts (about 30,000 short model
+    runs) and kept in ``cache_dir`` (default ``.local/embedders``); a missing or damaged
+    file is derived again. Vectors are not comparable with MiniLM's: another model and
+    version, so another collection.
+    """
+
+    def __init__(self, cache_dir: Path | str | None = None) -> None:
+        from memfabric.settings import ROOT
+
+        self.model = STATIC_MODEL
+        self.version = STATIC_VERSION
+        self.dims = STATIC_DIMS
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else ROOT / ".local" / "embedders"
+
+    def load(self) -> None:
+        """Load (or derive) the table now rather than on the first :meth:`embed`."""
+        self._table()
+
+    def _table(self) -> npt.NDArray[np.float32]:
+        import numpy as np
+
+        path = self.cache_dir / _STATIC_FILE
+        with _runtime_lock:
+            table = _static_tables.get(path)
+        if table is not None:
+            return table  # type: ignore[no-any-return]
+        rt = _load_runtime()
+        shape = (rt.tokenizer.get_vocab_size() + 1, MINILM_DIMS)
+        try:
+            table = np.load(path, allow_pickle=False)
+            if table.shape != shape or table.dtype != np.float32:
+                table = None
+        except (OSError, ValueError):
+            table = None
+        if table is None:
+            table = _derive_static_table(rt)
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with tmp.open("wb") as f:
+                np.save(f, table, allow_pickle=False)
+            tmp.replace(path)
+        with _runtime_lock:
+            _static_tables[path] = table
+        return table
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        if not texts:
+            return []
+        import numpy as np
+
+        table = self._table()
+        rt = _load_runtime()
+        encodings = rt.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        empty = len(table) - 1
+        ids = [e.ids or [empty] for e in encodings]
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64)
+        starts = np.cumsum([0] + [len(x) for x in ids[:-1]])
+        sums = np.add.reduceat(table[flat].astype(np.float64), starts, axis=0)
+        norms = np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+        return [row.tolist() for row in (sums / norms).astype(np.float32)]
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -517,12 +627,17 @@ class ProcessEmbedder:
 
 
 def embedder_from_settings(kind: str = "minilm", **kwargs: Any) -> Embedder:
-    """The deployment's embedder: ``"minilm"`` (default; kwargs: ``batch_size``) or
-    ``"http"`` (kwargs: those of :class:`HttpEmbedder`)."""
+    """The deployment's embedder: ``"minilm"`` (default; kwargs: ``batch_size``),
+    ``"minilm-static"`` (kwargs: ``cache_dir``) or ``"http"`` (kwargs: those of
+    :class:`HttpEmbedder`)."""
     match kind.strip().lower():
         case "minilm" | "":
             return MiniLMEmbedder(**kwargs)
+        case "minilm-static":
+            return StaticMiniLMEmbedder(**kwargs)
         case "http":
             return HttpEmbedder(**kwargs)
         case other:
-            raise ValueError(f"unknown embedder kind {other!r}: use 'minilm' or 'http'")
+            raise ValueError(
+                f"unknown embedder kind {other!r}: use 'minilm', 'minilm-static' or 'http'"
+            )

@@ -478,8 +478,7 @@ class Projector:
     def _embed_batches(self, batches: Sequence[_Batch]) -> None:
         """`embed_missing` for several batches in one embedder call, split back per batch."""
         missing = [
-            [r for r in b.records if projectable(r) and r.get("embedding") is None]
-            for b in batches
+            [r for r in b.records if projectable(r) and r.get("embedding") is None] for b in batches
         ]
         flat = [r for rs in missing for r in rs]
         vectors = self.embedder.embed([text_of(r["content"]) for r in flat]) if flat else []

@@ -9,6 +9,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from memfabric.embedding import (
     HttpEmbedder,
     MiniLMEmbedder,
     ProcessEmbedder,
+    StaticMiniLMEmbedder,
     embedder_from_settings,
     text_of,
 )
@@ -118,6 +120,7 @@ def test_factory_builds_each_kind() -> None:
     assert isinstance(minilm, MiniLMEmbedder) and minilm.batch_size == 8
     http = embedder_from_settings("http", base_url="http://127.0.0.1:1", model="m", dims=3)
     assert isinstance(http, HttpEmbedder)
+    assert isinstance(embedder_from_settings("minilm-static"), StaticMiniLMEmbedder)
     with pytest.raises(ValueError, match="unknown embedder kind"):
         embedder_from_settings("fastembed")
 
@@ -330,3 +333,59 @@ def test_process_embedder_reports_the_childs_failure(server: _Server) -> None:
     with pytest.raises(EmbeddingError, match="batch_size must be at least 1"):
         bad.start()
     assert bad.pid is None
+
+
+# --------------------------------------------------------------------------- static
+
+
+@pytest.fixture(scope="module")
+def static_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory whose table is derived once for the module (about 30,000 runs)."""
+    path = tmp_path_factory.mktemp("embedders")
+    StaticMiniLMEmbedder(path).load()
+    return path
+
+
+def test_static_embedder_of_one_token_is_minilm_of_that_token(
+    static_dir: Path, minilm: MiniLMEmbedder
+) -> None:
+    static = StaticMiniLMEmbedder(static_dir)
+    assert (static.model, static.dims) == ("memfabric/minilm-static", 384)
+    assert static.model != minilm.model and "onnx-sha256=8199be6f699a395f" in static.version
+    # one word piece: [CLS] word [SEP] through the model either way
+    words = ["customer", "euros", "invoice", ""]
+    assert_close(static.embed(words), minilm.embed(words))
+    # several: the normalised mean of their rows, not what the model says of the sentence
+    a, b, c = static.embed(["customer euros", "euros customer", "the cat sleeps on the sofa"])
+    assert_close([a], [b])  # a bag of tokens: order does not matter
+    assert cosine(a, c) < 0.9
+    assert math.sqrt(math.fsum(x * x for x in c)) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_static_embedder_is_deterministic_and_ranks_related_texts_closer(
+    static_dir: Path,
+) -> None:
+    static = StaticMiniLMEmbedder(static_dir)
+    vectors = static.embed(TEXTS)
+    assert len(vectors) == len(TEXTS) and all(len(v) == 384 for v in vectors)
+    assert_close(vectors, StaticMiniLMEmbedder(static_dir).embed(TEXTS))
+    assert_close([vectors[4]], static.embed([TEXTS[4]]))
+    invoice, bill, cat = vectors[:3]
+    assert cosine(invoice, bill) > cosine(invoice, cat)
+    assert static.embed([]) == []
+    with pytest.raises(TypeError):
+        static.embed("not a list")
+
+
+def test_static_table_is_read_from_the_cache_and_derived_again_when_damaged(
+    static_dir: Path, tmp_path: Path
+) -> None:
+    (cached,) = static_dir.glob("minilm-static-*.npy")
+    want = StaticMiniLMEmbedder(static_dir).embed(TEXTS)
+    damaged = tmp_path / cached.name
+    damaged.write_bytes(cached.read_bytes()[:1000])  # cut short
+    assert_close(StaticMiniLMEmbedder(tmp_path).embed(TEXTS), want)
+    assert damaged.stat().st_size == cached.stat().st_size  # derived and written again
+    assert embedder_from_settings("minilm-static", cache_dir=tmp_path).version == (
+        StaticMiniLMEmbedder().version
+    )
