@@ -298,18 +298,17 @@ class StaticMiniLMEmbedder:
     core, at a cost in quality measured by ``make bench-quality`` (docs/benchmarks.md).
 
     The table is derived once from the pinned MiniLM artefacts (about 30,000 short model
-    runs) and kept in ``cache_dir`` (default ``.local/embedders``); a missing or damaged
+    runs) and kept in ``cache_dir`` (default ``~/.cache/memfabric``); a missing or damaged
     file is derived again. Vectors are not comparable with MiniLM's: another model and
     version, so another collection.
     """
 
     def __init__(self, cache_dir: Path | str | None = None) -> None:
-        from memfabric.settings import ROOT
-
         self.model = STATIC_MODEL
         self.version = STATIC_VERSION
         self.dims = STATIC_DIMS
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else ROOT / ".local" / "embedders"
+        default = Path.home() / ".cache" / "memfabric"
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default
 
     def load(self) -> None:
         """Load (or derive) the table now rather than on the first :meth:`embed`."""

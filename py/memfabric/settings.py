@@ -66,8 +66,8 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMFABRIC_VECTOR_INDEX_SECONDS": "how often memfabric serve checks whether to build "
     f"(default {DEFAULT_VECTOR_INDEX_SECONDS} s)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
-    "MEMFABRIC_PROJECTOR_EMBED": "where memfabric serve's projector embeds: child (a child "
-    "process at lower priority, the default) or inline (in the serve process)",
+    "MEMFABRIC_PROJECTOR_EMBED": "where memfabric serve's projector embeds: inline (in the "
+    "serve process, the default) or child (a child process at lower priority)",
     "MEMFABRIC_PROJECTOR_PIPELINE": "memfabric serve's projector: serial (read, embed, write "
     "in turn, the default) or pipelined (reader, embedder and writer threads)",
     "QDRANT_URL": "a Qdrant server; unset: the embedded shards owned by memfabric serve",
@@ -210,7 +210,7 @@ class Settings:
     vector_index_after: int
     vector_index_seconds: int
     embedder_dims: int
-    projector_embed: str  # "child" | "inline"
+    projector_embed: str  # "inline" | "child"
     projector_pipeline: str  # "serial" | "pipelined"
     qdrant_url: str | None
     qdrant_api_key: str | None
@@ -262,7 +262,7 @@ class Settings:
                 e, "MEMFABRIC_VECTOR_INDEX_SECONDS", DEFAULT_VECTOR_INDEX_SECONDS, 1
             ),
             embedder_dims=_int(e, "MEMFABRIC_EMBEDDER_DIMS", DEFAULT_EMBEDDER_DIMS),
-            projector_embed=_choice(e, "MEMFABRIC_PROJECTOR_EMBED", ("child", "inline")),
+            projector_embed=_choice(e, "MEMFABRIC_PROJECTOR_EMBED", ("inline", "child")),
             projector_pipeline=_choice(e, "MEMFABRIC_PROJECTOR_PIPELINE", ("serial", "pipelined")),
             qdrant_url=get("QDRANT_URL"),
             qdrant_api_key=get("QDRANT_API_KEY"),

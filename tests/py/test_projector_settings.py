@@ -10,13 +10,13 @@ from memfabric.runtime import embedder_for
 from memfabric.settings import PROJECTION_ENV, Settings
 
 
-def test_defaults_embed_in_a_child_and_run_serially() -> None:
+def test_defaults_embed_inline_and_run_serially() -> None:
     s = Settings.from_env({})
-    assert (s.projector_embed, s.projector_pipeline) == ("child", "serial")
+    assert (s.projector_embed, s.projector_pipeline) == ("inline", "serial")
     s = Settings.from_env(
-        {"MEMFABRIC_PROJECTOR_EMBED": " Inline ", "MEMFABRIC_PROJECTOR_PIPELINE": "pipelined"}
+        {"MEMFABRIC_PROJECTOR_EMBED": " Child ", "MEMFABRIC_PROJECTOR_PIPELINE": "pipelined"}
     )
-    assert (s.projector_embed, s.projector_pipeline) == ("inline", "pipelined")
+    assert (s.projector_embed, s.projector_pipeline) == ("child", "pipelined")
     assert {"MEMFABRIC_PROJECTOR_EMBED", "MEMFABRIC_PROJECTOR_PIPELINE"} <= set(PROJECTION_ENV)
 
 
