@@ -37,7 +37,9 @@ def embedder_for(found: dict[str, Any] | None, *, child: bool = False) -> Embedd
     process at lower priority if `child`: a ProcessEmbedder, same vectors)."""
     settings: dict[str, Any] = found if found is not None else {"embedder": "minilm"}
     kind, kwargs = "minilm", {}
-    if settings["embedder"] == "http":
+    if settings["embedder"] == "minilm-static":
+        kind = "minilm-static"
+    elif settings["embedder"] == "http":
         kind = "http"
         kwargs = {
             "base_url": settings["url"],
