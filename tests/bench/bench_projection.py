@@ -13,9 +13,13 @@ Prints, never asserts (docs/benchmarks.md). Needs `make migrate` and `scripts/gr
    included) against the unindexed copy and the indexed shards, and the same filtered query
    straight to Edge, interleaved query by query. --only-recall runs phase 4 alone (no graph).
 --rates 25,50,100 runs instead, for the vector projection alone (Edge and the embedder, the
-bound; no graph server needed), the serial projector (`Projector.run`) and the pipelined one
-(`Projector.run_pipelined`) side by side: lag p50/p95 at each write rate (--seconds each),
-then a full drain of a --backlog each; ratios pipelined/serial are the last lines.
+bound; no graph server needed), each of --variants side by side: the serial projector
+(`Projector.run`) and the pipelined one (`Projector.run_pipelined`), each with the embedder in
+process or in a child process (`ProcessEmbedder`): lag p50/p95 at each write rate (--seconds
+each; the governed writes come from a child process, so the projector's threads cannot slow
+them down), where the lag goes (commit to read, read to embedded, storing the embeddings,
+Edge's upsert and flush) and the embedder's share of the time, then a full drain of a
+--backlog each; ratios to the first variant are the last lines.
 Tenants benchp (writes) and benchb (bulk; rows stay, reused). The product's Projector is kept
 to its tenant (other tenants' records and snapshot rows skipped, graph wipes per tenant); the
 global projection cursors are put back as found, so no other projector may be connected.
@@ -412,9 +416,9 @@ def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namesp
                 if r.lags:
                     split = "; ".join(f"{k} {statistics.mean(v) * 1e3:.0f}"
                                       for k, v in r.parts.items())  # fmt: skip
-                    rows.append((f"  where the lag goes (mean ms), {variant}", split,
-                                 f"embedder busy {r.embed_busy:.0%} of the run at "
-                                 f"{r.embed_rate:.0f} texts/s, {r.batch:.1f} texts a call"))  # fmt: skip
+                    busy = (f"embedder busy {r.embed_busy:.0%} of the run at "
+                            f"{r.embed_rate:.0f} texts/s, {r.batch:.1f} texts a call")  # fmt: skip
+                    rows.append((f"  where the lag goes (mean ms), {variant}", split, busy))
                 for row in rows[-2:]:
                     print("   ", " | ".join(row), flush=True)
             base = results[variants[0]].lags
