@@ -55,7 +55,7 @@ from psycopg.types.json import Jsonb
 from memfabric import db
 from memfabric.broker import LocalBroker
 from memfabric.call import Cast, fabric_rows, register_vector
-from memfabric.embedding import MiniLMEmbedder
+from memfabric.embedding import MiniLMEmbedder, embedder_from_settings
 from memfabric.graph import graph_from_env
 from memfabric.projector import Projector, projection_record
 from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
@@ -391,7 +391,7 @@ def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namesp
     rows: list[Row] = []
     ratios: list[str] = []
     variants = args.variants.split(",")
-    in_process, child = Timed(p.embedder), Timed(ProcessEmbedder())
+    in_process, child = Timed(p.embedder), Timed(ProcessEmbedder(args.embedder))
     child.inner.start()
     child.embed(["warm up"])
 
@@ -677,8 +677,10 @@ def main() -> int:
     ap.add_argument("--only-recall", action="store_true", help="phase 4 alone, no graph")
     ap.add_argument("--rates", default="", help="e.g. 25,50,100: serial vs pipelined, no graph")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="of --rates, first the base")
+    ap.add_argument("--embedder", default="minilm", help="of --rates: minilm or minilm-static")
     args = ap.parse_args()
-    url, emb, rows = db.database_url(), Counting(), []
+    url, rows = db.database_url(), []
+    emb = Counting() if args.embedder == "minilm" else embedder_from_settings(args.embedder)
     saved = setup(url)
     emb.embed(["warm up"])
     tmp = Path(tempfile.mkdtemp(prefix="bench-projection-"))
