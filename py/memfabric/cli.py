@@ -561,7 +561,12 @@ def serve(
 
     from memfabric import ops
     from memfabric.broker import LocalBroker, serve_socket, serving
-    from memfabric.runtime import close_projector, open_projector, projector_conninfo
+    from memfabric.runtime import (
+        close_projector,
+        deployment_embedder,
+        open_projector,
+        projector_conninfo,
+    )
 
     socket = Settings.from_env().socket
     if serving(socket):
@@ -572,13 +577,20 @@ def serve(
         )
     _require_known_schema(projector_conninfo())
     lock = threading.Lock()
+    settings = Settings.from_env()
+    in_child = settings.projector_embed == "child"
     projector = open_projector(
-        projector_conninfo(), guard=lock, progress=lambda line: typer.echo(f"[project] {line}")
+        projector_conninfo(),
+        embed_in_child=in_child,
+        guard=lock,
+        progress=lambda line: typer.echo(f"[project] {line}"),
     )
     assert projector.store is not None
+    # Queries embed here, never behind a projector batch in the child.
+    query_embedder = deployment_embedder(projector_conninfo()) if in_child else projector.embedder
     broker = LocalBroker(
         projector.store,
-        projector.embedder,
+        query_embedder,
         {
             "rebuild": lambda target="all": ops.rebuild(projector, target),
             "drill": lambda: ops.drill(projector),
@@ -596,10 +608,13 @@ def serve(
         kwargs={"poll_seconds": poll, "progress": lambda line: typer.echo(f"[seal] {line}")},
         daemon=True,
     ).start()
-    typer.echo(f"[serve] listening on {socket}; projecting to qdrant and graph")
+    where = "in a child process" if in_child else "inline"
+    typer.echo(
+        f"[serve] listening on {socket}; projecting to qdrant and graph"
+        f" ({settings.projector_pipeline}, embedding {where})"
+    )
     maker = None
     stop = threading.Event()
-    settings = Settings.from_env()
     if settings.otlp_endpoint or settings.otlp_traces_endpoint:
         from memfabric.tracing import SpanMaker, tracer_conninfo
 
@@ -610,8 +625,9 @@ def serve(
         typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
     _start_metrics(metrics_port, maker, projector)
     _start_index_builder(projector.store, settings, stop)
+    run = projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run
     try:
-        projector.run(poll_seconds=poll)
+        run(poll_seconds=poll)
     except KeyboardInterrupt:
         pass
     finally:

@@ -18,18 +18,25 @@ Compute embeddings outside database transactions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
+import struct
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,6 +51,8 @@ __all__ = [
     "EmbeddingError",
     "HttpEmbedder",
     "MiniLMEmbedder",
+    "ProcessEmbedder",
+    "StaticMiniLMEmbedder",
     "embedder_from_settings",
     "text_of",
 ]
@@ -169,6 +178,11 @@ def _load_runtime() -> _MiniLMRuntime:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.use_deterministic_compute = True
         options.log_severity_level = 3
+        # Idle worker threads sleep instead of spinning: on a shared 2-core machine a
+        # spinning pool takes the cores from PostgreSQL, the writers and the broker (the
+        # vectors are the same; docs/benchmarks.md, "Keeping up").
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         session = ort.InferenceSession(
             str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
@@ -236,6 +250,114 @@ class MiniLMEmbedder:
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         unit: npt.NDArray[np.float32] = (pooled / norms).astype(np.float32)
         return unit
+
+
+# --------------------------------------------------------------------------- static
+
+STATIC_MODEL = "memfabric/minilm-static"
+STATIC_DIMS = MINILM_DIMS
+#: The table is derived from the pinned MiniLM artefacts, so they name it.
+STATIC_VERSION = (
+    f"from {_ONNX_PIN};onnx-sha256={_ONNX_SHA256[:16]};tokenizer-sha256="
+    f"{_TOKENIZER_SHA256[:16]};per-token-mean-pool;v1"
+)
+_STATIC_FILE = f"minilm-static-{_ONNX_SHA256[:16]}-{_TOKENIZER_SHA256[:16]}-v1.npy"
+_static_tables: dict[Path, Any] = {}
+
+
+def _derive_static_table(rt: _MiniLMRuntime) -> npt.NDArray[np.float32]:
+    """One row per token id: MiniLM's mean-pooled output for ``[CLS] token [SEP]``; one more
+    row (the last) for the empty text. Deterministic: every sequence has the same length,
+    so there is no padding, and the session computes deterministically."""
+    import numpy as np
+
+    cls, sep = rt.tokenizer.token_to_id("[CLS]"), rt.tokenizer.token_to_id("[SEP]")
+    vocab = rt.tokenizer.get_vocab_size()
+    table = np.empty((vocab + 1, MINILM_DIMS), dtype=np.float32)
+    step = 1024
+    for start in range(0, vocab, step):
+        ids = np.arange(start, min(start + step, vocab), dtype=np.int64)
+        seqs = np.stack([np.full_like(ids, cls), ids, np.full_like(ids, sep)], axis=1)
+        feed = {"input_ids": seqs, "attention_mask": np.ones_like(seqs)}
+        if "token_type_ids" in rt.input_names:
+            feed["token_type_ids"] = np.zeros_like(seqs)
+        hidden = np.asarray(rt.session.run(None, feed)[0], dtype=np.float64)
+        table[start : start + len(ids)] = hidden.mean(axis=1).astype(np.float32)
+    empty = np.array([[cls, sep]], dtype=np.int64)
+    feed = {"input_ids": empty, "attention_mask": np.ones_like(empty)}
+    if "token_type_ids" in rt.input_names:
+        feed["token_type_ids"] = np.zeros_like(empty)
+    table[vocab] = np.asarray(rt.session.run(None, feed)[0], dtype=np.float64)[0].mean(axis=0)
+    return table
+
+
+class StaticMiniLMEmbedder:
+    """A static embedder derived from all-MiniLM-L6-v2: a table of one vector per token
+    (the model's output for that token alone), a text's vector the L2-normalised mean of its
+    tokens' rows. No model runs per text, so it embeds thousands of texts per second on one
+    core, at a cost in quality measured by ``make bench-quality`` (docs/benchmarks.md).
+
+    The table is derived once from the pinned MiniLM artefacts (about 30,000 short model
+    runs) and kept in ``cache_dir`` (default ``~/.cache/memfabric``); a missing or damaged
+    file is derived again. Vectors are not comparable with MiniLM's: another model and
+    version, so another collection.
+    """
+
+    def __init__(self, cache_dir: Path | str | None = None) -> None:
+        self.model = STATIC_MODEL
+        self.version = STATIC_VERSION
+        self.dims = STATIC_DIMS
+        default = Path.home() / ".cache" / "memfabric"
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default
+
+    def load(self) -> None:
+        """Load (or derive) the table now rather than on the first :meth:`embed`."""
+        self._table()
+
+    def _table(self) -> npt.NDArray[np.float32]:
+        import numpy as np
+
+        path = self.cache_dir / _STATIC_FILE
+        with _runtime_lock:
+            table = _static_tables.get(path)
+        if table is not None:
+            return table  # type: ignore[no-any-return]
+        rt = _load_runtime()
+        shape = (rt.tokenizer.get_vocab_size() + 1, MINILM_DIMS)
+        try:
+            table = np.load(path, allow_pickle=False)
+            if table.shape != shape or table.dtype != np.float32:
+                table = None
+        except (OSError, ValueError):
+            table = None
+        if table is None:
+            table = _derive_static_table(rt)
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with tmp.open("wb") as f:
+                np.save(f, table, allow_pickle=False)
+            tmp.replace(path)
+        with _runtime_lock:
+            _static_tables[path] = table
+        return table
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        if not texts:
+            return []
+        import numpy as np
+
+        table = self._table()
+        rt = _load_runtime()
+        encodings = rt.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        empty = len(table) - 1
+        ids = [e.ids or [empty] for e in encodings]
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64)
+        starts = np.cumsum([0] + [len(x) for x in ids[:-1]])
+        sums = np.add.reduceat(table[flat].astype(np.float64), starts, axis=0)
+        norms = np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+        return [row.tolist() for row in (sums / norms).astype(np.float32)]
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -341,16 +463,180 @@ def _normalised(vector: list[float], where: str) -> list[float]:
     return [x / norm for x in vector]
 
 
+# --------------------------------------------------------------------------- child process
+
+_LENGTH = struct.Struct("<Q")
+
+
+def _write_frame(out: IO[bytes], status: bytes, payload: bytes) -> None:
+    out.write(status + _LENGTH.pack(len(payload)) + payload)
+    out.flush()
+
+
+def _read_frame(inp: IO[bytes]) -> tuple[bytes, bytes]:
+    head = inp.read(1 + _LENGTH.size)
+    if len(head) != 1 + _LENGTH.size:
+        raise EOFError
+    (size,) = _LENGTH.unpack(head[1:])
+    payload = inp.read(size)
+    if len(payload) != size:
+        raise EOFError
+    return head[:1], payload
+
+
+def _child_main() -> None:
+    """The child of :class:`ProcessEmbedder`: frames on stdin and stdout. The first request
+    names the embedder (``{"kind", "kwargs", "nice"}``); each later one is a JSON list of
+    texts, answered ``o`` + float64 vectors, or ``e`` + a message. Ends at EOF."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print of a library cannot corrupt the answers
+    inp = sys.stdin.buffer
+    try:
+        _, raw = _read_frame(inp)
+    except EOFError:
+        return
+    config = json.loads(raw)
+    if config["nice"]:
+        with contextlib.suppress(OSError):  # not allowed here: the parent's priority
+            os.nice(config["nice"])
+    try:
+        embedder = embedder_from_settings(config["kind"], **config["kwargs"])
+        if isinstance(embedder, MiniLMEmbedder):
+            embedder.load()
+    except Exception as exc:
+        _write_frame(out, b"e", f"{type(exc).__name__}: {exc}".encode())
+        return
+    _write_frame(out, b"o", b"")
+    while True:
+        try:
+            _, raw = _read_frame(inp)
+        except EOFError:
+            return
+        try:
+            vectors = embedder.embed(json.loads(raw))
+            _write_frame(out, b"o", array("d", chain.from_iterable(vectors)).tobytes())
+        except Exception as exc:
+            _write_frame(out, b"e", f"{type(exc).__name__}: {exc}".encode())
+
+
+class ProcessEmbedder:
+    """An embedder of ``kind`` (as :func:`embedder_from_settings`) run in a child process.
+
+    The projector's embedding then competes with the serving process only for the cores,
+    not for its interpreter: the calling thread waits on a pipe while the child computes,
+    and the child runs at ``nice`` (lower priority), so PostgreSQL, the writers and the
+    broker go first when the cores are short. Vectors are those of the same embedder in
+    process, exactly (sent back as float64). The child (``python -c``, the settings sent
+    over its stdin, never on its command line) starts on the first :meth:`embed` or on
+    :meth:`start`; if it dies, that call raises :class:`EmbeddingError` (the projector
+    backs off and retries) and the next one starts a new child. :meth:`close` ends it.
+    One call at a time; concurrent callers queue.
+    """
+
+    def __init__(self, kind: str = "minilm", *, nice: int = 5, **kwargs: Any) -> None:
+        inner = embedder_from_settings(kind, **kwargs)  # the contract; loads nothing
+        self.model = inner.model
+        self.version = inner.version
+        self.dims = inner.dims
+        self.kind = kind
+        self.nice = nice
+        self._kwargs = kwargs
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:  # the kwargs may hold an API key
+        return f"ProcessEmbedder(kind={self.kind!r}, model={self.model!r}, nice={self.nice})"
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it runs."""
+        return None if self._child is None else self._child.pid
+
+    def start(self) -> None:
+        """Start the child and load its model now rather than on the first :meth:`embed`."""
+        with self._lock:
+            self._started()
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._child is not None:
+            return self._child
+        code = "from memfabric.embedding import _child_main; _child_main()"
+        self._child = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        config = {"kind": self.kind, "kwargs": self._kwargs, "nice": self.nice}
+        try:
+            self._ask(json.dumps(config).encode())  # ready, or why not
+        except EmbeddingError:
+            self._stop()
+            raise
+        return self._child
+
+    def _ask(self, request: bytes) -> bytes:
+        child = self._child
+        assert child is not None and child.stdin is not None and child.stdout is not None
+        try:
+            _write_frame(child.stdin, b"q", request)
+            status, payload = _read_frame(child.stdout)
+        except (EOFError, OSError) as exc:
+            self._stop()
+            raise EmbeddingError("the embedding process ended unexpectedly") from exc
+        if status != b"o":
+            raise EmbeddingError(f"the embedding process failed: {payload.decode()}")
+        return payload
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        if not texts:
+            return []
+        flat = array("d")
+        with self._lock:
+            self._started()
+            flat.frombytes(self._ask(json.dumps(list(texts)).encode()))
+        d = self.dims
+        if len(flat) != d * len(texts):
+            raise EmbeddingError(
+                f"the embedding process answered {len(flat)} values for {len(texts)} texts"
+            )
+        return [flat[i * d : (i + 1) * d].tolist() for i in range(len(texts))]
+
+    def _stop(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        if child.stdin is not None:
+            with contextlib.suppress(OSError):
+                child.stdin.close()  # the child reads EOF and returns
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+    def close(self) -> None:
+        """End the child (the next :meth:`embed` starts a new one)."""
+        with self._lock:
+            self._stop()
+
+
 # --------------------------------------------------------------------------- settings
 
 
 def embedder_from_settings(kind: str = "minilm", **kwargs: Any) -> Embedder:
-    """The deployment's embedder: ``"minilm"`` (default; kwargs: ``batch_size``) or
-    ``"http"`` (kwargs: those of :class:`HttpEmbedder`)."""
+    """The deployment's embedder: ``"minilm"`` (default; kwargs: ``batch_size``),
+    ``"minilm-static"`` (kwargs: ``cache_dir``) or ``"http"`` (kwargs: those of
+    :class:`HttpEmbedder`)."""
     match kind.strip().lower():
         case "minilm" | "":
             return MiniLMEmbedder(**kwargs)
+        case "minilm-static":
+            return StaticMiniLMEmbedder(**kwargs)
         case "http":
             return HttpEmbedder(**kwargs)
         case other:
-            raise ValueError(f"unknown embedder kind {other!r}: use 'minilm' or 'http'")
+            raise ValueError(
+                f"unknown embedder kind {other!r}: use 'minilm', 'minilm-static' or 'http'"
+            )

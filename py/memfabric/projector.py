@@ -441,10 +441,17 @@ class Projector:
 
         def embedder() -> None:
             while (batch := get(read)) is not None:
-                if projection == "qdrant" and batch.records:
-                    batch.embedded = self.embed_missing(batch.records)
-                if not put(embedded, batch):
-                    return
+                # What else was read meanwhile is embedded in the same call: bigger
+                # batches when behind, one model call per turn.
+                batches = [batch]
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        batches.append(read.get_nowait())
+                if projection == "qdrant":
+                    self._embed_batches(batches)
+                for b in batches:
+                    if not put(embedded, b):
+                        return
 
         stages = [
             threading.Thread(target=stage(body), name=f"projector-{projection}-{body.__name__}")
@@ -467,6 +474,18 @@ class Projector:
                     t.join()
         if errors:
             raise errors[0]
+
+    def _embed_batches(self, batches: Sequence[_Batch]) -> None:
+        """`embed_missing` for several batches in one embedder call, split back per batch."""
+        missing = [
+            [r for r in b.records if projectable(r) and r.get("embedding") is None] for b in batches
+        ]
+        flat = [r for rs in missing for r in rs]
+        vectors = self.embedder.embed([text_of(r["content"]) for r in flat]) if flat else []
+        start = 0
+        for b, rs in zip(batches, missing, strict=True):
+            b.embedded = vectors[start : start + len(rs)]
+            start += len(rs)
 
     # -- rebuild ---------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 
 from memfabric.call import fabric_call
-from memfabric.embedding import Embedder, embedder_from_settings
+from memfabric.embedding import Embedder, ProcessEmbedder, embedder_from_settings
 from memfabric.graph import GraphStore, graph_from_env
 from memfabric.projector import Projector
 from memfabric.settings import Settings
@@ -19,7 +19,9 @@ def projector_conninfo(login: str | None = None) -> str:
     return Settings.from_env().conninfo("projector", login)
 
 
-def deployment_embedder(conninfo: str | psycopg.Connection[Any]) -> Embedder:
+def deployment_embedder(
+    conninfo: str | psycopg.Connection[Any], *, child: bool = False
+) -> Embedder:
     """The embedder the database names (one per deployment); never re-validated here.
     Read over a new connection, or over the caller's (an agent may read it)."""
     if isinstance(conninfo, psycopg.Connection):
@@ -27,20 +29,24 @@ def deployment_embedder(conninfo: str | psycopg.Connection[Any]) -> Embedder:
     else:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             found = fabric_call(conn, "fabric_api.deployment_embedder")
-    return embedder_for(found)
+    return embedder_for(found, child=child)
 
 
-def embedder_for(found: dict[str, Any] | None) -> Embedder:
-    """The embedder of the settings `fabric_api.deployment_embedder` answered."""
+def embedder_for(found: dict[str, Any] | None, *, child: bool = False) -> Embedder:
+    """The embedder of the settings `fabric_api.deployment_embedder` answered (in a child
+    process at lower priority if `child`: a ProcessEmbedder, same vectors)."""
     settings: dict[str, Any] = found if found is not None else {"embedder": "minilm"}
-    if settings["embedder"] == "http":
-        return embedder_from_settings(
-            "http",
-            base_url=settings["url"],
-            model=settings["model"],
-            dims=Settings.from_env().embedder_dims,
-        )
-    return embedder_from_settings("minilm")
+    kind, kwargs = "minilm", {}
+    if settings["embedder"] == "minilm-static":
+        kind = "minilm-static"
+    elif settings["embedder"] == "http":
+        kind = "http"
+        kwargs = {
+            "base_url": settings["url"],
+            "model": settings["model"],
+            "dims": Settings.from_env().embedder_dims,
+        }
+    return ProcessEmbedder(kind, **kwargs) if child else embedder_from_settings(kind, **kwargs)
 
 
 def open_projector(
@@ -49,13 +55,15 @@ def open_projector(
     vectors: bool = True,
     graph: bool = True,
     vector_dir: str | None = None,
+    embed_in_child: bool = False,
     **kwargs: Any,
 ) -> Projector:
     """A projector over the stores the environment names (Edge in `vector_dir` unless
-    QDRANT_URL; the local Bolt server unless NEO4J_URI)."""
+    QDRANT_URL; the local Bolt server unless NEO4J_URI); its embedder in a child process
+    if `embed_in_child` (`close_projector` ends it)."""
     from memfabric.broker import default_vector_dir
 
-    embedder = deployment_embedder(conninfo)
+    embedder = deployment_embedder(conninfo, child=embed_in_child)
     store: VectorStore | None = None
     graph_store: GraphStore | None = None
     try:
@@ -75,6 +83,8 @@ def open_projector(
 
 
 def close_projector(projector: Projector) -> None:
+    if isinstance(projector.embedder, ProcessEmbedder):
+        projector.embedder.close()
     if projector.store is not None:
         projector.store.close()
     if projector.graph is not None:

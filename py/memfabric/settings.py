@@ -66,6 +66,10 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMFABRIC_VECTOR_INDEX_SECONDS": "how often memfabric serve checks whether to build "
     f"(default {DEFAULT_VECTOR_INDEX_SECONDS} s)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
+    "MEMFABRIC_PROJECTOR_EMBED": "where memfabric serve's projector embeds: inline (in the "
+    "serve process, the default) or child (a child process at lower priority)",
+    "MEMFABRIC_PROJECTOR_PIPELINE": "memfabric serve's projector: serial (read, embed, write "
+    "in turn, the default) or pipelined (reader, embedder and writer threads)",
     "QDRANT_URL": "a Qdrant server; unset: the embedded shards owned by memfabric serve",
     "QDRANT_API_KEY": "the Qdrant server's API key",
     "NEO4J_URI": "a Neo4j 5 server; unset: the local graph server on GRAPH_BOLT_PORT",
@@ -126,6 +130,8 @@ PROJECTION_ENV: Final = (
     "MEMFABRIC_VECTOR_INDEX_AFTER",
     "MEMFABRIC_VECTOR_INDEX_SECONDS",
     "MEMFABRIC_EMBEDDER_DIMS",
+    "MEMFABRIC_PROJECTOR_EMBED",
+    "MEMFABRIC_PROJECTOR_PIPELINE",
     "QDRANT_URL",
     "QDRANT_API_KEY",
     "NEO4J_URI",
@@ -162,6 +168,19 @@ def _int_at_least(env: Mapping[str, str], name: str, default: int, least: int) -
     return value
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (the first is the default)."""
+    value = (env.get(name) or "").strip().lower() or choices[0]
+    if value not in choices:
+        from memfabric.errors import Misconfigured
+
+        raise Misconfigured(
+            f"{name} is {value!r}, not one of {', '.join(choices)}",
+            hint=f"set {name} to {' or '.join(choices)}, or unset it",
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where the database, the stores and the serve process are, and who logs in."""
@@ -191,6 +210,8 @@ class Settings:
     vector_index_after: int
     vector_index_seconds: int
     embedder_dims: int
+    projector_embed: str  # "inline" | "child"
+    projector_pipeline: str  # "serial" | "pipelined"
     qdrant_url: str | None
     qdrant_api_key: str | None
     neo4j_uri: str | None
@@ -241,6 +262,8 @@ class Settings:
                 e, "MEMFABRIC_VECTOR_INDEX_SECONDS", DEFAULT_VECTOR_INDEX_SECONDS, 1
             ),
             embedder_dims=_int(e, "MEMFABRIC_EMBEDDER_DIMS", DEFAULT_EMBEDDER_DIMS),
+            projector_embed=_choice(e, "MEMFABRIC_PROJECTOR_EMBED", ("inline", "child")),
+            projector_pipeline=_choice(e, "MEMFABRIC_PROJECTOR_PIPELINE", ("serial", "pipelined")),
             qdrant_url=get("QDRANT_URL"),
             qdrant_api_key=get("QDRANT_API_KEY"),
             neo4j_uri=get("NEO4J_URI"),

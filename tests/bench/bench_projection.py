@@ -13,9 +13,13 @@ Prints, never asserts (docs/benchmarks.md). Needs `make migrate` and `scripts/gr
    included) against the unindexed copy and the indexed shards, and the same filtered query
    straight to Edge, interleaved query by query. --only-recall runs phase 4 alone (no graph).
 --rates 25,50,100 runs instead, for the vector projection alone (Edge and the embedder, the
-bound; no graph server needed), the serial projector (`Projector.run`) and the pipelined one
-(`Projector.run_pipelined`) side by side: lag p50/p95 at each write rate (--seconds each),
-then a full drain of a --backlog each; ratios pipelined/serial are the last lines.
+bound; no graph server needed), each of --variants side by side: the serial projector
+(`Projector.run`) and the pipelined one (`Projector.run_pipelined`), each with the embedder in
+process or in a child process (`ProcessEmbedder`): lag p50/p95 at each write rate (--seconds
+each; the governed writes come from a child process, so the projector's threads cannot slow
+them down), where the lag goes (commit to read, read to embedded, storing the embeddings,
+Edge's upsert and flush) and the embedder's share of the time, then a full drain of a
+--backlog each; ratios to the first variant are the last lines.
 Tenants benchp (writes) and benchb (bulk; rows stay, reused). The product's Projector is kept
 to its tenant (other tenants' records and snapshot rows skipped, graph wipes per tenant); the
 global projection cursors are put back as found, so no other projector may be connected.
@@ -51,7 +55,7 @@ from psycopg.types.json import Jsonb
 from memfabric import db
 from memfabric.broker import LocalBroker
 from memfabric.call import Cast, fabric_rows, register_vector
-from memfabric.embedding import MiniLMEmbedder
+from memfabric.embedding import MiniLMEmbedder, embedder_from_settings
 from memfabric.graph import graph_from_env
 from memfabric.projector import Projector, projection_record
 from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
@@ -248,14 +252,58 @@ def lag_phase(p: BenchProjector, write: Write, args: argparse.Namespace) -> list
     ]  # fmt: skip
 
 
-def lag_run(p: BenchProjector, write: Write, rate: float, seconds: float, warmup: float,
-            pipelined: bool) -> tuple[list[float], float, int]:  # fmt: skip
-    """Vector projection alone: lags (s) of the records written at `rate` for `seconds`."""
-    stop, committed = threading.Event(), {}
-    run = p.run_pipelined if pipelined else p.run
-    kwargs = {"poll_seconds": 0.5, "should_stop": stop.is_set}
-    thread = threading.Thread(target=run, args=(("qdrant",),), kwargs=kwargs, daemon=True)
-    thread.start()
+class Timed:
+    """An embedder (in process or a ProcessEmbedder) with the time spent in `embed`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.model, self.version, self.dims = inner, inner.model, inner.version, 384
+        self.texts, self.calls, self.seconds = 0, 0, 0.0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        t = time.perf_counter()
+        out: list[list[float]] = self.inner.embed(texts)
+        self.seconds += time.perf_counter() - t
+        self.texts, self.calls = self.texts + len(texts), self.calls + 1
+        return out
+
+
+@dataclass
+class StagedProjector(BenchProjector):
+    """BenchProjector stamping each record when it was read, when its embedding was ready
+    (store_embeddings called) and when that call returned; `applied` is after Edge's flush."""
+
+    stamps: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+
+    def records(self, conn: Conn, ids: Sequence[str]) -> list[dict[str, Any]]:
+        out = super().records(conn, ids)
+        now, read = time.perf_counter(), self.stamps["read"]
+        for r in out:
+            read.setdefault(r["memory_id"], now)
+        return out
+
+    def store_embeddings(self, conn: Conn, records: Sequence[Any],
+                         vectors: Sequence[list[float]]) -> dict[str, list[float]]:  # fmt: skip
+        t = time.perf_counter()
+        out = super().store_embeddings(conn, records, vectors)
+        now, embedded, stored = time.perf_counter(), self.stamps["embedded"], self.stamps["stored"]
+        for r in records:
+            embedded.setdefault(r["memory_id"], t)
+            stored.setdefault(r["memory_id"], now)
+        return out
+
+
+VARIANTS = {  # name: (pipelined, embedder in a child process)
+    "serial": (False, False), "pipelined": (True, False),
+    "serial+child": (False, True), "pipelined+child": (True, True),
+}  # fmt: skip
+
+
+def paced_writes(url: str, run_id: Any, rate: float, seconds: float, warmup: float,
+                 out: Any) -> None:  # fmt: skip
+    """In a child process: governed writes on schedule (a late write does not shift the
+    next); puts ({memory_id: perf_counter at commit return}, achieved writes/s) for the
+    writes after the warm-up. perf_counter is CLOCK_MONOTONIC, one clock for all processes."""
+    write, committed = writer(url, run_id), {}
     t0, step, i = time.perf_counter(), 1 / rate, 0
     start, end = t0 + warmup, t0 + warmup + seconds
     while (due := t0 + i * step) < end:
@@ -264,19 +312,68 @@ def lag_run(p: BenchProjector, write: Write, rate: float, seconds: float, warmup
         if due >= start:
             committed[memory_id] = time.perf_counter()
         i += 1
-    achieved = len(committed) / (time.perf_counter() - start)
+    out.put((committed, len(committed) / (time.perf_counter() - start)))
+
+
+@dataclass
+class LagRun:
+    lags: list[float]
+    achieved: float
+    missing: int
+    parts: dict[str, list[float]]  # per record: queue+read, embed, store, edge
+    embed_busy: float  # share of the run's wall time spent in embed()
+    embed_rate: float  # texts per second of embed() time
+    batch: float  # texts per embed() call
+    load: float
+
+
+PARTS = ("read", "embedded", "stored")
+
+
+def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argparse.Namespace,
+            variant: str) -> LagRun:  # fmt: skip
+    """Vector projection alone, writes from another process at `rate` for --seconds."""
+    import multiprocessing
+
+    pipelined, _ = VARIANTS[variant]
+    stop, emb = threading.Event(), p.embedder
+    assert isinstance(emb, Timed)
+    texts, busy, calls = emb.texts, emb.seconds, emb.calls
+    run = p.run_pipelined if pipelined else p.run
+    kwargs = {"poll_seconds": 0.5, "should_stop": stop.is_set}
+    thread = threading.Thread(target=run, args=(("qdrant",),), kwargs=kwargs, daemon=True)
+    thread.start()
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    child = ctx.Process(target=paced_writes,
+                        args=(url, run_id, rate, args.seconds, args.warmup, results))  # fmt: skip
+    t0 = time.perf_counter()
+    child.start()
+    committed, achieved = results.get()
+    child.join()
     q, deadline = p.applied["qdrant"], time.perf_counter() + 120
     while time.perf_counter() < deadline and not all(m in q for m in committed):
         time.sleep(0.05)
+    wall, load = time.perf_counter() - t0, os.getloadavg()[0]
     stop.set()
     thread.join(timeout=60)
-    done = [m for m in committed if m in q]
-    return [q[m] - committed[m] for m in done], achieved, len(committed) - len(done)
+    done = [m for m in committed if m in q and all(m in p.stamps[s] for s in PARTS)]
+    at = [committed, *(p.stamps[s] for s in PARTS), q]
+    parts = {name: [at[k + 1][m] - at[k][m] for m in done]
+             for k, name in enumerate(("queue+read", "embed", "store", "edge"))}  # fmt: skip
+    n, took = emb.texts - texts, emb.seconds - busy
+    return LagRun([q[m] - committed[m] for m in done], achieved, len(committed) - len(done),
+                  parts, took / wall, n / took if took else 0.0,
+                  n / max(emb.calls - calls, 1), load)  # fmt: skip
 
 
-def drain_run(p: BenchProjector, write: Write, n: int, pipelined: bool) -> float:
-    """Records/s of a full drain of an n-record backlog (vector projection, embedding in)."""
+def drain_run(p: StagedProjector, write: Write, n: int, pipelined: bool) -> tuple[float, float]:
+    """Records/s of a full drain of an n-record backlog (vector projection, embedding in),
+    and the embedder's texts/s during it."""
     ids = [write() for _ in range(n)]
+    emb = p.embedder
+    assert isinstance(emb, Timed)
+    texts, busy = emb.texts, emb.seconds
     q, t = p.applied["qdrant"], time.perf_counter()
     if pipelined:
         p.run_pipelined(("qdrant",), poll_seconds=0.1,
@@ -284,39 +381,69 @@ def drain_run(p: BenchProjector, write: Write, n: int, pipelined: bool) -> float
     else:
         with psycopg.connect(p.conninfo, autocommit=True) as conn:
             p.drain(conn, "qdrant")
-    return n / (time.perf_counter() - t)
+    took = emb.seconds - busy
+    return n / (time.perf_counter() - t), (emb.texts - texts) / took if took else 0.0
 
 
-def rates_phase(p: BenchProjector, write: Write, args: argparse.Namespace) -> list[Row]:
+def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namespace) -> list[Row]:
+    from memfabric.embedding import ProcessEmbedder
+
     rows: list[Row] = []
     ratios: list[str] = []
-    for rate in (float(r) for r in args.rates.split(",")):
-        results = {}
-        for pipelined in (False, True):
-            name = "pipelined" if pipelined else "serial"
-            print(f"  {rate:g} writes/s, {name} ...")
+    variants = args.variants.split(",")
+    in_process, child = Timed(p.embedder), Timed(ProcessEmbedder(args.embedder))
+    child.inner.start()
+    child.embed(["warm up"])
+
+    def use(variant: str) -> bool:
+        pipelined, in_child = VARIANTS[variant]
+        p.embedder = child if in_child else in_process
+        return pipelined
+
+    try:
+        for rate in (float(r) for r in args.rates.split(",")):
+            results = {}
+            for variant in variants:
+                print(f"  {rate:g} writes/s, {variant} ...", flush=True)
+                use(variant)
+                set_cursors(p)
+                results[variant] = r = lag_run(p, url, run_id, rate, args, variant)
+                rows.append((f"lag p50 / p95 at {rate:g} writes/s, {variant} ({len(r.lags)} "
+                             "records)", ms(r.lags) if r.lags else "-",
+                             f"achieved {r.achieved:.1f} writes/s; {r.missing} not applied; "
+                             f"p95 <= 1 s: {OK[bool(r.lags) and pct(r.lags, 95) <= 1]}; "
+                             f"load {r.load:.1f}"))  # fmt: skip
+                if r.lags:
+                    split = "; ".join(f"{k} {statistics.mean(v) * 1e3:.0f}"
+                                      for k, v in r.parts.items())  # fmt: skip
+                    busy = (f"embedder busy {r.embed_busy:.0%} of the run at "
+                            f"{r.embed_rate:.0f} texts/s, {r.batch:.1f} texts a call")  # fmt: skip
+                    rows.append((f"  where the lag goes (mean ms), {variant}", split, busy))
+                for row in rows[-2:]:
+                    print("   ", " | ".join(row), flush=True)
+            base = results[variants[0]].lags
+            for variant in variants[1:]:
+                other = results[variant].lags
+                if base and other:
+                    ratios.append(f"lag p95 at {rate:g} writes/s: {variant} / {variants[0]} = "
+                                  f"{pct(other, 95) / pct(base, 95):.2f}")  # fmt: skip
+        write, drains = writer(url, run_id), {}
+        for variant in variants:
+            print(f"  drain of {args.backlog}, {variant} ...", flush=True)
+            pipelined = use(variant)
             set_cursors(p)
-            results[name] = lag_run(p, write, rate, args.seconds, args.warmup, pipelined)
-        for name, (lags, achieved, missing) in results.items():
-            rows.append((f"lag p50 / p95 at {rate:g} writes/s, {name} ({len(lags)} records)",
-                         ms(lags), f"achieved {achieved:.1f} writes/s; {missing} not applied"
-                         f"; p95 <= 1 s: {OK[bool(lags) and pct(lags, 95) <= 1]}"))  # fmt: skip
-        for row in rows[-2:]:
-            print("   ", " | ".join(row), flush=True)
-        s95, p95 = (pct(results[k][0], 95) if results[k][0] else float("nan")
-                    for k in ("serial", "pipelined"))  # fmt: skip
-        ratios.append(f"lag p95 at {rate:g} writes/s: pipelined / serial = {p95 / s95:.2f}")
-    drains = {}
-    for pipelined in (False, True):
-        name = "pipelined" if pipelined else "serial"
-        print(f"  drain of {args.backlog}, {name} ...")
-        set_cursors(p)
-        drains[name] = drain_run(p, write, args.backlog, pipelined)
-        rows.append((f"full drain of {args.backlog}, {name}, embedding included",
-                     f"{drains[name]:.0f} records/s", "goal >= 300/s: "
-                     f"{OK[drains[name] >= 300]}"))  # fmt: skip
-        print("   ", " | ".join(rows[-1]), flush=True)
-    ratios.append(f"drain: pipelined / serial = {drains['pipelined'] / drains['serial']:.2f}")
+            drains[variant], embed_rate = drain_run(p, write, args.backlog, pipelined)
+            rows.append((f"full drain of {args.backlog}, {variant}, embedding included",
+                         f"{drains[variant]:.0f} records/s", f"goal >= 300/s: "
+                         f"{OK[drains[variant] >= 300]}; embedder {embed_rate:.0f} texts/s "
+                         f"while embedding; load {os.getloadavg()[0]:.1f}"))  # fmt: skip
+            print("   ", " | ".join(rows[-1]), flush=True)
+        for variant in variants[1:]:
+            ratios.append(f"drain: {variant} / {variants[0]} = "
+                          f"{drains[variant] / drains[variants[0]]:.2f}")  # fmt: skip
+    finally:
+        child.inner.close()
+        p.embedder = in_process.inner
     return rows + [(r, "", "") for r in ratios]
 
 
@@ -549,8 +676,11 @@ def main() -> int:
         ap.add_argument(f"--{name}", type=type(default), default=default)
     ap.add_argument("--only-recall", action="store_true", help="phase 4 alone, no graph")
     ap.add_argument("--rates", default="", help="e.g. 25,50,100: serial vs pipelined, no graph")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="of --rates, first the base")
+    ap.add_argument("--embedder", default="minilm", help="of --rates: minilm or minilm-static")
     args = ap.parse_args()
-    url, emb, rows = db.database_url(), Counting(), []
+    url, rows = db.database_url(), []
+    emb = Counting() if args.embedder == "minilm" else embedder_from_settings(args.embedder)
     saved = setup(url)
     emb.embed(["warm up"])
     tmp = Path(tempfile.mkdtemp(prefix="bench-projection-"))
@@ -563,14 +693,15 @@ def main() -> int:
         graph.ensure_schema()  # the wipes keep to our tenant
         graph.wipe()
     conninfo = db.url_for(url, "benchp_projector")
-    p = BenchProjector(conninfo, emb, stores[0], graph)
+    p = (StagedProjector if args.rates else BenchProjector)(conninfo, emb, stores[0], graph)
     pb = BenchProjector(conninfo, emb, stores[1], None, tenant=BULK)
     try:
         if args.rates:
             with connect(url, "benchp_orchestrator") as orch:
                 run_id = call(orch, OPEN_RUN, TENANT, AGENT, "user-w", "sess-w", TOOLS)
-            print(f"lag at {args.rates} writes/s and drain, serial vs pipelined (Edge) ...")
-            rows += rates_phase(p, writer(url, run_id), args)
+            print(f"lag at {args.rates} writes/s and drain, {args.variants} (Edge) ...")
+            assert isinstance(p, StagedProjector)
+            rows += rates_phase(p, url, run_id, args)
         elif not args.only_recall:
             with connect(url, "benchp_orchestrator") as orch:
                 run_id = call(orch, OPEN_RUN, TENANT, AGENT, "user-w", "sess-w", TOOLS)

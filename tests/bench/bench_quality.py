@@ -46,7 +46,7 @@ from quality.metrics import (
 
 from memfabric import db
 from memfabric.broker import LocalBroker
-from memfabric.embedding import MiniLMEmbedder, text_of
+from memfabric.embedding import Embedder, MiniLMEmbedder, embedder_from_settings, text_of
 from memfabric.projector import Projector
 from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore
@@ -141,12 +141,18 @@ def load(url: str, data: Dataset) -> tuple[dict[str, uuid.UUID], dict[str, str]]
 
 
 def baselines(
-    data: Dataset, known: dict[str, list[float]], emb: MiniLMEmbedder
+    data: Dataset,
+    known: dict[str, list[float]],
+    emb: MiniLMEmbedder,
+    also: dict[str, Embedder] | None = None,
 ) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]]]:
     """BM25, dense and their reciprocal rank fusion per question, over each conversation's
-    turns; time per question of each (the dense query embedding batched, not timed)."""
+    turns; time per question of each (the dense query embedding batched, not timed). `also`:
+    more embedders ranked the same way (dense and RRF rows of their own) beside MiniLM."""
     fused = {d: f"RRF(BM25, dense) of top {d}" for d in RRF_DEPTHS}
     out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, **{f: {} for f in fused.values()}}
+    for name in also or {}:
+        out |= {f"dense ({name})": {}, f"RRF(BM25, dense ({name})) of top {max(RRF_DEPTHS)}": {}}
     took: dict[str, list[float]] = {name: [] for name in out}
     by_conv: dict[str, list[Question]] = defaultdict(list)
     for q in data.questions:
@@ -154,7 +160,9 @@ def baselines(
     for c in data.conversations:
         ids = [t.turn_id for t in c.turns]
         texts = [text_of({"speaker": t.speaker, "text": t.text}) for t in c.turns]
+        t = time.perf_counter()
         known.update(zip(texts, emb.embed(texts), strict=True))
+        EMBED_RATE["minilm"] = EMBED_RATE.get("minilm", 0.0) + time.perf_counter() - t
         bm25, vectors = BM25(texts), np.asarray([known[t] for t in texts], dtype=np.float32)
         qs = by_conv[c.conversation_id]
         for q, qv in zip(qs, emb.embed([q.text for q in qs]), strict=True):
@@ -170,7 +178,24 @@ def baselines(
                 t3 = time.perf_counter()
                 out[name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
                 took[name].append(t2 - t0 + time.perf_counter() - t3)
+        for name, other in (also or {}).items():
+            t = time.perf_counter()
+            vecs = np.asarray(other.embed(texts), dtype=np.float32)
+            EMBED_RATE[name] = EMBED_RATE.get(name, 0.0) + time.perf_counter() - t
+            for q, qv in zip(qs, other.embed([q.text for q in qs]), strict=True):
+                t0 = time.perf_counter()
+                lexical = [ids[i] for i in bm25.rank(q.text, max(RRF_DEPTHS))]
+                dense = [ids[i] for i in dense_rank(vecs, qv, max(RRF_DEPTHS))]
+                took[f"dense ({name})"].append(time.perf_counter() - t0)
+                out[f"dense ({name})"][q.question_id] = dense[:K]
+                depth = max(RRF_DEPTHS)
+                fused_name = f"RRF(BM25, dense ({name})) of top {depth}"
+                out[fused_name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
+                took[fused_name].append(time.perf_counter() - t0)
     return out, took
+
+
+EMBED_RATE: dict[str, float] = {}  # embedder -> seconds spent embedding the turns
 
 
 def governed(
@@ -264,6 +289,8 @@ def main() -> int:
     ap.add_argument("--questions", type=int, default=None, help="a seeded sample (all if unset)")
     ap.add_argument("--quick", action="store_true", help="2 conversations, 60 questions")
     ap.add_argument("--keep", action="store_true", help=f"keep the database {DBNAME}")
+    ap.add_argument("--also", default="", help="more embedder kinds as plain dense baselines,"
+                    " e.g. minilm-static (memfabric.embedding.embedder_from_settings)")  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         args.conversations, args.questions = 2, args.questions or 60
@@ -276,7 +303,10 @@ def main() -> int:
     server = db.database_url()
     emb, known = MiniLMEmbedder(), {}
     print("baselines: embedding the turns and questions ...", flush=True)
-    ranked, took = baselines(data, known, emb)
+    also = {k: embedder_from_settings(k) for k in args.also.split(",") if k}
+    for other in (emb, *also.values()):
+        other.embed(["warm up"])  # loads (or derives) its model outside the timing
+    ranked, took = baselines(data, known, emb, also)
     print(f"fresh database {DBNAME}: migrate ...", flush=True)
     url = fresh_database(server)
     tmp = Path(tempfile.mkdtemp(prefix="bench-quality-"))
@@ -310,6 +340,10 @@ def main() -> int:
     print(f"seed {args.seed}, {len(data.conversations)} conversations, {n_turns} turns,"
           f" {len(data.questions)} questions; limit {K}; embedder {emb.model}\n")  # fmt: skip
     report(data, {**got, **ranked}, {**took_g, **took}, errors)
+    if also:
+        print(f"\nembedding the {n_turns} turns, one batch per conversation:")
+        for name, sec in EMBED_RATE.items():
+            print(f"  {name}: {n_turns / sec:.0f} texts/s")
     return 0
 
 

@@ -4,9 +4,11 @@ batch is written; a failure replays from the cursor. Real Postgres, real MiniLM,
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 
 from conftest import Fabric
 from integration.test_projection import StoreWithFault, point_ids
-from memfabric.embedding import MiniLMEmbedder
+from memfabric.embedding import Embedder, MiniLMEmbedder, ProcessEmbedder, text_of
 from memfabric.projector import Projector
 from memfabric.vectors import EdgeVectorStore, VectorStore
 
@@ -138,3 +140,84 @@ def test_a_lost_store_is_retried_from_the_cursor(
     run_until(projector, lambda: cursor(fabric) == last_event(fabric))
     assert flaky.raised == 1
     assert point_ids(edge, "episodic") == ids
+
+
+class SlowModel:
+    """The session's model, slowed so that batches pile up behind it; records call sizes."""
+
+    def __init__(self, model: Embedder) -> None:
+        self.inner, self.model, self.version, self.dims = model, model.model, model.version, 384
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(len(texts))
+        time.sleep(0.3)
+        return self.inner.embed(texts)
+
+
+CAUGHT_UP = """SELECT (SELECT (last_xid, last_event_id) FROM fabric.projection_cursors
+  WHERE projection = 'qdrant') = (SELECT (xid, event_id) FROM fabric.events
+  WHERE event_type = ANY (fabric._projected_event_types()) ORDER BY xid DESC, event_id DESC
+  LIMIT 1)"""
+
+
+def caught_up(conn: psycopg.Connection[Any]) -> Any:
+    """Has the qdrant cursor reached the last projected event? Over one connection: the
+    stages ask every 0.1 s."""
+    return lambda: conn.execute(CAUGHT_UP).fetchone() == (True,)
+
+
+def stored_vectors(fabric: Fabric, model: MiniLMEmbedder) -> dict[str, tuple[str, list[float]]]:
+    """memory_id -> (the text embedded, the stored embedding)."""
+    rows = (
+        fabric.su()
+        .execute(
+            "SELECT e.memory_id::text, r.content, e.embedding::text"
+            " FROM fabric.memory_embeddings e JOIN fabric.memory_records r USING (memory_id)"
+            " WHERE e.model = %s",
+            (model.model,),
+        )
+        .fetchall()
+    )
+    return {m: (text_of(c), [float(x) for x in v.strip("[]").split(",")]) for m, c, v in rows}
+
+
+def test_batches_read_while_the_model_works_are_embedded_together_each_its_own(
+    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+) -> None:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    run = fabric.open_run()
+    ids = {fabric.form(run, f"coalesced record number {i} of twelve") for i in range(12)}
+    slow = SlowModel(model)
+    run_until(Projector(url, slow, edge, None, batch=2), caught_up(fabric.su()))
+    assert point_ids(edge, "episodic") == ids
+    assert max(slow.calls) > 2  # several batches of 2 in one call
+    assert sum(slow.calls) == len(ids)  # each record embedded once
+    stored = stored_vectors(fabric, model)
+    assert set(stored) == ids
+    texts = [text for text, _ in stored.values()]
+    for (_, got), want in zip(stored.values(), model.embed(texts), strict=True):
+        assert max(abs(x - y) for x, y in zip(got, want, strict=True)) <= 1e-6  # its own vector
+
+
+def test_the_embedder_in_a_child_process_survives_the_childs_death(
+    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+) -> None:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    run = fabric.open_run()
+    ids = {fabric.form(run, f"embedded next door {i}") for i in range(6)}
+    child = ProcessEmbedder()
+    try:
+        child.start()
+        pid = child.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the first batch finds it dead: back off, retry
+        run_until(Projector(url, child, edge, None, batch=2), caught_up(fabric.su()))
+        assert child.pid not in (None, pid)
+    finally:
+        child.close()
+    assert point_ids(edge, "episodic") == ids
+    stored = stored_vectors(fabric, model)
+    texts = [text for text, _ in stored.values()]
+    for (_, got), want in zip(stored.values(), model.embed(texts), strict=True):
+        assert got == pytest.approx(want, abs=1e-6)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,8 @@ from memfabric.embedding import (
     EmbeddingError,
     HttpEmbedder,
     MiniLMEmbedder,
+    ProcessEmbedder,
+    StaticMiniLMEmbedder,
     embedder_from_settings,
     text_of,
 )
@@ -115,6 +120,7 @@ def test_factory_builds_each_kind() -> None:
     assert isinstance(minilm, MiniLMEmbedder) and minilm.batch_size == 8
     http = embedder_from_settings("http", base_url="http://127.0.0.1:1", model="m", dims=3)
     assert isinstance(http, HttpEmbedder)
+    assert isinstance(embedder_from_settings("minilm-static"), StaticMiniLMEmbedder)
     with pytest.raises(ValueError, match="unknown embedder kind"):
         embedder_from_settings("fastembed")
 
@@ -271,3 +277,129 @@ def test_http_embedder_raises_when_unreachable() -> None:
 def test_http_embedder_refuses_non_http_urls() -> None:
     with pytest.raises(ValueError, match="http"):
         HttpEmbedder("file:///etc/passwd", "m", 384)
+
+
+# --------------------------------------------------------------------------- in a child process
+
+
+def test_process_embedder_gives_the_in_process_vectors_exactly(minilm: MiniLMEmbedder) -> None:
+    child = ProcessEmbedder(nice=3)
+    try:
+        assert (child.model, child.version, child.dims) == (minilm.model, minilm.version, 384)
+        assert child.pid is None  # nothing starts before it is needed
+        assert child.embed(TEXTS) == minilm.embed(TEXTS)
+        pid = child.pid
+        assert pid is not None and pid != os.getpid()
+        assert os.getpriority(os.PRIO_PROCESS, pid) >= os.getpriority(os.PRIO_PROCESS, 0)
+        assert child.embed([]) == []
+        with pytest.raises(TypeError):
+            child.embed("not a list")
+    finally:
+        child.close()
+    assert child.pid is None
+
+
+def test_process_embedder_raises_when_its_child_dies_then_starts_another(
+    minilm: MiniLMEmbedder,
+) -> None:
+    child = ProcessEmbedder()
+    try:
+        child.start()
+        pid = child.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(EmbeddingError, match="ended unexpectedly"):
+            child.embed(["a"])
+        assert child.pid is None
+        assert child.embed(TEXTS[:2]) == minilm.embed(TEXTS[:2])  # a new child
+        assert child.pid not in (None, pid)
+    finally:
+        child.close()
+
+
+def test_process_embedder_reports_the_childs_failure(server: _Server) -> None:
+    child = ProcessEmbedder("http", base_url=f"{server.root}/fail", model="m", dims=384,
+                            api_key="k-secret")  # fmt: skip
+    try:
+        assert "k-secret" not in repr(child)
+        with pytest.raises(EmbeddingError, match="answered HTTP 500") as info:
+            child.embed(["secret content"])
+        assert "secret" not in str(info.value)
+        assert child.pid is not None  # the child outlives a failed request
+    finally:
+        child.close()
+    bad = ProcessEmbedder("minilm")
+    bad._kwargs = {"batch_size": 0}  # refused in the child: the reason comes back
+    with pytest.raises(EmbeddingError, match="batch_size must be at least 1"):
+        bad.start()
+    assert bad.pid is None
+
+
+# --------------------------------------------------------------------------- static
+
+
+@pytest.fixture(scope="module")
+def static_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory whose table is derived once for the module (about 30,000 runs)."""
+    path = tmp_path_factory.mktemp("embedders")
+    StaticMiniLMEmbedder(path).load()
+    return path
+
+
+def test_static_embedder_of_one_token_is_minilm_of_that_token(
+    static_dir: Path, minilm: MiniLMEmbedder
+) -> None:
+    static = StaticMiniLMEmbedder(static_dir)
+    assert (static.model, static.dims) == ("memfabric/minilm-static", 384)
+    assert static.model != minilm.model and "onnx-sha256=8199be6f699a395f" in static.version
+    # one word piece: [CLS] word [SEP] through the model either way
+    words = ["customer", "euros", "cat", ""]
+    assert_close(static.embed(words), minilm.embed(words))
+    # several: the normalised mean of their rows, not what the model says of the sentence
+    a, b, c = static.embed(["customer euros", "euros customer", "the cat sleeps on the sofa"])
+    assert_close([a], [b])  # a bag of tokens: order does not matter
+    assert cosine(a, c) < 0.9
+    assert math.sqrt(math.fsum(x * x for x in c)) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_static_embedder_is_deterministic_and_ranks_related_texts_closer(
+    static_dir: Path,
+) -> None:
+    static = StaticMiniLMEmbedder(static_dir)
+    vectors = static.embed(TEXTS)
+    assert len(vectors) == len(TEXTS) and all(len(v) == 384 for v in vectors)
+    assert_close(vectors, StaticMiniLMEmbedder(static_dir).embed(TEXTS))
+    assert_close([vectors[4]], static.embed([TEXTS[4]]))
+    invoice, bill, cat = vectors[:3]
+    assert cosine(invoice, bill) > cosine(invoice, cat)
+    assert static.embed([]) == []
+    with pytest.raises(TypeError):
+        static.embed("not a list")
+
+
+def test_static_table_is_read_from_the_cache_and_derived_again_when_damaged(
+    static_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    from memfabric import embedding
+
+    (cached,) = static_dir.glob("minilm-static-*.npy")
+    table = np.load(cached)
+    derived: list[int] = []
+
+    def derive(rt: Any) -> Any:  # the real derivation took minutes in the fixture
+        derived.append(1)
+        return table
+
+    monkeypatch.setattr(embedding, "_derive_static_table", derive)
+    want = StaticMiniLMEmbedder(static_dir).embed(TEXTS)
+    assert derived == []  # read from the cache
+    damaged = tmp_path / cached.name
+    damaged.write_bytes(cached.read_bytes()[:1000])  # cut short
+    assert_close(StaticMiniLMEmbedder(tmp_path).embed(TEXTS), want)
+    assert derived == [1]
+    assert damaged.read_bytes() == cached.read_bytes()  # derived and written again
+    assert embedder_from_settings("minilm-static", cache_dir=tmp_path).version == (
+        StaticMiniLMEmbedder().version
+    )

@@ -568,6 +568,33 @@ def test_edge_second_opener_fails_fast(tmp_path: Path) -> None:
     EdgeVectorStore(where).close()  # released on close
 
 
+def test_edge_flush_syncs_the_written_shards_and_they_survive_a_reopen(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    where = tmp_path / "edge"
+    store = EdgeVectorStore(where)
+    store.ensure_collections(MODEL, "1", 8)
+    physical = {tier: store._bindings()[tier].physical_name for tier in v.INDEXED_TIERS}
+    assert store._dirty == set()
+    kept, gone = rec(tier="episodic"), rec(tier="episodic")
+    put(store, rng, [kept, gone])
+    # deleting points a shard does not hold (the projector deletes from every other tier)
+    # leaves that shard clean; a real delete dirties its shard
+    store.delete("semantic", [kept.memory_id, gone.memory_id])
+    store.delete("episodic", [gone.memory_id.upper()])
+    assert store._dirty == {physical["episodic"]}
+    store.flush()
+    assert store._dirty == set()
+    store.close()
+    reopened = EdgeVectorStore(where)
+    try:
+        reopened.ensure_collections(MODEL, "1", 8)
+        assert reopened.count("episodic") == 1 and reopened.count("semantic") == 0
+        assert everything(reopened, flt(), tiers=["episodic"]) == {kept.memory_id}
+    finally:
+        reopened.close()
+
+
 # --------------------------------------------------------------------------------------
 # no backend: filter, payload, factory
 

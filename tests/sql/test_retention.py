@@ -527,6 +527,21 @@ def test_a_remote_embedder_is_refused_while_an_instance_is_air_gapped(fabric: Fa
     assert deploy(fabric, remote)["embedder_url"] == "http://gpu.example.com:8080"
 
 
+def test_the_static_embedder_is_a_known_deployment_embedder(fabric: Fabric) -> None:
+    from memfabric.embedding import StaticMiniLMEmbedder
+    from memfabric.runtime import deployment_embedder
+
+    with pytest.raises(psycopg.errors.CheckViolation) as caught:
+        deploy(fabric, {"embedder": "fasttext"})
+    assert caught.value.diag.constraint_name == "deployment_settings_embedder_is_known"
+    assert fabric.call(None, "SELECT fabric_api.deployment_embedder()")["embedder"] == "minilm"
+    assert deploy(fabric, {"embedder": "minilm-static"})["embedder"] == "minilm-static"
+    with fabric.su() as su:
+        embedder = deployment_embedder(su)
+    assert isinstance(embedder, StaticMiniLMEmbedder)
+    assert embedder.model == "memfabric/minilm-static"  # another model: another collection
+
+
 def test_deployment_settings_are_validated(fabric: Fabric) -> None:
     assert sqlstate(lambda: deploy(fabric, {"embedder": "http"})) == "23514"  # needs url+model
     assert sqlstate(lambda: deploy(fabric, {"recall_max_limit": 5000})) == "23514"

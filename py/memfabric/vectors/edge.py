@@ -63,6 +63,9 @@ class EdgeVectorStore(_StoreBase):
             _release_lock(self._lock_fd)
             raise
         self._shards: dict[str, qdrant_edge.EdgeShard] = {}
+        # shards written since their last flush: flush() syncs only these (a flush of a
+        # shard costs fsyncs even when nothing changed; docs/benchmarks.md, "Keeping up")
+        self._dirty: set[str] = set()
         # index builds (build_index): the writes each building shard received since its copy
         self._journals: dict[str, list[tuple[str, Any]]] = {}
         self._build_lock = threading.Lock()  # one build at a time
@@ -179,6 +182,7 @@ class EdgeVectorStore(_StoreBase):
         points = [qe.Point(pid, vec, payload) for pid, vec, payload in rows]
         with self._mutex:
             self._shard(physical).update(qe.UpdateOperation.upsert_points(points))
+            self._dirty.add(physical)
             if physical in self._journals:  # an index build runs: replay this on its copy
                 self._journals[physical].append(
                     ("upsert", [(pid, array("f", vec), payload) for pid, vec, payload in rows])
@@ -187,15 +191,23 @@ class EdgeVectorStore(_StoreBase):
     def _delete_raw(self, physical: str, ids: list[str]) -> None:
         import qdrant_edge as qe
 
-        point_ids: list[qe.PointId] = list(ids)
         with self._mutex:
-            self._shard(physical).update(qe.UpdateOperation.delete_points(point_ids))
+            shard = self._shard(physical)
+            # Only the points the shard holds: a delete of absent points (the projector
+            # deletes each record from every other tier) would dirty the shard for nothing.
+            # What is absent here is absent from a building copy with its journal too.
+            held: list[qe.PointId] = [str(r.id) for r in shard.retrieve(list(ids), False, False)]
+            if not held:
+                return
+            shard.update(qe.UpdateOperation.delete_points(held))
+            self._dirty.add(physical)
             if physical in self._journals:
-                self._journals[physical].append(("delete", list(ids)))
+                self._journals[physical].append(("delete", list(held)))
 
     def _set_payload_raw(self, physical: str, ids: list[str], payload: dict[str, Any]) -> None:
         with self._mutex:
             _apply_set_payload(self._shard(physical), ids, payload)
+            self._dirty.add(physical)
             if physical in self._journals:
                 self._journals[physical].append(("set_payload", (list(ids), dict(payload))))
 
@@ -238,8 +250,11 @@ class EdgeVectorStore(_StoreBase):
 
     def _flush_raw(self) -> None:
         with self._mutex:
-            for shard in self._shards.values():
-                shard.flush()
+            for physical in sorted(self._dirty):
+                shard = self._shards.get(physical)
+                if shard is not None:
+                    shard.flush()
+                self._dirty.discard(physical)
 
     def _release_unbound(self) -> None:
         bound = {c.physical_name for c in (self._bound or {}).values()}
@@ -383,6 +398,7 @@ class EdgeVectorStore(_StoreBase):
             os.rename(live, aside)
             os.rename(copy, live)
             _fsync_dir(live.parent)
+            self._dirty.add(physical)  # flushed on the next flush(), whatever happened here
             try:
                 self._shards[physical] = qe.EdgeShard.load(str(live))
             except Exception:
