@@ -346,6 +346,7 @@ def static_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow  # the module's table is derived once: ~30,000 model runs
 def test_static_embedder_of_one_token_is_minilm_of_that_token(
     static_dir: Path, minilm: MiniLMEmbedder
 ) -> None:
@@ -362,6 +363,7 @@ def test_static_embedder_of_one_token_is_minilm_of_that_token(
     assert math.sqrt(math.fsum(x * x for x in c)) == pytest.approx(1.0, abs=1e-6)
 
 
+@pytest.mark.slow  # the module's table is derived once: ~30,000 model runs
 def test_static_embedder_is_deterministic_and_ranks_related_texts_closer(
     static_dir: Path,
 ) -> None:
@@ -377,6 +379,7 @@ def test_static_embedder_is_deterministic_and_ranks_related_texts_closer(
         static.embed("not a list")
 
 
+@pytest.mark.slow  # the module's table is derived once: ~30,000 model runs
 def test_static_table_is_read_from_the_cache_and_derived_again_when_damaged(
     static_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
