@@ -448,13 +448,14 @@ def test_writes_from_another_thread_throughout_the_build_all_land(
     import memfabric.vectors.edge as edge
 
     store.upsert("semantic", points(3000, 1))
+    monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
     store.catch_up_bound = 2
     written: list[str] = []
     deleted: list[str] = []
-    stop, started = threading.Event(), threading.Event()
+    stop, copied, started = threading.Event(), threading.Event(), threading.Event()
 
     def writer() -> None:
-        k = 0
+        k = after_copy = 0
         while not stop.is_set():
             batch = points(3, 100 + k)
             store.upsert("semantic", batch)
@@ -463,11 +464,15 @@ def test_writes_from_another_thread_throughout_the_build_all_land(
                 store.delete("semantic", [written[-10]])
                 deleted.append(written[-10])
             k += 1
-            started.set()
+            after_copy += copied.is_set()
+            if after_copy == 20:  # 20 writes journalled at least
+                started.set()
+            stop.wait(0.001)  # leave the builder the interpreter now and then
 
     real_run = edge.subprocess.run
 
     def run(*args: Any, **kwargs: Any) -> Any:
+        copied.set()  # the journal is kept from here on
         assert started.wait(60)
         return real_run(*args, **kwargs)
 
@@ -480,7 +485,7 @@ def test_writes_from_another_thread_throughout_the_build_all_land(
         stop.set()
         thread.join(60)
     assert result["result"] == "built", result
-    assert result["replayed"] >= 1
+    assert result["replayed"] >= 20, result
     assert result["replayed_locked"] <= 2 or result["catch_up_rounds"] == store.catch_up_rounds
     kept = {i for i, _ in store.scroll("semantic")}
     assert len(written) == len(set(written))
