@@ -13,6 +13,10 @@ states, valid at now, confidence >= 0.5, `pii` excluded), limit 10:
 Edge data lives in a temporary directory on disk unless --dir says otherwise; payload
 indexes on every filter field; `optimize()` is never called. Local mode is brute force
 in Python and ignores payload indexes (measured here), so it gets fewer queries.
+
+`--index --writes-during-build RATE`: the index is built while one thread upserts RATE points
+a second and another searches without pause; the latencies they saw (the swap's pause is
+their max) and what the swap replayed are printed.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import argparse
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 import warnings
@@ -90,6 +95,55 @@ def pct(samples: list[float], p: float) -> float:
     return sorted(samples)[min(len(samples) - 1, int(p * len(samples)))]
 
 
+def build_under_load(
+    store: EdgeVectorStore,
+    qs: list[tuple[list[float], RecallFilter, RecallFilter]],
+    dims: int,
+    rate: int,
+) -> dict[str, dict[str, object]]:
+    """`build_index` while one thread upserts `rate` points a second (one write each) and
+    another searches (narrow filters) without pause; prints the latencies both saw."""
+    pool = make_points(5000, dims, seed=3)
+    stop = threading.Event()
+    search_ms: list[float] = []
+    write_ms: list[float] = []
+
+    def searcher() -> None:
+        i = 0
+        while not stop.is_set():
+            vec, narrow, _ = qs[i % len(qs)]
+            t = time.perf_counter()
+            store.search(["semantic"], vec, narrow, 10)
+            search_ms.append((time.perf_counter() - t) * 1000)
+            i += 1
+
+    def writer() -> None:
+        start = time.perf_counter()
+        i = 0
+        while not stop.is_set():
+            t = time.perf_counter()
+            store.upsert("semantic", [pool[i % len(pool)]])
+            write_ms.append((time.perf_counter() - t) * 1000)
+            i += 1
+            stop.wait(max(0.0, start + i / rate - time.perf_counter()))
+
+    threads = [threading.Thread(target=searcher), threading.Thread(target=writer)]
+    for th in threads:
+        th.start()
+    try:
+        built = store.build_index()
+    finally:
+        stop.set()
+        for th in threads:
+            th.join()
+    for what, lat in (("searches", search_ms), ("writes", write_ms)):
+        print(
+            f"  {what} during the build: {len(lat)}, p50 {statistics.median(lat):7.2f} ms"
+            f"  p99 {pct(lat, 0.99):7.2f} ms  max {max(lat):8.1f} ms"
+        )
+    return built
+
+
 def run(
     name: str,
     open_store: Callable[[], VectorStore],
@@ -99,6 +153,7 @@ def run(
     exact_too: bool,
     reopen: bool,
     build: bool = False,
+    writes_during_build: int = 0,
 ) -> None:
     t = time.perf_counter()
     store = open_store()
@@ -121,7 +176,10 @@ def run(
         if exact == "index":
             assert isinstance(store, EdgeVectorStore)
             t = time.perf_counter()
-            built = store.build_index()
+            if writes_during_build:
+                built = build_under_load(store, qs, dims, writes_during_build)
+            else:
+                built = store.build_index()
             print(f"  build_index (child process on a copy): {time.perf_counter() - t:7.1f} s")
             for tier, r in built.items():
                 if r["result"] == "built":
@@ -158,6 +216,13 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="parent directory for Edge data")
     ap.add_argument("--skip-local", action="store_true")
     ap.add_argument("--index", action="store_true", help="then build the HNSW index, query again")
+    ap.add_argument(
+        "--writes-during-build",
+        type=int,
+        default=0,
+        metavar="RATE",
+        help="with --index: upsert RATE points/s and search without pause while it builds",
+    )
     args = ap.parse_args()
 
     points = make_points(args.points, args.dims, seed=1)
@@ -173,6 +238,7 @@ def main() -> None:
             True,
             True,
             args.index,
+            args.writes_during_build,
         )
         if not args.skip_local:
             warnings.simplefilter("ignore")

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -303,3 +304,257 @@ def test_the_serve_socket_builds_without_its_lock(root: Path) -> None:
         server.shutdown()
         server.server_close()
         store.close()
+
+
+# The catch-up of the swap: the writes made during the build are replayed on the built copy
+# in rounds outside the lock, the last small delta under it. These tests stand the engine's
+# build in for a child that optimizes nothing (the swap, not the HNSW build, is under test).
+_NO_BUILD_CHILD = "import json; print(json.dumps({'optimized': True}))"
+
+
+def ids(ps: list[VectorPoint]) -> list[str]:
+    return [p.payload.memory_id for p in ps]
+
+
+def moved(p: VectorPoint, subject: str) -> VectorPoint:
+    return VectorPoint(replace(p.payload, subject_id=subject), p.vector)
+
+
+def snapshot(s: EdgeVectorStore) -> dict[str, dict[str, Any]]:
+    return dict(s.scroll("semantic"))
+
+
+class Rounds:
+    """Stands in for `_replay`: records every op replayed on the built copy and runs the
+    writes given for a call number (1-based) first, while the journal is still kept (the
+    catch-up rounds run outside the lock; the last, locked round pops the journal)."""
+
+    def __init__(
+        self, store: EdgeVectorStore, writes: dict[int, Any], fail_at: int | None = None
+    ) -> None:
+        import memfabric.vectors.edge as edge
+
+        self.store, self.writes, self.fail_at = store, writes, fail_at
+        self.real = edge._replay
+        self.ops: list[Any] = []
+        self.unlocked_calls: list[int] = []
+
+    def __call__(self, shard: Any, op: Any) -> None:
+        self.ops.append(op)
+        n = len(self.ops)
+        if self.store._journals:
+            self.unlocked_calls.append(n)
+            if n in self.writes:
+                self.writes.pop(n)(self.store)
+        if n == self.fail_at:
+            raise RuntimeError("replay gave up")
+        self.real(shard, op)
+
+
+def test_writes_during_each_catch_up_round_reach_the_swapped_shard_once(
+    store: EdgeVectorStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memfabric.vectors.edge as edge
+
+    first, a, b, c = points(300, 1), points(10, 11), points(10, 12), points(10, 13)
+    store.upsert("semantic", first)
+    store.catch_up_bound = 1
+    monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
+    during_build = [
+        lambda s: s.upsert("semantic", a),
+        lambda s: s.delete("semantic", ids(first[:5])),
+        lambda s: s.set_payload(
+            "semantic", ids(first[5:10]), {"consolidation_state": "superseded"}
+        ),
+    ]
+    # made during round 1 (3 ops replayed: calls 1-3), round 2 (calls 4-5), round 3 (6-8);
+    # the same points written again in later rounds: their order must hold
+    round_writes = [
+        [lambda s: s.upsert("semantic", b), lambda s: s.delete("semantic", ids(a[:3]))],
+        [
+            lambda s: s.delete("semantic", ids(b[:2])),
+            lambda s: s.upsert("semantic", [moved(a[0], "user-4")]),
+            lambda s: s.set_payload("semantic", ids(first[7:12]), {"consolidation_state": "raw"}),
+        ],
+        [lambda s: s.upsert("semantic", [*c[:5], moved(b[5], "user-0")])],
+    ]
+    # the same writes in the same order on a store that builds nothing: what the swap must give
+    reference = EdgeVectorStore(root / "reference")
+    reference.ensure_collections("bench-model", "1", DIMS)
+    reference.upsert("semantic", first)
+    for write in during_build + [w for ws in round_writes for w in ws]:
+        write(reference)
+    expected = snapshot(reference)
+    reference.close()
+
+    real_run = edge.subprocess.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        for write in during_build:
+            write(store)
+        return real_run(*args, **kwargs)
+
+    def each(ws: list[Any]) -> Any:
+        return lambda s: [w(s) for w in ws]
+
+    rounds = Rounds(
+        store, {1: each(round_writes[0]), 4: each(round_writes[1]), 6: each(round_writes[2])}
+    )
+    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_replay", rounds)
+    result = store.build_index()["semantic"]
+    assert result["result"] == "built", result
+    assert not rounds.writes, "a round's writes were not made"
+    assert (result["catch_up_rounds"], result["replayed"], result["replayed_locked"]) == (3, 9, 1)
+    assert rounds.unlocked_calls == list(range(1, 9))  # only the last write under the lock
+    # each write made during the build or a round replayed once
+    assert len(rounds.ops) == 9 and len({id(op) for op in rounds.ops}) == 9
+    assert snapshot(store) == expected
+    assert store.count("semantic") == 300 - 5 + 10 - 3 + 10 - 2 + 1 + 5  # a[0] came back
+    assert store._journals == {} and not (store.root / "building").exists()
+
+
+def test_the_round_limit_bounds_the_catch_up(
+    store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes that keep outpacing the bound: after `catch_up_rounds` rounds the rest is
+    replayed under the lock, every write still once."""
+    import memfabric.vectors.edge as edge
+
+    store.upsert("semantic", points(300, 1))
+    store.catch_up_bound, store.catch_up_rounds = 1, 3
+    monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
+    late = [points(4, 20 + k) for k in range(4)]
+    real_run = edge.subprocess.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        store.upsert("semantic", late[0][:2])
+        store.upsert("semantic", late[0][2:])
+        return real_run(*args, **kwargs)
+
+    def two_writes(ps: list[VectorPoint]) -> Any:
+        return lambda s: (s.upsert("semantic", ps[:2]), s.upsert("semantic", ps[2:]))
+
+    # 2 ops per round: calls 1-2, 3-4, 5-6, then the limit: 2 ops under the lock
+    rounds = Rounds(store, {1: two_writes(late[1]), 3: two_writes(late[2]), 5: two_writes(late[3])})
+    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_replay", rounds)
+    result = store.build_index()["semantic"]
+    assert (result["catch_up_rounds"], result["replayed"], result["replayed_locked"]) == (3, 8, 2)
+    assert rounds.unlocked_calls == list(range(1, 7))
+    assert len({id(op) for op in rounds.ops}) == len(rounds.ops) == 8
+    assert store.count("semantic") == 300 + 16
+    assert {i for ps in late for i in ids(ps)} <= {i for i, _ in store.scroll("semantic")}
+
+
+def test_writes_from_another_thread_throughout_the_build_all_land(
+    store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer thread never stops while the build, its catch-up rounds and the swap run."""
+    import memfabric.vectors.edge as edge
+
+    store.upsert("semantic", points(3000, 1))
+    monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
+    store.catch_up_bound = 2
+    written: list[str] = []
+    deleted: list[str] = []
+    stop, copied, started = threading.Event(), threading.Event(), threading.Event()
+
+    def writer() -> None:
+        k = after_copy = 0
+        while not stop.is_set():
+            batch = points(3, 100 + k)
+            store.upsert("semantic", batch)
+            written.extend(ids(batch))
+            if k % 5 == 4:  # delete one point of an earlier batch
+                store.delete("semantic", [written[-10]])
+                deleted.append(written[-10])
+            k += 1
+            after_copy += copied.is_set()
+            if after_copy == 20:  # 20 writes journalled at least
+                started.set()
+            stop.wait(0.001)  # leave the builder the interpreter now and then
+
+    real_run = edge.subprocess.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        copied.set()  # the journal is kept from here on
+        assert started.wait(60)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(edge.subprocess, "run", run)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        result = store.build_index()["semantic"]
+    finally:
+        stop.set()
+        thread.join(60)
+    assert result["result"] == "built", result
+    assert result["replayed"] >= 20, result
+    assert result["replayed_locked"] <= 2 or result["catch_up_rounds"] == store.catch_up_rounds
+    kept = {i for i, _ in store.scroll("semantic")}
+    assert len(written) == len(set(written))
+    assert kept == {i for i in ids(points(3000, 1))} | set(written) - set(deleted)
+
+
+def test_a_failure_in_a_catch_up_round_leaves_the_live_shard_serving(
+    store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memfabric.vectors.edge as edge
+
+    first, a, b = points(300, 1), points(10, 11), points(10, 12)
+    store.upsert("semantic", first)
+    store.catch_up_bound = 0
+    monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
+    real_run = edge.subprocess.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(edge.subprocess, "run", real_run)  # in the first build only
+        store.upsert("semantic", a)
+        return real_run(*args, **kwargs)
+
+    # round 1 replays the write made during the build and gets one more; round 2 fails
+    rounds = Rounds(
+        store, {1: lambda s: s.delete("semantic", ids(first[:5]) + ids(a[:2]))}, fail_at=2
+    )
+    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_replay", rounds)
+    with pytest.raises(RuntimeError, match="replay gave up"):
+        store.build_index()
+    assert rounds.unlocked_calls == [1, 2]  # it failed outside the lock
+    assert store._journals == {} and not (store.root / "building").exists()
+    assert store.index_status()["semantic"]["building"] is False
+    assert store.count("semantic") == 300 + 10 - 7
+    store.upsert("semantic", b)  # writes go on, nothing is journalled any more
+    assert store._journals == {}
+    kept = {i for i, _ in store.scroll("semantic")}
+    assert kept == set(ids(first[5:]) + ids(a[2:]) + ids(b))
+    assert store.search(["semantic"], queries(1)[0], flt(), 5)
+    monkeypatch.setattr(edge, "_replay", rounds.real)  # the next build goes through
+    assert store.build_index()["semantic"]["result"] == "built"
+    assert {i for i, _ in store.scroll("semantic")} == kept
+
+
+def test_a_wipe_during_a_catch_up_round_discards_the_build(
+    store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memfabric.vectors.edge as edge
+
+    store.upsert("semantic", points(300, 1))
+    monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
+    real_run = edge.subprocess.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        store.upsert("semantic", points(3, 2))
+        return real_run(*args, **kwargs)
+
+    def wipe(s: EdgeVectorStore) -> None:
+        s.wipe()  # the rebuild of a projection drops the shard meanwhile
+        s.upsert("semantic", points(7, 4))
+
+    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_replay", Rounds(store, {1: wipe}))
+    assert store.build_index()["semantic"]["result"] == "discarded"
+    assert store.count("semantic") == 7
+    assert store._journals == {} and not (store.root / "building").exists()

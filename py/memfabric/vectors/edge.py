@@ -45,6 +45,12 @@ class EdgeVectorStore(_StoreBase):
     else talks to it. A second opener gets `VectorStoreLocked` at once.
     """
 
+    # build_index: a swap replays the writes that arrived during the build in rounds outside
+    # the lock until at most `catch_up_bound` remain (or after `catch_up_rounds` rounds),
+    # then replays those under the lock and swaps
+    catch_up_bound = 32
+    catch_up_rounds = 8
+
     def __init__(
         self, path: str | os.PathLike[str], *, indexing_threshold_kb: int | None = None
     ) -> None:
@@ -277,9 +283,11 @@ class EdgeVectorStore(_StoreBase):
     # Qdrant Edge builds an HNSW index only when its optimizer runs (`EdgeShard.optimize()`),
     # which holds the Python interpreter lock for the whole build (minutes at 100,000
     # points). So the build never runs in this process: the shard is flushed and copied,
-    # a child process optimizes the copy, and the copy is swapped in with the writes it
-    # missed replayed on it. Searches and writes go on against the live shard meanwhile;
-    # they wait only while the copy is taken and while the swap runs.
+    # a child process optimizes the copy, and the writes the copy missed are replayed on it
+    # in rounds (the writes of each round journalled for the next) until few are left;
+    # those are replayed under the lock and the copy is swapped in. Searches and writes go
+    # on against the live shard meanwhile; they wait only while the copy is taken and
+    # while the last round and the swap run.
 
     def index_status(self) -> dict[str, dict[str, Any]]:
         """Per bound tier: its physical collection, points, vectors in an HNSW index (the
@@ -305,7 +313,9 @@ class EdgeVectorStore(_StoreBase):
         swap the copy in. Blocks the caller until done; other threads go on searching and
         writing. Returns per tier what was done (`skipped`, `unchanged` when the engine found
         nothing to optimize, `built`, `discarded` when the shard was wiped meanwhile) and the
-        seconds each phase took. One build at a time: a second caller waits."""
+        seconds each phase took; for `built`, the writes replayed on the copy (`replayed`),
+        how many of them under the lock (`replayed_locked`) and the rounds of catching up.
+        One build at a time: a second caller waits."""
         with self._build_lock:
             status = self.index_status()
             out: dict[str, dict[str, Any]] = {}
@@ -378,46 +388,95 @@ class EdgeVectorStore(_StoreBase):
             shutil.rmtree(copy, ignore_errors=True)
             raise
         t2 = time.perf_counter()
-        timing = {"copy_s": round(t1 - t0, 3), "build_s": round(t2 - t1, 3)}
+        timing: dict[str, Any] = {"copy_s": round(t1 - t0, 3), "build_s": round(t2 - t1, 3)}
         with self._mutex:
-            journal = self._journals.pop(physical, None)
-            if journal is None or physical not in self._shards or not built["optimized"]:
+            delta = self._journals.get(physical)
+            if delta is None or physical not in self._shards or not built["optimized"]:
+                self._journals.pop(physical, None)
                 shutil.rmtree(copy, ignore_errors=True)
-                result = "discarded" if journal is None else "unchanged"
+                result = "discarded" if delta is None else "unchanged"
                 return {"result": result, "collection": physical, **timing}
+            self._journals[physical] = []  # the writes from now on: the next round
+        # Catch up outside the lock: replay each round's writes on the built copy while
+        # searches and writes go on against the live shard (and are journalled for the next
+        # round); the lock is taken only for the last small delta and the swap.
+        replayed = rounds = 0
+        try:
             fresh = qe.EdgeShard.load(str(copy))
-            try:
-                for op in journal:
+        except BaseException:
+            with self._mutex:
+                self._journals.pop(physical, None)
+            shutil.rmtree(copy, ignore_errors=True)
+            raise
+        try:
+            while True:
+                for op in delta:
                     _replay(fresh, op)
                 fresh.flush()
-            finally:
-                fresh.close()
-            live = self._shard_dir(physical)
-            aside = live.with_name(live.name + ".old")
-            self._shards.pop(physical).close()
-            os.rename(live, aside)
-            os.rename(copy, live)
-            _fsync_dir(live.parent)
-            self._dirty.add(physical)  # flushed on the next flush(), whatever happened here
-            try:
-                self._shards[physical] = qe.EdgeShard.load(str(live))
-            except Exception:
-                os.rename(live, copy)  # put the live shard back as it was
-                os.rename(aside, live)
-                self._shards[physical] = qe.EdgeShard.load(str(live))
-                raise
-            shutil.rmtree(aside, ignore_errors=True)
-            info = self._shards[physical].info()
-            timing["swap_s"] = round(time.perf_counter() - t2, 3)
+                replayed += len(delta)
+                rounds += 1
+                with self._mutex:
+                    delta = self._journals.get(physical)
+                    if delta is None or physical not in self._shards:  # wiped meanwhile
+                        self._journals.pop(physical, None)
+                        fresh.close()
+                        shutil.rmtree(copy, ignore_errors=True)
+                        timing["catch_up_s"] = round(time.perf_counter() - t2, 3)
+                        return {"result": "discarded", "collection": physical, **timing}
+                    if len(delta) > self.catch_up_bound and rounds < self.catch_up_rounds:
+                        self._journals[physical] = []
+                        continue
+                    t3 = time.perf_counter()
+                    self._journals.pop(physical)
+                    for op in delta:
+                        _replay(fresh, op)
+                    fresh.flush()
+                    fresh.close()
+                    info = self._swap(physical, copy)
+                    t4 = time.perf_counter()
+                    break
+        except BaseException:
+            with self._mutex:
+                self._journals.pop(physical, None)
+            with contextlib.suppress(Exception):
+                fresh.close()  # it may be closed already
+            shutil.rmtree(copy, ignore_errors=True)
+            raise
         return {
             "result": "built",
             "collection": physical,
             "points": info.points_count,
             "indexed": info.indexed_vectors_count,
             "segments": info.segments_count,
-            "replayed": len(journal),
+            "replayed": replayed + len(delta),
+            "replayed_locked": len(delta),
+            "catch_up_rounds": rounds,
             **timing,
+            "catch_up_s": round(t3 - t2, 3),
+            "swap_s": round(t4 - t3, 3),
         }
+
+    def _swap(self, physical: str, copy: Path) -> Any:
+        """Under the mutex: the built copy takes the live shard's place (the live shard is
+        put back if the copy cannot be opened); the new shard's info."""
+        import qdrant_edge as qe
+
+        live = self._shard_dir(physical)
+        aside = live.with_name(live.name + ".old")
+        self._shards.pop(physical).close()
+        os.rename(live, aside)
+        os.rename(copy, live)
+        _fsync_dir(live.parent)
+        self._dirty.add(physical)  # flushed on the next flush(), whatever happened here
+        try:
+            self._shards[physical] = qe.EdgeShard.load(str(live))
+        except Exception:
+            os.rename(live, copy)  # put the live shard back as it was
+            os.rename(aside, live)
+            self._shards[physical] = qe.EdgeShard.load(str(live))
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+        return self._shards[physical].info()
 
     def _recover_swaps(self) -> None:
         """Finish what a crash left: a half-done swap, an unfinished build copy."""
