@@ -105,6 +105,9 @@ END $$;
 GRANT USAGE ON SCHEMA bench_baseline TO bench_agent, bench_committer;
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA bench_baseline
   TO bench_agent, bench_committer;
+-- the scoped search-text index's expression (memory_records_search_keys), copied above
+GRANT EXECUTE ON FUNCTION fabric._search_keys(text, text[], text[])
+  TO bench_agent, bench_committer;
 """
 B_PROPOSAL = """INSERT INTO bench_baseline.proposals (tenant_id, proposal_id, run_id, proposed_by,
   status, tier, visibility, subject_id, session_id, content, content_hash, source_event_id,
