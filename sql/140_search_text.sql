@@ -52,7 +52,7 @@ END $$;
 -- text) then drop. Migration 0022 creates it (the index needs it before sql/ is replayed) as
 -- a SQL function of the same query: this plpgsql one runs that very query, so its result
 -- is identical for every input and the index built by either stays valid; both must keep
--- the same query. plpgsql keeps its plan for the session, where the SQL function was
+-- the same query (tests/sql/test_search_keys.py compares them). plpgsql keeps its plan for the session, where the SQL function was
 -- parsed and planned again for every INSERT of records (docs/benchmarks.md).
 CREATE OR REPLACE FUNCTION fabric._search_keys(p_tenant_id text, p_scope_keys text[],
                                                p_lexemes text[])
