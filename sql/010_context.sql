@@ -142,13 +142,16 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._run_is_live: a run authorizes only while it is open and unexpired.
+-- (plpgsql: a SQL function with a SET clause is never inlined and is parsed and planned
+-- again on every call.)
 CREATE OR REPLACE FUNCTION fabric._run_is_live(p_run fabric.runs)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT p_run.closed_at IS NULL AND p_run.expires_at > pg_catalog.now()
-$$;
+BEGIN
+  RETURN p_run.closed_at IS NULL AND p_run.expires_at > pg_catalog.now();
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._ident: the one identifier rule for every API input (22023 naming the field, never

@@ -427,10 +427,13 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._ids_have_episodic_ancestor: the same rule for a proposal's derived_from list.
+-- (Its generic plan, one primary-key probe per id, is kept: a custom plan was made again for
+-- every semantic proposal.)
 CREATE OR REPLACE FUNCTION fabric._ids_have_episodic_ancestor(p_tenant_id text, p_ids uuid[])
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
   RETURN (SELECT EXISTS (SELECT 1 FROM fabric.memory_records m

@@ -581,12 +581,16 @@ BEGIN
       'scope.agent_id is neither the calling agent nor null',
       'an agent proposes only for itself');
   END IF;
-  IF e.business_instance_id IS NOT NULL AND NOT EXISTS (
-       SELECT 1 FROM fabric.instance_config c
-       WHERE c.tenant_id = p_run.tenant_id AND c.business_instance_id = e.business_instance_id) THEN
-    PERFORM fabric._bad_envelope('business_instance_id names no configured instance of the tenant',
-      'omit it for the tenant''s default instance, or configure the instance first '
-      '(fabric_api.configure_instance)');
+  -- (the lookup only when an instance is named: one expression of both was planned again
+  -- on every call, its custom plan folding the absent instance away)
+  IF e.business_instance_id IS NOT NULL THEN
+    IF NOT EXISTS (
+         SELECT 1 FROM fabric.instance_config c
+         WHERE c.tenant_id = p_run.tenant_id AND c.business_instance_id = e.business_instance_id) THEN
+      PERFORM fabric._bad_envelope('business_instance_id names no configured instance of the tenant',
+        'omit it for the tenant''s default instance, or configure the instance first '
+        '(fabric_api.configure_instance)');
+    END IF;
   END IF;
   IF pg_catalog.cardinality(e.derived_from) > 0 AND EXISTS (SELECT 1 FROM pg_catalog.unnest(e.derived_from) d
              WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
@@ -750,15 +754,17 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._proposal_event_payload: the payload of a filed proposal's event.
+-- fabric._proposal_event_payload: the payload of a filed proposal's event. (plpgsql: a SQL
+-- function with a SET clause is never inlined and is parsed and planned on every call.)
 CREATE OR REPLACE FUNCTION fabric._proposal_event_payload(p fabric.proposals)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', p.tier,
-    'visibility', p.visibility, 'content_hash', p.content_hash, 'reason', p.reason))
-$$;
+BEGIN
+  RETURN pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', p.tier,
+    'visibility', p.visibility, 'content_hash', p.content_hash, 'reason', p.reason));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._file_proposal: judge one envelope inside a run already entered and authorized

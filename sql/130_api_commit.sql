@@ -135,11 +135,14 @@ END $$;
 -- lookup), the committer's enablement (once per tenant), each tenant's proposals locked
 -- FOR UPDATE (in id order) and read by one statement; then the first id that cannot commit
 -- raises (unknown P0002, committer not enabled 42501, not validated or listed twice 55000).
--- Returns the tenant of each id, in order; the proposals stay locked.
+-- Returns the tenant of each id, in order; the proposals stay locked. (Generic plans, one
+-- primary-key probe per id, kept for the session: a custom plan of the locking read was
+-- made again on every commit.)
 CREATE OR REPLACE FUNCTION fabric._lock_to_commit(p_proposal_ids uuid[], p_committer text)
 RETURNS text[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_tenants text[];

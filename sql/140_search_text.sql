@@ -30,33 +30,42 @@ END $$;
 -- ---------------------------------------------------------------------------------------
 -- fabric._search_length: a document's length for BM25, the number of positions it holds
 -- (a lexeme stored without positions counts once).
+-- (plpgsql, as fabric._search_text: its plan is kept for the session, where a SQL function
+-- with a SET clause is parsed and planned again for every statement that calls it, i.e.
+-- for every record a single commit forms.)
 CREATE OR REPLACE FUNCTION fabric._search_length(p_tsv tsvector)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT coalesce(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)), 0)::bigint
-  FROM pg_catalog.unnest(p_tsv) u
-$$;
+BEGIN
+  RETURN (SELECT coalesce(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1), 1)),
+                          0)::bigint
+            FROM pg_catalog.unnest(p_tsv) u);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._search_keys: the keys of the lexical index (memory_records_search_keys), one per
 -- scope key and lexeme, each naming the tenant too: a lexical lookup reads the postings of
 -- exactly the scopes recall resolved, never the whole tenant's. 64-bit hashes: a collision
 -- can only add a candidate, which the query's own predicates (tenant, scope key, search
--- text) then drop. Migration 0022 creates it with the same text (the index needs it before
--- sql/ is replayed); both must stay identical.
+-- text) then drop. Migration 0022 creates it (the index needs it before sql/ is replayed) as
+-- a SQL function of the same query: this plpgsql one runs that very query, so its result
+-- is identical for every input and the index built by either stays valid; both must keep
+-- the same query (tests/sql/test_search_keys.py compares them). plpgsql keeps its plan for the session, where the SQL function was
+-- parsed and planned again for every INSERT of records (docs/benchmarks.md).
 CREATE OR REPLACE FUNCTION fabric._search_keys(p_tenant_id text, p_scope_keys text[],
                                                p_lexemes text[])
 RETURNS bigint[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT ARRAY(SELECT pg_catalog.hashtextextended(
+BEGIN
+  RETURN ARRAY(SELECT pg_catalog.hashtextextended(
                         p_tenant_id || E'\x1f' || k.key || E'\x1f' || l.lexeme, 0)
                  FROM pg_catalog.unnest(p_scope_keys) AS k(key),
-                      pg_catalog.unnest(p_lexemes) AS l(lexeme))
-$$;
+                      pg_catalog.unnest(p_lexemes) AS l(lexeme));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__search_text: search text follows content, never the reverse.
