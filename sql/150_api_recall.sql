@@ -519,7 +519,14 @@ BEGIN
       OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') c
                  WHERE pg_catalog.jsonb_typeof(c) <> 'object'
                     OR pg_catalog.jsonb_typeof(c -> 'memory_id') IS DISTINCT FROM 'string'
-                    OR (c ->> 'memory_id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                    -- the canonical 8-4-4-4-12 form, as the run_id pattern above, without a
+                    -- regular expression per candidate (~10 us each, most of this check's
+                    -- cost): 36 characters, hyphens at 9, 14, 19, 24, and a valid uuid
+                    -- (which then holds 32 hex digits, no braces)
+                    OR pg_catalog.length(c ->> 'memory_id') <> 36
+                    OR pg_catalog.substr(c ->> 'memory_id', 9, 1) || pg_catalog.substr(c ->> 'memory_id', 14, 1)
+                       || pg_catalog.substr(c ->> 'memory_id', 19, 1) || pg_catalog.substr(c ->> 'memory_id', 24, 1) <> '----'
+                    OR NOT pg_catalog.pg_input_is_valid(c ->> 'memory_id', 'uuid')
                     OR pg_catalog.jsonb_typeof(c -> 'score') IS DISTINCT FROM 'number'
                     OR pg_catalog.abs((c -> 'score')::numeric) > 1e300)) THEN
       'candidates must be an array of at most 1000 {"memory_id": uuid, "score": number}'

@@ -205,6 +205,25 @@ def test_scope_keys_select_subject_agent_session_or_tenant(
     assert scope[shared[0].memory_id] == "tenant"
 
 
+def test_each_search_of_several_tiers_uses_its_own_filter_in_every_tier(
+    store: VectorStore, rng: np.random.Generator
+) -> None:
+    # Edge builds a search's engine filter once for all its tiers' shards: the next
+    # search, with another filter, must not be served the previous one in any tier.
+    a = [rec(tier=t, subject="user-8842") for t in ("semantic", "episodic")]
+    b = [rec(tier=t, subject="user-9999") for t in ("semantic", "episodic")]
+    put(store, rng, a + b)
+    tiers = ("semantic", "episodic")
+    for keys, want in (("subject:user-8842", a), ("subject:user-9999", b), ("tenant", [])):
+        assert everything(store, flt(keys=[keys]), tiers) == {p.memory_id for p in want}
+    again = flt(keys=["subject:user-8842"])
+    assert everything(store, again, tiers) == everything(store, again, tiers) == ids_of(a)
+
+
+def ids_of(payloads: Sequence[MemoryPayload]) -> set[str]:
+    return {p.memory_id for p in payloads}
+
+
 def test_validity_start_is_inclusive_end_exclusive_open_end_is_forever(
     store: VectorStore, rng: np.random.Generator
 ) -> None:

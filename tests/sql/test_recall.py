@@ -102,6 +102,20 @@ def test_malformed_request_is_an_error_that_writes_nothing(fabric: Fabric) -> No
         {"run_id": str(run), "filters": {"valid_at": "yesterday"}},
         {"run_id": str(run), "filters": {"min_confidence": 2}},
         {"run_id": str(run), "candidates": [{"memory_id": "x", "score": 1}]},
+        # accepted as a uuid by PostgreSQL, but not in the canonical 8-4-4-4-12 form
+        {"run_id": str(run), "candidates": [{"memory_id": "{" + str(run) + "}", "score": 1}]},
+        {"run_id": str(run), "candidates": [{"memory_id": run.hex, "score": 1}]},
+        {
+            "run_id": str(run),
+            "candidates": [
+                {
+                    "memory_id": "-".join(run.hex[i : i + 4] for i in (0, 4, 8, 12))
+                    + "-"
+                    + run.hex[16:],
+                    "score": 1,
+                }
+            ],
+        },
     ):
         with pytest.raises(psycopg.Error) as caught:
             fabric.recall("mf_agent_a", bad)

@@ -24,6 +24,7 @@ from conftest import Fabric, episode
 
 MALFORMED = {"22023", "22007", "22003"}
 UUID = str(uuid.UUID(int=7))
+UUID_UPPER = str(uuid.UUID(int=2**128 - 7)).upper()
 Values = dict[str, st.SearchStrategy[Any]]
 
 
@@ -119,7 +120,9 @@ RECALL_GOOD: Values = {
     ),
     "limit": st.sampled_from([1, 5, 5.0, 100]),
     "allow_partial": st.booleans(),
-    "candidates": st.sampled_from([[], [{"memory_id": UUID, "score": -0.5}]]),
+    "candidates": st.sampled_from(
+        [[], [{"memory_id": UUID, "score": -0.5}], [{"memory_id": UUID_UPPER, "score": 1}]]
+    ),
     "mode": st.sampled_from(["text", "semantic", "hybrid", None]),
     "traceparent": st.sampled_from(
         ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None]
@@ -173,6 +176,12 @@ RECALL_BAD: Values = {
         [
             [{"memory_id": UUID}],
             [{"memory_id": "x", "score": 1}],
+            # near-uuids: the validator checks the canonical form without a regex
+            [{"memory_id": "{" + UUID + "}", "score": 1}],
+            [{"memory_id": UUID.replace("-", ""), "score": 1}],
+            [{"memory_id": "0000-0000-0000-0000-0000000000000007", "score": 1}],
+            [{"memory_id": UUID[:-1] + "g", "score": 1}],
+            [{"memory_id": UUID + " ", "score": 1}],
             [{"memory_id": UUID, "score": "1"}],
             [{"memory_id": UUID, "score": 1e301}],
             ["x"],

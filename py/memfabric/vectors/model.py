@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any, SupportsFloat
 
 from memfabric.constants import (
@@ -187,10 +188,11 @@ class CollectionContract:
         canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
-    @property
+    @cached_property
     def physical_name(self) -> str:
         """e.g. `mem_semantic__all-minilm-l6-v2_1-0_384d_3f9a1c2b7e`: readable, and unique
-        through the hash of the whole contract."""
+        through the hash of the whole contract. Computed once per contract (every search
+        names its shards by it)."""
         return (
             f"{self.name}__{_slug(self.model, 40)}_{_slug(self.model_version, 20)}"
             f"_{self.dims}d_{self.fingerprint}"
