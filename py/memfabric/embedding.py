@@ -265,24 +265,34 @@ _STATIC_FILE = f"minilm-static-{_ONNX_SHA256[:16]}-{_TOKENIZER_SHA256[:16]}-v1.n
 _static_tables: dict[Path, Any] = {}
 
 
-def _derive_static_table(rt: _MiniLMRuntime) -> npt.NDArray[np.float32]:
+def _derive_static_table(
+    rt: _MiniLMRuntime, rows: Sequence[int] | None = None
+) -> npt.NDArray[np.float32]:
     """One row per token id: MiniLM's mean-pooled output for ``[CLS] token [SEP]``; one more
     row (the last) for the empty text. Deterministic: every sequence has the same length,
-    so there is no padding, and the session computes deterministically."""
+    so there is no padding, and the session computes deterministically. ``rows`` derives
+    only those token ids (the others stay zero): the whole table is about 30,000 runs."""
     import numpy as np
 
     cls, sep = rt.tokenizer.token_to_id("[CLS]"), rt.tokenizer.token_to_id("[SEP]")
     vocab = rt.tokenizer.get_vocab_size()
-    table = np.empty((vocab + 1, MINILM_DIMS), dtype=np.float32)
+    table = np.zeros((vocab + 1, MINILM_DIMS), dtype=np.float32)
+    wanted = (
+        np.arange(vocab, dtype=np.int64)
+        if rows is None
+        else np.unique(np.asarray(rows, dtype=np.int64))
+    )
+    if wanted.size and (wanted[0] < 0 or wanted[-1] >= vocab):
+        raise ValueError(f"token ids must be in [0, {vocab})")
     step = 1024
-    for start in range(0, vocab, step):
-        ids = np.arange(start, min(start + step, vocab), dtype=np.int64)
+    for start in range(0, len(wanted), step):
+        ids = wanted[start : start + step]
         seqs = np.stack([np.full_like(ids, cls), ids, np.full_like(ids, sep)], axis=1)
         feed = {"input_ids": seqs, "attention_mask": np.ones_like(seqs)}
         if "token_type_ids" in rt.input_names:
             feed["token_type_ids"] = np.zeros_like(seqs)
         hidden = np.asarray(rt.session.run(None, feed)[0], dtype=np.float64)
-        table[start : start + len(ids)] = hidden.mean(axis=1).astype(np.float32)
+        table[ids] = hidden.mean(axis=1).astype(np.float32)
     empty = np.array([[cls, sep]], dtype=np.int64)
     feed = {"input_ids": empty, "attention_mask": np.ones_like(empty)}
     if "token_type_ids" in rt.input_names:

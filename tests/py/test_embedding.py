@@ -338,15 +338,44 @@ def test_process_embedder_reports_the_childs_failure(server: _Server) -> None:
 # --------------------------------------------------------------------------- static
 
 
+STATIC_WORDS = ["customer", "euros", "cat", ""]
+STATIC_PHRASES = ["customer euros", "euros customer", "the cat sleeps on the sofa"]
+
+
 @pytest.fixture(scope="module")
 def static_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache directory whose table is derived once for the module (about 30,000 runs)."""
+    """A cache directory holding a table whose rows are derived, by the real derivation, for
+    the tokens these tests embed (the whole table is about 30,000 model runs, a minute of
+    this machine; `test_static_rows_do_not_depend_on_the_batch` covers the batching)."""
+    import numpy as np
+
+    from memfabric import embedding
+
+    rt = embedding._load_runtime()
+    texts = [*STATIC_WORDS, *STATIC_PHRASES, *TEXTS]
+    tokens = {i for e in rt.tokenizer.encode_batch(texts, add_special_tokens=False) for i in e.ids}
     path = tmp_path_factory.mktemp("embedders")
-    StaticMiniLMEmbedder(path).load()
+    table = embedding._derive_static_table(rt, sorted(tokens))
+    np.save(path / embedding._STATIC_FILE, table, allow_pickle=False)
     return path
 
 
-@pytest.mark.slow  # the module's table is derived once: ~30,000 model runs
+def test_static_rows_do_not_depend_on_the_batch() -> None:
+    import numpy as np
+
+    from memfabric import embedding
+
+    rt = embedding._load_runtime()
+    span = embedding._derive_static_table(rt, range(1000, 2100))  # two model batches
+    some = embedding._derive_static_table(rt, [1000, 1500, 2099])
+    assert np.allclose(span[[1000, 1500, 2099]], some[[1000, 1500, 2099]], atol=1e-6)
+    assert span[1000:2100].any(axis=1).all()  # every row derived
+    assert not span[:1000].any() and not span[2100:-1].any()  # the others left zero
+    assert span[-1].any() and np.allclose(span[-1], some[-1])  # the empty text's row
+    with pytest.raises(ValueError, match="token ids"):
+        embedding._derive_static_table(rt, [rt.tokenizer.get_vocab_size()])
+
+
 def test_static_embedder_of_one_token_is_minilm_of_that_token(
     static_dir: Path, minilm: MiniLMEmbedder
 ) -> None:
@@ -354,16 +383,14 @@ def test_static_embedder_of_one_token_is_minilm_of_that_token(
     assert (static.model, static.dims) == ("memfabric/minilm-static", 384)
     assert static.model != minilm.model and "onnx-sha256=8199be6f699a395f" in static.version
     # one word piece: [CLS] word [SEP] through the model either way
-    words = ["customer", "euros", "cat", ""]
-    assert_close(static.embed(words), minilm.embed(words))
+    assert_close(static.embed(STATIC_WORDS), minilm.embed(STATIC_WORDS))
     # several: the normalised mean of their rows, not what the model says of the sentence
-    a, b, c = static.embed(["customer euros", "euros customer", "the cat sleeps on the sofa"])
+    a, b, c = static.embed(STATIC_PHRASES)
     assert_close([a], [b])  # a bag of tokens: order does not matter
     assert cosine(a, c) < 0.9
     assert math.sqrt(math.fsum(x * x for x in c)) == pytest.approx(1.0, abs=1e-6)
 
 
-@pytest.mark.slow  # the module's table is derived once: ~30,000 model runs
 def test_static_embedder_is_deterministic_and_ranks_related_texts_closer(
     static_dir: Path,
 ) -> None:
@@ -379,7 +406,6 @@ def test_static_embedder_is_deterministic_and_ranks_related_texts_closer(
         static.embed("not a list")
 
 
-@pytest.mark.slow  # the module's table is derived once: ~30,000 model runs
 def test_static_table_is_read_from_the_cache_and_derived_again_when_damaged(
     static_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -391,7 +417,7 @@ def test_static_table_is_read_from_the_cache_and_derived_again_when_damaged(
     table = np.load(cached)
     derived: list[int] = []
 
-    def derive(rt: Any) -> Any:  # the real derivation took minutes in the fixture
+    def derive(rt: Any) -> Any:  # the fixture's table stands in for the whole derivation
         derived.append(1)
         return table
 
