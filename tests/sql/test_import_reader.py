@@ -11,7 +11,6 @@ the comparison is not vacuous).
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from typing import Any
@@ -20,6 +19,7 @@ import psycopg
 import pytest
 
 from conftest import Fabric
+from variants import DROP, deep, mutate
 
 
 def base() -> dict[str, Any]:
@@ -39,8 +39,6 @@ def base() -> dict[str, Any]:
         "compliance_labels": ["pii"],
     }
 
-
-DROP = object()
 
 # (path, value): the value at the path replaced (DROP removes the key). PLAIN: the
 # elements read by the set-based query.
@@ -144,27 +142,6 @@ SLOW: list[tuple[tuple[str, ...], Any]] = [
     (("content_hash",), None),
     (("extra",), 1),
 ]
-
-
-def mutate(el: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(el)
-    node = out
-    for key in path[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    if value is DROP:
-        node.pop(path[-1], None)
-    else:
-        node[path[-1]] = copy.deepcopy(value)
-    return out
-
-
-def deep(levels: int) -> dict[str, Any]:
-    content: dict[str, Any] = {"leaf": 1}
-    for _ in range(levels):
-        content = {"d": content}
-    return content
 
 
 def corpus() -> tuple[list[Any], list[Any]]:

@@ -12,7 +12,6 @@ path is taken, so the comparison is not vacuous).
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import uuid
@@ -22,9 +21,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+import variants
 from conftest import Fabric
-
-DROP = object()
+from variants import DROP, deep
 
 
 def base(semantic_of: str | None = None) -> dict[str, Any]:
@@ -203,24 +202,7 @@ def resolve(value: Any, ids: dict[str, str]) -> Any:
 
 
 def mutate(env: dict[str, Any], path: tuple[str, ...], value: Any, ids: dict[str, str]) -> Any:
-    out = copy.deepcopy(env)
-    node = out
-    for key in path[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    if value is DROP:
-        node.pop(path[-1], None)
-    else:
-        node[path[-1]] = resolve(copy.deepcopy(value), ids)
-    return out
-
-
-def deep(levels: int) -> dict[str, Any]:
-    content: dict[str, Any] = {"leaf": 1}
-    for _ in range(levels):
-        content = {"d": content}
-    return content
+    return variants.mutate(env, path, value, lambda v: resolve(v, ids))
 
 
 def corpus(ids: dict[str, str]) -> tuple[list[Any], list[Any]]:
