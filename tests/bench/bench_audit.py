@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import psycopg
+from benchlib import create_logins
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -93,12 +94,7 @@ def call(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
 def setup(url: str, tenant: str) -> None:
     """Logins, tenant and agents (idempotent)."""
     with psycopg.connect(url, autocommit=True) as su:
-        for login, group in LOGINS.items():
-            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-            if group:
-                grant = sql.SQL("GRANT {} TO {}")
-                su.execute(grant.format(sql.Identifier(group), sql.Identifier(login)))
+        create_logins(su, LOGINS)
     with psycopg.connect(db.url_for(url, "bench_audit_admin"), autocommit=True) as admin:
         call(admin, "SELECT fabric_api.create_tenant(%s)", tenant)
         register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from benchlib import create_logins
 from pgvector import Vector
-from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from memfabric import db
@@ -44,10 +44,7 @@ MODEL, VERSION = "bench-feeds-model", "v1"
 
 def setup(url: str, n: int) -> list[str]:
     with psycopg.connect(url, autocommit=True) as su:
-        for login, group in LOGINS.items():
-            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-            su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+        create_logins(su, LOGINS)
         fresh = not su.execute(
             "SELECT 1 FROM fabric.tenants WHERE tenant_id = %s", (TENANT,)
         ).fetchone()

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from benchlib import create_logins
 from psycopg.types.json import Jsonb
 
 from memfabric import db
@@ -50,12 +50,7 @@ def call(conn: Conn, query: str, *args: Any) -> Any:
 def setup(url: str) -> uuid.UUID:
     """Logins, tenant, agents and one run (idempotent)."""
     with psycopg.connect(url, autocommit=True) as su:
-        for login, group in LOGINS.items():
-            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-            if group:
-                grant = sql.SQL("GRANT {} TO {}")
-                su.execute(grant.format(sql.Identifier(group), sql.Identifier(login)))
+        create_logins(su, LOGINS)
         known = su.execute("SELECT 1 FROM fabric.tenants WHERE tenant_id = %s", (TENANT,))
         fresh = known.fetchone() is None
     if fresh:

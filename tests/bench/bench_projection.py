@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from benchlib import create_logins
 from pgvector.psycopg.vector import register_vector_info
-from psycopg import sql
 from psycopg.types import TypeInfo
 from psycopg.types.json import Jsonb
 
@@ -165,11 +165,7 @@ class BenchProjector(Projector):
 def setup(url: str) -> list[tuple[str, str, str]]:
     """Logins, tenants and agents (idempotent); returns the cursors to put back."""
     with connect(url) as su:
-        for login, group in LOGINS.items():
-            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-            if group:
-                su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+        create_logins(su, LOGINS)
         if others := su.execute(OTHER_PROJECTORS).fetchall():
             raise SystemExit(f"projectors {others} are connected (the cursors are global)")
         cursors = su.execute("SELECT projection, last_xid::text, last_event_id::text"

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from bench_projection import call, connect
 from bench_write import machine
+from benchlib import create_logins
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
@@ -94,11 +95,7 @@ def fresh_database(url: str) -> str:
 def setup(url: str) -> None:
     """Logins (cluster-wide, idempotent), the tenant and the two agents."""
     with connect(url) as su:
-        for login, group in LOGINS.items():
-            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-            if group:
-                su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+        create_logins(su, LOGINS)
     with connect(url, "benchq_admin") as admin:
         register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
         profile = Jsonb({"propose_scope": SCOPE, "recall_scope": SCOPE})

@@ -47,6 +47,7 @@ from datetime import UTC, datetime
 
 from bench_projection import call, connect, pct
 from bench_write import machine
+from benchlib import create_logins
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
@@ -147,11 +148,7 @@ def load(url: str, tenants: list[str], subjects: int, per_tenant: int) -> float:
     items set-based (the fixture shortcut). Returns the seconds it took."""
     t0 = time.perf_counter()
     with connect(url) as su:
-        for login, group in LOGINS.items():
-            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-            if group:
-                su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+        create_logins(su, LOGINS)
     with connect(url, "benchr_admin") as admin:
         call(admin, "SELECT fabric_api.register_agent(%s, %s, %s, %s)",
              AGENT, "benchr_agent", Jsonb({"recall_scope": SCOPE}), TOOLS)  # fmt: skip

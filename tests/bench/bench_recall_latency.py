@@ -48,7 +48,7 @@ from bench_projection import (
     open_runs,
     semantic_request,
 )
-from psycopg import sql
+from benchlib import create_logins
 from psycopg.types.json import Jsonb
 
 from memfabric import db
@@ -66,11 +66,7 @@ def setup(url: str) -> None:
     """Logins (cluster-wide), the bench tenant and its agents (idempotent). No projector
     runs here, so unlike bench_projection the cursors are left alone."""
     with connect(url) as su:
-        for login, group in LOGINS.items():
-            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-            if group:
-                su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+        create_logins(su, LOGINS)
     with connect(url, "benchp_admin") as admin:
         register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
         profile = Jsonb({"propose_scope": SCOPE, "recall_scope": SCOPE})

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from benchlib import create_logins
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -203,12 +204,7 @@ def call(conn: Conn, query: str, *args: Any) -> Any:
 def setup(url: str) -> State:
     """Logins, tenant, agents and a run (idempotent); the baseline schema (fresh)."""
     with psycopg.connect(url, autocommit=True) as su:
-        for login, group in LOGINS.items():
-            if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-                su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-            if group:
-                grant = sql.SQL("GRANT {} TO {}")
-                su.execute(grant.format(sql.Identifier(group), sql.Identifier(login)))
+        create_logins(su, LOGINS)
         su.execute(BASELINE_DDL)
         tsconfig = tuple(r[0] for r in su.execute(HAS_TSV))
         has_length = su.execute(HAS_LENGTH).fetchone()
