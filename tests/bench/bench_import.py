@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from benchlib import create_logins
+from benchlib import backend_cpu, create_logins
 from psycopg.types.json import Jsonb
 
 from memfabric import db
@@ -93,20 +93,6 @@ def envelope(el: dict[str, Any], source_event: str) -> dict[str, Any]:
         "tier": "episodic",
         "provenance": {**el["provenance"], "source_event_id": source_event},
     }
-
-
-def backend_cpu(conns: list[Conn]) -> float | None:
-    """Seconds of CPU the connections' server processes have used (None when the server
-    is not on this machine)."""
-    total = 0.0
-    for conn in conns:
-        try:
-            with open(f"/proc/{conn.info.backend_pid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def run_import(conns: list[Conn], tag: str, n: int, batch: int) -> float:

@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from benchlib import create_logins
+from benchlib import backend_cpu, create_logins
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -314,20 +314,6 @@ def events_per_pair(url: str, since: datetime, pairs: int, login: str) -> tuple[
             (TENANT, since, login),
         ).fetchall()
     return tuple(e for e, n in rows for _ in range(round(n / pairs)))
-
-
-def backend_cpu(conns: Sequence[Conn]) -> float | None:
-    """Seconds of CPU the connections' server processes have used (None when the server is
-    not on this machine). Moves much less than wall time on a shared machine."""
-    total = 0.0
-    for conn in conns:
-        try:
-            with open(f"/proc/{conn.info.backend_pid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def machine(url: str) -> tuple[str, str]:

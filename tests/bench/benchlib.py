@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -16,3 +17,17 @@ def create_logins(su: psycopg.Connection[Any], logins: Mapping[str, str | None])
             su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
         if group:
             su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
+
+
+def backend_cpu(conns: Sequence[psycopg.Connection[Any]]) -> float | None:
+    """Seconds of CPU the connections' server processes have used (None when the server is
+    not on this machine). Moves much less than wall time on a shared machine."""
+    total = 0.0
+    for conn in conns:
+        try:
+            with open(f"/proc/{conn.info.backend_pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
