@@ -22,25 +22,13 @@ import pytest
 from psycopg import sql
 
 import variants
-from conftest import Fabric
+from conftest import Fabric, episode
 from variants import DROP, deep
 
 
 def base(semantic_of: str | None = None) -> dict[str, Any]:
-    env: dict[str, Any] = {
-        "tier": "episodic",
-        "scope": {"tenant_id": "acme", "visibility": "subject"},
-        "content": {"text": "asked for invoices in EUR", "turn": 3},
-        "provenance": {
-            "source_event_id": "evt-7b21",
-            "correlation_id": "corr-9d4a",
-            "causation_id": "evt-7b1f",
-            "formation_method": "extraction",
-        },
-        "confidence": 0.9,
-        "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
-        "retention_class": "durable",
-    }
+    env = episode(content={"text": "asked for invoices in EUR", "turn": 3})
+    env["provenance"]["source_event_id"] = "evt-7b21"  # the same envelope every call
     if semantic_of:
         env["tier"] = "semantic"
         env["derived_from"] = [semantic_of]
