@@ -388,6 +388,21 @@ class Fabric:
         """A new superuser connection."""
         return self.connect(None)
 
+    def settle(self, timeout: float = 30.0) -> None:
+        """Wait until every transaction begun before now has ended. The outbox is read below
+        the cluster's snapshot xmin, and the clone pool's CREATE or DROP DATABASE in the
+        background holds it back for a moment: a test that reads the outbox once, right
+        after its writes, settles first (a projector would simply read again)."""
+        conn = self.session(None)
+        xmax = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetchone()
+        assert xmax is not None
+        deadline = time.monotonic() + timeout
+        while not conn.execute(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot()) >= %s", (xmax[0],)
+        ).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline, "a transaction older than the test stays open"
+            time.sleep(0.01)
+
     def session(self, login: str | None = None) -> psycopg.Connection[Any]:
         """The test's shared autocommit connection as `login`: calls only, never SET ROLE,
         set_config or an open transaction (take `connect` for those)."""

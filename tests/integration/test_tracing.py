@@ -104,6 +104,7 @@ def tracer_url(fabric: Fabric) -> str:
 
 
 def export(fabric: Fabric, receiver: Receiver) -> SpanMaker:
+    fabric.settle()  # the test's events below the horizon, then one drain
     maker = SpanMaker(tracer_url(fabric), endpoint=receiver.endpoint)
     with psycopg.connect(maker.conninfo, autocommit=True) as conn:
         maker.drain(conn)

@@ -183,6 +183,7 @@ def test_the_plumbing_calls_bind_their_arguments(fabric: Fabric) -> None:
     proposal = fabric.propose("mf_agent_a", conftest_episode(), run)
     memory_id = fabric.commit(proposal["proposal_id"])["memory_id"]
     now = datetime.now(UTC)
+    fabric.settle()  # the commit's events below the horizon before the one read
     with SdkFabric(fabric.url, max_size=1) as mf:
         projector = mf.projector("mf_projector")
         events = projector.projection_events("graph", 10)
