@@ -71,14 +71,8 @@ BEGIN
       'omit content_hash and let the database compute it (RFC 8785, SHA-256)');
   END IF;
   NEW.content_hash := v_hash;
-  -- fabric._search_text and fabric._search_length, in one query (their very expressions:
-  -- tests/sql/test_recall_lexical.py checks that a formed record holds what they answer)
-  SELECT t.tsv, (SELECT coalesce(pg_catalog.sum(coalesce(pg_catalog.array_length(u.positions, 1),
-                                                         1)), 0)::bigint
-                   FROM pg_catalog.unnest(t.tsv) u)
-    INTO NEW.search_tsv, NEW.search_length
-    FROM (SELECT pg_catalog.jsonb_to_tsvector(s.text_search_config, NEW.content, '["string"]')
-            FROM fabric.deployment_settings s OFFSET 0) AS t(tsv);
+  NEW.search_tsv := fabric._search_text(NEW.content);
+  NEW.search_length := fabric._search_length(NEW.search_tsv);
   NEW.recorded_at := pg_catalog.now();
   NEW.known_since := pg_catalog.now();
   NEW.revision := 1;
