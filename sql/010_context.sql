@@ -134,7 +134,7 @@ DECLARE
   v_run fabric.runs;
 BEGIN
   IF v_tenant IS NOT NULL THEN
-    PERFORM fabric._set_context('tenant_id', v_tenant);
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);   -- _set_context's
     SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
   END IF;
   RETURN v_run;

@@ -126,8 +126,9 @@ BEGIN
       'the run is closed or expired',
       'ask the orchestrator to open a new run');
   END IF;
-  PERFORM fabric._set_context('actor', v_agent_id);
-  PERFORM fabric._set_context('run_id', p_run_id::text);
+  -- fabric._set_context of both, as one expression (this runs once per propose)
+  PERFORM pg_catalog.set_config('fabric.actor', v_agent_id, true),
+          pg_catalog.set_config('fabric.run_id', p_run_id::text, true);
   RETURN v_run;
 END $$;
 

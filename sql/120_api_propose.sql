@@ -779,6 +779,7 @@ AS $$
 DECLARE
   v_p fabric.proposals;
   v_answer jsonb;
+  v_released boolean := false;
 BEGIN
   -- Structure and scope: errors, nothing written; governance: the reason of a rejection.
   v_p := fabric._judge_envelope(p_run, p_agent, p_envelope);
@@ -789,35 +790,44 @@ BEGIN
     IF v_answer IS NOT NULL THEN
       RETURN v_answer;
     END IF;
-    UPDATE fabric.proposals p SET request_hash = NULL
-    WHERE p.tenant_id = v_p.tenant_id AND p.proposed_by = v_p.proposed_by
-      AND p.source_event_id = v_p.source_event_id AND p.content_hash = v_p.content_hash
-      AND p.request_hash IS NOT NULL AND p.status = 'rejected';
   END IF;
 
-  INSERT INTO fabric.proposals (tenant_id, proposal_id, run_id, proposed_by, status, reason, tier,
-    visibility, subject_id, agent_id, session_id, business_instance_id, content, content_hash,
-    source_event_id, correlation_id, causation_id, formation_method, derived_from, supersedes,
-    confidence, valid_from, valid_until, retention_class, compliance_labels, version, request_hash)
-  VALUES (v_p.tenant_id, v_p.proposal_id, v_p.run_id, v_p.proposed_by, v_p.status, v_p.reason,
-    v_p.tier, v_p.visibility, v_p.subject_id, v_p.agent_id, v_p.session_id,
-    v_p.business_instance_id, v_p.content, v_p.content_hash, v_p.source_event_id,
-    v_p.correlation_id, v_p.causation_id, v_p.formation_method, v_p.derived_from,
-    v_p.supersedes, v_p.confidence, v_p.valid_from, v_p.valid_until, v_p.retention_class,
-    v_p.compliance_labels, v_p.version, v_p.request_hash)
-  ON CONFLICT (tenant_id, proposed_by, source_event_id, content_hash) WHERE request_hash IS NOT NULL
-  DO NOTHING;
-  IF NOT FOUND THEN
-    -- A concurrent twin took the key first; its transaction has committed by now.
+  <<file>>
+  LOOP
+    INSERT INTO fabric.proposals (tenant_id, proposal_id, run_id, proposed_by, status, reason, tier,
+      visibility, subject_id, agent_id, session_id, business_instance_id, content, content_hash,
+      source_event_id, correlation_id, causation_id, formation_method, derived_from, supersedes,
+      confidence, valid_from, valid_until, retention_class, compliance_labels, version, request_hash)
+    VALUES (v_p.tenant_id, v_p.proposal_id, v_p.run_id, v_p.proposed_by, v_p.status, v_p.reason,
+      v_p.tier, v_p.visibility, v_p.subject_id, v_p.agent_id, v_p.session_id,
+      v_p.business_instance_id, v_p.content, v_p.content_hash, v_p.source_event_id,
+      v_p.correlation_id, v_p.causation_id, v_p.formation_method, v_p.derived_from,
+      v_p.supersedes, v_p.confidence, v_p.valid_from, v_p.valid_until, v_p.retention_class,
+      v_p.compliance_labels, v_p.version, v_p.request_hash)
+    ON CONFLICT (tenant_id, proposed_by, source_event_id, content_hash) WHERE request_hash IS NOT NULL
+    DO NOTHING;
+    EXIT file WHEN FOUND;
+    -- The key is held: by a concurrent twin that took it first (its transaction has committed
+    -- by now: its answer is replayed), or by a rejected proposal of another request, which
+    -- gives the key up to this corrected envelope, once (the UPDATE runs only then, not on
+    -- every propose).
     v_answer := fabric._replayed_proposal(v_p.tenant_id, v_p.proposed_by, v_p.source_event_id,
                   v_p.content_hash, v_p.request_hash, v_p.subject_id, v_p.session_id);
-    IF v_answer IS NULL THEN
-      PERFORM fabric._raise_rule('serialization_failure',
-        'a concurrent proposal with the same idempotency key is not visible yet',
-        'retry the call');
+    IF v_answer IS NOT NULL THEN
+      RETURN v_answer;
     END IF;
-    RETURN v_answer;
-  END IF;
+    IF NOT v_released THEN
+      UPDATE fabric.proposals p SET request_hash = NULL
+      WHERE p.tenant_id = v_p.tenant_id AND p.proposed_by = v_p.proposed_by
+        AND p.source_event_id = v_p.source_event_id AND p.content_hash = v_p.content_hash
+        AND p.request_hash IS NOT NULL AND p.status = 'rejected';
+      v_released := FOUND;
+      CONTINUE file WHEN v_released;
+    END IF;
+    PERFORM fabric._raise_rule('serialization_failure',
+      'a concurrent proposal with the same idempotency key is not visible yet',
+      'retry the call');
+  END LOOP;
 
   PERFORM fabric._emit('memory.proposal.' || v_p.status, v_p.tenant_id, v_p.correlation_id,
     v_p.causation_id, NULL, v_p.proposal_id, fabric._proposal_event_payload(v_p));

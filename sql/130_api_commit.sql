@@ -59,7 +59,8 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  -- fabric._set_context('tenant_id', ...) as an expression: this runs once per commit
+  PERFORM pg_catalog.set_config('fabric.tenant_id', coalesce(p_tenant_id, ''), true);
   IF EXISTS (SELECT 1 FROM fabric.tenant_agents e
              WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_committer) THEN
     RETURN true;
@@ -101,10 +102,14 @@ AS $$
 DECLARE
   v_record fabric.memory_records;
 BEGIN
-  PERFORM fabric._set_context('actor', p_committer);
-  PERFORM fabric._set_context('run_id', p_proposal.run_id::text);
-  PERFORM fabric._set_context('correlation_id', p_proposal.correlation_id);
-  PERFORM fabric._set_context('causation_id', p_proposal.causation_id);
+  -- the context of fabric._set_context, set by one expression (a single commit runs this
+  -- once per transaction: every statement and function call is paid per pair)
+  PERFORM pg_catalog.set_config('fabric.actor', coalesce(p_committer, ''), true),
+          pg_catalog.set_config('fabric.run_id', coalesce(p_proposal.run_id::text, ''), true),
+          pg_catalog.set_config('fabric.correlation_id',
+                                coalesce(p_proposal.correlation_id, ''), true),
+          pg_catalog.set_config('fabric.causation_id', coalesce(p_proposal.causation_id, ''),
+                                true);
   INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
     session_id, business_instance_id, content, content_hash, source_event_id, correlation_id,
     causation_id, formed_by, formation_method, confidence, valid_from, valid_until,
@@ -117,15 +122,21 @@ BEGIN
     p_proposal.valid_until, p_proposal.retention_class, p_proposal.compliance_labels,
     p_proposal.version, p_proposal.proposal_id, p_proposal.run_id, p_supersedes)
   RETURNING * INTO v_record;
-  INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
-  SELECT v_record.tenant_id, v_record.memory_id, d FROM pg_catalog.unnest(p_proposal.derived_from) d;
+  IF pg_catalog.cardinality(p_proposal.derived_from) > 0 THEN
+    INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+    SELECT v_record.tenant_id, v_record.memory_id, d
+      FROM pg_catalog.unnest(p_proposal.derived_from) d;
+  END IF;
   UPDATE fabric.proposals p
   SET status = 'committed', decided_at = pg_catalog.now(), committed_by = p_committer,
       memory_id = v_record.memory_id
   WHERE p.tenant_id = p_proposal.tenant_id AND p.proposal_id = p_proposal.proposal_id;
-  -- The deferred rule fires now, so a batch can reject this proposal alone.
-  SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
-  SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+  -- The deferred rule fires now, so a batch can reject this proposal alone. It is queued
+  -- only for a semantic record (the trigger's WHEN), so only a semantic record fires it.
+  IF v_record.tier = 'semantic' THEN
+    SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
+    SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+  END IF;
   RETURN v_record;
 END $$;
 

@@ -95,6 +95,34 @@ def test_a_replay_reports_the_rejection(fabric: Fabric) -> None:
     assert fabric.counts() == before
 
 
+def test_a_corrected_envelope_takes_over_the_key_of_a_rejection(fabric: Fabric) -> None:
+    """A rejected proposal gives its key up to another request under it (a corrected
+    envelope), which is filed anew; the rejection keeps its row without the key, a retry of
+    the correction replays it, and the rejected request under the key is now refused."""
+    run = fabric.open_run()
+    first = fabric.propose("mf_agent_a", envelope(tier="relational"), run)
+    assert first["status"] == "rejected"
+    second = fabric.propose("mf_agent_a", envelope(), run)
+    assert second["status"] == "validated"
+    assert second["proposal_id"] != first["proposal_id"]
+    assert "replayed" not in second
+    keys = fabric.su().execute(
+        "SELECT proposal_id::text, status, request_hash IS NOT NULL FROM fabric.proposals"
+    )
+    assert sorted(keys.fetchall()) == sorted(
+        [(first["proposal_id"], "rejected", False), (second["proposal_id"], "validated", True)]
+    )
+    events = fabric.su().execute(
+        "SELECT event_type FROM fabric.events WHERE proposal_id IN (%s, %s) ORDER BY occurred_at",
+        (first["proposal_id"], second["proposal_id"]),
+    )
+    assert [e for (e,) in events] == ["memory.proposal.rejected", "memory.proposal.validated"]
+    again = fabric.propose("mf_agent_a", envelope(), run)
+    assert (again["proposal_id"], again.get("replayed")) == (second["proposal_id"], True)
+    error = refused(fabric, lambda: fabric.propose("mf_agent_a", envelope(tier="relational"), run))
+    assert error.sqlstate == "23505"
+
+
 @pytest.mark.parametrize(
     "change",
     [
