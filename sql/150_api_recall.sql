@@ -148,6 +148,14 @@ DECLARE
   v_avgdl double precision;
   v_bound integer;
   v_match text[];
+  v_top integer;
+  v_postings bigint[];
+  v_walk_keys text[];
+  v_walk_lexemes text[];
+  v_walk_queries tsquery[];
+  v_walk_reads integer[];
+  v_post_keys text[];
+  v_post_lexemes text[];
 BEGIN
   IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL
      OR pg_catalog.cardinality(p_tiers) = 0 OR pg_catalog.cardinality(p_scope_keys) = 0 THEN
@@ -188,14 +196,97 @@ BEGIN
               WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
        WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound);
     v_tsq := fabric._any_term_query(v_match);
+    -- The per-lexeme bound (recall_lexical_top, N; at least p_limit): per resolved scope
+    -- key, a matched lexeme is read from its postings (df records), unless walking the key
+    -- in recall's order (memory_records_topk: most confident, then most recent) would read
+    -- fewer records: about 2 N S / df per tier (S the key's records; twice what finding N
+    -- holders takes on average). Then only the first N holders per tier that walk meets are
+    -- candidates (and it stops after 2 N S / df records), scored exactly like the others.
+    -- Statistics of the key alone decide; missing ones (df 0) mean postings, never a bound.
+    v_top := (SELECT s.recall_lexical_top FROM fabric.deployment_settings s);
+    v_top := CASE WHEN v_top > 0 THEN GREATEST(v_top, p_limit) ELSE 0 END;
+    SELECT pg_catalog.array_agg(p.key ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+           pg_catalog.array_agg(p.lexeme ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+           pg_catalog.array_agg(p.reads ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+           pg_catalog.array_agg(p.key) FILTER (WHERE NOT p.walk),
+           pg_catalog.array_agg(p.lexeme) FILTER (WHERE NOT p.walk)
+      INTO v_walk_keys, v_walk_lexemes, v_walk_reads, v_post_keys, v_post_lexemes
+      FROM (SELECT d.key, d.lexeme, r.reads,
+                   v_top > 0 AND d.df > 0
+                   AND r.reads * pg_catalog.cardinality(p_tiers)::bigint < d.df AS walk
+              FROM (SELECT k.key, l.lexeme,
+                           (SELECT coalesce(pg_catalog.sum(s.docs), 0) FROM fabric.search_stats s
+                             WHERE s.tenant_id = p_tenant_id AND s.scope_key = k.key
+                               AND s.lexeme = l.lexeme) AS df,
+                           (SELECT coalesce(pg_catalog.sum(s.docs), 0) FROM fabric.search_stats s
+                             WHERE s.tenant_id = p_tenant_id AND s.scope_key = k.key
+                               AND s.lexeme = '') AS docs
+                      FROM (SELECT DISTINCT x.key FROM pg_catalog.unnest(p_scope_keys) x(key)) k
+                      CROSS JOIN pg_catalog.unnest(v_match) l(lexeme)) d
+              CROSS JOIN LATERAL (
+                SELECT LEAST(pg_catalog.ceil(2.0 * v_top * GREATEST(d.docs, d.df)
+                                             / GREATEST(d.df, 1)), 2147483647)::integer AS reads) r
+           ) p;
+    v_postings := ARRAY(
+      SELECT pg_catalog.unnest(fabric._search_keys(p_tenant_id, ARRAY[x.key], ARRAY[x.lexeme]))
+        FROM ROWS FROM (pg_catalog.unnest(v_post_keys), pg_catalog.unnest(v_post_lexemes))
+             AS x(key, lexeme));
+    v_walk_queries := ARRAY(SELECT fabric._any_term_query(ARRAY[x.lexeme])
+                              FROM pg_catalog.unnest(v_walk_lexemes) WITH ORDINALITY AS x(lexeme, i)
+                             ORDER BY x.i);
     -- Candidates are scored and sorted as narrow rows (id, score, order keys); only the
     -- p_limit winners are read whole (by their row address, within this one statement:
-    -- the same row version) and built.
+    -- the same row version) and built. A record both read from postings and met by a
+    -- walk (or by two walks) is one candidate (UNION).
     RETURN QUERY
       SELECT m.memory_id, w.score, fabric._record_json(m)
-      FROM (SELECT m.ctid AS row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
+      FROM (SELECT m.row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
                    m.recorded_at
-      FROM fabric.memory_records m
+      FROM (
+        SELECT c.ctid AS row_id, c.memory_id, c.search_tsv, c.search_length, c.confidence,
+               c.valid_from, c.recorded_at
+          FROM fabric.memory_records c
+         WHERE c.tenant_id = p_tenant_id
+           AND c.scope_key = ANY (p_scope_keys)
+           AND c.tier = ANY (p_tiers)
+           AND c.consolidation_state IN ('raw', 'consolidated', 'reflected')
+           AND c.content IS NOT NULL
+           AND c.valid_from <= p_valid_at
+           AND (c.valid_until IS NULL OR c.valid_until > p_valid_at)
+           AND c.confidence >= p_min_confidence
+           AND NOT (c.compliance_labels && p_excluded_labels)
+           AND c.search_tsv @@ v_tsq
+           -- the index condition (memory_records_search_keys): the postings of the matched
+           -- lexemes in exactly these scope keys (less the walked ones); the predicates
+           -- above keep the answer exact
+           AND fabric._search_keys(c.tenant_id, ARRAY[c.scope_key],
+                                   pg_catalog.tsvector_to_array(c.search_tsv))
+               OPERATOR(pg_catalog.&&) v_postings
+        UNION
+        SELECT t.row_id, t.memory_id, t.search_tsv, t.search_length, t.confidence,
+               t.valid_from, t.recorded_at
+          FROM ROWS FROM (pg_catalog.unnest(v_walk_keys), pg_catalog.unnest(v_walk_queries),
+                          pg_catalog.unnest(v_walk_reads)) AS w(key, q, reads)
+          CROSS JOIN (SELECT DISTINCT r.tier FROM pg_catalog.unnest(p_tiers) AS r(tier)) r
+          CROSS JOIN LATERAL (
+            SELECT h.* FROM (
+              SELECT i.ctid AS row_id, i.memory_id, i.search_tsv, i.search_length,
+                     i.confidence, i.valid_from, i.recorded_at
+                FROM fabric.memory_records i
+               WHERE i.tenant_id = p_tenant_id
+                 AND i.scope_key = w.key
+                 AND i.tier = r.tier
+                 AND i.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                 AND i.content IS NOT NULL
+                 AND i.valid_from <= p_valid_at
+                 AND (i.valid_until IS NULL OR i.valid_until > p_valid_at)
+                 AND i.confidence >= p_min_confidence
+                 AND NOT (i.compliance_labels && p_excluded_labels)
+               ORDER BY i.confidence DESC, i.valid_from DESC, i.recorded_at DESC, i.memory_id
+               LIMIT w.reads) h
+             WHERE h.search_tsv @@ w.q
+             LIMIT v_top) t
+      ) m
       -- BM25 per candidate, without a function call per record: the record's length is
       -- its stored search_length (fabric._search_length of its search text, written with
       -- it); the query lexemes it holds are picked out of its search text by
@@ -216,21 +307,6 @@ BEGIN
           CROSS JOIN LATERAL (SELECT coalesce(pg_catalog.array_length(u.positions, 1), 1)
                                        ::double precision AS n) tf
       ) bm
-      WHERE m.tenant_id = p_tenant_id
-        AND m.scope_key = ANY (p_scope_keys)
-        AND m.tier = ANY (p_tiers)
-        AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
-        AND m.content IS NOT NULL
-        AND m.valid_from <= p_valid_at
-        AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
-        AND m.confidence >= p_min_confidence
-        AND NOT (m.compliance_labels && p_excluded_labels)
-        AND m.search_tsv @@ v_tsq
-        -- the index condition (memory_records_search_keys): the postings of the matched
-        -- lexemes in exactly these scope keys; the predicates above keep the answer exact
-        AND fabric._search_keys(m.tenant_id, ARRAY[m.scope_key],
-                                pg_catalog.tsvector_to_array(m.search_tsv))
-            OPERATOR(pg_catalog.&&) fabric._search_keys(p_tenant_id, p_scope_keys, v_match)
       ORDER BY bm.score DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
                m.memory_id
       LIMIT p_limit) w
