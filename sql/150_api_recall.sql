@@ -149,6 +149,7 @@ DECLARE
   v_bound integer;
   v_match text[];
   v_top integer;
+  v_max_df double precision;
   v_postings bigint[];
   v_walk_keys text[];
   v_walk_lexemes text[];
@@ -188,13 +189,14 @@ BEGIN
     -- The candidate bound: match the rarest lexemes while their summed frequency stays
     -- within recall_lexical_bound (the rarest always), score every query lexeme a candidate
     -- holds. A record holding only very common words is left out; it would rank low anyway.
-    v_bound := (SELECT s.recall_lexical_bound FROM fabric.deployment_settings s);
-    v_match := ARRAY(
-      SELECT x.lexeme
-        FROM (SELECT l.lexeme, pg_catalog.row_number() OVER w AS n, pg_catalog.sum(l.df) OVER w AS cum
-                FROM ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_df)) AS l(lexeme, df)
-              WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
-       WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound);
+    SELECT s.recall_lexical_bound, s.recall_lexical_top INTO v_bound, v_top
+      FROM fabric.deployment_settings s;
+    SELECT pg_catalog.array_agg(x.lexeme ORDER BY x.n), pg_catalog.max(x.df) INTO v_match, v_max_df
+      FROM (SELECT l.lexeme, l.df, pg_catalog.row_number() OVER w AS n,
+                   pg_catalog.sum(l.df) OVER w AS cum
+              FROM ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_df)) AS l(lexeme, df)
+            WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
+     WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound;
     v_tsq := fabric._any_term_query(v_match);
     -- The per-lexeme bound (recall_lexical_top, N; at least p_limit): per resolved scope
     -- key, a matched lexeme is read from its postings (df records), unless walking the key
@@ -203,30 +205,87 @@ BEGIN
     -- holders takes on average). Then only the first N holders per tier that walk meets are
     -- candidates (and it stops after 2 N S / df records), scored exactly like the others.
     -- Statistics of the key alone decide; missing ones (df 0) mean postings, never a bound.
-    v_top := (SELECT s.recall_lexical_top FROM fabric.deployment_settings s);
+    -- No walk can read fewer records than a lexeme's postings unless the lexeme is held by
+    -- more than 2 N records per tier (S >= df): below that, the per-key statistics are not
+    -- even read.
     v_top := CASE WHEN v_top > 0 THEN GREATEST(v_top, p_limit) ELSE 0 END;
-    SELECT pg_catalog.array_agg(p.key ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
-           pg_catalog.array_agg(p.lexeme ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
-           pg_catalog.array_agg(p.reads ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
-           pg_catalog.array_agg(p.key) FILTER (WHERE NOT p.walk),
-           pg_catalog.array_agg(p.lexeme) FILTER (WHERE NOT p.walk)
-      INTO v_walk_keys, v_walk_lexemes, v_walk_reads, v_post_keys, v_post_lexemes
-      FROM (SELECT d.key, d.lexeme, r.reads,
-                   v_top > 0 AND d.df > 0
-                   AND r.reads * pg_catalog.cardinality(p_tiers)::bigint < d.df AS walk
-              FROM (SELECT k.key, l.lexeme,
-                           (SELECT coalesce(pg_catalog.sum(s.docs), 0) FROM fabric.search_stats s
-                             WHERE s.tenant_id = p_tenant_id AND s.scope_key = k.key
-                               AND s.lexeme = l.lexeme) AS df,
-                           (SELECT coalesce(pg_catalog.sum(s.docs), 0) FROM fabric.search_stats s
-                             WHERE s.tenant_id = p_tenant_id AND s.scope_key = k.key
-                               AND s.lexeme = '') AS docs
-                      FROM (SELECT DISTINCT x.key FROM pg_catalog.unnest(p_scope_keys) x(key)) k
-                      CROSS JOIN pg_catalog.unnest(v_match) l(lexeme)) d
-              CROSS JOIN LATERAL (
-                SELECT LEAST(pg_catalog.ceil(2.0 * v_top * GREATEST(d.docs, d.df)
-                                             / GREATEST(d.df, 1)), 2147483647)::integer AS reads) r
-           ) p;
+    IF v_top > 0 AND v_max_df > 2.0 * v_top * pg_catalog.cardinality(p_tiers) THEN
+      SELECT pg_catalog.array_agg(p.key ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+             pg_catalog.array_agg(p.lexeme ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+             pg_catalog.array_agg(p.reads ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+             pg_catalog.array_agg(p.key) FILTER (WHERE NOT p.walk),
+             pg_catalog.array_agg(p.lexeme) FILTER (WHERE NOT p.walk)
+        INTO v_walk_keys, v_walk_lexemes, v_walk_reads, v_post_keys, v_post_lexemes
+        FROM (SELECT d.key, d.lexeme, r.reads,
+                     v_top > 0 AND d.df > 0
+                     AND r.reads * pg_catalog.cardinality(p_tiers)::bigint < d.df AS walk
+                FROM (SELECT k.key, l.lexeme,
+                             (SELECT coalesce(pg_catalog.sum(s.docs), 0) FROM fabric.search_stats s
+                               WHERE s.tenant_id = p_tenant_id AND s.scope_key = k.key
+                                 AND s.lexeme = l.lexeme) AS df,
+                             (SELECT coalesce(pg_catalog.sum(s.docs), 0) FROM fabric.search_stats s
+                               WHERE s.tenant_id = p_tenant_id AND s.scope_key = k.key
+                                 AND s.lexeme = '') AS docs
+                        FROM (SELECT DISTINCT x.key FROM pg_catalog.unnest(p_scope_keys) x(key)) k
+                        CROSS JOIN pg_catalog.unnest(v_match) l(lexeme)) d
+                CROSS JOIN LATERAL (
+                  SELECT LEAST(pg_catalog.ceil(2.0 * v_top * GREATEST(d.docs, d.df)
+                                               / GREATEST(d.df, 1)), 2147483647)::integer AS reads) r
+             ) p;
+    END IF;
+    IF v_walk_keys IS NULL THEN
+      -- Candidates are scored and sorted as narrow rows (id, score, order keys); only the
+      -- p_limit winners are read whole (by their row address, within this one statement:
+      -- the same row version) and built.
+      RETURN QUERY
+        SELECT m.memory_id, w.score, fabric._record_json(m)
+        FROM (SELECT m.ctid AS row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
+                     m.recorded_at
+        FROM fabric.memory_records m
+        -- BM25 per candidate, without a function call per record: the record's length is
+        -- its stored search_length (fabric._search_length of its search text, written with
+        -- it); the query lexemes it holds are picked out of its search text by
+        -- setweight/ts_filter (both in C) before anything is unnested, so only the few
+        -- matching lexemes become rows. The join on the lexeme keeps the sum exact whatever
+        -- weights the search text carries. (ts_filter drops a lexeme stored without
+        -- positions, which search text derived by the database never has; a record left
+        -- with no scored lexeme scores 0, never NULL.)
+        CROSS JOIN LATERAL (
+          SELECT GREATEST(m.search_length, 1)::double precision AS n) dl
+        CROSS JOIN LATERAL (
+          SELECT coalesce(pg_catalog.sum(q.idf * tf.n * (c_k1 + 1)
+                   / (tf.n + c_k1 * (1 - c_b + c_b * dl.n / coalesce(v_avgdl, dl.n)))), 0) AS score
+            FROM pg_catalog.unnest(pg_catalog.ts_filter(
+                   pg_catalog.setweight(m.search_tsv, 'A', v_lexemes), '{a}')) u
+            JOIN ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_idf)) AS q(lexeme, idf)
+              ON q.lexeme = u.lexeme
+            CROSS JOIN LATERAL (SELECT coalesce(pg_catalog.array_length(u.positions, 1), 1)
+                                         ::double precision AS n) tf
+        ) bm
+        WHERE m.tenant_id = p_tenant_id
+          AND m.scope_key = ANY (p_scope_keys)
+          AND m.tier = ANY (p_tiers)
+          AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+          AND m.content IS NOT NULL
+          AND m.valid_from <= p_valid_at
+          AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
+          AND m.confidence >= p_min_confidence
+          AND NOT (m.compliance_labels && p_excluded_labels)
+          AND m.search_tsv @@ v_tsq
+          -- the index condition (memory_records_search_keys): the postings of the matched
+          -- lexemes in exactly these scope keys; the predicates above keep the answer exact
+          AND fabric._search_keys(m.tenant_id, ARRAY[m.scope_key],
+                                  pg_catalog.tsvector_to_array(m.search_tsv))
+              OPERATOR(pg_catalog.&&) fabric._search_keys(p_tenant_id, p_scope_keys, v_match)
+        ORDER BY bm.score DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
+                 m.memory_id
+        LIMIT p_limit) w
+        JOIN fabric.memory_records m ON m.ctid = w.row_id  -- the very row version scored
+        ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
+      RETURN;
+    END IF;
+    -- Some lexeme is walked: the other (key, lexeme) pairs are read from their postings, and
+    -- the candidates of both are scored by the same BM25 as above.
     v_postings := ARRAY(
       SELECT pg_catalog.unnest(fabric._search_keys(p_tenant_id, ARRAY[x.key], ARRAY[x.lexeme]))
         FROM ROWS FROM (pg_catalog.unnest(v_post_keys), pg_catalog.unnest(v_post_lexemes))
@@ -287,14 +346,7 @@ BEGIN
              WHERE h.search_tsv @@ w.q
              LIMIT v_top) t
       ) m
-      -- BM25 per candidate, without a function call per record: the record's length is
-      -- its stored search_length (fabric._search_length of its search text, written with
-      -- it); the query lexemes it holds are picked out of its search text by
-      -- setweight/ts_filter (both in C) before anything is unnested, so only the few
-      -- matching lexemes become rows. The join on the lexeme keeps the sum exact whatever
-      -- weights the search text carries. (ts_filter drops a lexeme stored without
-      -- positions, which search text derived by the database never has; a record left
-      -- with no scored lexeme scores 0, never NULL.)
+      -- BM25 per candidate, exactly as above
       CROSS JOIN LATERAL (
         SELECT GREATEST(m.search_length, 1)::double precision AS n) dl
       CROSS JOIN LATERAL (
