@@ -164,17 +164,24 @@ BEGIN
   END IF;
 
   IF p_query IS NOT NULL AND p_candidate_ids IS NULL THEN
+    -- Lexical statements run on generic plans, made once per session: planning them again
+    -- on every call (the function's force_custom_plan, kept for the by-ids statement below)
+    -- cost more than the whole retrieval in a small scope (backend CPU of a 10-word question
+    -- over a 40-record scope: 4.5 ms custom, 1.3 ms generic, same plans; docs/benchmarks.md).
+    -- The function's SET clause restores the setting when it returns.
+    PERFORM pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
     SELECT pg_catalog.array_agg(t.lexeme ORDER BY t.lexeme),
            pg_catalog.array_agg(t.df ORDER BY t.lexeme)
       INTO v_lexemes, v_df
-      FROM (SELECT l.lexeme,
-                   GREATEST(coalesce(pg_catalog.sum(s.docs), 0), 0)::double precision AS df
+      FROM (SELECT l.lexeme, d.df   -- a tsvector's lexemes are distinct
               FROM pg_catalog.unnest(pg_catalog.tsvector_to_array(
                      pg_catalog.to_tsvector(fabric._text_search_config(), p_query))) AS l(lexeme)
-              LEFT JOIN fabric.search_stats s
-                ON s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
-               AND s.lexeme = l.lexeme
-             GROUP BY l.lexeme) t;
+              -- one index lookup per lexeme (a join would read the scopes' whole statistics)
+              CROSS JOIN LATERAL (
+                SELECT GREATEST(coalesce(pg_catalog.sum(s.docs), 0), 0)::double precision AS df
+                  FROM fabric.search_stats s
+                 WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
+                   AND s.lexeme = l.lexeme) d) t;
     IF v_lexemes IS NULL THEN
       RETURN;                                 -- nothing searchable (empty, stop words only)
     END IF;
