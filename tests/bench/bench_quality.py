@@ -11,7 +11,12 @@ question is asked through `memfabric.recall.recall` as the agent in each mode (l
 modes interleaved question by question). The baselines rank the same texts (what the
 projector embeds: speaker and text) within the question's conversation, as recall does within
 the subject: Okapi BM25 (k1 1.2, b 0.75, English stop words, no stemming) and exact cosine
-over the same MiniLM vectors. The database is dropped at the end unless --keep.
+over the same MiniLM vectors. `text` and `hybrid` are asked a second time with the
+deployment's lexical candidate bounds off (recall_lexical_top and recall_lexical_bound 0), in
+the same rotation, so quality with and without the bounds is printed side by side with the
+number of answers that differ; --lexical-top sets the bound of the bounded modes.
+BENCH_QUALITY_DB names the database (default memfabric_bench_quality), dropped at the end
+unless --keep.
 """
 
 from __future__ import annotations
