@@ -618,6 +618,11 @@ def test_the_per_lexeme_bound_keeps_a_common_words_first_holders_in_recall_order
     # N = 3 (the limit + 1 the retrieval is asked for); the walk reads 2 N S / df = 6 < 11.
     assert ids(bounded) == [crates[9], crates[8]]
     assert [r["retrieval"] for r in bounded["records"]] == [{"lexical": 1}, {"lexical": 2}]
+    # At limit 4 (N 5) apple is walked (10 reads < 11 holders) and crate read from its
+    # postings (11 reads would not be < 10): the walk's 5 are among crate's 10, each once.
+    mixed = ask(fabric, "apple crate", limit=4)
+    assert ids(mixed) == [crates[9], crates[8], crates[7], crates[6]]
+    assert mixed["truncated"] is True
 
     # Another subject's apples change neither the walk (statistics of the resolved scope
     # keys only) nor the answer, and none of them is ever a candidate.
