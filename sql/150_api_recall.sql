@@ -212,11 +212,15 @@ BEGIN
     -- holders takes on average). Then only the first N holders per tier that walk meets are
     -- candidates (and it stops after 2 N S / df records), scored exactly like the others.
     -- Statistics of the key alone decide; missing ones (df 0) mean postings, never a bound.
-    -- No walk can read fewer records than a lexeme's postings unless the lexeme is held by
-    -- more than 2 N records per tier (S >= df): below that, the per-key statistics are not
+    -- A walk is chosen only if df^2 > 2 N S tiers, so never for a lexeme held by at most
+    -- 2 N records per tier (S >= df), nor, with one scope key (whose S and df are the sums
+    -- above), when the most frequent lexeme fails it: then the per-key statistics are not
     -- even read.
     v_top := CASE WHEN v_top > 0 THEN GREATEST(v_top, p_limit) ELSE 0 END;
-    IF v_top > 0 AND v_max_df > 2.0 * v_top * pg_catalog.cardinality(p_tiers) THEN
+    IF v_top > 0 AND v_max_df > 2.0 * v_top * pg_catalog.cardinality(p_tiers)
+       AND (pg_catalog.cardinality(p_scope_keys) > 1
+            OR v_max_df * v_max_df > 2.0 * v_top * GREATEST(coalesce(v_docs, 0), v_max_df)
+                                     * pg_catalog.cardinality(p_tiers)) THEN
       SELECT pg_catalog.array_agg(p.key ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
              pg_catalog.array_agg(p.lexeme ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
              pg_catalog.array_agg(p.reads ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
