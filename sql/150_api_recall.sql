@@ -148,6 +148,15 @@ DECLARE
   v_avgdl double precision;
   v_bound integer;
   v_match text[];
+  v_top integer;
+  v_max_df double precision;
+  v_postings bigint[];
+  v_walk_keys text[];
+  v_walk_lexemes text[];
+  v_walk_queries tsquery[];
+  v_walk_reads integer[];
+  v_post_keys text[];
+  v_post_lexemes text[];
 BEGIN
   IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL
      OR pg_catalog.cardinality(p_tiers) = 0 OR pg_catalog.cardinality(p_scope_keys) = 0 THEN
@@ -155,17 +164,24 @@ BEGIN
   END IF;
 
   IF p_query IS NOT NULL AND p_candidate_ids IS NULL THEN
+    -- Lexical statements run on generic plans, made once per session: planning them again
+    -- on every call (the function's force_custom_plan, kept for the by-ids statement below)
+    -- cost more than the whole retrieval in a small scope (backend CPU of a 10-word question
+    -- over a 40-record scope: 4.5 ms custom, 1.3 ms generic, same plans; docs/benchmarks.md).
+    -- The function's SET clause restores the setting when it returns.
+    PERFORM pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
     SELECT pg_catalog.array_agg(t.lexeme ORDER BY t.lexeme),
            pg_catalog.array_agg(t.df ORDER BY t.lexeme)
       INTO v_lexemes, v_df
-      FROM (SELECT l.lexeme,
-                   GREATEST(coalesce(pg_catalog.sum(s.docs), 0), 0)::double precision AS df
+      FROM (SELECT l.lexeme, d.df   -- a tsvector's lexemes are distinct
               FROM pg_catalog.unnest(pg_catalog.tsvector_to_array(
                      pg_catalog.to_tsvector(fabric._text_search_config(), p_query))) AS l(lexeme)
-              LEFT JOIN fabric.search_stats s
-                ON s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
-               AND s.lexeme = l.lexeme
-             GROUP BY l.lexeme) t;
+              -- one index lookup per lexeme (a join would read the scopes' whole statistics)
+              CROSS JOIN LATERAL (
+                SELECT GREATEST(coalesce(pg_catalog.sum(s.docs), 0), 0)::double precision AS df
+                  FROM fabric.search_stats s
+                 WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
+                   AND s.lexeme = l.lexeme) d) t;
     IF v_lexemes IS NULL THEN
       RETURN;                                 -- nothing searchable (empty, stop words only)
     END IF;
@@ -180,30 +196,168 @@ BEGIN
     -- The candidate bound: match the rarest lexemes while their summed frequency stays
     -- within recall_lexical_bound (the rarest always), score every query lexeme a candidate
     -- holds. A record holding only very common words is left out; it would rank low anyway.
-    v_bound := (SELECT s.recall_lexical_bound FROM fabric.deployment_settings s);
-    v_match := ARRAY(
-      SELECT x.lexeme
-        FROM (SELECT l.lexeme, pg_catalog.row_number() OVER w AS n, pg_catalog.sum(l.df) OVER w AS cum
-                FROM ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_df)) AS l(lexeme, df)
-              WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
-       WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound);
+    SELECT s.recall_lexical_bound, s.recall_lexical_top INTO v_bound, v_top
+      FROM fabric.deployment_settings s;
+    SELECT pg_catalog.array_agg(x.lexeme ORDER BY x.n), pg_catalog.max(x.df) INTO v_match, v_max_df
+      FROM (SELECT l.lexeme, l.df, pg_catalog.row_number() OVER w AS n,
+                   pg_catalog.sum(l.df) OVER w AS cum
+              FROM ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_df)) AS l(lexeme, df)
+            WINDOW w AS (ORDER BY l.df, l.lexeme ROWS UNBOUNDED PRECEDING)) x
+     WHERE v_bound = 0 OR x.n = 1 OR x.cum <= v_bound;
     v_tsq := fabric._any_term_query(v_match);
+    -- The per-lexeme bound (recall_lexical_top, N; at least p_limit): per resolved scope
+    -- key, a matched lexeme is read from its postings (df records), unless walking the key
+    -- in recall's order (memory_records_topk: most confident, then most recent) would read
+    -- fewer records: about 2 N S / df per tier (S the key's records; twice what finding N
+    -- holders takes on average). Then only the first N holders per tier that walk meets are
+    -- candidates (and it stops after 2 N S / df records), scored exactly like the others.
+    -- Statistics of the key alone decide; missing ones (df 0) mean postings, never a bound.
+    -- A walk is chosen only if df^2 > 2 N S tiers, so never for a lexeme held by at most
+    -- 2 N records per tier (S >= df), nor, with one scope key (whose S and df are the sums
+    -- above), when the most frequent lexeme fails it: then the per-key statistics are not
+    -- even read.
+    v_top := CASE WHEN v_top > 0 THEN GREATEST(v_top, p_limit) ELSE 0 END;
+    IF v_top > 0 AND v_max_df > 2.0 * v_top * pg_catalog.cardinality(p_tiers)
+       AND (pg_catalog.cardinality(p_scope_keys) > 1
+            OR v_max_df * v_max_df > 2.0 * v_top * GREATEST(coalesce(v_docs, 0), v_max_df)
+                                     * pg_catalog.cardinality(p_tiers)) THEN
+      SELECT pg_catalog.array_agg(p.key ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+             pg_catalog.array_agg(p.lexeme ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+             pg_catalog.array_agg(p.reads ORDER BY p.key, p.lexeme) FILTER (WHERE p.walk),
+             pg_catalog.array_agg(p.key) FILTER (WHERE NOT p.walk),
+             pg_catalog.array_agg(p.lexeme) FILTER (WHERE NOT p.walk)
+        INTO v_walk_keys, v_walk_lexemes, v_walk_reads, v_post_keys, v_post_lexemes
+        FROM (SELECT d.key, d.lexeme, r.reads,
+                     v_top > 0 AND d.df > 0
+                     AND r.reads * pg_catalog.cardinality(p_tiers)::bigint < d.df AS walk
+                FROM (SELECT k.key, l.lexeme,
+                             (SELECT coalesce(pg_catalog.sum(s.docs), 0) FROM fabric.search_stats s
+                               WHERE s.tenant_id = p_tenant_id AND s.scope_key = k.key
+                                 AND s.lexeme = l.lexeme) AS df,
+                             (SELECT coalesce(pg_catalog.sum(s.docs), 0) FROM fabric.search_stats s
+                               WHERE s.tenant_id = p_tenant_id AND s.scope_key = k.key
+                                 AND s.lexeme = '') AS docs
+                        FROM (SELECT DISTINCT x.key FROM pg_catalog.unnest(p_scope_keys) x(key)) k
+                        CROSS JOIN pg_catalog.unnest(v_match) l(lexeme)) d
+                CROSS JOIN LATERAL (
+                  SELECT LEAST(pg_catalog.ceil(2.0 * v_top * GREATEST(d.docs, d.df)
+                                               / GREATEST(d.df, 1)), 2147483647)::integer AS reads) r
+             ) p;
+    END IF;
+    IF v_walk_keys IS NULL THEN
+      -- Candidates are scored and sorted as narrow rows (id, score, order keys); only the
+      -- p_limit winners are read whole (by their row address, within this one statement:
+      -- the same row version) and built.
+      RETURN QUERY
+        SELECT m.memory_id, w.score, fabric._record_json(m)
+        FROM (SELECT m.ctid AS row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
+                     m.recorded_at
+        FROM fabric.memory_records m
+        -- BM25 per candidate, without a function call per record: the record's length is
+        -- its stored search_length (fabric._search_length of its search text, written with
+        -- it); the query lexemes it holds are picked out of its search text by
+        -- setweight/ts_filter (both in C) before anything is unnested, so only the few
+        -- matching lexemes become rows. The join on the lexeme keeps the sum exact whatever
+        -- weights the search text carries. (ts_filter drops a lexeme stored without
+        -- positions, which search text derived by the database never has; a record left
+        -- with no scored lexeme scores 0, never NULL.)
+        CROSS JOIN LATERAL (
+          SELECT GREATEST(m.search_length, 1)::double precision AS n) dl
+        CROSS JOIN LATERAL (
+          SELECT coalesce(pg_catalog.sum(q.idf * tf.n * (c_k1 + 1)
+                   / (tf.n + c_k1 * (1 - c_b + c_b * dl.n / coalesce(v_avgdl, dl.n)))), 0) AS score
+            FROM pg_catalog.unnest(pg_catalog.ts_filter(
+                   pg_catalog.setweight(m.search_tsv, 'A', v_lexemes), '{a}')) u
+            JOIN ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_idf)) AS q(lexeme, idf)
+              ON q.lexeme = u.lexeme
+            CROSS JOIN LATERAL (SELECT coalesce(pg_catalog.array_length(u.positions, 1), 1)
+                                         ::double precision AS n) tf
+        ) bm
+        WHERE m.tenant_id = p_tenant_id
+          AND m.scope_key = ANY (p_scope_keys)
+          AND m.tier = ANY (p_tiers)
+          AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+          AND m.content IS NOT NULL
+          AND m.valid_from <= p_valid_at
+          AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
+          AND m.confidence >= p_min_confidence
+          AND NOT (m.compliance_labels && p_excluded_labels)
+          AND m.search_tsv @@ v_tsq
+          -- the index condition (memory_records_search_keys): the postings of the matched
+          -- lexemes in exactly these scope keys; the predicates above keep the answer exact
+          AND fabric._search_keys(m.tenant_id, ARRAY[m.scope_key],
+                                  pg_catalog.tsvector_to_array(m.search_tsv))
+              OPERATOR(pg_catalog.&&) fabric._search_keys(p_tenant_id, p_scope_keys, v_match)
+        ORDER BY bm.score DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
+                 m.memory_id
+        LIMIT p_limit) w
+        JOIN fabric.memory_records m ON m.ctid = w.row_id  -- the very row version scored
+        ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
+      RETURN;
+    END IF;
+    -- Some lexeme is walked: the other (key, lexeme) pairs are read from their postings, and
+    -- the candidates of both are scored by the same BM25 as above.
+    v_postings := ARRAY(
+      SELECT pg_catalog.unnest(fabric._search_keys(p_tenant_id, ARRAY[x.key], ARRAY[x.lexeme]))
+        FROM ROWS FROM (pg_catalog.unnest(v_post_keys), pg_catalog.unnest(v_post_lexemes))
+             AS x(key, lexeme));
+    v_walk_queries := ARRAY(SELECT fabric._any_term_query(ARRAY[x.lexeme])
+                              FROM pg_catalog.unnest(v_walk_lexemes) WITH ORDINALITY AS x(lexeme, i)
+                             ORDER BY x.i);
     -- Candidates are scored and sorted as narrow rows (id, score, order keys); only the
     -- p_limit winners are read whole (by their row address, within this one statement:
-    -- the same row version) and built.
+    -- the same row version) and built. A record both read from postings and met by a
+    -- walk (or by two walks) is one candidate (UNION).
     RETURN QUERY
       SELECT m.memory_id, w.score, fabric._record_json(m)
-      FROM (SELECT m.ctid AS row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
+      FROM (SELECT m.row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
                    m.recorded_at
-      FROM fabric.memory_records m
-      -- BM25 per candidate, without a function call per record: the record's length is
-      -- its stored search_length (fabric._search_length of its search text, written with
-      -- it); the query lexemes it holds are picked out of its search text by
-      -- setweight/ts_filter (both in C) before anything is unnested, so only the few
-      -- matching lexemes become rows. The join on the lexeme keeps the sum exact whatever
-      -- weights the search text carries. (ts_filter drops a lexeme stored without
-      -- positions, which search text derived by the database never has; a record left
-      -- with no scored lexeme scores 0, never NULL.)
+      FROM (
+        SELECT c.ctid AS row_id, c.memory_id, c.search_tsv, c.search_length, c.confidence,
+               c.valid_from, c.recorded_at
+          FROM fabric.memory_records c
+         WHERE c.tenant_id = p_tenant_id
+           AND c.scope_key = ANY (p_scope_keys)
+           AND c.tier = ANY (p_tiers)
+           AND c.consolidation_state IN ('raw', 'consolidated', 'reflected')
+           AND c.content IS NOT NULL
+           AND c.valid_from <= p_valid_at
+           AND (c.valid_until IS NULL OR c.valid_until > p_valid_at)
+           AND c.confidence >= p_min_confidence
+           AND NOT (c.compliance_labels && p_excluded_labels)
+           AND c.search_tsv @@ v_tsq
+           -- the index condition (memory_records_search_keys): the postings of the matched
+           -- lexemes in exactly these scope keys (less the walked ones); the predicates
+           -- above keep the answer exact
+           AND fabric._search_keys(c.tenant_id, ARRAY[c.scope_key],
+                                   pg_catalog.tsvector_to_array(c.search_tsv))
+               OPERATOR(pg_catalog.&&) v_postings
+        UNION
+        SELECT t.row_id, t.memory_id, t.search_tsv, t.search_length, t.confidence,
+               t.valid_from, t.recorded_at
+          FROM ROWS FROM (pg_catalog.unnest(v_walk_keys), pg_catalog.unnest(v_walk_queries),
+                          pg_catalog.unnest(v_walk_reads)) AS w(key, q, reads)
+          CROSS JOIN (SELECT DISTINCT r.tier FROM pg_catalog.unnest(p_tiers) AS r(tier)) r
+          CROSS JOIN LATERAL (
+            SELECT h.* FROM (
+              SELECT i.ctid AS row_id, i.memory_id, i.search_tsv, i.search_length,
+                     i.confidence, i.valid_from, i.recorded_at
+                FROM fabric.memory_records i
+               WHERE i.tenant_id = p_tenant_id
+                 AND i.scope_key = w.key
+                 AND i.tier = r.tier
+                 AND i.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                 AND i.content IS NOT NULL
+                 AND i.valid_from <= p_valid_at
+                 AND (i.valid_until IS NULL OR i.valid_until > p_valid_at)
+                 AND i.confidence >= p_min_confidence
+                 AND NOT (i.compliance_labels && p_excluded_labels)
+               ORDER BY i.confidence DESC, i.valid_from DESC, i.recorded_at DESC, i.memory_id
+               LIMIT w.reads) h
+             WHERE h.search_tsv @@ w.q
+             LIMIT v_top) t
+      ) m
+      -- BM25 per candidate, exactly as above
       CROSS JOIN LATERAL (
         SELECT GREATEST(m.search_length, 1)::double precision AS n) dl
       CROSS JOIN LATERAL (
@@ -216,21 +370,6 @@ BEGIN
           CROSS JOIN LATERAL (SELECT coalesce(pg_catalog.array_length(u.positions, 1), 1)
                                        ::double precision AS n) tf
       ) bm
-      WHERE m.tenant_id = p_tenant_id
-        AND m.scope_key = ANY (p_scope_keys)
-        AND m.tier = ANY (p_tiers)
-        AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
-        AND m.content IS NOT NULL
-        AND m.valid_from <= p_valid_at
-        AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
-        AND m.confidence >= p_min_confidence
-        AND NOT (m.compliance_labels && p_excluded_labels)
-        AND m.search_tsv @@ v_tsq
-        -- the index condition (memory_records_search_keys): the postings of the matched
-        -- lexemes in exactly these scope keys; the predicates above keep the answer exact
-        AND fabric._search_keys(m.tenant_id, ARRAY[m.scope_key],
-                                pg_catalog.tsvector_to_array(m.search_tsv))
-            OPERATOR(pg_catalog.&&) fabric._search_keys(p_tenant_id, p_scope_keys, v_match)
       ORDER BY bm.score DESC, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
                m.memory_id
       LIMIT p_limit) w

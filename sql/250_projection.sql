@@ -393,11 +393,12 @@ BEGIN
      OR p_settings ? 'singleton'
      OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_settings) k
                 WHERE k NOT IN ('text_search_config', 'recall_default_limit', 'recall_max_limit',
-                                'recall_lexical_bound', 'embedder', 'embedder_url',
-                                'embedder_model')) THEN
+                                'recall_lexical_bound', 'recall_lexical_top', 'embedder',
+                                'embedder_url', 'embedder_model')) THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = 'deployment settings are text_search_config, recall_default_limit, '
-                'recall_max_limit, recall_lexical_bound, embedder, embedder_url, embedder_model',
+                'recall_max_limit, recall_lexical_bound, recall_lexical_top, embedder, embedder_url, '
+                'embedder_model',
       HINT = 'e.g. {"embedder": "http", "embedder_url": "http://127.0.0.1:8080", "embedder_model": "bge-small"}';
   END IF;
   SELECT * INTO v FROM fabric.deployment_settings FOR UPDATE;
@@ -410,7 +411,7 @@ BEGIN
   UPDATE fabric.deployment_settings d
   SET text_search_config = v.text_search_config, recall_default_limit = v.recall_default_limit,
       recall_max_limit = v.recall_max_limit, recall_lexical_bound = v.recall_lexical_bound,
-      embedder = v.embedder,
+      recall_lexical_top = v.recall_lexical_top, embedder = v.embedder,
       embedder_url = v.embedder_url, embedder_model = v.embedder_model
   WHERE d.singleton;
   RETURN pg_catalog.to_jsonb(v) - 'singleton';

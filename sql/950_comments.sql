@@ -277,6 +277,8 @@ COMMENT ON COLUMN fabric.deployment_settings.embedder_url IS 'Endpoint of the ht
 COMMENT ON COLUMN fabric.deployment_settings.embedder_model IS 'Model name sent to the http embedder.';
 COMMENT ON COLUMN fabric.deployment_settings.recall_lexical_bound IS
   'Bound on lexical recall''s candidates: it matches the rarest query lexemes while their summed document frequency stays within it (the rarest always).';
+COMMENT ON COLUMN fabric.deployment_settings.recall_lexical_top IS
+  'Per-lexeme bound on lexical recall''s candidates (N, at least the limit; 0: none): a lexeme held by so many records of a scope key that walking the key in recall''s order finds N of them sooner than its postings are read contributes only those first N per tier.';
 
 COMMENT ON TABLE fabric.instance_config IS
   'Configuration per (tenant, business instance); the empty instance id is the tenant''s default. NULL thresholds fall back to the domain pack''s default, then the fabric''s.';

@@ -11,7 +11,12 @@ question is asked through `memfabric.recall.recall` as the agent in each mode (l
 modes interleaved question by question). The baselines rank the same texts (what the
 projector embeds: speaker and text) within the question's conversation, as recall does within
 the subject: Okapi BM25 (k1 1.2, b 0.75, English stop words, no stemming) and exact cosine
-over the same MiniLM vectors. The database is dropped at the end unless --keep.
+over the same MiniLM vectors. `text` and `hybrid` are asked a second time with the
+deployment's lexical candidate bounds off (recall_lexical_top and recall_lexical_bound 0), in
+the same rotation, so quality with and without the bounds is printed side by side with the
+number of answers that differ; --lexical-top sets the bound of the bounded modes.
+BENCH_QUALITY_DB names the database (default memfabric_bench_quality), dropped at the end
+unless --keep.
 """
 
 from __future__ import annotations
@@ -52,13 +57,17 @@ from memfabric.projector import Projector
 from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore
 
-DBNAME = "memfabric_bench_quality"
+DBNAME = os.environ.get("BENCH_QUALITY_DB", "memfabric_bench_quality")
 TENANT, AGENT, COMMITTER = "benchq", "benchq-agt-001", "benchq-agt-010"
 TOOLS, TIERS = ["tool:memory-propose", "tool:memory-recall"], ["episodic"]
 SCOPE = {"tiers": TIERS, "visibility": ["subject"]}
 GROUPS = ("committer", "orchestrator", "admin", "projector")
 LOGINS = {"benchq_agent": None, **{f"benchq_{g}": f"fabric_{g}" for g in GROUPS}}
 MODES, K, BATCH, WARMUP = ("text", "semantic", "hybrid"), 10, 100, 5
+# The lexical modes once more with the candidate bounds off (recall_lexical_top and
+# recall_lexical_bound 0), in the same rotation: quality with and without the bounds.
+UNBOUNDED = ("text unbounded", "hybrid unbounded")
+NO_BOUNDS = Jsonb({"recall_lexical_top": 0, "recall_lexical_bound": 0})
 # Depths of the lists fused by the RRF references (k 60): 10, and recall's vector depth 4 x 10.
 RRF_DEPTHS = (10, 40)
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
@@ -202,29 +211,39 @@ def governed(
     turn_of: dict[str, str],
     broker: LocalBroker,
 ) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]], dict[str, list[str]]]:
-    """Every question through recall() in each mode, modes rotating question by question."""
-    out: dict[str, dict[str, Ranked]] = {m: {} for m in MODES}
-    took: dict[str, list[float]] = {m: [] for m in MODES}
-    errors: dict[str, list[str]] = {m: [] for m in MODES}
-    with connect(url, "benchq_agent") as agent:
+    """Every question through recall() in each mode (and the lexical ones unbounded: the
+    deployment's bounds switched off around the call), modes rotating question by question."""
+    names = (*MODES, *UNBOUNDED)
+    out: dict[str, dict[str, Ranked]] = {m: {} for m in names}
+    took: dict[str, list[float]] = {m: [] for m in names}
+    errors: dict[str, list[str]] = {m: [] for m in names}
+    configure = "SELECT fabric_api.configure_deployment(%s)"
+    with connect(url, "benchq_agent") as agent, connect(url, "benchq_admin") as admin:
+        bounds = Jsonb({k: v for k, v in call(admin, configure, Jsonb({})).items()
+                        if k in ("recall_lexical_top", "recall_lexical_bound")})  # fmt: skip
         for i, q in enumerate(data.questions[:WARMUP] + data.questions):
-            for mode in MODES[i % 3 :] + MODES[: i % 3]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                mode = name.split()[0]
                 request = {"run_id": str(runs[q.conversation_id]), "mode": mode,
                            "query": q.text, "tiers": TIERS, "limit": K}  # fmt: skip
+                if name in UNBOUNDED:
+                    call(admin, configure, NO_BOUNDS)
                 t = time.perf_counter()
                 try:
                     answer = recall(agent, request, broker)
                 except Exception as exc:  # recorded, not hidden: a mode that fails counts 0
                     answer = {"status": "error", "records": []}
                     state = getattr(exc, "sqlstate", None)
-                    errors[mode].append(f"{type(exc).__name__} {state or ''}".strip())
+                    errors[name].append(f"{type(exc).__name__} {state or ''}".strip())
                 took_s = time.perf_counter() - t
+                if name in UNBOUNDED:
+                    call(admin, configure, bounds)
                 if i < WARMUP:
                     continue
                 if answer["status"] not in ("served", "error"):
-                    errors[mode].append(f"status {answer['status']}")
-                took[mode].append(took_s)
-                out[mode][q.question_id] = [turn_of[r["memory_id"]] for r in answer["records"]]
+                    errors[name].append(f"status {answer['status']}")
+                took[name].append(took_s)
+                out[name][q.question_id] = [turn_of[r["memory_id"]] for r in answer["records"]]
     return out, took, errors
 
 
@@ -259,7 +278,8 @@ def report(
         returned = sum(len(r[q.question_id]) for q in qs) / len(qs)
         errs = errors.get(name, [])
         what = f"{len(errs)} ({', '.join(sorted(set(errs)))})" if errs else "0"
-        label = f"`{name}`" if name in MODES else f"plain {name}"
+        label = (f"`{name}`" if name in MODES else f"`{name.split()[0]}` {name.split()[1]}"
+                 if name in UNBOUNDED else f"plain {name}")  # fmt: skip
         print(f"| {label} | {' | '.join(cells)} | {returned:.1f} | {ms(took[name])} | {what} |")
     print("\nrecall@10 by question kind (questions):\n")
     kinds = [k for k in KINDS if any(q.kind == k for q in qs)]
@@ -276,6 +296,12 @@ def report(
           f" ({r10['text']:.3f} / {r10['BM25']:.3f})")  # fmt: skip
     print(f"hybrid/max(BM25, dense) recall@10: {r10['hybrid'] / best:.3f}"
           f" ({r10['hybrid']:.3f} / {best:.3f})")  # fmt: skip
+    print(f"unbounded: text/BM25 recall@10: {r10['text unbounded'] / r10['BM25']:.3f};"
+          f" hybrid/max(BM25, dense): {r10['hybrid unbounded'] / best:.3f}")  # fmt: skip
+    for mode in ("text", "hybrid"):
+        differ = sum(ranked[mode][q.question_id] != ranked[f"{mode} unbounded"][q.question_id]
+                     for q in qs)  # fmt: skip
+        print(f"{mode}: answers that differ with and without the bounds: {differ} of {len(qs)}")
 
 
 def main() -> int:
@@ -288,6 +314,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help=f"keep the database {DBNAME}")
     ap.add_argument("--also", default="", help="more embedder kinds as plain dense baselines,"
                     " e.g. minilm-static (memfabric.embedding.embedder_from_settings)")  # fmt: skip
+    ap.add_argument("--lexical-top", type=int, default=None, help="the deployment's"
+                    " recall_lexical_top for the bounded modes (default: its default)")  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         args.conversations, args.questions = 2, args.questions or 60
@@ -321,7 +349,12 @@ def main() -> int:
         projected = projector.rebuild("qdrant")
         print(f"projected {projected} records into Qdrant Edge in"
               f" {time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
-        print(f"asking {len(data.questions)} questions x {len(MODES)} modes ...", flush=True)
+        if args.lexical_top is not None:
+            with connect(url, "benchq_admin") as admin:
+                call(admin, "SELECT fabric_api.configure_deployment(%s)",
+                     Jsonb({"recall_lexical_top": args.lexical_top}))  # fmt: skip
+        print(f"asking {len(data.questions)} questions x {len(MODES) + len(UNBOUNDED)} modes"
+              " ...", flush=True)  # fmt: skip
         broker = LocalBroker(store, emb, {})
         got, took_g, errors = governed(url, data, runs, turn_of, broker)
         cpu, pg = machine(url)

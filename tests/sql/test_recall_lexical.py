@@ -598,3 +598,51 @@ def test_the_candidate_bound_leaves_out_records_holding_only_common_words(
     unbounded = ask(fabric, "zebra apple", limit=10)
     assert ids(unbounded)[0] == rare
     assert set(ids(unbounded)) == {rare, *commons}
+
+
+def test_the_per_lexeme_bound_keeps_a_common_words_first_holders_in_recall_order(
+    fabric: Fabric,
+) -> None:
+    """recall_lexical_top: a lexeme every record of the scope holds is read by walking the
+    scope in recall's order (most confident, then most recent) when that reads fewer records
+    than its postings; only its first N holders (N at least the limit asked of the
+    retrieval) are candidates, each still scored by BM25. Off (0), every holder is."""
+    run = fabric.open_run()
+    heavy = fabric.form(run, "apple apple apple apple", confidence=0.5)  # best BM25, last in order
+    crates = [fabric.form(run, f"apple crate number {n}", confidence=0.9) for n in range(10)]
+    admin = fabric.connect("mf_admin")
+    assert ids(ask(fabric, "apple", limit=2))[0] == heavy  # default bound: 11 records, no walk
+
+    admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_top\": 1}')")
+    bounded = ask(fabric, "apple", limit=2)
+    # N = 3 (the limit + 1 the retrieval is asked for); the walk reads 2 N S / df = 6 < 11.
+    assert ids(bounded) == [crates[9], crates[8]]
+    assert [r["retrieval"] for r in bounded["records"]] == [{"lexical": 1}, {"lexical": 2}]
+    # At limit 4 (N 5) apple is walked (10 reads < 11 holders) and crate read from its
+    # postings (11 reads would not be < 10): the walk's 5 are among crate's 10, each once.
+    mixed = ask(fabric, "apple crate", limit=4)
+    assert ids(mixed) == [crates[9], crates[8], crates[7], crates[6]]
+    assert mixed["truncated"] is True
+
+    # Another subject's apples change neither the walk (statistics of the resolved scope
+    # keys only) nor the answer, and none of them is ever a candidate.
+    other = fabric.open_run(subject="user-0001", session="sess-other")
+    theirs = {fabric.form(other, "apple apple apple apple apple") for _ in range(5)}
+    again = ask(fabric, "apple", limit=2)
+    assert ids(again) == ids(bounded)
+    assert [r["score"] for r in again["records"]] == [r["score"] for r in bounded["records"]]
+    assert not theirs & set(ids(ask(fabric, "apple", limit=50)))
+
+    admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_top\": 0}')")
+    unbounded = ask(fabric, "apple", limit=2)
+    assert ids(unbounded) == [heavy, crates[9]]
+
+
+def test_the_per_lexeme_bound_is_a_sane_setting(fabric: Fabric) -> None:
+    admin = fabric.connect("mf_admin")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_top\": -1}')")
+    admin.rollback()
+    with fabric.su() as su:
+        (top,) = su.execute("SELECT recall_lexical_top FROM fabric.deployment_settings").fetchone()
+    assert top == 50

@@ -206,7 +206,9 @@ def test_filter_only_recall_reads_rows_bounded_by_k_not_by_the_scope(big: str, l
 
 def test_statistics_are_read_by_tenant_and_scope_through_their_index(big: str) -> None:
     plans = plan_of(big, QUESTION, relation="search_stats")
-    assert len(plans) == 2, plans  # document frequencies, then count and length
+    # document frequencies, then count and length (and frequencies per scope key when a
+    # lexeme is common enough for the per-lexeme bound to walk it)
+    assert len(plans) in (2, 3), plans
     for explained in plans:
         scans = [
             n
