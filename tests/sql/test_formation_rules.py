@@ -582,3 +582,20 @@ def test_owner_raw_audit_retention_on_semantic_is_refused(fabric: Fabric) -> Non
         owner(fabric).execute(RAW_INSERT, raw(tier="semantic", retention="audit"))
     assert info.value.diag.constraint_name == "memory_records_audit_retention_only_on_episodic"
     assert fabric.count("memory_records") == 0
+
+
+@pytest.mark.parametrize("isolation", ["rollback", pytest.param("clone", marks=pytest.mark.clone)])
+def test_owner_raw_semantic_without_lineage_fails_on_an_autocommit_connection(
+    fabric: Fabric, isolation: str
+) -> None:
+    """The deferred rule fires at the implicit commit of an autocommit statement: the INSERT
+    itself raises. (Run both ways: in a test marked rollback, `TxBackend` fires the deferred
+    triggers at the end of each call, as COMMIT would.)"""
+    assert (fabric._tx is not None) == (isolation == "rollback")
+    conn = fabric.owner()
+    with pytest.raises(errors.CheckViolation) as info:
+        conn.execute(RAW_INSERT, raw(tier="semantic"))
+    assert info.value.diag.constraint_name == "memory_records_semantic_needs_episode"
+    assert fabric.count("memory_records") == 0
+    conn.execute(RAW_INSERT, raw())  # the connection goes on: the episode commits
+    assert fabric.count("memory_records") == 1
