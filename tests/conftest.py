@@ -463,15 +463,17 @@ class TxBackend:
             self.conn = None
         _make_database(self.server, self.template, self.dbname)
 
-    def run(self, who: _Identity, statement: Any, text: str) -> Any:
-        """Run `statement(conn)` as `who`, as one autocommit call would."""
+    def run(self, fabric: Fabric, who: _Identity, statement: Any, text: str) -> Any:
+        """Run `statement(conn)` as `who`, as one autocommit call would, for the test that
+        owns `fabric` (a connection kept past its test, e.g. by a thread, cannot reach into
+        the next test's transaction)."""
         if _tx_refused(text):
             raise NeedsClone(f"a rollback test cannot run this on the shared backend: {text!r}")
         if not self.lock.acquire(blocking=False):
             raise NeedsClone("a rollback test has one backend: two threads cannot share it")
         try:
             conn = self.conn
-            if conn is None or self.owner is None:
+            if conn is None or self.owner is not fabric:
                 raise NeedsClone("a rollback test's connection is used after the test's end")
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
                 raise AssertionError("the test's transaction has ended: nothing may run now")
@@ -533,6 +535,8 @@ class TxCursor:
         self._cur = self._conn._run(statement, query)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "connection":
+            raise NeedsClone("a rollback test's cursor does not hand out the shared backend")
         if self._cur is None:
             raise AttributeError(name)
         return getattr(self._cur, name)
@@ -557,13 +561,14 @@ class TxConn:
     that would change the backend's state or needs a backend of its own raises `NeedsClone`.
     """
 
-    def __init__(self, backend: TxBackend, who: _Identity) -> None:
+    def __init__(self, backend: TxBackend, fabric: Fabric, who: _Identity) -> None:
         object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "_fabric", fabric)
         object.__setattr__(self, "_who", who)
         object.__setattr__(self, "closed", False)
 
     def _run(self, statement: Any, query: Any) -> Any:
-        return self._backend.run(self._who, statement, _query_text(query))
+        return self._backend.run(self._fabric, self._who, statement, _query_text(query))
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
         return self._run(lambda conn: conn.execute(query, params, **kwargs), query)
@@ -636,7 +641,7 @@ class Fabric:
 
     def _tx_conn(self, login: str | None, role: str | None = None, **settings: str) -> Any:
         assert self._tx is not None
-        return TxConn(self._tx, _Identity(login, role, tuple(settings.items())))
+        return TxConn(self._tx, self, _Identity(login, role, tuple(settings.items())))
 
     def connect(self, login: str | None = None, autocommit: bool = True) -> psycopg.Connection[Any]:
         """A new connection as `login` (the superuser when None), closed after the test."""
@@ -819,6 +824,21 @@ class Fabric:
 
     def events(self, where: str = "true") -> list[dict[str, Any]]:
         q = sql.SQL("SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at")
+        if self._tx is not None:
+            # One transaction: every event has its xid and its occurred_at (now()). Each call
+            # runs in a savepoint of its own, whose subtransaction id (the row's xmin) grows
+            # from call to call: the order of the calls, as separate transactions give it.
+            q = sql.SQL(
+                "SELECT to_jsonb(e) FROM fabric.events e WHERE {}"
+                " ORDER BY xid, occurred_at, e.xmin::text::bigint"
+            )
+            rows = self._tx.run(
+                self,
+                _Identity(None),
+                lambda conn: conn.execute(q.format(sql.SQL(where))).fetchall(),  # type: ignore[arg-type]
+                "",
+            )
+            return [r[0] for r in rows]
         rows = self.session(None).execute(q.format(sql.SQL(where))).fetchall()  # type: ignore[arg-type]
         return [r[0] for r in rows]
 

@@ -5,6 +5,8 @@ module runs on one worker, in file order): what the first writes, the second nev
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from psycopg import errors
 
@@ -13,16 +15,24 @@ from conftest import Fabric, NeedsClone
 pytestmark = pytest.mark.rollback
 
 
+KEPT: list[Any] = []
+
+
 def test_a_rollback_test_writes(fabric: Fabric) -> None:
     assert fabric._tx is not None
     fabric.form(fabric.open_run(), "written by the first test")
     assert fabric.count("memory_records") == 1
+    KEPT.append(fabric.session("mf_orchestrator"))
 
 
 def test_the_next_test_sees_the_template_again(fabric: Fabric) -> None:
     assert fabric.count("memory_records") == 0
     assert fabric.count("proposals") == 0
     assert fabric.count("runs") == 0
+    # a connection kept from the first test cannot write into this test's transaction
+    assert len(KEPT) == 1
+    with pytest.raises(NeedsClone):
+        KEPT[0].execute("SELECT 1")
 
 
 def test_an_error_undoes_its_own_call_only(fabric: Fabric) -> None:
