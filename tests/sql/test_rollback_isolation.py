@@ -15,6 +15,12 @@ from conftest import Fabric, NeedsClone
 pytestmark = pytest.mark.rollback
 
 
+@pytest.fixture(autouse=True)
+def _in_a_transaction(fabric: Fabric) -> None:
+    if fabric._tx is None:
+        pytest.skip("MEMFABRIC_TEST_ISOLATION=clone: these tests are about the transaction")
+
+
 KEPT: list[Any] = []
 
 
