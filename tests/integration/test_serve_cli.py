@@ -21,7 +21,7 @@ import pytest
 from conftest import Fabric
 from memfabric.broker import serving
 from memfabric.graph import GraphStore
-from servers import PASSWORD, GraphServer
+from servers import PASSWORD, GraphServer, stop_process
 
 # runs memfabric serve and restarts servers under it
 pytestmark = pytest.mark.slow
@@ -61,11 +61,7 @@ def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterato
         assert serving(sock), proc.stdout.read() if proc.poll() is not None else "no socket"
         yield {"env": env, "proc": proc, "socket": sock}
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, signal.SIGINT)
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
