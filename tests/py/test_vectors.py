@@ -96,19 +96,21 @@ class Backend:
     location: Path
 
     def open(self) -> VectorStore:
-        if self.kind == "edge":
-            return EdgeVectorStore(self.location)
+        if self.kind.startswith("edge"):
+            # edge-child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
+            return EdgeVectorStore(self.location, shard_processes=self.kind == "edge-child")
         return QdrantServerStore(path=self.location)
 
 
-@pytest.fixture(params=["edge", "qdrant-client-local"])
+@pytest.fixture(params=["edge", "edge-child", "qdrant-client-local"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "edge" and SHM.is_dir() and os.access(SHM, os.W_OK):
+    if request.param.startswith("edge") and SHM.is_dir() and os.access(SHM, os.W_OK):
         where = Path(tempfile.mkdtemp(prefix="mf-edge-", dir=SHM))
-        yield Backend("edge", where)
+        yield Backend(request.param, where)
         shutil.rmtree(where, ignore_errors=True)
     else:
-        yield Backend(request.param if request.param == "edge" else "local", tmp_path / "q")
+        kind = request.param if request.param.startswith("edge") else "local"
+        yield Backend(kind, tmp_path / "q")
 
 
 @pytest.fixture
@@ -519,7 +521,7 @@ def test_reopening_keeps_points_and_contracts(
         assert again.count("semantic") == 30
         after = again.search(["semantic"], q, flt(), 10, exact=True)
         assert [h[0] for h in after] == [h[0] for h in before]
-        if backend.kind == "edge":
+        if backend.kind.startswith("edge"):
             assert after == before
         else:  # local mode reloads its vectors at another precision: scores move by an ulp
             assert [h[1] for h in after] == pytest.approx([h[1] for h in before], abs=1e-6)
