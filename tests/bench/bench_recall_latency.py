@@ -17,7 +17,10 @@ sides are compared (the same records in the same order). Ratios new / base are t
 The new side's steps are timed too (its broker wrapped: the embedding, which overlaps the
 resolution, and the Edge search; "rest" is the calls and the re-check around them). With
 --new-dir (a copy of --dir) the new side searches its own shards, opened as --new-shards
-says (child: each shard in a child process, MEMFABRIC_EDGE_SHARDS=child).
+says (child: each shard in a child process, MEMFABRIC_EDGE_SHARDS=child). --writes R: while
+the questions are asked, a thread does what the projector does for R new records a second:
+embeds each one's text (the same MiniLM as the questions) and upserts it into every store
+of the run (in another tenant, so no answer changes).
 --database-only measures the database's part alone (no broker, no embedding): text recall and
 the re-check call of semantic and hybrid recall with the same 50 candidates on both sides.
 """
@@ -27,9 +30,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +66,7 @@ from memfabric.broker import LocalBroker, hits_as_candidates, recall_filter
 from memfabric.call import fabric_call
 from memfabric.constants import INDEXED_TIERS, RECALL_MAX_CANDIDATES
 from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
-from memfabric.vectors import EdgeVectorStore
+from memfabric.vectors import EdgeVectorStore, MemoryPayload, VectorPoint
 
 Json = dict[str, Any]
 ORDER = ("new", "base", "new-h", "base-h")
@@ -125,6 +131,23 @@ class TimedBroker(LocalBroker):
             return super().search_vector(resolved, vector, limit, exact)
         finally:
             self.times["edge"] = time.perf_counter() - t
+
+
+def writer(stores: Sequence[EdgeVectorStore], emb: Counting, rate: float,
+           stop: threading.Event, done: list[int]) -> None:  # fmt: skip
+    """R records a second, each embedded and upserted into every store (tenant benchw)."""
+    start, i, now = time.perf_counter(), 0, datetime.now(UTC)
+    while not stop.is_set():
+        vector = emb.embed([f"{QUERIES[i % len(QUERIES)]} written {i}"])[0]
+        payload = MemoryPayload(
+            memory_id=str(uuid.uuid4()), tenant_id="benchw", tier=("episodic", "semantic")[i % 2],
+            visibility="tenant", content_hash="sha256:" + "0" * 64, confidence=0.9,
+            valid_from=now, consolidation_state="raw", retention_class="durable")  # fmt: skip
+        for store in stores:
+            store.upsert(payload.tier, [VectorPoint(payload, vector)])
+        i += 1
+        done[0] = i
+        stop.wait(max(0.0, start + i / rate - time.perf_counter()))
 
 
 def base_recall(conn: psycopg.Connection[Any], request: Json, broker: LocalBroker,
@@ -208,6 +231,7 @@ def main() -> int:
     ap.add_argument("--new-dir", default=None, help="the new side's own copy of --dir")
     ap.add_argument("--new-shards", choices=("inline", "child"), default="inline",
                     help="how the new side's shards (--new-dir) are opened")  # fmt: skip
+    ap.add_argument("--writes", type=float, default=0.0, help="records/s written meanwhile")
     args = ap.parse_args()
     url, emb = args.url or db.database_url(), Counting()
     emb.embed(["warm up"])
@@ -253,6 +277,13 @@ def main() -> int:
         f"{m} {s}": [] for m in ("semantic", "hybrid") for s in ("embed", "edge", "rest")
     }
     differ, load = 0, [os.getloadavg()[0]]
+    stop, written = threading.Event(), [0]
+    if args.writes > 0:
+        targets = [store] if new_store is store else [store, new_store]
+        wargs = (targets, emb, args.writes, stop, written)
+        write_thread = threading.Thread(target=writer, args=wargs)
+        write_thread.start()
+        t_writes = time.perf_counter()
     with connect(url, "benchp_agent") as new, connect(args.base_url, "benchp_agent") as base:
         for k, subject in enumerate(subjects):
             text, took, ids = QUERIES[k % len(QUERIES)], {}, {}
@@ -286,6 +317,11 @@ def main() -> int:
                     new_steps[name] += secs
             if k % 50 == 0:
                 load.append(os.getloadavg()[0])
+    if args.writes > 0:
+        stop.set()
+        write_thread.join()
+        print(f"  {written[0]:,} records written meanwhile "
+              f"({written[0] / (time.perf_counter() - t_writes):.1f}/s)")  # fmt: skip
     store.close()
     if new_store is not store:
         new_store.close()
@@ -295,7 +331,8 @@ def main() -> int:
           f"load average (1 min) during the run {min(load):.1f}-{max(load):.1f}; "
           f"{args.records:,} records; {n} queries after 20 warm-up; "
           f"index {args.index}; new side's shards: "
-          f"{args.new_shards if args.new_dir else 'the same as base'}")  # fmt: skip
+          f"{args.new_shards if args.new_dir else 'the same as base'}; "
+          f"writes meanwhile {args.writes:g}/s")  # fmt: skip
     print(f"answers that differ between the two sides (records or order): {differ} of "
           f"{2 * len(subjects)}\n")  # fmt: skip
     print("| measure | p50 / p95 |\n|---|---|")
