@@ -67,9 +67,10 @@ def root() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def store(root: Path) -> Iterator[EdgeVectorStore]:
-    s = EdgeVectorStore(root / "edge", indexing_threshold_kb=1000)
+@pytest.fixture(params=[False, True], ids=["inline", "child"])
+def store(root: Path, request: pytest.FixtureRequest) -> Iterator[EdgeVectorStore]:
+    # child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
+    s = EdgeVectorStore(root / "edge", indexing_threshold_kb=1000, shard_processes=request.param)
     s.ensure_collections("bench-model", "1", DIMS)
     yield s
     s.close()
