@@ -26,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import qdrant_edge
 
+from memfabric.children import end_child
 from memfabric.vectors.filters import FilterSpec, _edge_filter
 
 _LENGTH = struct.Struct("<Q")
@@ -282,18 +283,7 @@ class ProcessShard:
 
     def _stop(self) -> None:
         child, self._child = self._child, None
-        if child is None:
-            return
-        if child.stdin is not None:
-            with contextlib.suppress(OSError):
-                child.stdin.close()  # the child reads EOF and ends
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
+        end_child(child, grace=30)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
