@@ -938,6 +938,22 @@ BEGIN
     FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_lexical_tiers, v_valid_at,
            v_min_conf, v_excluded, v_query, NULL, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
+  ELSIF pg_catalog.cardinality(v_lexical_tiers) = 0 THEN
+    -- Semantic recall of vector tiers only: the re-checked vector list alone, whose order
+    -- is the answer's. Each record's score and retrieval are what fabric._recall_fused
+    -- gives a single vector list (fused score 1 / (60 + rank) over the best, 1 / 61), built
+    -- here in one jsonb_agg without the fusion's join and ranking (as text recall does for
+    -- its lexical list). The list is cut where the fusion cuts it (the limit, at least 10).
+    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object(
+                      'score', pg_catalog.round(((1.0 / (60 + r.ord))
+                                                 / (1.0 / 61)::double precision)::numeric, 6),
+                      'retrieval', pg_catalog.jsonb_build_object('vector', r.ord)) ORDER BY r.ord)
+                      FILTER (WHERE r.ord <= v_limit), '[]'),
+           pg_catalog.count(*)
+    INTO v_records, v_count
+    FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_vector_tiers, v_valid_at,
+           v_min_conf, v_excluded, NULL, v_ids, v_scores, GREATEST(v_limit, 10))
+           WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
     -- Vector candidates (semantic or hybrid): reciprocal rank fusion over the union of the
     -- vector and lexical lists, in one statement (one snapshot). Fused lists are cut where

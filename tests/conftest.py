@@ -25,6 +25,7 @@ import itertools
 import json
 import os
 import queue
+import re
 import select
 import threading
 import time
@@ -228,10 +229,11 @@ class ClonePool:
         self._thread = threading.Thread(target=self._work, name="clone-pool", daemon=True)
         self._thread.start()
 
-    def _clone(self, c: psycopg.Connection[Any], name: str) -> None:
+    @staticmethod
+    def _clone(c: psycopg.Connection[Any], template: str, name: str) -> None:
         c.execute(
             sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                sql.Identifier(name), sql.Identifier(self.template)
+                sql.Identifier(name), sql.Identifier(template)
             )
         )
         # ALTER DATABASE settings live in pg_db_role_setting and are not copied by
@@ -286,7 +288,7 @@ class ClonePool:
                         if drop is not None or retry:
                             self._drop(conn, name)
                         if drop is None:
-                            self._clone(conn, name)
+                            self._clone(conn, self.template, name)
                             sessions = self._connect(name)
                         break
                     except psycopg.OperationalError:
@@ -353,6 +355,264 @@ def clones(server: Any, template: str) -> Iterator[ClonePool]:
     pool.close()
 
 
+class NeedsClone(BaseException):
+    """A test marked `rollback` did something a rolled-back transaction on the shared database
+    cannot stand for: it needs a clone of its own (drop the marker, or mark it `clone`). A
+    BaseException, so that `pytest.raises(Exception)` cannot swallow it."""
+
+
+# What a statement run on a `TxConn` may not do: change the backend's session state (it is
+# shared by every login and every test of the worker), end or split the test's transaction,
+# or read what one transaction cannot show as autocommit calls would (snapshots, xids,
+# statistics, the other backends).
+_TX_REFUSED_COMMAND = re.compile(
+    r"\s*(SET|RESET|BEGIN|START|COMMIT|END|ROLLBACK|ABORT|SAVEPOINT|RELEASE|PREPARE|"
+    r"LISTEN|UNLISTEN|NOTIFY|DISCARD|VACUUM|CHECKPOINT|ALTER\s+SYSTEM|CREATE\s+DATABASE|"
+    r"DROP\s+DATABASE)\b",
+    re.IGNORECASE,
+)
+_TX_REFUSED_ANYWHERE = re.compile(
+    r"set_config|advisory|pg_stat|pg_current_snapshot|pg_snapshot|xact_id|txid|xmin|"
+    r"pg_backend_pid|pg_terminate_backend|pg_cancel_backend|pg_notify|now\(\)|"
+    r"transaction_timestamp|current_timestamp|statement_timestamp",
+    re.IGNORECASE,
+)
+
+
+def _tx_refused(text: str) -> bool:
+    return bool(_TX_REFUSED_ANYWHERE.search(text)) or any(
+        _TX_REFUSED_COMMAND.match(part) for part in text.split(";")
+    )
+
+
+def _query_text(query: Any) -> str:
+    if isinstance(query, sql.Composable):
+        return query.as_string(None)
+    return query.decode() if isinstance(query, bytes) else str(query)
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """What one `TxConn` stands for: its login (None: the superuser) and, for `owner()`, a
+    role and the session settings of the governance context."""
+
+    login: str | None
+    role: str | None = None
+    settings: tuple[tuple[str, str], ...] = ()
+
+
+class TxBackend:
+    """The worker's shared database for the tests marked `rollback`: a clone of the template
+    made once, and one superuser backend on it. A test runs in one transaction that is rolled
+    back at its end, so it pays neither a clone nor a new backend, and the functions that
+    backend has compiled stay compiled for the next test.
+
+    Each statement a test runs (on any `TxConn`) behaves as the autocommit call it stands for:
+    `RESET ALL` and `SET SESSION AUTHORIZATION` (plus the role and settings of `owner()`)
+    before, a savepoint around it (an error rolls back that statement only), and the deferred
+    constraint triggers fired at its end (`SET CONSTRAINTS ALL IMMEDIATE`, as COMMIT would),
+    then deferred again (`tx_backend` checks every deferrable constraint is initially
+    deferred, so `ALL DEFERRED` restores the start state). Local settings of one call
+    (`fabric.tenant_id`) do not reach the next: `RESET ALL`."""
+
+    def __init__(self, server: Any, template: str, dbname: str) -> None:
+        self.server = server
+        self.template = template
+        self.dbname = dbname
+        self.conn: psycopg.Connection[Any] | None = None
+        self.lock = threading.Lock()
+        self.owner: Fabric | None = None
+
+    def begin(self, fabric: Fabric) -> None:
+        for attempt in (1, 2):  # a test may have restarted the server (test_serve_cli)
+            try:
+                if self.conn is None or self.conn.closed or self.conn.broken:
+                    self.conn = psycopg.connect(
+                        _admin_conninfo(self.server, self.dbname), autocommit=True
+                    )
+                self.conn.execute("BEGIN")
+                break
+            except psycopg.OperationalError:
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                if attempt == 2:
+                    raise
+        self.owner = fabric
+
+    def end(self) -> None:
+        self.owner = None
+        conn = self.conn
+        if conn is None or conn.closed or conn.broken:
+            return
+        status = conn.info.transaction_status
+        conn.execute("ROLLBACK")
+        if status == psycopg.pq.TransactionStatus.IDLE:
+            # the test's transaction ended under it: what came after was committed into the
+            # shared database, so it is made again for the next test
+            self.rebuild()
+            raise AssertionError("a rollback test committed into the shared database")
+        held = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+        ).fetchone()
+        assert held == (0,), "a rollback test left a session-level advisory lock behind"
+
+    def rebuild(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        _make_database(self.server, self.template, self.dbname)
+
+    def run(self, fabric: Fabric, who: _Identity, statement: Any, text: str) -> Any:
+        """Run `statement(conn)` as `who`, as one autocommit call would, for the test that
+        owns `fabric` (a connection kept past its test, e.g. by a thread, cannot reach into
+        the next test's transaction)."""
+        if _tx_refused(text):
+            raise NeedsClone(f"a rollback test cannot run this on the shared backend: {text!r}")
+        if not self.lock.acquire(blocking=False):
+            raise NeedsClone("a rollback test has one backend: two threads cannot share it")
+        try:
+            conn = self.conn
+            if conn is None or self.owner is not fabric:
+                raise NeedsClone("a rollback test's connection is used after the test's end")
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+                raise AssertionError("the test's transaction has ended: nothing may run now")
+            before: list[sql.Composable] = [sql.SQL("RESET ALL")]
+            if who.login is None:
+                before.append(sql.SQL("RESET SESSION AUTHORIZATION"))
+            else:
+                before.append(
+                    sql.SQL("SET SESSION AUTHORIZATION {}").format(sql.Identifier(who.login))
+                )
+            if who.role is not None:
+                before.append(sql.SQL("SET ROLE {}").format(sql.Identifier(who.role)))
+            for name, value in who.settings:
+                before.append(
+                    sql.SQL("SELECT pg_catalog.set_config({}, {}, false)").format(
+                        sql.Literal(name), sql.Literal(value)
+                    )
+                )
+            before.append(sql.SQL("SAVEPOINT mf_call"))
+            conn.execute(sql.SQL("; ").join(before))
+            try:
+                result = statement(conn)
+                conn.execute(
+                    "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; "
+                    "RELEASE SAVEPOINT mf_call"
+                )
+            except psycopg.Error:
+                if not conn.broken:
+                    conn.execute("ROLLBACK TO SAVEPOINT mf_call; RELEASE SAVEPOINT mf_call")
+                raise
+            return result
+        finally:
+            self.lock.release()
+
+
+class TxCursor:
+    """A cursor of a `TxConn`: each execute is one call (`TxBackend.run`)."""
+
+    def __init__(self, conn: TxConn, kwargs: dict[str, Any]) -> None:
+        self._conn = conn
+        self._kwargs = kwargs
+        self._cur: Any = None
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> TxCursor:
+        def statement(conn: psycopg.Connection[Any]) -> Any:
+            cur = conn.cursor(**self._kwargs)
+            cur.execute(query, params, **kwargs)
+            return cur
+
+        self._cur = self._conn._run(statement, query)
+        return self
+
+    def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+        def statement(conn: psycopg.Connection[Any]) -> Any:
+            cur = conn.cursor(**self._kwargs)
+            cur.executemany(query, params_seq, **kwargs)
+            return cur
+
+        self._cur = self._conn._run(statement, query)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "connection":
+            raise NeedsClone("a rollback test's cursor does not hand out the shared backend")
+        if self._cur is None:
+            raise AttributeError(name)
+        return getattr(self._cur, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cur)
+
+    def __enter__(self) -> TxCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TxConn:
+    """What `Fabric.connect`, `session`, `su` and `owner` hand a test marked `rollback`: a
+    login's autocommit connection, played on the worker's one shared backend inside the
+    test's transaction (`TxBackend`). It runs statements (`execute`, `cursor`); anything
+    that would change the backend's state or needs a backend of its own raises `NeedsClone`.
+    """
+
+    def __init__(self, backend: TxBackend, fabric: Fabric, who: _Identity) -> None:
+        object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "_fabric", fabric)
+        object.__setattr__(self, "_who", who)
+        object.__setattr__(self, "closed", False)
+
+    def _run(self, statement: Any, query: Any) -> Any:
+        return self._backend.run(self._fabric, self._who, statement, _query_text(query))
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        return self._run(lambda conn: conn.execute(query, params, **kwargs), query)
+
+    def cursor(self, **kwargs: Any) -> TxCursor:
+        if kwargs.get("name") is not None:
+            raise NeedsClone("a server-side cursor lives in a transaction of its own")
+        return TxCursor(self, kwargs)
+
+    @property
+    def autocommit(self) -> bool:
+        return True
+
+    @property
+    def broken(self) -> bool:
+        return False
+
+    @property
+    def adapters(self) -> Any:
+        assert self._backend.conn is not None
+        return self._backend.conn.adapters
+
+    def commit(self) -> None:  # an autocommit connection's commit does nothing
+        pass
+
+    def rollback(self) -> None:
+        pass
+
+    def close(self) -> None:
+        object.__setattr__(self, "closed", True)
+
+    def __enter__(self) -> TxConn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        raise NeedsClone(f"a rollback test's connection has no {name!r}: it needs a clone")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise NeedsClone(f"a rollback test cannot set {name!r} on the shared backend")
+
+
 @dataclass
 class Fabric:
     """One test's database, with a connection per identity.
@@ -370,13 +630,25 @@ class Fabric:
     _shared: psycopg.Connection[Any] | None = None
     _shared_as: str | None = None
     _shared_lock: threading.Lock = field(default_factory=threading.Lock)
+    # a test marked `rollback`: its transaction on the worker's shared database (TxBackend)
+    _tx: TxBackend | None = None
 
     @property
     def url(self) -> str:
+        if self._tx is not None:
+            raise NeedsClone("a rollback test has no database URL: another process needs a clone")
         return _admin_conninfo(self.server, self.dbname)
+
+    def _tx_conn(self, login: str | None, role: str | None = None, **settings: str) -> Any:
+        assert self._tx is not None
+        return TxConn(self._tx, self, _Identity(login, role, tuple(settings.items())))
 
     def connect(self, login: str | None = None, autocommit: bool = True) -> psycopg.Connection[Any]:
         """A new connection as `login` (the superuser when None), closed after the test."""
+        if self._tx is not None:
+            if not autocommit:
+                raise NeedsClone("a rollback test has no transaction of its own to give")
+            return self._tx_conn(login)  # type: ignore[no-any-return]
         conninfo = (
             self.url if login is None else psycopg.conninfo.make_conninfo(self.url, user=login)
         )
@@ -393,6 +665,8 @@ class Fabric:
         the cluster's snapshot xmin, and the clone pool's CREATE or DROP DATABASE in the
         background holds it back for a moment: a test that reads the outbox once, right
         after its writes, settles first (a projector would simply read again)."""
+        if self._tx is not None:
+            raise NeedsClone("the outbox of a rollback test is never committed")
         conn = self.session(None)
         xmax = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetchone()
         assert xmax is not None
@@ -406,6 +680,8 @@ class Fabric:
     def session(self, login: str | None = None) -> psycopg.Connection[Any]:
         """The test's shared autocommit connection as `login`: calls only, never SET ROLE,
         set_config or an open transaction (take `connect` for those)."""
+        if self._tx is not None:
+            return self._tx_conn(login)  # type: ignore[no-any-return]
         conn = self._sessions.get(login)
         if conn is None or conn.closed or conn.broken:
             conn = self._sessions[login] = self.connect(login)
@@ -421,6 +697,9 @@ class Fabric:
         login's own `session(login)` is used instead when the test has taken it (a race test
         watches that backend: "the connection fabric.commit uses"), while another thread
         calls on the shared one, and for the superuser (None)."""
+        if self._tx is not None:
+            yield self._tx_conn(login)
+            return
         if login is None or login in self._sessions:
             yield self.session(login)
             return
@@ -526,6 +805,13 @@ class Fabric:
         """A new connection of the superuser acting as fabric_owner (the table owner: not
         superuser, not BYPASSRLS, so RLS and the triggers apply), with the governance
         context `fabric.tenant_id` / `fabric.actor` set for the session unless None."""
+        if self._tx is not None:
+            if not autocommit:
+                raise NeedsClone("a rollback test has no transaction of its own to give")
+            settings = {"fabric.tenant_id": tenant, "fabric.actor": actor}
+            return self._tx_conn(  # type: ignore[no-any-return]
+                None, "fabric_owner", **{k: v for k, v in settings.items() if v is not None}
+            )
         conn = self.connect(None, autocommit=autocommit)
         conn.execute("SET ROLE fabric_owner")
         if tenant is not None:
@@ -538,12 +824,29 @@ class Fabric:
 
     def events(self, where: str = "true") -> list[dict[str, Any]]:
         q = sql.SQL("SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at")
+        if self._tx is not None:
+            # One transaction: every event has its xid and its occurred_at (now()). Each call
+            # runs in a savepoint of its own, whose subtransaction id (the row's xmin) grows
+            # from call to call: the order of the calls, as separate transactions give it.
+            q = sql.SQL(
+                "SELECT to_jsonb(e) FROM fabric.events e WHERE {}"
+                " ORDER BY xid, occurred_at, e.xmin::text::bigint"
+            )
+            rows = self._tx.run(
+                self,
+                _Identity(None),
+                lambda conn: conn.execute(q.format(sql.SQL(where))).fetchall(),  # type: ignore[arg-type]
+                "",
+            )
+            return [r[0] for r in rows]
         rows = self.session(None).execute(q.format(sql.SQL(where))).fetchall()  # type: ignore[arg-type]
         return [r[0] for r in rows]
 
     def close(self) -> None:
         for conn in self._conns:
             conn.close()
+        if self._tx is not None:
+            self._tx.end()
 
 
 def backend_pid(conn_or_pid: psycopg.Connection[Any] | int) -> int:
@@ -567,9 +870,62 @@ def wait_until_blocked(
         time.sleep(0.005)
 
 
+def _make_database(server: Any, template: str, name: str) -> None:
+    """(Re)create `name` as a clone of the template, with bootstrap's database settings."""
+    with psycopg.connect(_admin_conninfo(server, "postgres"), autocommit=True) as c:
+        ClonePool._drop(c, name)
+        ClonePool._clone(c, template, name)
+
+
+@pytest.fixture(scope="session")
+def tx_backend(server: Any, template: str) -> Iterator[TxBackend]:
+    """The worker's shared database for the tests marked `rollback` (made on first use)."""
+    name = f"mf_rollback_{os.getpid()}"
+    _make_database(server, template, name)
+    backend = TxBackend(server, template, name)
+    with psycopg.connect(_admin_conninfo(server, name), autocommit=True) as c:
+        # `SET CONSTRAINTS ALL DEFERRED` after each call restores the start state only while
+        # every deferrable constraint is initially deferred.
+        row = c.execute(
+            "SELECT count(*) FROM pg_constraint WHERE condeferrable AND NOT condeferred"
+        ).fetchone()
+        assert row == (0,), "a DEFERRABLE INITIALLY IMMEDIATE constraint: see TxBackend"
+    yield backend
+    if backend.conn is not None:
+        backend.conn.close()
+    with psycopg.connect(_admin_conninfo(server, "postgres"), autocommit=True) as c:
+        ClonePool._drop(c, name)
+
+
+def _rollback_wanted(node: pytest.Item) -> bool:
+    """`@pytest.mark.rollback` (on the test, its class or `pytestmark` of its module) unless
+    the test itself is marked `clone`. MEMFABRIC_TEST_ISOLATION=clone gives every test a clone
+    (the comparison run); =rollback tries every test not marked `clone` in a transaction
+    (to find the tests of a module that can opt in)."""
+    forced = os.environ.get("MEMFABRIC_TEST_ISOLATION")  # docs/development.md
+    if forced == "clone":
+        return False
+    if forced == "rollback":
+        return node.get_closest_marker("clone") is None
+    return node.get_closest_marker("rollback") is not None and (
+        node.get_closest_marker("clone") is None
+    )
+
+
 @pytest.fixture
-def fabric(clones: ClonePool) -> Iterator[Fabric]:
-    """A fresh clone of the template database for one test."""
+def fabric(request: pytest.FixtureRequest) -> Iterator[Fabric]:
+    """A fresh clone of the template database for one test; for a test marked `rollback`,
+    one transaction on the worker's shared database, rolled back at its end (`TxBackend`)."""
+    if _rollback_wanted(request.node):
+        backend: TxBackend = request.getfixturevalue("tx_backend")
+        f = Fabric(backend.server, backend.dbname, _tx=backend)
+        backend.begin(f)
+        try:
+            yield f
+        finally:
+            f.close()
+        return
+    clones: ClonePool = request.getfixturevalue("clones")
     name, sessions = clones.take()
     shared = sessions.pop(SHARED, None)
     conns = [*sessions.values(), *([shared] if shared else [])]

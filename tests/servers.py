@@ -6,6 +6,7 @@ wiped). Tests isolate themselves by wiping the graph (or their tenant), not by r
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -42,6 +43,20 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, grace: float = 30) -> None:
+    """Stop a child a test started: `sig`, up to `grace` seconds to exit (a loaded machine
+    starts and stops Python slowly), then SIGKILL; its output pipe is closed either way."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
 
 
 def graph_sh(

@@ -38,6 +38,8 @@ from itertools import chain
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from memfabric.children import end_child
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -613,18 +615,7 @@ class ProcessEmbedder:
 
     def _stop(self) -> None:
         child, self._child = self._child, None
-        if child is None:
-            return
-        if child.stdin is not None:
-            with contextlib.suppress(OSError):
-                child.stdin.close()  # the child reads EOF and returns
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
+        end_child(child, grace=5)
 
     def close(self) -> None:
         """End the child (the next :meth:`embed` starts a new one)."""

@@ -65,6 +65,9 @@ ENVIRONMENT: Final[dict[str, str]] = {
     f"{DEFAULT_VECTOR_INDEX_AFTER}; 0: never, build it with `memfabric vectors build-index`)",
     "MEMFABRIC_VECTOR_INDEX_SECONDS": "how often memfabric serve checks whether to build "
     f"(default {DEFAULT_VECTOR_INDEX_SECONDS} s)",
+    "MEMFABRIC_EDGE_SHARDS": "where memfabric serve's embedded shards live: inline (in the "
+    "serve process, the default) or child (each shard in a child process, so one recall "
+    "searches its tiers' shards at once)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
     "MEMFABRIC_PROJECTOR_EMBED": "where memfabric serve's projector embeds: inline (in the "
     "serve process, the default) or child (a child process at lower priority)",
@@ -129,6 +132,7 @@ PROJECTION_ENV: Final = (
     "MEMFABRIC_VECTOR_DIR",
     "MEMFABRIC_VECTOR_INDEX_AFTER",
     "MEMFABRIC_VECTOR_INDEX_SECONDS",
+    "MEMFABRIC_EDGE_SHARDS",
     "MEMFABRIC_EMBEDDER_DIMS",
     "MEMFABRIC_PROJECTOR_EMBED",
     "MEMFABRIC_PROJECTOR_PIPELINE",
@@ -209,6 +213,7 @@ class Settings:
     vector_dir: Path
     vector_index_after: int
     vector_index_seconds: int
+    edge_shards: str  # "inline" | "child"
     embedder_dims: int
     projector_embed: str  # "inline" | "child"
     projector_pipeline: str  # "serial" | "pipelined"
@@ -261,6 +266,7 @@ class Settings:
             vector_index_seconds=_int_at_least(
                 e, "MEMFABRIC_VECTOR_INDEX_SECONDS", DEFAULT_VECTOR_INDEX_SECONDS, 1
             ),
+            edge_shards=_choice(e, "MEMFABRIC_EDGE_SHARDS", ("inline", "child")),
             embedder_dims=_int(e, "MEMFABRIC_EMBEDDER_DIMS", DEFAULT_EMBEDDER_DIMS),
             projector_embed=_choice(e, "MEMFABRIC_PROJECTOR_EMBED", ("inline", "child")),
             projector_pipeline=_choice(e, "MEMFABRIC_PROJECTOR_PIPELINE", ("serial", "pipelined")),

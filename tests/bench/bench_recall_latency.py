@@ -14,6 +14,13 @@ checkout's `memfabric.recall.recall` on --url, and the same through the baseline
 --base-url (resolution, then the query embedding and the Edge search, then the re-check: one
 step after the other, as 0.4.0 does), each step of the baseline timed. The answers of both
 sides are compared (the same records in the same order). Ratios new / base are the last lines.
+The new side's steps are timed too (its broker wrapped: the embedding, which overlaps the
+resolution, and the Edge search; "rest" is the calls and the re-check around them). With
+--new-dir (a copy of --dir) the new side searches its own shards, opened as --new-shards
+says (child: each shard in a child process, MEMFABRIC_EDGE_SHARDS=child). --writes R: while
+the questions are asked, a thread does what the projector does for R new records a second:
+embeds each one's text (the same MiniLM as the questions) and upserts it into every store
+of the run (in another tenant, so no answer changes).
 --database-only measures the database's part alone (no broker, no embedding): text recall and
 the re-check call of semantic and hybrid recall with the same 50 candidates on both sides.
 """
@@ -23,9 +30,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +66,7 @@ from memfabric.broker import LocalBroker, hits_as_candidates, recall_filter
 from memfabric.call import fabric_call
 from memfabric.constants import INDEXED_TIERS, RECALL_MAX_CANDIDATES
 from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
-from memfabric.vectors import EdgeVectorStore
+from memfabric.vectors import EdgeVectorStore, MemoryPayload, VectorPoint
 
 Json = dict[str, Any]
 ORDER = ("new", "base", "new-h", "base-h")
@@ -77,10 +87,11 @@ def setup(url: str) -> None:
         call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", BULK, COMMITTER, [])
 
 
-def shards(url: str, where: Path, records: int, emb: Counting, index: bool) -> EdgeVectorStore:
+def shards(url: str, where: Path, records: int, emb: Counting, index: bool,
+           processes: bool = False) -> EdgeVectorStore:  # fmt: skip
     """The Edge shards of the bulk tenant in `where`, rebuilt (and indexed) once."""
     marker = where / f"built-{records}{'-index' if index else ''}"
-    store = EdgeVectorStore(where)
+    store = EdgeVectorStore(where, shard_processes=processes)
     store.ensure_collections(emb.model, emb.version, emb.dims)
     if marker.exists():
         print(f"  reusing the shards in {where}", flush=True)
@@ -97,6 +108,46 @@ def shards(url: str, where: Path, records: int, emb: Counting, index: bool) -> E
     store.flush()
     marker.touch()
     return store
+
+
+class TimedBroker(LocalBroker):
+    """The new side's broker, its embedding and search timed (seconds, per call)."""
+
+    def __init__(self, store: Any, embedder: Any) -> None:
+        super().__init__(store, embedder, {})
+        self.times: dict[str, float] = {}
+
+    def embed_query(self, query: str) -> list[float]:
+        t = time.perf_counter()
+        try:
+            return super().embed_query(query)
+        finally:
+            self.times["embed"] = time.perf_counter() - t
+
+    def search_vector(self, resolved: Json, vector: list[float], limit: int,
+                      exact: bool = False) -> list[tuple[str, float]]:  # fmt: skip
+        t = time.perf_counter()
+        try:
+            return super().search_vector(resolved, vector, limit, exact)
+        finally:
+            self.times["edge"] = time.perf_counter() - t
+
+
+def writer(stores: Sequence[EdgeVectorStore], emb: Counting, rate: float,
+           stop: threading.Event, done: list[int]) -> None:  # fmt: skip
+    """R records a second, each embedded and upserted into every store (tenant benchw)."""
+    start, i, now = time.perf_counter(), 0, datetime.now(UTC)
+    while not stop.is_set():
+        vector = emb.embed([f"{QUERIES[i % len(QUERIES)]} written {i}"])[0]
+        payload = MemoryPayload(
+            memory_id=str(uuid.uuid4()), tenant_id="benchw", tier=("episodic", "semantic")[i % 2],
+            visibility="tenant", content_hash="sha256:" + "0" * 64, confidence=0.9,
+            valid_from=now, consolidation_state="raw", retention_class="durable")  # fmt: skip
+        for store in stores:
+            store.upsert(payload.tier, [VectorPoint(payload, vector)])
+        i += 1
+        done[0] = i
+        stop.wait(max(0.0, start + i / rate - time.perf_counter()))
 
 
 def base_recall(conn: psycopg.Connection[Any], request: Json, broker: LocalBroker,
@@ -177,6 +228,10 @@ def main() -> int:
     ap.add_argument("--index", action="store_true", help="build the HNSW index once")
     ap.add_argument("--load-only", action="store_true", help="load and build, no queries")
     ap.add_argument("--database-only", action="store_true", help="no broker: the DB's part")
+    ap.add_argument("--new-dir", default=None, help="the new side's own copy of --dir")
+    ap.add_argument("--new-shards", choices=("inline", "child"), default="inline",
+                    help="how the new side's shards (--new-dir) are opened")  # fmt: skip
+    ap.add_argument("--writes", type=float, default=0.0, help="records/s written meanwhile")
     args = ap.parse_args()
     url, emb = args.url or db.database_url(), Counting()
     emb.embed(["warm up"])
@@ -206,23 +261,47 @@ def main() -> int:
         store.close()
         return 0
     broker = LocalBroker(store, emb, {})
+    new_store = store
+    if args.new_dir:
+        new_store = shards(url, Path(args.new_dir), args.records, emb, args.index,
+                           processes=args.new_shards == "child")  # fmt: skip
+    elif args.new_shards != "inline":
+        ap.error("--new-shards child needs --new-dir (a shard directory has one opener)")
+    timed = TimedBroker(new_store, emb)
     runs = {"new": open_runs(url, subjects), "base": open_runs(args.base_url, subjects)}
     out: dict[str, list[float]] = {w: [] for w in ORDER}
     steps: dict[str, list[float]] = {
         f"{m} {s}": [] for m in ("semantic", "hybrid") for s in ("resolve", "embed", "edge",
                                                                   "recheck")}  # fmt: skip
+    new_steps: dict[str, list[float]] = {
+        f"{m} {s}": [] for m in ("semantic", "hybrid") for s in ("embed", "edge", "rest")
+    }
     differ, load = 0, [os.getloadavg()[0]]
+    stop, written = threading.Event(), [0]
+    if args.writes > 0:
+        targets = [store] if new_store is store else [store, new_store]
+        wargs = (targets, emb, args.writes, stop, written)
+        write_thread = threading.Thread(target=writer, args=wargs)
+        write_thread.start()
+        t_writes = time.perf_counter()
     with connect(url, "benchp_agent") as new, connect(args.base_url, "benchp_agent") as base:
         for k, subject in enumerate(subjects):
             text, took, ids = QUERIES[k % len(QUERIES)], {}, {}
             turn = ORDER[k % len(ORDER) :] + ORDER[: k % len(ORDER)]
             part: dict[str, list[float]] = {name: [] for name in steps}
+            new_part: dict[str, list[float]] = {name: [] for name in new_steps}
             for what in turn:
                 side, mode = what.split("-")[0], "hybrid" if what.endswith("-h") else "semantic"
                 request = {**semantic_request(runs[side][subject], text), "mode": mode}
                 t = time.perf_counter()
                 if side == "new":
-                    answer = recall(new, request, broker)
+                    timed.times.clear()
+                    answer = recall(new, request, timed)
+                    whole = time.perf_counter() - t
+                    new_part[f"{mode} embed"].append(timed.times["embed"])
+                    new_part[f"{mode} edge"].append(timed.times["edge"])
+                    new_part[f"{mode} rest"].append(whole - timed.times["edge"]
+                                                    - timed.times["embed"])  # fmt: skip
                 else:
                     answer = base_recall(base, request, broker, part)
                 took[what] = time.perf_counter() - t
@@ -234,20 +313,33 @@ def main() -> int:
                     out[what].append(sec)
                 for name, secs in part.items():
                     steps[name] += secs
+                for name, secs in new_part.items():
+                    new_steps[name] += secs
             if k % 50 == 0:
                 load.append(os.getloadavg()[0])
+    if args.writes > 0:
+        stop.set()
+        write_thread.join()
+        print(f"  {written[0]:,} records written meanwhile "
+              f"({written[0] / (time.perf_counter() - t_writes):.1f}/s)")  # fmt: skip
     store.close()
+    if new_store is not store:
+        new_store.close()
     load.append(os.getloadavg()[0])
     n = len(out["new"])
     print(f"\n{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; nproc {os.cpu_count()}; "
           f"load average (1 min) during the run {min(load):.1f}-{max(load):.1f}; "
           f"{args.records:,} records; {n} queries after 20 warm-up; "
-          f"index {args.index}")  # fmt: skip
+          f"index {args.index}; new side's shards: "
+          f"{args.new_shards if args.new_dir else 'the same as base'}; "
+          f"writes meanwhile {args.writes:g}/s")  # fmt: skip
     print(f"answers that differ between the two sides (records or order): {differ} of "
           f"{2 * len(subjects)}\n")  # fmt: skip
     print("| measure | p50 / p95 |\n|---|---|")
     for name, secs in steps.items():
         print(f"| base {name} | {ms(secs)} |")
+    for name, secs in new_steps.items():
+        print(f"| new {name} | {ms(secs)} |")
     for mode, key in (("semantic", ""), ("hybrid", "-h")):
         print(f"| {mode} end to end, base | {ms(out['base' + key])} |")
         print(f"| {mode} end to end, new | {ms(out['new' + key])} |")

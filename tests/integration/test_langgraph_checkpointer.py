@@ -31,6 +31,8 @@ from memfabric.langgraph import (
 )
 from memfabric.worker import erase, run_decay_once
 
+pytestmark = pytest.mark.rollback
+
 SERVICE = "mf_service"  # a login holding fabric_checkpointer
 
 
@@ -140,6 +142,7 @@ def test_a_service_has_dml_on_its_checkpoints_only(fabric: Fabric, statement: st
         fabric.connect(SERVICE).execute(statement)
 
 
+@pytest.mark.clone
 def test_the_ddl_guard_covers_the_checkpoint_schema(fabric: Fabric) -> None:
     login = "mf_leaked_checkpoint_owner"
     with fabric.su() as su:
@@ -158,6 +161,7 @@ def test_the_ddl_guard_covers_the_checkpoint_schema(fabric: Fabric) -> None:
             su.execute(f"DROP ROLE IF EXISTS {login}")
 
 
+@pytest.mark.clone
 def test_setup_never_needed_and_refused_to_a_service(fabric: Fabric) -> None:
     with checkpointer(conninfo(fabric)) as saver:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -167,6 +171,7 @@ def test_setup_never_needed_and_refused_to_a_service(fabric: Fabric) -> None:
 # --- one namespace per service ------------------------------------------------------------
 
 
+@pytest.mark.clone
 def test_two_services_never_share_a_thread(fabric: Fabric) -> None:
     with (
         checkpointer(conninfo(fabric)) as support,
@@ -181,6 +186,7 @@ def test_two_services_never_share_a_thread(fabric: Fabric) -> None:
     assert threads(fabric) == ["mf_service:t-1"]
 
 
+@pytest.mark.clone
 def test_a_login_reads_and_writes_only_its_own_threads(fabric: Fabric) -> None:
     with checkpointer(conninfo(fabric)) as mine:
         approval_graph(mine).invoke({"steps": []}, thread("t-1"))
@@ -261,6 +267,7 @@ def test_a_thread_keeps_its_tenant_and_subject(fabric: Fabric) -> None:
     assert kept == [(GOOD,)]
 
 
+@pytest.mark.clone
 def test_a_graph_without_a_known_tenant_cannot_checkpoint(fabric: Fabric) -> None:
     with checkpointer(conninfo(fabric)) as saver:
         with pytest.raises(ValueError, match="tenant"):
@@ -284,6 +291,7 @@ def age(fabric: Fabric, thread_id: str, by: str) -> None:
         )
 
 
+@pytest.mark.clone
 def test_a_graph_waiting_for_approval_survives_the_decay_and_resumes(fabric: Fabric) -> None:
     fabric.session("mf_admin").execute(
         "SELECT fabric_api.configure_instance('acme', '', %s)",
@@ -318,6 +326,7 @@ def test_a_graph_waiting_for_approval_survives_the_decay_and_resumes(fabric: Fab
 # --- erasure ------------------------------------------------------------------------------
 
 
+@pytest.mark.clone
 def test_a_subject_erasure_deletes_its_threads_and_the_receipt_lists_them(
     fabric: Fabric,
 ) -> None:
@@ -355,6 +364,7 @@ def test_a_subject_erasure_deletes_its_threads_and_the_receipt_lists_them(
 # --- the store and the checkpointer in one graph ------------------------------------------
 
 
+@pytest.mark.clone
 def test_store_and_checkpointer_in_one_graph(fabric: Fabric) -> None:
     run = fabric.open_run()
     answer = fabric.propose("mf_agent_a", episode("prefers invoices in EUR"), run)
@@ -394,6 +404,7 @@ def test_store_and_checkpointer_in_one_graph(fabric: Fabric) -> None:
 # --- LangGraph's conformance suite --------------------------------------------------------
 
 
+@pytest.mark.clone
 def test_the_checkpointer_passes_langgraphs_conformance_suite(fabric: Fabric) -> None:
     @checkpointer_test(name="memfabric")
     async def saver() -> AsyncIterator[Any]:
@@ -415,6 +426,7 @@ def test_the_checkpointer_passes_langgraphs_conformance_suite(fabric: Fabric) ->
     assert all(t.startswith("mf_service:") for t in threads(fabric))
 
 
+@pytest.mark.clone
 def test_checkpoint_conninfo_puts_the_schema_on_the_search_path(fabric: Fabric) -> None:
     with psycopg.connect(checkpoint_conninfo(conninfo(fabric))) as c:
         row = c.execute("SHOW search_path").fetchone()

@@ -30,6 +30,8 @@ from psycopg_pool import ConnectionPool
 from conftest import Fabric, episode
 from memfabric.langgraph import GovernedWriteRefused, SynedrixMemoryStore
 
+pytestmark = pytest.mark.rollback
+
 SUBJECT = ("acme", "episodic", "user-8842")
 
 
@@ -292,6 +294,7 @@ def test_put_and_delete_refuse_and_name_the_governed_path(
     assert fabric.counts() == before  # nothing written, nothing even read by the batch
 
 
+@pytest.mark.clone
 def test_propose_maps_a_value_to_an_envelope_inside_the_run(
     fabric: Fabric, store: SynedrixMemoryStore, seeded: dict[str, Any]
 ) -> None:
@@ -400,6 +403,7 @@ def test_the_stock_store_leaks_across_tenants_and_ours_does_not(
     assert len(recall_events(fabric, seeded["run"], "denied")) == 1
 
 
+@pytest.mark.clone
 def test_the_store_reads_over_a_pool_and_from_a_conninfo(
     fabric: Fabric, seeded: dict[str, Any]
 ) -> None:

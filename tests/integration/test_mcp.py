@@ -34,6 +34,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric
+from servers import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_BROKER = {"MEMFABRIC_SOCKET": str(Path(tempfile.gettempdir()) / "mf-no-broker.sock")}
@@ -132,8 +133,7 @@ def gateway(fabric: Fabric) -> Iterator[str]:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop_process(proc)
 
 
 # --- stdio ---------------------------------------------------------------------------------
@@ -547,8 +547,7 @@ def test_the_gateway_logs_in_as_itself_and_as_the_agent_with_its_password_file(
 
         run_async(go)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop_process(proc)
     with fabric.su() as c:
         row = c.execute("SELECT proposed_by FROM fabric.proposals").fetchone()
     assert row is not None and row[0] == "com-agt-077"

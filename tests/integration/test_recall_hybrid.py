@@ -19,9 +19,12 @@ from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore
 
 
-@pytest.fixture
-def projector(fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[Projector]:
-    store = EdgeVectorStore(tmp_path / "qdrant")
+@pytest.fixture(params=[False, True], ids=["inline", "child"])
+def projector(
+    fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder, request: pytest.FixtureRequest
+) -> Iterator[Projector]:
+    # child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
+    store = EdgeVectorStore(tmp_path / "qdrant", shard_processes=request.param)
     store.ensure_collections(minilm.model, minilm.version, minilm.dims)
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     yield Projector(url, minilm, store, None)

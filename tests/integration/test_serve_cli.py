@@ -21,7 +21,7 @@ import pytest
 from conftest import Fabric
 from memfabric.broker import serving
 from memfabric.graph import GraphStore
-from servers import PASSWORD, GraphServer
+from servers import PASSWORD, GraphServer, stop_process
 
 # runs memfabric serve and restarts servers under it
 pytestmark = pytest.mark.slow
@@ -31,7 +31,9 @@ PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 
 
 @pytest.fixture
-def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
+def served(
+    fabric: Fabric, graph_server: GraphServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Any]]:
     with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
         graph.wipe()  # each test's fabric starts empty
     sock = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp")) / "s.sock"
@@ -44,6 +46,8 @@ def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterato
         "MEMFABRIC_VECTOR_DIR": str(tmp_path / "qdrant"),
         "GRAPH_BOLT_PORT": graph_server.env["GRAPH_BOLT_PORT"],
         "GRAPH_PASSWORD": PASSWORD,
+        # indirect parametrization: where serve's shards live (inline unless a test says)
+        "MEMFABRIC_EDGE_SHARDS": getattr(request, "param", "inline"),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "memfabric.cli", "serve", "--poll", "0.2"],
@@ -61,11 +65,7 @@ def served(fabric: Fabric, graph_server: GraphServer, tmp_path: Path) -> Iterato
         assert serving(sock), proc.stdout.read() if proc.poll() is not None else "no socket"
         yield {"env": env, "proc": proc, "socket": sock}
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, signal.SIGINT)
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -93,6 +93,7 @@ def wait_verified(env: dict[str, str], memory_ids: set[str], timeout: float = 90
         time.sleep(0.5)
 
 
+@pytest.mark.parametrize("served", ["inline", "child"], indirect=True)
 def test_serve_projects_answers_recall_and_passes_the_drill(
     fabric: Fabric, served: dict[str, Any]
 ) -> None:

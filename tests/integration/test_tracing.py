@@ -34,6 +34,7 @@ from memfabric.errors import InvalidEnvelope
 from memfabric.metrics import serve_metrics
 from memfabric.recall import recall
 from memfabric.tracing import SpanMaker, TraceConfigError
+from servers import stop_process
 
 CANARY = "canary-7f3e-do-not-export"
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +98,7 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.server.shutdown()
+    r.server.server_close()
 
 
 def tracer_url(fabric: Fabric) -> str:
@@ -295,6 +297,7 @@ def test_metrics_and_health_answer_on_loopback(fabric: Fabric, receiver: Receive
         assert "memfabric_trace_lag 0\n" in text
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def test_no_langsmith_dependency() -> None:
@@ -401,5 +404,4 @@ def test_the_trace_worker_exports_as_recalls_happen_and_serves_metrics(
         assert "memfabric_events_traced_total 1\n" in text
         assert "memfabric_trace_errors_total 0\n" in text
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)
+        stop_process(proc, signal.SIGINT)

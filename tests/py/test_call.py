@@ -12,6 +12,8 @@ from conftest import MEMORY_TOOLS, Fabric, episode
 from memfabric import errors
 from memfabric.call import Cast, fabric_call, fabric_rows
 
+pytestmark = pytest.mark.rollback
+
 
 @pytest.mark.parametrize(
     "name",

@@ -68,11 +68,19 @@ def root() -> Iterator[Path]:
 
 
 @pytest.fixture
-def store(root: Path) -> Iterator[EdgeVectorStore]:
-    s = EdgeVectorStore(root / "edge", indexing_threshold_kb=1000)
+def store(root: Path, request: pytest.FixtureRequest) -> Iterator[EdgeVectorStore]:
+    # Inline shards unless a test asks for BOTH_MODES: the build and the swap are the parts
+    # a child-owned shard (MEMFABRIC_EDGE_SHARDS=child) does differently; each build costs
+    # seconds, so the other tests run once.
+    s = EdgeVectorStore(
+        root / "edge", indexing_threshold_kb=1000, shard_processes=getattr(request, "param", False)
+    )
     s.ensure_collections("bench-model", "1", DIMS)
     yield s
     s.close()
+
+
+BOTH_MODES = pytest.mark.parametrize("store", [False, True], ids=["inline", "child"], indirect=True)
 
 
 def queries(n: int) -> list[list[float]]:
@@ -81,6 +89,7 @@ def queries(n: int) -> list[list[float]]:
     return [list(map(float, x / np.linalg.norm(x))) for x in q]
 
 
+@BOTH_MODES
 @pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
 def test_a_fresh_shard_has_no_index_and_a_build_indexes_every_point(
     store: EdgeVectorStore,
@@ -117,6 +126,7 @@ def test_a_second_build_without_new_points_is_skipped(store: EdgeVectorStore) ->
     assert store.build_index(["episodic"])["episodic"]["result"] == "skipped"  # empty
 
 
+@BOTH_MODES
 @pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
 def test_writes_during_the_build_are_replayed_on_the_built_copy(
     store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch

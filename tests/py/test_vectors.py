@@ -96,19 +96,21 @@ class Backend:
     location: Path
 
     def open(self) -> VectorStore:
-        if self.kind == "edge":
-            return EdgeVectorStore(self.location)
+        if self.kind.startswith("edge"):
+            # edge-child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
+            return EdgeVectorStore(self.location, shard_processes=self.kind == "edge-child")
         return QdrantServerStore(path=self.location)
 
 
-@pytest.fixture(params=["edge", "qdrant-client-local"])
+@pytest.fixture(params=["edge", "edge-child", "qdrant-client-local"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "edge" and SHM.is_dir() and os.access(SHM, os.W_OK):
+    if request.param.startswith("edge") and SHM.is_dir() and os.access(SHM, os.W_OK):
         where = Path(tempfile.mkdtemp(prefix="mf-edge-", dir=SHM))
-        yield Backend("edge", where)
+        yield Backend(request.param, where)
         shutil.rmtree(where, ignore_errors=True)
     else:
-        yield Backend(request.param if request.param == "edge" else "local", tmp_path / "q")
+        kind = request.param if request.param.startswith("edge") else "local"
+        yield Backend(kind, tmp_path / "q")
 
 
 @pytest.fixture
@@ -519,7 +521,7 @@ def test_reopening_keeps_points_and_contracts(
         assert again.count("semantic") == 30
         after = again.search(["semantic"], q, flt(), 10, exact=True)
         assert [h[0] for h in after] == [h[0] for h in before]
-        if backend.kind == "edge":
+        if backend.kind.startswith("edge"):
             assert after == before
         else:  # local mode reloads its vectors at another precision: scores move by an ulp
             assert [h[1] for h in after] == pytest.approx([h[1] for h in before], abs=1e-6)
@@ -719,3 +721,25 @@ def test_store_from_env_picks_the_backend(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert isinstance(v.store_from_env(tmp_path / "unused"), FakeServerStore)
     assert seen == [("http://qdrant.internal:6333", "k")]
     assert not (tmp_path / "unused").exists()
+
+
+def test_a_shard_process_that_died_fails_the_search_and_closing_ends_the_others(
+    tmp_path: Path,
+) -> None:
+    from memfabric.vectors.shards import ProcessShard
+
+    store = EdgeVectorStore(tmp_path / "e", shard_processes=True)
+    store.ensure_collections(MODEL, "1", 8)
+    shards = dict(store._shards)
+    assert shards and all(isinstance(s, ProcessShard) for s in shards.values())
+    children = {p: s._child for p, s in shards.items() if isinstance(s, ProcessShard)}
+    assert all(c is not None and c.poll() is None for c in children.values())
+    semantic = store._contract("semantic").physical_name
+    dead = children[semantic]
+    assert dead is not None
+    dead.kill()
+    dead.wait()
+    with pytest.raises(OSError):  # not a hang, not an empty answer
+        store.search(["semantic"], [1.0] + [0.0] * 7, flt(), 5)
+    store.close()
+    assert all(c is not None and c.poll() is not None for c in children.values())

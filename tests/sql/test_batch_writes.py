@@ -21,6 +21,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import MEMORY_TOOLS, Fabric, call, episode
 
+pytestmark = pytest.mark.rollback
+
 PROPOSE_MANY = "SELECT fabric_api.propose_many(%s, %s)"
 
 
@@ -402,6 +404,7 @@ def _state(su: psycopg.Connection[Any], run: Any, tag: str) -> dict[str, list[st
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @pytest.mark.slow
+@pytest.mark.clone
 @given(specs=st.lists(SPECS, min_size=1, max_size=10), denied=st.sampled_from([False] * 5 + [True]))
 def test_a_batch_leaves_the_state_the_same_calls_one_by_one_leave(
     fabric: Fabric, specs: list[tuple[Any, ...]], denied: bool
@@ -416,6 +419,7 @@ def test_a_batch_leaves_the_state_the_same_calls_one_by_one_leave(
             c.close()
 
 
+@pytest.mark.clone
 def test_a_batch_of_every_breaker_leaves_the_state_the_same_calls_leave(fabric: Fabric) -> None:
     """The property for one fixed batch: every breaker, valid envelopes of both tiers (read
     set-based by propose_many) and a repeated key, each answered as propose answers it."""

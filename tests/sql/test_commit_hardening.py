@@ -22,6 +22,8 @@ from memfabric import db as mfdb
 from memfabric.errors import FabricError
 from memfabric.worker import erase, run_committer, run_decay_once
 
+pytestmark = pytest.mark.rollback
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -93,6 +95,7 @@ def test_subject_erasure_withdraws_uncommitted_proposals_and_the_drain_goes_on(
     assert sqlstate(lambda: fabric.commit(doomed)) == "55000"
 
 
+@pytest.mark.clone
 def test_the_commit_worker_survives_an_erased_subject(fabric: Fabric) -> None:
     waiting = fabric.proposed(fabric.open_run(), "acme's proposal")
     erased_run = fabric.open_run("glx-agt-001", "globex", subject="user-s")
@@ -131,6 +134,7 @@ def test_a_proposal_that_breaks_a_rule_at_commit_is_rejected_alone(fabric: Fabri
     assert event["payload"]["sqlstate"] == "23502" and event["actor_agent_id"] == "os-agt-010"
 
 
+@pytest.mark.clone
 def test_a_transient_failure_leaves_the_proposal_validated_for_the_next_drain(
     fabric: Fabric,
 ) -> None:
@@ -150,6 +154,7 @@ def test_a_transient_failure_leaves_the_proposal_validated_for_the_next_drain(
     assert again is not None and again[0] == {"committed": 1, "rejected": 0, "retry": 0}
 
 
+@pytest.mark.clone
 def test_a_timed_out_drain_stops_and_keeps_what_it_committed(fabric: Fabric) -> None:
     good = fabric.proposed(fabric.open_run(), "fine")
     run_g = fabric.open_run("glx-agt-001", "globex")
@@ -194,6 +199,7 @@ def test_a_commit_failure_is_rejected_retried_or_a_fault_by_its_sqlstate(
     assert row == (kind,)
 
 
+@pytest.mark.clone
 def test_the_commit_worker_reports_a_refused_drain_and_keeps_running(fabric: Fabric) -> None:
     waiting = fabric.proposed(fabric.open_run(), "acme's proposal")
     su = fabric.su()

@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 
 from memfabric.hashing import ContentError, canonical, content_hash, loads
 
+pytestmark = pytest.mark.rollback
+
 VECTORS_FILE = Path(__file__).resolve().parents[1] / "vectors" / "content_hash.json"
 VECTORS: dict[str, Any] = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
 ACCEPTED: list[dict[str, str]] = VECTORS["vectors"]
@@ -171,6 +173,7 @@ def test_pg_string_escaping_is_jcs(db: psycopg.Connection[Any]) -> None:
         assert from_jsonb == expected, hex(ord(text[1]))
 
 
+@pytest.mark.clone
 def test_hash_ignores_session_float_settings(db: psycopg.Connection[Any]) -> None:
     vector = next(v for v in ACCEPTED if v["name"] == "number_fractions")
     db.execute("SET extra_float_digits = 0")
@@ -245,6 +248,7 @@ def _python_accepts(text: str) -> bool:
     return True
 
 
+@pytest.mark.clone
 def test_number_refusal_sample_matches_python(db: psycopg.Connection[Any]) -> None:
     db.execute(
         """
@@ -314,6 +318,7 @@ _PROPERTY_SETTINGS = settings(
 
 @_PROPERTY_SETTINGS
 @given(value=_json)
+@pytest.mark.clone
 def test_property_db_hash_equals_python(db: psycopg.Connection[Any], value: Any) -> None:
     text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     canonical_text, hashed = _db_hash(db, text)
@@ -323,6 +328,7 @@ def test_property_db_hash_equals_python(db: psycopg.Connection[Any], value: Any)
 
 @_PROPERTY_SETTINGS
 @given(keys=st.lists(_text, max_size=20, unique=True))
+@pytest.mark.clone
 def test_property_key_order_is_utf16(db: psycopg.Connection[Any], keys: list[str]) -> None:
     row = db.execute(
         "SELECT coalesce(array_agg(k ORDER BY fabric._jcs_key_order(k)), '{}')"
@@ -335,6 +341,7 @@ def test_property_key_order_is_utf16(db: psycopg.Connection[Any], keys: list[str
 
 @_PROPERTY_SETTINGS
 @given(numbers=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=20))
+@pytest.mark.clone
 def test_property_number_text_is_ecmascript(
     db: psycopg.Connection[Any], numbers: list[float]
 ) -> None:

@@ -20,6 +20,8 @@ from psycopg.types.json import Jsonb
 from conftest import Fabric, episode
 from memfabric.hashing import content_hash
 
+pytestmark = pytest.mark.rollback
+
 # --- helpers ------------------------------------------------------------------------------
 
 
@@ -496,12 +498,14 @@ def raw(
     }
 
 
+@pytest.mark.clone
 def test_owner_raw_episode_insert_is_possible(fabric: Fabric) -> None:
     """The control for the refusals below: the same INSERT, valid, goes in."""
     owner(fabric).execute(RAW_INSERT, raw())
     assert fabric.count("memory_records", "source_event_id = 'evt-raw-1'") == 1
 
 
+@pytest.mark.clone
 def test_owner_raw_semantic_without_lineage_fails_at_commit(fabric: Fabric) -> None:
     conn = owner(fabric, autocommit=False)
     conn.execute(RAW_INSERT, raw(tier="semantic"))  # deferred: the INSERT itself passes
@@ -523,6 +527,7 @@ def _raw_semantic_of(conn: psycopg.Connection[Any], parent: str) -> None:
     )
 
 
+@pytest.mark.clone
 def test_owner_raw_semantic_of_a_non_episode_fails_at_commit(fabric: Fabric) -> None:
     """A parent that is not an episode (and has none) does not pass the direct-parent test
     of the deferred check, nor its walk."""
@@ -537,6 +542,7 @@ def test_owner_raw_semantic_of_a_non_episode_fails_at_commit(fabric: Fabric) -> 
     assert fabric.count("memory_lineage") == 0
 
 
+@pytest.mark.clone
 def test_owner_raw_semantic_of_a_semantic_with_an_episode_commits(fabric: Fabric) -> None:
     """The walk: a semantic parent whose own parent is an episode."""
     run = fabric.open_run()
@@ -548,6 +554,7 @@ def test_owner_raw_semantic_of_a_semantic_with_an_episode_commits(fabric: Fabric
     assert fabric.count("memory_records", "tier = 'semantic'") == 2
 
 
+@pytest.mark.clone
 def test_owner_raw_subject_visibility_without_subject_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
         owner(fabric).execute(RAW_INSERT, raw(subject=None))
@@ -555,6 +562,7 @@ def test_owner_raw_subject_visibility_without_subject_is_refused(fabric: Fabric)
     assert fabric.count("memory_records") == 0
 
 
+@pytest.mark.clone
 def test_owner_raw_insert_into_tenant_platform_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
         owner(fabric, tenant="platform").execute(RAW_INSERT, raw(tenant="platform"))
@@ -568,8 +576,28 @@ def test_tenant_platform_cannot_be_created(fabric: Fabric) -> None:
     assert fabric.count("tenants", "tenant_id = 'platform'") == 0
 
 
+@pytest.mark.clone
 def test_owner_raw_audit_retention_on_semantic_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
         owner(fabric).execute(RAW_INSERT, raw(tier="semantic", retention="audit"))
     assert info.value.diag.constraint_name == "memory_records_audit_retention_only_on_episodic"
     assert fabric.count("memory_records") == 0
+
+
+@pytest.mark.parametrize("isolation", ["rollback", pytest.param("clone", marks=pytest.mark.clone)])
+def test_owner_raw_semantic_without_lineage_fails_on_an_autocommit_connection(
+    fabric: Fabric, isolation: str
+) -> None:
+    """The deferred rule fires at the implicit commit of an autocommit statement: the INSERT
+    itself raises. (Run both ways: in a test marked rollback, `TxBackend` fires the deferred
+    triggers at the end of each call, as COMMIT would.)"""
+    if isolation == "rollback" and fabric._tx is None:
+        pytest.skip("MEMFABRIC_TEST_ISOLATION=clone")
+    assert (fabric._tx is not None) == (isolation == "rollback")
+    conn = fabric.owner()
+    with pytest.raises(errors.CheckViolation) as info:
+        conn.execute(RAW_INSERT, raw(tier="semantic"))
+    assert info.value.diag.constraint_name == "memory_records_semantic_needs_episode"
+    assert fabric.count("memory_records") == 0
+    conn.execute(RAW_INSERT, raw())  # the connection goes on: the episode commits
+    assert fabric.count("memory_records") == 1

@@ -28,6 +28,8 @@ from psycopg.types.json import Jsonb
 from conftest import Fabric, episode
 from memfabric.hashing import content_hash
 
+pytestmark = pytest.mark.rollback
+
 SETTINGS = settings(
     max_examples=150,
     deadline=None,

@@ -17,6 +17,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode, wait_until_blocked
 
+pytestmark = pytest.mark.rollback
+
 
 def envelope(**overrides: Any) -> dict[str, Any]:
     """One fixed request: the same source event and content every call."""
@@ -210,6 +212,7 @@ def test_an_erased_record_is_not_formed_again_by_a_replay(fabric: Fabric) -> Non
     assert kept == (True, True, True)
 
 
+@pytest.mark.clone
 def test_a_proposal_row_with_a_taken_key_is_refused_by_the_index(fabric: Fabric) -> None:
     """The rule holds below the API: the owner copying a proposal under its key fails."""
     run = fabric.open_run()
@@ -261,6 +264,7 @@ def _race(fabric: Fabric, first_commits: bool) -> tuple[dict[str, Any], dict[str
     return first[0], outcome["answer"]
 
 
+@pytest.mark.clone
 def test_two_connections_proposing_at_once_form_one_proposal(fabric: Fabric) -> None:
     first, second = _race(fabric, first_commits=True)
     assert second["proposal_id"] == first["proposal_id"]
@@ -269,6 +273,7 @@ def test_two_connections_proposing_at_once_form_one_proposal(fabric: Fabric) -> 
     assert len(fabric.events("event_type = 'memory.proposal.validated'")) == 1
 
 
+@pytest.mark.clone
 def test_when_the_first_rolls_back_the_waiting_twin_files_its_own(fabric: Fabric) -> None:
     first, second = _race(fabric, first_commits=False)
     assert second["proposal_id"] != first["proposal_id"]

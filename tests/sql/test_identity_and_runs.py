@@ -21,6 +21,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric, episode
 
+pytestmark = pytest.mark.rollback
+
 REGISTRY = ("agents", "tenant_agents", "tenant_agent_tools", "tools", "tenants")
 
 
@@ -45,6 +47,7 @@ def proposals_of_run(fabric: Fabric, run_id: uuid.UUID) -> int:
 # --- who is calling -----------------------------------------------------------------------
 
 
+@pytest.mark.clone
 def test_the_caller_is_session_user_not_current_user(fabric: Fabric) -> None:
     run = fabric.open_run()
     before = world(fabric)
@@ -86,6 +89,7 @@ def test_an_unknown_run_is_refused_and_writes_nothing(fabric: Fabric) -> None:
     assert world(fabric) == before
 
 
+@pytest.mark.clone
 def test_an_expired_run_is_refused_and_writes_nothing(fabric: Fabric) -> None:
     run = fabric.open_run(ttl="200 milliseconds")
     time.sleep(0.3)

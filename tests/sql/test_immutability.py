@@ -67,10 +67,10 @@ def committed(fabric: Fabric, text: str = "asked for invoices in EUR", **env: An
 
 def record(fabric: Fabric, memory_id: str) -> dict[str, Any]:
     """The whole row, read by the superuser."""
-    with psycopg.connect(fabric.url, autocommit=True) as c:
-        row = c.execute(
-            "SELECT to_jsonb(m) FROM fabric.memory_records m WHERE memory_id = %s", (memory_id,)
-        ).fetchone()
+    c = fabric.session()  # the superuser's session: reads only
+    row = c.execute(
+        "SELECT to_jsonb(m) FROM fabric.memory_records m WHERE memory_id = %s", (memory_id,)
+    ).fetchone()
     assert row is not None
     return row[0]  # type: ignore[no-any-return]
 

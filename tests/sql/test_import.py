@@ -27,6 +27,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import MEMORY_TOOLS, Fabric, wait_until_blocked
 
+pytestmark = pytest.mark.rollback
+
 IMPORT = "SELECT fabric_api.import_records(%s, %s, %s)"
 _ids = itertools.count(1)
 
@@ -605,6 +607,7 @@ def one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(specs=st.lists(ELEMENTS, min_size=1, max_size=12))
+@pytest.mark.clone
 def test_an_import_leaves_the_state_one_by_one_propose_and_commit_leaves(
     fabric: Fabric, specs: list[dict[str, Any]]
 ) -> None:
@@ -694,6 +697,7 @@ def test_labels_and_numbers_off_the_fast_path_are_read_as_propose_reads_them(
     assert row[2]["n"] == [0.30000000000000004, 123456789012345, -0.001]
 
 
+@pytest.mark.clone
 def test_two_concurrent_imports_with_one_id_form_the_records_once(fabric: Fabric) -> None:
     records = [element(), element()]
     first = fabric.connect("mf_committer", autocommit=False)

@@ -19,6 +19,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
 
+pytestmark = pytest.mark.rollback
+
 CANARY = "canary7q"
 FORMAT_CHARACTERS = {
     "rlo": "\u202e",  # right-to-left override

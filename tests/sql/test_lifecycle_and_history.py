@@ -59,23 +59,23 @@ def committed(fabric: Fabric, text: str = "asked for invoices in EUR", **env: An
 
 
 def record(fabric: Fabric, memory_id: str) -> dict[str, Any]:
-    with psycopg.connect(fabric.url, autocommit=True) as c:
-        row = c.execute(
-            "SELECT to_jsonb(m) FROM fabric.memory_records m WHERE memory_id = %s", (memory_id,)
-        ).fetchone()
+    c = fabric.session()  # the superuser's session: reads only
+    row = c.execute(
+        "SELECT to_jsonb(m) FROM fabric.memory_records m WHERE memory_id = %s", (memory_id,)
+    ).fetchone()
     assert row is not None
     return row[0]  # type: ignore[no-any-return]
 
 
 def history(fabric: Fabric, memory_id: str) -> list[dict[str, Any]]:
     """History rows with the range bounds spelled out, oldest first."""
-    with psycopg.connect(fabric.url, autocommit=True) as c:
-        rows = c.execute(
-            "SELECT to_jsonb(v) || jsonb_build_object('lower', lower(known_during),"
-            " 'upper', upper(known_during), 'empty', isempty(known_during))"
-            " FROM fabric.memory_record_versions v WHERE memory_id = %s ORDER BY revision",
-            (memory_id,),
-        ).fetchall()
+    c = fabric.session()  # the superuser's session: reads only
+    rows = c.execute(
+        "SELECT to_jsonb(v) || jsonb_build_object('lower', lower(known_during),"
+        " 'upper', upper(known_during), 'empty', isempty(known_during))"
+        " FROM fabric.memory_record_versions v WHERE memory_id = %s ORDER BY revision",
+        (memory_id,),
+    ).fetchall()
     return [r[0] for r in rows]
 
 

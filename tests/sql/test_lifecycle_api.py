@@ -14,6 +14,8 @@ from psycopg.types.json import Jsonb
 from conftest import Fabric, episode, wait_until_blocked
 from memfabric.consolidate import DeterministicConsolidator, run_consolidation
 
+pytestmark = pytest.mark.rollback
+
 MF005 = "MF005"
 
 
@@ -92,6 +94,7 @@ def corroborated(fabric: Fabric, run: uuid.UUID) -> str:
 # --- approvals ------------------------------------------------------------------------
 
 
+@pytest.mark.clone
 def test_promotion_into_relational_needs_a_decided_matching_unused_approval(
     fabric: Fabric, run: uuid.UUID, corroborated: str
 ) -> None:
@@ -308,6 +311,7 @@ def test_demotion_returns_only_to_a_tier_held_before(fabric: Fabric, corroborate
     assert types[-2:] == ["memory.record.promoted", "memory.record.demoted"]
 
 
+@pytest.mark.clone
 def test_no_tier_change_without_its_event_whoever_runs_it(
     fabric: Fabric, corroborated: str
 ) -> None:
@@ -491,6 +495,7 @@ def test_widening_visibility_needs_approval_narrowing_does_not(
     assert supersede(fabric, tenant_wide, back)["scope"]["visibility"] == "subject"
 
 
+@pytest.mark.clone
 def test_two_concurrent_supersessions_exactly_one_wins(
     fabric: Fabric, run: uuid.UUID, corroborated: str
 ) -> None:
@@ -521,6 +526,7 @@ def test_two_concurrent_supersessions_exactly_one_wins(
 # --- profile reconstruction ------------------------------------------------------------------
 
 
+@pytest.mark.clone
 def test_profile_at_reconstructs_past_profiles(fabric: Fabric, run: uuid.UUID) -> None:
     ep = fabric.form(run)
     old = fact(

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import Fabric
 
+pytestmark = pytest.mark.rollback
+
 
 def issue(
     fabric: Fabric, run: uuid.UUID, ttl: str | None = None, login: str = "mf_orchestrator"
@@ -74,6 +76,7 @@ def test_only_the_gateway_resolves_tokens(fabric: Fabric, login: str) -> None:
     assert refused(resolve, fabric, token, login) == "42501"  # no EXECUTE grant
 
 
+@pytest.mark.clone
 def test_no_token_for_an_unknown_closed_or_expired_run(fabric: Fabric) -> None:
     closed = fabric.open_run()
     fabric.session("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (closed,))
@@ -97,6 +100,7 @@ def test_a_token_never_outlives_its_run(fabric: Fabric) -> None:
     assert fabric.count("mcp_tokens", "expires_at = (SELECT r.expires_at FROM fabric.runs r)") == 1
 
 
+@pytest.mark.clone
 def test_an_expired_revoked_or_closed_token_does_not_resolve(fabric: Fabric) -> None:
     short = issue(fabric, fabric.open_run(), "1 second")
     revoked = issue(fabric, fabric.open_run())
@@ -135,6 +139,7 @@ def test_an_agent_cannot_read_or_write_the_token_table(fabric: Fabric) -> None:
         assert info.value.sqlstate == "42501"
 
 
+@pytest.mark.clone
 def test_the_stored_hash_must_be_a_sha256(fabric: Fabric) -> None:
     run = fabric.open_run()
     conn = fabric.su()

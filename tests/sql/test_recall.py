@@ -11,6 +11,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import MEMORY_TOOLS, Fabric
 
+pytestmark = pytest.mark.rollback
+
 RECALL_ONLY = ["tool:memory-recall"]
 
 
@@ -324,6 +326,7 @@ def test_text_recall_reports_truncation_and_ranks_as_a_deeper_list(fabric: Fabri
     ]
 
 
+@pytest.mark.clone
 def test_superseded_tombstoned_and_contentless_records_are_never_returned(
     fabric: Fabric, world: dict[str, Any]
 ) -> None:
@@ -454,6 +457,7 @@ def test_response_carries_provenance_validity_and_lineage(
     }
 
 
+@pytest.mark.clone
 def test_every_recall_emits_one_audit_event_without_content_and_no_notify(fabric: Fabric) -> None:
     run = fabric.open_run()
     canary = f"CANARY-{uuid.uuid4().hex}"
@@ -487,6 +491,7 @@ def test_every_recall_emits_one_audit_event_without_content_and_no_notify(fabric
     assert (fabric.count("memory_records"), fabric.count("memory_record_versions")) == before
 
 
+@pytest.mark.clone
 def test_auditor_reads_recall_history_and_others_are_refused(
     fabric: Fabric, world: dict[str, Any]
 ) -> None:
@@ -547,6 +552,7 @@ def test_lineage_both_ways_with_depth(fabric: Fabric, world: dict[str, Any]) -> 
     assert ("ancestor", 2, world["episode"]) in rows
 
 
+@pytest.mark.clone
 def test_records_as_of_reconstructs_what_was_known(fabric: Fabric) -> None:
     run = fabric.open_run()
     rid = fabric.form(run, "fact", validity_interval={"valid_from": "2026-01-01T00:00:00Z"})
@@ -580,6 +586,7 @@ def test_records_as_of_reconstructs_what_was_known(fabric: Fabric) -> None:
         )
 
 
+@pytest.mark.clone
 def test_recall_reads_through_one_scope_resolver(fabric: Fabric) -> None:
     """os-agt-012's path is one SQL function: its answer is what recall pushes down."""
     run = recall_run(fabric)

@@ -18,6 +18,8 @@ from conftest import Fabric, episode, wait_until_blocked
 from memfabric.errors import FabricError
 from memfabric.worker import erase, run_decay_once
 
+pytestmark = pytest.mark.rollback
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_DUMP = ROOT / ".local" / "pg17" / "bin" / "pg_dump"
 
@@ -163,6 +165,7 @@ def test_decay_refuses_a_future_time(fabric: Fabric) -> None:
     assert sqlstate(lambda: decay(fabric, "2999-01-01T00:00:00Z")) == "22023"
 
 
+@pytest.mark.clone
 def test_operational_window_closure_summarises_what_it_removes(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
@@ -191,6 +194,7 @@ def test_operational_window_closure_summarises_what_it_removes(
     assert decay(fabric)["windows_closed"] == 0
 
 
+@pytest.mark.clone
 def test_window_closure_of_an_already_expired_record_removes_its_content(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
@@ -212,6 +216,7 @@ def test_window_closure_of_an_already_expired_record_removes_its_content(
     assert types == ["memory.record.formed", "memory.record.expired", "memory.record.expired"]
 
 
+@pytest.mark.clone
 def test_regulated_ceiling_raises_an_erasure_request_never_erases(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
@@ -241,6 +246,7 @@ def test_regulated_floor_blocks_erasure_unless_legal(fabric: Fabric, run: uuid.U
     assert state(fabric, rid)[0] == "tombstoned"
 
 
+@pytest.mark.clone
 def test_concurrent_decay_runs_expire_each_record_once(fabric: Fabric, run: uuid.UUID) -> None:
     ids = [
         fabric.form(
@@ -287,6 +293,7 @@ def test_recall_never_decays_anything(fabric: Fabric, run: uuid.UUID) -> None:
 # --- erasure ----------------------------------------------------------------------------------
 
 
+@pytest.mark.clone
 def test_erasure_needs_a_decided_unused_erase_approval(fabric: Fabric, run: uuid.UUID) -> None:
     rid, other = fabric.form(run), fabric.form(run)
     conn = fabric.connect("mf_committer")
@@ -398,6 +405,7 @@ def test_subject_erasure_covers_every_tier_and_uncommitted_proposals(
     assert left == (0,) and runs == (0,)
 
 
+@pytest.mark.clone
 def test_erase_racing_a_recall_never_tears_a_result(fabric: Fabric, run: uuid.UUID) -> None:
     rid = fabric.form(run, "racing")
     approval_id = approved_erasure(fabric, rid)
@@ -412,6 +420,7 @@ def test_erase_racing_a_recall_never_tears_a_result(fabric: Fabric, run: uuid.UU
     assert after["records"] == []
 
 
+@pytest.mark.clone
 def test_erase_racing_an_embedding_write_cannot_resurrect_a_vector(
     fabric: Fabric, run: uuid.UUID
 ) -> None:
@@ -445,6 +454,7 @@ def test_erase_racing_an_embedding_write_cannot_resurrect_a_vector(
     assert fabric.count("memory_embeddings") == 0
 
 
+@pytest.mark.clone
 def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUID) -> None:
     canary = f"canary{uuid.uuid4().hex}"
     rid = fabric.form(run, canary)
@@ -527,6 +537,7 @@ def test_a_remote_embedder_is_refused_while_an_instance_is_air_gapped(fabric: Fa
     assert deploy(fabric, remote)["embedder_url"] == "http://gpu.example.com:8080"
 
 
+@pytest.mark.clone
 def test_the_static_embedder_is_a_known_deployment_embedder(fabric: Fabric) -> None:
     from memfabric.embedding import StaticMiniLMEmbedder
     from memfabric.runtime import deployment_embedder

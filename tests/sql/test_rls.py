@@ -14,6 +14,8 @@ from psycopg import sql
 
 from conftest import Fabric, episode
 
+pytestmark = pytest.mark.rollback
+
 RLS_TABLES = [
     "tenant_agents",
     "tenant_agent_tools",
@@ -95,6 +97,7 @@ def owner_count(conn: psycopg.Connection[Any], table: str, where: str = "true") 
 
 
 @pytest.mark.parametrize("table", RLS_TABLES)
+@pytest.mark.clone
 def test_no_tenant_setting_shows_no_rows(fabric: Fabric, table: str) -> None:
     populate(fabric)
     conn = fabric.owner(None)
@@ -112,6 +115,7 @@ def test_the_tenant_setting_shows_only_that_tenant(fabric: Fabric, table: str) -
 
 
 @pytest.mark.parametrize("table", list(FOREIGN_ROWS))
+@pytest.mark.clone
 def test_the_owner_cannot_write_into_another_tenant(fabric: Fabric, table: str) -> None:
     populate(fabric)
     counts = fabric.counts()
@@ -154,6 +158,7 @@ def test_every_tenant_table_forces_rls(fabric: Fabric) -> None:
 # --- agent logins: no table privileges, whatever they set -------------------------------------
 
 
+@pytest.mark.clone
 def test_an_agent_login_can_read_no_table_even_naming_a_tenant(fabric: Fabric) -> None:
     populate(fabric)
     with fabric.su() as c:
@@ -265,6 +270,7 @@ def owned_by(fabric: Fabric, role: str) -> dict[str, set[str]]:
         }
 
 
+@pytest.mark.clone
 def test_the_lookup_role_owns_only_the_lookup_functions(fabric: Fabric) -> None:
     owned = owned_by(fabric, "fabric_lookup")
     assert (owned["relations"], owned["types"], owned["schemas"]) == (set(), set(), set())
@@ -294,6 +300,7 @@ def test_the_lookup_functions_are_narrow_and_only_the_owner_calls_them(fabric: F
         assert set(executors) <= {"fabric_owner", "fabric_lookup"}, (name, executors)
 
 
+@pytest.mark.clone
 def test_the_retriever_role_owns_only_functions(fabric: Fabric) -> None:
     owned = owned_by(fabric, "fabric_retriever")
     assert owned["functions"]

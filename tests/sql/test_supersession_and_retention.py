@@ -20,6 +20,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
 
+pytestmark = pytest.mark.rollback
+
 OLD_FROM = "2026-06-01T00:00:00Z"
 NEW_FROM = "2026-07-02T09:14:00Z"  # episode()'s default valid_from
 
@@ -127,6 +129,7 @@ def old_profile(fabric: Fabric, run: uuid.UUID, content: dict[str, Any], **overr
     [{"text": "no assertion key"}, {"key": "billing.entity", "value": "X"}],
     ids=["without-key", "with-key"],
 )
+@pytest.mark.clone
 def test_promote_with_supersedes_closes_the_old_at_the_successors_valid_from(
     fabric: Fabric, run: uuid.UUID, content: dict[str, Any]
 ) -> None:
@@ -334,6 +337,7 @@ def test_audit_records_are_never_superseded(fabric: Fabric, run: uuid.UUID) -> N
     assert fabric.count("proposals", f"proposal_id = '{successor}' AND status = 'validated'") == 1
 
 
+@pytest.mark.clone
 def test_audit_records_never_decay_whoever_tries(fabric: Fabric, run: uuid.UUID) -> None:
     rid = fabric.form(
         run,

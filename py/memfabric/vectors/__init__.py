@@ -106,4 +106,4 @@ def store_from_env(data_dir: str | os.PathLike[str]) -> VectorStore:
     settings = Settings.from_env()
     if settings.qdrant_url:
         return QdrantServerStore(settings.qdrant_url, api_key=settings.qdrant_api_key)
-    return EdgeVectorStore(data_dir)
+    return EdgeVectorStore(data_dir, shard_processes=settings.edge_shards == "child")

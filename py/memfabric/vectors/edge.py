@@ -31,6 +31,7 @@ from memfabric.vectors.model import (
     VectorStoreError,
     VectorStoreLocked,
 )
+from memfabric.vectors.shards import Hits, Shard, open_shard
 from memfabric.vectors.store import _StoreBase
 
 _MANIFEST_FORMAT = "memfabric.vectors.edge/1"
@@ -52,14 +53,21 @@ class EdgeVectorStore(_StoreBase):
     catch_up_rounds = 8
 
     def __init__(
-        self, path: str | os.PathLike[str], *, indexing_threshold_kb: int | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        indexing_threshold_kb: int | None = None,
+        shard_processes: bool = False,
     ) -> None:
         """`indexing_threshold_kb`: the engine's threshold (KB of vectors) under which a
         segment is left without an HNSW index by `build_index` (unset: the engine's default,
-        10,000 KB, about 6,500 vectors of 384 dimensions)."""
+        10,000 KB, about 6,500 vectors of 384 dimensions). `shard_processes`: each shard is
+        owned by a child process (memfabric.vectors.shards), so a search over several tiers
+        searches their shards at once instead of one after the other."""
         super().__init__()
         self.root = Path(path)
         self._indexing_threshold_kb = indexing_threshold_kb
+        self.shard_processes = shard_processes
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _take_lock(self.root / ".lock")
         try:
@@ -68,7 +76,7 @@ class EdgeVectorStore(_StoreBase):
         except BaseException:
             _release_lock(self._lock_fd)
             raise
-        self._shards: dict[str, qdrant_edge.EdgeShard] = {}
+        self._shards: dict[str, Shard] = {}
         # shards written since their last flush: flush() syncs only these (a flush of a
         # shard costs fsyncs even when nothing changed; docs/benchmarks.md, "Keeping up")
         self._dirty: set[str] = set()
@@ -111,37 +119,49 @@ class EdgeVectorStore(_StoreBase):
         return self.root / "shards" / physical
 
     # primitives --------------------------------------------------------------------------
-    def _open_or_create(self, contract: CollectionContract) -> None:
-        import qdrant_edge as qe
+    def _open(self, directory: Path, dims: int | None, *, create: bool = False) -> Shard:
+        """The shard in `directory`, in this process or in its own (`shard_processes`);
+        `dims` given: the engine checks the shard is compatible with that config."""
+        return open_shard(
+            str(directory),
+            dims,
+            self._indexing_threshold_kb,
+            create=create,
+            process=self.shard_processes,
+            filter_of=self._edge_filter_of,
+        )
 
+    def _edge_filter_of(self, spec: FilterSpec) -> qdrant_edge.Filter:
+        # One search asks every tier's shard with the same spec: its engine filter is built
+        # once (about 0.1 ms) and reused while the spec object is the same.
+        last = self._last_filter
+        if last is not None and last[0] is spec:
+            return last[1]
+        flt = _edge_filter(spec)
+        self._last_filter = (spec, flt)
+        return flt
+
+    def _open_or_create(self, contract: CollectionContract) -> None:
         physical = contract.physical_name
         known = self._manifest["collections"].get(physical)
         if known is not None and CollectionContract.from_dict(known["contract"]) != contract:
             raise ContractMismatch(f"{physical} is recorded with another contract: {known}")
         if physical not in self._shards:
-            optimizers = None
-            if self._indexing_threshold_kb is not None:
-                optimizers = qe.EdgeOptimizersConfig(indexing_threshold=self._indexing_threshold_kb)
-            config = qe.EdgeConfig(
-                vectors=qe.EdgeVectorParams(size=contract.dims, distance=qe.Distance.Cosine),
-                optimizers=optimizers,
-            )
             directory = self._shard_dir(physical)
             try:
                 if (directory / "edge_config.json").exists():
-                    # config given: the engine checks the shard is compatible with it
-                    shard = qe.EdgeShard.load(str(directory), config)
+                    shard = self._open(directory, contract.dims)
                 else:
                     directory.mkdir(parents=True, exist_ok=True)
-                    shard = qe.EdgeShard.create(str(directory), config)
+                    shard = self._open(directory, contract.dims, create=True)
             except Exception as exc:  # the engine raises a bare Exception
                 raise VectorStoreError(f"cannot open {directory} as {contract}: {exc}") from exc
             self._shards[physical] = shard
         shard = self._shards[physical]
-        present = set(shard.info().payload_schema)
+        present = shard.info().payload_schema
         for name, kind in PAYLOAD_INDEXES:
             if name not in present:
-                shard.update(qe.UpdateOperation.create_field_index(name, _edge_index(kind)))
+                shard.create_field_index(name, kind)
         shard.flush()
         if known is None:
             self._manifest["collections"][physical] = {
@@ -175,7 +195,7 @@ class EdgeVectorStore(_StoreBase):
     def _physical_names(self) -> list[str]:
         return list(self._manifest["collections"])
 
-    def _shard(self, physical: str) -> qdrant_edge.EdgeShard:
+    def _shard(self, physical: str) -> Shard:
         self._check_open()
         shard = self._shards.get(physical)
         if shard is None:
@@ -185,11 +205,8 @@ class EdgeVectorStore(_StoreBase):
     def _upsert_raw(
         self, physical: str, rows: list[tuple[str, list[float], dict[str, Any]]]
     ) -> None:
-        import qdrant_edge as qe
-
-        points = [qe.Point(pid, vec, payload) for pid, vec, payload in rows]
         with self._mutex:
-            self._shard(physical).update(qe.UpdateOperation.upsert_points(points))
+            self._shard(physical).upsert(rows)
             self._dirty.add(physical)
             if physical in self._journals:  # an index build runs: replay this on its copy
                 self._journals[physical].append(
@@ -197,24 +214,22 @@ class EdgeVectorStore(_StoreBase):
                 )
 
     def _delete_raw(self, physical: str, ids: list[str]) -> None:
-        import qdrant_edge as qe
-
         with self._mutex:
             shard = self._shard(physical)
             # Only the points the shard holds: a delete of absent points (the projector
             # deletes each record from every other tier) would dirty the shard for nothing.
             # What is absent here is absent from a building copy with its journal too.
-            held: list[qe.PointId] = [str(r.id) for r in shard.retrieve(list(ids), False, False)]
+            held = shard.held(list(ids))
             if not held:
                 return
-            shard.update(qe.UpdateOperation.delete_points(held))
+            shard.delete(held)
             self._dirty.add(physical)
             if physical in self._journals:
                 self._journals[physical].append(("delete", list(held)))
 
     def _set_payload_raw(self, physical: str, ids: list[str], payload: dict[str, Any]) -> None:
         with self._mutex:
-            _apply_set_payload(self._shard(physical), ids, payload)
+            self._shard(physical).set_payload(list(ids), payload)
             self._dirty.add(physical)
             if physical in self._journals:
                 self._journals[physical].append(("set_payload", (list(ids), dict(payload))))
@@ -222,47 +237,28 @@ class EdgeVectorStore(_StoreBase):
     def _query_raw(
         self, physical: str, vector: list[float], spec: FilterSpec, n: int, exact: bool
     ) -> list[tuple[str, float]]:
-        import qdrant_edge as qe
+        return self._query_many_raw([(physical, n)], vector, spec, exact)[0]
 
-        # One search asks every tier's shard with the same spec: its engine filter is built
-        # once (about 0.1 ms) and reused while the spec object is the same.
-        last = self._last_filter
-        if last is not None and last[0] is spec:
-            flt = last[1]
-        else:
-            flt = _edge_filter(spec)
-            self._last_filter = (spec, flt)
-        request = qe.QueryRequest(
-            limit=n,
-            query=qe.Query.Nearest(vector),
-            filter=flt,
-            with_payload=False,
-            with_vector=False,
-            params=qe.SearchParams(exact=exact),
-        )
+    def _query_many_raw(
+        self, asks: Sequence[tuple[str, int]], vector: list[float], spec: FilterSpec, exact: bool
+    ) -> list[Hits]:
+        # Every shard is asked before any answer is read: shards owned by child processes
+        # search at once (in this process, each answers as it is asked).
         with self._mutex:
-            found = self._shard(physical).query(request)
-        return [(str(p.id), float(p.score)) for p in found]
+            shards = [self._shard(physical) for physical, _ in asks]
+            for shard, (_, n) in zip(shards, asks, strict=True):
+                shard.start_query(vector, spec, n, exact)
+            return [shard.result() for shard in shards]
 
     def _count_raw(self, physical: str) -> int:
-        import qdrant_edge as qe
-
         with self._mutex:
-            return self._shard(physical).count(qe.CountRequest(exact=True))
+            return self._shard(physical).count()
 
     def _scroll_raw(
         self, physical: str, offset: str | None
     ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
-        import qdrant_edge as qe
-
         with self._mutex:
-            records, nxt = self._shard(physical).scroll(
-                qe.ScrollRequest(
-                    offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=False
-                )
-            )
-        page = [(str(r.id), dict(r.payload or {})) for r in records]
-        return page, None if nxt is None else str(nxt)
+            return self._shard(physical).scroll(offset, _SCROLL_PAGE)
 
     def _flush_raw(self) -> None:
         with self._mutex:
@@ -367,8 +363,6 @@ class EdgeVectorStore(_StoreBase):
         return out
 
     def _build_one(self, physical: str) -> dict[str, Any]:
-        import qdrant_edge as qe
-
         building = self.root / "building"
         copy = building / physical
         t0 = time.perf_counter()
@@ -411,8 +405,8 @@ class EdgeVectorStore(_StoreBase):
         # searches and writes go on against the live shard (and are journalled for the next
         # round); the lock is taken only for the last small delta and the swap.
         replayed = rounds = 0
-        try:
-            fresh = qe.EdgeShard.load(str(copy))
+        try:  # in this process whatever shard_processes says: only this build writes it
+            fresh = open_shard(str(copy), None, None, create=False, process=False)
         except BaseException:
             with self._mutex:
                 self._journals.pop(physical, None)
@@ -469,8 +463,6 @@ class EdgeVectorStore(_StoreBase):
     def _swap(self, physical: str, copy: Path) -> Any:
         """Under the mutex: the built copy takes the live shard's place (the live shard is
         put back if the copy cannot be opened); the new shard's info."""
-        import qdrant_edge as qe
-
         live = self._shard_dir(physical)
         aside = live.with_name(live.name + ".old")
         self._shards.pop(physical).close()
@@ -479,11 +471,11 @@ class EdgeVectorStore(_StoreBase):
         _fsync_dir(live.parent)
         self._dirty.add(physical)  # flushed on the next flush(), whatever happened here
         try:
-            self._shards[physical] = qe.EdgeShard.load(str(live))
+            self._shards[physical] = self._open(live, None)
         except Exception:
             os.rename(live, copy)  # put the live shard back as it was
             os.rename(aside, live)
-            self._shards[physical] = qe.EdgeShard.load(str(live))
+            self._shards[physical] = self._open(live, None)
             raise
         shutil.rmtree(aside, ignore_errors=True)
         return self._shards[physical].info()
@@ -517,26 +509,15 @@ print(json.dumps({"optimized": optimized, "seconds": time.perf_counter() - t,
 """
 
 
-def _apply_set_payload(shard: Any, ids: list[str], payload: dict[str, Any]) -> None:
-    import qdrant_edge as qe
-
-    # by filter: set_payload by id list fails on an id the shard does not hold
-    has_id = qe.HasIdCondition(set(ids))
-    shard.update(qe.UpdateOperation.set_payload_by_filter(qe.Filter(must=[has_id]), payload))
-
-
-def _replay(shard: Any, op: tuple[str, Any]) -> None:
+def _replay(shard: Shard, op: tuple[str, Any]) -> None:
     """One journalled write, applied to the built copy as it was to the live shard."""
-    import qdrant_edge as qe
-
     kind, arg = op
     if kind == "upsert":
-        points = [qe.Point(pid, vec.tolist(), payload) for pid, vec, payload in arg]
-        shard.update(qe.UpdateOperation.upsert_points(points))
+        shard.upsert([(pid, vec.tolist(), payload) for pid, vec, payload in arg])
     elif kind == "delete":
-        shard.update(qe.UpdateOperation.delete_points(arg))
+        shard.delete(arg)
     else:
-        _apply_set_payload(shard, *arg)
+        shard.set_payload(*arg)
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
@@ -557,22 +538,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _edge_index(kind: str) -> Any:
-    import qdrant_edge as qe
-
-    if kind == "tenant":
-        return qe.KeywordIndexParams(is_tenant=True)
-    if kind == "keyword":
-        return qe.PayloadSchemaType.Keyword
-    if kind == "float":
-        return qe.PayloadSchemaType.Float
-    if kind == "int_range":
-        return qe.IntegerIndexParams(lookup=False, range=True)
-    if kind == "datetime":
-        return qe.PayloadSchemaType.Datetime
-    raise ValueError(kind)
 
 
 def _take_lock(path: Path) -> int:

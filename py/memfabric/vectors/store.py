@@ -275,8 +275,10 @@ class _StoreBase(abc.ABC):
         query = _as_vector(vector, dims.pop())
         spec = rfilter.spec()
         hits: list[tuple[str, float]] = []
-        for contract in contracts:
-            hits.extend(self._top(contract.physical_name, query, spec, limit, exact))
+        physicals = [c.physical_name for c in contracts]
+        firsts = self._query_many_raw([(p, limit + 1) for p in physicals], query, spec, exact)
+        for physical, first in zip(physicals, firsts, strict=True):
+            hits.extend(self._top(physical, query, spec, limit, exact, first))
         hits.sort(key=lambda h: (-h[1], h[0]))
         out: list[tuple[str, float]] = []
         seen: set[str] = set()
@@ -286,14 +288,28 @@ class _StoreBase(abc.ABC):
                 out.append((memory_id, score))
         return out[:limit]
 
+    def _query_many_raw(
+        self, asks: Sequence[tuple[str, int]], vector: list[float], spec: FilterSpec, exact: bool
+    ) -> list[list[tuple[str, float]]]:
+        """`_query_raw` of each (physical, n); a backend may ask them all at once."""
+        return [self._query_raw(physical, vector, spec, n, exact) for physical, n in asks]
+
     def _top(
-        self, physical: str, query: list[float], spec: FilterSpec, k: int, exact: bool
+        self,
+        physical: str,
+        query: list[float],
+        spec: FilterSpec,
+        k: int,
+        exact: bool,
+        first: list[tuple[str, float]] | None = None,
     ) -> list[tuple[str, float]]:
         """Top k by (score desc, memory_id asc). The engine orders equal scores its own way,
-        so fetch past the k-th score until the tie group at the boundary is complete."""
+        so fetch past the k-th score until the tie group at the boundary is complete.
+        `first`: the answer to the first fetch (k + 1), already asked."""
         n = k + 1
         while True:
-            raw = self._query_raw(physical, query, spec, n, exact)
+            raw = first if first is not None else self._query_raw(physical, query, spec, n, exact)
+            first = None
             hits = sorted(((i, _f32(s)) for i, s in raw), key=lambda h: (-h[1], h[0]))
             if len(hits) < n or hits[-1][1] < hits[k - 1][1] or n >= _TIE_FETCH_CAP:
                 return hits[:k]

@@ -1,0 +1,371 @@
+"""One Qdrant Edge shard, opened in this process (`LocalShard`) or owned by a child process
+(`ProcessShard`), behind the same small interface `EdgeVectorStore` uses.
+
+Why a child: `qdrant_edge` holds the Python interpreter lock while it searches, so the
+shards of one recall (episodic, semantic) are searched one after the other in a process,
+whatever its threads do. A shard owned by a child process is searched there, and a search
+over several shards asks them all before waiting for any (`start_query` / `result`): they
+run at once when cores are free. The child is the shard's only opener (Qdrant Edge allows
+one per directory): every read and write of that shard goes through it. Requests and answers
+are pickled frames on the child's stdin and stdout; the answers are the same values the
+shard gives in process (docs/benchmarks.md, "Semantic recall at 100,000 records: where the
+time goes")."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import qdrant_edge
+
+from memfabric.children import end_child
+from memfabric.vectors.filters import FilterSpec, _edge_filter
+
+_LENGTH = struct.Struct("<Q")
+Hits = list[tuple[str, float]]
+Row = tuple[str, list[float], dict[str, Any]]
+Page = tuple[list[tuple[str, Any]], str | None]
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    points_count: int
+    indexed_vectors_count: int
+    segments_count: int
+    payload_schema: frozenset[str]
+
+
+class Shard(Protocol):
+    def info(self) -> ShardInfo: ...
+    def create_field_index(self, name: str, kind: str) -> None: ...
+    def upsert(self, rows: list[Row]) -> None: ...
+    def held(self, ids: list[str]) -> list[str]: ...
+    def delete(self, ids: list[str]) -> None: ...
+    def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None: ...
+    def start_query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> None: ...
+    def result(self) -> Hits: ...
+    def count(self) -> int: ...
+    def scroll(self, offset: str | None, limit: int) -> Page: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def edge_config(dims: int, indexing_threshold_kb: int | None) -> qdrant_edge.EdgeConfig:
+    import qdrant_edge as qe
+
+    optimizers = None
+    if indexing_threshold_kb is not None:
+        optimizers = qe.EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb)
+    return qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine),
+        optimizers=optimizers,
+    )
+
+
+class LocalShard:
+    """The shard opened in this process."""
+
+    def __init__(
+        self,
+        directory: str,
+        dims: int | None,
+        indexing_threshold_kb: int | None,
+        *,
+        create: bool,
+        filter_of: Callable[[FilterSpec], Any] = _edge_filter,
+    ) -> None:
+        import qdrant_edge as qe
+
+        if create:
+            assert dims is not None
+            self._shard = qe.EdgeShard.create(directory, edge_config(dims, indexing_threshold_kb))
+        elif dims is None:
+            self._shard = qe.EdgeShard.load(directory)
+        else:  # config given: the engine checks the shard is compatible with it
+            self._shard = qe.EdgeShard.load(directory, edge_config(dims, indexing_threshold_kb))
+        self._filter_of = filter_of
+        self._pending: Hits | None = None
+
+    def info(self) -> ShardInfo:
+        i = self._shard.info()
+        return ShardInfo(
+            i.points_count, i.indexed_vectors_count, i.segments_count, frozenset(i.payload_schema)
+        )
+
+    def create_field_index(self, name: str, kind: str) -> None:
+        import qdrant_edge as qe
+
+        self._shard.update(qe.UpdateOperation.create_field_index(name, edge_index(kind)))
+
+    def upsert(self, rows: list[Row]) -> None:
+        import qdrant_edge as qe
+
+        points = [qe.Point(pid, vec, payload) for pid, vec, payload in rows]
+        self._shard.update(qe.UpdateOperation.upsert_points(points))
+
+    def held(self, ids: list[str]) -> list[str]:
+        return [str(r.id) for r in self._shard.retrieve(list(ids), False, False)]
+
+    def delete(self, ids: list[str]) -> None:
+        import qdrant_edge as qe
+
+        self._shard.update(qe.UpdateOperation.delete_points(list(ids)))
+
+    def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
+        import qdrant_edge as qe
+
+        # by filter: set_payload by id list fails on an id the shard does not hold
+        has_id = qe.HasIdCondition(set(ids))
+        op = qe.UpdateOperation.set_payload_by_filter(qe.Filter(must=[has_id]), payload)
+        self._shard.update(op)
+
+    def query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> Hits:
+        import qdrant_edge as qe
+
+        request = qe.QueryRequest(
+            limit=n,
+            query=qe.Query.Nearest(vector),
+            filter=self._filter_of(spec),
+            with_payload=False,
+            with_vector=False,
+            params=qe.SearchParams(exact=exact),
+        )
+        return [(str(p.id), float(p.score)) for p in self._shard.query(request)]
+
+    def start_query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> None:
+        self._pending = self.query(vector, spec, n, exact)  # in process: done at once
+
+    def result(self) -> Hits:
+        hits, self._pending = self._pending, None
+        assert hits is not None, "result() without start_query()"
+        return hits
+
+    def count(self) -> int:
+        import qdrant_edge as qe
+
+        return int(self._shard.count(qe.CountRequest(exact=True)))
+
+    def scroll(self, offset: str | None, limit: int) -> Page:
+        import qdrant_edge as qe
+
+        records, nxt = self._shard.scroll(
+            qe.ScrollRequest(offset=offset, limit=limit, with_payload=True, with_vector=False)
+        )
+        page = [(str(r.id), dict(r.payload or {})) for r in records]
+        return page, None if nxt is None else str(nxt)
+
+    def flush(self) -> None:
+        self._shard.flush()
+
+    def close(self) -> None:
+        self._shard.close()
+
+
+class ProcessShard:
+    """The shard owned by a child process (`_child_main`, started with `python -c`); every
+    method asks it and waits, except `start_query`, which asks and returns (`result` waits).
+    An engine error in the child is raised here as `RuntimeError` with its message; a child
+    that died raises `OSError` (the store is then unusable for that shard until reopened)."""
+
+    def __init__(
+        self,
+        directory: str,
+        dims: int | None,
+        indexing_threshold_kb: int | None,
+        *,
+        create: bool,
+    ) -> None:
+        self._child: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from memfabric.vectors.shards import _child_main; _child_main()",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self._waiting = False
+        try:
+            self._call("open", directory, dims, indexing_threshold_kb, create)
+        except BaseException:
+            self._stop()
+            raise
+
+    def _send(self, op: str, *args: Any) -> None:
+        child = self._child
+        if child is None or child.stdin is None:
+            raise OSError("the shard's process is closed")
+        if self._waiting:  # an answer not read (a caller gave up): read it first
+            self._receive()
+        try:
+            _write_frame(child.stdin, pickle.dumps((op, args), pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            self._stop()
+            raise
+        self._waiting = True
+
+    def _receive(self) -> Any:
+        child = self._child
+        if child is None or child.stdout is None:
+            raise OSError("the shard's process is closed")
+        try:
+            payload = _read_frame(child.stdout)
+        except (EOFError, OSError) as exc:
+            self._stop()
+            raise OSError("the shard's process ended unexpectedly") from exc
+        self._waiting = False
+        # the frames come from this process's own child, never from elsewhere
+        ok, value = pickle.loads(payload)  # noqa: S301
+        if not ok:
+            raise RuntimeError(value)
+        return value
+
+    def _call(self, op: str, *args: Any) -> Any:
+        self._send(op, *args)
+        return self._receive()
+
+    def info(self) -> ShardInfo:
+        info: ShardInfo = self._call("info")
+        return info
+
+    def create_field_index(self, name: str, kind: str) -> None:
+        self._call("create_field_index", name, kind)
+
+    def upsert(self, rows: list[Row]) -> None:
+        self._call("upsert", rows)
+
+    def held(self, ids: list[str]) -> list[str]:
+        held: list[str] = self._call("held", ids)
+        return held
+
+    def delete(self, ids: list[str]) -> None:
+        self._call("delete", ids)
+
+    def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
+        self._call("set_payload", ids, payload)
+
+    def query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> Hits:
+        self.start_query(vector, spec, n, exact)
+        return self.result()
+
+    def start_query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> None:
+        self._send("query", vector, spec, n, exact)
+
+    def result(self) -> Hits:
+        hits: Hits = self._receive()
+        return hits
+
+    def count(self) -> int:
+        return int(self._call("count"))
+
+    def scroll(self, offset: str | None, limit: int) -> Page:
+        page: Page = self._call("scroll", offset, limit)
+        return page
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def close(self) -> None:
+        if self._child is None:
+            return
+        try:
+            self._call("close")
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        child, self._child = self._child, None
+        end_child(child, grace=30)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stop()
+
+
+def open_shard(
+    directory: str,
+    dims: int | None,
+    indexing_threshold_kb: int | None,
+    *,
+    create: bool,
+    process: bool,
+    filter_of: Callable[[FilterSpec], Any] = _edge_filter,
+) -> Shard:
+    if process:
+        return ProcessShard(directory, dims, indexing_threshold_kb, create=create)
+    return LocalShard(directory, dims, indexing_threshold_kb, create=create, filter_of=filter_of)
+
+
+def edge_index(kind: str) -> Any:
+    import qdrant_edge as qe
+
+    if kind == "tenant":
+        return qe.KeywordIndexParams(is_tenant=True)
+    if kind == "keyword":
+        return qe.PayloadSchemaType.Keyword
+    if kind == "float":
+        return qe.PayloadSchemaType.Float
+    if kind == "int_range":
+        return qe.IntegerIndexParams(lookup=False, range=True)
+    if kind == "datetime":
+        return qe.PayloadSchemaType.Datetime
+    raise ValueError(kind)
+
+
+def _write_frame(out: IO[bytes], payload: bytes) -> None:
+    out.write(_LENGTH.pack(len(payload)) + payload)
+    out.flush()
+
+
+def _read_frame(inp: IO[bytes]) -> bytes:
+    head = inp.read(_LENGTH.size)
+    if len(head) != _LENGTH.size:
+        raise EOFError
+    (size,) = _LENGTH.unpack(head)
+    payload = inp.read(size)
+    if len(payload) != size:
+        raise EOFError
+    return payload
+
+
+def _child_main() -> None:
+    """The child of `ProcessShard`: the first request opens the shard, each later one is
+    `(op, args)` answered `(True, value)` or `(False, message)`. Ends at EOF or `close`."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print of a library cannot corrupt the answers
+    inp = sys.stdin.buffer
+    shard: LocalShard | None = None
+    last: tuple[FilterSpec, Any] | None = None
+
+    def filter_of(spec: FilterSpec) -> Any:
+        nonlocal last
+        if last is None or last[0] != spec:
+            last = (spec, _edge_filter(spec))
+        return last[1]
+
+    while True:
+        try:
+            op, args = pickle.loads(_read_frame(inp))  # noqa: S301 - from the parent only
+        except EOFError:
+            break
+        try:
+            if op == "open":
+                shard = LocalShard(*args[:3], create=args[3], filter_of=filter_of)
+                value: Any = None
+            else:
+                assert shard is not None
+                value = getattr(shard, op)(*args)
+            answer = (True, value)
+        except Exception as exc:  # the engine raises a bare Exception
+            answer = (False, f"{type(exc).__name__}: {exc}")
+        _write_frame(out, pickle.dumps(answer, pickle.HIGHEST_PROTOCOL))
+        if op == "close":
+            break
