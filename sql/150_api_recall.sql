@@ -383,11 +383,17 @@ BEGIN
     -- records with content, in that order) by one ordered scan per resolved scope key and
     -- tier, each stopping after k entries that pass every rule, then merged. Validity,
     -- confidence and labels are checked on the index entries; only the k winners are
-    -- read whole, back through the same index by their full key (tenant and scope stay
-    -- index conditions). The cost follows k and the number of scope keys and tiers, not
-    -- the size of the scope.
+    -- read whole, one lookup each by their full key (tenant stays an index condition).
+    -- The cost follows k and the number of scope keys and tiers, not the size of the scope.
+    -- Like the lexical statements, this one runs on its generic plan, made once per session:
+    -- planning it on every call cost more CPU than running it (docs/benchmarks.md). The
+    -- plan does not depend on p_limit to stay bounded: each per-key scan is an ordered scan
+    -- of memory_records_topk, which holds every column it reads, in the order it asks for,
+    -- and each winner is a lateral lookup (tests/sql/test_recall_plan.py checks the plan
+    -- and the rows it reads). The function's SET clause restores the setting on return.
+    PERFORM pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
     RETURN QUERY
-      SELECT m.memory_id, NULL::double precision, fabric._record_json(m)
+      SELECT (x.m).memory_id, NULL::double precision, fabric._record_json(x.m)
       FROM (SELECT k.key, r.tier, t.memory_id, t.confidence, t.valid_from, t.recorded_at
               FROM (SELECT DISTINCT k.key FROM pg_catalog.unnest(p_scope_keys) AS k(key)) k
               CROSS JOIN (SELECT DISTINCT r.tier FROM pg_catalog.unnest(p_tiers) AS r(tier)) r
@@ -407,12 +413,19 @@ BEGIN
                  LIMIT p_limit) t
              ORDER BY t.confidence DESC, t.valid_from DESC, t.recorded_at DESC, t.memory_id
              LIMIT p_limit) w
-      JOIN fabric.memory_records m
-        ON m.tenant_id = p_tenant_id AND m.scope_key = w.key AND m.tier = w.tier
-       AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
-       AND m.content IS NOT NULL
-       AND m.confidence = w.confidence AND m.valid_from = w.valid_from
-       AND m.recorded_at = w.recorded_at AND m.memory_id = w.memory_id
+      -- Each winner read whole by its full key, as a lateral lookup: one index probe per
+      -- winner whatever the estimates (a plain join let a generic plan, which cannot know
+      -- p_limit, merge the winners with a scan of the whole tenant). LIMIT 1 keeps the
+      -- lookup from being flattened into a join; the primary key allows one row anyway.
+      CROSS JOIN LATERAL (
+        SELECT m FROM fabric.memory_records m
+         WHERE m.tenant_id = p_tenant_id AND m.memory_id = w.memory_id
+           AND m.scope_key = w.key AND m.tier = w.tier
+           AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+           AND m.content IS NOT NULL
+           AND m.confidence = w.confidence AND m.valid_from = w.valid_from
+           AND m.recorded_at = w.recorded_at
+         LIMIT 1) x
       ORDER BY w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
     RETURN;
   END IF;

@@ -87,9 +87,11 @@ def plan_of(
     relation: str = "memory_records",
     analyze: bool = False,
     limit: int = 9,
+    before: tuple[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The executed plans of the retrieval's statements on `relation`, through auto_explain
-    (with `analyze`, each node's actual rows and loops)."""
+    (with `analyze`, each node's actual rows and loops); with `before`, a call for that
+    (tenant, limit) is made first in the same session."""
     plans: list[dict[str, Any]] = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.add_notice_handler(
@@ -110,12 +112,13 @@ def plan_of(
             f"SET auto_explain.log_analyze = {'on' if analyze else 'off'}",
         ):
             conn.execute(setting)
-        conn.execute(
-            "SELECT * FROM fabric._recall_candidates('big', ARRAY['subject:user-42', 'tenant', "
-            "'agent:agt-3'], ARRAY['semantic', 'episodic'], now(), 0.2, ARRAY['pci'], %s, "
-            "NULL, NULL, %s)",
-            (query, limit),
-        )
+        for tenant, k in ([before] if before else []) + [("big", limit)]:
+            conn.execute(
+                "SELECT * FROM fabric._recall_candidates(%s, ARRAY['subject:user-42', "
+                "'tenant', 'agent:agt-3'], ARRAY['semantic', 'episodic'], now(), 0.2, "
+                "ARRAY['pci'], %s, NULL, NULL, %s)",
+                (tenant, query, k),
+            )
     return plans
 
 
@@ -202,6 +205,29 @@ def test_filter_only_recall_reads_rows_bounded_by_k_not_by_the_scope(big: str, l
     assert explained["Plan"]["Actual Rows"] == limit, explained
     read = sum(rows_read(n) for n in scans)
     assert read <= 2 * limit * 3 * 2 + limit, (read, explained)
+
+
+def test_filter_only_recall_is_one_generic_plan_bounded_by_k_whatever_the_values(
+    big: str,
+) -> None:
+    """The filter-only statement is planned once per session without the values (a generic
+    plan: the tenant shows as a parameter, never as 'big'). Made for a call in a 1,000-record
+    tenant with k = 1, the same plan serves tenant 'big' (100,000 records) with k = 50 and
+    still reads rows bounded by k: its bound does not rest on knowing the tenant or k."""
+    plans = plan_of(big, None, analyze=True, limit=50, before=("t03", 1))
+    assert len(plans) == 2, plans
+    explained = plans[-1]
+    scans = [
+        n
+        for n in nodes(explained["Plan"])
+        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
+    ]
+    conds = " ".join(n.get("Index Cond", "") for n in scans)
+    assert "$1" in conds and "'big'" not in conds, explained
+    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], explained
+    assert explained["Plan"]["Actual Rows"] == 50, explained
+    read = sum(rows_read(n) for n in scans)
+    assert read <= 2 * 50 * 3 * 2 + 50, (read, explained)
 
 
 def test_statistics_are_read_by_tenant_and_scope_through_their_index(big: str) -> None:
