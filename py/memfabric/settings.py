@@ -29,7 +29,7 @@ DEFAULT_EMBEDDER_DIMS: Final = 384
 DEFAULT_MCP_GATEWAY_LOGIN: Final = "memfabric_mcp_gateway"
 DEFAULT_VECTOR_INDEX_AFTER: Final = 20_000
 DEFAULT_VECTOR_INDEX_SECONDS: Final = 60
-DEFAULT_PROJECTOR_FLUSH_MS: Final = 0
+DEFAULT_PROJECTOR_FLUSH_MS: Final = 1000
 
 Identity = Literal["committer", "consolidator", "projector", "maintainer", "tracer"]
 
@@ -77,7 +77,7 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMFABRIC_PROJECTOR_FLUSH_MS": "memfabric serve's serial projector flushes the vector "
     "store (and then moves its cursor) at most every this many milliseconds instead of after "
     "every batch; points are searchable once written, durable after the flush (default "
-    f"{DEFAULT_PROJECTOR_FLUSH_MS}: after every batch)",
+    f"{DEFAULT_PROJECTOR_FLUSH_MS}; 0: after every batch)",
     "QDRANT_URL": "a Qdrant server; unset: the embedded shards owned by memfabric serve",
     "QDRANT_API_KEY": "the Qdrant server's API key",
     "NEO4J_URI": "a Neo4j 5 server; unset: the local graph server on GRAPH_BOLT_PORT",
