@@ -1,12 +1,16 @@
 """The vector projection's flush cadence (`Projector.flush_seconds`, R-PROJ-1): points are
 searchable once upserted, the cursor moves only right after a flush, and a crash between
-the upsert and the flush replays from the cursor (a real process killed before it flushes)."""
+the upsert and the flush replays from the cursor (a real process killed before it flushes).
+And the loop's wake-up: an event a NOTIFY announced but the horizon held back is read soon
+after the holder ends, not a poll interval later."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,19 +53,28 @@ def searchable(p: Projector, conn: psycopg.Connection[Any], ids: list[str]) -> s
 
 
 class Reading(Projector):
-    """A Projector noting the memory ids of each batch it reads."""
+    """A Projector noting the memory ids of each batch it reads, and when a read of the
+    feed that began at `began` found nothing."""
 
     read: list[list[str]]
+    empty: list[float]
 
     def records(self, conn: psycopg.Connection[Any], ids: Any) -> list[dict[str, Any]]:
         self.read.append(sorted(ids))
         return super().records(conn, ids)
 
+    def events(self, conn: psycopg.Connection[Any], projection: str, after: Any = None) -> Any:
+        began = time.monotonic()
+        out = super().events(conn, projection, after)
+        if not out:
+            self.empty.append(began)
+        return out
+
 
 def projector(fabric: Fabric, store: VectorStore, minilm: MiniLMEmbedder, **kw: Any) -> Reading:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     p = Reading(url, minilm, store, None, **kw)
-    p.read = []
+    p.read, p.empty = [], []
     return p
 
 
@@ -173,4 +186,40 @@ def test_a_crash_between_upsert_and_flush_replays_from_the_cursor(
         assert ops.verify(p)["ok"]
         assert ops.drill(p)["identical"]
     finally:
+        store.close()
+
+
+def test_an_event_held_by_the_horizon_is_read_soon_after_the_holder_ends(
+    fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
+) -> None:
+    store = EdgeVectorStore(tmp_path / "qdrant")
+    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+    run = fabric.open_run()
+    fabric.settle()
+    p = projector(fabric, store, minilm)
+    stop = threading.Event()
+    kwargs = {"poll_seconds": 120.0, "should_stop": stop.is_set}
+    thread = threading.Thread(target=p.run, args=(("qdrant",),), kwargs=kwargs)
+    # an older transaction with an xid that writes no event: its end sends no NOTIFY
+    holder = fabric.connect(None, autocommit=False)
+    holder.execute("SELECT pg_current_xact_id()")
+    thread.start()
+    try:
+        rid = fabric.form(run, "held back by an older transaction")  # committed, NOTIFY sent
+        formed = time.monotonic()
+        deadline = formed + 60
+        while not any(t > formed for t in p.empty) and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the projector, woken, has found it not yet readable
+        assert any(t > formed for t in p.empty)
+        holder.rollback()
+        ended = time.monotonic()
+        while rid not in {i for i, _ in store.scroll("episodic")}:
+            # a poll interval is 120 s: only the loop's look-again after a NOTIFY finds it
+            assert time.monotonic() - ended < 30, "not read until the next poll"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        holder.rollback()
+        fabric.su().execute("NOTIFY fabric_events")  # wakes the loop to see the stop
+        thread.join(timeout=30)
         store.close()
