@@ -584,6 +584,7 @@ def serve(
         embed_in_child=in_child,
         guard=lock,
         progress=lambda line: typer.echo(f"[project] {line}"),
+        flush_seconds=settings.projector_flush_ms / 1000,
     )
     assert projector.store is not None
     # Queries embed here, never behind a projector batch in the child.

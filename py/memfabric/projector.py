@@ -8,6 +8,12 @@ adapter), embeddings are computed outside any transaction and stored a batch at 
 through `fabric_api.store_embeddings` (which refuses erased records), then the
 projection is written idempotently (point id = memory_id, Cypher MERGE) and flushed before
 the cursor moves: at-least-once, never skipping. NOTIFY only wakes the loop.
+
+With `flush_seconds` > 0 the serial projector flushes the vector store at most that often
+instead of after every batch: a batch's points are searchable once upserted, the cursor
+moves only right after a flush (to the last event applied before it), and events applied
+but not yet flushed are read past with the read-ahead feed. A crash in between loses at most
+the unflushed points, which the next life re-applies from the cursor (docs/projections.md).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from memfabric.vectors import MemoryPayload, VectorPoint, VectorStore
 Json = dict[str, Any]
 Progress = Callable[[str], None]
 PROJECTIONS = ("qdrant", "graph")
+# after a NOTIFY whose events are still above the horizon: the first look again (seconds)
+HELD_RETRY_SECONDS = 0.05
 
 
 @dataclass
@@ -121,6 +129,12 @@ class Projector:
     batch: int = 500
     progress: Progress = lambda _: None
     guard: threading.Lock | None = field(default=None, repr=False)  # shared with a broker
+    # the vector projection in `run`/`drain`: flush (then move the cursor) at most every
+    # this many seconds, not after every batch; 0: after every batch
+    flush_seconds: float = 0.0
+    # per projection: the last event applied but not yet flushed, and when the first
+    # such batch was applied (time.monotonic); empty when flush_seconds is 0
+    _unflushed: dict[str, tuple[Json, float]] = field(default_factory=dict, repr=False)
 
     def _guarded(self) -> contextlib.AbstractContextManager[object]:
         return self.guard if self.guard is not None else contextlib.nullcontext()
@@ -189,6 +203,8 @@ class Projector:
         conn: psycopg.Connection[Any],
         records: Sequence[Json],
         embedded: Sequence[list[float]] | None = None,
+        *,
+        flush: bool = True,
     ) -> None:
         assert self.store is not None
         live = [r for r in records if projectable(r)]
@@ -204,7 +220,8 @@ class Projector:
                 self.store.delete(tier, drop)  # erased, or moved to another tier
             if by_tier[tier]:
                 self.store.upsert(tier, by_tier[tier])
-        self.store.flush()
+        if flush:
+            self.store.flush()
 
     def apply_graph(self, records: Sequence[Json]) -> None:
         assert self.graph is not None
@@ -222,9 +239,13 @@ class Projector:
         conn: psycopg.Connection[Any],
         records: Sequence[Json],
         embedded: Sequence[list[float]] | None = None,
+        *,
+        flush: bool = True,
     ) -> None:
+        """Write `records` to the projection; the vector store is flushed unless `flush` is
+        false (the graph commits each write by itself)."""
         if projection == "qdrant":
-            self.apply_vectors(conn, records, embedded)
+            self.apply_vectors(conn, records, embedded, flush=flush)
         else:
             self.apply_graph(records)
 
@@ -259,24 +280,61 @@ class Projector:
 
     # -- the outbox ----------------------------------------------------------------------------
 
+    def _deferred(self, projection: str) -> bool:
+        """Is this projection's flush (and so its cursor) left to the cadence?"""
+        return projection == "qdrant" and self.flush_seconds > 0 and self.store is not None
+
+    def flush_due(self, projection: str) -> float | None:
+        """Seconds until the unflushed batches of `projection` are due (0: now), or None."""
+        pending = self._unflushed.get(projection)
+        if pending is None:
+            return None
+        return max(0.0, pending[1] + self.flush_seconds - time.monotonic())
+
+    def settle(
+        self, conn: psycopg.Connection[Any], projection: str, *, force: bool = False
+    ) -> None:
+        """Flush the vector store and move the cursor to the last event applied, if the
+        unflushed batches are due (or `force`). The cursor never passes a flush."""
+        due = self.flush_due(projection)
+        if due is None or (due > 0 and not force):
+            return
+        last = self._unflushed[projection][0]
+        assert self.store is not None
+        with self._guarded():
+            self.store.flush()
+        self.move_cursor(conn, projection, last)
+        del self._unflushed[projection]
+
     def drain(
         self, conn: psycopg.Connection[Any], projection: str, max_batches: int | None = None
     ) -> int:
         """Apply the events the cursor has not passed (all of them, or at most
-        `max_batches` batches); returns how many were applied."""
+        `max_batches` batches); returns how many were applied. With `flush_seconds`, the
+        vector store is flushed and the cursor moved when due, and always at the end of a
+        full drain (`max_batches` None)."""
+        deferred = self._deferred(projection)
         applied = batches = 0
         while max_batches is None or batches < max_batches:
-            events = self.events(conn, projection)
+            pending = self._unflushed.get(projection)
+            events = self.events(conn, projection, pending[0] if pending else None)
             if not events:
                 break
             ids = sorted({str(e["memory_id"]) for e in events if e["memory_id"]})
             if ids:
                 records = self.records(conn, ids)
                 with self._guarded():
-                    self.apply(projection, conn, records)
-            self.move_cursor(conn, projection, events[-1])
+                    self.apply(projection, conn, records, flush=not deferred)
+            if deferred:
+                first = pending[1] if pending else time.monotonic()
+                self._unflushed[projection] = (events[-1], first)
+                self.settle(conn, projection)
+            else:
+                self.move_cursor(conn, projection, events[-1])
             applied += len(events)
             batches += 1
+        if deferred and max_batches is None:
+            self.settle(conn, projection, force=True)
         return applied
 
     def run(
@@ -291,9 +349,15 @@ class Projector:
         and ends the loop."""
         backoff = 0.5
         while not should_stop():
+            # a new life starts from the cursor: what was applied but not flushed is read again
+            self._unflushed.clear()
             try:
                 with psycopg.connect(self.conninfo, autocommit=True) as conn:
                     conn.execute("LISTEN fabric_events")
+                    # > 0: a NOTIFY found nothing readable, so an older transaction still
+                    # holds the horizon (it may end without a NOTIFY): look again this soon,
+                    # twice as late each time, instead of after a whole poll interval
+                    held, notified = 0.0, False
                     while not should_stop():
                         # One batch per projection per turn: under steady writes neither
                         # projection waits for the other to run dry.
@@ -305,10 +369,24 @@ class Projector:
                                 self.progress(f"{projection}: applied {n} events")
                         backoff = 0.5
                         if busy:
+                            held = 0.0
                             continue
-                        if select.select([conn.fileno()], [], [], poll_seconds)[0]:
+                        if notified or held:
+                            held = min(held * 2 if held else HELD_RETRY_SECONDS, poll_seconds)
+                        # idle: wait for a NOTIFY, at most until unflushed batches are due
+                        wait = min(poll_seconds, held) if held else poll_seconds
+                        for projection in projections:
+                            due = self.flush_due(projection)
+                            if due is not None:
+                                wait = min(wait, due)
+                        notified = bool(select.select([conn.fileno()], [], [], wait)[0])
+                        if notified:
                             for _ in conn.notifies(timeout=0):
                                 pass
+                        for projection in projections:
+                            self.settle(conn, projection)
+                    for projection in projections:  # asked to stop: make what was applied durable
+                        self.settle(conn, projection, force=True)
             except Exception as exc:
                 if not recoverable(exc):
                     raise

@@ -29,6 +29,7 @@ DEFAULT_EMBEDDER_DIMS: Final = 384
 DEFAULT_MCP_GATEWAY_LOGIN: Final = "memfabric_mcp_gateway"
 DEFAULT_VECTOR_INDEX_AFTER: Final = 20_000
 DEFAULT_VECTOR_INDEX_SECONDS: Final = 60
+DEFAULT_PROJECTOR_FLUSH_MS: Final = 1000
 
 Identity = Literal["committer", "consolidator", "projector", "maintainer", "tracer"]
 
@@ -73,6 +74,10 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "serve process, the default) or child (a child process at lower priority)",
     "MEMFABRIC_PROJECTOR_PIPELINE": "memfabric serve's projector: serial (read, embed, write "
     "in turn, the default) or pipelined (reader, embedder and writer threads)",
+    "MEMFABRIC_PROJECTOR_FLUSH_MS": "memfabric serve's serial projector flushes the vector "
+    "store (and then moves its cursor) at most every this many milliseconds instead of after "
+    "every batch; points are searchable once written, durable after the flush (default "
+    f"{DEFAULT_PROJECTOR_FLUSH_MS}; 0: after every batch)",
     "QDRANT_URL": "a Qdrant server; unset: the embedded shards owned by memfabric serve",
     "QDRANT_API_KEY": "the Qdrant server's API key",
     "NEO4J_URI": "a Neo4j 5 server; unset: the local graph server on GRAPH_BOLT_PORT",
@@ -136,6 +141,7 @@ PROJECTION_ENV: Final = (
     "MEMFABRIC_EMBEDDER_DIMS",
     "MEMFABRIC_PROJECTOR_EMBED",
     "MEMFABRIC_PROJECTOR_PIPELINE",
+    "MEMFABRIC_PROJECTOR_FLUSH_MS",
     "QDRANT_URL",
     "QDRANT_API_KEY",
     "NEO4J_URI",
@@ -217,6 +223,7 @@ class Settings:
     embedder_dims: int
     projector_embed: str  # "inline" | "child"
     projector_pipeline: str  # "serial" | "pipelined"
+    projector_flush_ms: int  # serial projector: flush the vector store at most this often
     qdrant_url: str | None
     qdrant_api_key: str | None
     neo4j_uri: str | None
@@ -270,6 +277,9 @@ class Settings:
             embedder_dims=_int(e, "MEMFABRIC_EMBEDDER_DIMS", DEFAULT_EMBEDDER_DIMS),
             projector_embed=_choice(e, "MEMFABRIC_PROJECTOR_EMBED", ("inline", "child")),
             projector_pipeline=_choice(e, "MEMFABRIC_PROJECTOR_PIPELINE", ("serial", "pipelined")),
+            projector_flush_ms=_int_at_least(
+                e, "MEMFABRIC_PROJECTOR_FLUSH_MS", DEFAULT_PROJECTOR_FLUSH_MS, 0
+            ),
             qdrant_url=get("QDRANT_URL"),
             qdrant_api_key=get("QDRANT_API_KEY"),
             neo4j_uri=get("NEO4J_URI"),

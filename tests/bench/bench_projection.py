@@ -15,7 +15,9 @@ Prints, never asserts (docs/benchmarks.md). Needs `make migrate` and `scripts/gr
 --rates 25,50,100 runs instead, for the vector projection alone (Edge and the embedder, the
 bound; no graph server needed), each of --variants side by side: the serial projector
 (`Projector.run`) and the pipelined one (`Projector.run_pipelined`), each with the embedder in
-process or in a child process (`ProcessEmbedder`): lag p50/p95 at each write rate (--seconds
+process or in a child process (`ProcessEmbedder`), and `serial+cadence` (the serial projector
+flushing Edge at most every --flush-ms, `Projector.flush_seconds`; its lag is commit to
+searchable, and commit to durable is printed too): lag p50/p95 at each write rate (--seconds
 each; the governed writes come from a child process, so the projector's threads cannot slow
 them down), where the lag goes (commit to read, read to embedded, storing the embeddings,
 Edge's upsert and flush) and the embedder's share of the time, then a full drain of a
@@ -141,8 +143,9 @@ class BenchProjector(Projector):
         return [r for r in super().records(conn, ids) if r["tenant_id"] == self.tenant]
 
     def apply(self, projection: str, conn: Conn, records: Sequence[Any],
-              embedded: Sequence[list[float]] | None = None) -> None:  # fmt: skip
-        super().apply(projection, conn, records, embedded)
+              embedded: Sequence[list[float]] | None = None, *,
+              flush: bool = True) -> None:  # fmt: skip
+        super().apply(projection, conn, records, embedded, flush=flush)
         now, seen = time.perf_counter(), self.applied[projection]
         for r in records:
             seen.setdefault(r["memory_id"], now)
@@ -266,9 +269,17 @@ class Timed:
 @dataclass
 class StagedProjector(BenchProjector):
     """BenchProjector stamping each record when it was read, when its embedding was ready
-    (store_embeddings called) and when that call returned; `applied` is after Edge's flush."""
+    (store_embeddings called) and when that call returned; `applied` is after Edge's upsert
+    (and flush, unless the flush is deferred: then searchable, not yet durable); `durable`
+    when the cursor moved past it (after a flush)."""
 
     stamps: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+
+    def move_cursor(self, conn: Conn, projection: str, last: Any) -> None:
+        super().move_cursor(conn, projection, last)
+        now, durable = time.perf_counter(), self.stamps["durable"]
+        for m in self.applied[projection]:  # serial: the cursor covers all applied so far
+            durable.setdefault(m, now)
 
     def records(self, conn: Conn, ids: Sequence[str]) -> list[dict[str, Any]]:
         out = super().records(conn, ids)
@@ -288,9 +299,10 @@ class StagedProjector(BenchProjector):
         return out
 
 
-VARIANTS = {  # name: (pipelined, embedder in a child process)
-    "serial": (False, False), "pipelined": (True, False),
-    "serial+child": (False, True), "pipelined+child": (True, True),
+VARIANTS = {  # name: (pipelined, embedder in a child process, flush every --flush-ms)
+    "serial": (False, False, False), "pipelined": (True, False, False),
+    "serial+child": (False, True, False), "pipelined+child": (True, True, False),
+    "serial+cadence": (False, False, True),
 }  # fmt: skip
 
 
@@ -311,9 +323,26 @@ def paced_writes(url: str, run_id: Any, rate: float, seconds: float, warmup: flo
     out.put((committed, len(committed) / (time.perf_counter() - start)))
 
 
+HOLDERS = """SELECT coalesce(max(extract(epoch FROM now() - xact_start)), 0)
+  FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+  AND datname IS DISTINCT FROM current_database()"""
+
+
+def horizon_holders(url: str, stop: threading.Event, stamps: dict[str, dict[str, float]]) -> None:
+    """Every 0.2 s until `stop`: the age of the oldest transaction with an xid in another
+    database of the server. The feed reads below the snapshot xmin, which is server-wide, so
+    such a transaction holds back every event committed after it began."""
+    worst = 0.0
+    with connect(url) as su:
+        while not stop.wait(0.2):
+            worst = max(worst, float(call(su, HOLDERS)))
+    stamps["holders"]["max"] = worst
+
+
 @dataclass
 class LagRun:
     lags: list[float]
+    durable: list[float]  # commit to the cursor past it (after a flush)
     achieved: float
     missing: int
     parts: dict[str, list[float]]  # per record: queue+read, embed, store, edge
@@ -321,6 +350,7 @@ class LagRun:
     embed_rate: float  # texts per second of embed() time
     batch: float  # texts per embed() call
     load: float
+    held: float  # longest-running transaction of another database seen during the run (s)
 
 
 PARTS = ("read", "embedded", "stored")
@@ -331,7 +361,7 @@ def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argpar
     """Vector projection alone, writes from another process at `rate` for --seconds."""
     import multiprocessing
 
-    pipelined, _ = VARIANTS[variant]
+    pipelined = VARIANTS[variant][0]
     stop, emb = threading.Event(), p.embedder
     assert isinstance(emb, Timed)
     texts, busy, calls = emb.texts, emb.seconds, emb.calls
@@ -345,22 +375,31 @@ def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argpar
                         args=(url, run_id, rate, args.seconds, args.warmup, results))  # fmt: skip
     t0 = time.perf_counter()
     child.start()
+    held = threading.Thread(target=horizon_holders, args=(url, stop, p.stamps), daemon=True)
+    held.start()
     committed, achieved = results.get()
     child.join()
     q, deadline = p.applied["qdrant"], time.perf_counter() + 120
     while time.perf_counter() < deadline and not all(m in q for m in committed):
         time.sleep(0.05)
-    wall, load = time.perf_counter() - t0, os.getloadavg()[0]
+    wall = time.perf_counter() - t0
+    while time.perf_counter() < deadline and not all(m in p.stamps["durable"] for m in q):
+        time.sleep(0.05)
+    load = os.getloadavg()[0]
     stop.set()
     thread.join(timeout=60)
+    held.join(timeout=5)
     done = [m for m in committed if m in q and all(m in p.stamps[s] for s in PARTS)]
     at = [committed, *(p.stamps[s] for s in PARTS), q]
     parts = {name: [at[k + 1][m] - at[k][m] for m in done]
              for k, name in enumerate(("queue+read", "embed", "store", "edge"))}  # fmt: skip
     n, took = emb.texts - texts, emb.seconds - busy
-    return LagRun([q[m] - committed[m] for m in done], achieved, len(committed) - len(done),
+    durable = [p.stamps["durable"][m] - committed[m] for m in done if m in p.stamps["durable"]]
+    return LagRun([q[m] - committed[m] for m in done], durable, achieved,
+                  len(committed) - len(done),
                   parts, took / wall, n / took if took else 0.0,
-                  n / max(emb.calls - calls, 1), load)  # fmt: skip
+                  n / max(emb.calls - calls, 1), load,
+                  p.stamps.pop("holders", {}).get("max", 0.0))  # fmt: skip
 
 
 def drain_run(p: StagedProjector, write: Write, n: int, pipelined: bool) -> tuple[float, float]:
@@ -392,8 +431,9 @@ def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namesp
     child.embed(["warm up"])
 
     def use(variant: str) -> bool:
-        pipelined, in_child = VARIANTS[variant]
+        pipelined, in_child, cadence = VARIANTS[variant]
         p.embedder = child if in_child else in_process
+        p.flush_seconds = args.flush_ms / 1000 if cadence else 0.0
         return pipelined
 
     try:
@@ -408,14 +448,18 @@ def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namesp
                              "records)", ms(r.lags) if r.lags else "-",
                              f"achieved {r.achieved:.1f} writes/s; {r.missing} not applied; "
                              f"p95 <= 1 s: {OK[bool(r.lags) and pct(r.lags, 95) <= 1]}; "
-                             f"load {r.load:.1f}"))  # fmt: skip
+                             f"load {r.load:.1f}; another database's transaction held the "
+                             f"horizon up to {r.held:.1f} s"))  # fmt: skip
                 if r.lags:
                     split = "; ".join(f"{k} {statistics.mean(v) * 1e3:.0f}"
                                       for k, v in r.parts.items())  # fmt: skip
                     busy = (f"embedder busy {r.embed_busy:.0%} of the run at "
                             f"{r.embed_rate:.0f} texts/s, {r.batch:.1f} texts a call")  # fmt: skip
                     rows.append((f"  where the lag goes (mean ms), {variant}", split, busy))
-                for row in rows[-2:]:
+                if r.durable and not VARIANTS[variant][0]:
+                    rows.append((f"  commit to durable (cursor moved) p50 / p95, {variant}",
+                                 ms(r.durable), f"{len(r.durable)} records"))  # fmt: skip
+                for row in rows[-3:]:
                     print("   ", " | ".join(row), flush=True)
             base = results[variants[0]].lags
             for variant in variants[1:]:
@@ -674,6 +718,8 @@ def main() -> int:
     ap.add_argument("--rates", default="", help="e.g. 25,50,100: serial vs pipelined, no graph")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="of --rates, first the base")
     ap.add_argument("--embedder", default="minilm", help="of --rates: minilm or minilm-static")
+    ap.add_argument("--flush-ms", type=float, default=1000.0,
+                    help="of --rates, serial+cadence: flush at most this often")  # fmt: skip
     args = ap.parse_args()
     url, rows = db.database_url(), []
     emb = Counting() if args.embedder == "minilm" else embedder_from_settings(args.embedder)

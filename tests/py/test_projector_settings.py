@@ -37,3 +37,13 @@ def test_the_deployment_embedder_in_a_child_keeps_the_contract() -> None:
     assert child.pid is None  # started by the first embed, not by being configured
     http = embedder_for({"embedder": "http", "url": "http://127.0.0.1:1", "model": "m"}, child=True)
     assert isinstance(http, ProcessEmbedder) and http.kind == "http" and http.model == "m"
+
+
+def test_the_flush_cadence_is_milliseconds_a_second_by_default() -> None:
+    assert Settings.from_env({}).projector_flush_ms == 1000
+    assert Settings.from_env({"MEMFABRIC_PROJECTOR_FLUSH_MS": "0"}).projector_flush_ms == 0
+    assert Settings.from_env({"MEMFABRIC_PROJECTOR_FLUSH_MS": "250"}).projector_flush_ms == 250
+    assert "MEMFABRIC_PROJECTOR_FLUSH_MS" in PROJECTION_ENV
+    for bad in ("-1", "soon"):
+        with pytest.raises(Misconfigured, match="MEMFABRIC_PROJECTOR_FLUSH_MS"):
+            Settings.from_env({"MEMFABRIC_PROJECTOR_FLUSH_MS": bad})
