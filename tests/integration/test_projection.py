@@ -94,6 +94,7 @@ def seeded(fabric: Fabric) -> dict[str, Any]:
         derived_from=[a, b],
         content={"key": "invoice.currency", "value": "EUR", "text": "invoices are in EUR"},
     )
+    fabric.settle()  # the tests drain once: every seeded event must be readable by then
     return {"run": run, "episodes": [a, b, c], "semantic": s}
 
 
