@@ -20,12 +20,17 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_name text;
+  v text;
 BEGIN
-  FOREACH v_name IN ARRAY ARRAY['fabric.tenant_id', 'fabric.actor', 'fabric.run_id',
-      'fabric.correlation_id', 'fabric.causation_id', 'fabric.approval_id', 'fabric.action'] LOOP
-    PERFORM pg_catalog.set_config(v_name, '', true);
-  END LOOP;
+  -- assignments, not PERFORM: simple expressions, evaluated without a statement of the
+  -- executor each (every API call starts here)
+  v := pg_catalog.set_config('fabric.tenant_id', '', true);
+  v := pg_catalog.set_config('fabric.actor', '', true);
+  v := pg_catalog.set_config('fabric.run_id', '', true);
+  v := pg_catalog.set_config('fabric.correlation_id', '', true);
+  v := pg_catalog.set_config('fabric.causation_id', '', true);
+  v := pg_catalog.set_config('fabric.approval_id', '', true);
+  v := pg_catalog.set_config('fabric.action', '', true);
 END $$;
 
 -- ---------------------------------------------------------------------------------------

@@ -4,15 +4,19 @@
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._pseudonym: one identifier of a kind ('subject', 'session', 'request') under a key.
+-- PL/pgSQL, not SQL: a SQL function that cannot be inlined (its SET clause) is parsed and
+-- planned again on every call in a new transaction; this one is a simple expression, run
+-- without the executor (every recall calls it twice for its audit event).
 CREATE OR REPLACE FUNCTION fabric._pseudonym(p_key bytea, p_kind text, p_value text)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT CASE WHEN p_key IS NOT NULL AND p_value IS NOT NULL THEN
+BEGIN
+  RETURN CASE WHEN p_key IS NOT NULL AND p_value IS NOT NULL THEN
     'hmac:' || pg_catalog.encode(ext.hmac(pg_catalog.convert_to(p_kind || ':' || p_value, 'UTF8'),
-                                          p_key, 'sha256'), 'hex') END
-$$;
+                                          p_key, 'sha256'), 'hex') END;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._subject_key: the subject's key in the tenant of the context, made on first use.

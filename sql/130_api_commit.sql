@@ -8,8 +8,16 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_derived jsonb;
 BEGIN
-  RETURN (SELECT pg_catalog.jsonb_build_object(
+  -- The lineage is read first, so the envelope is a simple expression (evaluated without a
+  -- statement of the executor): recall builds one per record it returns.
+  SELECT coalesce(pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id), '[]')
+    INTO v_derived
+    FROM fabric.memory_lineage l
+   WHERE l.tenant_id = p_record.tenant_id AND l.memory_id = p_record.memory_id;
+  RETURN pg_catalog.jsonb_build_object(
     'memory_id', p_record.memory_id,
     'tier', p_record.tier,
     'scope', pg_catalog.jsonb_build_object('tenant_id', p_record.tenant_id,
@@ -20,10 +28,7 @@ BEGIN
     'provenance', pg_catalog.jsonb_build_object('source_event_id', p_record.source_event_id,
       'correlation_id', p_record.correlation_id, 'causation_id', p_record.causation_id,
       'formed_by', p_record.formed_by, 'formation_method', p_record.formation_method),
-    'derived_from', coalesce((SELECT pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id)
-                              FROM fabric.memory_lineage l
-                              WHERE l.tenant_id = p_record.tenant_id
-                                AND l.memory_id = p_record.memory_id), '[]'),
+    'derived_from', v_derived,
     'confidence', p_record.confidence,
     'validity_interval', pg_catalog.jsonb_build_object('valid_from', p_record.valid_from,
                                                        'valid_until', p_record.valid_until),
@@ -33,7 +38,7 @@ BEGIN
     'retention_class', p_record.retention_class,
     'compliance_labels', pg_catalog.to_jsonb(p_record.compliance_labels),
     'version', p_record.version,
-    'business_instance_id', p_record.business_instance_id));
+    'business_instance_id', p_record.business_instance_id);
 END $$;
 
 -- ---------------------------------------------------------------------------------------

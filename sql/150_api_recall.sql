@@ -430,6 +430,13 @@ BEGIN
     RETURN;
   END IF;
 
+  -- By ids (the vector store's candidates, or filters.memory_ids): each id is re-checked
+  -- against every rule here, read through the primary key. A generic plan, made once per
+  -- session like the lexical statements': planning it again on every call cost as much as
+  -- running it (docs/benchmarks.md, "The re-check of semantic recall"). The ids are never
+  -- NULL here (the branch above took that case), so the plan needs no NULL alternative,
+  -- which would keep the ids out of the index condition of a generic plan.
+  PERFORM pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
   RETURN QUERY
     SELECT m.memory_id, c.score, fabric._record_json(m)
     FROM fabric.memory_records m
@@ -437,6 +444,7 @@ BEGIN
                FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
                GROUP BY u.id) c ON c.id = m.memory_id
     WHERE m.tenant_id = p_tenant_id
+      AND m.memory_id = ANY (p_candidate_ids)
       AND m.scope_key = ANY (p_scope_keys)
       AND m.tier = ANY (p_tiers)
       AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
@@ -445,7 +453,6 @@ BEGIN
       AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
       AND m.confidence >= p_min_confidence
       AND NOT (m.compliance_labels && p_excluded_labels)
-      AND (p_candidate_ids IS NULL OR m.memory_id = ANY (p_candidate_ids))
     ORDER BY 2 DESC NULLS LAST, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
              m.memory_id
     LIMIT p_limit;

@@ -88,6 +88,7 @@ def plan_of(
     analyze: bool = False,
     limit: int = 9,
     before: tuple[str, int] | None = None,
+    ids: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The executed plans of the retrieval's statements on `relation`, through auto_explain
     (with `analyze`, each node's actual rows and loops); with `before`, a call for that
@@ -112,12 +113,14 @@ def plan_of(
             f"SET auto_explain.log_analyze = {'on' if analyze else 'off'}",
         ):
             conn.execute(setting)
-        for tenant, k in ([before] if before else []) + [("big", limit)]:
+        calls = ([(*before, None)] if before else []) + [("big", limit, ids)]
+        for tenant, k, cand in calls:
+            scores = None if cand is None else [1.0 - n / 100 for n in range(len(cand))]
             conn.execute(
                 "SELECT * FROM fabric._recall_candidates(%s, ARRAY['subject:user-42', "
                 "'tenant', 'agent:agt-3'], ARRAY['semantic', 'episodic'], now(), 0.2, "
-                "ARRAY['pci'], %s, NULL, NULL, %s)",
-                (tenant, query, k),
+                "ARRAY['pci'], %s, %s::uuid[], %s::float8[], %s)",
+                (tenant, query, cand, scores, k),
             )
     return plans
 
@@ -228,6 +231,33 @@ def test_filter_only_recall_is_one_generic_plan_bounded_by_k_whatever_the_values
     assert explained["Plan"]["Actual Rows"] == 50, explained
     read = sum(rows_read(n) for n in scans)
     assert read <= 2 * 50 * 3 * 2 + 50, (read, explained)
+
+
+def test_the_recheck_by_ids_reads_the_candidates_through_the_primary_key(big: str) -> None:
+    """The by-ids statement (the vector store's candidates re-checked) runs on a generic
+    plan, made once per session: its ids are a parameter of the plan, and still the index
+    condition of memory_records_pkey (no NULL alternative keeps them out of it), so the rows
+    read are the candidates found, whatever the size of the scope."""
+    with psycopg.connect(big, autocommit=True) as conn:
+        ids = [
+            str(i)
+            for (i,) in conn.execute(
+                "SELECT memory_id FROM fabric.memory_records WHERE tenant_id = 'big' "
+                "AND scope_key IN ('subject:user-42', 'tenant', 'agent:agt-3', 'subject:user-7') "
+                "ORDER BY memory_id LIMIT 40"
+            )
+        ]
+    (explained,) = plan_of(big, None, analyze=True, limit=9, ids=ids)
+    scans = [
+        n
+        for n in nodes(explained["Plan"])
+        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
+    ]
+    assert [n.get("Index Name") for n in scans] == ["memory_records_pkey"], explained
+    cond = scans[0]["Index Cond"]
+    # a generic plan: the ids are a parameter ($n), not the constants of a custom plan
+    assert "tenant_id" in cond and "memory_id = ANY ($" in cond, explained
+    assert rows_read(scans[0]) <= len(ids), explained
 
 
 def test_statistics_are_read_by_tenant_and_scope_through_their_index(big: str) -> None:
