@@ -427,8 +427,14 @@ class TxBackend:
         for attempt in (1, 2):  # a test may have restarted the server (test_serve_cli)
             try:
                 if self.conn is None or self.conn.closed or self.conn.broken:
+                    # The database's idle-in-transaction timeout would end this session's
+                    # transaction while a test waits (a child starting on a loaded machine)
+                    # and take every later test of the worker with it. A startup option is
+                    # what the per-statement RESET ALL restores, so it holds.
                     self.conn = psycopg.connect(
-                        _admin_conninfo(self.server, self.dbname), autocommit=True
+                        _admin_conninfo(self.server, self.dbname),
+                        autocommit=True,
+                        options="-c idle_in_transaction_session_timeout=0",
                     )
                 self.conn.execute("BEGIN")
                 break
