@@ -18,6 +18,8 @@ from conftest import Fabric
 from memfabric import check
 from memfabric.cli import app
 
+pytestmark = pytest.mark.rollback
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
@@ -137,6 +139,7 @@ def test_runtime_settings_fail_their_item(live: Fabric, item: str, env: dict[str
     assert failing(after) == failing(before) | {item}
 
 
+@pytest.mark.clone  # another process connects by URL: needs a clone
 def test_the_command_prints_one_line_per_item_and_exits_non_zero_on_a_fail(live: Fabric) -> None:
     result = CliRunner().invoke(app, ["check"], env={"DATABASE_URL": live.url, **ENV})
     lines = [line for line in result.output.splitlines() if line[:3].strip().rstrip(".").isdigit()]
@@ -172,6 +175,7 @@ def test_the_checklist_page_states_every_item_check_runs() -> None:
     assert [int(n) for n in numbered] == [number for number, _key, _item in check.ITEMS]
 
 
+@pytest.mark.clone  # another process connects by URL: needs a clone
 def test_check_on_the_demo_database(fabric: Fabric) -> None:
     """What CI sees: `memfabric demo` on a database, then `memfabric check` on it. Every item
     passes or is a documented deviation, except the projection drill, which needs

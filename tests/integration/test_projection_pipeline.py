@@ -200,6 +200,7 @@ def test_batches_read_while_the_model_works_are_embedded_together_each_its_own(
         assert max(abs(x - y) for x, y in zip(got, want, strict=True)) <= 1e-6  # its own vector
 
 
+@pytest.mark.slow  # starts the embedder child twice (each loads the model): 16 s at load 5-7
 def test_the_embedder_in_a_child_process_survives_the_childs_death(
     fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
 ) -> None:

@@ -24,6 +24,8 @@ from memfabric.errors import FabricError
 from memfabric.worker import erase
 from memfabric.working import RunRef, WorkingTier, WorkingTierUnavailable
 
+pytestmark = pytest.mark.rollback
+
 REDIS_SH = ROOT / "scripts" / "redis.sh"
 MEMFABRIC = ROOT / ".venv" / "bin" / "memfabric"
 
@@ -190,6 +192,7 @@ def test_a_tenants_user_gets_noperm_on_another_tenants_keys(
         WorkingTier(acme, "acme").append_turn(glx_run, turn(2))
 
 
+@pytest.mark.clone  # another process connects by URL: needs a clone
 def test_grant_tenant_prints_a_url_limited_to_the_tenant(
     fabric: Fabric, redis_server: RedisServer, admin: redis.Redis
 ) -> None:
@@ -364,6 +367,7 @@ def test_an_agent_cannot_mark_its_own_proposal_as_working(fabric: Fabric, run: R
     assert _refused(fabric, "mf_agent_a", update, p["proposal_id"]) == "42501"
 
 
+@pytest.mark.clone  # sets fabric.tenant_id with set_config
 def test_only_the_handoff_marks_a_proposal_even_for_the_owner(fabric: Fabric, run: RunRef) -> None:
     p = fabric.propose("mf_agent_a", episode(), uuid.UUID(run.run_id))
     update = "UPDATE fabric.proposals SET from_tier = 'working' WHERE proposal_id = %s"
@@ -377,6 +381,7 @@ def test_only_the_handoff_marks_a_proposal_even_for_the_owner(fabric: Fabric, ru
     assert caught.value.sqlstate == "MF002"
 
 
+@pytest.mark.clone  # sets session_replication_role
 def test_a_handed_off_proposal_is_always_an_extracted_episode(fabric: Fabric, run: RunRef) -> None:
     p = fabric.propose(
         "mf_agent_a",
@@ -423,6 +428,7 @@ def test_recall_never_reads_redis(fabric: Fabric, admin: redis.Redis, run: RunRe
 # --- an outage degrades the working tier only ------------------------------------------------
 
 
+@pytest.mark.clone  # another process connects by URL: needs a clone
 def test_a_redis_outage_fails_working_ops_clearly_while_propose_and_recall_work(
     fabric: Fabric, run: RunRef, tmp_path: Path
 ) -> None:
@@ -461,6 +467,7 @@ def test_a_redis_outage_fails_working_ops_clearly_while_propose_and_recall_work(
 # --- erasure reaches the working tier --------------------------------------------------------
 
 
+@pytest.mark.clone  # another process connects by URL: needs a clone
 def test_a_subject_erasure_deletes_the_subjects_working_keys(
     fabric: Fabric, redis_server: RedisServer, admin: redis.Redis, run: RunRef
 ) -> None:

@@ -17,6 +17,8 @@ from memfabric import db as mfdb
 from memfabric.errors import FabricError
 from memfabric.worker import erase
 
+pytestmark = pytest.mark.rollback
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_DUMP = ROOT / ".local" / "pg17" / "bin" / "pg_dump"
 RECALLS = "event_type LIKE 'memory.recall.%'"
@@ -100,6 +102,7 @@ def test_subject_keys_are_read_by_no_login(fabric: Fabric) -> None:
     assert fabric.count("subject_keys") == 1
 
 
+@pytest.mark.clone  # its SQL reads now() (one value in a transaction)
 def test_auditor_finds_a_living_subjects_events_and_nobody_else_can(fabric: Fabric) -> None:
     run = fabric.open_run(subject="user-8842")
     other = fabric.open_run(subject="user-other")
@@ -135,6 +138,7 @@ def test_approvals_store_the_subject_only_as_its_pseudonym(fabric: Fabric, canar
     assert row is not None and canary not in row[0] and row[1].startswith("hmac:")
 
 
+@pytest.mark.clone  # its SQL reads now() (one value in a transaction)
 def test_subject_erasure_shreds_the_key_and_the_canary_leaves_every_table(
     fabric: Fabric, canary: str
 ) -> None:

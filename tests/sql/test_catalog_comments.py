@@ -10,7 +10,11 @@ the same rows as their parent, and `\\d+` on the parent shows its comment. The `
 tables are checked at table level only: their columns are the checkpoint library's own.
 """
 
+import pytest
+
 from conftest import Fabric
+
+pytestmark = pytest.mark.rollback
 
 TABLES = """
 SELECT n.nspname || '.' || c.relname

@@ -14,6 +14,8 @@ import pytest
 from conftest import Fabric, call, episode
 from memfabric import constants as c
 
+pytestmark = pytest.mark.rollback
+
 
 def constraint(conn: psycopg.Connection[Any], name: str) -> str:
     row = conn.execute(

@@ -7,10 +7,13 @@ from __future__ import annotations
 from typing import Any, get_args
 
 import jsonschema
+import pytest
 from psycopg.types.json import Jsonb
 
 from conftest import Fabric
 from memfabric.envelope import Envelope, FormationMethod, RetentionClass, Tier, Visibility, episode
+
+pytestmark = pytest.mark.rollback
 
 # What the caller may send but the builder leaves out on purpose, and why.
 NOT_BUILT = {

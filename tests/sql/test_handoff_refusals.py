@@ -17,6 +17,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import Fabric, call
 
+pytestmark = pytest.mark.rollback
+
 HANDOFF = "SELECT fabric_api.handoff(%s, %s)"
 UNAUTHORIZED = "event_type = 'agent.tool.unauthorized'"
 COMMITTER = "os-agt-010"  # the agent of the mf_committer login

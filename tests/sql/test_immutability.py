@@ -17,6 +17,8 @@ from psycopg import sql
 
 from conftest import Fabric
 
+pytestmark = pytest.mark.rollback
+
 ACTOR = "os-agt-010"
 # (column, SQL expression giving a different value) for every immutable envelope column.
 IMMUTABLE = [
@@ -93,6 +95,7 @@ def erase_sql() -> str:
 
 
 @pytest.mark.parametrize(("column", "value"), IMMUTABLE, ids=[c for c, _ in IMMUTABLE])
+@pytest.mark.clone  # its SQL reads now() (one value in a transaction)
 def test_committed_envelope_column_never_changes(fabric: Fabric, column: str, value: str) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
@@ -168,6 +171,7 @@ def semantic_with_lineage(fabric: Fabric, canary: str = "semantic fact") -> tupl
     return episode_id, semantic_id
 
 
+@pytest.mark.clone  # sets the approval context with set_config
 def test_erasure_under_approval_leaves_a_tombstone(fabric: Fabric) -> None:
     episode_id, memory_id = semantic_with_lineage(fabric)
     before = record(fabric, memory_id)
@@ -209,6 +213,7 @@ def test_erasure_under_approval_leaves_a_tombstone(fabric: Fabric) -> None:
     assert forgotten[0]["payload"]["approval_id"] == str(approval)
 
 
+@pytest.mark.clone  # sets the approval context with set_config
 def test_erasure_without_the_approval_context_is_refused(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
@@ -217,6 +222,7 @@ def test_erasure_without_the_approval_context_is_refused(fabric: Fabric) -> None
     assert fabric.counts() == counts
 
 
+@pytest.mark.clone  # sets the approval context with set_config
 def test_erasure_names_the_approval_in_force(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
@@ -227,6 +233,7 @@ def test_erasure_names_the_approval_in_force(fabric: Fabric) -> None:
     assert fabric.counts() == counts
 
 
+@pytest.mark.clone  # its SQL reads now() (one value in a transaction)
 def test_erasure_destroys_the_scope_ids(fabric: Fabric) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
@@ -348,6 +355,7 @@ def transitioned(fabric: Fabric) -> str:
     ],
     ids=["update-state", "update-known-during", "delete", "truncate"],
 )
+@pytest.mark.clone  # its SQL reads now() (one value in a transaction)
 def test_record_history_is_append_only(fabric: Fabric, statement: str) -> None:
     transitioned(fabric)
     with fabric.su() as c:
@@ -379,6 +387,7 @@ def test_lineage_rows_never_change(fabric: Fabric, statement: str) -> None:
         assert c.execute("SELECT to_jsonb(l) FROM fabric.memory_lineage l").fetchall() == before
 
 
+@pytest.mark.clone  # the rule allows lineage in the forming transaction: needs separate commits
 def test_lineage_is_fixed_when_a_record_is_formed(fabric: Fabric) -> None:
     older = committed(fabric, "first")
     newer = committed(fabric, "second")

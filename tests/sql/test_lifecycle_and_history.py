@@ -18,6 +18,8 @@ import pytest
 
 from conftest import Fabric, episode
 
+pytestmark = pytest.mark.rollback
+
 ACTOR = "os-agt-010"
 CORRELATION, CAUSATION = "corr-9d4a", "evt-7b1f"  # conftest.episode()'s provenance
 STATES = ["raw", "consolidated", "reflected", "superseded", "expired", "tombstoned"]
@@ -108,6 +110,7 @@ def move(conn: psycopg.Connection[Any], memory_id: str, to: str, **columns: Any)
 
 
 @pytest.mark.parametrize(("src", "dst"), PAIRS, ids=[f"{a}->{b}" for a, b in PAIRS])
+@pytest.mark.clone  # sets the approval context with set_config (the tombstoned moves)
 def test_records_move_only_along_the_lifecycle_table(fabric: Fabric, src: str, dst: str) -> None:
     memory_id = committed(fabric)
     conn = fabric.owner()
@@ -154,6 +157,7 @@ def test_an_unchanged_state_is_not_a_transition(fabric: Fabric) -> None:
 
 
 @pytest.mark.parametrize("dst", ["consolidated", "expired", "tombstoned"])
+@pytest.mark.clone  # sets the approval context with set_config
 def test_changes_without_an_acting_agent_fail_closed(fabric: Fabric, dst: str) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
@@ -185,6 +189,7 @@ def test_records_are_formed_only_with_an_acting_agent(fabric: Fabric) -> None:
 
 
 @pytest.mark.parametrize("dst", list(EVENT_OF))
+@pytest.mark.clone  # needs a transaction of its own
 def test_each_transition_emits_its_event_in_the_same_transaction(fabric: Fabric, dst: str) -> None:
     memory_id = committed(fabric)
     before, counts = record(fabric, memory_id), fabric.counts()
@@ -210,6 +215,7 @@ def test_each_transition_emits_its_event_in_the_same_transaction(fabric: Fabric,
     assert fabric.counts() == counts
 
 
+@pytest.mark.clone  # sets fabric.action with set_config
 def test_promotion_emits_its_event(fabric: Fabric) -> None:
     source = committed(fabric)
     memory_id = committed(fabric, "prefers EUR", tier="semantic", derived_from=[source])
@@ -226,6 +232,7 @@ def test_promotion_emits_its_event(fabric: Fabric) -> None:
 
 
 @pytest.mark.parametrize("action", [None, "commit", "supersede"])
+@pytest.mark.clone  # sets fabric.action with set_config
 def test_tier_changes_only_by_promotion_or_demotion(fabric: Fabric, action: str | None) -> None:
     source = committed(fabric)
     memory_id = committed(fabric, "prefers EUR", tier="semantic", derived_from=[source])
@@ -311,6 +318,7 @@ def walk(fabric: Fabric, text: str = "asked for invoices in EUR") -> str:
     return memory_id
 
 
+@pytest.mark.clone  # sets the approval context with set_config
 def test_every_change_keeps_the_previous_values(fabric: Fabric) -> None:
     memory_id = walk(fabric)
     rows = history(fabric, memory_id)
@@ -326,6 +334,7 @@ def test_every_change_keeps_the_previous_values(fabric: Fabric) -> None:
     assert record(fabric, memory_id)["revision"] == 5
 
 
+@pytest.mark.clone  # sets the approval context with set_config
 def test_history_ranges_tile_transaction_time(fabric: Fabric) -> None:
     memory_id = walk(fabric)
     rows = history(fabric, memory_id)
@@ -350,6 +359,7 @@ def test_history_ranges_tile_transaction_time(fabric: Fabric) -> None:
     assert tiles == (True, True, True)
 
 
+@pytest.mark.clone  # sets the approval context with set_config
 def test_history_never_holds_content(fabric: Fabric) -> None:
     canary = f"canary-{uuid.uuid4()}"
     memory_id = walk(fabric, canary)
@@ -384,6 +394,7 @@ ENVELOPE = (
 )
 
 
+@pytest.mark.clone  # sets the approval context with set_config
 def test_record_events_carry_the_envelope(fabric: Fabric) -> None:
     memory_id = walk(fabric)
     events = fabric.events(f"memory_id = '{memory_id}'")
@@ -402,6 +413,7 @@ def test_record_events_carry_the_envelope(fabric: Fabric) -> None:
     assert len({e["xid"] for e in events}) == len(events)  # one transaction each
 
 
+@pytest.mark.clone  # sets the approval context with set_config
 def test_events_never_carry_content(fabric: Fabric) -> None:
     canary = f"canary-{uuid.uuid4()}"
     walk(fabric, canary)
@@ -435,6 +447,7 @@ def notifications(conn: psycopg.Connection[Any]) -> list[str]:
     ]
 
 
+@pytest.mark.clone  # LISTENs for the commit's NOTIFY: needs a commit
 def test_a_commit_wakes_the_projectors_once(fabric: Fabric) -> None:
     run = fabric.open_run()
     proposal = fabric.propose("mf_agent_a", episode(), run)
@@ -443,6 +456,7 @@ def test_a_commit_wakes_the_projectors_once(fabric: Fabric) -> None:
     assert notifications(conn) == [""]
 
 
+@pytest.mark.clone  # LISTENs for the commit's NOTIFY: needs a commit
 def test_one_statement_of_several_projected_events_wakes_once(fabric: Fabric) -> None:
     conn = listener(fabric)
     fabric.owner().execute(
@@ -453,6 +467,7 @@ def test_one_statement_of_several_projected_events_wakes_once(fabric: Fabric) ->
     assert notifications(conn) == [""]
 
 
+@pytest.mark.clone  # LISTENs for the commit's NOTIFY: needs a commit
 def test_one_update_of_several_records_wakes_once(fabric: Fabric) -> None:
     ids = [committed(fabric, f"fact {i}") for i in range(3)]
     conn = listener(fabric)
@@ -465,6 +480,7 @@ def test_one_update_of_several_records_wakes_once(fabric: Fabric) -> None:
     assert notifications(conn) == [""]
 
 
+@pytest.mark.clone  # LISTENs for the commit's NOTIFY: needs a commit
 def test_proposals_do_not_wake_the_projectors(fabric: Fabric) -> None:
     run = fabric.open_run()
     conn = listener(fabric)
@@ -477,6 +493,7 @@ def test_proposals_do_not_wake_the_projectors(fabric: Fabric) -> None:
     assert notifications(conn) == [""]
 
 
+@pytest.mark.clone  # LISTENs for the commit's NOTIFY: needs a commit
 def test_tool_refusals_do_not_wake_the_projectors(fabric: Fabric) -> None:
     run = fabric.open_run(tools=[])
     conn = listener(fabric)

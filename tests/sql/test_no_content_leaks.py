@@ -28,6 +28,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
 
+pytestmark = pytest.mark.rollback
+
 
 @pytest.fixture
 def canary() -> str:
@@ -203,6 +205,7 @@ def test_a_check_violation_on_a_raw_insert_is_not_echoed(
     assert exc.diag.message_detail is None
 
 
+@pytest.mark.clone  # sets session settings with set_config
 def test_a_raw_insert_whose_statement_holds_the_content_is_not_logged(
     fabric: Fabric, canary: str, refuse: Callable[..., psycopg.Error]
 ) -> None:
@@ -246,6 +249,7 @@ def test_a_hash_mismatch_on_a_raw_insert_is_not_echoed(
 # --- paths outside the fabric's functions: closed by log_error_verbosity = terse -------------
 
 
+@pytest.mark.clone  # uses the raw driver connection
 def test_a_superusers_check_violation_is_not_logged_with_content(
     fabric: Fabric, canary: str
 ) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
+pytestmark = pytest.mark.rollback
+
 
 def _raise(conn: psycopg.Connection[Any], *args: str | None) -> psycopg.Error:
     with pytest.raises(psycopg.Error) as caught:

@@ -16,6 +16,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric, call
 
+pytestmark = pytest.mark.rollback
+
 AGENT, LOGIN = "com-agt-003", "mf_agent_a"
 
 
@@ -88,6 +90,7 @@ def test_revoking_the_recall_tool_mid_run_denies_the_very_next_recall(
     assert recall(conn, run)["status"] == "served"
 
 
+@pytest.mark.clone  # needs a transaction of its own to roll back
 def test_a_revocation_rolled_back_changes_nothing(
     fabric: Fabric, served: tuple[uuid.UUID, psycopg.Connection[Any], str]
 ) -> None:

@@ -22,6 +22,8 @@ from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
 
+pytestmark = pytest.mark.rollback
+
 MALFORMED = {"22023", "22007", "22003"}
 UUID = str(uuid.UUID(int=7))
 UUID_UPPER = str(uuid.UUID(int=2**128 - 7)).upper()

@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import Fabric, episode
+
+pytestmark = pytest.mark.rollback
 
 MIGRATION = Path(__file__).parents[2] / "migrations" / "versions" / "0022_recall_latency.py"
 CALL = "SELECT fabric._search_keys(%s, %s, %s), pg_temp.search_keys_0022(%s, %s, %s)"

@@ -1,4 +1,8 @@
+import pytest
+
 from conftest import Fabric, episode
+
+pytestmark = pytest.mark.rollback
 
 
 def test_propose_and_commit_an_episode(fabric: Fabric) -> None:
