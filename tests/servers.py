@@ -45,9 +45,10 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, grace: float = 30) -> None:
+def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, grace: float = 30) -> int:
     """Stop a child a test started: `sig`, up to `grace` seconds to exit (a loaded machine
-    starts and stops Python slowly), then SIGKILL; its output pipe is closed either way."""
+    starts and stops Python slowly), then SIGKILL; its output pipe is closed either way.
+    Returns its exit code (negative: the signal that ended it)."""
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
@@ -57,6 +58,7 @@ def stop_process(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, grace: 
             proc.wait()
     if proc.stdout:
         proc.stdout.close()
+    return proc.returncode
 
 
 def graph_sh(

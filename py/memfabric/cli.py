@@ -110,6 +110,20 @@ def _require_known_schema(conninfo: str) -> None:
         db.require_known_revision(conn)
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (`docker stop`, systemd, `kill`) stops a long-running command the way Ctrl-C
+    does, through its own clean-up: the projector flushes what it applied and moves its
+    cursor, the socket file is removed. Without this, SIGTERM ended the process where it
+    stood, and a command started with SIGINT ignored (a background job of a shell without
+    job control) could not be stopped gracefully at all."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def _db_script(*args: str) -> None:
     if Settings.from_env().database_url_set and args[0] in ("up", "down"):
         typer.echo("DATABASE_URL is set: the local server is not used")
@@ -504,6 +518,7 @@ def worker_trace(
     _require_known_schema(tracer_conninfo(login))
     maker = SpanMaker(tracer_conninfo(login), progress=lambda line: typer.echo(f"[trace] {line}"))
     _start_metrics(metrics_port, maker)
+    _stop_on_sigterm()
     try:
         if once:
             with psycopg.connect(maker.conninfo, autocommit=True) as conn:
@@ -627,6 +642,7 @@ def serve(
     _start_metrics(metrics_port, maker, projector)
     _start_index_builder(projector.store, settings, stop)
     run = projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run
+    _stop_on_sigterm()
     try:
         run(poll_seconds=poll)
     except KeyboardInterrupt:

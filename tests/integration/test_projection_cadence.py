@@ -71,6 +71,12 @@ class Reading(Projector):
         return out
 
 
+def open_store(path: Path, emb: Any) -> EdgeVectorStore:
+    store = EdgeVectorStore(path)
+    store.ensure_collections(emb.model, emb.version, emb.dims)
+    return store
+
+
 def projector(fabric: Fabric, store: VectorStore, minilm: MiniLMEmbedder, **kw: Any) -> Reading:
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     p = Reading(url, minilm, store, None, **kw)
@@ -81,8 +87,7 @@ def projector(fabric: Fabric, store: VectorStore, minilm: MiniLMEmbedder, **kw: 
 def test_points_are_searchable_before_the_flush_and_the_cursor_waits_for_it(
     fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
 ) -> None:
-    store = EdgeVectorStore(tmp_path / "qdrant")
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+    store = open_store(tmp_path / "qdrant", minilm)
     try:
         p = projector(fabric, store, minilm, flush_seconds=3600.0)
         run = fabric.open_run()
@@ -118,8 +123,7 @@ def test_points_are_searchable_before_the_flush_and_the_cursor_waits_for_it(
 def test_a_full_drain_ends_flushed_with_the_cursor_at_its_last_event(
     fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
 ) -> None:
-    store = EdgeVectorStore(tmp_path / "qdrant")
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+    store = open_store(tmp_path / "qdrant", minilm)
     try:
         p = projector(fabric, store, minilm, flush_seconds=3600.0, batch=1)
         run = fabric.open_run()
@@ -175,8 +179,7 @@ def test_a_crash_between_upsert_and_flush_replays_from_the_cursor(
     applied, counted = (int(x) for x in out.stdout.split())
     assert applied > 0 and counted >= len(ids)  # the child had them searchable
     assert cursor(fabric) == before  # and never moved the cursor past them
-    store = EdgeVectorStore(path)  # whatever reached the disk before the crash
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+    store = open_store(path, minilm)  # whatever reached the disk before the crash
     try:
         p = projector(fabric, store, minilm)
         with psycopg.connect(p.conninfo, autocommit=True) as conn:
@@ -192,8 +195,7 @@ def test_a_crash_between_upsert_and_flush_replays_from_the_cursor(
 def test_an_event_held_by_the_horizon_is_read_soon_after_the_holder_ends(
     fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
 ) -> None:
-    store = EdgeVectorStore(tmp_path / "qdrant")
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+    store = open_store(tmp_path / "qdrant", minilm)
     run = fabric.open_run()
     fabric.settle()
     p = projector(fabric, store, minilm)

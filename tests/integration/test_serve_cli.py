@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -65,7 +64,9 @@ def served(
         assert serving(sock), proc.stdout.read() if proc.poll() is not None else "no socket"
         yield {"env": env, "proc": proc, "socket": sock}
     finally:
-        stop_process(proc, signal.SIGINT)
+        code = stop_process(proc)
+    # SIGTERM (docker stop, systemd) takes serve's own way out: exit 0, socket file removed
+    assert code == 0 and not sock.exists(), code
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
