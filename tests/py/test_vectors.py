@@ -484,6 +484,7 @@ def test_contract_change_is_a_new_collection_and_the_old_stays(
     assert hits[0][0] == a.memory_id
 
 
+@pytest.mark.slow  # two collections built beside each other: 5-6 s with shard processes
 def test_build_a_version_beside_the_live_one_then_cut_over(
     backend: Backend, store: VectorStore, rng: np.random.Generator
 ) -> None:

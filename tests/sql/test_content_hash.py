@@ -319,6 +319,7 @@ _PROPERTY_SETTINGS = settings(
 @_PROPERTY_SETTINGS
 @given(value=_json)
 @pytest.mark.clone
+@pytest.mark.slow  # hypothesis: 5-6 s on this machine
 def test_property_db_hash_equals_python(db: psycopg.Connection[Any], value: Any) -> None:
     text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     canonical_text, hashed = _db_hash(db, text)
