@@ -64,4 +64,4 @@ __all__ = [
     "fabric_call",
     "fabric_rows",
 ]
-__version__ = "0.5.0"
+__version__ = "0.6.0"
