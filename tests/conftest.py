@@ -906,8 +906,12 @@ def tx_backend(server: Any, template: str) -> Iterator[TxBackend]:
 def _rollback_wanted(node: pytest.Item) -> bool:
     """`@pytest.mark.rollback` (on the test, its class or `pytestmark` of its module) unless
     the test itself is marked `clone`. MEMFABRIC_TEST_ISOLATION=clone gives every test a clone
-    (the comparison run); =rollback tries every test not marked `clone` in a transaction
+    (the comparison run) but those marked `rollback(always=True)`, which are about the
+    transaction itself; =rollback tries every test not marked `clone` in a transaction
     (to find the tests of a module that can opt in)."""
+    marker = node.get_closest_marker("rollback")
+    if marker is not None and marker.kwargs.get("always"):
+        return True
     forced = os.environ.get("MEMFABRIC_TEST_ISOLATION")  # docs/development.md
     if forced == "clone":
         return False

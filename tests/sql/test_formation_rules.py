@@ -584,15 +584,19 @@ def test_owner_raw_audit_retention_on_semantic_is_refused(fabric: Fabric) -> Non
     assert fabric.count("memory_records") == 0
 
 
-@pytest.mark.parametrize("isolation", ["rollback", pytest.param("clone", marks=pytest.mark.clone)])
+@pytest.mark.parametrize(
+    "isolation",
+    [
+        pytest.param("rollback", marks=pytest.mark.rollback(always=True)),
+        pytest.param("clone", marks=pytest.mark.clone),
+    ],
+)
 def test_owner_raw_semantic_without_lineage_fails_on_an_autocommit_connection(
     fabric: Fabric, isolation: str
 ) -> None:
     """The deferred rule fires at the implicit commit of an autocommit statement: the INSERT
     itself raises. (Run both ways: in a test marked rollback, `TxBackend` fires the deferred
     triggers at the end of each call, as COMMIT would.)"""
-    if isolation == "rollback" and fabric._tx is None:
-        pytest.skip("MEMFABRIC_TEST_ISOLATION=clone")
     assert (fabric._tx is not None) == (isolation == "rollback")
     conn = fabric.owner()
     with pytest.raises(errors.CheckViolation) as info:

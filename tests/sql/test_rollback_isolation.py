@@ -12,13 +12,12 @@ from psycopg import errors
 
 from conftest import Fabric, NeedsClone
 
-pytestmark = pytest.mark.rollback
+pytestmark = pytest.mark.rollback(always=True)  # about the transaction: even in a clone run
 
 
 @pytest.fixture(autouse=True)
 def _in_a_transaction(fabric: Fabric) -> None:
-    if fabric._tx is None:
-        pytest.skip("MEMFABRIC_TEST_ISOLATION=clone: these tests are about the transaction")
+    assert fabric._tx is not None, "these tests are about the rolled-back transaction"
 
 
 KEPT: list[Any] = []
