@@ -384,7 +384,8 @@ def _state(su: psycopg.Connection[Any], run: Any, tag: str) -> dict[str, list[st
     # proposal and memory ids: named by the order of the proposals' contents
     for row in su.execute(
         "SELECT proposal_id::text, memory_id::text FROM fabric.proposals WHERE run_id = %s"
-        " ORDER BY content::text, source_event_id, confidence, status, request_hash IS NULL",
+        " ORDER BY content::text, source_event_id, confidence, status, request_hash IS NULL,"
+        " tier, derived_from::text",  # two refusals of one key may differ only in these
         (run,),
     ).fetchall():
         ids[row[0]] = f"P{len(ids)}"
