@@ -410,14 +410,7 @@ def _state(su: psycopg.Connection[Any], run: Any, tag: str) -> dict[str, list[st
 def test_a_batch_leaves_the_state_the_same_calls_one_by_one_leave(
     fabric: Fabric, specs: list[tuple[Any, ...]], denied: bool
 ) -> None:
-    logins = ("mf_orchestrator", "mf_agent_a", "mf_committer")
-    conns = {login: psycopg.connect(fabric.url, user=login, autocommit=True) for login in logins}
-    su = psycopg.connect(fabric.url, autocommit=True)
-    try:
-        _check(conns, su, specs, denied)
-    finally:
-        for c in [su, *conns.values()]:
-            c.close()
+    _check_on_own_connections(fabric, specs, denied)
 
 
 @pytest.mark.clone
@@ -427,11 +420,16 @@ def test_a_batch_of_every_breaker_leaves_the_state_the_same_calls_leave(fabric: 
     specs: list[tuple[Any, ...]] = [("breaker", b, 0, 0.9) for b in BREAKERS]
     specs += [("episodic", TEXTS[0], 0, 0.9), ("semantic", TEXTS[1], 1, 0.9)]
     specs += [("episodic", TEXTS[0], 0, 0.9), ("semantic", TEXTS[2], 2, 1.5)]
+    _check_on_own_connections(fabric, specs, False)
+
+
+def _check_on_own_connections(fabric: Fabric, specs: list[tuple[Any, ...]], denied: bool) -> None:
+    """`_check` on connections of its own per login (hypothesis calls a test many times)."""
     logins = ("mf_orchestrator", "mf_agent_a", "mf_committer")
     conns = {login: psycopg.connect(fabric.url, user=login, autocommit=True) for login in logins}
     su = psycopg.connect(fabric.url, autocommit=True)
     try:
-        _check(conns, su, specs, False)
+        _check(conns, su, specs, denied)
     finally:
         for c in [su, *conns.values()]:
             c.close()
