@@ -112,7 +112,8 @@ def _require_known_schema(conninfo: str) -> None:
 
 def _stop_on_sigterm() -> None:
     """SIGTERM (`docker stop`, systemd, `kill`) stops a long-running command the way Ctrl-C
-    does, through its own clean-up: the shards are closed, the socket file is removed.
+    does, through its own clean-up: the projector flushes and moves its cursor, the socket
+    file is removed.
     Without this, SIGTERM ended the process where it stood, and a command started with
     SIGINT ignored (a background job of a shell without job control) could not be stopped
     gracefully at all."""

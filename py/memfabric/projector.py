@@ -354,37 +354,42 @@ class Projector:
             try:
                 with psycopg.connect(self.conninfo, autocommit=True) as conn:
                     conn.execute("LISTEN fabric_events")
-                    # > 0: a NOTIFY found nothing readable, so an older transaction still
-                    # holds the horizon (it may end without a NOTIFY): look again this soon,
-                    # twice as late each time, instead of after a whole poll interval
-                    held, notified = 0.0, False
-                    while not should_stop():
-                        # One batch per projection per turn: under steady writes neither
-                        # projection waits for the other to run dry.
-                        busy = False
+                    try:
+                        # > 0: a NOTIFY found nothing readable, so an older transaction still
+                        # holds the horizon (it may end without a NOTIFY): look again this
+                        # soon, twice as late each time, instead of after a whole poll interval
+                        held, notified = 0.0, False
+                        while not should_stop():
+                            # One batch per projection per turn: under steady writes neither
+                            # projection waits for the other to run dry.
+                            busy = False
+                            for projection in projections:
+                                n = self.drain(conn, projection, max_batches=1)
+                                if n:
+                                    busy = True
+                                    self.progress(f"{projection}: applied {n} events")
+                            backoff = 0.5
+                            if busy:
+                                held = 0.0
+                                continue
+                            if notified or held:
+                                held = min(held * 2 if held else HELD_RETRY_SECONDS, poll_seconds)
+                            # idle: wait for a NOTIFY, at most until unflushed batches are due
+                            wait = min(poll_seconds, held) if held else poll_seconds
+                            for projection in projections:
+                                due = self.flush_due(projection)
+                                if due is not None:
+                                    wait = min(wait, due)
+                            notified = bool(select.select([conn.fileno()], [], [], wait)[0])
+                            if notified:
+                                for _ in conn.notifies(timeout=0):
+                                    pass
+                            for projection in projections:
+                                self.settle(conn, projection)
+                    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM under `memfabric serve`
                         for projection in projections:
-                            n = self.drain(conn, projection, max_batches=1)
-                            if n:
-                                busy = True
-                                self.progress(f"{projection}: applied {n} events")
-                        backoff = 0.5
-                        if busy:
-                            held = 0.0
-                            continue
-                        if notified or held:
-                            held = min(held * 2 if held else HELD_RETRY_SECONDS, poll_seconds)
-                        # idle: wait for a NOTIFY, at most until unflushed batches are due
-                        wait = min(poll_seconds, held) if held else poll_seconds
-                        for projection in projections:
-                            due = self.flush_due(projection)
-                            if due is not None:
-                                wait = min(wait, due)
-                        notified = bool(select.select([conn.fileno()], [], [], wait)[0])
-                        if notified:
-                            for _ in conn.notifies(timeout=0):
-                                pass
-                        for projection in projections:
-                            self.settle(conn, projection)
+                            self.settle(conn, projection, force=True)
+                        raise
                     for projection in projections:  # asked to stop: make what was applied durable
                         self.settle(conn, projection, force=True)
             except Exception as exc:

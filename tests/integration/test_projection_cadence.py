@@ -120,6 +120,35 @@ def test_points_are_searchable_before_the_flush_and_the_cursor_waits_for_it(
         store.close()
 
 
+def test_an_interrupt_flushes_and_moves_the_cursor_before_it_ends_the_loop(
+    fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
+) -> None:
+    """Ctrl-C, or SIGTERM under `memfabric serve` (both a KeyboardInterrupt in the loop),
+    with batches applied but not yet flushed: the loop flushes and moves the cursor to the
+    last event applied before the interrupt ends it, so the next start re-applies nothing."""
+    store = open_store(tmp_path / "qdrant", minilm)
+    try:
+        run = fabric.open_run()
+        ids = [fabric.form(run, f"interrupted record {i}") for i in range(3)]
+        fabric.settle()
+        before = cursor(fabric)
+        p = projector(fabric, store, minilm, flush_seconds=3600.0)
+
+        def interrupt_once_applied() -> bool:
+            if p.flush_due("qdrant") is not None:  # applied, not flushed: the signal now
+                raise KeyboardInterrupt
+            return False
+
+        with pytest.raises(KeyboardInterrupt):
+            p.run(["qdrant"], poll_seconds=0.1, should_stop=interrupt_once_applied)
+        assert sorted(id for batch in p.read for id in batch) == sorted(ids)
+        assert cursor(fabric) != before and p.flush_due("qdrant") is None
+        with psycopg.connect(p.conninfo, autocommit=True) as conn:
+            assert projector(fabric, store, minilm).drain(conn, "qdrant") == 0
+    finally:
+        store.close()
+
+
 def test_a_full_drain_ends_flushed_with_the_cursor_at_its_last_event(
     fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
 ) -> None:
