@@ -784,14 +784,9 @@ BEGIN
   -- Structure and scope: errors, nothing written; governance: the reason of a rejection.
   v_p := fabric._judge_envelope(p_run, p_agent, p_envelope);
 
-  IF v_p.source_event_id IS NOT NULL THEN
-    v_answer := fabric._replayed_proposal(v_p.tenant_id, v_p.proposed_by, v_p.source_event_id,
-                  v_p.content_hash, v_p.request_hash, v_p.subject_id, v_p.session_id);
-    IF v_answer IS NOT NULL THEN
-      RETURN v_answer;
-    END IF;
-  END IF;
-
+  -- The INSERT is tried first: it files the proposal when its idempotency key is free (the
+  -- common case, with no lookup before it) and writes nothing when the key is held, which
+  -- fabric._replayed_proposal then answers (the key it reads is the unique index's).
   <<file>>
   LOOP
     INSERT INTO fabric.proposals (tenant_id, proposal_id, run_id, proposed_by, status, reason, tier,
@@ -807,10 +802,10 @@ BEGIN
     ON CONFLICT (tenant_id, proposed_by, source_event_id, content_hash) WHERE request_hash IS NOT NULL
     DO NOTHING;
     EXIT file WHEN FOUND;
-    -- The key is held: by a concurrent twin that took it first (its transaction has committed
-    -- by now: its answer is replayed), or by a rejected proposal of another request, which
-    -- gives the key up to this corrected envelope, once (the UPDATE runs only then, not on
-    -- every propose).
+    -- The key is held: by the same request (its answer is replayed, nothing written), by
+    -- another request (23505), or by a rejected proposal of another request, which gives the
+    -- key up to this corrected envelope, once (the UPDATE runs only then, not on every
+    -- propose). A concurrent twin that took it first has committed by now.
     v_answer := fabric._replayed_proposal(v_p.tenant_id, v_p.proposed_by, v_p.source_event_id,
                   v_p.content_hash, v_p.request_hash, v_p.subject_id, v_p.session_id);
     IF v_answer IS NOT NULL THEN

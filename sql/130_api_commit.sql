@@ -198,6 +198,14 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.commit: commit one validated proposal; returns the record (its envelope).
+-- One id: what fabric._lock_to_commit refuses for a list, in its order and with its
+-- SQLSTATEs (unknown P0002, committer not enabled 42501, not validated 55000), read and
+-- locked by one statement. The contradiction of a live assertion (23P01, re-raised without
+-- values) can only come from a record the exclusion constraint covers (a key in its
+-- content, a tier of assertions), so only such a commit runs in a subtransaction. The
+-- envelope is built from the row the INSERT returned (every BEFORE trigger's value, the
+-- generated columns; nothing after it changes the record in this call) and the lineage
+-- written, which a fresh statement of this VOLATILE function sees.
 CREATE OR REPLACE FUNCTION fabric_api.commit(p_proposal_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -205,18 +213,35 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_committer text := fabric._enter_committer();
-  v_tenant text := (fabric._lock_to_commit(ARRAY[p_proposal_id], v_committer))[1];
+  v_tenant text := fabric._tenant_of_proposal(p_proposal_id);
+  v_enabled boolean;
   v_proposal fabric.proposals;
   v_record fabric.memory_records;
 BEGIN
+  IF v_tenant IS NULL THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
+                               'proposal ids come from fabric_api.propose');
+  END IF;
+  v_enabled := fabric._committer_enabled_in(v_tenant, v_committer);   -- raises 42501
   SELECT * INTO v_proposal FROM fabric.proposals p
-  WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id;
-  BEGIN
+  WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id
+  FOR UPDATE;
+  IF v_proposal.status IS DISTINCT FROM 'validated' THEN
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the proposal is %s; only validated proposals commit', v_proposal.status),
+      'a proposal commits once; rejected proposals never do');
+  END IF;
+  IF v_proposal.tier IN ('semantic', 'profile', 'procedural')
+     AND (v_proposal.content ->> 'key') IS NOT NULL THEN
+    BEGIN
+      v_record := fabric._commit_locked(v_proposal, v_committer);
+    EXCEPTION WHEN exclusion_violation THEN
+      PERFORM fabric._contradiction();
+    END;
+  ELSE
     v_record := fabric._commit_locked(v_proposal, v_committer);
-  EXCEPTION WHEN exclusion_violation THEN
-    PERFORM fabric._contradiction();
-  END;
-  RETURN fabric._record_json_now(v_tenant, v_record.memory_id);
+  END IF;
+  RETURN fabric._record_json(v_record);
 END $$;
 COMMENT ON FUNCTION fabric_api.commit(uuid) IS
   'Commit a validated proposal into a raw record; returns the record envelope. Committer only. '
