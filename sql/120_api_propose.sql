@@ -548,11 +548,14 @@ END $$;
 -- instance (22023) and derived_from outside the tenant (23503) as errors, and answers the
 -- proposal row to file: status validated, or rejected with its reason; scope taken from
 -- the run, a fresh proposal id, and the request hash of the idempotency key. Writes nothing.
+-- (Generic plans: the custom plan of the derived_from check, whose estimate knows the
+-- array's length, was made again on every call.)
 CREATE OR REPLACE FUNCTION fabric._judge_envelope(p_run fabric.runs, p_agent fabric.agents,
                                                   p_envelope jsonb)
 RETURNS fabric.proposals
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   e record;
