@@ -40,8 +40,12 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v text;
 BEGIN
-  PERFORM pg_catalog.set_config('fabric.' || p_name, coalesce(p_value, ''), true);
+  -- an assignment, not PERFORM: a simple expression, evaluated without a statement of the
+  -- executor (about 9 µs less a call)
+  v := pg_catalog.set_config('fabric.' || p_name, coalesce(p_value, ''), true);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -137,9 +141,10 @@ AS $$
 DECLARE
   v_tenant text := fabric._tenant_of_run(p_run_id);
   v_run fabric.runs;
+  v text;
 BEGIN
   IF v_tenant IS NOT NULL THEN
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);   -- _set_context's
+    v := pg_catalog.set_config('fabric.tenant_id', v_tenant, true);   -- _set_context's
     SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
   END IF;
   RETURN v_run;
@@ -172,14 +177,21 @@ BEGIN
   IF p_value IS NULL THEN
     RETURN NULL;
   END IF;
-  IF pg_catalog.length(p_value) > p_max THEN
-    RAISE EXCEPTION USING ERRCODE = 'check_violation';
+  -- Printable ASCII without spaces meets every part of the domain (no control, space or
+  -- format character, assigned, NFC): answered without the cast and the subtransaction.
+  IF pg_catalog.length(p_value) <= p_max AND p_value ~ '^[!-~]+$' THEN
+    RETURN p_value;
   END IF;
-  RETURN p_value::fabric.ident;
-EXCEPTION WHEN check_violation THEN
-  PERFORM fabric._raise_rule('invalid_parameter_value',
-    pg_catalog.format('%s must be 1-%s printable characters in Unicode NFC, without '
-                      'spaces, control or format characters', p_field, p_max),
-    'identifiers look like user-8842, sess-1f9c, evt-7b21; bidi overrides, '
-    'zero-width characters and a BOM are refused');
+  BEGIN
+    IF pg_catalog.length(p_value) > p_max THEN
+      RAISE EXCEPTION USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN p_value::fabric.ident;
+  EXCEPTION WHEN check_violation THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      pg_catalog.format('%s must be 1-%s printable characters in Unicode NFC, without '
+                        'spaces, control or format characters', p_field, p_max),
+      'identifiers look like user-8842, sess-1f9c, evt-7b21; bidi overrides, '
+      'zero-width characters and a BOM are refused');
+  END;
 END $$;

@@ -52,8 +52,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_hash text;
+  v_actor text;
 BEGIN
-  PERFORM fabric._require_actor();
+  v_actor := fabric._require_actor();   -- an expression, not a statement: runs for every row
   IF NEW.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN
     PERFORM fabric._raise_rule('MF002',
       'a memory record is formed raw, consolidated or reflected',

@@ -107,6 +107,7 @@ AS $$
 DECLARE
   v_agent_id text := fabric._caller_agent_id();
   v_run fabric.runs;
+  v text;
 BEGIN
   IF v_agent_id IS NULL THEN
     PERFORM fabric._raise_rule('insufficient_privilege',
@@ -126,9 +127,9 @@ BEGIN
       'the run is closed or expired',
       'ask the orchestrator to open a new run');
   END IF;
-  -- fabric._set_context of both, as one expression (this runs once per propose)
-  PERFORM pg_catalog.set_config('fabric.actor', v_agent_id, true),
-          pg_catalog.set_config('fabric.run_id', p_run_id::text, true);
+  -- fabric._set_context of both, as simple expressions (this runs once per propose)
+  v := pg_catalog.set_config('fabric.actor', v_agent_id, true);
+  v := pg_catalog.set_config('fabric.run_id', p_run_id::text, true);
   RETURN v_run;
 END $$;
 

@@ -63,9 +63,11 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v text;
 BEGIN
-  -- fabric._set_context('tenant_id', ...) as an expression: this runs once per commit
-  PERFORM pg_catalog.set_config('fabric.tenant_id', coalesce(p_tenant_id, ''), true);
+  -- fabric._set_context('tenant_id', ...) as a simple expression: this runs once per commit
+  v := pg_catalog.set_config('fabric.tenant_id', coalesce(p_tenant_id, ''), true);
   IF EXISTS (SELECT 1 FROM fabric.tenant_agents e
              WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_committer) THEN
     RETURN true;
@@ -106,15 +108,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_record fabric.memory_records;
+  v text;
 BEGIN
-  -- the context of fabric._set_context, set by one expression (a single commit runs this
-  -- once per transaction: every statement and function call is paid per pair)
-  PERFORM pg_catalog.set_config('fabric.actor', coalesce(p_committer, ''), true),
-          pg_catalog.set_config('fabric.run_id', coalesce(p_proposal.run_id::text, ''), true),
-          pg_catalog.set_config('fabric.correlation_id',
-                                coalesce(p_proposal.correlation_id, ''), true),
-          pg_catalog.set_config('fabric.causation_id', coalesce(p_proposal.causation_id, ''),
-                                true);
+  -- the context of fabric._set_context, set by simple expressions, not a statement (a
+  -- single commit runs this once per transaction: every statement is paid per pair)
+  v := pg_catalog.set_config('fabric.actor', coalesce(p_committer, ''), true);
+  v := pg_catalog.set_config('fabric.run_id', coalesce(p_proposal.run_id::text, ''), true);
+  v := pg_catalog.set_config('fabric.correlation_id', coalesce(p_proposal.correlation_id, ''),
+                             true);
+  v := pg_catalog.set_config('fabric.causation_id', coalesce(p_proposal.causation_id, ''),
+                             true);
   INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
     session_id, business_instance_id, content, content_hash, source_event_id, correlation_id,
     causation_id, formed_by, formation_method, confidence, valid_from, valid_until,
@@ -198,6 +201,14 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.commit: commit one validated proposal; returns the record (its envelope).
+-- One id: what fabric._lock_to_commit refuses for a list, in its order and with its
+-- SQLSTATEs (unknown P0002, committer not enabled 42501, not validated 55000), read and
+-- locked by one statement. The contradiction of a live assertion (23P01, re-raised without
+-- values) can only come from a record the exclusion constraint covers (a key in its
+-- content, a tier of assertions), so only such a commit runs in a subtransaction. The
+-- envelope is built from the row the INSERT returned (every BEFORE trigger's value, the
+-- generated columns; nothing after it changes the record in this call) and the lineage
+-- written, which a fresh statement of this VOLATILE function sees.
 CREATE OR REPLACE FUNCTION fabric_api.commit(p_proposal_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -205,18 +216,35 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_committer text := fabric._enter_committer();
-  v_tenant text := (fabric._lock_to_commit(ARRAY[p_proposal_id], v_committer))[1];
+  v_tenant text := fabric._tenant_of_proposal(p_proposal_id);
+  v_enabled boolean;
   v_proposal fabric.proposals;
   v_record fabric.memory_records;
 BEGIN
+  IF v_tenant IS NULL THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown proposal',
+                               'proposal ids come from fabric_api.propose');
+  END IF;
+  v_enabled := fabric._committer_enabled_in(v_tenant, v_committer);   -- raises 42501
   SELECT * INTO v_proposal FROM fabric.proposals p
-  WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id;
-  BEGIN
+  WHERE p.tenant_id = v_tenant AND p.proposal_id = p_proposal_id
+  FOR UPDATE;
+  IF v_proposal.status IS DISTINCT FROM 'validated' THEN
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the proposal is %s; only validated proposals commit', v_proposal.status),
+      'a proposal commits once; rejected proposals never do');
+  END IF;
+  IF v_proposal.tier IN ('semantic', 'profile', 'procedural')
+     AND (v_proposal.content ->> 'key') IS NOT NULL THEN
+    BEGIN
+      v_record := fabric._commit_locked(v_proposal, v_committer);
+    EXCEPTION WHEN exclusion_violation THEN
+      PERFORM fabric._contradiction();
+    END;
+  ELSE
     v_record := fabric._commit_locked(v_proposal, v_committer);
-  EXCEPTION WHEN exclusion_violation THEN
-    PERFORM fabric._contradiction();
-  END;
-  RETURN fabric._record_json_now(v_tenant, v_record.memory_id);
+  END IF;
+  RETURN fabric._record_json(v_record);
 END $$;
 COMMENT ON FUNCTION fabric_api.commit(uuid) IS
   'Commit a validated proposal into a raw record; returns the record envelope. Committer only. '

@@ -246,6 +246,36 @@ def test_the_domain_refuses_format_characters_below_the_api(fabric: Fabric) -> N
         assert su.execute("SELECT %s::fabric.ident", (good,)).fetchone() == (good,)
 
 
+def test_the_identifier_reader_accepts_exactly_what_the_domain_accepts(fabric: Fabric) -> None:
+    """fabric._ident answers printable ASCII without the domain cast: every ASCII code point,
+    alone, inside an identifier and at the length limits, is judged as the domain judges it
+    (and p_max still shortens the rule)."""
+    su = fabric.su()
+    values = [chr(c) for c in range(1, 128)]
+    values += [f"a{chr(c)}b" for c in range(1, 128)]
+    values += ["", "a" * 200, "a" * 201, "~" * 200, "!" * 201, "e\u0301", "user-8842\u200b"]
+
+    def domain_accepts(value: str) -> bool:
+        try:
+            su.execute("SELECT %s::fabric.ident", (value,))
+        except psycopg.errors.CheckViolation:
+            return False
+        return True
+
+    def reader_accepts(value: str, p_max: int = 200) -> bool:
+        try:
+            row = su.execute("SELECT fabric._ident(%s, 'x', %s)", (value, p_max)).fetchone()
+        except psycopg.errors.InvalidParameterValue:
+            return False
+        assert row == (value,)
+        return True
+
+    for value in values:
+        assert reader_accepts(value) == domain_accepts(value), repr(value)
+    assert reader_accepts("a" * 64, 64) and not reader_accepts("a" * 65, 64)
+    assert sum(map(reader_accepts, values)) == 94 * 2 + 2  # printable ASCII; a*200, ~*200
+
+
 # --- versions, business instances ---------------------------------------------------------
 
 
