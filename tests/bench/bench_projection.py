@@ -17,11 +17,15 @@ bound; no graph server needed), each of --variants side by side: the serial proj
 (`Projector.run`) and the pipelined one (`Projector.run_pipelined`), each with the embedder in
 process or in a child process (`ProcessEmbedder`), and `serial+cadence` (the serial projector
 flushing Edge at most every --flush-ms, `Projector.flush_seconds`; its lag is commit to
-searchable, and commit to durable is printed too): lag p50/p95 at each write rate (--seconds
-each; the governed writes come from a child process, so the projector's threads cannot slow
-them down), where the lag goes (commit to read, read to embedded, storing the embeddings,
-Edge's upsert and flush) and the embedder's share of the time, then a full drain of a
---backlog each; ratios to the first variant are the last lines.
+searchable, and commit to durable is printed too; `pipelined+cadence` the same for the
+pipelined one): lag p50/p95 at each write rate (--seconds each; the governed writes come
+from a child process, so the projector's threads cannot slow them down: --writers threads,
+each writing --write-batch records a transaction, `propose_many` + `commit_many` when more
+than one; one writer of single `propose` + `commit` reaches only 30-50 writes/s here), the
+rate asked and reached, where the lag goes (commit to read, read to embedded, storing the
+embeddings, Edge's upsert and flush), the embedder's share of the time and the CPU a record
+costs in each process (PostgreSQL's is the whole server's: give the bench a server of its
+own), then a full drain of a --backlog each; ratios to the first variant are the last lines.
 Tenants benchp (writes) and benchb (bulk; rows stay, reused). The product's Projector is kept
 to its tenant (other tenants' records and snapshot rows skipped, graph wipes per tenant); the
 global projection cursors are put back as found, so no other projector may be connected.
