@@ -298,6 +298,13 @@ class StagedProjector(BenchProjector):
     when the cursor moved past it (after a flush)."""
 
     stamps: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    settled: list[float] = field(default_factory=list)  # seconds of each flush + cursor move
+
+    def settle(self, conn: Conn, projection: str, *, force: bool = False) -> None:
+        t, pending = time.perf_counter(), projection in self._unflushed
+        super().settle(conn, projection, force=force)
+        if pending and projection not in self._unflushed:
+            self.settled.append(time.perf_counter() - t)
 
     def move_cursor(self, conn: Conn, projection: str, last: Any) -> None:
         super().move_cursor(conn, projection, last)
@@ -422,6 +429,7 @@ class LagRun:
     load: float
     held: float  # longest-running transaction of another database seen during the run (s)
     cpu: dict[str, float]  # CPU seconds during the run: embed, projector, postgres, writer
+    settled: list[float]  # the cadence's flushes (and cursor moves) during the run, seconds
 
 
 PARTS = ("read", "embedded", "stored")
@@ -438,6 +446,7 @@ def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argpar
     assert isinstance(emb, Timed)
     texts, busy, calls, embed_cpu = emb.texts, emb.seconds, emb.calls, emb.cpu
     pg_cpu = server_cpu(url)
+    settled = len(p.settled)
     cpu0 = (time.process_time(), pg_cpu())
     run = p.run_pipelined if pipelined else p.run
     kwargs = {"poll_seconds": 0.5, "should_stop": stop.is_set}
@@ -477,7 +486,8 @@ def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argpar
                   len(committed) - len(done),
                   parts, took / wall, n / took if took else 0.0,
                   n / max(emb.calls - calls, 1), load,
-                  p.stamps.pop("holders", {}).get("max", 0.0), cpu)  # fmt: skip
+                  p.stamps.pop("holders", {}).get("max", 0.0), cpu,
+                  p.settled[settled:])  # fmt: skip
 
 
 def drain_run(p: StagedProjector, write: Write, n: int, pipelined: bool) -> tuple[float, float]:
@@ -547,8 +557,12 @@ def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namesp
                                  "the writes included; writer: the governed writers' client; "
                                  "projector: the rest of this process)"))  # fmt: skip
                 if r.durable and (VARIANTS[variant][2] or not VARIANTS[variant][0]):
+                    f = r.settled or [0.0]
+                    flushes = (f"; {len(r.settled)} flushes of the cadence (each with its "
+                               f"cursor move), mean {statistics.mean(f) * 1e3:.0f} ms, "
+                               f"max {max(f) * 1e3:.0f} ms")  # fmt: skip
                     rows.append((f"  commit to durable (cursor moved) p50 / p95, {variant}",
-                                 ms(r.durable), f"{len(r.durable)} records"))  # fmt: skip
+                                 ms(r.durable), f"{len(r.durable)} records{flushes}"))  # fmt: skip
                 for row in rows[printed:]:
                     print("   ", " | ".join(row), flush=True)
             base = results[variants[0]].lags
