@@ -120,6 +120,75 @@ def test_points_are_searchable_before_the_flush_and_the_cursor_waits_for_it(
         store.close()
 
 
+LAST_EVENT = """SELECT xid::text, event_id::text FROM fabric.events
+ WHERE event_type = ANY (fabric._projected_event_types())
+ ORDER BY xid DESC, event_id DESC LIMIT 1"""
+
+
+def last_event(fabric: Fabric) -> tuple[str, str]:
+    row = fabric.su().execute(LAST_EVENT).fetchone()
+    assert row is not None
+    return (row[0], row[1])
+
+
+class HeldFlush:
+    """Wraps a store; its flush waits until `release` is set (and says it began)."""
+
+    def __init__(self, inner: VectorStore) -> None:
+        self.inner, self.began, self.release = inner, threading.Event(), threading.Event()
+        self.flushes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def flush(self) -> None:
+        self.began.set()
+        assert self.release.wait(60)
+        self.inner.flush()
+        self.flushes += 1
+
+
+def test_a_due_flush_runs_beside_the_loop_and_the_cursor_moves_when_it_has_returned(
+    fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
+) -> None:
+    """A due flush runs on its own thread: the next batch is read (past the events being
+    flushed), applied and searchable meanwhile, and the cursor moves only once the flush
+    has returned, to the last event applied before it began."""
+    store = open_store(tmp_path / "qdrant", minilm)
+    held = HeldFlush(store)
+    try:
+        p = projector(fabric, held, minilm, flush_seconds=0.01)  # type: ignore[arg-type]
+        run = fabric.open_run()
+        first = [fabric.form(run, "Customer asked to be invoiced in euros")]
+        fabric.settle()
+        before, first_last = cursor(fabric), last_event(fabric)
+        with psycopg.connect(p.conninfo, autocommit=True) as conn:
+            assert p.drain(conn, "qdrant", max_batches=1) > 0
+            time.sleep(0.02)  # due
+            p.settle(conn, "qdrant")  # starts the flush, returns at once
+            assert held.began.wait(30)
+            second = [fabric.form(run, "The shipment to Rotterdam was delayed")]
+            fabric.settle()
+            assert p.drain(conn, "qdrant", max_batches=1) > 0  # while the flush is held
+            assert p.read[-1] == second  # read past the events being flushed
+            assert searchable(p, conn, first + second) == set(first + second)
+            p.settle(conn, "qdrant")
+            assert cursor(fabric) == before  # the flush has not returned
+            held.release.set()
+            deadline = time.monotonic() + 30
+            while cursor(fabric) == before and time.monotonic() < deadline:
+                time.sleep(0.02)
+                p.settle(conn, "qdrant")
+            assert cursor(fabric) == first_last  # what the flush covered, not the second
+            p.settle(conn, "qdrant", force=True)
+            assert cursor(fabric) == last_event(fabric) and p.flush_due("qdrant") is None
+            assert held.flushes == 2
+            assert projector(fabric, store, minilm).drain(conn, "qdrant") == 0
+    finally:
+        held.release.set()
+        store.close()
+
+
 def test_an_interrupt_flushes_and_moves_the_cursor_before_it_ends_the_loop(
     fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
 ) -> None:
