@@ -135,11 +135,6 @@ class Projector:
     # per projection: the last event applied but not yet flushed, and when the first
     # such batch was applied (time.monotonic); empty when flush_seconds is 0
     _unflushed: dict[str, tuple[Json, float]] = field(default_factory=dict, repr=False)
-    # per projection: a flush running on its own thread, the last event it covers, and what
-    # it raised; the cursor moves to that event once it returns (_landed)
-    _flights: dict[str, tuple[threading.Thread, Json, list[BaseException]]] = field(
-        default_factory=dict, repr=False
-    )
 
     def _guarded(self) -> contextlib.AbstractContextManager[object]:
         return self.guard if self.guard is not None else contextlib.nullcontext()
@@ -290,79 +285,26 @@ class Projector:
         return projection == "qdrant" and self.flush_seconds > 0 and self.store is not None
 
     def flush_due(self, projection: str) -> float | None:
-        """Seconds until the unflushed batches of `projection` are due (0: now), or None;
-        while a flush runs, soon (its cursor move is due when it returns)."""
+        """Seconds until the unflushed batches of `projection` are due (0: now), or None."""
         pending = self._unflushed.get(projection)
-        if projection in self._flights:
-            return 0.0 if pending is None else HELD_RETRY_SECONDS
         if pending is None:
             return None
         return max(0.0, pending[1] + self.flush_seconds - time.monotonic())
-
-    def _landed(self, conn: psycopg.Connection[Any], projection: str, *, wait: bool) -> bool:
-        """If a flush of `projection` ran on its own thread and has returned (or `wait`):
-        move the cursor to the last event it covers (raise what it raised). False while it
-        still runs."""
-        flight = self._flights.get(projection)
-        if flight is None:
-            return True
-        thread, last, failed = flight
-        if wait:
-            thread.join()
-        if thread.is_alive():
-            return False
-        del self._flights[projection]
-        if failed:
-            raise failed[0]
-        self.move_cursor(conn, projection, last)
-        return True
 
     def settle(
         self, conn: psycopg.Connection[Any], projection: str, *, force: bool = False
     ) -> None:
         """Flush the vector store and move the cursor to the last event applied, if the
-        unflushed batches are due (or `force`). The cursor never passes a flush.
-
-        When due (not forced), the flush runs on a thread of its own, so batches go on
-        being read, embedded and upserted (searchable) meanwhile; a later `settle` moves
-        the cursor once it has returned, to the last event applied before it began. One
-        flush at a time; `force` waits for it, then flushes what is left."""
-        if not self._landed(conn, projection, wait=force):
+        unflushed batches are due (or `force`). The cursor never passes a flush."""
+        due = self.flush_due(projection)
+        if due is None or (due > 0 and not force):
             return
-        pending = self._unflushed.get(projection)
-        if pending is None:
-            return
-        if not force and pending[1] + self.flush_seconds > time.monotonic():
-            return
-        last = pending[0]
+        last = self._unflushed[projection][0]
+        assert self.store is not None
+        with self._guarded():
+            self.store.flush()
+        self.move_cursor(conn, projection, last)
         del self._unflushed[projection]
-        store = self.store
-        assert store is not None
-        if force:
-            with self._guarded():
-                store.flush()
-            self.move_cursor(conn, projection, last)
-            return
-        failed: list[BaseException] = []
-
-        def flush() -> None:
-            try:
-                store.flush()
-            except BaseException as exc:  # raised in the loop by the next settle
-                failed.append(exc)
-
-        thread = threading.Thread(target=flush, name=f"projector-{projection}-flush", daemon=True)
-        self._flights[projection] = (thread, last, failed)
-        thread.start()
-
-    def _forget_flights(self, projections: Sequence[str] = PROJECTIONS) -> None:
-        """A new life starts from the cursor: unflushed batches and flushes in flight are
-        forgotten (a flush still running is waited for, its cursor move dropped)."""
-        for projection in projections:
-            self._unflushed.pop(projection, None)
-            flight = self._flights.pop(projection, None)
-            if flight is not None:
-                flight[0].join()
 
     def drain(
         self, conn: psycopg.Connection[Any], projection: str, max_batches: int | None = None
@@ -375,10 +317,7 @@ class Projector:
         applied = batches = 0
         while max_batches is None or batches < max_batches:
             pending = self._unflushed.get(projection)
-            flight = self._flights.get(projection)
-            # read past what is applied: unflushed, or being flushed, the cursor not yet moved
-            after = pending[0] if pending else flight[1] if flight else None
-            events = self.events(conn, projection, after)
+            events = self.events(conn, projection, pending[0] if pending else None)
             if not events:
                 break
             ids = sorted({str(e["memory_id"]) for e in events if e["memory_id"]})
@@ -411,7 +350,7 @@ class Projector:
         backoff = 0.5
         while not should_stop():
             # a new life starts from the cursor: what was applied but not flushed is read again
-            self._forget_flights()
+            self._unflushed.clear()
             try:
                 with psycopg.connect(self.conninfo, autocommit=True) as conn:
                     conn.execute("LISTEN fabric_events")
@@ -604,7 +543,7 @@ class Projector:
             for body in (reader, embedder)
         ]
         deferred = self._deferred(projection)
-        self._forget_flights((projection,))  # a new life starts from the cursor
+        self._unflushed.pop(projection, None)  # a new life starts from the cursor
         try:
             with psycopg.connect(self.conninfo, autocommit=True) as conn:
                 for t in stages:

@@ -80,10 +80,6 @@ class EdgeVectorStore(_StoreBase):
         # shards written since their last flush: flush() syncs only these (a flush of a
         # shard costs fsyncs even when nothing changed; docs/benchmarks.md, "Keeping up")
         self._dirty: set[str] = set()
-        # a flush of in-process shards runs outside the mutex (upserts and searches go on);
-        # while it runs, whatever closes, replaces or copies a shard waits (_quiesce)
-        self._flushing = False
-        self._flushed = threading.Condition(self._mutex)
         # index builds (build_index): the writes each building shard received since its copy
         self._journals: dict[str, list[tuple[str, Any]]] = {}
         self._build_lock = threading.Lock()  # one build at a time
@@ -272,39 +268,6 @@ class EdgeVectorStore(_StoreBase):
                     shard.flush()
                 self._dirty.discard(physical)
 
-    def _quiesce(self) -> None:
-        while self._flushing:
-            self._flushed.wait()
-
-    def flush(self) -> None:
-        """Sync the shards written since their last flush. In-process shards are synced
-        outside the mutex: upserts, deletes and searches go on meanwhile (what they write
-        is flushed by the next flush); closing, wiping, swapping or copying a shard waits
-        for it. Shards in child processes are synced under the mutex (one pipe each)."""
-        if self.shard_processes:
-            super().flush()
-            return
-        with self._mutex:
-            self._check_open()
-            self._quiesce()  # one flush at a time
-            todo = [(p, self._shards.get(p)) for p in sorted(self._dirty)]
-            self._dirty.clear()
-            self._flushing = True
-        done = 0
-        try:
-            for _, shard in todo:
-                if shard is not None:
-                    shard.flush()
-                done += 1
-        except BaseException:
-            with self._mutex:
-                self._dirty.update(p for p, _ in todo[done:])
-            raise
-        finally:
-            with self._mutex:
-                self._flushing = False
-                self._flushed.notify_all()
-
     def _release_unbound(self) -> None:
         bound = {c.physical_name for c in (self._bound or {}).values()}
         for physical in [p for p in self._shards if p not in bound]:
@@ -404,7 +367,6 @@ class EdgeVectorStore(_StoreBase):
         copy = building / physical
         t0 = time.perf_counter()
         with self._mutex:
-            self._quiesce()
             shard = self._shard(physical)
             shutil.rmtree(copy, ignore_errors=True)
             copy.parent.mkdir(parents=True, exist_ok=True)
@@ -458,7 +420,6 @@ class EdgeVectorStore(_StoreBase):
                 replayed += len(delta)
                 rounds += 1
                 with self._mutex:
-                    self._quiesce()  # the swap closes the live shard
                     delta = self._journals.get(physical)
                     if delta is None or physical not in self._shards:  # wiped meanwhile
                         self._journals.pop(physical, None)

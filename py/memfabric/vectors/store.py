@@ -171,10 +171,6 @@ class _StoreBase(abc.ABC):
     def _close_raw(self) -> None:
         """A backend primitive."""
 
-    def _quiesce(self) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Under the mutex, before shards are closed, replaced or copied: wait for a flush
-        that runs outside the mutex (EdgeVectorStore.flush)."""
-
     def _release_unbound(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free what only collections other than the bound ones hold (Edge: open shards)."""
 
@@ -184,7 +180,6 @@ class _StoreBase(abc.ABC):
     ) -> dict[str, CollectionContract]:
         with self._mutex:
             self._check_open()
-            self._quiesce()
             bound: dict[str, CollectionContract] = {
                 t: CollectionContract(f"mem_{t}", model, version, dims) for t in INDEXED_TIERS
             }
@@ -339,7 +334,6 @@ class _StoreBase(abc.ABC):
 
     def wipe(self) -> None:
         with self._mutex:
-            self._quiesce()
             bound = self._bindings()
             if not bound:
                 raise NotBound("no contract bound: call ensure_collections() first")
@@ -357,7 +351,6 @@ class _StoreBase(abc.ABC):
 
     def close(self) -> None:
         with self._mutex:
-            self._quiesce()
             if not self._closed:
                 self._closed = True
                 self._close_raw()
