@@ -826,6 +826,8 @@ def main() -> int:
                     help="of --rates: writer threads in the writer process")  # fmt: skip
     ap.add_argument("--write-batch", type=int, default=1,
                     help="of --rates: records a propose_many+commit_many")  # fmt: skip
+    ap.add_argument("--edge-shards", default="inline", choices=("inline", "child"),
+                    help="of --rates: Edge shards in this process or children")  # fmt: skip
     ap.add_argument("--flush-ms", type=float, default=1000.0,
                     help="of --rates, serial+cadence: flush at most this often")  # fmt: skip
     args = ap.parse_args()
@@ -834,7 +836,9 @@ def main() -> int:
     saved = setup(url)
     emb.embed(["warm up"])
     tmp = Path(tempfile.mkdtemp(prefix="bench-projection-"))
-    stores = [EdgeVectorStore(tmp / "edge-writes"), EdgeVectorStore(tmp / "edge-bulk")]
+    child_shards = args.edge_shards == "child"  # of --rates: the store the projector writes
+    stores = [EdgeVectorStore(tmp / "edge-writes", shard_processes=child_shards),
+              EdgeVectorStore(tmp / "edge-bulk")]  # fmt: skip
     for s in stores:
         s.ensure_collections(emb.model, emb.version, emb.dims)
     graph = None if args.only_recall or args.rates else graph_from_env()
