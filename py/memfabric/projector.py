@@ -415,9 +415,11 @@ class Projector:
         """`run`, with each projection on its own thread and each in three stages joined by
         queues of at most `depth` batches: a reader (events after the last batch read,
         ahead of the cursor, and their records), the embedder (CPU: what has no stored
-        embedding), and a writer (stores the embeddings, writes the projection, flushes,
-        then moves the cursor). The cursor moves only after its batch is written, in
-        order; on a failure every stage stops and the projection starts again from its
+        embedding; what was read meanwhile is embedded in one call), and a writer (stores
+        the embeddings, writes the projection, flushes, then moves the cursor; with
+        `flush_seconds` the vector store is flushed and the cursor moved at most that
+        often, as in `run`). The cursor moves only after its batches are written and
+        flushed, in order; on a failure every stage stops and the projection starts again from its
         cursor (batches read ahead are read again; writes are idempotent). A lost
         connection or back end backs off and retries as in `run`; anything else stops
         every projection and is raised."""
@@ -540,16 +542,35 @@ class Projector:
             threading.Thread(target=stage(body), name=f"projector-{projection}-{body.__name__}")
             for body in (reader, embedder)
         ]
+        deferred = self._deferred(projection)
+        self._unflushed.pop(projection, None)  # a new life starts from the cursor
         try:
             with psycopg.connect(self.conninfo, autocommit=True) as conn:
                 for t in stages:
                     t.start()
-                while (batch := get(embedded)) is not None:
+                while not halted():
+                    due = self.flush_due(projection)
+                    try:
+                        batch = embedded.get(timeout=0.1 if due is None else min(0.1, due))
+                    except queue.Empty:
+                        self.settle(conn, projection)  # due: flush, then move the cursor
+                        continue
                     if batch.records:
                         with self._guarded():
-                            self.apply(projection, conn, batch.records, batch.embedded)
-                    self.move_cursor(conn, projection, batch.events[-1])
+                            self.apply(
+                                projection, conn, batch.records, batch.embedded, flush=not deferred
+                            )
+                    if deferred:
+                        pending = self._unflushed.get(projection)
+                        first = pending[1] if pending else time.monotonic()
+                        self._unflushed[projection] = (batch.events[-1], first)
+                        self.settle(conn, projection)
+                    else:
+                        self.move_cursor(conn, projection, batch.events[-1])
                     self.progress(f"{projection}: applied {len(batch.events)} events")
+                # stopped, or another stage failed: what was applied was applied in order,
+                # so it is flushed and the cursor moved past it
+                self.settle(conn, projection, force=True)
         finally:
             halt.set()
             for t in stages:

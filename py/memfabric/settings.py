@@ -74,9 +74,10 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "serve process, the default) or child (a child process at lower priority)",
     "MEMFABRIC_PROJECTOR_PIPELINE": "memfabric serve's projector: serial (read, embed, write "
     "in turn, the default) or pipelined (reader, embedder and writer threads)",
-    "MEMFABRIC_PROJECTOR_FLUSH_MS": "memfabric serve's serial projector flushes the vector "
-    "store (and then moves its cursor) at most every this many milliseconds instead of after "
-    "every batch; points are searchable once written, durable after the flush (default "
+    "MEMFABRIC_PROJECTOR_FLUSH_MS": "memfabric serve's projector (serial or pipelined) "
+    "flushes the vector store (and then moves its cursor) at most every this many "
+    "milliseconds instead of after every batch; points are searchable once written, "
+    "durable after the flush (default "
     f"{DEFAULT_PROJECTOR_FLUSH_MS}; 0: after every batch)",
     "QDRANT_URL": "a Qdrant server; unset: the embedded shards owned by memfabric serve",
     "QDRANT_API_KEY": "the Qdrant server's API key",
@@ -223,7 +224,7 @@ class Settings:
     embedder_dims: int
     projector_embed: str  # "inline" | "child"
     projector_pipeline: str  # "serial" | "pipelined"
-    projector_flush_ms: int  # serial projector: flush the vector store at most this often
+    projector_flush_ms: int  # projector: flush the vector store at most this often
     qdrant_url: str | None
     qdrant_api_key: str | None
     neo4j_uri: str | None

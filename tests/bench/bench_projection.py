@@ -17,11 +17,15 @@ bound; no graph server needed), each of --variants side by side: the serial proj
 (`Projector.run`) and the pipelined one (`Projector.run_pipelined`), each with the embedder in
 process or in a child process (`ProcessEmbedder`), and `serial+cadence` (the serial projector
 flushing Edge at most every --flush-ms, `Projector.flush_seconds`; its lag is commit to
-searchable, and commit to durable is printed too): lag p50/p95 at each write rate (--seconds
-each; the governed writes come from a child process, so the projector's threads cannot slow
-them down), where the lag goes (commit to read, read to embedded, storing the embeddings,
-Edge's upsert and flush) and the embedder's share of the time, then a full drain of a
---backlog each; ratios to the first variant are the last lines.
+searchable, and commit to durable is printed too; `pipelined+cadence` the same for the
+pipelined one): lag p50/p95 at each write rate (--seconds each; the governed writes come
+from a child process, so the projector's threads cannot slow them down: --writers threads,
+each writing --write-batch records a transaction, `propose_many` + `commit_many` when more
+than one; one writer of single `propose` + `commit` reaches only 30-50 writes/s here), the
+rate asked and reached, where the lag goes (commit to read, read to embedded, storing the
+embeddings, Edge's upsert and flush), the embedder's share of the time and the CPU a record
+costs in each process (PostgreSQL's is the whole server's: give the bench a server of its
+own), then a full drain of a --backlog each; ratios to the first variant are the last lines.
 Tenants benchp (writes) and benchb (bulk; rows stay, reused). The product's Projector is kept
 to its tenant (other tenants' records and snapshot rows skipped, graph wipes per tenant); the
 global projection cursors are put back as found, so no other projector may be connected.
@@ -30,6 +34,7 @@ global projection cursors are put back as found, so no other projector may be co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import itertools
 import os
@@ -193,27 +198,45 @@ def set_cursors(p: Projector, cursors: Sequence[tuple[str, str, str]] | None = N
             call(conn, SET_CURSOR, proj, xid, event)
 
 
-def writer(url: str, run_id: uuid.UUID) -> Write:
-    """Governed writes: propose as the agent, commit as the committer, one record per call."""
+def envelope(tag: str, i: int) -> dict[str, Any]:
+    cause = f"evt-benchp-{tag}-{i}"
+    return {"tier": "episodic", "scope": {"tenant_id": TENANT, "visibility": "subject"},
+            "content": {"text": f"{TOPICS[i % len(TOPICS)]} ({tag}-{i})"},
+            "provenance": {"source_event_id": cause, "correlation_id": f"corr-{tag}",
+                           "causation_id": cause, "formation_method": "extraction"},
+            "confidence": 0.9,
+            "validity_interval": {"valid_from": "2026-07-02T09:14:00Z"}}  # fmt: skip
+
+
+def writer(url: str, run_id: uuid.UUID, batch: int = 1) -> Callable[[], list[str]]:
+    """Governed writes: propose as the agent, commit as the committer; one record per call
+    (`propose` + `commit`, one transaction each), or `batch` records per call
+    (`propose_many` + `commit_many`, one transaction each)."""
     agent, committer = connect(url, "benchp_agent"), connect(url, "benchp_committer")
     tag, count = uuid.uuid4().hex[:8], itertools.count(1)
 
-    def write() -> str:
-        i = next(count)
-        cause = f"evt-benchp-{tag}-{i}"
-        env = {"tier": "episodic", "scope": {"tenant_id": TENANT, "visibility": "subject"},
-               "content": {"text": f"{TOPICS[i % len(TOPICS)]} ({tag}-{i})"},
-               "provenance": {"source_event_id": cause, "correlation_id": f"corr-{tag}",
-                              "causation_id": cause, "formation_method": "extraction"},
-               "confidence": 0.9,
-               "validity_interval": {"valid_from": "2026-07-02T09:14:00Z"}}  # fmt: skip
-        proposal = call(agent, "SELECT fabric_api.propose(%s, %s)", Jsonb(env), run_id)
-        if proposal["status"] != "validated":
-            raise SystemExit(f"proposal not validated: {proposal}")
-        record = call(committer, "SELECT fabric_api.commit(%s)", proposal["proposal_id"])
-        return str(record["memory_id"])
+    def write() -> list[str]:
+        if batch == 1:
+            env = envelope(tag, next(count))
+            proposal = call(agent, "SELECT fabric_api.propose(%s, %s)", Jsonb(env), run_id)
+            if proposal["status"] != "validated":
+                raise SystemExit(f"proposal not validated: {proposal}")
+            record = call(committer, "SELECT fabric_api.commit(%s)", proposal["proposal_id"])
+            return [str(record["memory_id"])]
+        envs = [envelope(tag, next(count)) for _ in range(batch)]
+        proposals = call(agent, "SELECT fabric_api.propose_many(%s, %s)", Jsonb(envs), run_id)
+        if any(x["status"] != "validated" for x in proposals):
+            raise SystemExit(f"proposal not validated: {proposals}")
+        ids = [x["proposal_id"] for x in proposals]
+        records = call(committer, "SELECT fabric_api.commit_many(%s::uuid[])", ids)
+        return [str(r["memory_id"]) for r in records]
 
     return write
+
+
+def write_one(url: str, run_id: uuid.UUID) -> Write:
+    w = writer(url, run_id)
+    return lambda: w()[0]
 
 
 def ms(xs: Sequence[float]) -> str:
@@ -256,12 +279,13 @@ class Timed:
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.model, self.version, self.dims = inner, inner.model, inner.version, 384
-        self.texts, self.calls, self.seconds = 0, 0, 0.0
+        self.texts, self.calls, self.seconds, self.cpu = 0, 0, 0.0, 0.0
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out: list[list[float]] = self.inner.embed(texts)
         self.seconds += time.perf_counter() - t
+        self.cpu += time.process_time() - c  # this process's (onnxruntime's threads included)
         self.texts, self.calls = self.texts + len(texts), self.calls + 1
         return out
 
@@ -274,6 +298,13 @@ class StagedProjector(BenchProjector):
     when the cursor moved past it (after a flush)."""
 
     stamps: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    settled: list[float] = field(default_factory=list)  # seconds of each flush + cursor move
+
+    def settle(self, conn: Conn, projection: str, *, force: bool = False) -> None:
+        t, pending = time.perf_counter(), projection in self._unflushed
+        super().settle(conn, projection, force=force)
+        if pending and projection not in self._unflushed:
+            self.settled.append(time.perf_counter() - t)
 
     def move_cursor(self, conn: Conn, projection: str, last: Any) -> None:
         super().move_cursor(conn, projection, last)
@@ -302,25 +333,71 @@ class StagedProjector(BenchProjector):
 VARIANTS = {  # name: (pipelined, embedder in a child process, flush every --flush-ms)
     "serial": (False, False, False), "pipelined": (True, False, False),
     "serial+child": (False, True, False), "pipelined+child": (True, True, False),
-    "serial+cadence": (False, False, True),
+    "serial+cadence": (False, False, True), "pipelined+cadence": (True, False, True),
 }  # fmt: skip
 
 
 def paced_writes(url: str, run_id: Any, rate: float, seconds: float, warmup: float,
-                 out: Any) -> None:  # fmt: skip
+                 out: Any, writers: int = 1, batch: int = 1) -> None:  # fmt: skip
     """In a child process: governed writes on schedule (a late write does not shift the
-    next); puts ({memory_id: perf_counter at commit return}, achieved writes/s) for the
-    writes after the warm-up. perf_counter is CLOCK_MONOTONIC, one clock for all processes."""
-    write, committed = writer(url, run_id), {}
-    t0, step, i = time.perf_counter(), 1 / rate, 0
+    next) from `writers` threads with their own connections, each writing `batch` records
+    per transaction pair every writers * batch / rate s, their schedules staggered; puts
+    ({memory_id: perf_counter at commit return}, achieved writes/s) for the writes due
+    after the warm-up. perf_counter is CLOCK_MONOTONIC, one clock for all processes."""
+    committed: dict[str, float] = {}
+    written = itertools.count()
+    cpu = time.process_time()
+    t0 = time.perf_counter() + 0.5  # every writer connected before the first is due
     start, end = t0 + warmup, t0 + warmup + seconds
-    while (due := t0 + i * step) < end:
-        time.sleep(max(0.0, due - time.perf_counter()))
-        memory_id = write()
-        if due >= start:
-            committed[memory_id] = time.perf_counter()
-        i += 1
-    out.put((committed, len(committed) / (time.perf_counter() - start)))
+    step = writers * batch / rate
+    ready = threading.Barrier(writers)
+
+    def one(k: int) -> None:
+        write, i = writer(url, run_id, batch), 0
+        ready.wait()
+        while (due := t0 + (i + k / writers) * step) < end:
+            time.sleep(max(0.0, due - time.perf_counter()))
+            ids = write()
+            now = time.perf_counter()
+            for _ in ids:
+                next(written)
+            if due >= start:
+                committed.update(dict.fromkeys(ids, now))
+            i += 1
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    achieved = len(committed) / (time.perf_counter() - start)
+    out.put((committed, achieved, time.process_time() - cpu, next(written)))
+
+
+def server_cpu(url: str) -> Callable[[], float]:
+    """CPU seconds used so far by the PostgreSQL server of `url` (the postmaster, its live
+    children and the children it has reaped), read from /proc: server-wide, so it is this
+    bench's only on a server of its own."""
+    with connect(url) as su:
+        data = call(su, "SELECT current_setting('data_directory')")
+    pid = int(Path(data, "postmaster.pid").read_text().split()[0])
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(stat: str) -> list[str]:
+        return stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+
+    def cpu() -> float:
+        f = fields(Path(f"/proc/{pid}/stat").read_text())
+        total = sum(int(x) for x in f[11:15])  # utime stime cutime cstime
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                with contextlib.suppress(OSError, ValueError):
+                    g = fields((proc / "stat").read_text())
+                    if int(g[1]) == pid:
+                        total += int(g[11]) + int(g[12])
+        return total / tick
+
+    return cpu
 
 
 HOLDERS = """SELECT coalesce(max(extract(epoch FROM now() - xact_start)), 0)
@@ -351,9 +428,12 @@ class LagRun:
     batch: float  # texts per embed() call
     load: float
     held: float  # longest-running transaction of another database seen during the run (s)
+    cpu: dict[str, float]  # CPU seconds during the run: embed, projector, postgres, writer
+    settled: list[float]  # the cadence's flushes (and cursor moves) during the run, seconds
 
 
 PARTS = ("read", "embedded", "stored")
+CPU_NOT = ("wall", "written")
 
 
 def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argparse.Namespace,
@@ -364,7 +444,10 @@ def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argpar
     pipelined = VARIANTS[variant][0]
     stop, emb = threading.Event(), p.embedder
     assert isinstance(emb, Timed)
-    texts, busy, calls = emb.texts, emb.seconds, emb.calls
+    texts, busy, calls, embed_cpu = emb.texts, emb.seconds, emb.calls, emb.cpu
+    pg_cpu = server_cpu(url)
+    settled = len(p.settled)
+    cpu0 = (time.process_time(), pg_cpu())
     run = p.run_pipelined if pipelined else p.run
     kwargs = {"poll_seconds": 0.5, "should_stop": stop.is_set}
     thread = threading.Thread(target=run, args=(("qdrant",),), kwargs=kwargs, daemon=True)
@@ -372,12 +455,13 @@ def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argpar
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     child = ctx.Process(target=paced_writes,
-                        args=(url, run_id, rate, args.seconds, args.warmup, results))  # fmt: skip
+                        args=(url, run_id, rate, args.seconds, args.warmup, results,
+                              args.writers, args.write_batch))  # fmt: skip
     t0 = time.perf_counter()
     child.start()
     held = threading.Thread(target=horizon_holders, args=(url, stop, p.stamps), daemon=True)
     held.start()
-    committed, achieved = results.get()
+    committed, achieved, writer_cpu, written = results.get()
     child.join()
     q, deadline = p.applied["qdrant"], time.perf_counter() + 120
     while time.perf_counter() < deadline and not all(m in q for m in committed):
@@ -389,6 +473,9 @@ def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argpar
     stop.set()
     thread.join(timeout=60)
     held.join(timeout=5)
+    own, in_embed = time.process_time() - cpu0[0], emb.cpu - embed_cpu
+    cpu = {"embed": in_embed, "projector": own - in_embed, "postgres": pg_cpu() - cpu0[1],
+           "writer": writer_cpu, "wall": wall, "written": written}  # fmt: skip
     done = [m for m in committed if m in q and all(m in p.stamps[s] for s in PARTS)]
     at = [committed, *(p.stamps[s] for s in PARTS), q]
     parts = {name: [at[k + 1][m] - at[k][m] for m in done]
@@ -399,7 +486,8 @@ def lag_run(p: StagedProjector, url: str, run_id: Any, rate: float, args: argpar
                   len(committed) - len(done),
                   parts, took / wall, n / took if took else 0.0,
                   n / max(emb.calls - calls, 1), load,
-                  p.stamps.pop("holders", {}).get("max", 0.0))  # fmt: skip
+                  p.stamps.pop("holders", {}).get("max", 0.0), cpu,
+                  p.settled[settled:])  # fmt: skip
 
 
 def drain_run(p: StagedProjector, write: Write, n: int, pipelined: bool) -> tuple[float, float]:
@@ -443,10 +531,13 @@ def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namesp
                 print(f"  {rate:g} writes/s, {variant} ...", flush=True)
                 use(variant)
                 set_cursors(p)
+                printed = len(rows)
                 results[variant] = r = lag_run(p, url, run_id, rate, args, variant)
                 rows.append((f"lag p50 / p95 at {rate:g} writes/s, {variant} ({len(r.lags)} "
                              "records)", ms(r.lags) if r.lags else "-",
-                             f"achieved {r.achieved:.1f} writes/s; {r.missing} not applied; "
+                             f"asked {rate:g}, achieved {r.achieved:.1f} writes/s ({args.writers} "
+                             f"writer(s) x {args.write_batch} a transaction); {r.missing} not "
+                             "applied; "
                              f"p95 <= 1 s: {OK[bool(r.lags) and pct(r.lags, 95) <= 1]}; "
                              f"load {r.load:.1f}; another database's transaction held the "
                              f"horizon up to {r.held:.1f} s"))  # fmt: skip
@@ -456,10 +547,23 @@ def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namesp
                     busy = (f"embedder busy {r.embed_busy:.0%} of the run at "
                             f"{r.embed_rate:.0f} texts/s, {r.batch:.1f} texts a call")  # fmt: skip
                     rows.append((f"  where the lag goes (mean ms), {variant}", split, busy))
-                if r.durable and not VARIANTS[variant][0]:
+                    c, n = r.cpu, r.cpu["written"]
+                    used = sum(v for k, v in c.items() if k not in CPU_NOT) / c["wall"]
+                    rows.append((f"  CPU ms a record written, {variant}",
+                                 "; ".join(f"{k} {v / n * 1e3:.1f}" for k, v in c.items()
+                                           if k not in CPU_NOT),
+                                 f"{used:.2f} cores busy on average over {c['wall']:.0f} s "
+                                 "(embed: in this process only; postgres: the whole server, "
+                                 "the writes included; writer: the governed writers' client; "
+                                 "projector: the rest of this process)"))  # fmt: skip
+                if r.durable and (VARIANTS[variant][2] or not VARIANTS[variant][0]):
+                    f = r.settled or [0.0]
+                    flushes = (f"; {len(r.settled)} flushes of the cadence (each with its "
+                               f"cursor move), mean {statistics.mean(f) * 1e3:.0f} ms, "
+                               f"max {max(f) * 1e3:.0f} ms")  # fmt: skip
                     rows.append((f"  commit to durable (cursor moved) p50 / p95, {variant}",
-                                 ms(r.durable), f"{len(r.durable)} records"))  # fmt: skip
-                for row in rows[-3:]:
+                                 ms(r.durable), f"{len(r.durable)} records{flushes}"))  # fmt: skip
+                for row in rows[printed:]:
                     print("   ", " | ".join(row), flush=True)
             base = results[variants[0]].lags
             for variant in variants[1:]:
@@ -467,7 +571,7 @@ def rates_phase(p: StagedProjector, url: str, run_id: Any, args: argparse.Namesp
                 if base and other:
                     ratios.append(f"lag p95 at {rate:g} writes/s: {variant} / {variants[0]} = "
                                   f"{pct(other, 95) / pct(base, 95):.2f}")  # fmt: skip
-        write, drains = writer(url, run_id), {}
+        write, drains = write_one(url, run_id), {}
         for variant in variants:
             print(f"  drain of {args.backlog}, {variant} ...", flush=True)
             pipelined = use(variant)
@@ -718,6 +822,12 @@ def main() -> int:
     ap.add_argument("--rates", default="", help="e.g. 25,50,100: serial vs pipelined, no graph")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="of --rates, first the base")
     ap.add_argument("--embedder", default="minilm", help="of --rates: minilm or minilm-static")
+    ap.add_argument("--writers", type=int, default=1,
+                    help="of --rates: writer threads in the writer process")  # fmt: skip
+    ap.add_argument("--write-batch", type=int, default=1,
+                    help="of --rates: records a propose_many+commit_many")  # fmt: skip
+    ap.add_argument("--edge-shards", default="inline", choices=("inline", "child"),
+                    help="of --rates: Edge shards in this process or children")  # fmt: skip
     ap.add_argument("--flush-ms", type=float, default=1000.0,
                     help="of --rates, serial+cadence: flush at most this often")  # fmt: skip
     args = ap.parse_args()
@@ -726,7 +836,9 @@ def main() -> int:
     saved = setup(url)
     emb.embed(["warm up"])
     tmp = Path(tempfile.mkdtemp(prefix="bench-projection-"))
-    stores = [EdgeVectorStore(tmp / "edge-writes"), EdgeVectorStore(tmp / "edge-bulk")]
+    child_shards = args.edge_shards == "child"  # of --rates: the store the projector writes
+    stores = [EdgeVectorStore(tmp / "edge-writes", shard_processes=child_shards),
+              EdgeVectorStore(tmp / "edge-bulk")]  # fmt: skip
     for s in stores:
         s.ensure_collections(emb.model, emb.version, emb.dims)
     graph = None if args.only_recall or args.rates else graph_from_env()
@@ -748,7 +860,7 @@ def main() -> int:
             with connect(url, "benchp_orchestrator") as orch:
                 run_id = call(orch, OPEN_RUN, TENANT, AGENT, "user-w", "sess-w", TOOLS)
             set_cursors(p)  # start after everything committed so far (other tenants' too)
-            w = writer(url, run_id)
+            w = write_one(url, run_id)
             print(f"1/4 lag: {args.rate:g} writes/s for {args.warmup:g}+{args.seconds:g} s ...")
             rows += lag_phase(p, w, args)
             print(f"2/4 drain: {args.backlog} records committed with the projector stopped ...")

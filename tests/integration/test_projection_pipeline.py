@@ -222,3 +222,89 @@ def test_the_embedder_in_a_child_process_survives_the_childs_death(
     texts = [text for text, _ in stored.values()]
     for (_, got), want in zip(stored.values(), model.embed(texts), strict=True):
         assert got == pytest.approx(want, abs=1e-6)
+
+
+class FlushCounting:
+    """Wraps a store, counting its flushes."""
+
+    def __init__(self, inner: VectorStore) -> None:
+        self.inner, self.flushes = inner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self.inner.flush()
+
+
+class CursorWatching(Projector):
+    """Notes, at each move of the cursor, how many flushes the store had made."""
+
+    moves: list[int]
+
+    def move_cursor(self, conn: psycopg.Connection[Any], projection: str, last: Any) -> None:
+        assert isinstance(self.store, FlushCounting)
+        self.moves.append(self.store.flushes)
+        super().move_cursor(conn, projection, last)
+
+
+def test_with_a_flush_cadence_points_are_searchable_first_and_the_cursor_waits_for_a_flush(
+    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+) -> None:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    run = fabric.open_run()
+    ids = {fabric.form(run, f"cadenced record {i}") for i in range(9)}
+    before, store = cursor(fabric), FlushCounting(edge)
+    projector = CursorWatching(url, model, store, None, batch=3, flush_seconds=3600.0)  # type: ignore[arg-type]
+    projector.moves = []
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=projector.run_pipelined,
+        args=(("qdrant",),),
+        kwargs={"poll_seconds": 0.1, "should_stop": stop.is_set},
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while point_ids(edge, "episodic") != ids and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert point_ids(edge, "episodic") == ids  # searchable: every batch upserted
+        assert cursor(fabric) == before and store.flushes == 0  # not due: nothing durable
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    # asked to stop: one flush for all the batches, then the cursor to the last event
+    assert store.flushes == 1 and projector.moves == [1]
+    assert cursor(fabric) == last_event(fabric)
+
+
+def test_with_a_short_flush_cadence_the_cursor_follows_while_it_runs(
+    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+) -> None:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    store = FlushCounting(edge)
+    projector = CursorWatching(url, model, store, None, batch=2, flush_seconds=0.2)  # type: ignore[arg-type]
+    projector.moves = []
+    run = fabric.open_run()
+    ids = {fabric.form(run, f"followed record {i}") for i in range(5)}
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=projector.run_pipelined,
+        args=(("qdrant",),),
+        kwargs={"poll_seconds": 0.1, "should_stop": stop.is_set},
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while cursor(fabric) != last_event(fabric) and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert cursor(fabric) == last_event(fabric)  # moved while running, not at the stop
+        assert point_ids(edge, "episodic") == ids
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    # every move of the cursor came after a flush it had not seen before
+    assert projector.moves and projector.moves == sorted(set(projector.moves))
+    assert projector.moves[0] >= 1
