@@ -79,6 +79,10 @@ def start_graph_server(root: Path) -> Iterator[GraphServer]:
         "GRAPH_BOLT_PORT": str(bolt),
         "GRAPH_HTTP_PORT": str(http),
         "GRAPH_PASSWORD": PASSWORD,
+        # A server that lives for one test session: the client compiler only (no C2 compiling
+        # in the background on two busy cores) and the serial collector. It starts in ~60% of
+        # the time and CPU, and test_graph.py ran in 32 s instead of 47 s side by side.
+        "GRAPH_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     started = time.monotonic()
     up = graph_sh(env, "up")
