@@ -488,11 +488,15 @@ REVOKE EXECUTE ON FUNCTION fabric._search_length(tsvector) FROM fabric_retriever
 -- says where each retriever ranked it; its score is the fused score divided by the best
 -- score a record could reach in this mode (1 for the top of a single list), never a raw
 -- statistic. `found` is how many records the union held (more than p_limit: truncated).
+DROP FUNCTION IF EXISTS fabric._recall_fused(text, text[], text[], text[], timestamptz,
+  double precision, text[], text, uuid[], double precision[], integer, double precision,
+  integer);
 CREATE OR REPLACE FUNCTION fabric._recall_fused(
   p_tenant_id text, p_scope_keys text[], p_vector_tiers text[], p_lexical_tiers text[],
   p_valid_at timestamptz, p_min_confidence double precision, p_excluded_labels text[],
   p_query text, p_candidate_ids uuid[], p_candidate_scores double precision[],
-  p_depth integer, p_best double precision, p_limit integer)
+  p_depth integer, p_best double precision, p_limit integer,
+  p_lexical_ids uuid[], p_lexical_ranks double precision[])
 RETURNS TABLE (records jsonb, found bigint)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -511,7 +515,15 @@ BEGIN
       FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
              p_min_confidence, p_excluded_labels, p_query, NULL, NULL, p_depth)
              WITH ORDINALITY AS b(memory_id, score, record, ord)
-     WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0),
+     WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0
+       AND p_lexical_ids IS NULL
+    UNION ALL  -- the list the resolution computed (fabric._lexical_unstash): each id
+    SELECT b.memory_id, b.record, b.ord  -- re-checked against every rule, in its order
+      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, NULL, p_lexical_ids, p_lexical_ranks,
+             p_depth) WITH ORDINALITY AS b(memory_id, score, record, ord)
+     WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0
+       AND p_lexical_ids IS NOT NULL),
   fused AS (
     SELECT coalesce(v.memory_id, l.memory_id) AS memory_id,
            coalesce(v.record, l.record) AS record,
@@ -534,7 +546,69 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer, double precision,
-  integer) FROM PUBLIC;
+  integer, uuid[], double precision[]) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
+-- Hybrid recall's lexical list, kept from the first call to the second in the session.
+-- The first call (the resolution) computes it while the client embeds the query; the second
+-- re-checks those ids instead of running BM25 again. It stays in the database: a temporary
+-- table of the session, owned by the role these functions run as (the agent holds no
+-- privilege on it), one row, keyed by the request without its candidates. Answering the ids
+-- to the client instead would be a retrieval without its audit event. A table of that name
+-- the session made itself is never used; without the privilege to make one, nothing is kept
+-- and the second call computes the list itself, as it does whenever nothing matches its key.
+CREATE OR REPLACE FUNCTION fabric._lexical_stash_owned()
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_owner oid;
+BEGIN
+  SELECT c.relowner INTO v_owner FROM pg_catalog.pg_class c
+   WHERE c.relnamespace = pg_catalog.pg_my_temp_schema()
+     AND c.relname = 'fabric_lexical_stash' AND c.relkind = 'r';
+  RETURN FOUND AND v_owner = (SELECT r.oid FROM pg_catalog.pg_roles r
+                               WHERE r.rolname = current_user);
+END $$;
+REVOKE ALL ON FUNCTION fabric._lexical_stash_owned() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION fabric._lexical_stash(p_key text, p_ids uuid[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF pg_catalog.to_regclass('pg_temp.fabric_lexical_stash') IS NULL THEN
+    BEGIN
+      CREATE TEMPORARY TABLE fabric_lexical_stash (key text NOT NULL, ids uuid[] NOT NULL);
+    EXCEPTION WHEN insufficient_privilege OR duplicate_table THEN
+      NULL;  -- no temporary tables for this role here: nothing is kept
+    END;
+  END IF;
+  IF fabric._lexical_stash_owned() THEN
+    DELETE FROM pg_temp.fabric_lexical_stash;
+    INSERT INTO pg_temp.fabric_lexical_stash (key, ids) VALUES (p_key, p_ids);
+  END IF;
+END $$;
+REVOKE ALL ON FUNCTION fabric._lexical_stash(text, uuid[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION fabric._lexical_unstash(p_key text)
+RETURNS uuid[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ids uuid[];
+BEGIN
+  IF pg_catalog.to_regclass('pg_temp.fabric_lexical_stash') IS NULL
+     OR NOT fabric._lexical_stash_owned() THEN
+    RETURN NULL;
+  END IF;
+  DELETE FROM pg_temp.fabric_lexical_stash s WHERE s.key = p_key RETURNING s.ids INTO v_ids;
+  RETURN v_ids;
+END $$;
+REVOKE ALL ON FUNCTION fabric._lexical_unstash(text) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_answer: the response and its one audit event (identifiers, never content).
@@ -822,6 +896,8 @@ DECLARE
   v_scores double precision[];
   v_served jsonb;
   v_only uuid[];
+  v_lex_ids uuid[];
+  v_lex_ranks double precision[];
 BEGIN
   PERFORM fabric._reset_context();
   IF v_problem IS NOT NULL THEN
@@ -908,6 +984,19 @@ BEGIN
   -- filter (nothing is retrieved, nothing audited but a denial), then it returns the
   -- vector store's candidates, which are re-checked here against every rule.
   IF v_mode <> 'text' AND NOT p_request ? 'candidates' THEN
+    -- Hybrid recall's lexical list needs only the resolved scope and the query: it is
+    -- computed now, while the client embeds the query, exactly as the second call would
+    -- (same function, tiers and depth), and kept in the session for that call
+    -- (fabric._lexical_stash); nothing of it is answered.
+    IF v_mode = 'hybrid' AND v_query IS NOT NULL
+       AND pg_catalog.cardinality(v_lexical_tiers) > 0 THEN
+      PERFORM fabric._lexical_stash(pg_catalog.md5((p_request - 'candidates')::text),
+        ARRAY(SELECT r.memory_id
+                FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_lexical_tiers,
+                       v_valid_at, v_min_conf, v_excluded, v_query, NULL, NULL,
+                       GREATEST(v_limit, 10)) WITH ORDINALITY AS r(memory_id, score, record, ord)
+               ORDER BY r.ord));
+    END IF;
     RETURN pg_catalog.jsonb_build_object('correlation_id', p_request -> 'correlation_id',
       'status', 'resolved', 'tiers_denied', v_resolved -> 'tiers_denied',
       'scope_applied', v_resolved -> 'scope_applied',
@@ -921,6 +1010,18 @@ BEGIN
                    FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x);
     v_scores := ARRAY(SELECT (x ->> 'score')::numeric::double precision
                       FROM pg_catalog.jsonb_array_elements(p_request -> 'candidates') x);
+    -- the lexical list this request's resolution kept, if this session made it: its ids
+    -- are re-checked by id against every rule, ranked as kept (minus the position is the
+    -- score the by-ids path orders by)
+    IF v_mode = 'hybrid' AND v_query IS NOT NULL
+       AND pg_catalog.cardinality(v_lexical_tiers) > 0 THEN
+      v_lex_ids := fabric._lexical_unstash(pg_catalog.md5((p_request - 'candidates')::text));
+      IF v_lex_ids IS NOT NULL THEN
+        v_lex_ranks := ARRAY(SELECT -x.i::double precision
+                               FROM pg_catalog.generate_subscripts(v_lex_ids, 1) AS x(i)
+                              ORDER BY x.i);
+      END IF;
+    END IF;
   END IF;
 
   v_only := ARRAY(SELECT (x #>> '{}')::uuid
@@ -984,7 +1085,7 @@ BEGIN
              CASE WHEN v_mode = 'hybrid' AND v_query IS NOT NULL
                        AND pg_catalog.cardinality(v_vector_tiers) > 0
                   THEN 2.0 / 61 ELSE 1.0 / 61 END,
-             v_limit) f;
+             v_limit, v_lex_ids, v_lex_ranks) f;
   END IF;
 
   RETURN fabric._recall_answer(v_run, p_request, v_status, NULL, v_resolved, v_records,

@@ -4,11 +4,13 @@ refused cleanly, and governance that no retriever can get around."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from conftest import Fabric, episode
 from memfabric import db as mfdb
@@ -659,3 +661,82 @@ def test_the_per_lexeme_bound_is_a_sane_setting(fabric: Fabric) -> None:
     with fabric.su() as su:
         (top,) = su.execute("SELECT recall_lexical_top FROM fabric.deployment_settings").fetchone()
     assert top == 50
+
+
+@pytest.mark.clone  # one real backend of its own: the kept list lives in its session
+def test_hybrids_lexical_list_is_kept_in_the_session_and_every_id_rechecked(
+    fabric: Fabric,
+) -> None:
+    """Hybrid recall's first call computes the lexical list and keeps it in the database
+    for the second (a temporary table the agent holds no privilege on); nothing of it is
+    answered, so no record is found without the second call's audit event. The second call
+    re-checks each kept id against every rule, ranks them as kept, and answers what it
+    answers when it computes the list itself. A table of that name the agent made itself
+    is never used."""
+    run = fabric.open_run()
+    recs = [fabric.form(run, f"invoice {i} in EUR" + " currency" * (i % 3)) for i in range(14)]
+    other = fabric.form(fabric.open_run(subject="user-1234"), "invoice in EUR, someone else's")
+    request = {
+        "run_id": str(fabric.open_run()),
+        "tiers": ["episodic"],
+        "mode": "hybrid",
+        "query": "invoices currency EUR",
+        "limit": 5,
+    }
+    second = {**request, "candidates": [{"memory_id": recs[0], "score": 0.5}]}
+    conn = fabric.connect(None)  # the superuser, acting as the agent where it calls
+
+    def agent(body: dict[str, Any]) -> dict[str, Any]:
+        conn.execute("SET SESSION AUTHORIZATION mf_agent_a")
+        try:
+            row = conn.execute("SELECT fabric_api.recall(%s)", (Jsonb(body),)).fetchone()
+        finally:
+            conn.execute("RESET SESSION AUTHORIZATION")
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    def kept() -> list[list[str]]:
+        return [
+            [str(i) for i in r[0]]
+            for r in conn.execute("SELECT ids FROM pg_temp.fabric_lexical_stash").fetchall()
+        ]
+
+    resolved = agent(request)
+    assert resolved["status"] == "resolved"
+    assert not any(r in json.dumps(resolved) for r in [*recs, other])  # no id answered
+    (listed,) = kept()
+    assert len(listed) == 10 and set(listed) <= set(recs)
+    conn.execute("SET SESSION AUTHORIZATION mf_agent_a")
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pg_temp.fabric_lexical_stash")
+    finally:
+        conn.execute("RESET SESSION AUTHORIZATION")
+
+    # the second call uses what was kept, and re-checks it: another subject's record is
+    # never returned; the kept order is the lexical rank
+    conn.execute(
+        "UPDATE pg_temp.fabric_lexical_stash SET ids = %s::uuid[]", ([other, recs[13], recs[12]],)
+    )
+    served = agent(second)
+    assert served["status"] == "served"
+    lexical = {r["memory_id"]: r["retrieval"]["lexical"] for r in served["records"]
+               if "lexical" in r["retrieval"]}  # fmt: skip
+    assert lexical == {recs[13]: 1, recs[12]: 2}, served
+    assert other not in ids(served)
+    assert kept() == []  # used once
+
+    # kept or computed again, the same answer
+    computed = agent(second)
+    agent(request)
+    assert len(kept()) == 1
+    assert agent(second)["records"] == computed["records"]
+
+    # a table of that name the agent made in its own session is left alone
+    own = fabric.connect("mf_agent_a")
+    own.execute("CREATE TEMPORARY TABLE fabric_lexical_stash (key text, ids uuid[])")
+    for body in (request, second):
+        answer = own.execute("SELECT fabric_api.recall(%s)", (Jsonb(body),)).fetchone()
+        assert answer is not None and answer[0]["status"] in ("resolved", "served")
+    assert answer[0]["records"] == computed["records"]
+    assert own.execute("SELECT count(*) FROM pg_temp.fabric_lexical_stash").fetchone() == (0,)
