@@ -4,6 +4,7 @@ batch is written; a failure replays from the cursor. Real Postgres, real MiniLM,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -249,6 +250,25 @@ class CursorWatching(Projector):
         super().move_cursor(conn, projection, last)
 
 
+@contextlib.contextmanager
+def running_pipelined(projector: Projector) -> Iterator[None]:
+    """`projector.run_pipelined` over the qdrant projection on a thread, stopped (and
+    joined) when the block ends."""
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=projector.run_pipelined,
+        args=(("qdrant",),),
+        kwargs={"poll_seconds": 0.1, "should_stop": stop.is_set},
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
 def test_with_a_flush_cadence_points_are_searchable_first_and_the_cursor_waits_for_a_flush(
     fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
 ) -> None:
@@ -258,23 +278,12 @@ def test_with_a_flush_cadence_points_are_searchable_first_and_the_cursor_waits_f
     before, store = cursor(fabric), FlushCounting(edge)
     projector = CursorWatching(url, model, store, None, batch=3, flush_seconds=3600.0)  # type: ignore[arg-type]
     projector.moves = []
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=projector.run_pipelined,
-        args=(("qdrant",),),
-        kwargs={"poll_seconds": 0.1, "should_stop": stop.is_set},
-    )
-    thread.start()
-    try:
+    with running_pipelined(projector):
         deadline = time.monotonic() + 60
         while point_ids(edge, "episodic") != ids and time.monotonic() < deadline:
             threading.Event().wait(0.05)
         assert point_ids(edge, "episodic") == ids  # searchable: every batch upserted
         assert cursor(fabric) == before and store.flushes == 0  # not due: nothing durable
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert not thread.is_alive()
     # asked to stop: one flush for all the batches, then the cursor to the last event
     assert store.flushes == 1 and projector.moves == [1]
     assert cursor(fabric) == last_event(fabric)
@@ -289,22 +298,12 @@ def test_with_a_short_flush_cadence_the_cursor_follows_while_it_runs(
     projector.moves = []
     run = fabric.open_run()
     ids = {fabric.form(run, f"followed record {i}") for i in range(5)}
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=projector.run_pipelined,
-        args=(("qdrant",),),
-        kwargs={"poll_seconds": 0.1, "should_stop": stop.is_set},
-    )
-    thread.start()
-    try:
+    with running_pipelined(projector):
         deadline = time.monotonic() + 60
         while cursor(fabric) != last_event(fabric) and time.monotonic() < deadline:
             threading.Event().wait(0.05)
         assert cursor(fabric) == last_event(fabric)  # moved while running, not at the stop
         assert point_ids(edge, "episodic") == ids
-    finally:
-        stop.set()
-        thread.join(timeout=30)
     # every move of the cursor came after a flush it had not seen before
     assert projector.moves and projector.moves == sorted(set(projector.moves))
     assert projector.moves[0] >= 1
