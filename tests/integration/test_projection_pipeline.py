@@ -86,11 +86,10 @@ def test_the_pipeline_projects_in_small_batches_and_moves_the_cursor_last(
     assert stored == len(ids)
 
 
-def test_records_formed_while_it_runs_are_projected(
-    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
-) -> None:
-    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-    projector = Projector(url, model, edge, None, batch=3)
+@contextlib.contextmanager
+def running_pipelined(projector: Projector) -> Iterator[None]:
+    """`projector.run_pipelined` over the qdrant projection on a thread, stopped (and
+    joined) when the block ends."""
     stop = threading.Event()
     thread = threading.Thread(
         target=projector.run_pipelined,
@@ -99,16 +98,25 @@ def test_records_formed_while_it_runs_are_projected(
     )
     thread.start()
     try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_records_formed_while_it_runs_are_projected(
+    fabric: Fabric, edge: VectorStore, model: MiniLMEmbedder
+) -> None:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    projector = Projector(url, model, edge, None, batch=3)
+    with running_pipelined(projector):
         run = fabric.open_run()
         ids = {fabric.form(run, f"arrives while running {i}") for i in range(8)}
         deadline = time.monotonic() + 60
         while point_ids(edge, "episodic") != ids and time.monotonic() < deadline:
             threading.Event().wait(0.1)
         assert point_ids(edge, "episodic") == ids
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert not thread.is_alive()
 
 
 def test_a_failed_write_leaves_the_cursor_and_a_new_run_replays(
@@ -248,25 +256,6 @@ class CursorWatching(Projector):
         assert isinstance(self.store, FlushCounting)
         self.moves.append(self.store.flushes)
         super().move_cursor(conn, projection, last)
-
-
-@contextlib.contextmanager
-def running_pipelined(projector: Projector) -> Iterator[None]:
-    """`projector.run_pipelined` over the qdrant projection on a thread, stopped (and
-    joined) when the block ends."""
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=projector.run_pipelined,
-        args=(("qdrant",),),
-        kwargs={"poll_seconds": 0.1, "should_stop": stop.is_set},
-    )
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert not thread.is_alive()
 
 
 def test_with_a_flush_cadence_points_are_searchable_first_and_the_cursor_waits_for_a_flush(
