@@ -236,6 +236,12 @@ def test_an_event_held_by_the_horizon_is_read_soon_after_the_holder_ends(
     holder.execute("SELECT pg_current_xact_id()")
     thread.start()
     try:
+        # its first read (nothing yet) comes after its LISTEN: a NOTIFY sent before that
+        # would be lost, and nothing would look again before the 120 s poll
+        deadline = time.monotonic() + 60
+        while not p.empty and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert p.empty
         rid = fabric.form(run, "held back by an older transaction")  # committed, NOTIFY sent
         formed = time.monotonic()
         deadline = formed + 60
