@@ -555,8 +555,9 @@ REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timest
 -- table of the session, owned by the role these functions run as (the agent holds no
 -- privilege on it), one row, keyed by the request without its candidates. Answering the ids
 -- to the client instead would be a retrieval without its audit event. A table of that name
--- the session made itself is never used; without the privilege to make one, nothing is kept
--- and the second call computes the list itself, as it does whenever nothing matches its key.
+-- the session made itself is never used; without the privilege to make one (or in a
+-- read-only transaction, which may not), nothing is kept and the second call computes the
+-- list itself, as it does whenever nothing matches its key.
 CREATE OR REPLACE FUNCTION fabric._lexical_stash_owned()
 RETURNS boolean
 LANGUAGE plpgsql
@@ -582,8 +583,9 @@ BEGIN
   IF pg_catalog.to_regclass('pg_temp.fabric_lexical_stash') IS NULL THEN
     BEGIN
       CREATE TEMPORARY TABLE fabric_lexical_stash (key text NOT NULL, ids uuid[] NOT NULL);
-    EXCEPTION WHEN insufficient_privilege OR duplicate_table THEN
-      NULL;  -- no temporary tables for this role here: nothing is kept
+    EXCEPTION WHEN insufficient_privilege OR duplicate_table OR read_only_sql_transaction THEN
+      NULL;  -- no temporary table for this role here, or a read-only transaction: nothing
+             -- is kept
     END;
   END IF;
   IF fabric._lexical_stash_owned() THEN

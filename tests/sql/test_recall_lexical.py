@@ -732,6 +732,14 @@ def test_hybrids_lexical_list_is_kept_in_the_session_and_every_id_rechecked(
     assert len(kept()) == 1
     assert agent(second)["records"] == computed["records"]
 
+    # a read-only transaction keeps nothing (it may not create the table) and still resolves
+    ro = fabric.connect(None)
+    ro.execute("SET SESSION AUTHORIZATION mf_agent_a")
+    ro.execute("BEGIN READ ONLY")
+    row = ro.execute("SELECT fabric_api.recall(%s)", (Jsonb(request),)).fetchone()
+    ro.execute("ROLLBACK")
+    assert row is not None and row[0]["status"] == "resolved"
+
     # a table of that name the agent made in its own session is left alone
     own = fabric.connect("mf_agent_a")
     own.execute("CREATE TEMPORARY TABLE fabric_lexical_stash (key text, ids uuid[])")
