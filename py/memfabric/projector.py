@@ -306,6 +306,18 @@ class Projector:
         self.move_cursor(conn, projection, last)
         del self._unflushed[projection]
 
+    def _applied(
+        self, conn: psycopg.Connection[Any], projection: str, last: Json, deferred: bool
+    ) -> None:
+        """A batch up to event `last` is applied: with the flush cadence (`deferred`) it is
+        noted unflushed and settled if due; otherwise the cursor moves past it."""
+        if deferred:
+            pending = self._unflushed.get(projection)
+            self._unflushed[projection] = (last, pending[1] if pending else time.monotonic())
+            self.settle(conn, projection)
+        else:
+            self.move_cursor(conn, projection, last)
+
     def drain(
         self, conn: psycopg.Connection[Any], projection: str, max_batches: int | None = None
     ) -> int:
@@ -325,12 +337,7 @@ class Projector:
                 records = self.records(conn, ids)
                 with self._guarded():
                     self.apply(projection, conn, records, flush=not deferred)
-            if deferred:
-                first = pending[1] if pending else time.monotonic()
-                self._unflushed[projection] = (events[-1], first)
-                self.settle(conn, projection)
-            else:
-                self.move_cursor(conn, projection, events[-1])
+            self._applied(conn, projection, events[-1], deferred)
             applied += len(events)
             batches += 1
         if deferred and max_batches is None:
@@ -560,13 +567,7 @@ class Projector:
                             self.apply(
                                 projection, conn, batch.records, batch.embedded, flush=not deferred
                             )
-                    if deferred:
-                        pending = self._unflushed.get(projection)
-                        first = pending[1] if pending else time.monotonic()
-                        self._unflushed[projection] = (batch.events[-1], first)
-                        self.settle(conn, projection)
-                    else:
-                        self.move_cursor(conn, projection, batch.events[-1])
+                    self._applied(conn, projection, batch.events[-1], deferred)
                     self.progress(f"{projection}: applied {len(batch.events)} events")
                 # stopped, or another stage failed: what was applied was applied in order,
                 # so it is flushed and the cursor moved past it
