@@ -558,6 +558,14 @@ REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timest
 -- the session made itself is never used; without the privilege to make one (or in a
 -- read-only transaction, which may not), nothing is kept and the second call computes the
 -- list itself, as it does whenever nothing matches its key.
+-- the key: the request as the first call has it (the second adds only its candidates)
+CREATE OR REPLACE FUNCTION fabric._lexical_stash_key(p_request jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN pg_catalog.md5((p_request - 'candidates')::text);
+REVOKE ALL ON FUNCTION fabric._lexical_stash_key(jsonb) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION fabric._lexical_stash_owned()
 RETURNS boolean
 LANGUAGE plpgsql
@@ -574,7 +582,7 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION fabric._lexical_stash_owned() FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION fabric._lexical_stash(p_key text, p_ids uuid[])
+CREATE OR REPLACE FUNCTION fabric._lexical_stash(p_request jsonb, p_ids uuid[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -590,12 +598,13 @@ BEGIN
   END IF;
   IF fabric._lexical_stash_owned() THEN
     DELETE FROM pg_temp.fabric_lexical_stash;
-    INSERT INTO pg_temp.fabric_lexical_stash (key, ids) VALUES (p_key, p_ids);
+    INSERT INTO pg_temp.fabric_lexical_stash (key, ids)
+    VALUES (fabric._lexical_stash_key(p_request), p_ids);
   END IF;
 END $$;
-REVOKE ALL ON FUNCTION fabric._lexical_stash(text, uuid[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fabric._lexical_stash(jsonb, uuid[]) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION fabric._lexical_unstash(p_key text)
+CREATE OR REPLACE FUNCTION fabric._lexical_unstash(p_request jsonb)
 RETURNS uuid[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -607,10 +616,11 @@ BEGIN
      OR NOT fabric._lexical_stash_owned() THEN
     RETURN NULL;
   END IF;
-  DELETE FROM pg_temp.fabric_lexical_stash s WHERE s.key = p_key RETURNING s.ids INTO v_ids;
+  DELETE FROM pg_temp.fabric_lexical_stash s WHERE s.key = fabric._lexical_stash_key(p_request)
+  RETURNING s.ids INTO v_ids;
   RETURN v_ids;
 END $$;
-REVOKE ALL ON FUNCTION fabric._lexical_unstash(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fabric._lexical_unstash(jsonb) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_answer: the response and its one audit event (identifiers, never content).
@@ -992,7 +1002,7 @@ BEGIN
     -- (fabric._lexical_stash); nothing of it is answered.
     IF v_mode = 'hybrid' AND v_query IS NOT NULL
        AND pg_catalog.cardinality(v_lexical_tiers) > 0 THEN
-      PERFORM fabric._lexical_stash(pg_catalog.md5((p_request - 'candidates')::text),
+      PERFORM fabric._lexical_stash(p_request,
         ARRAY(SELECT r.memory_id
                 FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_lexical_tiers,
                        v_valid_at, v_min_conf, v_excluded, v_query, NULL, NULL,
@@ -1017,7 +1027,7 @@ BEGIN
     -- score the by-ids path orders by)
     IF v_mode = 'hybrid' AND v_query IS NOT NULL
        AND pg_catalog.cardinality(v_lexical_tiers) > 0 THEN
-      v_lex_ids := fabric._lexical_unstash(pg_catalog.md5((p_request - 'candidates')::text));
+      v_lex_ids := fabric._lexical_unstash(p_request);
       IF v_lex_ids IS NOT NULL THEN
         v_lex_ranks := ARRAY(SELECT -x.i::double precision
                                FROM pg_catalog.generate_subscripts(v_lex_ids, 1) AS x(i)
