@@ -364,3 +364,15 @@ COMMENT ON TABLE langgraph.checkpoint_writes IS
   'LangGraph pending writes of a checkpoint''s tasks (docs/langgraph.md).';
 COMMENT ON TABLE langgraph.checkpoint_migrations IS
   'Versions of the LangGraph checkpoint schema applied, as the checkpoint library records them.';
+
+-- The row rules of proposals and memory_records (migration 0025): one CHECK constraint a table.
+COMMENT ON CONSTRAINT proposals_row_rules ON fabric.proposals IS
+  'The row rules of a proposal (fabric._proposals_row_rules); a broken rule raises 23514 naming the rule in constraint_name.';
+COMMENT ON CONSTRAINT memory_records_row_rules ON fabric.memory_records IS
+  'The row rules of a record (fabric._memory_records_row_rules); a broken rule raises 23514 naming the rule in constraint_name.';
+COMMENT ON FUNCTION fabric._proposals_row_rules(text, text, text, text, jsonb, text, text, text,
+  uuid, double precision, timestamptz, timestamptz, text, text, text, uuid, text, text) IS
+  'The CHECK of proposals_row_rules: true, or raises 23514 with the first broken rule by name (proposals_*_is_known, proposals_validated_obey_formation_rules, ...), as its own constraint did; a NULL rule passes.';
+COMMENT ON FUNCTION fabric._memory_records_row_rules(text, text, text, jsonb, text, text,
+  double precision, timestamptz, timestamptz, text, text, text, timestamptz, uuid) IS
+  'The CHECK of memory_records_row_rules: true, or raises 23514 with the first broken rule by name (memory_records_*_is_known, memory_records_tombstone_has_approval, ...), as its own constraint did; a NULL rule passes.';

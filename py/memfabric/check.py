@@ -325,9 +325,14 @@ def tombstones(ctx: Context) -> tuple[str, str]:
     off = _disabled_triggers(ctx, "memory_records", ("_300_no_delete", "_300_no_truncate"))
     if off:
         problems.append(f"memory_records triggers disabled: {', '.join(off)}")
+    # One of the row rules of memory_records_row_rules (migration 0025).
     constraint = ctx.value(
-        "SELECT convalidated FROM pg_constraint WHERE conrelid = 'fabric.memory_records'::regclass "
-        "AND conname = 'memory_records_tombstone_has_approval'"
+        "SELECT c.convalidated AND position(%s IN p.prosrc) > 0 "
+        "FROM pg_constraint c, pg_proc p "
+        "WHERE c.conrelid = 'fabric.memory_records'::regclass "
+        "AND c.conname = 'memory_records_row_rules' "
+        "AND p.oid = 'fabric._memory_records_row_rules'::regproc",
+        "THEN 'memory_records_tombstone_has_approval'",
     )
     if not constraint:
         problems.append("memory_records_tombstone_has_approval is missing or not validated")

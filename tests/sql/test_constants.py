@@ -18,11 +18,22 @@ pytestmark = pytest.mark.rollback
 
 
 def constraint(conn: psycopg.Connection[Any], name: str) -> str:
+    """A constraint's definition, or a row rule's condition as the one function of its
+    table's `*_row_rules` constraint writes it (migration 0025: `WHEN NOT (rule) THEN
+    'name'`)."""
     row = conn.execute(
         "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = %s", (name,)
     ).fetchone()
-    assert row is not None, f"no constraint {name}"
-    return str(row[0])
+    if row is not None:
+        return str(row[0])
+    source = conn.execute(
+        "SELECT string_agg(prosrc, E'\\n') FROM pg_proc WHERE pronamespace = 'fabric'::regnamespace"
+        " AND proname IN ('_proposals_row_rules', '_memory_records_row_rules')"
+    ).fetchone()
+    assert source is not None and source[0] is not None, "no row rules"
+    before, found, _ = str(source[0]).partition(f"THEN '{name}'")
+    assert found, f"no constraint or row rule {name}"
+    return " ".join(before.rsplit("WHEN NOT ", 1)[1].split())
 
 
 def listed(definition: str) -> tuple[str, ...]:
@@ -57,8 +68,8 @@ def test_enumerations_match_the_check_constraints(
 def test_ranges_and_derived_sets_match_the_database(fabric: Fabric) -> None:
     conn = fabric.su()
     assert constraint(conn, "memory_records_confidence_in_unit_interval") == (
-        f"CHECK (((confidence >= ({c.CONFIDENCE_MIN:g})::double precision) "
-        f"AND (confidence <= ({c.CONFIDENCE_MAX:g})::double precision)))"
+        f"(confidence >= ({c.CONFIDENCE_MIN:g})::double precision "
+        f"AND confidence <= ({c.CONFIDENCE_MAX:g})::double precision)"
     )
     live = constraint(conn, "memory_records_one_live_assertion_per_key")
     states = re.search(r"consolidation_state = ANY \(ARRAY\[([^]]*)\]", live)
