@@ -14,10 +14,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_scope jsonb := coalesce(p_request -> 'scope', '{}');
-  v_profile_tiers text[] := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
-                              coalesce(p_profile #> '{recall_scope,tiers}', '[]')));
-  v_profile_vis text[] := ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
-                            coalesce(p_profile #> '{recall_scope,visibility}', '[]')));
+  v_profile_tiers text[];
+  v_profile_vis text[];
   v_tiers text[];
   v_vis text[];
   v_served_vis text[] := '{}';
@@ -25,14 +23,21 @@ DECLARE
   v_level text;
   v_reason text;
 BEGIN
-  v_tiers := CASE WHEN p_request ? 'tiers'
-                  THEN ARRAY(SELECT DISTINCT pg_catalog.jsonb_array_elements_text(p_request -> 'tiers'))
-                  ELSE v_profile_tiers END;
-  v_vis := CASE
-    WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string' THEN ARRAY[v_scope ->> 'visibility']
-    WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'array'
-      THEN ARRAY(SELECT DISTINCT pg_catalog.jsonb_array_elements_text(v_scope -> 'visibility'))
-    ELSE v_profile_vis END;
+  -- The profile's tiers and visibility and the request's, in one statement (the request's
+  -- NULL when it names none: the profile's then)
+  SELECT ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
+                 coalesce(p_profile #> '{recall_scope,tiers}', '[]'))),
+         ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
+                 coalesce(p_profile #> '{recall_scope,visibility}', '[]'))),
+         CASE WHEN p_request ? 'tiers'
+              THEN ARRAY(SELECT DISTINCT pg_catalog.jsonb_array_elements_text(p_request -> 'tiers')) END,
+         CASE
+           WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string' THEN ARRAY[v_scope ->> 'visibility']
+           WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'array'
+             THEN ARRAY(SELECT DISTINCT pg_catalog.jsonb_array_elements_text(v_scope -> 'visibility')) END
+    INTO v_profile_tiers, v_profile_vis, v_tiers, v_vis;
+  v_tiers := coalesce(v_tiers, v_profile_tiers);
+  v_vis := coalesce(v_vis, v_profile_vis);
 
   v_reason := CASE
     WHEN v_scope ->> 'tenant_id' IS DISTINCT FROM p_run.tenant_id AND v_scope ? 'tenant_id' THEN
@@ -45,11 +50,16 @@ BEGIN
       'scope.agent_id is not the calling agent'
     WHEN p_request ? 'requesting_agent' AND p_request ->> 'requesting_agent' IS DISTINCT FROM p_run.agent_id THEN
       'requesting_agent is not the calling agent'
-    WHEN EXISTS (SELECT 1 FROM pg_catalog.unnest(v_vis) x WHERE NOT x = ANY (v_profile_vis)) THEN
-      'visibility ' || (SELECT pg_catalog.string_agg(x, ', ' ORDER BY x) FROM pg_catalog.unnest(v_vis) x
-                        WHERE NOT x = ANY (v_profile_vis))
-      || ' is outside the agent''s memory_profile.recall_scope.visibility'
   END;
+  -- (a visibility the profile holds, the common case, needs no statement to tell)
+  IF v_reason IS NULL AND NOT coalesce(v_vis <@ v_profile_vis, false) THEN
+    v_reason := CASE
+      WHEN EXISTS (SELECT 1 FROM pg_catalog.unnest(v_vis) x WHERE NOT x = ANY (v_profile_vis)) THEN
+        'visibility ' || (SELECT pg_catalog.string_agg(x, ', ' ORDER BY x) FROM pg_catalog.unnest(v_vis) x
+                          WHERE NOT x = ANY (v_profile_vis))
+        || ' is outside the agent''s memory_profile.recall_scope.visibility'
+    END;
+  END IF;
 
   FOREACH v_level IN ARRAY v_vis LOOP
     CONTINUE WHEN v_level = 'session' AND p_run.session_id IS NULL;
@@ -689,7 +699,10 @@ BEGIN
     'truncated', p_truncated,
     'scope_applied', p_resolved -> 'scope_applied',
     'tiers_served', CASE WHEN p_status <> 'denied' THEN p_resolved -> 'tiers' ELSE '[]' END,
-    'tiers_denied', coalesce(p_resolved -> 'tiers_denied', '[]')) || p_served;
+    'tiers_denied', coalesce(p_resolved -> 'tiers_denied', '[]'),
+    -- p_served's fields in the same object (a || after it would copy the records again)
+    'mode_served', p_served -> 'mode_served',
+    'tiers_served_lexically', p_served -> 'tiers_served_lexically');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -1109,8 +1122,8 @@ BEGIN
   IF v_ids IS NULL AND v_query IS NULL THEN
     -- Nothing to rank by: the readable records (only the ones named by filters.memory_ids,
     -- when given), most confident and most recent first.
-    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object(
-                      'score', NULL, 'retrieval', '{}'::jsonb) ORDER BY r.ord)
+    SELECT coalesce(pg_catalog.jsonb_agg(r.record || '{"score": null, "retrieval": {}}'::jsonb
+                      ORDER BY r.ord)
                       FILTER (WHERE r.ord <= v_limit), '[]'),
            pg_catalog.count(*)
     INTO v_records, v_count
