@@ -364,8 +364,7 @@ def recall_provenance(ctx: Context) -> tuple[str, str]:
         return FAIL, "recall candidates are not shaped by fabric._record_envelope"
     return (
         PASS,
-        "every recalled record is shaped by fabric._record_envelope: provenance, "
-        "validity_interval",
+        "every recalled record is shaped by fabric._record_envelope: provenance, validity_interval",
     )
 
 
