@@ -22,6 +22,9 @@ DECLARE
   v_keys text[] := '{}';
   v_level text;
   v_reason text;
+  v_sorted boolean;
+  v_readable text[];
+  v_denied text[];
 BEGIN
   -- The profile's tiers and visibility and the request's, in one statement (the request's
   -- NULL when it names none: the profile's then)
@@ -72,17 +75,38 @@ BEGIN
       WHEN 'tenant' THEN 'tenant' END;
   END LOOP;
 
+  -- The answer's lists, sorted. When the served visibility and the tiers are already in
+  -- order and every tier is readable (the common case: the profile's lists), they are the
+  -- lists themselves, told without a statement; else one statement sorts and splits them.
+  v_sorted := coalesce(v_tiers <@ v_profile_tiers, false);
+  FOR i IN 2 .. pg_catalog.cardinality(v_tiers) LOOP
+    EXIT WHEN NOT v_sorted;
+    v_sorted := coalesce(v_tiers[i - 1] <= v_tiers[i], false);
+  END LOOP;
+  FOR i IN 2 .. pg_catalog.cardinality(v_served_vis) LOOP
+    EXIT WHEN NOT v_sorted;
+    v_sorted := coalesce(v_served_vis[i - 1] <= v_served_vis[i], false);
+  END LOOP;
+  IF v_sorted THEN
+    v_readable := v_tiers;
+    v_denied := '{}';
+  ELSE
+    SELECT ARRAY(SELECT x FROM pg_catalog.unnest(v_served_vis) x ORDER BY x),
+           ARRAY(SELECT x FROM pg_catalog.unnest(v_tiers) x ORDER BY x),
+           ARRAY(SELECT x FROM pg_catalog.unnest(v_tiers) x WHERE x = ANY (v_profile_tiers) ORDER BY x),
+           ARRAY(SELECT x FROM pg_catalog.unnest(v_tiers) x WHERE NOT x = ANY (v_profile_tiers) ORDER BY x)
+      INTO v_served_vis, v_tiers, v_readable, v_denied;
+  END IF;
+
   RETURN pg_catalog.jsonb_build_object(
     'scope_applied', pg_catalog.jsonb_build_object(
       'tenant_id', p_run.tenant_id, 'subject_id', p_run.subject_id,
       'session_id', p_run.session_id, 'agent_id', p_run.agent_id,
-      'visibility', pg_catalog.to_jsonb(ARRAY(SELECT x FROM pg_catalog.unnest(v_served_vis) x ORDER BY x))),
+      'visibility', pg_catalog.to_jsonb(v_served_vis)),
     'scope_keys', pg_catalog.to_jsonb(v_keys),
-    'tiers_requested', pg_catalog.to_jsonb(ARRAY(SELECT x FROM pg_catalog.unnest(v_tiers) x ORDER BY x)),
-    'tiers', pg_catalog.to_jsonb(ARRAY(SELECT x FROM pg_catalog.unnest(v_tiers) x
-                                       WHERE x = ANY (v_profile_tiers) ORDER BY x)),
-    'tiers_denied', pg_catalog.to_jsonb(ARRAY(SELECT x FROM pg_catalog.unnest(v_tiers) x
-                                              WHERE NOT x = ANY (v_profile_tiers) ORDER BY x)),
+    'tiers_requested', pg_catalog.to_jsonb(v_tiers),
+    'tiers', pg_catalog.to_jsonb(v_readable),
+    'tiers_denied', pg_catalog.to_jsonb(v_denied),
     'denied_reason', v_reason);
 END $$;
 
