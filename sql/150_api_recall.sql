@@ -26,19 +26,38 @@ DECLARE
   v_readable text[];
   v_denied text[];
 BEGIN
-  -- The profile's tiers and visibility and the request's, in one statement (the request's
-  -- NULL when it names none: the profile's then)
-  SELECT ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
-                 coalesce(p_profile #> '{recall_scope,tiers}', '[]'))),
-         ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
-                 coalesce(p_profile #> '{recall_scope,visibility}', '[]'))),
-         CASE WHEN p_request ? 'tiers'
-              THEN ARRAY(SELECT DISTINCT pg_catalog.jsonb_array_elements_text(p_request -> 'tiers')) END,
-         CASE
-           WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string' THEN ARRAY[v_scope ->> 'visibility']
-           WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'array'
-             THEN ARRAY(SELECT DISTINCT pg_catalog.jsonb_array_elements_text(v_scope -> 'visibility')) END
-    INTO v_profile_tiers, v_profile_vis, v_tiers, v_vis;
+  -- The profile's tiers and visibility and the request's (NULL when it names none: the
+  -- profile's then). Arrays of at most one element need no DISTINCT: then they are read by
+  -- simple expressions (JSON_QUERY ... RETURNING text[] is the elements' text, as
+  -- jsonb_array_elements_text gives it), else by one statement.
+  IF coalesce(pg_catalog.jsonb_typeof(p_profile #> '{recall_scope,tiers}'), 'array') = 'array'
+     AND coalesce(pg_catalog.jsonb_typeof(p_profile #> '{recall_scope,visibility}'), 'array') = 'array'
+     AND (NOT p_request ? 'tiers'
+          OR (pg_catalog.jsonb_typeof(p_request -> 'tiers') = 'array'
+              AND pg_catalog.jsonb_array_length(p_request -> 'tiers') <= 1))
+     AND (pg_catalog.jsonb_typeof(v_scope -> 'visibility') IS DISTINCT FROM 'array'
+          OR pg_catalog.jsonb_array_length(v_scope -> 'visibility') <= 1) THEN
+    v_profile_tiers := coalesce(JSON_QUERY(p_profile #> '{recall_scope,tiers}', '$' RETURNING text[]), '{}');
+    v_profile_vis := coalesce(JSON_QUERY(p_profile #> '{recall_scope,visibility}', '$' RETURNING text[]), '{}');
+    v_tiers := CASE WHEN p_request ? 'tiers'
+                    THEN JSON_QUERY(p_request -> 'tiers', '$' RETURNING text[]) END;
+    v_vis := CASE
+      WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string' THEN ARRAY[v_scope ->> 'visibility']
+      WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'array'
+        THEN JSON_QUERY(v_scope -> 'visibility', '$' RETURNING text[]) END;
+  ELSE
+    SELECT ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
+                   coalesce(p_profile #> '{recall_scope,tiers}', '[]'))),
+           ARRAY(SELECT pg_catalog.jsonb_array_elements_text(
+                   coalesce(p_profile #> '{recall_scope,visibility}', '[]'))),
+           CASE WHEN p_request ? 'tiers'
+                THEN ARRAY(SELECT DISTINCT pg_catalog.jsonb_array_elements_text(p_request -> 'tiers')) END,
+           CASE
+             WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'string' THEN ARRAY[v_scope ->> 'visibility']
+             WHEN pg_catalog.jsonb_typeof(v_scope -> 'visibility') = 'array'
+               THEN ARRAY(SELECT DISTINCT pg_catalog.jsonb_array_elements_text(v_scope -> 'visibility')) END
+      INTO v_profile_tiers, v_profile_vis, v_tiers, v_vis;
+  END IF;
   v_tiers := coalesce(v_tiers, v_profile_tiers);
   v_vis := coalesce(v_vis, v_profile_vis);
 
@@ -1073,9 +1092,10 @@ BEGIN
                    THEN 'partial' ELSE 'served' END;
 
   -- 3-5. Retrieval with every filter in the query.
-  SELECT ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_resolved -> 'scope_keys')),
-         ARRAY(SELECT pg_catalog.jsonb_array_elements_text(v_resolved -> 'tiers'))
-    INTO v_keys, v_tiers;
+  -- (the resolution's arrays of strings as text[], by simple expressions: JSON_QUERY ...
+  -- RETURNING text[] gives what jsonb_array_elements_text does, without a statement)
+  v_keys := JSON_QUERY(v_resolved -> 'scope_keys', '$' RETURNING text[]);
+  v_tiers := JSON_QUERY(v_resolved -> 'tiers', '$' RETURNING text[]);
   v_min_conf := coalesce((p_request #>> '{filters,min_confidence}')::numeric::double precision, 0);
   v_excluded := '{}';
   IF p_request #> '{filters,compliance_labels_excluded}' IS NOT NULL THEN
