@@ -303,7 +303,7 @@ BEGIN
       -- p_limit winners are read whole (by their row address, within this one statement:
       -- the same row version) and built.
       RETURN QUERY
-        SELECT m.memory_id, w.score, fabric._record_json(m)
+        SELECT m.memory_id, w.score, fabric._record_envelope(m, d.derived_from)
         FROM (SELECT m.row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
                      m.recorded_at
         -- The postings of the matched lexemes in exactly these scope keys, read through
@@ -356,6 +356,12 @@ BEGIN
                  m.memory_id
         LIMIT p_limit) w
         JOIN fabric.memory_records m ON m.ctid = w.row_id  -- the very row version scored
+        -- and its lineage, in the same statement (as the filter-only statement reads it)
+        CROSS JOIN LATERAL (
+          SELECT coalesce(pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id),
+                          '[]') AS derived_from
+            FROM fabric.memory_lineage l
+           WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id) d
         ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
       RETURN;
     END IF;
@@ -373,7 +379,7 @@ BEGIN
     -- the same row version) and built. A record both read from postings and met by a
     -- walk (or by two walks) is one candidate (UNION).
     RETURN QUERY
-      SELECT m.memory_id, w.score, fabric._record_json(m)
+      SELECT m.memory_id, w.score, fabric._record_envelope(m, d.derived_from)
       FROM (SELECT m.row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
                    m.recorded_at
       FROM (
@@ -446,6 +452,11 @@ BEGIN
                m.memory_id
       LIMIT p_limit) w
       JOIN fabric.memory_records m ON m.ctid = w.row_id  -- the very row version scored
+      CROSS JOIN LATERAL (  -- and its lineage, as above
+        SELECT coalesce(pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id),
+                        '[]') AS derived_from
+          FROM fabric.memory_lineage l
+         WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id) d
       ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
     RETURN;
   END IF;
@@ -516,25 +527,34 @@ BEGIN
   -- NULL here (the branch above took that case), so the plan needs no NULL alternative,
   -- which would keep the ids out of the index condition of a generic plan.
   v_set := pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
+  -- The winners' lineage is read in the same statement, for the p_limit winners only.
   RETURN QUERY
-    SELECT m.memory_id, c.score, fabric._record_json(m)
-    FROM fabric.memory_records m
-    LEFT JOIN (SELECT u.id, pg_catalog.max(u.score) AS score
-               FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
-               GROUP BY u.id) c ON c.id = m.memory_id
-    WHERE m.tenant_id = p_tenant_id
-      AND m.memory_id = ANY (p_candidate_ids)
-      AND m.scope_key = ANY (p_scope_keys)
-      AND m.tier = ANY (p_tiers)
-      AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
-      AND m.content IS NOT NULL
-      AND m.valid_from <= p_valid_at
-      AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
-      AND m.confidence >= p_min_confidence
-      AND NOT (m.compliance_labels && p_excluded_labels)
-    ORDER BY 2 DESC NULLS LAST, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
-             m.memory_id
-    LIMIT p_limit;
+    SELECT w.memory_id, w.score, fabric._record_envelope(w.m, d.derived_from)
+    FROM (SELECT m.memory_id, c.score, m, m.confidence, m.valid_from, m.recorded_at
+            FROM fabric.memory_records m
+            LEFT JOIN (SELECT u.id, pg_catalog.max(u.score) AS score
+                       FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
+                       GROUP BY u.id) c ON c.id = m.memory_id
+           WHERE m.tenant_id = p_tenant_id
+             AND m.memory_id = ANY (p_candidate_ids)
+             AND m.scope_key = ANY (p_scope_keys)
+             AND m.tier = ANY (p_tiers)
+             AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+             AND m.content IS NOT NULL
+             AND m.valid_from <= p_valid_at
+             AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
+             AND m.confidence >= p_min_confidence
+             AND NOT (m.compliance_labels && p_excluded_labels)
+           ORDER BY 2 DESC NULLS LAST, m.confidence DESC, m.valid_from DESC, m.recorded_at DESC,
+                    m.memory_id
+           LIMIT p_limit) w
+    CROSS JOIN LATERAL (
+      SELECT coalesce(pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id),
+                      '[]') AS derived_from
+        FROM fabric.memory_lineage l
+       WHERE l.tenant_id = p_tenant_id AND l.memory_id = w.memory_id) d
+    ORDER BY w.score DESC NULLS LAST, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC,
+             w.memory_id;
 END $$;
 REVOKE ALL ON FUNCTION fabric._recall_candidates(text, text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer) FROM PUBLIC;
