@@ -2,21 +2,17 @@
 -- records. Two committers racing on one proposal produce exactly one record.
 
 -- ---------------------------------------------------------------------------------------
--- fabric._record_json: a committed record as its envelope (docs/concepts.md).
-CREATE OR REPLACE FUNCTION fabric._record_json(p_record fabric.memory_records)
+-- fabric._record_envelope: a committed record as its envelope (docs/concepts.md), given its
+-- lineage (the ids it derives from, a JSON array in id order). A simple expression, with no
+-- statement of the executor: recall reads the lineage of all its winners in its one
+-- statement and builds each envelope here.
+CREATE OR REPLACE FUNCTION fabric._record_envelope(p_record fabric.memory_records,
+                                                   p_derived_from jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_derived jsonb;
 BEGIN
-  -- The lineage is read first, so the envelope is a simple expression (evaluated without a
-  -- statement of the executor): recall builds one per record it returns.
-  SELECT coalesce(pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id), '[]')
-    INTO v_derived
-    FROM fabric.memory_lineage l
-   WHERE l.tenant_id = p_record.tenant_id AND l.memory_id = p_record.memory_id;
   RETURN pg_catalog.jsonb_build_object(
     'memory_id', p_record.memory_id,
     'tier', p_record.tier,
@@ -28,7 +24,7 @@ BEGIN
     'provenance', pg_catalog.jsonb_build_object('source_event_id', p_record.source_event_id,
       'correlation_id', p_record.correlation_id, 'causation_id', p_record.causation_id,
       'formed_by', p_record.formed_by, 'formation_method', p_record.formation_method),
-    'derived_from', v_derived,
+    'derived_from', p_derived_from,
     'confidence', p_record.confidence,
     'validity_interval', pg_catalog.jsonb_build_object('valid_from', p_record.valid_from,
                                                        'valid_until', p_record.valid_until),
@@ -39,6 +35,26 @@ BEGIN
     'compliance_labels', pg_catalog.to_jsonb(p_record.compliance_labels),
     'version', p_record.version,
     'business_instance_id', p_record.business_instance_id);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._record_json: a committed record as its envelope (docs/concepts.md), its lineage
+-- read here (one statement).
+CREATE OR REPLACE FUNCTION fabric._record_json(p_record fabric.memory_records)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_derived jsonb;
+BEGIN
+  -- The lineage is read first, so the envelope is a simple expression (evaluated without a
+  -- statement of the executor).
+  SELECT coalesce(pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id), '[]')
+    INTO v_derived
+    FROM fabric.memory_lineage l
+   WHERE l.tenant_id = p_record.tenant_id AND l.memory_id = p_record.memory_id;
+  RETURN fabric._record_envelope(p_record, v_derived);
 END $$;
 
 -- ---------------------------------------------------------------------------------------

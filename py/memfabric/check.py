@@ -356,15 +356,20 @@ def tombstones(ctx: Context) -> tuple[str, str]:
 
 
 def recall_provenance(ctx: Context) -> tuple[str, str]:
-    shape = _source(ctx, "fabric._record_json")
+    # the envelope is built by fabric._record_envelope, which fabric._record_json calls with
+    # the lineage it reads (recall reads its winners' lineage itself)
+    shape = _source(ctx, "fabric._record_envelope")
     missing = [k for k in ("'provenance'", "'validity_interval'") if k not in shape]
     if missing:
-        return FAIL, f"fabric._record_json lacks {', '.join(missing)}"
-    if "_record_json" not in _source(ctx, "fabric._recall_candidates"):
-        return FAIL, "recall candidates are not shaped by fabric._record_json"
+        return FAIL, f"fabric._record_envelope lacks {', '.join(missing)}"
+    if "_record_envelope" not in _source(ctx, "fabric._record_json"):
+        return FAIL, "fabric._record_json does not build its envelope by fabric._record_envelope"
+    candidates = _source(ctx, "fabric._recall_candidates")
+    if "_record_json" not in candidates and "_record_envelope" not in candidates:
+        return FAIL, "recall candidates are not shaped by fabric._record_envelope"
     return (
         PASS,
-        "every recalled record is shaped by fabric._record_json: provenance, validity_interval",
+        "every recalled record is shaped by fabric._record_envelope: provenance, validity_interval",
     )
 
 

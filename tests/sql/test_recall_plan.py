@@ -189,6 +189,31 @@ def test_lexical_postings_are_read_through_their_index_alone(big: str) -> None:
     assert not [n for n in nodes(explained["Plan"]) if n["Node Type"] == "BitmapAnd"], explained
 
 
+def test_postings_read_beside_a_walk_go_through_their_index_alone(big: str) -> None:
+    """'note' is held by every record. In the tenant-visible and agent keys (thousands of
+    records each) walking them in recall's order (memory_records_topk) reads fewer records
+    than the postings, so that statement walks them; in subject:user-42 (a few dozen records)
+    it reads the postings. That postings branch, like the lexical statement's, uses
+    memory_records_search_keys and nothing is ANDed with it: once the generic plan ANDed it
+    with a scan of the scope's entries (memory_records_scope, 950 entries for 10 postings in
+    a 10,000-record tenant)."""
+    plans = plan_of(big, "note", analyze=True)
+    walked = [p for p in plans if "v_walk_keys" in p.get("Query Text", "")]
+    assert len(walked) == 1, plans
+    plan = walked[0]["Plan"]
+    assert [n for n in nodes(plan) if n.get("Index Name") == "memory_records_topk"], plan
+    indexes = {n["Index Name"] for n in nodes(plan) if n.get("Index Name")}
+    assert indexes == {"memory_records_search_keys", "memory_records_topk"}, plan
+    assert not [n for n in nodes(plan) if n["Node Type"] == "BitmapAnd"], plan
+    with psycopg.connect(big, autocommit=True) as conn:
+        (subject,) = conn.execute(
+            "SELECT count(*) FROM fabric.memory_records WHERE tenant_id = 'big' "
+            "AND scope_key = 'subject:user-42'"
+        ).fetchone()
+    postings = [n for n in nodes(plan) if n.get("Index Name") == "memory_records_search_keys"]
+    assert postings and 0 < postings[0]["Actual Rows"] <= subject, (subject, plan)
+
+
 def rows_read(node: dict[str, Any]) -> float:
     """The rows a scan node looked at: those it returned and those it filtered out."""
     return (
