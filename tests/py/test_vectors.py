@@ -722,25 +722,3 @@ def test_store_from_env_picks_the_backend(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert isinstance(v.store_from_env(tmp_path / "unused"), FakeServerStore)
     assert seen == [("http://qdrant.internal:6333", "k")]
     assert not (tmp_path / "unused").exists()
-
-
-def test_a_shard_process_that_died_fails_the_search_and_closing_ends_the_others(
-    tmp_path: Path,
-) -> None:
-    from memfabric.vectors.shards import ProcessShard
-
-    store = EdgeVectorStore(tmp_path / "e", shard_processes=True)
-    store.ensure_collections(MODEL, "1", 8)
-    shards = dict(store._shards)
-    assert shards and all(isinstance(s, ProcessShard) for s in shards.values())
-    children = {p: s._child for p, s in shards.items() if isinstance(s, ProcessShard)}
-    assert all(c is not None and c.poll() is None for c in children.values())
-    semantic = store._contract("semantic").physical_name
-    dead = children[semantic]
-    assert dead is not None
-    dead.kill()
-    dead.wait()
-    with pytest.raises(OSError):  # not a hang, not an empty answer
-        store.search(["semantic"], [1.0] + [0.0] * 7, flt(), 5)
-    store.close()
-    assert all(c is not None and c.poll() is not None for c in children.values())

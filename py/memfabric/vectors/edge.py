@@ -30,6 +30,7 @@ from memfabric.vectors.model import (
     NotBound,
     VectorStoreError,
     VectorStoreLocked,
+    WritesLost,
 )
 from memfabric.vectors.shards import Hits, Shard, open_shard
 from memfabric.vectors.store import _StoreBase
@@ -85,6 +86,9 @@ class EdgeVectorStore(_StoreBase):
         self._build_lock = threading.Lock()  # one build at a time
         self._building: str | None = None
         self._left_unindexed: dict[str, int] = {}  # per shard, after its last build
+        # shards whose restarted child lost unflushed writes, noted when the shard object was
+        # replaced (an index swap) before a flush could report it (_flush_raw)
+        self._lost: set[str] = set()
         # the engine filter of the last spec searched (_query_raw): read and replaced whole
         self._last_filter: tuple[FilterSpec, qdrant_edge.Filter] | None = None
 
@@ -172,6 +176,7 @@ class EdgeVectorStore(_StoreBase):
 
     def _drop(self, physical: str) -> None:
         self._journals.pop(physical, None)  # a build of the dropped shard is discarded
+        self._lost.discard(physical)  # what it lost goes with it
         shard = self._shards.pop(physical, None)
         if shard is not None:
             shard.close()
@@ -267,6 +272,18 @@ class EdgeVectorStore(_StoreBase):
                 if shard is not None:
                     shard.flush()
                 self._dirty.discard(physical)
+            # A shard whose child died and was restarted (shard_processes) holding writes
+            # not yet flushed lost them: this flush makes durable only what was written
+            # since, so the caller must not treat everything before it as durable.
+            lost = self._lost | {p for p, shard in self._shards.items() if shard.take_lost()}
+            self._lost = set()
+            if lost:
+                raise WritesLost(
+                    "the process of shard "
+                    + ", ".join(str(self._shard_dir(p)) for p in sorted(lost))
+                    + " died holding writes not yet flushed, and was restarted from its last "
+                    "flush: re-apply what was written since the last successful flush"
+                )
 
     def _release_unbound(self) -> None:
         bound = {c.physical_name for c in (self._bound or {}).values()}
@@ -465,7 +482,10 @@ class EdgeVectorStore(_StoreBase):
         put back if the copy cannot be opened); the new shard's info."""
         live = self._shard_dir(physical)
         aside = live.with_name(live.name + ".old")
-        self._shards.pop(physical).close()
+        old = self._shards.pop(physical)
+        if old.take_lost():  # reported by the next flush, whatever shard object serves then
+            self._lost.add(physical)
+        old.close()
         os.rename(live, aside)
         os.rename(copy, live)
         _fsync_dir(live.parent)
