@@ -222,7 +222,7 @@ class ProcessShard:
         self._waiting = False
         self._closed = False
         self._asked: tuple[str, tuple[Any, ...]] | None = None  # the query start_query sent
-        self._unflushed = False  # a write was sent since the last flush answered
+        self._unflushed = False  # a write was answered since the last flush
         self._lost = False  # a child died holding unflushed writes (take_lost)
         self._deaths: list[float] = []  # time.monotonic() of each death, recent ones
         self.restarts = 0  # children started after the first one
@@ -316,8 +316,6 @@ class ProcessShard:
         """Ask the child and wait; a child that died is restarted and asked once more."""
         for attempt in (1, 2):
             try:
-                if op in _WRITES:
-                    self._unflushed = True
                 self._send(op, *args)
                 value = self._receive()
             except _ChildDied as exc:
@@ -327,7 +325,12 @@ class ProcessShard:
                         f"the process of shard {self.directory} died twice on one {op}"
                     ) from exc
                 continue
-            if op == "flush":
+            # a write is unflushed once answered (a child that dies before answering it
+            # is restarted and asked again: what it held before this write is what a
+            # restart may lose)
+            if op in _WRITES:
+                self._unflushed = True
+            elif op == "flush":
                 self._unflushed = False
             return value
         raise AssertionError("unreachable")
