@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memfabric.settings import usable_cpus
 from memfabric.vectors import (
     EdgeVectorStore,
     MemoryPayload,
@@ -27,6 +28,7 @@ from memfabric.vectors import (
     ShardUnavailable,
     VectorPoint,
     WritesLost,
+    store_from_env,
 )
 from memfabric.vectors.shards import ProcessShard
 
@@ -206,3 +208,21 @@ def test_closing_the_store_ends_every_child_a_dead_one_included(store: EdgeVecto
     kill(shard_of(store, "semantic"))
     store.close()
     assert all(c is not None and c.poll() is not None for c in children.values())
+
+
+def test_store_from_env_keeps_the_shards_inline_outside_serve(
+    monkeypatch: pytest.MonkeyPatch, where: Path
+) -> None:
+    monkeypatch.delenv("QDRANT_URL", raising=False)
+    monkeypatch.delenv("MEMFABRIC_EDGE_SHARDS", raising=False)  # auto
+    library = store_from_env(where / "a")
+    assert isinstance(library, EdgeVectorStore) and library.shard_processes is False
+    library.close()
+    served = store_from_env(where / "b", serving=True)
+    assert isinstance(served, EdgeVectorStore)
+    assert served.shard_processes is (usable_cpus() >= 2)
+    served.close()
+    monkeypatch.setenv("MEMFABRIC_EDGE_SHARDS", "child")
+    forced = store_from_env(where / "c")
+    assert isinstance(forced, EdgeVectorStore) and forced.shard_processes is True
+    forced.close()
