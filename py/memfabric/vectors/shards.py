@@ -9,7 +9,8 @@ run at once when cores are free. The child is the shard's only opener (Qdrant Ed
 one per directory): every read and write of that shard goes through it. Requests and answers
 are pickled frames on the child's stdin and stdout; the answers are the same values the
 shard gives in process (docs/benchmarks.md, "Semantic recall at 100,000 records: where the
-time goes")."""
+time goes"). A child that dies is restarted by the next operation (`ProcessShard`; bounded,
+and unflushed writes reported by `take_lost`: docs/projections.md)."""
 
 from __future__ import annotations
 
