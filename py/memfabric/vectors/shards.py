@@ -180,7 +180,7 @@ class LocalShard:
 # twice that, ... seconds; a shard whose child died MAX_RESTARTS times within RESTART_WINDOW
 # seconds is not restarted until the oldest of those deaths is that old (ShardUnavailable).
 MAX_RESTARTS = 5
-RESTART_WINDOW = 60.0
+RESTART_WINDOW = 30.0
 RESTART_BACKOFF = 0.1
 # the operations that change the shard: each one leaves it unflushed until `flush`
 _WRITES = frozenset({"upsert", "delete", "set_payload", "create_field_index"})
