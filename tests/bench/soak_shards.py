@@ -172,6 +172,13 @@ def main() -> int:
     outside = [e for t, e in errors if not any(0 <= t - k <= args.window for k in kills)]
     served = [s for _, s, e in recalls if e is None]
     q = statistics.quantiles(served, n=100, method="inclusive") if len(served) > 1 else [0] * 99
+    for _, e in errors[:5]:
+        print(f"  recall error: {e}")
+    kinds = [line.split("(", 1)[1].split(")", 1)[0] for line in rewinds if "(" in line]
+    for kind in sorted(set(kinds)):
+        print(f"  projector paused by {kind}: {kinds.count(kind)} times")
+    for exc in failures:
+        print(f"  projector failed: {type(exc).__name__}: {exc}")
     print(f"\n{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; nproc {os.cpu_count()}; "
           f"load average (1 min) {min(load):.1f}-{max(load):.1f}; {args.seconds:g} s, a kill "
           f"every {args.kill_every:g} s, {args.rate:g} writes/s, {args.recalls:g} recalls/s, "
@@ -182,12 +189,6 @@ def main() -> int:
     print(f"recalls {len(recalls)}: errors {len(errors)} ({len(outside)} outside the "
           f"{args.window:g} s window); served p50 {q[49] * 1e3:.1f} ms, p95 {q[94] * 1e3:.1f} ms,"
           f" max {max(served, default=0) * 1e3:.1f} ms")  # fmt: skip
-    for _, e in errors[:5]:
-        print(f"  recall error: {e}")
-    for line in sorted(set(rewinds)):
-        print(f"  projector: {line}")
-    for exc in failures:
-        print(f"  projector failed: {type(exc).__name__}: {exc}")
     ok = not missing and not orphans and not outside and not failures
     print("agree" if ok else "DISAGREE")
     return 0 if ok else 1

@@ -15,6 +15,7 @@ and unflushed writes reported by `take_lost`: docs/projections.md)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import struct
@@ -33,6 +34,7 @@ from memfabric.vectors.filters import FilterSpec, _edge_filter
 from memfabric.vectors.model import ShardUnavailable
 
 _LENGTH = struct.Struct("<Q")
+_log = logging.getLogger(__name__)
 Hits = list[tuple[str, float]]
 Row = tuple[str, list[float], dict[str, Any]]
 Page = tuple[list[tuple[str, Any]], str | None]
@@ -178,9 +180,11 @@ class LocalShard:
 
 # A shard whose child died is restarted on its directory at once, then after RESTART_BACKOFF,
 # twice that, ... seconds; a shard whose child died MAX_RESTARTS times within RESTART_WINDOW
-# seconds is not restarted until the oldest of those deaths is that old (ShardUnavailable).
+# seconds is not restarted until the oldest of those deaths is that old (ShardUnavailable):
+# a crash loop (a child that dies at once, or cannot open the shard) trips it in about 2 s,
+# a kill every few seconds across the shards does not.
 MAX_RESTARTS = 5
-RESTART_WINDOW = 30.0
+RESTART_WINDOW = 10.0
 RESTART_BACKOFF = 0.1
 # the operations that change the shard: each one leaves it unflushed until `flush`
 _WRITES = frozenset({"upsert", "delete", "set_payload", "create_field_index"})
@@ -279,6 +283,12 @@ class ProcessShard:
                 last = exc
                 continue
             self.restarts += 1
+            _log.warning(
+                "the process of shard %s ended (%s); restarted it (restart %d)",
+                self.directory,
+                cause,
+                self.restarts,
+            )
             return
 
     def _send(self, op: str, *args: Any) -> None:
