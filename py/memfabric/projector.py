@@ -405,7 +405,9 @@ class Projector:
                                 self.settle(conn, projection)
                     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM under `memfabric serve`
                         for projection in projections:
-                            self.settle(conn, projection, force=True)
+                            # a shard lost writes: the cursor stays, the next start re-applies
+                            with contextlib.suppress(ShardFailure):
+                                self.settle(conn, projection, force=True)
                         raise
                     for projection in projections:  # asked to stop: make what was applied durable
                         self.settle(conn, projection, force=True)
