@@ -86,7 +86,10 @@ class VectorStore(Protocol):
     def scroll(self, tier: str) -> Iterator[tuple[str, dict[str, Any]]]: ...
 
     def flush(self) -> None:
-        """Make every write so far durable (call before advancing a projection cursor)."""
+        """Make every write so far durable (call before advancing a projection cursor).
+        Raises `WritesLost` (after flushing) when a shard's child process died holding
+        writes since the last flush: those may be gone, so nothing before this flush may be
+        counted durable; re-apply from the last successful one."""
         ...
 
     def wipe(self) -> None:
