@@ -231,6 +231,7 @@ class ProcessShard:
         self._lost = False  # a child died holding unflushed writes (take_lost)
         self._deaths: list[float] = []  # time.monotonic() of each death, recent ones
         self.restarts = 0  # children started after the first one
+        self._exit_status: int | None = None  # of the last child that ended
         self._start(create)
 
     @property
@@ -260,6 +261,7 @@ class ProcessShard:
         """The child died: start another on the directory (with backoff), or raise
         `ShardUnavailable` when it died too often lately."""
         self._stop()
+        died = self._exit_status  # of the child that died (a negative number: its signal)
         if self._unflushed:
             self._lost, self._unflushed = True, False
         last: BaseException = cause
@@ -284,9 +286,9 @@ class ProcessShard:
                 continue
             self.restarts += 1
             _log.warning(
-                "the process of shard %s ended (%s); restarted it (restart %d)",
+                "the process of shard %s ended (exit status %s); restarted it (restart %d)",
                 self.directory,
-                cause,
+                died,
                 self.restarts,
             )
             return
@@ -415,6 +417,8 @@ class ProcessShard:
         child, self._child = self._child, None
         self._waiting = False
         end_child(child, grace=30)
+        if child is not None:
+            self._exit_status = child.returncode
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
