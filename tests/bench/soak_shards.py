@@ -1,7 +1,7 @@
 """Soak of supervised child shards: a serve-like process (one Edge store with its shards in
-child processes, the serial projector with its flush cadence, recall through a broker over
-the same store) under governed writes and recalls for --seconds, while a random shard child
-is killed with SIGKILL every --kill-every seconds.
+child processes, the serial projector (--pipelined: the pipelined one) with its flush
+cadence, recall through a broker over the same store) under governed writes and recalls for
+--seconds, while a random shard child is killed with SIGKILL every --kill-every seconds.
 
 Prints, never asserts (docs/benchmarks.md, "Child shards supervised"): kills, restarts, the
 projector's rewinds (`WritesLost` from a flush: it drains again from its cursor), recalls
@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=5.0, help="the restart window (s)")
     ap.add_argument("--embedder", default="minilm-static", help="minilm or minilm-static")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--pipelined", action="store_true", help="the pipelined projector")
     args = ap.parse_args()
     url = args.url or db.database_url()
     rng = random.Random(args.seed)
@@ -94,7 +95,8 @@ def main() -> int:
 
     def projector() -> None:
         try:
-            p.run(("qdrant",), poll_seconds=0.2, should_stop=stop.is_set)
+            run = p.run_pipelined if args.pipelined else p.run
+            run(("qdrant",), poll_seconds=0.2, should_stop=stop.is_set)
         except BaseException as exc:
             failures.append(exc)
 
@@ -182,7 +184,8 @@ def main() -> int:
     print(f"\n{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; nproc {os.cpu_count()}; "
           f"load average (1 min) {min(load):.1f}-{max(load):.1f}; {args.seconds:g} s, a kill "
           f"every {args.kill_every:g} s, {args.rate:g} writes/s, {args.recalls:g} recalls/s, "
-          f"flush every {args.flush_ms:g} ms, {args.embedder}")  # fmt: skip
+          f"flush every {args.flush_ms:g} ms, {args.embedder}, "
+          f"{'pipelined' if args.pipelined else 'serial'} projector")  # fmt: skip
     print(f"kills {len(kills)}, restarts {restarts}, projector rewinds {len(rewinds)}")
     print(f"written {len(written)}, in the shards {len(held)}: missing {len(missing)}, "
           f"orphans {len(orphans)}")  # fmt: skip
