@@ -216,11 +216,16 @@ class Projector:
         for r in live:
             if r["memory_id"] in vectors:
                 by_tier[r["tier"]].append(VectorPoint(vector_payload(r), vectors[r["memory_id"]]))
+        drops: dict[str, list[str]] = {}
         for tier in INDEXED_TIERS:
             keep = {p.memory_id for p in by_tier[tier]}
             drop = [r["memory_id"] for r in records if r["memory_id"] not in keep]
             if drop:
-                self.store.delete(tier, drop)  # erased, or moved to another tier
+                drops[tier] = drop  # erased, or moved to another tier
+        # one request to every tier at once (a point upserted into a tier is never dropped
+        # from it, so the deletes may all go first)
+        self.store.delete_many(drops)
+        for tier in INDEXED_TIERS:
             if by_tier[tier]:
                 self.store.upsert(tier, by_tier[tier])
         if flush:

@@ -318,6 +318,25 @@ def test_delete_removes_points_and_ignores_unknown_ids(
     }
 
 
+def test_delete_many_removes_each_tiers_points_and_only_those(
+    store: VectorStore, rng: np.random.Generator
+) -> None:
+    sem = [rec() for _ in range(4)]
+    epi = [rec(tier="episodic") for _ in range(4)]
+    put(store, rng, sem)
+    put(store, rng, epi)
+    store.delete_many(
+        {
+            "semantic": [sem[0].memory_id, epi[1].memory_id, str(uuid.uuid4())],
+            "episodic": [epi[2].memory_id.upper(), sem[3].memory_id],
+            "procedural": [sem[1].memory_id],  # holds nothing
+        }
+    )
+    assert {i for i, _ in store.scroll("semantic")} == {p.memory_id for p in sem[1:]}
+    assert {i for i, _ in store.scroll("episodic")} == {p.memory_id for p in epi if p is not epi[2]}
+    store.delete_many({})  # nothing asked: nothing done
+
+
 def test_set_payload_superseded_makes_a_point_unsearchable(
     store: VectorStore, rng: np.random.Generator
 ) -> None:

@@ -227,3 +227,21 @@ def test_store_from_env_keeps_the_shards_inline_outside_serve(
     forced = store_from_env(where / "c")
     assert isinstance(forced, EdgeVectorStore) and forced.shard_processes is True
     forced.close()
+
+
+def test_a_delete_across_tiers_restarts_a_dead_child_and_deletes(
+    store: EdgeVectorStore,
+) -> None:
+    rng = np.random.default_rng(11)
+    sem, epi = points("semantic", 10, rng), points("episodic", 10, rng)
+    store.upsert("semantic", sem)
+    store.upsert("episodic", epi)
+    store.flush()
+    kill(shard_of(store, "episodic"))  # its `held` is asked with the others', then restarted
+    store.delete_many(
+        {"semantic": [sem[0].payload.memory_id], "episodic": [epi[0].payload.memory_id]}
+    )
+    store.flush()  # nothing was unflushed when it died
+    assert ids(store, "semantic") == {p.payload.memory_id for p in sem[1:]}
+    assert ids(store, "episodic") == {p.payload.memory_id for p in epi[1:]}
+    assert shard_of(store, "episodic").restarts == 1

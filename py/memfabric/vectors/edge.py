@@ -219,18 +219,29 @@ class EdgeVectorStore(_StoreBase):
                 )
 
     def _delete_raw(self, physical: str, ids: list[str]) -> None:
+        self._delete_many_raw([(physical, ids)])
+
+    def _delete_many_raw(self, asks: Sequence[tuple[str, list[str]]]) -> None:
+        if len({physical for physical, _ in asks}) < len(asks):  # a shard answers one at a time
+            for ask in asks:
+                self._delete_many_raw([ask])
+            return
         with self._mutex:
-            shard = self._shard(physical)
-            # Only the points the shard holds: a delete of absent points (the projector
+            # Only the points each shard holds: a delete of absent points (the projector
             # deletes each record from every other tier) would dirty the shard for nothing.
             # What is absent here is absent from a building copy with its journal too.
-            held = shard.held(list(ids))
-            if not held:
-                return
-            shard.delete(held)
-            self._dirty.add(physical)
-            if physical in self._journals:
-                self._journals[physical].append(("delete", list(held)))
+            # Every shard is asked before any answer is read (child shards work at once).
+            shards = [(physical, self._shard(physical)) for physical, _ in asks]
+            for (_, shard), (_, ids) in zip(shards, asks, strict=True):
+                shard.start_held(list(ids))
+            helds = [shard.held_result() for _, shard in shards]
+            for (physical, shard), held in zip(shards, helds, strict=True):
+                if not held:
+                    continue
+                shard.delete(held)
+                self._dirty.add(physical)
+                if physical in self._journals:
+                    self._journals[physical].append(("delete", list(held)))
 
     def _set_payload_raw(self, physical: str, ids: list[str], payload: dict[str, Any]) -> None:
         with self._mutex:

@@ -53,6 +53,8 @@ class Shard(Protocol):
     def create_field_index(self, name: str, kind: str) -> None: ...
     def upsert(self, rows: list[Row]) -> None: ...
     def held(self, ids: list[str]) -> list[str]: ...
+    def start_held(self, ids: list[str]) -> None: ...
+    def held_result(self) -> list[str]: ...
     def delete(self, ids: list[str]) -> None: ...
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None: ...
     def start_query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> None: ...
@@ -99,6 +101,7 @@ class LocalShard:
             self._shard = qe.EdgeShard.load(directory, edge_config(dims, indexing_threshold_kb))
         self._filter_of = filter_of
         self._pending: Hits | None = None
+        self._held: list[str] | None = None
 
     def info(self) -> ShardInfo:
         i = self._shard.info()
@@ -119,6 +122,14 @@ class LocalShard:
 
     def held(self, ids: list[str]) -> list[str]:
         return [str(r.id) for r in self._shard.retrieve(list(ids), False, False)]
+
+    def start_held(self, ids: list[str]) -> None:
+        self._held = self.held(ids)  # in process: done at once
+
+    def held_result(self) -> list[str]:
+        held, self._held = self._held, None
+        assert held is not None, "held_result() without start_held()"
+        return held
 
     def delete(self, ids: list[str]) -> None:
         import qdrant_edge as qe
@@ -226,7 +237,7 @@ class ProcessShard:
         self._child: subprocess.Popen[bytes] | None = None
         self._waiting = False
         self._closed = False
-        self._asked: tuple[str, tuple[Any, ...]] | None = None  # the query start_query sent
+        self._asked: tuple[str, tuple[Any, ...]] | None = None  # the read _ask sent
         self._unflushed = False  # a write was answered since the last flush
         self._lost = False  # a child died holding unflushed writes (take_lost)
         self._deaths: list[float] = []  # time.monotonic() of each death, recent ones
@@ -378,18 +389,32 @@ class ProcessShard:
         return self.result()
 
     def start_query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> None:
-        self._asked = ("query", (vector, spec, n, exact))
-        with contextlib.suppress(_ChildDied):  # result() restarts the child and asks again
-            self._send("query", vector, spec, n, exact)
+        self._ask("query", vector, spec, n, exact)
 
     def result(self) -> Hits:
-        asked, self._asked = self._asked, None
-        assert asked is not None, "result() without start_query()"
-        try:
-            hits: Hits = self._receive()
-        except _ChildDied:
-            hits = self._call(asked[0], *asked[1])
+        hits: Hits = self._answer("query")
         return hits
+
+    def start_held(self, ids: list[str]) -> None:
+        self._ask("held", ids)
+
+    def held_result(self) -> list[str]:
+        held: list[str] = self._answer("held")
+        return held
+
+    def _ask(self, op: str, *args: Any) -> None:
+        """Send a read and return; `_answer` waits for it (so several shards work at once)."""
+        self._asked = (op, args)
+        with contextlib.suppress(_ChildDied):  # _answer restarts the child and asks again
+            self._send(op, *args)
+
+    def _answer(self, op: str) -> Any:
+        asked, self._asked = self._asked, None
+        assert asked is not None and asked[0] == op, f"no {op} asked"
+        try:
+            return self._receive()
+        except _ChildDied:
+            return self._call(asked[0], *asked[1])
 
     def count(self) -> int:
         return int(self._call("count"))
