@@ -583,6 +583,7 @@ def serve(
         open_projector,
         projector_conninfo,
     )
+    from memfabric.vectors import EdgeVectorStore
 
     socket = Settings.from_env().socket
     if serving(socket):
@@ -598,6 +599,7 @@ def serve(
     projector = open_projector(
         projector_conninfo(),
         embed_in_child=in_child,
+        serving=True,
         guard=lock,
         progress=lambda line: typer.echo(f"[project] {line}"),
         flush_seconds=settings.projector_flush_ms / 1000,
@@ -626,9 +628,14 @@ def serve(
         daemon=True,
     ).start()
     where = "in a child process" if in_child else "inline"
+    shards = ""
+    if isinstance(projector.store, EdgeVectorStore):
+        shards = ", shards " + (
+            "in child processes" if projector.store.shard_processes else "inline"
+        )
     typer.echo(
         f"[serve] listening on {socket}; projecting to qdrant and graph"
-        f" ({settings.projector_pipeline}, embedding {where})"
+        f" ({settings.projector_pipeline}, embedding {where}{shards})"
     )
     maker = None
     stop = threading.Event()

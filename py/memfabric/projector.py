@@ -14,6 +14,8 @@ instead of after every batch: a batch's points are searchable once upserted, the
 moves only right after a flush (to the last event applied before it), and events applied
 but not yet flushed are read past with the read-ahead feed. A crash in between loses at most
 the unflushed points, which the next life re-applies from the cursor (docs/projections.md).
+A shard process that died and was restarted (`WritesLost` from the flush) is the same
+crash for the vector projection: the cursor stays, and the projector drains again from it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, EmbeddingError, text_of
 from memfabric.errors import FabricError, OperationalFailure
 from memfabric.graph import ROW_KEYS, GraphStore
-from memfabric.vectors import MemoryPayload, VectorPoint, VectorStore
+from memfabric.vectors import MemoryPayload, ShardFailure, VectorPoint, VectorStore, WritesLost
 
 Json = dict[str, Any]
 Progress = Callable[[str], None]
@@ -105,6 +107,7 @@ def recoverable(exc: BaseException) -> bool:
         OperationalFailure
         | EmbeddingError
         | OSError
+        | ShardFailure
         | ResponseHandlingException
         | graph_errors.ServiceUnavailable
         | graph_errors.SessionExpired
@@ -213,11 +216,16 @@ class Projector:
         for r in live:
             if r["memory_id"] in vectors:
                 by_tier[r["tier"]].append(VectorPoint(vector_payload(r), vectors[r["memory_id"]]))
+        drops: dict[str, list[str]] = {}
         for tier in INDEXED_TIERS:
             keep = {p.memory_id for p in by_tier[tier]}
             drop = [r["memory_id"] for r in records if r["memory_id"] not in keep]
             if drop:
-                self.store.delete(tier, drop)  # erased, or moved to another tier
+                drops[tier] = drop  # erased, or moved to another tier
+        # one request to every tier at once (a point upserted into a tier is never dropped
+        # from it, so the deletes may all go first)
+        self.store.delete_many(drops)
+        for tier in INDEXED_TIERS:
             if by_tier[tier]:
                 self.store.upsert(tier, by_tier[tier])
         if flush:
@@ -301,8 +309,15 @@ class Projector:
             return
         last = self._unflushed[projection][0]
         assert self.store is not None
-        with self._guarded():
-            self.store.flush()
+        try:
+            with self._guarded():
+                self.store.flush()
+        except WritesLost:
+            # a shard's child died before this flush: what was applied since the cursor
+            # may be gone, so the next drain reads again from the cursor (writes are
+            # idempotent), which stays where it is
+            del self._unflushed[projection]
+            raise
         self.move_cursor(conn, projection, last)
         del self._unflushed[projection]
 
@@ -395,7 +410,9 @@ class Projector:
                                 self.settle(conn, projection)
                     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM under `memfabric serve`
                         for projection in projections:
-                            self.settle(conn, projection, force=True)
+                            # a shard lost writes: the cursor stays, the next start re-applies
+                            with contextlib.suppress(ShardFailure):
+                                self.settle(conn, projection, force=True)
                         raise
                     for projection in projections:  # asked to stop: make what was applied durable
                         self.settle(conn, projection, force=True)

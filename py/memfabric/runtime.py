@@ -56,10 +56,12 @@ def open_projector(
     graph: bool = True,
     vector_dir: str | None = None,
     embed_in_child: bool = False,
+    serving: bool = False,
     **kwargs: Any,
 ) -> Projector:
     """A projector over the stores the environment names (Edge in `vector_dir` unless
-    QDRANT_URL; the local Bolt server unless NEO4J_URI); its embedder in a child process
+    QDRANT_URL, its shards where MEMFABRIC_EDGE_SHARDS says for `memfabric serve` if
+    `serving`; the local Bolt server unless NEO4J_URI); its embedder in a child process
     if `embed_in_child` (`close_projector` ends it)."""
     from memfabric.broker import default_vector_dir
 
@@ -68,7 +70,7 @@ def open_projector(
     graph_store: GraphStore | None = None
     try:
         if vectors:
-            store = store_from_env(vector_dir or default_vector_dir())
+            store = store_from_env(vector_dir or default_vector_dir(), serving=serving)
             store.ensure_collections(embedder.model, embedder.version, embedder.dims)
         if graph:
             graph_store = graph_from_env()

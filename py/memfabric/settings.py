@@ -66,9 +66,10 @@ ENVIRONMENT: Final[dict[str, str]] = {
     f"{DEFAULT_VECTOR_INDEX_AFTER}; 0: never, build it with `memfabric vectors build-index`)",
     "MEMFABRIC_VECTOR_INDEX_SECONDS": "how often memfabric serve checks whether to build "
     f"(default {DEFAULT_VECTOR_INDEX_SECONDS} s)",
-    "MEMFABRIC_EDGE_SHARDS": "where memfabric serve's embedded shards live: inline (in the "
-    "serve process, the default) or child (each shard in a child process, so one recall "
-    "searches its tiers' shards at once)",
+    "MEMFABRIC_EDGE_SHARDS": "where the embedded shards live: child (each shard in a "
+    "supervised child process, restarted if it dies, so one recall searches its tiers' "
+    "shards at once), inline (in the opening process), or auto (the default: child in "
+    "memfabric serve on a machine with at least 2 CPUs, inline everywhere else)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
     "MEMFABRIC_PROJECTOR_EMBED": "where memfabric serve's projector embeds: inline (in the "
     "serve process, the default) or child (a child process at lower priority)",
@@ -179,6 +180,13 @@ def _int_at_least(env: Mapping[str, str], name: str, default: int, least: int) -
     return value
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; the CPU count elsewhere)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     """One of `choices` (the first is the default)."""
     value = (env.get(name) or "").strip().lower() or choices[0]
@@ -220,7 +228,7 @@ class Settings:
     vector_dir: Path
     vector_index_after: int
     vector_index_seconds: int
-    edge_shards: str  # "inline" | "child"
+    edge_shards: str  # "auto" | "inline" | "child" (shard_processes decides auto)
     embedder_dims: int
     projector_embed: str  # "inline" | "child"
     projector_pipeline: str  # "serial" | "pipelined"
@@ -274,7 +282,7 @@ class Settings:
             vector_index_seconds=_int_at_least(
                 e, "MEMFABRIC_VECTOR_INDEX_SECONDS", DEFAULT_VECTOR_INDEX_SECONDS, 1
             ),
-            edge_shards=_choice(e, "MEMFABRIC_EDGE_SHARDS", ("inline", "child")),
+            edge_shards=_choice(e, "MEMFABRIC_EDGE_SHARDS", ("auto", "inline", "child")),
             embedder_dims=_int(e, "MEMFABRIC_EMBEDDER_DIMS", DEFAULT_EMBEDDER_DIMS),
             projector_embed=_choice(e, "MEMFABRIC_PROJECTOR_EMBED", ("inline", "child")),
             projector_pipeline=_choice(e, "MEMFABRIC_PROJECTOR_PIPELINE", ("serial", "pipelined")),
@@ -291,6 +299,14 @@ class Settings:
             graph_http_port=_int(e, "GRAPH_HTTP_PORT", DEFAULT_GRAPH_HTTP_PORT),
             graph_password=get("GRAPH_PASSWORD"),
         )
+
+    def shard_processes(self, *, serving: bool) -> bool:
+        """Are the embedded shards owned by child processes? `child`: yes; `inline`: no;
+        `auto`: in `memfabric serve` (`serving`) when this process may run on at least 2
+        CPUs (a library, a test or `make demo` opening a store keeps them in process)."""
+        if self.edge_shards == "auto":
+            return serving and usable_cpus() >= 2
+        return self.edge_shards == "child"
 
     def login(self, identity: Identity) -> str:
         return {

@@ -21,6 +21,9 @@ says (child: each shard in a child process, MEMFABRIC_EDGE_SHARDS=child). --writ
 the questions are asked, a thread does what the projector does for R new records a second:
 embeds each one's text (the same MiniLM as the questions) and upserts it into every store
 of the run (in another tenant, so no answer changes).
+--base-flow new: the base side runs this checkout's flow too (`recall`, its shards --dir
+inline), so with --new-dir and --new-shards child the ratios are child against inline
+shards, all else equal (--base-url may then be --url).
 --database-only measures the database's part alone (no broker, no embedding): text recall and
 the re-check call of semantic and hybrid recall with the same 50 candidates on both sides.
 """
@@ -232,6 +235,8 @@ def main() -> int:
     ap.add_argument("--new-shards", choices=("inline", "child"), default="inline",
                     help="how the new side's shards (--new-dir) are opened")  # fmt: skip
     ap.add_argument("--writes", type=float, default=0.0, help="records/s written meanwhile")
+    ap.add_argument("--base-flow", choices=("old", "new"), default="old",
+                    help="base side: 0.4.0's flow, or this checkout's (recall)")  # fmt: skip
     args = ap.parse_args()
     url, emb = args.url or db.database_url(), Counting()
     emb.embed(["warm up"])
@@ -302,6 +307,8 @@ def main() -> int:
                     new_part[f"{mode} edge"].append(timed.times["edge"])
                     new_part[f"{mode} rest"].append(whole - timed.times["edge"]
                                                     - timed.times["embed"])  # fmt: skip
+                elif args.base_flow == "new":
+                    answer = recall(base, request, broker)
                 else:
                     answer = base_recall(base, request, broker, part)
                 took[what] = time.perf_counter() - t
@@ -332,12 +339,14 @@ def main() -> int:
           f"{args.records:,} records; {n} queries after 20 warm-up; "
           f"index {args.index}; new side's shards: "
           f"{args.new_shards if args.new_dir else 'the same as base'}; "
-          f"writes meanwhile {args.writes:g}/s")  # fmt: skip
+          f"writes meanwhile {args.writes:g}/s; base flow {args.base_flow} "
+          f"(its shards inline)")  # fmt: skip
     print(f"answers that differ between the two sides (records or order): {differ} of "
           f"{2 * len(subjects)}\n")  # fmt: skip
     print("| measure | p50 / p95 |\n|---|---|")
     for name, secs in steps.items():
-        print(f"| base {name} | {ms(secs)} |")
+        if secs:  # not with --base-flow new
+            print(f"| base {name} | {ms(secs)} |")
     for name, secs in new_steps.items():
         print(f"| new {name} | {ms(secs)} |")
     for mode, key in (("semantic", ""), ("hybrid", "-h")):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,9 @@ import pytest
 
 from conftest import Fabric
 from memfabric.broker import serving
+from memfabric.constants import INDEXED_TIERS
 from memfabric.graph import GraphStore
+from memfabric.settings import usable_cpus
 from servers import PASSWORD, GraphServer, stop_process
 
 # runs memfabric serve and restarts servers under it
@@ -178,3 +181,65 @@ def test_postgres_restarted_under_the_projector_loses_nothing(
     report = wait_verified(env, before | {after})
     assert report["qdrant"]["points"] == 2
     assert served["proc"].poll() is None  # the serve process rode it out
+
+
+def shard_children(pid: int) -> list[int]:
+    """The shard processes `memfabric serve` (pid) started, alive (not yet exited)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z" and b"_child_main" in cmdline:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def exited(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(usable_cpus() < 2, reason="auto keeps the shards inline on one CPU")
+@pytest.mark.parametrize("served", ["auto"], indirect=True)
+def test_serve_restarts_a_killed_shard_child_and_recall_and_projection_go_on(
+    fabric: Fabric, served: dict[str, Any]
+) -> None:
+    env, proc = served["env"], served["proc"]
+    assert proc.stdout is not None
+    while "[serve] listening" not in (line := proc.stdout.readline()):
+        assert line, "serve ended before it said how it runs"
+    assert "shards in child processes" in line  # auto, in serve, with 2 CPUs or more
+    run = fabric.open_run()
+    ids = {fabric.form(run, "invoices in euros please"), fabric.form(run, "ship to Rotterdam")}
+    wait_verified(env, ids)
+    children = shard_children(proc.pid)
+    assert len(children) == len(INDEXED_TIERS)  # one per indexed tier
+    for child in children:
+        os.kill(child, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while not all(exited(c) for c in children):
+        assert time.monotonic() < deadline, "the killed children did not exit"
+        time.sleep(0.05)
+    recalled = cli(
+        env, "recall", "--login", "mf_agent_a", "--run", str(run), "--query",
+        "which currency for invoices", "--mode", "semantic", "--tier", "episodic",
+        "--limit", "1",
+    )  # fmt: skip
+    assert recalled.returncode == 0, recalled.stderr
+    assert json.loads(recalled.stdout)["records"][0]["content"] == {
+        "text": "invoices in euros please"
+    }
+    ids.add(fabric.form(run, "the customer prefers email"))
+    report = wait_verified(env, ids)
+    assert report["qdrant"]["points"] == 3
+    restarted = shard_children(proc.pid)
+    assert len(restarted) == len(INDEXED_TIERS) and not set(restarted) & set(children)
+    assert proc.poll() is None

@@ -1,13 +1,16 @@
-"""How memfabric serve runs its projector: MEMFABRIC_PROJECTOR_EMBED and _PIPELINE."""
+"""How memfabric serve runs its projector and shards: MEMFABRIC_PROJECTOR_EMBED, _PIPELINE
+and MEMFABRIC_EDGE_SHARDS."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from memfabric.embedding import MiniLMEmbedder, ProcessEmbedder
 from memfabric.errors import Misconfigured
 from memfabric.runtime import embedder_for
-from memfabric.settings import PROJECTION_ENV, Settings
+from memfabric.settings import PROJECTION_ENV, Settings, usable_cpus
 
 
 def test_defaults_embed_inline_and_run_serially() -> None:
@@ -47,3 +50,29 @@ def test_the_flush_cadence_is_milliseconds_a_second_by_default() -> None:
     for bad in ("-1", "soon"):
         with pytest.raises(Misconfigured, match="MEMFABRIC_PROJECTOR_FLUSH_MS"):
             Settings.from_env({"MEMFABRIC_PROJECTOR_FLUSH_MS": bad})
+
+
+def test_edge_shards_auto_means_child_only_in_serve_with_two_cpus() -> None:
+    s = Settings.from_env({})
+    assert s.edge_shards == "auto"
+    assert s.shard_processes(serving=False) is False  # a library, a test, `make demo`
+    assert s.shard_processes(serving=True) is (usable_cpus() >= 2)
+    for value, expected in (("child", True), ("inline", False)):
+        chosen = Settings.from_env({"MEMFABRIC_EDGE_SHARDS": value})
+        assert chosen.shard_processes(serving=True) is expected
+        assert chosen.shard_processes(serving=False) is expected
+    with pytest.raises(Misconfigured, match="MEMFABRIC_EDGE_SHARDS"):
+        Settings.from_env({"MEMFABRIC_EDGE_SHARDS": "process"})
+
+
+def test_edge_shards_auto_follows_this_process_cpu_affinity() -> None:
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})  # this process may run on one CPU only
+        assert usable_cpus() == 1
+        assert Settings.from_env({}).shard_processes(serving=True) is False
+        if len(before) >= 2:
+            os.sched_setaffinity(0, set(sorted(before)[:2]))
+            assert Settings.from_env({}).shard_processes(serving=True) is True
+    finally:
+        os.sched_setaffinity(0, before)

@@ -318,6 +318,25 @@ def test_delete_removes_points_and_ignores_unknown_ids(
     }
 
 
+def test_delete_many_removes_each_tiers_points_and_only_those(
+    store: VectorStore, rng: np.random.Generator
+) -> None:
+    sem = [rec() for _ in range(4)]
+    epi = [rec(tier="episodic") for _ in range(4)]
+    put(store, rng, sem)
+    put(store, rng, epi)
+    store.delete_many(
+        {
+            "semantic": [sem[0].memory_id, epi[1].memory_id, str(uuid.uuid4())],
+            "episodic": [epi[2].memory_id.upper(), sem[3].memory_id],
+            "procedural": [sem[1].memory_id],  # holds nothing
+        }
+    )
+    assert {i for i, _ in store.scroll("semantic")} == {p.memory_id for p in sem[1:]}
+    assert {i for i, _ in store.scroll("episodic")} == {p.memory_id for p in epi if p is not epi[2]}
+    store.delete_many({})  # nothing asked: nothing done
+
+
 def test_set_payload_superseded_makes_a_point_unsearchable(
     store: VectorStore, rng: np.random.Generator
 ) -> None:
@@ -722,25 +741,3 @@ def test_store_from_env_picks_the_backend(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert isinstance(v.store_from_env(tmp_path / "unused"), FakeServerStore)
     assert seen == [("http://qdrant.internal:6333", "k")]
     assert not (tmp_path / "unused").exists()
-
-
-def test_a_shard_process_that_died_fails_the_search_and_closing_ends_the_others(
-    tmp_path: Path,
-) -> None:
-    from memfabric.vectors.shards import ProcessShard
-
-    store = EdgeVectorStore(tmp_path / "e", shard_processes=True)
-    store.ensure_collections(MODEL, "1", 8)
-    shards = dict(store._shards)
-    assert shards and all(isinstance(s, ProcessShard) for s in shards.values())
-    children = {p: s._child for p, s in shards.items() if isinstance(s, ProcessShard)}
-    assert all(c is not None and c.poll() is None for c in children.values())
-    semantic = store._contract("semantic").physical_name
-    dead = children[semantic]
-    assert dead is not None
-    dead.kill()
-    dead.wait()
-    with pytest.raises(OSError):  # not a hang, not an empty answer
-        store.search(["semantic"], [1.0] + [0.0] * 7, flt(), 5)
-    store.close()
-    assert all(c is not None and c.poll() is not None for c in children.values())

@@ -53,10 +53,13 @@ from memfabric.vectors.model import (
     ContractMismatch,
     MemoryPayload,
     NotBound,
+    ShardFailure,
+    ShardUnavailable,
     VectorLike,
     VectorPoint,
     VectorStoreError,
     VectorStoreLocked,
+    WritesLost,
     collection_name,
     epoch_us,
     rfc3339,
@@ -86,11 +89,14 @@ __all__ = [
     "QdrantServerStore",
     "RangeCond",
     "RecallFilter",
+    "ShardFailure",
+    "ShardUnavailable",
     "VectorLike",
     "VectorPoint",
     "VectorStore",
     "VectorStoreError",
     "VectorStoreLocked",
+    "WritesLost",
     "collection_name",
     "epoch_us",
     "rfc3339",
@@ -99,11 +105,13 @@ __all__ = [
 ]
 
 
-def store_from_env(data_dir: str | os.PathLike[str]) -> VectorStore:
-    """QDRANT_URL (and QDRANT_API_KEY) set: a Qdrant server; otherwise Edge in `data_dir`."""
+def store_from_env(data_dir: str | os.PathLike[str], *, serving: bool = False) -> VectorStore:
+    """QDRANT_URL (and QDRANT_API_KEY) set: a Qdrant server; otherwise Edge in `data_dir`,
+    its shards in child processes as MEMFABRIC_EDGE_SHARDS says (`serving`: the store of
+    `memfabric serve`, where `auto` means child on a machine with 2 CPUs or more)."""
     from memfabric.settings import Settings
 
     settings = Settings.from_env()
     if settings.qdrant_url:
         return QdrantServerStore(settings.qdrant_url, api_key=settings.qdrant_api_key)
-    return EdgeVectorStore(data_dir, shard_processes=settings.edge_shards == "child")
+    return EdgeVectorStore(data_dir, shard_processes=settings.shard_processes(serving=serving))

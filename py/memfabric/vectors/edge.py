@@ -30,6 +30,7 @@ from memfabric.vectors.model import (
     NotBound,
     VectorStoreError,
     VectorStoreLocked,
+    WritesLost,
 )
 from memfabric.vectors.shards import Hits, Shard, open_shard
 from memfabric.vectors.store import _StoreBase
@@ -85,6 +86,9 @@ class EdgeVectorStore(_StoreBase):
         self._build_lock = threading.Lock()  # one build at a time
         self._building: str | None = None
         self._left_unindexed: dict[str, int] = {}  # per shard, after its last build
+        # shards whose restarted child lost unflushed writes, noted when the shard object was
+        # replaced (an index swap) before a flush could report it (_flush_raw)
+        self._lost: set[str] = set()
         # the engine filter of the last spec searched (_query_raw): read and replaced whole
         self._last_filter: tuple[FilterSpec, qdrant_edge.Filter] | None = None
 
@@ -172,6 +176,7 @@ class EdgeVectorStore(_StoreBase):
 
     def _drop(self, physical: str) -> None:
         self._journals.pop(physical, None)  # a build of the dropped shard is discarded
+        self._lost.discard(physical)  # what it lost goes with it
         shard = self._shards.pop(physical, None)
         if shard is not None:
             shard.close()
@@ -214,18 +219,29 @@ class EdgeVectorStore(_StoreBase):
                 )
 
     def _delete_raw(self, physical: str, ids: list[str]) -> None:
+        self._delete_many_raw([(physical, ids)])
+
+    def _delete_many_raw(self, asks: Sequence[tuple[str, list[str]]]) -> None:
+        if len({physical for physical, _ in asks}) < len(asks):  # a shard answers one at a time
+            for ask in asks:
+                self._delete_many_raw([ask])
+            return
         with self._mutex:
-            shard = self._shard(physical)
-            # Only the points the shard holds: a delete of absent points (the projector
+            # Only the points each shard holds: a delete of absent points (the projector
             # deletes each record from every other tier) would dirty the shard for nothing.
             # What is absent here is absent from a building copy with its journal too.
-            held = shard.held(list(ids))
-            if not held:
-                return
-            shard.delete(held)
-            self._dirty.add(physical)
-            if physical in self._journals:
-                self._journals[physical].append(("delete", list(held)))
+            # Every shard is asked before any answer is read (child shards work at once).
+            shards = [(physical, self._shard(physical)) for physical, _ in asks]
+            for (_, shard), (_, ids) in zip(shards, asks, strict=True):
+                shard.start_held(list(ids))
+            helds = [shard.held_result() for _, shard in shards]
+            for (physical, shard), held in zip(shards, helds, strict=True):
+                if not held:
+                    continue
+                shard.delete(held)
+                self._dirty.add(physical)
+                if physical in self._journals:
+                    self._journals[physical].append(("delete", list(held)))
 
     def _set_payload_raw(self, physical: str, ids: list[str], payload: dict[str, Any]) -> None:
         with self._mutex:
@@ -267,6 +283,18 @@ class EdgeVectorStore(_StoreBase):
                 if shard is not None:
                     shard.flush()
                 self._dirty.discard(physical)
+            # A shard whose child died and was restarted (shard_processes) holding writes
+            # not yet flushed lost them: this flush makes durable only what was written
+            # since, so the caller must not treat everything before it as durable.
+            lost = self._lost | {p for p, shard in self._shards.items() if shard.take_lost()}
+            self._lost = set()
+            if lost:
+                raise WritesLost(
+                    "the process of shard "
+                    + ", ".join(str(self._shard_dir(p)) for p in sorted(lost))
+                    + " died holding writes not yet flushed, and was restarted from its last "
+                    "flush: re-apply what was written since the last successful flush"
+                )
 
     def _release_unbound(self) -> None:
         bound = {c.physical_name for c in (self._bound or {}).values()}
@@ -465,7 +493,10 @@ class EdgeVectorStore(_StoreBase):
         put back if the copy cannot be opened); the new shard's info."""
         live = self._shard_dir(physical)
         aside = live.with_name(live.name + ".old")
-        self._shards.pop(physical).close()
+        old = self._shards.pop(physical)
+        if old.take_lost():  # reported by the next flush, whatever shard object serves then
+            self._lost.add(physical)
+        old.close()
         os.rename(live, aside)
         os.rename(copy, live)
         _fsync_dir(live.parent)

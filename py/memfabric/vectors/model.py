@@ -88,6 +88,23 @@ class NotBound(VectorStoreError):
     """No collection contract is active for a tier: call ensure_collections() first."""
 
 
+class ShardFailure(VectorStoreError):
+    """A shard's child process died (memfabric.vectors.shards.ProcessShard); what the
+    caller does about it: retry later (the projector backs off and drains again from its
+    cursor)."""
+
+
+class WritesLost(ShardFailure):
+    """`flush()` after a shard's child died holding writes not yet flushed: they are lost
+    (the shard was restarted from its last flush). Nothing since the last successful
+    flush is durable: re-apply from there (the projector drains again from its cursor)."""
+
+
+class ShardUnavailable(ShardFailure):
+    """A shard's child died again and again: not restarted for now (bounded restarts);
+    the message names the shard's directory and the last failure."""
+
+
 def collection_name(tier: str) -> str:
     """The logical (alias) name of a tier's collection: `mem_<tier>`."""
     _check_tier(tier)

@@ -9,16 +9,19 @@ run at once when cores are free. The child is the shard's only opener (Qdrant Ed
 one per directory): every read and write of that shard goes through it. Requests and answers
 are pickled frames on the child's stdin and stdout; the answers are the same values the
 shard gives in process (docs/benchmarks.md, "Semantic recall at 100,000 records: where the
-time goes")."""
+time goes"). A child that dies is restarted by the next operation (`ProcessShard`; bounded,
+and unflushed writes reported by `take_lost`: docs/projections.md)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -28,8 +31,10 @@ if TYPE_CHECKING:
 
 from memfabric.children import end_child
 from memfabric.vectors.filters import FilterSpec, _edge_filter
+from memfabric.vectors.model import ShardUnavailable
 
 _LENGTH = struct.Struct("<Q")
+_log = logging.getLogger(__name__)
 Hits = list[tuple[str, float]]
 Row = tuple[str, list[float], dict[str, Any]]
 Page = tuple[list[tuple[str, Any]], str | None]
@@ -48,6 +53,8 @@ class Shard(Protocol):
     def create_field_index(self, name: str, kind: str) -> None: ...
     def upsert(self, rows: list[Row]) -> None: ...
     def held(self, ids: list[str]) -> list[str]: ...
+    def start_held(self, ids: list[str]) -> None: ...
+    def held_result(self) -> list[str]: ...
     def delete(self, ids: list[str]) -> None: ...
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None: ...
     def start_query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> None: ...
@@ -55,6 +62,7 @@ class Shard(Protocol):
     def count(self) -> int: ...
     def scroll(self, offset: str | None, limit: int) -> Page: ...
     def flush(self) -> None: ...
+    def take_lost(self) -> bool: ...
     def close(self) -> None: ...
 
 
@@ -93,6 +101,7 @@ class LocalShard:
             self._shard = qe.EdgeShard.load(directory, edge_config(dims, indexing_threshold_kb))
         self._filter_of = filter_of
         self._pending: Hits | None = None
+        self._held: list[str] | None = None
 
     def info(self) -> ShardInfo:
         i = self._shard.info()
@@ -113,6 +122,14 @@ class LocalShard:
 
     def held(self, ids: list[str]) -> list[str]:
         return [str(r.id) for r in self._shard.retrieve(list(ids), False, False)]
+
+    def start_held(self, ids: list[str]) -> None:
+        self._held = self.held(ids)  # in process: done at once
+
+    def held_result(self) -> list[str]:
+        held, self._held = self._held, None
+        assert held is not None, "held_result() without start_held()"
+        return held
 
     def delete(self, ids: list[str]) -> None:
         import qdrant_edge as qe
@@ -165,15 +182,46 @@ class LocalShard:
     def flush(self) -> None:
         self._shard.flush()
 
+    def take_lost(self) -> bool:
+        return False  # in process: nothing dies alone
+
     def close(self) -> None:
         self._shard.close()
+
+
+# A shard whose child died is restarted on its directory at once, then after RESTART_BACKOFF,
+# twice that, ... seconds; a shard whose child died MAX_RESTARTS times within RESTART_WINDOW
+# seconds is not restarted until the oldest of those deaths is that old (ShardUnavailable):
+# a crash loop (a child that dies at once, or cannot open the shard) trips it in about 2 s,
+# a kill every few seconds across the shards does not.
+MAX_RESTARTS = 5
+RESTART_WINDOW = 10.0
+RESTART_BACKOFF = 0.1
+# the operations that change the shard: each one leaves it unflushed until `flush`
+_WRITES = frozenset({"upsert", "delete", "set_payload", "create_field_index"})
+
+
+class _ChildDied(OSError):
+    """The child is gone (EOF on its stdout, a broken pipe, or never restarted)."""
 
 
 class ProcessShard:
     """The shard owned by a child process (`_child_main`, started with `python -c`); every
     method asks it and waits, except `start_query`, which asks and returns (`result` waits).
-    An engine error in the child is raised here as `RuntimeError` with its message; a child
-    that died raises `OSError` (the store is then unusable for that shard until reopened)."""
+    An engine error in the child is raised here as `RuntimeError` with its message.
+
+    Supervised: a child that died (killed, crashed) is noticed by the next operation, which
+    starts a new child on the same directory (bounded: `MAX_RESTARTS` within
+    `RESTART_WINDOW` seconds, with backoff, then `ShardUnavailable` naming the directory)
+    and asks it again once (every operation is idempotent: an upsert, delete or payload
+    change applied twice leaves what once does). The new child opens the shard as its last
+    flush left it: the writes sent since then may be lost, so `take_lost()` then answers
+    True once (`EdgeVectorStore.flush` raises `WritesLost`, and the projector re-applies
+    from its cursor, which never passes a flush)."""
+
+    max_restarts = MAX_RESTARTS
+    restart_window = RESTART_WINDOW
+    restart_backoff = RESTART_BACKOFF
 
     def __init__(
         self,
@@ -183,7 +231,27 @@ class ProcessShard:
         *,
         create: bool,
     ) -> None:
-        self._child: subprocess.Popen[bytes] | None = subprocess.Popen(
+        self.directory = directory
+        self._dims = dims
+        self._indexing_threshold_kb = indexing_threshold_kb
+        self._child: subprocess.Popen[bytes] | None = None
+        self._waiting = False
+        self._closed = False
+        self._asked: tuple[str, tuple[Any, ...]] | None = None  # the read _ask sent
+        self._unflushed = False  # a write was answered since the last flush
+        self._lost = False  # a child died holding unflushed writes (take_lost)
+        self._deaths: list[float] = []  # time.monotonic() of each death, recent ones
+        self.restarts = 0  # children started after the first one
+        self._exit_status: int | None = None  # of the last child that ended
+        self._start(create)
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None while there is none)."""
+        return None if self._child is None else self._child.pid
+
+    def _start(self, create: bool) -> None:
+        self._child = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
@@ -194,33 +262,73 @@ class ProcessShard:
         )
         self._waiting = False
         try:
-            self._call("open", directory, dims, indexing_threshold_kb, create)
+            self._send("open", self.directory, self._dims, self._indexing_threshold_kb, create)
+            self._receive()
         except BaseException:
             self._stop()
             raise
 
+    def _revive(self, cause: BaseException) -> None:
+        """The child died: start another on the directory (with backoff), or raise
+        `ShardUnavailable` when it died too often lately."""
+        self._stop()
+        died = self._exit_status  # of the child that died (a negative number: its signal)
+        if self._unflushed:
+            self._lost, self._unflushed = True, False
+        last: BaseException = cause
+        attempts = 0
+        while True:
+            now = time.monotonic()
+            self._deaths = [t for t in self._deaths if now - t < self.restart_window]
+            if len(self._deaths) >= self.max_restarts or attempts >= self.max_restarts:
+                raise ShardUnavailable(
+                    f"the process of shard {self.directory} died or could not reopen it "
+                    f"{max(len(self._deaths), attempts)} times in {self.restart_window:g} s; "
+                    f"not restarted for now (last: {type(last).__name__}: {last})"
+                ) from last
+            self._deaths.append(now)
+            attempts += 1
+            if len(self._deaths) > 1:
+                time.sleep(self.restart_backoff * 2 ** (len(self._deaths) - 2))
+            try:
+                self._start(False)  # never create: the shard exists since the first start
+            except (_ChildDied, RuntimeError) as exc:  # died again, or cannot open the shard
+                last = exc
+                continue
+            self.restarts += 1
+            _log.warning(
+                "the process of shard %s ended (exit status %s); restarted it (restart %d)",
+                self.directory,
+                died,
+                self.restarts,
+            )
+            return
+
     def _send(self, op: str, *args: Any) -> None:
+        if self._closed:
+            raise OSError(f"the shard {self.directory} is closed")
         child = self._child
         if child is None or child.stdin is None:
-            raise OSError("the shard's process is closed")
+            raise _ChildDied(f"the process of shard {self.directory} is gone")
         if self._waiting:  # an answer not read (a caller gave up): read it first
-            self._receive()
+            with contextlib.suppress(RuntimeError):
+                self._receive()
         try:
             _write_frame(child.stdin, pickle.dumps((op, args), pickle.HIGHEST_PROTOCOL))
-        except OSError:
+        except OSError as exc:
             self._stop()
-            raise
+            raise _ChildDied(f"the process of shard {self.directory} ended") from exc
         self._waiting = True
 
     def _receive(self) -> Any:
         child = self._child
         if child is None or child.stdout is None:
-            raise OSError("the shard's process is closed")
+            raise _ChildDied(f"the process of shard {self.directory} is gone")
         try:
             payload = _read_frame(child.stdout)
         except (EOFError, OSError) as exc:
             self._stop()
-            raise OSError("the shard's process ended unexpectedly") from exc
+            raise _ChildDied(f"the process of shard {self.directory} ended unexpectedly") from exc
         self._waiting = False
         # the frames come from this process's own child, never from elsewhere
         ok, value = pickle.loads(payload)  # noqa: S301
@@ -229,8 +337,32 @@ class ProcessShard:
         return value
 
     def _call(self, op: str, *args: Any) -> Any:
-        self._send(op, *args)
-        return self._receive()
+        """Ask the child and wait; a child that died is restarted and asked once more."""
+        for attempt in (1, 2):
+            try:
+                self._send(op, *args)
+                value = self._receive()
+            except _ChildDied as exc:
+                self._revive(exc)
+                if attempt == 2:
+                    raise ShardUnavailable(
+                        f"the process of shard {self.directory} died twice on one {op}"
+                    ) from exc
+                continue
+            # a write is unflushed once answered (a child that dies before answering it
+            # is restarted and asked again: what it held before this write is what a
+            # restart may lose)
+            if op in _WRITES:
+                self._unflushed = True
+            elif op == "flush":
+                self._unflushed = False
+            return value
+        raise AssertionError("unreachable")
+
+    def take_lost(self) -> bool:
+        """Did a child die holding unflushed writes since this was last asked?"""
+        lost, self._lost = self._lost, False
+        return lost
 
     def info(self) -> ShardInfo:
         info: ShardInfo = self._call("info")
@@ -257,11 +389,32 @@ class ProcessShard:
         return self.result()
 
     def start_query(self, vector: list[float], spec: FilterSpec, n: int, exact: bool) -> None:
-        self._send("query", vector, spec, n, exact)
+        self._ask("query", vector, spec, n, exact)
 
     def result(self) -> Hits:
-        hits: Hits = self._receive()
+        hits: Hits = self._answer("query")
         return hits
+
+    def start_held(self, ids: list[str]) -> None:
+        self._ask("held", ids)
+
+    def held_result(self) -> list[str]:
+        held: list[str] = self._answer("held")
+        return held
+
+    def _ask(self, op: str, *args: Any) -> None:
+        """Send a read and return; `_answer` waits for it (so several shards work at once)."""
+        self._asked = (op, args)
+        with contextlib.suppress(_ChildDied):  # _answer restarts the child and asks again
+            self._send(op, *args)
+
+    def _answer(self, op: str) -> Any:
+        asked, self._asked = self._asked, None
+        assert asked is not None and asked[0] == op, f"no {op} asked"
+        try:
+            return self._receive()
+        except _ChildDied:
+            return self._call(asked[0], *asked[1])
 
     def count(self) -> int:
         return int(self._call("count"))
@@ -274,16 +427,23 @@ class ProcessShard:
         self._call("flush")
 
     def close(self) -> None:
-        if self._child is None:
+        if self._closed:
             return
         try:
-            self._call("close")
+            if self._child is not None:
+                with contextlib.suppress(_ChildDied):  # a dead child is not restarted to close
+                    self._send("close")
+                    self._receive()
         finally:
+            self._closed = True
             self._stop()
 
     def _stop(self) -> None:
         child, self._child = self._child, None
+        self._waiting = False
         end_child(child, grace=30)
+        if child is not None:
+            self._exit_status = child.returncode
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

@@ -64,6 +64,11 @@ class VectorStore(Protocol):
 
     def delete(self, tier: str, ids: Sequence[str]) -> None: ...
 
+    def delete_many(self, drops: Mapping[str, Sequence[str]]) -> None:
+        """`delete` of each tier's ids (tier -> ids); a backend may ask its collections at
+        once (the projector deletes each record from every tier but its own)."""
+        ...
+
     def set_payload(self, tier: str, ids: Sequence[str], payload: Mapping[str, Any]) -> None:
         """Change lifecycle fields (MUTABLE_FIELDS) of existing points; unknown ids are
         skipped."""
@@ -86,7 +91,10 @@ class VectorStore(Protocol):
     def scroll(self, tier: str) -> Iterator[tuple[str, dict[str, Any]]]: ...
 
     def flush(self) -> None:
-        """Make every write so far durable (call before advancing a projection cursor)."""
+        """Make every write so far durable (call before advancing a projection cursor).
+        Raises `WritesLost` (after flushing) when a shard's child process died holding
+        writes since the last flush: those may be gone, so nothing before this flush may be
+        counted durable; re-apply from the last successful one."""
         ...
 
     def wipe(self) -> None:
@@ -242,6 +250,20 @@ class _StoreBase(abc.ABC):
         norm = [_norm_id(i) for i in ids]
         for start in range(0, len(norm), _BATCH):
             self._delete_raw(contract.physical_name, norm[start : start + _BATCH])
+
+    def delete_many(self, drops: Mapping[str, Sequence[str]]) -> None:
+        asks: list[tuple[str, list[str]]] = []
+        for tier, ids in drops.items():
+            physical = self._contract(tier).physical_name
+            norm = [_norm_id(i) for i in ids]
+            asks += [(physical, norm[i : i + _BATCH]) for i in range(0, len(norm), _BATCH)]
+        if asks:
+            self._delete_many_raw(asks)
+
+    def _delete_many_raw(self, asks: Sequence[tuple[str, list[str]]]) -> None:
+        """`_delete_raw` of each (physical, ids); a backend may ask them all at once."""
+        for physical, ids in asks:
+            self._delete_raw(physical, ids)
 
     def set_payload(self, tier: str, ids: Sequence[str], payload: Mapping[str, Any]) -> None:
         contract = self._contract(tier)

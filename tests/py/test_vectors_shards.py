@@ -1,0 +1,247 @@
+"""Child shards under supervision (`ProcessShard`, `EdgeVectorStore(shard_processes=True)`):
+a shard child killed with SIGKILL is restarted on its directory by the next operation, which
+is asked again; writes it held unflushed make the next `flush()` raise `WritesLost` once; a
+child that cannot come back is given up after bounded restarts with an error naming the
+shard's directory. Real shards, real children; a kill is waited for with waitpid."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memfabric.settings import usable_cpus
+from memfabric.vectors import (
+    EdgeVectorStore,
+    MemoryPayload,
+    RecallFilter,
+    ShardUnavailable,
+    VectorPoint,
+    WritesLost,
+    store_from_env,
+)
+from memfabric.vectors.shards import ProcessShard
+
+MODEL = "all-MiniLM-L6-v2"
+DIMS = 8
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+SHM = Path("/dev/shm")  # noqa: S108 - tmpfs: a shard's creation fsyncs a few hundred times
+
+
+@pytest.fixture
+def where(tmp_path: Path) -> Iterator[Path]:
+    if SHM.is_dir() and os.access(SHM, os.W_OK):
+        path = Path(tempfile.mkdtemp(prefix="mf-sup-", dir=SHM))
+        yield path
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        yield tmp_path
+
+
+@pytest.fixture
+def store(where: Path) -> Iterator[EdgeVectorStore]:
+    s = EdgeVectorStore(where / "edge", shard_processes=True)
+    s.ensure_collections(MODEL, "1", DIMS)
+    yield s
+    s.close()
+
+
+def points(tier: str, n: int, rng: np.random.Generator) -> list[VectorPoint]:
+    out = []
+    for _ in range(n):
+        payload = MemoryPayload(
+            memory_id=str(uuid.uuid4()),
+            tenant_id="acme",
+            tier=tier,
+            visibility="tenant",
+            subject_id=None,
+            agent_id="com-agt-003",
+            session_id=None,
+            content_hash="sha256:" + "ab" * 32,
+            confidence=0.9,
+            valid_from=T0,
+            valid_until=None,
+            consolidation_state="raw",
+            retention_class="durable",
+            compliance_labels=(),
+        )
+        x = rng.normal(size=DIMS)
+        out.append(VectorPoint(payload, (x / np.linalg.norm(x)).tolist()))
+    return out
+
+
+def flt() -> RecallFilter:
+    return RecallFilter(tenant_id="acme", scope_keys=["tenant"], valid_at=T0)
+
+
+def shard_of(store: EdgeVectorStore, tier: str) -> ProcessShard:
+    shard = store._shards[store._contract(tier).physical_name]
+    assert isinstance(shard, ProcessShard)
+    return shard
+
+
+def kill(shard: ProcessShard) -> int:
+    """SIGKILL the shard's child and reap it (waitpid: it has exited when this returns)."""
+    child = shard._child
+    assert child is not None and child.poll() is None
+    os.kill(child.pid, signal.SIGKILL)
+    assert child.wait() == -signal.SIGKILL
+    return child.pid
+
+
+def ids(store: EdgeVectorStore, tier: str) -> set[str]:
+    return {pid for pid, _ in store.scroll(tier)}
+
+
+def test_an_idle_child_killed_is_restarted_and_answers_the_same(
+    store: EdgeVectorStore,
+) -> None:
+    rng = np.random.default_rng(7)
+    for tier in ("episodic", "semantic"):
+        store.upsert(tier, points(tier, 200, rng))
+    store.flush()
+    query = points("semantic", 1, rng)[0].vector
+    before = store.search(["episodic", "semantic"], query, flt(), 20, exact=True)
+    assert len(before) == 20
+    semantic, episodic = shard_of(store, "semantic"), shard_of(store, "episodic")
+    dead = kill(semantic)
+    # the next search notices, restarts the child on the same directory and asks again
+    assert store.search(["episodic", "semantic"], query, flt(), 20, exact=True) == before
+    assert semantic.restarts == 1 and semantic.pid not in (None, dead)
+    assert episodic.restarts == 0
+    # both children killed at once (a search asks both before reading either answer)
+    kill(semantic)
+    kill(episodic)
+    assert store.search(["episodic", "semantic"], query, flt(), 20, exact=True) == before
+    assert (semantic.restarts, episodic.restarts) == (2, 1)
+    # nothing was unflushed when they died: the next flush has nothing to report
+    store.flush()
+    assert store.count("semantic") == 200 and store.count("episodic") == 200
+
+
+def test_a_child_killed_holding_unflushed_writes_makes_the_next_flush_raise_once(
+    store: EdgeVectorStore,
+) -> None:
+    rng = np.random.default_rng(8)
+    flushed = points("semantic", 50, rng)
+    store.upsert("semantic", flushed)
+    store.flush()
+    unflushed = points("semantic", 50, rng)
+    store.upsert("semantic", unflushed)
+    shard = shard_of(store, "semantic")
+    kill(shard)
+    # a write after the death restarts the child and is applied to the restarted shard
+    later = points("semantic", 10, rng)
+    store.upsert("semantic", later)
+    assert shard.restarts == 1
+    with pytest.raises(WritesLost, match=re.escape(shard.directory)):
+        store.flush()
+    # reported once: what was written since the restart is durable after this flush
+    store.flush()
+    held = ids(store, "semantic")
+    assert {p.payload.memory_id for p in flushed + later} <= held
+    # re-applying (as the projector does from its cursor) brings back whatever was lost
+    store.upsert("semantic", unflushed)
+    store.flush()
+    assert ids(store, "semantic") == {p.payload.memory_id for p in flushed + unflushed + later}
+
+
+def test_a_child_killed_before_the_flush_itself_is_reported_by_that_flush(
+    store: EdgeVectorStore,
+) -> None:
+    rng = np.random.default_rng(9)
+    store.upsert("episodic", points("episodic", 20, rng))
+    kill(shard_of(store, "episodic"))
+    with pytest.raises(WritesLost, match="died holding writes not yet flushed"):
+        store.flush()
+    store.flush()  # once
+
+
+def test_a_shard_that_cannot_come_back_is_given_up_with_its_directory_named(
+    store: EdgeVectorStore,
+) -> None:
+    rng = np.random.default_rng(10)
+    store.upsert("semantic", points("semantic", 20, rng))
+    store.upsert("episodic", points("episodic", 20, rng))
+    store.flush()
+    shard = shard_of(store, "semantic")
+    shard.restart_backoff = 0.01
+    shard.restart_window = 600.0  # every try within the window, however slow the machine
+    directory = Path(shard.directory)
+    config = directory / "edge_config.json"
+    good = config.read_bytes()
+    kill(shard)
+    config.write_text("not a config")  # every restart fails to open the shard
+    began = time.monotonic()
+    with pytest.raises(ShardUnavailable, match=f"{directory}.*5 times in 600 s") as caught:
+        store.search(["semantic"], points("semantic", 1, rng)[0].vector, flt(), 5)
+    assert "Failed to deserialize" in str(caught.value)  # the last failure, said
+    assert shard.pid is None and shard.restarts == 0
+    assert len(shard._deaths) == shard.max_restarts
+    # bounded: five tries with backoff 0, 0.01, 0.02, 0.04, 0.08 s and the children's starts
+    assert time.monotonic() - began < 60
+    # given up for now: the next operation starts no process at all
+    with pytest.raises(ShardUnavailable):
+        store.count("semantic")
+    assert shard.pid is None and len(shard._deaths) == shard.max_restarts
+    # the other tier's shard serves on
+    assert store.count("episodic") == 20
+    # once the deaths are older than the window, the shard is tried again
+    config.write_bytes(good)
+    shard.restart_window = 0.0
+    assert store.count("semantic") == 20
+    assert shard.restarts == 1
+
+
+def test_closing_the_store_ends_every_child_a_dead_one_included(store: EdgeVectorStore) -> None:
+    children = {p: s._child for p, s in store._shards.items() if isinstance(s, ProcessShard)}
+    assert len(children) == 4
+    kill(shard_of(store, "semantic"))
+    store.close()
+    assert all(c is not None and c.poll() is not None for c in children.values())
+
+
+def test_store_from_env_keeps_the_shards_inline_outside_serve(
+    monkeypatch: pytest.MonkeyPatch, where: Path
+) -> None:
+    monkeypatch.delenv("QDRANT_URL", raising=False)
+    monkeypatch.delenv("MEMFABRIC_EDGE_SHARDS", raising=False)  # auto
+    library = store_from_env(where / "a")
+    assert isinstance(library, EdgeVectorStore) and library.shard_processes is False
+    library.close()
+    served = store_from_env(where / "b", serving=True)
+    assert isinstance(served, EdgeVectorStore)
+    assert served.shard_processes is (usable_cpus() >= 2)
+    served.close()
+    monkeypatch.setenv("MEMFABRIC_EDGE_SHARDS", "child")
+    forced = store_from_env(where / "c")
+    assert isinstance(forced, EdgeVectorStore) and forced.shard_processes is True
+    forced.close()
+
+
+def test_a_delete_across_tiers_restarts_a_dead_child_and_deletes(
+    store: EdgeVectorStore,
+) -> None:
+    rng = np.random.default_rng(11)
+    sem, epi = points("semantic", 10, rng), points("episodic", 10, rng)
+    store.upsert("semantic", sem)
+    store.upsert("episodic", epi)
+    store.flush()
+    kill(shard_of(store, "episodic"))  # its `held` is asked with the others', then restarted
+    store.delete_many(
+        {"semantic": [sem[0].payload.memory_id], "episodic": [epi[0].payload.memory_id]}
+    )
+    store.flush()  # nothing was unflushed when it died
+    assert ids(store, "semantic") == {p.payload.memory_id for p in sem[1:]}
+    assert ids(store, "episodic") == {p.payload.memory_id for p in epi[1:]}
+    assert shard_of(store, "episodic").restarts == 1
