@@ -935,7 +935,15 @@ def fabric(request: pytest.FixtureRequest) -> Iterator[Fabric]:
         finally:
             f.close()
         return
-    clones: ClonePool = request.getfixturevalue("clones")
+    with cloned(request.getfixturevalue("clones")) as f:
+        yield f
+
+
+@contextmanager
+def cloned(clones: ClonePool) -> Iterator[Fabric]:
+    """A clone from the pool as a `Fabric`, given back at the end: per test (`fabric`), or
+    for the tests of a module that share a server process started on one database (its
+    tests then read back only what their own run wrote)."""
     name, sessions = clones.take()
     shared = sessions.pop(SHARED, None)
     conns = [*sessions.values(), *([shared] if shared else [])]
