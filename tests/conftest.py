@@ -997,6 +997,22 @@ def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def emptied(store: Any, contracts: Any, aliases: Any) -> bool:
+    """Delete every point of a vector store that a module's tests share (creating one costs
+    1-2 s on Edge: a shard and its payload indexes per tier, a child process each with
+    shard processes) after a test. False when the test changed what the store is bound to
+    (its contracts or aliases) or it does not come back empty: the caller then replaces it."""
+    from memfabric.vectors import INDEXED_TIERS
+
+    if store.contracts() != contracts or store.aliases() != aliases:
+        return False
+    for tier in INDEXED_TIERS:
+        held = [pid for pid, _ in store.scroll(tier)]
+        if held:
+            store.delete(tier, held)
+    return all(store.count(tier) == 0 for tier in INDEXED_TIERS)
+
+
 @pytest.fixture(scope="session")
 def graph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GraphServer]:
     """One Bolt graph server for the session; a test that uses it wipes what it reads."""

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric
+from conftest import Fabric, emptied
 from memfabric.broker import LocalBroker, RemoteBroker, serve_socket
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.projector import Projector
@@ -19,16 +19,41 @@ from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore
 
 
+@pytest.fixture(scope="module")
+def kept() -> Iterator[dict[bool, EdgeVectorStore]]:
+    """The module's Edge stores, one inline and one with shard processes (`projector`)."""
+    stores: dict[bool, EdgeVectorStore] = {}
+    yield stores
+    for store in stores.values():
+        store.close()
+
+
 @pytest.fixture(params=[False, True], ids=["inline", "child"])
 def projector(
-    fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder, request: pytest.FixtureRequest
+    fabric: Fabric,
+    minilm: MiniLMEmbedder,
+    request: pytest.FixtureRequest,
+    kept: dict[bool, EdgeVectorStore],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Projector]:
+    """A projector of this test's database into an empty Edge store; the tests share one
+    store of each kind, emptied after each test (`conftest.emptied`)."""
     # child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
-    store = EdgeVectorStore(tmp_path / "qdrant", shard_processes=request.param)
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+    store = kept.get(request.param)
+    if store is None:
+        where = tmp_path_factory.mktemp("kept") / "qdrant"
+        store = kept[request.param] = EdgeVectorStore(where, shard_processes=request.param)
+        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+    contracts, aliases = store.contracts(), store.aliases()
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-    yield Projector(url, minilm, store, None)
-    store.close()
+    clean = False
+    try:
+        yield Projector(url, minilm, store, None)
+        clean = emptied(store, contracts, aliases)
+    finally:
+        if not clean:
+            del kept[request.param]
+            store.close()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import emptied
 from memfabric import vectors as v
 from memfabric.vectors import (
     EdgeVectorStore,
@@ -130,18 +131,6 @@ def kept() -> Iterator[dict[str, tuple[Backend, VectorStore]]]:
         shutil.rmtree(b.location, ignore_errors=True)
 
 
-def _emptied(s: VectorStore, contracts: Any, aliases: Any) -> bool:
-    """Delete every point of a shared store after a test; False when the test changed what
-    the store is bound to (its contracts or aliases) or it does not come back empty."""
-    if s.contracts() != contracts or s.aliases() != aliases:
-        return False
-    for tier in v.INDEXED_TIERS:
-        held = [pid for pid, _ in s.scroll(tier)]
-        if held:
-            s.delete(tier, held)
-    return all(s.count(tier) == 0 for tier in v.INDEXED_TIERS)
-
-
 @pytest.fixture
 def store(
     request: pytest.FixtureRequest,
@@ -171,7 +160,7 @@ def store(
     clean = False
     try:
         yield s
-        clean = _emptied(s, contracts, aliases)
+        clean = emptied(s, contracts, aliases)
     finally:
         if not clean:
             del kept[backend.kind]
