@@ -1013,6 +1013,33 @@ def emptied(store: Any, contracts: Any, aliases: Any) -> bool:
     return all(store.count(tier) == 0 for tier in INDEXED_TIERS)
 
 
+@pytest.fixture(scope="module")
+def kept_stores() -> Iterator[dict[Any, Any]]:
+    """Vector stores the tests of a module share (`lent`), closed at the module's end."""
+    stores: dict[Any, Any] = {}
+    yield stores
+    for store in stores.values():
+        store.close()
+
+
+@contextmanager
+def lent(kept: dict[Any, Any], key: Any, make: Any) -> Iterator[Any]:
+    """The store `kept[key]` (made by `make()` and bound to its contracts on first use) for
+    one test, emptied after it (`emptied`), or closed and forgotten when it cannot be."""
+    store = kept.get(key)
+    if store is None:
+        store = kept[key] = make()
+    contracts, aliases = store.contracts(), store.aliases()
+    clean = False
+    try:
+        yield store
+        clean = emptied(store, contracts, aliases)
+    finally:
+        if not clean:
+            del kept[key]
+            store.close()
+
+
 @pytest.fixture(scope="session")
 def graph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GraphServer]:
     """One Bolt graph server for the session; a test that uses it wipes what it reads."""

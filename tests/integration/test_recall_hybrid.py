@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric, emptied
+from conftest import Fabric, lent
 from memfabric.broker import LocalBroker, RemoteBroker, serve_socket
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.projector import Projector
@@ -19,41 +19,27 @@ from memfabric.recall import recall
 from memfabric.vectors import EdgeVectorStore
 
 
-@pytest.fixture(scope="module")
-def kept() -> Iterator[dict[bool, EdgeVectorStore]]:
-    """The module's Edge stores, one inline and one with shard processes (`projector`)."""
-    stores: dict[bool, EdgeVectorStore] = {}
-    yield stores
-    for store in stores.values():
-        store.close()
-
-
 @pytest.fixture(params=[False, True], ids=["inline", "child"])
 def projector(
     fabric: Fabric,
     minilm: MiniLMEmbedder,
     request: pytest.FixtureRequest,
-    kept: dict[bool, EdgeVectorStore],
+    kept_stores: dict[Any, Any],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Projector]:
-    """A projector of this test's database into an empty Edge store; the tests share one
-    store of each kind, emptied after each test (`conftest.emptied`)."""
-    # child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
-    store = kept.get(request.param)
-    if store is None:
+    """A projector of this test's database into an empty Edge store: the module's tests
+    share one store of each kind, emptied after each test (`conftest.lent`)."""
+
+    def make() -> EdgeVectorStore:
+        # child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
         where = tmp_path_factory.mktemp("kept") / "qdrant"
-        store = kept[request.param] = EdgeVectorStore(where, shard_processes=request.param)
+        store = EdgeVectorStore(where, shard_processes=request.param)
         store.ensure_collections(minilm.model, minilm.version, minilm.dims)
-    contracts, aliases = store.contracts(), store.aliases()
+        return store
+
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-    clean = False
-    try:
+    with lent(kept_stores, request.param, make) as store:
         yield Projector(url, minilm, store, None)
-        clean = emptied(store, contracts, aliases)
-    finally:
-        if not clean:
-            del kept[request.param]
-            store.close()
 
 
 @pytest.fixture
