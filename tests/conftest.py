@@ -935,7 +935,15 @@ def fabric(request: pytest.FixtureRequest) -> Iterator[Fabric]:
         finally:
             f.close()
         return
-    clones: ClonePool = request.getfixturevalue("clones")
+    with cloned(request.getfixturevalue("clones")) as f:
+        yield f
+
+
+@contextmanager
+def cloned(clones: ClonePool) -> Iterator[Fabric]:
+    """A clone from the pool as a `Fabric`, given back at the end: per test (`fabric`), or
+    for the tests of a module that share a server process started on one database (its
+    tests then read back only what their own run wrote)."""
     name, sessions = clones.take()
     shared = sessions.pop(SHARED, None)
     conns = [*sessions.values(), *([shared] if shared else [])]
@@ -987,6 +995,49 @@ def db(fabric: Fabric) -> psycopg.Connection[Any]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+def emptied(store: Any, contracts: Any, aliases: Any) -> bool:
+    """Delete every point of a vector store that a module's tests share (creating one costs
+    1-2 s on Edge: a shard and its payload indexes per tier, a child process each with
+    shard processes) after a test. False when the test changed what the store is bound to
+    (its contracts or aliases) or it does not come back empty: the caller then replaces it."""
+    from memfabric.vectors import INDEXED_TIERS
+
+    if store.contracts() != contracts or store.aliases() != aliases:
+        return False
+    for tier in INDEXED_TIERS:
+        held = [pid for pid, _ in store.scroll(tier)]
+        if held:
+            store.delete(tier, held)
+    return all(store.count(tier) == 0 for tier in INDEXED_TIERS)
+
+
+@pytest.fixture(scope="module")
+def kept_stores() -> Iterator[dict[Any, Any]]:
+    """Vector stores the tests of a module share (`lent`), closed at the module's end."""
+    stores: dict[Any, Any] = {}
+    yield stores
+    for store in stores.values():
+        store.close()
+
+
+@contextmanager
+def lent(kept: dict[Any, Any], key: Any, make: Any) -> Iterator[Any]:
+    """The store `kept[key]` (made by `make()` and bound to its contracts on first use) for
+    one test, emptied after it (`emptied`), or closed and forgotten when it cannot be."""
+    store = kept.get(key)
+    if store is None:
+        store = kept[key] = make()
+    contracts, aliases = store.contracts(), store.aliases()
+    clean = False
+    try:
+        yield store
+        clean = emptied(store, contracts, aliases)
+    finally:
+        if not clean:
+            del kept[key]
+            store.close()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,12 @@ gateway runs as `memfabric mcp http` with its own login (mf_gateway, a member of
 fabric_mcp_gateway). Both log in as the agent's own login. The test server trusts local
 logins, except two made to authenticate with scram-sha-256 for the password-file tests at
 the end.
+
+Starting either server costs about 2 s of CPU (the interpreter and the mcp SDK), so the
+tests that need nothing fresh share one database (`shared`), one gateway and one stdio
+server of mf_agent_a on one run (`agent_a`), kept open between tests as a client keeps its
+server: each test writes under runs, tokens and texts of its own and reads back only what
+it wrote. The tests of start-up, expiry and passwords start their own.
 """
 
 from __future__ import annotations
@@ -21,19 +27,21 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from conftest import MEMORY_TOOLS, PROFILE_WIDE, Fabric
+from conftest import MEMORY_TOOLS, PROFILE_WIDE, ClonePool, Fabric, cloned
 from servers import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,8 +106,9 @@ def answer(result: Any) -> dict[str, Any]:
     return dict(result.structured_content)
 
 
-@pytest.fixture
-def gateway(fabric: Fabric) -> Iterator[str]:
+@contextmanager
+def http_gateway(env: dict[str, str], login: str, *extra: str) -> Iterator[str]:
+    """`memfabric mcp http` on a free port, logging in as `login`; its /mcp URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -113,9 +122,10 @@ def gateway(fabric: Fabric) -> Iterator[str]:
             "--port",
             str(port),
             "--gateway-login",
-            "mf_gateway",
+            login,
+            *extra,
         ],
-        env=env_for(fabric),
+        env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -136,11 +146,49 @@ def gateway(fabric: Fabric) -> Iterator[str]:
         stop_process(proc)
 
 
+@pytest.fixture(scope="module")
+def shared(clones: ClonePool) -> Iterator[Fabric]:
+    """The database of the module's shared gateway and stdio server (module docstring)."""
+    with cloned(clones) as f:
+        yield f
+
+
+@pytest.fixture(scope="module")
+def gateway(shared: Fabric) -> Iterator[str]:
+    with http_gateway(env_for(shared), "mf_gateway") as url:
+        yield url
+
+
+@dataclass
+class StdioServer:
+    """A stdio server kept open across tests: its client lives in the event loop of a
+    background thread (`portal`), where `run_async` runs a test's coroutine."""
+
+    fabric: Fabric
+    run: uuid.UUID
+    client: Client
+    portal: BlockingPortal
+
+    def run_async(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self.portal.call(fn)
+
+
+@pytest.fixture(scope="module")
+def agent_a(shared: Fabric) -> Iterator[StdioServer]:
+    """`memfabric mcp stdio` as mf_agent_a on one ordinary run of `shared`."""
+    run = shared.open_run()
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(stdio(shared, "mf_agent_a", run)) as client,
+    ):
+        yield StdioServer(shared, run, client, portal)
+
+
 # --- stdio ---------------------------------------------------------------------------------
 
 
-def test_stdio_lists_the_three_tools_with_the_database_schemas(fabric: Fabric) -> None:
-    run = fabric.open_run()
+def test_stdio_lists_the_three_tools_with_the_database_schemas(agent_a: StdioServer) -> None:
+    fabric, client = agent_a.fabric, agent_a.client
     published = (
         fabric.session("mf_agent_a")
         .execute("SELECT fabric_api.request_schema('recall'), fabric_api.request_schema('propose')")
@@ -149,8 +197,7 @@ def test_stdio_lists_the_three_tools_with_the_database_schemas(fabric: Fabric) -
     assert published is not None
 
     async def go() -> None:
-        async with stdio(fabric, "mf_agent_a", run) as client:
-            listed = {t.name: t for t in (await client.list_tools()).tools}
+        listed = {t.name: t for t in (await client.list_tools()).tools}
         assert set(listed) == {"memory_recall", "memory_get", "memory_propose"}
         recall_schema = listed["memory_recall"].input_schema
         assert "run_id" not in recall_schema["properties"]
@@ -163,48 +210,53 @@ def test_stdio_lists_the_three_tools_with_the_database_schemas(fabric: Fabric) -
         for tool in listed.values():
             assert tool.description and len(tool.description) > 80
 
-    run_async(go)
+    agent_a.run_async(go)
 
 
-def test_stdio_propose_then_recall_and_get_as_the_agent(fabric: Fabric) -> None:
-    run = fabric.open_run()
+def test_stdio_propose_then_recall_and_get_as_the_agent(agent_a: StdioServer) -> None:
+    fabric, client = agent_a.fabric, agent_a.client
+    served = f"event_type = 'memory.recall.served' AND run_id = '{agent_a.run}'"
+    earlier = len(fabric.events(served))
+    proposal: list[str] = []
 
     async def go() -> None:
-        async with stdio(fabric, "mf_agent_a", run) as client:
-            proposed = answer(await client.call_tool("memory_propose", envelope("prefers EUR")))
-            assert proposed["status"] == "validated", proposed
-            committed = fabric.commit(proposed["proposal_id"])
-            recalled = answer(await client.call_tool("memory_recall", {"query": "EUR"}))
-            assert recalled["status"] == "served", recalled
-            assert recalled["mode_served"] == "text"
-            assert [r["memory_id"] for r in recalled["records"]] == [committed["memory_id"]]
-            got = answer(
-                await client.call_tool("memory_get", {"memory_ids": [committed["memory_id"]]})
-            )
-            assert [r["content"] for r in got["records"]] == [{"text": "prefers EUR"}]
+        proposed = answer(await client.call_tool("memory_propose", envelope("prefers EUR")))
+        assert proposed["status"] == "validated", proposed
+        proposal.append(proposed["proposal_id"])
+        committed = fabric.commit(proposed["proposal_id"])
+        recalled = answer(await client.call_tool("memory_recall", {"query": "EUR"}))
+        assert recalled["status"] == "served", recalled
+        assert recalled["mode_served"] == "text"
+        assert [r["memory_id"] for r in recalled["records"]] == [committed["memory_id"]]
+        got = answer(await client.call_tool("memory_get", {"memory_ids": [committed["memory_id"]]}))
+        assert [r["content"] for r in got["records"]] == [{"text": "prefers EUR"}]
 
-    run_async(go)
+    agent_a.run_async(go)
     # Provenance is the MCP request, never invented; the audit names the tool.
-    source = fabric.events("event_type = 'memory.proposal.validated'")
+    (pid,) = proposal
+    source = fabric.events(
+        f"event_type = 'memory.proposal.validated' AND proposal_id = '{uuid.UUID(pid)}'"
+    )
     assert source
     with fabric.su() as c:
-        row = c.execute("SELECT source_event_id FROM fabric.proposals").fetchone()
+        row = c.execute(
+            "SELECT source_event_id FROM fabric.proposals WHERE proposal_id = %s", (pid,)
+        ).fetchone()
     assert row is not None and row[0].startswith("mcp:") and row[0].count(":") == 2
-    recalls = fabric.events("event_type = 'memory.recall.served'")
+    recalls = fabric.events(served)[earlier:]
     assert len(recalls) == 2  # memory_get is audited as a recall
     assert all(e["correlation_id"] for e in recalls)
 
 
-def test_a_caller_supplied_source_event_is_kept(fabric: Fabric) -> None:
-    run = fabric.open_run()
+def test_a_caller_supplied_source_event_is_kept(agent_a: StdioServer) -> None:
+    fabric, client = agent_a.fabric, agent_a.client
     env = envelope("asked twice")
     env["provenance"]["source_event_id"] = "evt-chat-42"
 
     async def go() -> None:
-        async with stdio(fabric, "mf_agent_a", run) as client:
-            assert answer(await client.call_tool("memory_propose", env))["status"] == "validated"
+        assert answer(await client.call_tool("memory_propose", env))["status"] == "validated"
 
-    run_async(go)
+    agent_a.run_async(go)
     assert fabric.count("proposals", "source_event_id = 'evt-chat-42'") == 1
 
 
@@ -263,41 +315,38 @@ def test_an_expired_run_is_a_tool_error_and_the_server_keeps_serving(fabric: Fab
     assert fabric.count("proposals") == 0
 
 
-def test_malformed_arguments_are_tool_errors_with_sqlstate_and_hint(fabric: Fabric) -> None:
-    run = fabric.open_run()
+def test_malformed_arguments_are_tool_errors_with_sqlstate_and_hint(agent_a: StdioServer) -> None:
+    fabric, client = agent_a.fabric, agent_a.client
+    before = fabric.count("proposals")
 
     async def go() -> None:
-        async with stdio(fabric, "mf_agent_a", run) as client:
-            bad_limit = answer(await client.call_tool("memory_recall", {"limit": 0}))
-            assert bad_limit["sqlstate"] == "22023" and bad_limit["hint"]
-            bad_time = await client.call_tool(
-                "memory_recall", {"filters": {"valid_at": "yesterday"}}
-            )
-            assert answer(bad_time)["sqlstate"] == "22007"
-            no_tier = answer(await client.call_tool("memory_propose", {"content": {}}))
-            assert no_tier["sqlstate"] == "22023"
-            unknown = await client.call_tool("memory_forget", {})
-            assert unknown.is_error
-            assert not (await client.call_tool("memory_recall", {})).is_error
+        bad_limit = answer(await client.call_tool("memory_recall", {"limit": 0}))
+        assert bad_limit["sqlstate"] == "22023" and bad_limit["hint"]
+        bad_time = await client.call_tool("memory_recall", {"filters": {"valid_at": "yesterday"}})
+        assert answer(bad_time)["sqlstate"] == "22007"
+        no_tier = answer(await client.call_tool("memory_propose", {"content": {}}))
+        assert no_tier["sqlstate"] == "22023"
+        unknown = await client.call_tool("memory_forget", {})
+        assert unknown.is_error
+        assert not (await client.call_tool("memory_recall", {})).is_error
 
-    run_async(go)
-    assert fabric.count("proposals") == 0
+    agent_a.run_async(go)
+    assert fabric.count("proposals") == before
 
 
-def test_the_caller_cannot_pick_another_run_or_tenant(fabric: Fabric) -> None:
-    mine = fabric.open_run()
+def test_the_caller_cannot_pick_another_run_or_tenant(agent_a: StdioServer) -> None:
+    fabric, client = agent_a.fabric, agent_a.client
     other = fabric.open_run(agent_id="glx-agt-001", tenant="globex")
     before = fabric.counts()
 
     async def go() -> None:
-        async with stdio(fabric, "mf_agent_a", mine) as client:
-            foreign = answer(await client.call_tool("memory_propose", envelope("x", "globex")))
-            assert foreign["sqlstate"] == "42501", foreign
-            # a run_id in the arguments is overridden by the session's run
-            result = answer(await client.call_tool("memory_recall", {"run_id": str(other)}))
-            assert result.get("sqlstate") == "22023" or result["status"] == "served", result
+        foreign = answer(await client.call_tool("memory_propose", envelope("x", "globex")))
+        assert foreign["sqlstate"] == "42501", foreign
+        # a run_id in the arguments is overridden by the session's run
+        result = answer(await client.call_tool("memory_recall", {"run_id": str(other)}))
+        assert result.get("sqlstate") == "22023" or result["status"] == "served", result
 
-    run_async(go)
+    agent_a.run_async(go)
     after = fabric.counts()
     assert after["proposals"] == before["proposals"]
     assert fabric.count("events", f"run_id = '{other}' AND event_type LIKE 'memory.recall%'") == 0
@@ -346,7 +395,8 @@ def test_the_documented_stdio_configuration_recalls_and_proposes(
 # --- streamable HTTP -----------------------------------------------------------------------
 
 
-def test_http_recall_and_propose_with_a_token(fabric: Fabric, gateway: str) -> None:
+def test_http_recall_and_propose_with_a_token(shared: Fabric, gateway: str) -> None:
+    fabric = shared
     run = fabric.open_run()
     token = issue(fabric, run)
 
@@ -361,13 +411,16 @@ def test_http_recall_and_propose_with_a_token(fabric: Fabric, gateway: str) -> N
 
     run_async(go)
     with fabric.su() as c:
-        row = c.execute("SELECT source_event_id, proposed_by FROM fabric.proposals").fetchone()
+        row = c.execute(
+            "SELECT source_event_id, proposed_by FROM fabric.proposals WHERE run_id = %s", (run,)
+        ).fetchone()
     assert row is not None and row[0].startswith("mcp:") and row[1] == "com-agt-003"
     # only the hash is stored
     assert fabric.count("mcp_tokens", f"token_hash = sha256('{token}'::bytea)") == 1
 
 
-def test_http_refuses_a_missing_unknown_or_revoked_token(fabric: Fabric, gateway: str) -> None:
+def test_http_refuses_a_missing_unknown_or_revoked_token(shared: Fabric, gateway: str) -> None:
+    fabric = shared
     run = fabric.open_run()
     token = issue(fabric, run)
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -391,10 +444,11 @@ def test_http_refuses_a_missing_unknown_or_revoked_token(fabric: Fabric, gateway
     run_async(go)
     response = httpx2.post(gateway, json=body, headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 401
-    assert fabric.count("events", "event_type = 'memory.recall.served'") == 1
+    assert fabric.count("events", f"event_type = 'memory.recall.served' AND run_id = '{run}'") == 1
 
 
-def test_http_a_token_expires_with_its_ttl_or_its_run(fabric: Fabric, gateway: str) -> None:
+def test_http_a_token_expires_with_its_ttl_or_its_run(shared: Fabric, gateway: str) -> None:
+    fabric = shared
     short = issue(fabric, fabric.open_run(), "1 second")
     run = fabric.open_run(ttl="1 second")
     with_run = issue(fabric, run)
@@ -405,7 +459,8 @@ def test_http_a_token_expires_with_its_ttl_or_its_run(fabric: Fabric, gateway: s
         assert response.status_code == 401, response.text
 
 
-def test_two_agents_of_two_tenants_cannot_see_each_other(fabric: Fabric, gateway: str) -> None:
+def test_two_agents_of_two_tenants_cannot_see_each_other(shared: Fabric, gateway: str) -> None:
+    fabric = shared
     acme = issue(fabric, fabric.open_run())
     globex = issue(fabric, fabric.open_run(agent_id="glx-agt-001", tenant="globex"))
 
@@ -505,49 +560,16 @@ def test_stdio_logs_in_with_the_password_file_and_only_with_it(
 def test_the_gateway_logs_in_as_itself_and_as_the_agent_with_its_password_file(
     fabric: Fabric, password_logins: Path
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memfabric.cli",
-            "mcp",
-            "http",
-            "--port",
-            str(port),
-            "--gateway-login",
-            PW_GATEWAY,
-            "--passfile",
-            str(password_logins),
-        ],
-        env={**env_for(fabric), "PGPASSFILE": "/nonexistent"},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        for _ in range(300):
-            if proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+    env = {**env_for(fabric), "PGPASSFILE": "/nonexistent"}
+    with http_gateway(env, PW_GATEWAY, "--passfile", str(password_logins)) as url:
         token = issue(fabric, fabric.open_run(agent_id="com-agt-077"))
 
         async def go() -> None:
-            async with http(f"http://127.0.0.1:{port}/mcp", token) as client:
+            async with http(url, token) as client:
                 proposed = answer(await client.call_tool("memory_propose", envelope("via gw")))
                 assert proposed["status"] == "validated", proposed
 
         run_async(go)
-    finally:
-        stop_process(proc)
     with fabric.su() as c:
         row = c.execute("SELECT proposed_by FROM fabric.proposals").fetchone()
     assert row is not None and row[0] == "com-agt-077"

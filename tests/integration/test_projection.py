@@ -8,14 +8,13 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric, episode, lent
 from memfabric import ops
 from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
@@ -43,16 +42,25 @@ class CountingEmbedder:
 
 @pytest.fixture(params=["edge", "qdrant-client"])
 def vectors(
-    request: pytest.FixtureRequest, tmp_path: Path, minilm: MiniLMEmbedder
+    request: pytest.FixtureRequest,
+    minilm: MiniLMEmbedder,
+    kept_stores: dict[Any, Any],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[VectorStore]:
-    store: VectorStore = (
-        EdgeVectorStore(tmp_path / "qdrant")
-        if request.param == "edge"
-        else QdrantServerStore(location=":memory:")
-    )
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
-    yield store
-    store.close()
+    """An empty store of each backend: the module's tests share one, emptied after each test
+    (`conftest.lent`)."""
+
+    def make() -> VectorStore:
+        store: VectorStore = (
+            EdgeVectorStore(tmp_path_factory.mktemp("kept") / "qdrant")
+            if request.param == "edge"
+            else QdrantServerStore(location=":memory:")
+        )
+        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+        return store
+
+    with lent(kept_stores, request.param, make) as store:
+        yield store
 
 
 @pytest.fixture
@@ -356,11 +364,19 @@ def run_for(projector: Projector, seconds: float) -> None:
 
 
 @pytest.fixture
-def edge(tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[VectorStore]:
-    store = EdgeVectorStore(tmp_path / "qdrant")
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
-    yield store
-    store.close()
+def edge(
+    minilm: MiniLMEmbedder, kept_stores: dict[Any, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VectorStore]:
+    """An empty Edge store: the module's tests share one, emptied after each test (creating
+    one with its payload indexes is 1-2 s; `conftest.lent`)."""
+
+    def make() -> VectorStore:
+        store = EdgeVectorStore(tmp_path_factory.mktemp("kept") / "qdrant")
+        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+        return store
+
+    with lent(kept_stores, "edge", make) as store:
+        yield store
 
 
 def test_the_projector_loop_lets_a_programming_error_surface(

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric
+from conftest import Fabric, lent
 from memfabric.broker import LocalBroker, RemoteBroker, serve_socket
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.projector import Projector
@@ -21,14 +21,25 @@ from memfabric.vectors import EdgeVectorStore
 
 @pytest.fixture(params=[False, True], ids=["inline", "child"])
 def projector(
-    fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder, request: pytest.FixtureRequest
+    fabric: Fabric,
+    minilm: MiniLMEmbedder,
+    request: pytest.FixtureRequest,
+    kept_stores: dict[Any, Any],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Projector]:
-    # child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
-    store = EdgeVectorStore(tmp_path / "qdrant", shard_processes=request.param)
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+    """A projector of this test's database into an empty Edge store: the module's tests
+    share one store of each kind, emptied after each test (`conftest.lent`)."""
+
+    def make() -> EdgeVectorStore:
+        # child: each shard owned by a child process (MEMFABRIC_EDGE_SHARDS=child)
+        where = tmp_path_factory.mktemp("kept") / "qdrant"
+        store = EdgeVectorStore(where, shard_processes=request.param)
+        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+        return store
+
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-    yield Projector(url, minilm, store, None)
-    store.close()
+    with lent(kept_stores, request.param, make) as store:
+        yield Projector(url, minilm, store, None)
 
 
 @pytest.fixture

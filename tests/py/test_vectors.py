@@ -7,6 +7,7 @@ machine's disk against about 1 s on tmpfs.
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import shutil
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import emptied
 from memfabric import vectors as v
 from memfabric.vectors import (
     EdgeVectorStore,
@@ -113,12 +115,57 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield Backend(kind, tmp_path / "q")
 
 
+def _where(kind: str, tmp: Path) -> Path:
+    if kind.startswith("edge") and SHM.is_dir() and os.access(SHM, os.W_OK):
+        return Path(tempfile.mkdtemp(prefix="mf-edge-", dir=SHM))
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def kept() -> Iterator[dict[str, tuple[Backend, VectorStore]]]:
+    """The module's stores that tests share, one per backend (`store`)."""
+    stores: dict[str, tuple[Backend, VectorStore]] = {}
+    yield stores
+    for b, s in stores.values():
+        s.close()
+        shutil.rmtree(b.location, ignore_errors=True)
+
+
 @pytest.fixture
-def store(backend: Backend) -> Iterator[VectorStore]:
-    s = backend.open()
-    s.ensure_collections(MODEL, "1", 8)
-    yield s
-    s.close()
+def store(
+    request: pytest.FixtureRequest,
+    backend: Backend,
+    kept: dict[str, tuple[Backend, VectorStore]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[VectorStore]:
+    """An empty store bound to the 8-dimension contract. Creating one costs 1-2 s on Edge
+    (a shard and its payload indexes per tier, and with shard processes a child each), so
+    the tests share one per backend, emptied after each test (and replaced when a test
+    changed its contracts); a test that takes `backend` itself closes and reopens its store
+    and gets one of its own."""
+    if "backend" in inspect.signature(request.function).parameters:
+        s = backend.open()
+        s.ensure_collections(MODEL, "1", 8)
+        yield s
+        s.close()
+        return
+    if backend.kind not in kept:
+        where = _where(backend.kind, tmp_path_factory.mktemp("kept") / "q")
+        shared = Backend(backend.kind, where)
+        s = shared.open()
+        s.ensure_collections(MODEL, "1", 8)
+        kept[backend.kind] = (shared, s)
+    shared, s = kept[backend.kind]
+    contracts, aliases = s.contracts(), s.aliases()
+    clean = False
+    try:
+        yield s
+        clean = emptied(s, contracts, aliases)
+    finally:
+        if not clean:
+            del kept[backend.kind]
+            s.close()
+            shutil.rmtree(shared.location, ignore_errors=True)
 
 
 @pytest.fixture

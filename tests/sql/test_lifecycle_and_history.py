@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from conftest import Fabric, episode
 
@@ -442,9 +443,20 @@ def listener(fabric: Fabric) -> psycopg.Connection[Any]:
 
 
 def notifications(conn: psycopg.Connection[Any]) -> list[str]:
-    return [
-        n.payload for n in conn.notifies(timeout=1.0, stop_after=5) if n.channel == "fabric_events"
-    ]
+    """The wake-ups heard on fabric_events so far. The listener then notifies a marker of its
+    own: a session hears its own NOTIFY, and notifications arrive in the order their
+    transactions committed, so everything the test's statements notified comes before the
+    marker, and a wake-up that never came costs no timeout."""
+    marker = f"marker-{uuid.uuid4()}"
+    conn.execute(sql.SQL("NOTIFY fabric_events, {}").format(sql.Literal(marker)))
+    heard: list[str] = []
+    for n in conn.notifies(timeout=30):
+        if n.channel != "fabric_events":
+            continue
+        if n.payload == marker:
+            return heard
+        heard.append(n.payload)
+    raise AssertionError("the listener never heard its own marker")
 
 
 @pytest.mark.clone  # LISTENs for the commit's NOTIFY: needs a commit
