@@ -1040,6 +1040,23 @@ def lent(kept: dict[Any, Any], key: Any, make: Any) -> Iterator[Any]:
             store.close()
 
 
+@pytest.fixture
+def edge(
+    minilm: MiniLMEmbedder, kept_stores: dict[Any, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """An empty Edge store with the session model's collections: a module's tests share one,
+    emptied after each test (creating one with its payload indexes is 1-2 s; `lent`)."""
+    from memfabric.vectors import EdgeVectorStore
+
+    def make() -> Any:
+        store = EdgeVectorStore(tmp_path_factory.mktemp("kept") / "qdrant")
+        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+        return store
+
+    with lent(kept_stores, "edge", make) as store:
+        yield store
+
+
 @pytest.fixture(scope="session")
 def graph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GraphServer]:
     """One Bolt graph server for the session; a test that uses it wipes what it reads."""

@@ -363,22 +363,6 @@ def run_for(projector: Projector, seconds: float) -> None:
     projector.run(("qdrant",), poll_seconds=0.1, should_stop=lambda: time.monotonic() > deadline)
 
 
-@pytest.fixture
-def edge(
-    minilm: MiniLMEmbedder, kept_stores: dict[Any, Any], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VectorStore]:
-    """An empty Edge store: the module's tests share one, emptied after each test (creating
-    one with its payload indexes is 1-2 s; `conftest.lent`)."""
-
-    def make() -> VectorStore:
-        store = EdgeVectorStore(tmp_path_factory.mktemp("kept") / "qdrant")
-        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
-        return store
-
-    with lent(kept_stores, "edge", make) as store:
-        yield store
-
-
 def test_the_projector_loop_lets_a_programming_error_surface(
     fabric: Fabric, edge: VectorStore, minilm: MiniLMEmbedder
 ) -> None:

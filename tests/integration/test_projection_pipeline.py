@@ -15,32 +15,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric, lent
+from conftest import Fabric
 from integration.test_projection import StoreWithFault, point_ids
 from memfabric.embedding import Embedder, MiniLMEmbedder, ProcessEmbedder, text_of
 from memfabric.projector import Projector
-from memfabric.vectors import EdgeVectorStore, VectorStore
+from memfabric.vectors import VectorStore
 
 
 @pytest.fixture
 def model(minilm: MiniLMEmbedder) -> MiniLMEmbedder:
     return minilm  # the session's model
-
-
-@pytest.fixture
-def edge(
-    model: MiniLMEmbedder, kept_stores: dict[Any, Any], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VectorStore]:
-    """An empty Edge store: the module's tests share one, emptied after each test (creating
-    one with its payload indexes is 1-2 s; `conftest.lent`)."""
-
-    def make() -> VectorStore:
-        store = EdgeVectorStore(tmp_path_factory.mktemp("kept") / "qdrant")
-        store.ensure_collections(model.model, model.version, model.dims)
-        return store
-
-    with lent(kept_stores, "edge", make) as store:
-        yield store
 
 
 def cursor(fabric: Fabric) -> tuple[str, str]:
