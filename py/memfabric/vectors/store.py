@@ -246,10 +246,7 @@ class _StoreBase(abc.ABC):
             self._upsert_raw(contract.physical_name, rows[start : start + _BATCH])
 
     def delete(self, tier: str, ids: Sequence[str]) -> None:
-        contract = self._contract(tier)
-        norm = [_norm_id(i) for i in ids]
-        for start in range(0, len(norm), _BATCH):
-            self._delete_raw(contract.physical_name, norm[start : start + _BATCH])
+        self.delete_many({tier: ids})
 
     def delete_many(self, drops: Mapping[str, Sequence[str]]) -> None:
         asks: list[tuple[str, list[str]]] = []
