@@ -276,6 +276,60 @@ def test_the_identifier_reader_accepts_exactly_what_the_domain_accepts(fabric: F
     assert sum(map(reader_accepts, values)) == 94 * 2 + 2  # printable ASCII; a*200, ~*200
 
 
+def test_the_recall_request_fast_path_accepts_nothing_the_full_check_refuses(
+    fabric: Fabric,
+) -> None:
+    """fabric._recall_request_problem answers the common request by one expression before
+    its full check; a `scope` of {} (valid, and outside that path) sends the same request
+    through the full check alone: both must give the same verdict, for valid requests and
+    for each way of breaking one."""
+    import random
+
+    su = fabric.su()
+    run = str(uuid.uuid4())
+    absent = object()
+    fields: dict[str, list[Any]] = {
+        "run_id": [run, run.upper(), "{" + run + "}", run.replace("-", ""), "x", 1, None],
+        "tiers": [
+            absent,
+            [],
+            ["episodic"],
+            ["semantic", "episodic"],
+            ["nope"],
+            [1],
+            "episodic",
+            {"a": 1},
+        ],
+        "query": [absent, None, "", " \t", "hi there", "a" * 1000, "a" * 1001, 5, ["q"]],
+        "mode": [absent, "text", "semantic", "hybrid", "fuzzy", 1, None],
+        "limit": [absent, 1, 8, 0, -1, 1.5, 2147483647, 2147483648, "3", None, True],
+        "allow_partial": [absent, True, False, "yes", None],
+        "requesting_agent": [absent, "agt-1", 1, None],
+        "correlation_id": [absent, "c-1"],
+    }
+    valid = {"run_id": run, "query": "hi there", "mode": "hybrid", "limit": 8}
+    requests = []
+    for key, values in fields.items():  # each field's values on a valid request
+        for value in values:
+            requests.append({**valid, key: value})
+    rng = random.Random(7)
+    for _ in range(400):  # and random mixes
+        requests.append({k: rng.choice(v) for k, v in fields.items()})
+    requests = [{k: v for k, v in r.items() if v is not absent} for r in requests]
+
+    def problem(request: dict[str, Any]) -> str | None:
+        row = su.execute("SELECT fabric._recall_request_problem(%s)", (Jsonb(request),)).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    verdicts = []
+    for request in requests:
+        fast = problem(request)
+        assert fast == problem({**request, "scope": {}}), request
+        verdicts.append(fast is None)
+    assert any(verdicts) and not all(verdicts)  # both kinds were tried
+
+
 # --- versions, business instances ---------------------------------------------------------
 
 
