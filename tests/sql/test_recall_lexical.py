@@ -748,3 +748,47 @@ def test_hybrids_lexical_list_is_kept_in_the_session_and_every_id_rechecked(
         assert answer is not None and answer[0]["status"] in ("resolved", "served")
     assert answer[0]["records"] == computed["records"]
     assert own.execute("SELECT count(*) FROM pg_temp.fabric_lexical_stash").fetchone() == (0,)
+
+
+@pytest.mark.clone  # recall order breaks ties on recorded_at: one transaction has one now()
+def test_every_retrieval_path_builds_the_envelope_record_json_builds(fabric: Fabric) -> None:
+    """Recall reads its winners' lineage in its retrieval statements (filter-only, postings,
+    the walk of a common lexeme, the re-check of candidates by id) and builds each envelope
+    with fabric._record_envelope: the record returned is the one fabric._record_json builds
+    from the stored row, lineage included, whichever path found it."""
+    run = fabric.open_run()
+    sources = sorted([fabric.form(run, "met the logistics partner"), fabric.form(run, "notes")])
+    derived = fabric.form(
+        run,
+        "",
+        tier="semantic",
+        content={"key": "customer.partner", "value": "logistics logistics by Acme"},
+        derived_from=sources,
+        confidence=0.99,
+    )
+    for n in range(10):  # holders of 'logistics' enough to walk it with recall_lexical_top 1
+        fabric.form(run, "", tier="semantic", confidence=0.5, derived_from=sources[:1],
+                    content={"key": f"customer.k{n}", "value": f"logistics note {n}"})  # fmt: skip
+    with fabric.su() as su:
+        (reference,) = su.execute(
+            "SELECT fabric._record_json(m) FROM fabric.memory_records m WHERE memory_id = %s",
+            (derived,),
+        ).fetchone()  # type: ignore[misc]
+    assert sorted(reference["derived_from"]) == sources
+
+    def found(answer: dict[str, Any]) -> dict[str, Any]:
+        (record,) = [r for r in answer["records"] if r["memory_id"] == derived]
+        return {k: v for k, v in record.items() if k not in ("score", "retrieval")}
+
+    semantic = {"tiers": ["semantic"]}
+    paths = {
+        "filter-only": ask(fabric, None, **semantic),
+        "postings": ask(fabric, "Acme logistics", **semantic),
+        "by id": ask(fabric, None, **semantic, candidates=[{"memory_id": derived, "score": 1}]),
+    }
+    admin = fabric.connect("mf_admin")
+    admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_top\": 1}')")
+    paths["walk"] = ask(fabric, "logistics", **semantic, limit=1)
+    admin.execute("SELECT fabric_api.configure_deployment('{\"recall_lexical_top\": 50}')")
+    for path, answer in paths.items():
+        assert found(answer) == reference, path
