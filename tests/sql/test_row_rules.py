@@ -169,30 +169,28 @@ def _compare(
     return seen
 
 
-def test_the_proposal_rules_refuse_what_their_constraints_refused(fabric: Fabric) -> None:
+@pytest.mark.parametrize(
+    ("copy", "function", "table"),
+    [
+        ("rules_p", "_proposals_row_rules", "proposals"),
+        ("rules_m", "_memory_records_row_rules", "memory_records"),
+    ],
+)
+def test_the_row_rules_refuse_what_their_constraints_refused(
+    fabric: Fabric, copy: str, function: str, table: str
+) -> None:
+    values = PROPOSAL_VALUES if table == "proposals" else RECORD_VALUES
     conn = fabric.su()
     _old_constraints(conn)
-    insert, call = _statements("rules_p", "_proposals_row_rules", list(PROPOSAL_VALUES))
-    seen = _compare(conn, PROPOSAL_VALUES, insert, call, "proposals", 1500)
+    insert, call = _statements(copy, function, list(values))
+    seen = _compare(conn, values, insert, call, table, 1500)
     names = conn.execute(
         "SELECT array_agg(conname::text) FROM pg_constraint"
-        " WHERE conrelid = 'pg_temp.rules_p'::regclass AND contype = 'c'"
+        " WHERE conrelid = %s::regclass AND contype = 'c'",
+        (f"pg_temp.{copy}",),
     ).fetchone()
     assert names is not None
     assert seen == {None, *names[0]}  # every rule was broken at least once (and some rows pass)
-
-
-def test_the_record_rules_refuse_what_their_constraints_refused(fabric: Fabric) -> None:
-    conn = fabric.su()
-    _old_constraints(conn)
-    insert, call = _statements("rules_m", "_memory_records_row_rules", list(RECORD_VALUES))
-    seen = _compare(conn, RECORD_VALUES, insert, call, "memory_records", 1500)
-    names = conn.execute(
-        "SELECT array_agg(conname::text) FROM pg_constraint"
-        " WHERE conrelid = 'pg_temp.rules_m'::regclass AND contype = 'c'"
-    ).fetchone()
-    assert names is not None
-    assert seen == {None, *names[0]}
 
 
 RAW_INSERT = """
