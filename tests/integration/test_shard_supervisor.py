@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -40,75 +41,76 @@ def kill_all(store: EdgeVectorStore) -> None:
         assert shard._child.wait() == -signal.SIGKILL
 
 
-def test_a_shard_child_killed_before_the_flush_keeps_the_cursor_and_replays(
-    fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
-) -> None:
+@pytest.fixture
+def store(tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[EdgeVectorStore]:
+    """An Edge store of shards in child processes, with the session model's collections."""
     store = EdgeVectorStore(tmp_path / "qdrant", shard_processes=True)
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
     try:
-        url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-        p = Projector(url, minilm, store, None, flush_seconds=3600.0)
-        run = fabric.open_run()
-        fabric.form(run, "Customer asked to be invoiced in euros")
-        fabric.settle()
-        with psycopg.connect(url, autocommit=True) as conn:
-            assert p.drain(conn, "qdrant") > 0  # a full drain: flushed, cursor moved
-            before = cursor(fabric)
-            fabric.form(run, "The shipment to Rotterdam was delayed")
-            fabric.form(run, "The customer prefers calls after 3 pm")
-            fabric.settle()
-            assert p.drain(conn, "qdrant", max_batches=1) > 0  # applied, not flushed
-            assert cursor(fabric) == before
-            kill_all(store)
-            with pytest.raises(WritesLost) as lost:
-                p.settle(conn, "qdrant", force=True)
-            assert recoverable(lost.value)  # `run` backs off and drains again from the cursor
-            assert cursor(fabric) == before  # never past a point that may be lost
-            assert p.flush_due("qdrant") is None  # nothing read ahead of the cursor is kept
-            # the next drain reads again from the cursor: both new records, re-applied
-            assert p.drain(conn, "qdrant") > 0
-            assert cursor(fabric) != before
-        report = ops.verify(p)
-        assert report["ok"], report
-        assert report["qdrant"]["expected"] == report["qdrant"]["points"] == 3
-        assert all(isinstance(s, ProcessShard) and s.restarts == 1 for s in store._shards.values())
+        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+        yield store
     finally:
         store.close()
+
+
+def test_a_shard_child_killed_before_the_flush_keeps_the_cursor_and_replays(
+    fabric: Fabric, store: EdgeVectorStore, minilm: MiniLMEmbedder
+) -> None:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    p = Projector(url, minilm, store, None, flush_seconds=3600.0)
+    run = fabric.open_run()
+    fabric.form(run, "Customer asked to be invoiced in euros")
+    fabric.settle()
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert p.drain(conn, "qdrant") > 0  # a full drain: flushed, cursor moved
+        before = cursor(fabric)
+        fabric.form(run, "The shipment to Rotterdam was delayed")
+        fabric.form(run, "The customer prefers calls after 3 pm")
+        fabric.settle()
+        assert p.drain(conn, "qdrant", max_batches=1) > 0  # applied, not flushed
+        assert cursor(fabric) == before
+        kill_all(store)
+        with pytest.raises(WritesLost) as lost:
+            p.settle(conn, "qdrant", force=True)
+        assert recoverable(lost.value)  # `run` backs off and drains again from the cursor
+        assert cursor(fabric) == before  # never past a point that may be lost
+        assert p.flush_due("qdrant") is None  # nothing read ahead of the cursor is kept
+        # the next drain reads again from the cursor: both new records, re-applied
+        assert p.drain(conn, "qdrant") > 0
+        assert cursor(fabric) != before
+    report = ops.verify(p)
+    assert report["ok"], report
+    assert report["qdrant"]["expected"] == report["qdrant"]["points"] == 3
+    assert all(isinstance(s, ProcessShard) and s.restarts == 1 for s in store._shards.values())
 
 
 def test_a_projector_flushing_every_batch_never_moves_the_cursor_past_a_lost_write(
-    fabric: Fabric, tmp_path: Path, minilm: MiniLMEmbedder
+    fabric: Fabric, store: EdgeVectorStore, minilm: MiniLMEmbedder
 ) -> None:
-    store = EdgeVectorStore(tmp_path / "qdrant", shard_processes=True)
-    store.ensure_collections(minilm.model, minilm.version, minilm.dims)
-    try:
-        url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-        p = Projector(url, minilm, store, None)  # flush_seconds 0: flush, then the cursor
-        run = fabric.open_run()
-        fabric.form(run, "Customer asked to be invoiced in euros")
-        fabric.settle()
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    p = Projector(url, minilm, store, None)  # flush_seconds 0: flush, then the cursor
+    run = fabric.open_run()
+    fabric.form(run, "Customer asked to be invoiced in euros")
+    fabric.settle()
+    before = cursor(fabric)
+    # the children die before the batch: its upserts restart them (nothing was
+    # unflushed, so nothing is lost and the batch goes through)
+    kill_all(store)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert p.drain(conn, "qdrant") > 0
+        assert cursor(fabric) != before
         before = cursor(fabric)
-        # the children die before the batch: its upserts restart them (nothing was
-        # unflushed, so nothing is lost and the batch goes through)
+        fabric.form(run, "The shipment to Rotterdam was delayed")
+        fabric.settle()
+        # an upsert held unflushed when its child dies: written here by hand as the
+        # projector would, then the batch's own flush must refuse to count it durable
+        records = p.records(conn, [str(e["memory_id"]) for e in p.events(conn, "qdrant")])
+        p.apply_vectors(conn, records, flush=False)
         kill_all(store)
-        with psycopg.connect(url, autocommit=True) as conn:
-            assert p.drain(conn, "qdrant") > 0
-            assert cursor(fabric) != before
-            before = cursor(fabric)
-            fabric.form(run, "The shipment to Rotterdam was delayed")
-            fabric.settle()
-            # an upsert held unflushed when its child dies: written here by hand as the
-            # projector would, then the batch's own flush must refuse to count it durable
-            records = p.records(conn, [str(e["memory_id"]) for e in p.events(conn, "qdrant")])
-            p.apply_vectors(conn, records, flush=False)
-            kill_all(store)
-            with pytest.raises(WritesLost):
-                p.drain(conn, "qdrant")  # its flush raises: the cursor does not move
-            assert cursor(fabric) == before
-            assert p.drain(conn, "qdrant") > 0
-            assert cursor(fabric) != before
-        report = ops.verify(p)
-        assert report["ok"], report
-        assert report["qdrant"]["expected"] == report["qdrant"]["points"] == 2
-    finally:
-        store.close()
+        with pytest.raises(WritesLost):
+            p.drain(conn, "qdrant")  # its flush raises: the cursor does not move
+        assert cursor(fabric) == before
+        assert p.drain(conn, "qdrant") > 0
+        assert cursor(fabric) != before
+    report = ops.verify(p)
+    assert report["ok"], report
+    assert report["qdrant"]["expected"] == report["qdrant"]["points"] == 2
