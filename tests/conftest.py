@@ -667,21 +667,10 @@ class Fabric:
         return self.connect(None)
 
     def settle(self, timeout: float = 30.0) -> None:
-        """Wait until every transaction begun before now has ended. The outbox is read below
-        the cluster's snapshot xmin, and the clone pool's CREATE or DROP DATABASE in the
-        background holds it back for a moment: a test that reads the outbox once, right
-        after its writes, settles first (a projector would simply read again)."""
+        """Wait until every transaction begun before now has ended (`settle`)."""
         if self._tx is not None:
             raise NeedsClone("the outbox of a rollback test is never committed")
-        conn = self.session(None)
-        xmax = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetchone()
-        assert xmax is not None
-        deadline = time.monotonic() + timeout
-        while not conn.execute(
-            "SELECT pg_snapshot_xmin(pg_current_snapshot()) >= %s", (xmax[0],)
-        ).fetchone()[0]:  # type: ignore[index]
-            assert time.monotonic() < deadline, "a transaction older than the test stays open"
-            time.sleep(0.01)
+        settle(self.session(None), timeout)
 
     def session(self, login: str | None = None) -> psycopg.Connection[Any]:
         """The test's shared autocommit connection as `login`: calls only, never SET ROLE,
@@ -1011,6 +1000,22 @@ def emptied(store: Any, contracts: Any, aliases: Any) -> bool:
         if held:
             store.delete(tier, held)
     return all(store.count(tier) == 0 for tier in INDEXED_TIERS)
+
+
+def settle(conn: psycopg.Connection[Any], timeout: float = 30.0) -> None:
+    """Wait on autocommit `conn` until every transaction begun before now has ended. The
+    outbox is read below the cluster's snapshot xmin, which any transaction of the server
+    holds back (another worker's test, the clone pool's CREATE or DROP DATABASE): a test
+    that reads the outbox once, right after its writes, settles first (a projector would
+    simply read again)."""
+    xmax = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetchone()
+    assert xmax is not None
+    deadline = time.monotonic() + timeout
+    while not conn.execute(
+        "SELECT pg_snapshot_xmin(pg_current_snapshot()) >= %s", (xmax[0],)
+    ).fetchone()[0]:  # type: ignore[index]
+        assert time.monotonic() < deadline, "a transaction older than the test stays open"
+        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode, lent
+from conftest import Fabric, episode, lent, settle
 from memfabric import ops
 from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
@@ -80,8 +80,12 @@ def projector(
     return Projector(url, CountingEmbedder(minilm), vectors, graph)  # type: ignore[arg-type]
 
 
-def drain(projector: Projector) -> int:
+def drain(projector: Projector, settled: bool = True) -> int:
+    """Both projections drained once, after the test's writes are below the horizon
+    (`settled`: another worker's transaction may hold it back for a moment)."""
     with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+        if settled:
+            settle(conn)
         return sum(projector.drain(conn, p) for p in ("qdrant", "graph"))
 
 
@@ -249,7 +253,7 @@ def test_a_slow_transactions_events_are_never_skipped(fabric: Fabric, projector:
         "SELECT fabric_api.commit(%s) ->> 'memory_id'", (slow_proposal,)
     ).fetchone()[0]  # type: ignore[index]
     fast_id = fabric.commit(fast_proposal)["memory_id"]  # commits while the slow one is open
-    drain(projector)
+    drain(projector, settled=False)  # settling would wait for the slow one
     assert projector.store is not None
     assert point_ids(projector.store, "episodic") == set()  # held back below the slow xmin
     slow.commit()
@@ -300,6 +304,7 @@ def test_graph_server_away_and_back(
         run = seeded["run"]
         late = fabric.form(run, "formed while the graph was away")
         with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+            settle(conn)
             assert projector.drain(conn, "qdrant") > 0  # the vector projection goes on
             with pytest.raises(Exception):  # noqa: B017 - the driver's error while away
                 projector.drain(conn, "graph")

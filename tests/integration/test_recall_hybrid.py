@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric, lent
+from conftest import Fabric, lent, settle
 from memfabric.broker import LocalBroker, RemoteBroker, serve_socket
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.projector import Projector
@@ -60,7 +60,10 @@ def socket_broker(
 
 
 def project(projector: Projector) -> None:
+    """The vector projection drained once, after the test's writes are below the horizon
+    (another worker's transaction may hold it back for a moment)."""
     with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+        settle(conn)
         projector.drain(conn, "qdrant")
 
 
