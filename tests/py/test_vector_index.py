@@ -1,8 +1,8 @@
 """The Edge vector index: `EdgeVectorStore.build_index` (a child process optimizes a copy of
 the shard, the copy is swapped in with the writes it missed replayed) and `index_status`.
 
-Real Qdrant Edge on /dev/shm when it exists; 3,000 points of 384 dimensions with an
-indexing threshold of 1,000 KB, so the engine builds an HNSW index on a shard this small.
+Real Qdrant Edge on /dev/shm when it exists; BUILT (1,000) points of 384 dimensions with an
+indexing threshold of 300 KB, so the engine builds an HNSW index on a shard this small.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 DIMS = 384
 SUBJECTS = [f"user-{i}" for i in range(5)]
 SHM = Path("/dev/shm")  # noqa: S108 (tmpfs: shards fsync a lot)
+BUILT, THRESHOLD_KB = 1000, 300  # points a build indexes (1.5 MB of vectors), and the threshold
 
 
 def points(n: int, seed: int) -> list[VectorPoint]:
@@ -73,7 +74,7 @@ def store(root: Path, request: pytest.FixtureRequest) -> Iterator[EdgeVectorStor
     # a child-owned shard (MEMFABRIC_EDGE_SHARDS=child) does differently; each build costs
     # seconds, so the other tests run once.
     s = EdgeVectorStore(
-        root / "edge", indexing_threshold_kb=1000, shard_processes=getattr(request, "param", False)
+        root / "edge", indexing_threshold_kb=THRESHOLD_KB, shard_processes=getattr(request, "param", False)
     )
     s.ensure_collections("bench-model", "1", DIMS)
     yield s
@@ -90,20 +91,20 @@ def queries(n: int) -> list[list[float]]:
 
 
 @BOTH_MODES
-@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
+@pytest.mark.slow  # an HNSW build in a child process: 2-5 s
 def test_a_fresh_shard_has_no_index_and_a_build_indexes_every_point(
     store: EdgeVectorStore,
 ) -> None:
-    store.upsert("semantic", points(3000, 1))
+    store.upsert("semantic", points(BUILT, 1))
     store.flush()
     before = store.index_status()["semantic"]
-    assert (before["points"], before["indexed"], before["building"]) == (3000, 0, False)
+    assert (before["points"], before["indexed"], before["building"]) == (BUILT, 0, False)
     exact_before = [store.search(["semantic"], q, flt(), 10, exact=True) for q in queries(10)]
 
     result = store.build_index(["semantic"])["semantic"]
     assert result["result"] == "built", result
     after = store.index_status()["semantic"]
-    assert (after["points"], after["indexed"]) == (3000, 3000)
+    assert (after["points"], after["indexed"]) == (BUILT, BUILT)
     # exact search reads the same vectors: identical answers after the swap
     assert [store.search(["semantic"], q, flt(), 10, exact=True) for q in queries(10)] == (
         exact_before
@@ -115,9 +116,9 @@ def test_a_fresh_shard_has_no_index_and_a_build_indexes_every_point(
         assert len({i for i, _ in approx} & {i for i, _ in exact}) >= 8
 
 
-@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
+@pytest.mark.slow  # an HNSW build in a child process: 2-5 s
 def test_a_second_build_without_new_points_is_skipped(store: EdgeVectorStore) -> None:
-    store.upsert("semantic", points(3000, 1))
+    store.upsert("semantic", points(BUILT, 1))
     assert store.build_index()["semantic"]["result"] == "built"
     assert store.build_index()["semantic"]["result"] == "skipped"
     store.upsert("semantic", points(10, 2))
@@ -127,11 +128,11 @@ def test_a_second_build_without_new_points_is_skipped(store: EdgeVectorStore) ->
 
 
 @BOTH_MODES
-@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
+@pytest.mark.slow  # an HNSW build in a child process: 2-5 s
 def test_writes_during_the_build_are_replayed_on_the_built_copy(
     store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = points(3000, 1)
+    first = points(BUILT, 1)
     store.upsert("semantic", first)
     late = points(50, 3)
     doomed = [p.payload.memory_id for p in first[:20]]
@@ -161,7 +162,7 @@ def test_writes_during_the_build_are_replayed_on_the_built_copy(
     builder.join(120)
     assert results["semantic"]["result"] == "built"
     assert results["semantic"]["replayed"] == 3
-    assert store.count("semantic") == 3000 + 50 - 20
+    assert store.count("semantic") == BUILT + 50 - 20
     kept = {i for i, _ in store.scroll("semantic")}
     assert not kept & set(doomed)
     assert {p.payload.memory_id for p in late} <= kept
@@ -171,15 +172,15 @@ def test_writes_during_the_build_are_replayed_on_the_built_copy(
         for i, _ in store.search(["semantic"], queries(1)[0], flt(s), 5000, exact=True)
     }
     assert not live & set(superseded)
-    assert len(live) == 3000 + 50 - 40
+    assert len(live) == BUILT + 50 - 40
     assert not (store.root / "building").exists()
 
 
-@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
+@pytest.mark.slow  # an HNSW build in a child process: 2-5 s
 def test_a_wipe_during_the_build_discards_it(
     store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.upsert("semantic", points(3000, 1))
+    store.upsert("semantic", points(BUILT, 1))
     import memfabric.vectors.edge as edge
 
     real_run = edge.subprocess.run
@@ -198,15 +199,15 @@ def test_a_wipe_during_the_build_discards_it(
 def test_a_failed_build_leaves_the_live_shard_as_it_was(
     store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.upsert("semantic", points(3000, 1))
+    store.upsert("semantic", points(BUILT, 1))
     import memfabric.vectors.edge as edge
 
     monkeypatch.setattr(edge, "_BUILD_CHILD", "import sys; sys.exit('engine gave up')")
     with pytest.raises(edge.VectorStoreError, match="engine gave up"):
         store.build_index()
-    assert store.count("semantic") == 3000
+    assert store.count("semantic") == BUILT
     store.upsert("semantic", points(5, 5))  # nothing is journalled any more, writes go on
-    assert store.count("semantic") == 3005
+    assert store.count("semantic") == BUILT + 5
     assert not (store.root / "building").exists()
 
 
@@ -261,7 +262,7 @@ def cli_env(root: Path) -> dict[str, str | None]:
     }
 
 
-@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
+@pytest.mark.slow  # an HNSW build in a child process: 2-5 s
 def test_cli_status_and_build_index_on_the_embedded_shards(root: Path) -> None:
     import json
 
@@ -269,9 +270,9 @@ def test_cli_status_and_build_index_on_the_embedded_shards(root: Path) -> None:
 
     from memfabric.cli import app
 
-    s = EdgeVectorStore(root / "edge", indexing_threshold_kb=1000)
+    s = EdgeVectorStore(root / "edge", indexing_threshold_kb=THRESHOLD_KB)
     s.ensure_collections("bench-model", "1", DIMS)
-    s.upsert("semantic", points(3000, 1))
+    s.upsert("semantic", points(BUILT, 1))
     s.close()
     runner = CliRunner()
     status = runner.invoke(app, ["vectors", "status"], env=cli_env(root))
@@ -281,7 +282,7 @@ def test_cli_status_and_build_index_on_the_embedded_shards(root: Path) -> None:
     assert built.exit_code == 0, built.output
     assert json.loads(built.stdout)["semantic"]["result"] == "built"
     status = runner.invoke(app, ["vectors", "status"], env=cli_env(root))
-    assert json.loads(status.stdout)["semantic"]["indexed"] == 3000
+    assert json.loads(status.stdout)["semantic"]["indexed"] == BUILT
     on_server = runner.invoke(
         app, ["vectors", "status"], env={**cli_env(root), "QDRANT_URL": "http://127.0.0.1:1"}
     )
@@ -289,15 +290,15 @@ def test_cli_status_and_build_index_on_the_embedded_shards(root: Path) -> None:
     assert "builds its indexes itself" in on_server.output
 
 
-@pytest.mark.slow  # an HNSW build over 3,000 points in a child process: 6-10 s
+@pytest.mark.slow  # an HNSW build in a child process: 2-5 s
 def test_the_serve_socket_builds_without_its_lock(root: Path) -> None:
     """build_index through the broker socket runs while the serve lock is held elsewhere
     (the projector applying a batch): only the store's own mutex is taken."""
     from memfabric.broker import LocalBroker, RemoteBroker, serve_socket
 
-    store = EdgeVectorStore(root / "edge", indexing_threshold_kb=1000)
+    store = EdgeVectorStore(root / "edge", indexing_threshold_kb=THRESHOLD_KB)
     store.ensure_collections("bench-model", "1", DIMS)
-    store.upsert("semantic", points(3000, 1))
+    store.upsert("semantic", points(BUILT, 1))
     lock = threading.Lock()
     broker = LocalBroker(
         store,
@@ -463,7 +464,7 @@ def test_writes_from_another_thread_throughout_the_build_all_land(
     """A writer thread never stops while the build, its catch-up rounds and the swap run."""
     import memfabric.vectors.edge as edge
 
-    store.upsert("semantic", points(3000, 1))
+    store.upsert("semantic", points(BUILT, 1))
     monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
     store.catch_up_bound = 2
     written: list[str] = []
@@ -505,7 +506,7 @@ def test_writes_from_another_thread_throughout_the_build_all_land(
     assert result["replayed_locked"] <= 2 or result["catch_up_rounds"] == store.catch_up_rounds
     kept = {i for i, _ in store.scroll("semantic")}
     assert len(written) == len(set(written))
-    assert kept == {i for i in ids(points(3000, 1))} | set(written) - set(deleted)
+    assert kept == {i for i in ids(points(BUILT, 1))} | set(written) - set(deleted)
 
 
 def test_a_failure_in_a_catch_up_round_leaves_the_live_shard_serving(
