@@ -292,6 +292,9 @@ def test_projector_killed_mid_batch_resumes_without_loss(
     assert ops.drill(projector)["identical"]
 
 
+# The graph server's restart is most of this test's time, and the vector backend plays no
+# part in it: one backend is enough.
+@pytest.mark.parametrize("vectors", ["edge"], indirect=True)
 def test_graph_server_away_and_back(
     fabric: Fabric,
     projector: Projector,
