@@ -74,7 +74,9 @@ def store(root: Path, request: pytest.FixtureRequest) -> Iterator[EdgeVectorStor
     # a child-owned shard (MEMFABRIC_EDGE_SHARDS=child) does differently; each build costs
     # seconds, so the other tests run once.
     s = EdgeVectorStore(
-        root / "edge", indexing_threshold_kb=THRESHOLD_KB, shard_processes=getattr(request, "param", False)
+        root / "edge",
+        indexing_threshold_kb=THRESHOLD_KB,
+        shard_processes=getattr(request, "param", False),
     )
     s.ensure_collections("bench-model", "1", DIMS)
     yield s

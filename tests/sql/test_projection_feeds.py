@@ -64,6 +64,9 @@ def populate(fabric: Fabric) -> list[str]:
         (half, MODEL, VERSION, vectors, [hashes[i] for i in half]),
     ).fetchall()
     assert len(rows) == len(half) and all(stored for _, stored in rows)
+    # every event written here below the horizon (another worker's transaction may hold it
+    # back a moment): the tests compare what the feeds serve with what was written
+    fabric.settle()
     return ids
 
 
@@ -158,6 +161,7 @@ def test_events_rows_follow_the_cursor_and_stop_below_a_running_transaction(
         "SELECT count(*) FROM fabric_api.projection_events_v2('qdrant', 10000)"
     ).fetchone()
     blocker.rollback()
+    fabric.settle()  # and no other transaction of the server holds it
     freed = conn.execute(
         "SELECT count(*) FROM fabric_api.projection_events_v2('qdrant', 10000)"
     ).fetchone()
