@@ -4,9 +4,10 @@ Prints, never asserts (docs/benchmarks.md). One run, governed and baseline alter
 pairs (25; whole batches) within each round, order flipped each turn, so noise hits both:
 - governed single: `fabric_api.propose` as login bench_agent, then `fabric_api.commit` as
   bench_committer; two connections, each call its own autocommit transaction.
-- baseline single: the same rows (proposal; record, lineage, events, proposal update) as
-  plain INSERT/UPDATE, one transaction per side on the same two connections, pipelined:
-  one round trip per side, like the one SELECT per side of the governed path.
+- baseline single: the same rows (proposal; record, its search statistics, lineage, events,
+  proposal update) as plain INSERT/UPDATE, one transaction per side on the same two
+  connections, pipelined: one round trip per side, like the one SELECT per side of the
+  governed path.
 - governed batch: one `fabric_api.propose_many` of B envelopes, then one
   `fabric_api.commit_many` of the B proposal ids (set-based on both sides); baseline batch:
   the same rows, one transaction per side (`executemany`, pipelined).
@@ -24,7 +25,10 @@ key -- are created again after scope_key is, as the records' definitions). NOT N
 no CHECK, foreign key, trigger or RLS policy; fabric.ident and
 fabric.tenant_ident domain columns become text (a domain CHECK is governance too). events is
 one plain table (fabric.events is partitioned by month). The derived search text (search_tsv,
-when present) is computed in the baseline INSERT: data the governed row holds.
+when present) is computed in the baseline INSERT: data the governed row holds. The per-scope
+search statistics (fabric.search_stats, when present) get the rows the governed commit's
+statement trigger appends for the records it formed (before 0.7.1 the baseline skipped them,
+so its rate was higher than the same work's and the ratio understated).
 """
 
 from __future__ import annotations
@@ -103,6 +107,15 @@ BEGIN
                            'CREATE \\1INDEX ON bench_baseline.memory_records ');
   END LOOP;
 END $$;
+-- the per-scope search statistics (migration 0021), when present: rows the governed commit
+-- appends (fabric.tg_memory_records__search_stats), so the baseline appends them too
+DO $$
+BEGIN
+  IF pg_catalog.to_regclass('fabric.search_stats') IS NOT NULL THEN
+    CREATE TABLE bench_baseline.search_stats (LIKE fabric.search_stats INCLUDING DEFAULTS
+      INCLUDING GENERATED INCLUDING INDEXES);
+  END IF;
+END $$;
 GRANT USAGE ON SCHEMA bench_baseline TO bench_agent, bench_committer;
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA bench_baseline
   TO bench_agent, bench_committer;
@@ -142,6 +155,19 @@ HAS_TSV = """SELECT (SELECT text_search_config::text FROM fabric.deployment_sett
                 AND attname = 'search_tsv' AND NOT attisdropped)"""
 WAITING = """SELECT tenant_id, count(*) FROM fabric.proposals
   WHERE status = 'validated' AND tenant_id <> %s GROUP BY 1"""
+# The statistics rows the governed commit's statement trigger appends for the records a
+# statement formed: per scope one row of documents and summed length, per scope and lexeme
+# one row of documents (the records read back by their primary key, once per transaction).
+B_STATS = """INSERT INTO bench_baseline.search_stats (tenant_id, scope_key, lexeme, docs, length)
+SELECT r.tenant_id, r.scope_key, '', count(*), sum(r.search_length)
+  FROM bench_baseline.memory_records r WHERE r.tenant_id = %(t)s AND r.memory_id = ANY(%(ids)s)
+ GROUP BY r.tenant_id, r.scope_key
+UNION ALL
+SELECT r.tenant_id, r.scope_key, u.lexeme, count(*), 0
+  FROM bench_baseline.memory_records r CROSS JOIN LATERAL unnest(r.search_tsv) u
+ WHERE r.tenant_id = %(t)s AND r.memory_id = ANY(%(ids)s)
+ GROUP BY r.tenant_id, r.scope_key, u.lexeme"""
+HAS_STATS = "SELECT to_regclass('bench_baseline.search_stats') IS NOT NULL"
 B_LINEAGE = "INSERT INTO bench_baseline.memory_lineage VALUES (%s, %s, %s)"
 B_EVENT = """INSERT INTO bench_baseline.events (tenant_id, event_type, correlation_id,
   causation_id, actor_agent_id, run_id, memory_id, proposal_id, payload)
@@ -165,6 +191,7 @@ class State:
     run_id: uuid.UUID
     record_sql: sql.Composed
     tsconfig: tuple[str, ...]  # the text search configuration, if records carry search_tsv
+    stats: bool = False  # the baseline appends the search statistics rows (B_STATS)
     gov_episode: str = ""  # the last committed governed episode (memory_id)
     base_episode: uuid.UUID | None = None
     agent_events: tuple[str, ...] = ()
@@ -209,6 +236,7 @@ def setup(url: str) -> State:
         tsconfig = tuple(r[0] for r in su.execute(HAS_TSV))
         has_length = su.execute(HAS_LENGTH).fetchone()
         with_length = bool(tsconfig) and has_length is not None and bool(has_length[0])
+        stats = with_length and bool(call(su, HAS_STATS))
         waiting = su.execute(WAITING, (TENANT,)).fetchall()
     if waiting:  # commit_pending drains every tenant: it would commit these too
         raise SystemExit(f"validated proposals wait in tenants {waiting}: drain them first")
@@ -229,7 +257,7 @@ def setup(url: str) -> State:
     if with_length:  # the length is computed from the same derivation (one more parameter)
         tsv = [x + sql.SQL(y) for x, y in zip(tsv, LENGTH, strict=True)]
         tsconfig = tsconfig * 2
-    return State(run_id, sql.SQL(B_RECORD).format(*tsv), tsconfig)
+    return State(run_id, sql.SQL(B_RECORD).format(*tsv), tsconfig, stats)
 
 
 def governed_single(a: Conn, c: Conn, st: State, items: Sequence[Item], _: int) -> list[float]:
@@ -297,6 +325,9 @@ def baseline(a: Conn, c: Conn, st: State, items: Sequence[Item], b: int) -> list
             cur.executemany(B_EVENT, a_ev)
         with c.pipeline(), c.transaction(), c.cursor() as cur:
             cur.executemany(st.record_sql, rec)
+            if st.stats:
+                # prepared, as the trigger's statement is (a plan kept for the session)
+                cur.execute(B_STATS, {"t": TENANT, "ids": [r[0] for r in rec]}, prepare=True)
             if lin:
                 cur.executemany(B_LINEAGE, lin)
             cur.executemany(B_EVENT, c_ev)
