@@ -27,7 +27,7 @@ fabric.tenant_ident domain columns become text (a domain CHECK is governance too
 one plain table (fabric.events is partitioned by month). The derived search text (search_tsv,
 when present) is computed in the baseline INSERT: data the governed row holds. The per-scope
 search statistics (fabric.search_stats, when present) get the rows the governed commit's
-statement trigger appends for the records it formed (before 0.7.1 the baseline skipped them,
+statement trigger appends for the records it formed (up to 0.7.0 the baseline skipped them,
 so its rate was higher than the same work's and the ratio understated).
 """
 
