@@ -1031,9 +1031,9 @@ def emptied(store: Any, contracts: Any, aliases: Any) -> bool:
 def settle(conn: psycopg.Connection[Any], timeout: float = 30.0) -> None:
     """Wait on autocommit `conn` until every transaction begun before now has ended. The
     outbox is read below the cluster's snapshot xmin, which any transaction of the server
-    holds back (another worker's test, the clone pool's CREATE or DROP DATABASE): a test
-    that reads the outbox once, right after its writes, settles first (a projector would
-    simply read again)."""
+    holds back (the clone pool's CREATE or DROP DATABASE in the background, another
+    connection of the test): a test that reads the outbox once, right after its writes,
+    settles first (a projector would simply read again)."""
     xmax = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetchone()
     assert xmax is not None
     deadline = time.monotonic() + timeout

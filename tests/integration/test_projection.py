@@ -82,7 +82,8 @@ def projector(
 
 def drain(projector: Projector, settled: bool = True) -> int:
     """Both projections drained once, after the test's writes are below the horizon
-    (`settled`: another worker's transaction may hold it back for a moment)."""
+    (`settled`: a transaction of the server, such as the clone pool's next CREATE
+    DATABASE, may hold it back for a moment)."""
     with psycopg.connect(projector.conninfo, autocommit=True) as conn:
         if settled:
             settle(conn)

@@ -61,7 +61,8 @@ def socket_broker(
 
 def project(projector: Projector) -> None:
     """The vector projection drained once, after the test's writes are below the horizon
-    (another worker's transaction may hold it back for a moment)."""
+    (a transaction of the server, such as the clone pool's next CREATE DATABASE, may hold
+    it back for a moment)."""
     with psycopg.connect(projector.conninfo, autocommit=True) as conn:
         settle(conn)
         projector.drain(conn, "qdrant")

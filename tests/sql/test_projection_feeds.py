@@ -64,8 +64,9 @@ def populate(fabric: Fabric) -> list[str]:
         (half, MODEL, VERSION, vectors, [hashes[i] for i in half]),
     ).fetchall()
     assert len(rows) == len(half) and all(stored for _, stored in rows)
-    # every event written here below the horizon (another worker's transaction may hold it
-    # back a moment): the tests compare what the feeds serve with what was written
+    # every event written here below the horizon (a transaction of the server, such as the
+    # clone pool's next CREATE DATABASE, may hold it back a moment): the tests compare what
+    # the feeds serve with what was written
     fabric.settle()
     return ids
 
