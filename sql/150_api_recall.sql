@@ -648,11 +648,16 @@ REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timest
 -- read-only transaction, which may not), nothing is kept and the second call computes the
 -- list itself, as it does whenever nothing matches its key.
 -- the key: the request as the first call has it (the second adds only its candidates)
+-- (PL/pgSQL, not SQL: a SQL function with a SET clause is parsed and planned again in every
+-- statement that calls it, about 0.1 ms here; this one is a simple expression)
 CREATE OR REPLACE FUNCTION fabric._lexical_stash_key(p_request jsonb)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-RETURN pg_catalog.md5((p_request - 'candidates')::text);
+AS $$
+BEGIN
+  RETURN pg_catalog.md5((p_request - 'candidates')::text);
+END $$;
 REVOKE ALL ON FUNCTION fabric._lexical_stash_key(jsonb) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION fabric._lexical_stash_owned()
@@ -663,11 +668,11 @@ AS $$
 DECLARE
   v_owner oid;
 BEGIN
+  -- the session's own temporary table of that name (pg_temp names no other schema), by
+  -- its oid, and its owner's name from the catalog cache (no scan, no view)
   SELECT c.relowner INTO v_owner FROM pg_catalog.pg_class c
-   WHERE c.relnamespace = pg_catalog.pg_my_temp_schema()
-     AND c.relname = 'fabric_lexical_stash' AND c.relkind = 'r';
-  RETURN FOUND AND v_owner = (SELECT r.oid FROM pg_catalog.pg_roles r
-                               WHERE r.rolname = current_user);
+   WHERE c.oid = pg_catalog.to_regclass('pg_temp.fabric_lexical_stash') AND c.relkind = 'r';
+  RETURN FOUND AND pg_catalog.pg_get_userbyid(v_owner) = current_user;
 END $$;
 REVOKE ALL ON FUNCTION fabric._lexical_stash_owned() FROM PUBLIC;
 
