@@ -692,6 +692,20 @@ class Fabric:
         """A new superuser connection."""
         return self.connect(None)
 
+    def cursor(self, projection: str = "qdrant") -> tuple[str, str]:
+        """Where a projection's cursor stands: (last_xid, last_event_id) as text."""
+        row = (
+            self.session(None)
+            .execute(
+                "SELECT last_xid::text, last_event_id::text FROM fabric.projection_cursors"
+                " WHERE projection = %s",
+                (projection,),
+            )
+            .fetchone()
+        )
+        assert row is not None
+        return row[0], row[1]
+
     def settle(self, timeout: float = 30.0) -> None:
         """Wait until every transaction begun before now has ended (`settle`)."""
         if self._tx is not None:

@@ -27,15 +27,6 @@ from memfabric.vectors import EdgeVectorStore, RecallFilter, VectorStore
 
 pytestmark = pytest.mark.slow  # real MiniLM, Edge on disk, a child process
 
-CURSOR = "SELECT last_xid::text, last_event_id::text FROM fabric.projection_cursors"
-CURSOR += " WHERE projection = 'qdrant'"
-
-
-def cursor(fabric: Fabric) -> tuple[str, str]:
-    row = fabric.su().execute(CURSOR).fetchone()
-    assert row is not None
-    return (row[0], row[1])
-
 
 def searchable(p: Projector, conn: psycopg.Connection[Any], ids: list[str]) -> set[str]:
     """The ids of `ids` an exact search of their scopes returns (as recall would ask)."""
@@ -93,24 +84,24 @@ def test_points_are_searchable_before_the_flush_and_the_cursor_waits_for_it(
         run = fabric.open_run()
         first = [fabric.form(run, "Customer asked to be invoiced in euros")]
         fabric.settle()
-        before = cursor(fabric)
+        before = fabric.cursor()
         with psycopg.connect(p.conninfo, autocommit=True) as conn:
             assert p.drain(conn, "qdrant", max_batches=1) > 0
             assert searchable(p, conn, first) == set(first)  # visible, not yet flushed
-            assert cursor(fabric) == before  # the cursor waits for the flush
+            assert fabric.cursor() == before  # the cursor waits for the flush
             second = [fabric.form(run, "The shipment to Rotterdam was delayed")]
             fabric.settle()
             # read past what is applied but unflushed: only the new events, not the first again
             assert p.drain(conn, "qdrant", max_batches=1) > 0
             assert p.read[-1] == second
             assert searchable(p, conn, first + second) == set(first + second)
-            assert cursor(fabric) == before
+            assert fabric.cursor() == before
             assert p.flush_due("qdrant") is not None
             p.settle(conn, "qdrant")  # not due yet: nothing moves
-            assert cursor(fabric) == before
+            assert fabric.cursor() == before
             p.settle(conn, "qdrant", force=True)
             assert p.flush_due("qdrant") is None
-            after = cursor(fabric)
+            after = fabric.cursor()
             assert after != before
             # everything applied is behind the cursor now: a projector flushing every batch
             # finds nothing left to apply
@@ -131,7 +122,7 @@ def test_an_interrupt_flushes_and_moves_the_cursor_before_it_ends_the_loop(
         run = fabric.open_run()
         ids = [fabric.form(run, f"interrupted record {i}") for i in range(3)]
         fabric.settle()
-        before = cursor(fabric)
+        before = fabric.cursor()
         p = projector(fabric, store, minilm, flush_seconds=3600.0)
 
         def interrupt_once_applied() -> bool:
@@ -142,7 +133,7 @@ def test_an_interrupt_flushes_and_moves_the_cursor_before_it_ends_the_loop(
         with pytest.raises(KeyboardInterrupt):
             p.run(["qdrant"], poll_seconds=0.1, should_stop=interrupt_once_applied)
         assert sorted(id for batch in p.read for id in batch) == sorted(ids)
-        assert cursor(fabric) != before and p.flush_due("qdrant") is None
+        assert fabric.cursor() != before and p.flush_due("qdrant") is None
         with psycopg.connect(p.conninfo, autocommit=True) as conn:
             assert projector(fabric, store, minilm).drain(conn, "qdrant") == 0
     finally:
@@ -195,7 +186,7 @@ def test_a_crash_between_upsert_and_flush_replays_from_the_cursor(
     run = fabric.open_run()
     ids = [fabric.form(run, t) for t in ("User prefers short answers", "Call on Thursday")]
     fabric.settle()
-    before = cursor(fabric)
+    before = fabric.cursor()
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     path = tmp_path / "qdrant"
     out = subprocess.run(
@@ -207,14 +198,14 @@ def test_a_crash_between_upsert_and_flush_replays_from_the_cursor(
     )
     applied, counted = (int(x) for x in out.stdout.split())
     assert applied > 0 and counted >= len(ids)  # the child had them searchable
-    assert cursor(fabric) == before  # and never moved the cursor past them
+    assert fabric.cursor() == before  # and never moved the cursor past them
     store = open_store(path, minilm)  # whatever reached the disk before the crash
     try:
         p = projector(fabric, store, minilm)
         with psycopg.connect(p.conninfo, autocommit=True) as conn:
             assert p.drain(conn, "qdrant") == applied  # the same events, applied again
             assert searchable(p, conn, ids) == set(ids)
-        assert cursor(fabric) != before
+        assert fabric.cursor() != before
         assert ops.verify(p)["ok"]
         assert ops.drill(p)["identical"]
     finally:

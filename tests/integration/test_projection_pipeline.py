@@ -27,19 +27,6 @@ def model(minilm: MiniLMEmbedder) -> MiniLMEmbedder:
     return minilm  # the session's model
 
 
-def cursor(fabric: Fabric) -> tuple[str, str]:
-    row = (
-        fabric.su()
-        .execute(
-            "SELECT last_xid::text, last_event_id::text FROM fabric.projection_cursors"
-            " WHERE projection = 'qdrant'"
-        )
-        .fetchone()
-    )
-    assert row is not None
-    return row[0], row[1]
-
-
 def last_event(fabric: Fabric) -> tuple[str, str]:
     row = (
         fabric.su()
@@ -70,9 +57,9 @@ def test_the_pipeline_projects_in_small_batches_and_moves_the_cursor_last(
     run = fabric.open_run()
     ids = {fabric.form(run, f"pipelined record {i}") for i in range(12)}
     projector = Projector(url, model, edge, None, batch=5)  # several batches in flight
-    run_until(projector, lambda: cursor(fabric) == last_event(fabric))
+    run_until(projector, lambda: fabric.cursor() == last_event(fabric))
     assert point_ids(edge, "episodic") == ids
-    assert cursor(fabric) == last_event(fabric)
+    assert fabric.cursor() == last_event(fabric)
     stored = fabric.count("memory_embeddings", f"model = '{model.model}'")
     assert stored == len(ids)
 
@@ -116,15 +103,15 @@ def test_a_failed_write_leaves_the_cursor_and_a_new_run_replays(
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     run = fabric.open_run()
     ids = {fabric.form(run, f"replayed record {i}") for i in range(6)}
-    before = cursor(fabric)
+    before = fabric.cursor()
     buggy = StoreWithFault(edge, TypeError("a bug in a backend"), once=False)
     with pytest.raises(TypeError, match="a bug in a backend"):
         run_until(Projector(url, model, buggy, None, batch=2), lambda: False, 30)  # type: ignore[arg-type]
     assert buggy.raised == 1  # not retried: a bug stops every stage
-    assert cursor(fabric) == before and point_ids(edge, "episodic") == set()
+    assert fabric.cursor() == before and point_ids(edge, "episodic") == set()
     # the embeddings stored before the failure are reused, the batches replayed
     run_until(
-        Projector(url, model, edge, None, batch=2), lambda: cursor(fabric) == last_event(fabric)
+        Projector(url, model, edge, None, batch=2), lambda: fabric.cursor() == last_event(fabric)
     )
     assert point_ids(edge, "episodic") == ids
 
@@ -137,7 +124,7 @@ def test_a_lost_store_is_retried_from_the_cursor(
     ids = {fabric.form(run, f"after the store came back {i}") for i in range(5)}
     flaky = StoreWithFault(edge, ConnectionResetError("the store went away"), once=True)
     projector = Projector(url, model, flaky, None, batch=2)  # type: ignore[arg-type]
-    run_until(projector, lambda: cursor(fabric) == last_event(fabric))
+    run_until(projector, lambda: fabric.cursor() == last_event(fabric))
     assert flaky.raised == 1
     assert point_ids(edge, "episodic") == ids
 
@@ -255,7 +242,7 @@ def test_with_a_flush_cadence_points_are_searchable_first_and_the_cursor_waits_f
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     run = fabric.open_run()
     ids = {fabric.form(run, f"cadenced record {i}") for i in range(9)}
-    before, store = cursor(fabric), FlushCounting(edge)
+    before, store = fabric.cursor(), FlushCounting(edge)
     projector = CursorWatching(url, model, store, None, batch=3, flush_seconds=3600.0)  # type: ignore[arg-type]
     projector.moves = []
     with running_pipelined(projector):
@@ -263,10 +250,10 @@ def test_with_a_flush_cadence_points_are_searchable_first_and_the_cursor_waits_f
         while point_ids(edge, "episodic") != ids and time.monotonic() < deadline:
             threading.Event().wait(0.05)
         assert point_ids(edge, "episodic") == ids  # searchable: every batch upserted
-        assert cursor(fabric) == before and store.flushes == 0  # not due: nothing durable
+        assert fabric.cursor() == before and store.flushes == 0  # not due: nothing durable
     # asked to stop: one flush for all the batches, then the cursor to the last event
     assert store.flushes == 1 and projector.moves == [1]
-    assert cursor(fabric) == last_event(fabric)
+    assert fabric.cursor() == last_event(fabric)
 
 
 def test_with_a_short_flush_cadence_the_cursor_follows_while_it_runs(
@@ -280,9 +267,9 @@ def test_with_a_short_flush_cadence_the_cursor_follows_while_it_runs(
     ids = {fabric.form(run, f"followed record {i}") for i in range(5)}
     with running_pipelined(projector):
         deadline = time.monotonic() + 60
-        while cursor(fabric) != last_event(fabric) and time.monotonic() < deadline:
+        while fabric.cursor() != last_event(fabric) and time.monotonic() < deadline:
             threading.Event().wait(0.05)
-        assert cursor(fabric) == last_event(fabric)  # moved while running, not at the stop
+        assert fabric.cursor() == last_event(fabric)  # moved while running, not at the stop
         assert point_ids(edge, "episodic") == ids
     # every move of the cursor came after a flush it had not seen before
     assert projector.moves and projector.moves == sorted(set(projector.moves))

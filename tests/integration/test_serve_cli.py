@@ -65,7 +65,11 @@ def served(
                 break
             time.sleep(0.1)
         assert serving(sock), proc.stdout.read() if proc.poll() is not None else "no socket"
-        yield {"env": env, "proc": proc, "socket": sock}
+        assert proc.stdout is not None
+        while "[serve] listening" not in (line := proc.stdout.readline()):
+            assert line, "serve ended before it said how it runs"
+        # listening: the line that says how serve runs (its embedding and shards)
+        yield {"env": env, "proc": proc, "socket": sock, "listening": line}
     finally:
         code = stop_process(proc)
     # SIGTERM (docker stop, systemd) takes serve's own way out: exit 0, socket file removed
@@ -101,10 +105,7 @@ def wait_verified(env: dict[str, str], memory_ids: set[str], timeout: float = 90
 def test_serve_projects_answers_recall_and_passes_the_drill(
     fabric: Fabric, served: dict[str, Any]
 ) -> None:
-    env, proc = served["env"], served["proc"]
-    assert proc.stdout is not None
-    while "[serve] listening" not in (line := proc.stdout.readline()):
-        assert line, "serve ended before it said how it runs"
+    env, line = served["env"], served["listening"]
     # `auto`, serve's default: child shards when serve may run on 2 CPUs or more
     children = env["MEMFABRIC_EDGE_SHARDS"] == "auto" and usable_cpus() >= 2
     assert ("shards in child processes" if children else "shards inline") in line
@@ -220,10 +221,7 @@ def test_serve_restarts_a_killed_shard_child_and_recall_and_projection_go_on(
     fabric: Fabric, served: dict[str, Any]
 ) -> None:
     env, proc = served["env"], served["proc"]
-    assert proc.stdout is not None
-    while "[serve] listening" not in (line := proc.stdout.readline()):
-        assert line, "serve ended before it said how it runs"
-    assert "shards in child processes" in line
+    assert "shards in child processes" in served["listening"]
     run = fabric.open_run()
     ids = {fabric.form(run, "invoices in euros please"), fabric.form(run, "ship to Rotterdam")}
     wait_verified(env, ids)

@@ -23,15 +23,6 @@ from memfabric.vectors.shards import ProcessShard
 
 pytestmark = pytest.mark.slow  # real MiniLM, shards in child processes
 
-CURSOR = "SELECT last_xid::text, last_event_id::text FROM fabric.projection_cursors"
-CURSOR += " WHERE projection = 'qdrant'"
-
-
-def cursor(fabric: Fabric) -> tuple[str, str]:
-    row = fabric.su().execute(CURSOR).fetchone()
-    assert row is not None
-    return (row[0], row[1])
-
 
 def kill_all(store: EdgeVectorStore) -> None:
     """SIGKILL every shard child and reap it: each has exited when this returns."""
@@ -62,21 +53,21 @@ def test_a_shard_child_killed_before_the_flush_keeps_the_cursor_and_replays(
     fabric.settle()
     with psycopg.connect(url, autocommit=True) as conn:
         assert p.drain(conn, "qdrant") > 0  # a full drain: flushed, cursor moved
-        before = cursor(fabric)
+        before = fabric.cursor()
         fabric.form(run, "The shipment to Rotterdam was delayed")
         fabric.form(run, "The customer prefers calls after 3 pm")
         fabric.settle()
         assert p.drain(conn, "qdrant", max_batches=1) > 0  # applied, not flushed
-        assert cursor(fabric) == before
+        assert fabric.cursor() == before
         kill_all(store)
         with pytest.raises(WritesLost) as lost:
             p.settle(conn, "qdrant", force=True)
         assert recoverable(lost.value)  # `run` backs off and drains again from the cursor
-        assert cursor(fabric) == before  # never past a point that may be lost
+        assert fabric.cursor() == before  # never past a point that may be lost
         assert p.flush_due("qdrant") is None  # nothing read ahead of the cursor is kept
         # the next drain reads again from the cursor: both new records, re-applied
         assert p.drain(conn, "qdrant") > 0
-        assert cursor(fabric) != before
+        assert fabric.cursor() != before
     report = ops.verify(p)
     assert report["ok"], report
     assert report["qdrant"]["expected"] == report["qdrant"]["points"] == 3
@@ -91,14 +82,14 @@ def test_a_projector_flushing_every_batch_never_moves_the_cursor_past_a_lost_wri
     run = fabric.open_run()
     fabric.form(run, "Customer asked to be invoiced in euros")
     fabric.settle()
-    before = cursor(fabric)
+    before = fabric.cursor()
     # the children die before the batch: its upserts restart them (nothing was
     # unflushed, so nothing is lost and the batch goes through)
     kill_all(store)
     with psycopg.connect(url, autocommit=True) as conn:
         assert p.drain(conn, "qdrant") > 0
-        assert cursor(fabric) != before
-        before = cursor(fabric)
+        assert fabric.cursor() != before
+        before = fabric.cursor()
         fabric.form(run, "The shipment to Rotterdam was delayed")
         fabric.settle()
         # an upsert held unflushed when its child dies: written here by hand as the
@@ -108,9 +99,9 @@ def test_a_projector_flushing_every_batch_never_moves_the_cursor_past_a_lost_wri
         kill_all(store)
         with pytest.raises(WritesLost):
             p.drain(conn, "qdrant")  # its flush raises: the cursor does not move
-        assert cursor(fabric) == before
+        assert fabric.cursor() == before
         assert p.drain(conn, "qdrant") > 0
-        assert cursor(fabric) != before
+        assert fabric.cursor() != before
     report = ops.verify(p)
     assert report["ok"], report
     assert report["qdrant"]["expected"] == report["qdrant"]["points"] == 2

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import emptied
+from conftest import lent
 from memfabric import vectors as v
 from memfabric.vectors import (
     EdgeVectorStore,
@@ -122,50 +122,45 @@ def _where(kind: str, tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def kept() -> Iterator[dict[str, tuple[Backend, VectorStore]]]:
-    """The module's stores that tests share, one per backend (`store`)."""
-    stores: dict[str, tuple[Backend, VectorStore]] = {}
-    yield stores
-    for b, s in stores.values():
-        s.close()
-        shutil.rmtree(b.location, ignore_errors=True)
+def shm_dirs() -> Iterator[list[Path]]:
+    """Directories the module's shared stores made on /dev/shm, removed at its end (pytest
+    removes its own temporary directories)."""
+    made: list[Path] = []
+    yield made
+    for where in made:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 @pytest.fixture
 def store(
     request: pytest.FixtureRequest,
     backend: Backend,
-    kept: dict[str, tuple[Backend, VectorStore]],
+    shm_dirs: list[Path],
+    kept_stores: dict[Any, Any],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[VectorStore]:
     """An empty store bound to the 8-dimension contract. Creating one costs 1-2 s on Edge
     (a shard and its payload indexes per tier, and with shard processes a child each), so
-    the tests share one per backend, emptied after each test (and replaced when a test
-    changed its contracts); a test that takes `backend` itself closes and reopens its store
-    and gets one of its own."""
+    the tests share one per backend, emptied after each test (`conftest.lent`: replaced when
+    a test changed its contracts); a test that takes `backend` itself closes and reopens its
+    store and gets one of its own."""
     if "backend" in inspect.signature(request.function).parameters:
         s = backend.open()
         s.ensure_collections(MODEL, "1", 8)
         yield s
         s.close()
         return
-    if backend.kind not in kept:
+
+    def make() -> VectorStore:
         where = _where(backend.kind, tmp_path_factory.mktemp("kept") / "q")
-        shared = Backend(backend.kind, where)
-        s = shared.open()
-        s.ensure_collections(MODEL, "1", 8)
-        kept[backend.kind] = (shared, s)
-    shared, s = kept[backend.kind]
-    contracts, aliases = s.contracts(), s.aliases()
-    clean = False
-    try:
+        if where.parent == SHM:
+            shm_dirs.append(where)
+        made = Backend(backend.kind, where).open()
+        made.ensure_collections(MODEL, "1", 8)
+        return made
+
+    with lent(kept_stores, backend.kind, make) as s:
         yield s
-        clean = emptied(s, contracts, aliases)
-    finally:
-        if not clean:
-            del kept[backend.kind]
-            s.close()
-            shutil.rmtree(shared.location, ignore_errors=True)
 
 
 @pytest.fixture
