@@ -30,9 +30,10 @@ import select
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -1035,11 +1036,46 @@ def emptied(store: Any, contracts: Any, aliases: Any) -> bool:
 
     if store.contracts() != contracts or store.aliases() != aliases:
         return False
-    for tier in INDEXED_TIERS:
-        held = [pid for pid, _ in store.scroll(tier)]
-        if held:
-            store.delete(tier, held)
+    store.delete_many({tier: [pid for pid, _ in store.scroll(tier)] for tier in INDEXED_TIERS})
     return all(store.count(tier) == 0 for tier in INDEXED_TIERS)
+
+
+POINT_T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)  # the store tests' first instant
+
+
+def point_payload(
+    tier: str = "semantic",
+    tenant: str = "acme",
+    visibility: str = "subject",
+    subject: str | None = "user-8842",
+    agent: str | None = "com-agt-003",
+    session: str | None = "sess-1",
+    state: str = "raw",
+    confidence: float = 0.9,
+    valid_from: datetime = POINT_T0,
+    valid_until: datetime | None = None,
+    labels: Sequence[str] = (),
+    memory_id: str | None = None,
+) -> Any:
+    """A vector point's payload for the store tests (a record of tenant acme by default)."""
+    from memfabric.vectors import MemoryPayload
+
+    return MemoryPayload(
+        memory_id=memory_id or str(uuid.uuid4()),
+        tenant_id=tenant,
+        tier=tier,
+        visibility=visibility,
+        subject_id=subject,
+        agent_id=agent,
+        session_id=session,
+        content_hash="sha256:" + "ab" * 32,
+        confidence=confidence,
+        valid_from=valid_from,
+        valid_until=valid_until,
+        consolidation_state=state,
+        retention_class="durable",
+        compliance_labels=tuple(labels),
+    )
 
 
 def settle(conn: psycopg.Connection[Any], timeout: float = 30.0) -> None:

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import point_payload
 from memfabric.errors import Misconfigured
 from memfabric.settings import Settings
-from memfabric.vectors import EdgeVectorStore, MemoryPayload, RecallFilter, VectorPoint
+from memfabric.vectors import EdgeVectorStore, RecallFilter, VectorPoint
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 DIMS = 384
 SUBJECTS = [f"user-{i}" for i in range(5)]
@@ -39,19 +39,11 @@ def points(n: int, seed: int) -> list[VectorPoint]:
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     out = []
     for i in range(n):
-        payload = MemoryPayload(
+        payload = point_payload(
             memory_id=str(uuid.UUID(int=(seed << 64) | i)),
-            tenant_id="acme",
-            tier="semantic",
-            visibility="subject",
-            subject_id=SUBJECTS[i % len(SUBJECTS)],
-            content_hash="sha256:" + "ab" * 32,
-            confidence=0.9,
-            valid_from=T0,
-            valid_until=None,
-            consolidation_state="raw",
-            retention_class="durable",
-            compliance_labels=(),
+            subject=SUBJECTS[i % len(SUBJECTS)],
+            agent=None,
+            session=None,
         )
         out.append(VectorPoint(payload, vecs[i]))
     return out

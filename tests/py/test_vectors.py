@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import lent
+from conftest import POINT_T0, lent
+from conftest import point_payload as rec
 from memfabric import vectors as v
 from memfabric.vectors import (
     EdgeVectorStore,
@@ -37,7 +38,7 @@ from memfabric.vectors import (
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "all-MiniLM-L6-v2"
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+T0 = POINT_T0  # where point_payload's validity starts
 T1 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 US = timedelta(microseconds=1)
 HASH = "sha256:" + "ab" * 32
@@ -47,38 +48,6 @@ SHM = Path("/dev/shm")  # noqa: S108 (tmpfs: see the module docstring)
 def unit(rng: np.random.Generator, dims: int = 8) -> np.ndarray[Any, np.dtype[np.float64]]:
     x = rng.normal(size=dims)
     return x / np.linalg.norm(x)
-
-
-def rec(
-    tier: str = "semantic",
-    tenant: str = "acme",
-    visibility: str = "subject",
-    subject: str | None = "user-8842",
-    agent: str | None = "com-agt-003",
-    session: str | None = "sess-1",
-    state: str = "raw",
-    confidence: float = 0.9,
-    valid_from: datetime = T0,
-    valid_until: datetime | None = None,
-    labels: Sequence[str] = (),
-    memory_id: str | None = None,
-) -> MemoryPayload:
-    return MemoryPayload(
-        memory_id=memory_id or str(uuid.uuid4()),
-        tenant_id=tenant,
-        tier=tier,
-        visibility=visibility,
-        subject_id=subject,
-        agent_id=agent,
-        session_id=session,
-        content_hash=HASH,
-        confidence=confidence,
-        valid_from=valid_from,
-        valid_until=valid_until,
-        consolidation_state=state,
-        retention_class="durable",
-        compliance_labels=tuple(labels),
-    )
 
 
 def flt(

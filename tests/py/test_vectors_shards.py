@@ -12,18 +12,16 @@ import shutil
 import signal
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import POINT_T0, point_payload
 from memfabric.settings import usable_cpus
 from memfabric.vectors import (
     EdgeVectorStore,
-    MemoryPayload,
     RecallFilter,
     ShardUnavailable,
     VectorPoint,
@@ -34,7 +32,7 @@ from memfabric.vectors.shards import ProcessShard
 
 MODEL = "all-MiniLM-L6-v2"
 DIMS = 8
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+T0 = POINT_T0  # where point_payload's validity starts
 SHM = Path("/dev/shm")  # noqa: S108 - tmpfs: a shard's creation fsyncs a few hundred times
 
 
@@ -59,22 +57,7 @@ def store(where: Path) -> Iterator[EdgeVectorStore]:
 def points(tier: str, n: int, rng: np.random.Generator) -> list[VectorPoint]:
     out = []
     for _ in range(n):
-        payload = MemoryPayload(
-            memory_id=str(uuid.uuid4()),
-            tenant_id="acme",
-            tier=tier,
-            visibility="tenant",
-            subject_id=None,
-            agent_id="com-agt-003",
-            session_id=None,
-            content_hash="sha256:" + "ab" * 32,
-            confidence=0.9,
-            valid_from=T0,
-            valid_until=None,
-            consolidation_state="raw",
-            retention_class="durable",
-            compliance_labels=(),
-        )
+        payload = point_payload(tier=tier, visibility="tenant", subject=None, session=None)
         x = rng.normal(size=DIMS)
         out.append(VectorPoint(payload, (x / np.linalg.norm(x)).tolist()))
     return out
