@@ -1094,6 +1094,16 @@ def settle(conn: psycopg.Connection[Any], timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def drained(projector: Any, projections: Sequence[str], *, settled: bool = True) -> int:
+    """Each of `projections` drained once by `projector` on a connection of its own, after
+    the test's writes are below the horizon (`settle`; `settled=False` for a test that holds
+    a transaction open on purpose); the events applied."""
+    with psycopg.connect(projector.conninfo, autocommit=True) as conn:
+        if settled:
+            settle(conn)
+        return sum(projector.drain(conn, p) for p in projections)
+
+
 @pytest.fixture(scope="module")
 def kept_stores() -> Iterator[dict[Any, Any]]:
     """Vector stores the tests of a module share (`lent`), closed at the module's end."""

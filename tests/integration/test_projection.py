@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode, lent, settle
+from conftest import Fabric, drained, episode, lent
 from memfabric import ops
 from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
@@ -81,13 +81,8 @@ def projector(
 
 
 def drain(projector: Projector, settled: bool = True) -> int:
-    """Both projections drained once, after the test's writes are below the horizon
-    (`settled`: a transaction of the server, such as the clone pool's next CREATE
-    DATABASE, may hold it back for a moment)."""
-    with psycopg.connect(projector.conninfo, autocommit=True) as conn:
-        if settled:
-            settle(conn)
-        return sum(projector.drain(conn, p) for p in ("qdrant", "graph"))
+    """Both projections drained once (`conftest.drained`)."""
+    return drained(projector, ("qdrant", "graph"), settled=settled)
 
 
 def point_ids(store: VectorStore, tier: str) -> set[str]:
@@ -307,11 +302,9 @@ def test_graph_server_away_and_back(
     try:
         run = seeded["run"]
         late = fabric.form(run, "formed while the graph was away")
-        with psycopg.connect(projector.conninfo, autocommit=True) as conn:
-            settle(conn)
-            assert projector.drain(conn, "qdrant") > 0  # the vector projection goes on
-            with pytest.raises(Exception):  # noqa: B017 - the driver's error while away
-                projector.drain(conn, "graph")
+        assert drained(projector, ("qdrant",)) > 0  # the vector projection goes on
+        with pytest.raises(Exception):  # noqa: B017 - the driver's error while away
+            drained(projector, ("graph",))
     finally:
         assert graph_sh(graph_server.env, "up").returncode == 0
     with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as fresh:

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric, lent, settle
+from conftest import Fabric, drained, lent
 from memfabric.broker import LocalBroker, RemoteBroker, serve_socket
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.projector import Projector
@@ -60,12 +60,8 @@ def socket_broker(
 
 
 def project(projector: Projector) -> None:
-    """The vector projection drained once, after the test's writes are below the horizon
-    (a transaction of the server, such as the clone pool's next CREATE DATABASE, may hold
-    it back for a moment)."""
-    with psycopg.connect(projector.conninfo, autocommit=True) as conn:
-        settle(conn)
-        projector.drain(conn, "qdrant")
+    """The vector projection drained once (`conftest.drained`)."""
+    drained(projector, ("qdrant",))
 
 
 def by_id(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
