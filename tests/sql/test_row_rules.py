@@ -169,6 +169,7 @@ def _compare(
     return seen
 
 
+@pytest.mark.slow  # 1,500 rows a table, each twice: 4-7 s
 @pytest.mark.parametrize(
     ("copy", "function", "table"),
     [
