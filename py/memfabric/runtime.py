@@ -71,7 +71,11 @@ def open_projector(
     try:
         if vectors:
             store = store_from_env(vector_dir or default_vector_dir(), serving=serving)
+            before = store.aliases()
             store.ensure_collections(embedder.model, embedder.version, embedder.dims)
+            warning = contract_change(before, store.aliases())
+            if warning is not None and kwargs.get("progress") is not None:
+                kwargs["progress"](warning)
         if graph:
             graph_store = graph_from_env()
             graph_store.ensure_schema()
@@ -82,6 +86,20 @@ def open_projector(
             if opened is not None:
                 opened.close()
         raise
+
+
+def contract_change(before: dict[str, str], after: dict[str, str]) -> str | None:
+    """What to tell the operator when binding the embedder moved the collection aliases
+    (the embedder's model, version or dims changed, e.g. an upgrade that changed the text
+    rule): the collections searched now hold only what is projected from here on."""
+    moved = sorted(n for n, physical in after.items() if before.get(n) not in (None, physical))
+    if not moved:
+        return None
+    return (
+        f"the embedder's contract changed ({before[moved[0]]} -> {after[moved[0]]}): "
+        f"{', '.join(moved)} now search new collections, which hold only the records "
+        "projected from now on; run `memfabric rebuild qdrant` to embed every record again"
+    )
 
 
 def close_projector(projector: Projector) -> None:

@@ -4,13 +4,22 @@ and MEMFABRIC_EDGE_SHARDS."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from memfabric.embedding import MiniLMEmbedder, ProcessEmbedder
+from memfabric.constants import INDEXED_TIERS
+from memfabric.embedding import (
+    MINILM_DIMS,
+    MINILM_MODEL,
+    MINILM_VERSION,
+    MiniLMEmbedder,
+    ProcessEmbedder,
+)
 from memfabric.errors import Misconfigured
-from memfabric.runtime import embedder_for
+from memfabric.runtime import contract_change, embedder_for
 from memfabric.settings import PROJECTION_ENV, Settings, usable_cpus
+from memfabric.vectors import EdgeVectorStore
 
 
 def test_defaults_embed_inline_and_run_serially() -> None:
@@ -76,3 +85,24 @@ def test_edge_shards_auto_follows_this_process_cpu_affinity() -> None:
             assert Settings.from_env({}).shard_processes(serving=True) is True
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_a_changed_embedder_contract_is_told_with_the_rebuild_to_run(tmp_path: Path) -> None:
+    """An upgrade that changes the embedder's version (0.8.0's text rule) binds new, empty
+    collections: `memfabric serve` says so, naming the command that fills them."""
+    store = EdgeVectorStore(tmp_path / "edge")
+    try:
+        first = store.aliases()
+        store.ensure_collections(MINILM_MODEL, "old;text=v1", MINILM_DIMS)
+        assert contract_change(first, store.aliases()) is None  # a first binding moves nothing
+        before = store.aliases()
+        store.ensure_collections(MINILM_MODEL, "old;text=v1", MINILM_DIMS)
+        assert contract_change(before, store.aliases()) is None  # the same contract again
+        store.ensure_collections(MINILM_MODEL, MINILM_VERSION, MINILM_DIMS)
+        after = store.aliases()
+    finally:
+        store.close()
+    told = contract_change(before, after)
+    assert told is not None and "memfabric rebuild qdrant" in told
+    assert all(f"mem_{tier}" in told for tier in INDEXED_TIERS)
+    assert before["mem_episodic"] in told and after["mem_episodic"] in told
