@@ -91,6 +91,11 @@ class Embedder(Protocol):
 TEXT_RULE = "text=v2"
 
 
+def has_words(value: Any) -> bool:
+    """A string with a letter or digit in it: something to embed or to search for."""
+    return isinstance(value, str) and any(c.isalnum() for c in value)
+
+
 def text_of(content: Mapping[str, Any]) -> str:
     """The text embedded for a record's ``content``.
 
@@ -105,8 +110,8 @@ def text_of(content: Mapping[str, Any]) -> str:
     The full-text search text keeps every string value (the lexical list matches names).
     """
     text = content.get("text")
-    if isinstance(text, str) and any(c.isalnum() for c in text):
-        return text
+    if has_words(text):
+        return str(text)
     keys = sorted(content, key=lambda k: k.encode("utf-16-be"))
     return "\n".join(v for k in keys if isinstance(v := content[k], str))
 

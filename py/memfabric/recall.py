@@ -32,6 +32,7 @@ from memfabric.broker import (
 )
 from memfabric.call import afabric_call, fabric_call
 from memfabric.constants import RECALL_MAX_CANDIDATES
+from memfabric.embedding import has_words
 from memfabric.errors import Unreachable
 from memfabric.settings import Settings
 from memfabric.tracing import client_span
@@ -47,10 +48,6 @@ _EMBEDDING = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memfabric-rec
 def _recall(conn: psycopg.Connection[Any], request: Json) -> Json:
     answer: Json = fabric_call(conn, "fabric_api.recall", request)
     return answer
-
-
-def _has_words(query: Any) -> bool:
-    return isinstance(query, str) and any(c.isalnum() for c in query)
 
 
 def recall(
@@ -172,7 +169,7 @@ def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
     defaulted = "mode" not in request and "candidates" not in request
     broker: Broker | None = None
     if defaulted:
-        if not _has_words(request.get("query")):
+        if not has_words(request.get("query")):
             return (yield _Database(request))
         broker = yield _FindBroker()
         if broker is None:
