@@ -1,28 +1,31 @@
 """`make bench-quality`: does recall find what was asked? Governed recall in each mode beside
 a plain BM25 and a plain dense retriever over the same texts, in one run.
 
-Prints, never asserts (docs/benchmarks.md). The synthetic conversations of tests/bench/quality
-(seeded) are loaded into a fresh database (DBNAME, dropped and created on the server of
-DATABASE_URL or the local one, migrated) through the governed write path: one subject and
-one run per conversation, each turn proposed by the agent as an episodic record (content
-{"speaker", "text"}, valid from when it was said) and committed by the committer. The
-records are projected into Qdrant Edge (a temp dir) by the product's Projector, then every
-question is asked through `memfabric.recall.recall` as the agent in each mode (limit 10,
-modes interleaved question by question). The baselines rank the same texts (what the
-projector embeds: speaker and text) within the question's conversation, as recall does within
-the subject: Okapi BM25 (k1 1.2, b 0.75, English stop words, no stemming) and exact cosine
-over the same MiniLM vectors. `text` and `hybrid` are asked a second time with the
-deployment's lexical candidate bounds off (recall_lexical_top and recall_lexical_bound 0), in
-the same rotation, so quality with and without the bounds is printed side by side with the
-number of answers that differ; --lexical-top sets the bound of the bounded modes.
-BENCH_QUALITY_DB names the database (default memfabric_bench_quality), dropped at the end
-unless --keep.
+Prints, never asserts (docs/benchmarks.md). The synthetic conversations of
+tests/bench/quality (seeded), or with --friendsqa DIR the episodes of a FriendsQA checkout
+(real dialogue, questions written by people; quality/friendsqa.py), are loaded into a
+fresh database (DBNAME, dropped and created on the server of DATABASE_URL or the local one,
+migrated) through the governed write path: one subject and one run per conversation, each
+turn proposed by the agent as an episodic record (content {"speaker", "text"}, valid from
+when it was said) and committed by the committer. The records are projected into Qdrant
+Edge (a temp dir) by the product's Projector, then every question is asked through
+`memfabric.recall.recall` as the agent in each mode (limit 10, modes interleaved question by
+question). The baselines rank the same texts within the question's conversation, as recall
+does within the subject: Okapi BM25 (k1 1.2, b 0.75, English stop words, no stemming) over
+every string value, as the database's search text holds them, and exact cosine over the
+same MiniLM vectors of what the projector embeds (text_of). `text` and `hybrid` are asked a
+second time with the deployment's lexical candidate bounds off (recall_lexical_top and
+recall_lexical_bound 0), in the same rotation, so quality with and without the bounds is
+printed side by side with the number of answers that differ; --lexical-top sets the bound
+of the bounded modes. BENCH_QUALITY_DB names the database (default
+memfabric_bench_quality), dropped at the end unless --keep.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -39,7 +42,8 @@ from benchlib import create_logins
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
-from quality.generate import Dataset, Question, generate
+from quality import friendsqa
+from quality.generate import Dataset, Question, Turn, generate
 from quality.metrics import (
     BM25,
     dense_rank,
@@ -71,9 +75,19 @@ NO_BOUNDS = Jsonb({"recall_lexical_top": 0, "recall_lexical_bound": 0})
 # Depths of the lists fused by the RRF references (k 60): 10, and recall's vector depth 4 x 10.
 RRF_DEPTHS = (10, 40)
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
-KINDS = ("fact", "current", "before", "list", "third_party")
+KINDS = ("fact", "current", "before", "list", "third_party", *friendsqa.KINDS)
 
 Ranked = list[str]
+
+
+def content(t: Turn) -> dict[str, str]:
+    """A turn as a record's content: its speaker (if any: stage directions have none) and text."""
+    return {"speaker": t.speaker, "text": t.text} if t.speaker else {"text": t.text}
+
+
+def words(t: Turn) -> str:
+    """Every string value of the content, as the database's search text holds them."""
+    return "\n".join(content(t).values())
 
 
 class Primed(MiniLMEmbedder):
@@ -128,7 +142,7 @@ def load(url: str, data: Dataset) -> tuple[dict[str, uuid.UUID], dict[str, str]]
                 chunk = c.turns[k : k + BATCH]
                 params = [(Jsonb({
                     "tier": "episodic", "scope": {"tenant_id": TENANT, "visibility": "subject"},
-                    "content": {"speaker": t.speaker, "text": t.text},
+                    "content": content(t),
                     "provenance": {"source_event_id": t.turn_id, "correlation_id":
                                    c.conversation_id, "causation_id": t.turn_id,
                                    "formation_method": "extraction"},
@@ -167,12 +181,12 @@ def baselines(
         ids = [t.turn_id for t in c.turns]
         # dense reads what the projector embeds (text_of: the turn's text); BM25 every string
         # value, as the database's search text does (the speaker's name too)
-        texts = [text_of({"speaker": t.speaker, "text": t.text}) for t in c.turns]
-        words = [f"{t.speaker}\n{t.text}" for t in c.turns]
+        texts = [text_of(content(t)) for t in c.turns]
         t = time.perf_counter()
         known.update(zip(texts, emb.embed(texts), strict=True))
         EMBED_RATE["minilm"] = EMBED_RATE.get("minilm", 0.0) + time.perf_counter() - t
-        bm25, vectors = BM25(words), np.asarray([known[t] for t in texts], dtype=np.float32)
+        bm25 = BM25([words(t) for t in c.turns])
+        vectors = np.asarray([known[t] for t in texts], dtype=np.float32)
         qs = by_conv[c.conversation_id]
         for q, qv in zip(qs, emb.embed([q.text for q in qs]), strict=True):
             t0 = time.perf_counter()
@@ -307,10 +321,20 @@ def report(
         print(f"{mode}: answers that differ with and without the bounds: {differ} of {len(qs)}")
 
 
+def sample(data: Dataset, n: int | None, seed: int) -> Dataset:
+    """`n` of the data's questions drawn with `seed`, in their order (all if n is None)."""
+    if n is None or n >= len(data.questions):
+        return data
+    keep = set(random.Random(seed).sample(range(len(data.questions)), n))
+    questions = tuple(q for i, q in enumerate(data.questions) if i in keep)
+    return Dataset(data.seed, data.conversations, questions)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--conversations", type=int, default=10)
+    ap.add_argument("--conversations", type=int, default=None,
+                    help="10 by default; FriendsQA: every episode (17)")  # fmt: skip
     ap.add_argument("--turns", type=int, default=300, help="turns per conversation (at least)")
     ap.add_argument("--questions", type=int, default=None, help="a seeded sample (all if unset)")
     ap.add_argument("--quick", action="store_true", help="2 conversations, 60 questions")
@@ -319,15 +343,22 @@ def main() -> int:
                     " e.g. minilm-static (memfabric.embedding.embedder_from_settings)")  # fmt: skip
     ap.add_argument("--lexical-top", type=int, default=None, help="the deployment's"
                     " recall_lexical_top for the bounded modes (default: its default)")  # fmt: skip
+    ap.add_argument("--friendsqa", type=Path, default=None, metavar="DIR", help="a checkout of"
+                    " FriendsQA: its episodes and questions instead of the synthetic set"
+                    " (--conversations episodes, --questions a seeded sample)")  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         args.conversations, args.questions = 2, args.questions or 60
     t0 = time.perf_counter()
-    data = generate(args.seed, args.conversations, args.turns, args.questions)
+    if args.friendsqa:
+        data = sample(friendsqa.load(args.friendsqa, args.conversations), args.questions, args.seed)
+        source = f"FriendsQA ({args.friendsqa})"
+    else:
+        data = generate(args.seed, args.conversations or 10, args.turns, args.questions)
+        source = f"the synthetic set, seed {args.seed}"
     n_turns = sum(len(c.turns) for c in data.conversations)
-    print(f"generated {len(data.conversations)} conversations, {n_turns} turns,"
-          f" {len(data.questions)} questions (seed {args.seed}) in"
-          f" {time.perf_counter() - t0:.2f} s")  # fmt: skip
+    print(f"{source}: {len(data.conversations)} conversations, {n_turns} turns,"
+          f" {len(data.questions)} questions in {time.perf_counter() - t0:.2f} s")  # fmt: skip
     server = db.database_url()
     emb, known = MiniLMEmbedder(), {}
     print("baselines: embedding the turns and questions ...", flush=True)
@@ -370,7 +401,7 @@ def main() -> int:
                     sql.Identifier(DBNAME)))  # fmt: skip
     loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cpu}; {pg}; load average {loadavg}")
-    print(f"seed {args.seed}, {len(data.conversations)} conversations, {n_turns} turns,"
+    print(f"{source}, {len(data.conversations)} conversations, {n_turns} turns,"
           f" {len(data.questions)} questions; limit {K}; embedder {emb.model}\n")  # fmt: skip
     report(data, {**got, **ranked}, {**took_g, **took}, errors)
     if also:
