@@ -625,6 +625,7 @@ def bulk_load(url: str, n: int, seed: int, model: str, version: str) -> tuple[in
         have = call(su, "SELECT count(*) FROM fabric.memory_records WHERE tenant_id = %s", BULK)
         if have >= n:
             search_text(su)  # rows of an older run may lack it
+            rekey(su, model, version)
             return have, 0.0
         t, rng, now = time.perf_counter(), np.random.default_rng(seed + have), datetime.now(UTC)
         vecs = rng.normal(size=(n - have, 384)).astype(np.float32)
@@ -652,6 +653,27 @@ def bulk_load(url: str, n: int, seed: int, model: str, version: str) -> tuple[in
                     cp.write_row((BULK, mid, model, version, 384, v, h))
         search_text(su)
         return n, time.perf_counter() - t
+
+
+def rekey(su: Conn, model: str, version: str) -> None:
+    """The bulk rows' stored embeddings (random vectors, no model's output) keyed by the
+    embedder's version of this checkout, when an older run stored them under another (a
+    change of the text rule changes every version): the rebuild reads them, not MiniLM."""
+    su.execute("SET session_replication_role = replica")
+    with su.transaction():
+        su.execute("""DELETE FROM fabric.memory_embeddings o WHERE o.tenant_id = %(t)s
+                        AND o.model = %(m)s AND o.model_version <> %(v)s
+                        AND EXISTS (SELECT 1 FROM fabric.memory_embeddings n
+                                    WHERE (n.tenant_id, n.memory_id, n.model, n.model_version)
+                                        = (o.tenant_id, o.memory_id, o.model, %(v)s))""",
+                   {"t": BULK, "m": model, "v": version})  # fmt: skip
+        moved = su.execute("""UPDATE fabric.memory_embeddings SET model_version = %(v)s
+                               WHERE tenant_id = %(t)s AND model = %(m)s
+                                 AND model_version <> %(v)s""",
+                           {"t": BULK, "m": model, "v": version}).rowcount  # fmt: skip
+    su.execute("SET session_replication_role = DEFAULT")
+    if moved:
+        print(f"  {moved:,} stored embeddings re-keyed to version {version}", flush=True)
 
 
 def search_text(su: Conn) -> None:

@@ -31,6 +31,7 @@ the re-check call of semantic and hybrid recall with the same 50 candidates on b
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import statistics
 import threading
@@ -93,7 +94,8 @@ def setup(url: str) -> None:
 def shards(url: str, where: Path, records: int, emb: Counting, index: bool,
            processes: bool = False) -> EdgeVectorStore:  # fmt: skip
     """The Edge shards of the bulk tenant in `where`, rebuilt (and indexed) once."""
-    marker = where / f"built-{records}{'-index' if index else ''}"
+    contract = hashlib.sha256(emb.version.encode()).hexdigest()[:8]  # shards of this version
+    marker = where / f"built-{records}-{contract}{'-index' if index else ''}"
     store = EdgeVectorStore(where, shard_processes=processes)
     store.ensure_collections(emb.model, emb.version, emb.dims)
     if marker.exists():
