@@ -108,7 +108,7 @@ def text_of(content: Mapping[str, Any]) -> str:
     that kind embeds the text alone, without the labels beside it (a role, a status).
     Content without such a text embeds its top-level string values, ordered by key as
     RFC 8785 orders them (UTF-16 code units, as ``content_hash`` does), joined with
-    ``"\n"``; keys and non-string values (numbers, booleans, null, nested objects and
+    ``"\\n"``; keys and non-string values (numbers, booleans, null, nested objects and
     arrays) are left out. Sorting makes the text independent of key order, which jsonb
     does not preserve, so content read back from PostgreSQL embeds exactly as the content
     that was proposed. The full-text search text keeps every string value.
