@@ -569,10 +569,18 @@ def serve(
     metrics_port: int | None = typer.Option(
         None, help="serve /healthz and /metrics on 127.0.0.1 (env MEMFABRIC_METRICS_PORT)"
     ),
+    rebuild_on_contract_change: bool = typer.Option(
+        True,
+        help="when the embedder's contract changed (its model, version or text rule: an "
+        "upgrade or a new embedder setting), rebuild qdrant at start, in the background",
+    ),
 ) -> None:
     """Own the vector shards, run the projector and answer vector queries on a unix socket;
     seal the audit trail as the committer (MEMFABRIC_COMMITTER_URL or _LOGIN); with
-    OTEL_EXPORTER_OTLP_ENDPOINT set, also export every recall as a span."""
+    OTEL_EXPORTER_OTLP_ENDPOINT set, also export every recall as a span. When the embedder's
+    contract changed since the last start, the new vector collections are filled from
+    PostgreSQL in the background (as `memfabric rebuild qdrant` would; the projector waits,
+    recall is served meanwhile from what is already in them)."""
     import threading
 
     from memfabric import ops
@@ -619,6 +627,12 @@ def serve(
         },
     )
     server = serve_socket(broker, socket, lock)
+    rebuilding = None
+    if projector.contract_change is not None:
+        if rebuild_on_contract_change:
+            rebuilding = _rebuild_in_background(projector, lock)
+        else:
+            typer.echo("[rebuild] not started (--no-rebuild-on-contract-change)")
     from memfabric.worker import run_sealer
 
     threading.Thread(
@@ -657,11 +671,52 @@ def serve(
         pass
     finally:
         stop.set()
+        if rebuilding is not None and rebuilding.is_alive():
+            typer.echo(
+                "[rebuild] stopped before it ended: the vector collections are incomplete"
+                " and the next start does not resume it; run `memfabric rebuild qdrant`"
+            )
         if maker is not None:
             maker.shutdown()
         server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+
+
+def _rebuild_in_background(projector: Any, lock: Any) -> Any:
+    """`memfabric rebuild qdrant`, run by serve itself on a thread under its lock (the
+    projector waits; searches go on), with a line at start, every tenth and at the end."""
+    import threading
+    import time
+
+    from memfabric import ops
+
+    def work() -> None:
+        started, told = time.monotonic(), [-1]
+
+        def progress(done: int, total: int) -> None:
+            tenth = done * 10 // max(total, 1)
+            if tenth > told[0]:
+                told[0] = tenth
+                typer.echo(f"[rebuild] qdrant: {done:,} of {total:,} records")
+
+        typer.echo("[rebuild] filling the new vector collections from PostgreSQL")
+        try:
+            with lock:
+                result = ops.rebuild(projector, "qdrant", progress)
+        except Exception as exc:  # serving goes on; the operator can run it again
+            typer.echo(
+                f"[rebuild] failed: {type(exc).__name__}: {exc}; run `memfabric rebuild qdrant`"
+            )
+            return
+        typer.echo(
+            f"[rebuild] done: {result['rebuilt']['qdrant']:,} records in"
+            f" {time.monotonic() - started:.0f} s"
+        )
+
+    thread = threading.Thread(target=work, name="memfabric-rebuild", daemon=True)
+    thread.start()
+    return thread
 
 
 VECTORS_ENV = ("MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL")

@@ -132,6 +132,9 @@ class Projector:
     batch: int = 500
     progress: Progress = lambda _: None
     guard: threading.Lock | None = field(default=None, repr=False)  # shared with a broker
+    # what binding the embedder moved (runtime.contract_change), when opening it did: the
+    # vector collections searched are new and hold only what is projected from then on
+    contract_change: str | None = field(default=None, repr=False)
     # the vector projection in `run`/`drain`: flush (then move the cursor) at most every
     # this many seconds, not after every batch; 0: after every batch
     flush_seconds: float = 0.0

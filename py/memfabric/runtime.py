@@ -62,12 +62,14 @@ def open_projector(
     """A projector over the stores the environment names (Edge in `vector_dir` unless
     QDRANT_URL, its shards where MEMFABRIC_EDGE_SHARDS says for `memfabric serve` if
     `serving`; the local Bolt server unless NEO4J_URI); its embedder in a child process
-    if `embed_in_child` (`close_projector` ends it)."""
+    if `embed_in_child` (`close_projector` ends it). When binding the embedder moved the
+    collection aliases, `contract_change` says so (and `progress`, if given, is told)."""
     from memfabric.broker import default_vector_dir
 
     embedder = deployment_embedder(conninfo, child=embed_in_child)
     store: VectorStore | None = None
     graph_store: GraphStore | None = None
+    warning = None
     try:
         if vectors:
             store = store_from_env(vector_dir or default_vector_dir(), serving=serving)
@@ -79,7 +81,7 @@ def open_projector(
         if graph:
             graph_store = graph_from_env()
             graph_store.ensure_schema()
-        return Projector(conninfo, embedder, store, graph_store, **kwargs)
+        return Projector(conninfo, embedder, store, graph_store, contract_change=warning, **kwargs)
     except BaseException:
         # a store that cannot be set up must not leave the other one (or itself) open
         for opened in (graph_store, store):

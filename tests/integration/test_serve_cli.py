@@ -4,6 +4,7 @@ under the running projector."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -12,17 +13,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from conftest import Fabric
+from conftest import Fabric, drained
 from memfabric.broker import serving
 from memfabric.constants import INDEXED_TIERS
+from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import GraphStore
+from memfabric.projector import Projector
 from memfabric.settings import usable_cpus
+from memfabric.vectors import EdgeVectorStore
 from servers import PASSWORD, GraphServer, stop_process
 
 # runs memfabric serve and restarts servers under it
@@ -32,10 +37,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 
 
-@pytest.fixture
-def served(
-    fabric: Fabric, graph_server: GraphServer, tmp_path: Path, request: pytest.FixtureRequest
+@contextmanager
+def running_serve(
+    fabric: Fabric,
+    graph_server: GraphServer,
+    vector_dir: Path,
+    shards: str = "inline",
+    serve_args: tuple[str, ...] = (),
 ) -> Iterator[dict[str, Any]]:
+    """`memfabric serve` on the test's fabric, until it says how it runs: its env, process,
+    socket, that line (`listening`) and every line before it (`startup`)."""
     with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
         graph.wipe()  # each test's fabric starts empty
     sock = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp")) / "s.sock"
@@ -45,14 +56,13 @@ def served(
         "MEMFABRIC_PROJECTOR_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector"),
         "MEMFABRIC_COMMITTER_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer"),
         "MEMFABRIC_SOCKET": str(sock),
-        "MEMFABRIC_VECTOR_DIR": str(tmp_path / "qdrant"),
+        "MEMFABRIC_VECTOR_DIR": str(vector_dir),
         "GRAPH_BOLT_PORT": graph_server.env["GRAPH_BOLT_PORT"],
         "GRAPH_PASSWORD": PASSWORD,
-        # indirect parametrization: where serve's shards live (inline unless a test says)
-        "MEMFABRIC_EDGE_SHARDS": getattr(request, "param", "inline"),
+        "MEMFABRIC_EDGE_SHARDS": shards,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memfabric.cli", "serve", "--poll", "0.2"],
+        [sys.executable, "-m", "memfabric.cli", "serve", "--poll", "0.2", *serve_args],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -66,14 +76,26 @@ def served(
             time.sleep(0.1)
         assert serving(sock), proc.stdout.read() if proc.poll() is not None else "no socket"
         assert proc.stdout is not None
+        startup = []
         while "[serve] listening" not in (line := proc.stdout.readline()):
             assert line, "serve ended before it said how it runs"
+            startup.append(line)
         # listening: the line that says how serve runs (its embedding and shards)
-        yield {"env": env, "proc": proc, "socket": sock, "listening": line}
+        yield {"env": env, "proc": proc, "socket": sock, "listening": line, "startup": startup}
     finally:
         code = stop_process(proc)
     # SIGTERM (docker stop, systemd) takes serve's own way out: exit 0, socket file removed
     assert code == 0 and not sock.exists(), code
+
+
+@pytest.fixture
+def served(
+    fabric: Fabric, graph_server: GraphServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Any]]:
+    # indirect parametrization: where serve's shards live (inline unless a test says)
+    shards = getattr(request, "param", "inline")
+    with running_serve(fabric, graph_server, tmp_path / "qdrant", shards) as started:
+        yield started
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -248,3 +270,52 @@ def test_serve_restarts_a_killed_shard_child_and_recall_and_projection_go_on(
     restarted = shard_children(proc.pid)
     assert len(restarted) == len(INDEXED_TIERS) and not set(restarted) & set(children)
     assert proc.poll() is None
+
+
+@pytest.mark.parametrize("rebuild", [True, False])
+def test_a_changed_embedder_contract_is_rebuilt_at_start_unless_told_not_to(
+    fabric: Fabric,
+    graph_server: GraphServer,
+    minilm: MiniLMEmbedder,
+    tmp_path: Path,
+    rebuild: bool,
+) -> None:
+    """Records projected under an older contract (an upgrade changed the embedder's
+    version): serve binds new collections and, by default, fills them from PostgreSQL in
+    the background; with --no-rebuild-on-contract-change it leaves them to the operator."""
+    run = fabric.open_run()
+    ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
+    old = copy.copy(minilm)
+    old.version = "before-the-upgrade;text=v1"
+    store = EdgeVectorStore(tmp_path / "qdrant")
+    try:
+        store.ensure_collections(old.model, old.version, old.dims)
+        projector_url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+        assert drained(Projector(projector_url, old, store), ("qdrant",)) == len(ids)
+        before = store.aliases()
+    finally:
+        store.close()
+    args = () if rebuild else ("--no-rebuild-on-contract-change",)
+    with running_serve(fabric, graph_server, tmp_path / "qdrant", serve_args=args) as served:
+        env, proc = served["env"], served["proc"]
+        said = "".join(served["startup"])
+        assert "the embedder's contract changed" in said and before["mem_episodic"] in said
+        if not rebuild:
+            assert "[rebuild] not started (--no-rebuild-on-contract-change)" in said
+            report = json.loads(cli(env, "verify").stdout.strip().splitlines()[-1])
+            assert not report["ok"] and report["qdrant"]["expected"] == len(ids), report
+            return
+        lines = []
+        while not (line := proc.stdout.readline()).startswith("[rebuild] done"):
+            assert line and "[rebuild] failed" not in line, "".join(lines) + line
+            lines.append(line)
+        assert line.startswith(f"[rebuild] done: {len(ids)} records"), line
+        assert f"[rebuild] qdrant: {len(ids)} of {len(ids)} records\n" in lines
+        report = wait_verified(env, ids)
+        assert report["qdrant"]["expected"] == len(ids)
+        query = ("--query", "which currency for invoices", "--mode", "semantic", "--limit", "1")
+        recalled = cli(env, "recall", "--login", "mf_agent_a", "--run", str(run), *query)
+        assert recalled.returncode == 0, recalled.stderr
+        assert json.loads(recalled.stdout)["records"][0]["content"] == {
+            "text": "invoices in euros please"
+        }
