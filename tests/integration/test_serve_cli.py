@@ -21,11 +21,12 @@ import psycopg
 import pytest
 
 from conftest import Fabric, drained
-from memfabric.broker import serving
+from memfabric.broker import RemoteBroker, serving
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector
+from memfabric.recall import recall
 from memfabric.settings import usable_cpus
 from memfabric.vectors import EdgeVectorStore
 from servers import PASSWORD, GraphServer, stop_process
@@ -297,13 +298,13 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_unless_told_not_to(
         store.close()
     args = () if rebuild else ("--no-rebuild-on-contract-change",)
     with running_serve(fabric, graph_server, tmp_path / "qdrant", serve_args=args) as served:
-        env, proc = served["env"], served["proc"]
+        proc, broker = served["proc"], RemoteBroker(served["socket"], timeout=60)
         said = "".join(served["startup"])
         assert "the embedder's contract changed" in said and before["mem_episodic"] in said
         if not rebuild:
             assert "[rebuild] not started (--no-rebuild-on-contract-change)" in said
-            report = json.loads(cli(env, "verify").stdout.strip().splitlines()[-1])
-            assert not report["ok"] and report["qdrant"]["expected"] == len(ids), report
+            vectors = broker.run("verify")["qdrant"]  # the graph is projected meanwhile
+            assert (vectors["expected"], vectors["points"]) == (len(ids), 0), vectors
             return
         lines = []
         while not (line := proc.stdout.readline()).startswith("[rebuild] done"):
@@ -311,11 +312,10 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_unless_told_not_to(
             lines.append(line)
         assert line.startswith(f"[rebuild] done: {len(ids)} records"), line
         assert f"[rebuild] qdrant: {len(ids)} of {len(ids)} records\n" in lines
-        report = wait_verified(env, ids)
-        assert report["qdrant"]["expected"] == len(ids)
-        query = ("--query", "which currency for invoices", "--mode", "semantic", "--limit", "1")
-        recalled = cli(env, "recall", "--login", "mf_agent_a", "--run", str(run), *query)
-        assert recalled.returncode == 0, recalled.stderr
-        assert json.loads(recalled.stdout)["records"][0]["content"] == {
-            "text": "invoices in euros please"
-        }
+        vectors = broker.run("verify")["qdrant"]
+        counted = (vectors["expected"], vectors["points"], vectors["missing"])
+        assert counted == (len(ids), len(ids), []), vectors
+        request = {"run_id": str(run), "mode": "semantic", "tiers": ["episodic"], "limit": 1,
+                   "query": "which currency for invoices"}  # fmt: skip
+        answer = recall(fabric.connect("mf_agent_a"), request, broker)
+        assert [r["content"] for r in answer["records"]] == [{"text": "invoices in euros please"}]
