@@ -116,7 +116,7 @@ def text_of(content: Mapping[str, Any]) -> str:
     text = content.get("text")
     if has_words(text):
         speaker = content.get("speaker")
-        return f"{speaker.strip()}: {text}" if has_words(speaker) else str(text)
+        return f"{speaker.strip()}: {text}" if has_words(speaker) else text
     keys = sorted(content, key=lambda k: k.encode("utf-16-be"))
     return "\n".join(v for k in keys if isinstance(v := content[k], str))
 

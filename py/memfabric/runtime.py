@@ -100,7 +100,8 @@ def contract_change(before: dict[str, str], after: dict[str, str]) -> str | None
     return (
         f"the embedder's contract changed ({before[moved[0]]} -> {after[moved[0]]}): "
         f"{', '.join(moved)} now search new collections, which hold only the records "
-        "projected from now on; run `memfabric rebuild qdrant` to embed every record again"
+        "projected from now on until `memfabric rebuild qdrant` embeds every record again "
+        "(`memfabric serve` runs it at start unless --no-rebuild-on-contract-change)"
     )
 
 
