@@ -80,7 +80,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   UPDATE fabric.projection_cursors c
-  SET last_xid = p_xid, last_event_id = p_event_id, updated_at = pg_catalog.now()
+  SET last_xid = p_xid, last_event_id = p_event_id, updated_at = pg_catalog.now(),
+      -- a rewind is how a rebuild ends (fabric_api.begin_projection_rebuild)
+      rebuild_started_at = CASE WHEN p_rewind THEN NULL ELSE c.rebuild_started_at END
   WHERE c.projection = p_projection
     AND (p_rewind OR (c.last_xid, c.last_event_id) < (p_xid, p_event_id))
   RETURNING c.last_xid, c.last_event_id INTO last_xid, last_event_id;
@@ -159,6 +161,46 @@ BEGIN
   END IF;
   RETURN pg_catalog.jsonb_build_object('projection', p_projection, 'xid', v.last_xid::text,
                                        'event_id', v.last_event_id);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.begin_projection_rebuild: note that a rebuild of the projection begins, before
+-- it wipes anything. The rewind of the cursor that ends the rebuild clears the note; a note
+-- left behind (a crash, a stopped `memfabric serve`) says the projection may be incomplete,
+-- and `memfabric serve` rebuilds it again at start. The cursor itself does not move: a
+-- projector running meanwhile goes on from where it was.
+CREATE OR REPLACE FUNCTION fabric_api.begin_projection_rebuild(p_projection text)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_started timestamptz;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'begin a projection rebuild');
+  PERFORM fabric._projection_cursor(p_projection);  -- qdrant or graph, else 22023
+  UPDATE fabric.projection_cursors c SET rebuild_started_at = pg_catalog.clock_timestamp()
+  WHERE c.projection = p_projection
+  RETURNING c.rebuild_started_at INTO v_started;
+  RETURN pg_catalog.jsonb_build_object('projection', p_projection,
+                                       'rebuild_started_at', v_started);
+END $$;
+
+-- fabric_api.unfinished_projection_rebuild: when a rebuild of the projection began that has
+-- not ended, or NULL.
+CREATE OR REPLACE FUNCTION fabric_api.unfinished_projection_rebuild(p_projection text)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_started timestamptz;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read projection rebuilds');
+  PERFORM fabric._projection_cursor(p_projection);  -- qdrant or graph, else 22023
+  SELECT c.rebuild_started_at INTO v_started
+  FROM fabric.projection_cursors c WHERE c.projection = p_projection;
+  RETURN v_started;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -340,6 +382,13 @@ COMMENT ON FUNCTION fabric_api.projection_events(text, integer) IS
 COMMENT ON FUNCTION fabric_api.set_projection_cursor(text, xid8, uuid, boolean) IS
   'Advance a projection cursor (never backwards unless p_rewind). Projector only. '
   'Example: SELECT fabric_api.set_projection_cursor(''qdrant'', ''1234'', ''<event_id>'');';
+COMMENT ON FUNCTION fabric_api.begin_projection_rebuild(text) IS
+  'Note that a rebuild of a projection begins (before its wipe); the rewind that ends it '
+  '(set_projection_cursor with p_rewind) clears the note. Projector only. '
+  'Example: SELECT fabric_api.begin_projection_rebuild(''qdrant'');';
+COMMENT ON FUNCTION fabric_api.unfinished_projection_rebuild(text) IS
+  'When a rebuild of a projection began that has not ended (NULL: none). Projector only. '
+  'Example: SELECT fabric_api.unfinished_projection_rebuild(''qdrant'');';
 COMMENT ON FUNCTION fabric_api.projection_horizon() IS
   'The current snapshot xmin (for rebuilds). Projector only. Example: SELECT fabric_api.projection_horizon();';
 COMMENT ON FUNCTION fabric_api.projection_records_v2(uuid[], text, text) IS

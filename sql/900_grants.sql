@@ -66,6 +66,8 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.projection_events(text, integer),
   fabric_api.projection_events_v2(text, integer, xid8, uuid),
   fabric_api.set_projection_cursor(text, xid8, uuid, boolean),
+  fabric_api.begin_projection_rebuild(text),
+  fabric_api.unfinished_projection_rebuild(text),
   fabric_api.projection_horizon(),
   fabric_api.projection_records(uuid[], text, text),
   fabric_api.projection_records_v2(uuid[], text, text),

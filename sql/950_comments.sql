@@ -353,6 +353,9 @@ COMMENT ON COLUMN fabric.projection_cursors.projection IS 'The projection: qdran
 COMMENT ON COLUMN fabric.projection_cursors.last_xid IS 'xid of the last event applied.';
 COMMENT ON COLUMN fabric.projection_cursors.last_event_id IS 'event_id of the last event applied.';
 COMMENT ON COLUMN fabric.projection_cursors.updated_at IS 'When the cursor last advanced.';
+COMMENT ON COLUMN fabric.projection_cursors.rebuild_started_at IS
+  'When a rebuild of this projection began that has not ended (NULL: none): set by '
+  'fabric_api.begin_projection_rebuild, cleared by the rewind that ends the rebuild.';
 
 -- ---------------------------------------------------------------------------------------
 -- LangGraph checkpoints (table level; the columns are the checkpoint library's own)

@@ -553,6 +553,15 @@ class AsyncProjector(_AsyncRole):
             *(projection, Cast(str(xid), "xid8"), event_id, rewind),
         )
 
+    async def begin_projection_rebuild(self, projection: str) -> Json:
+        """Note that a rebuild of `projection` begins (before its wipe); the rewind of
+        `set_projection_cursor` that ends it clears the note."""
+        return await self._call("fabric_api.begin_projection_rebuild", projection)  # type: ignore[no-any-return]
+
+    async def unfinished_projection_rebuild(self, projection: str) -> datetime | None:
+        """When a rebuild of `projection` began that has not ended, or None."""
+        return await self._call("fabric_api.unfinished_projection_rebuild", projection)  # type: ignore[no-any-return]
+
     async def projection_horizon(self) -> int:
         return int(await self._call("fabric_api.projection_horizon"))
 

@@ -110,19 +110,34 @@ def _require_known_schema(conninfo: str) -> None:
         db.require_known_revision(conn)
 
 
-def _stop_on_sigterm() -> None:
+def _stop_on_sigterm(stopping: Any = None) -> None:
     """SIGTERM (`docker stop`, systemd, `kill`) stops a long-running command the way Ctrl-C
     does, through its own clean-up: the projector flushes and moves its cursor, the socket
     file is removed.
     Without this, SIGTERM ended the process where it stood, and a command started with
     SIGINT ignored (a background job of a shell without job control) could not be stopped
-    gracefully at all."""
+    gracefully at all. With `stopping` (a threading.Event), either signal also sets it
+    first, for the threads that must stop too, and a line says so (from a thread: a signal
+    handler must not write to a stream the interrupted code may be writing to)."""
     import signal
+    import threading
 
     def interrupt(signum: int, frame: object) -> None:
+        if stopping is not None:
+            stopping.set()
         raise KeyboardInterrupt
 
+    if stopping is not None:
+
+        def say() -> None:
+            stopping.wait()
+            typer.echo("[serve] stopping")
+
+        threading.Thread(target=say, name="memfabric-stopping", daemon=True).start()
+
     signal.signal(signal.SIGTERM, interrupt)
+    if stopping is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, interrupt)
 
 
 def _db_script(*args: str) -> None:
@@ -572,7 +587,8 @@ def serve(
     rebuild_on_contract_change: bool = typer.Option(
         True,
         help="when the embedder's contract changed (its model, version or text rule: an "
-        "upgrade or a new embedder setting), rebuild qdrant at start, in the background",
+        "upgrade or a new embedder setting), rebuild qdrant at start, in the background; "
+        "so too a projection whose last rebuild did not end",
     ),
 ) -> None:
     """Own the vector shards, run the projector and answer vector queries on a unix socket;
@@ -580,7 +596,8 @@ def serve(
     OTEL_EXPORTER_OTLP_ENDPOINT set, also export every recall as a span. When the embedder's
     contract changed since the last start, the new vector collections are filled from
     PostgreSQL in the background (as `memfabric rebuild qdrant` would; the projector waits,
-    recall is served meanwhile from what is already in them)."""
+    recall is served meanwhile from what is already in them); so is a projection whose last
+    rebuild began and did not end."""
     import threading
 
     from memfabric import ops
@@ -626,93 +643,128 @@ def serve(
             "index_status": lambda: _edge_store(projector.store).index_status(),
         },
     )
-    server = serve_socket(broker, socket, lock)
-    rebuilding = None
-    if projector.contract_change is not None:
-        if rebuild_on_contract_change:
-            rebuilding = _rebuild_in_background(projector, lock)
-        else:
-            typer.echo("[rebuild] not started (--no-rebuild-on-contract-change)")
-    from memfabric.worker import run_sealer
-
-    threading.Thread(
-        target=run_sealer,
-        args=(Settings.from_env().conninfo("committer"),),
-        kwargs={"poll_seconds": poll, "progress": lambda line: typer.echo(f"[seal] {line}")},
-        daemon=True,
-    ).start()
-    where = "in a child process" if in_child else "inline"
-    shards = ""
-    if isinstance(projector.store, EdgeVectorStore):
-        shards = ", shards " + (
-            "in child processes" if projector.store.shard_processes else "inline"
-        )
-    typer.echo(
-        f"[serve] listening on {socket}; projecting to qdrant and graph"
-        f" ({settings.projector_pipeline}, embedding {where}{shards})"
-    )
-    maker = None
     stop = threading.Event()
-    if settings.otlp_endpoint or settings.otlp_traces_endpoint:
-        from memfabric.tracing import SpanMaker, tracer_conninfo
-
-        maker = SpanMaker(tracer_conninfo(), progress=lambda line: typer.echo(f"[trace] {line}"))
-        threading.Thread(
-            target=maker.run, kwargs={"poll_seconds": poll, "should_stop": stop.is_set}, daemon=True
-        ).start()
-        typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
-    _start_metrics(metrics_port, maker, projector)
-    _start_index_builder(projector.store, settings, stop)
-    run = projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run
-    _stop_on_sigterm()
+    # from here on SIGTERM and Ctrl-C take serve's own way out (before the socket exists:
+    # a stop at any moment after leaves no socket file and no half-written batch)
+    _stop_on_sigterm(stop)
+    server, rebuilding, maker = None, None, None
     try:
+        server = serve_socket(broker, socket, lock)
+        targets = ["qdrant"] if projector.contract_change is not None else []
+        for projection, began in sorted(projector.unfinished_rebuilds().items()):
+            typer.echo(
+                f"[rebuild] a rebuild of {projection} began at {began:%Y-%m-%d %H:%M:%S %Z} and did"
+                " not end: the projection may be incomplete"
+            )
+            targets += [] if projection in targets else [projection]
+        if targets:
+            if rebuild_on_contract_change:
+                rebuilding = _rebuild_in_background(projector, lock, targets, stop)
+            else:
+                typer.echo(
+                    "[rebuild] not started (--no-rebuild-on-contract-change): run"
+                    f" `memfabric rebuild {targets[0] if len(targets) == 1 else 'all'}`"
+                )
+        from memfabric.worker import run_sealer
+
+        threading.Thread(
+            target=run_sealer,
+            args=(Settings.from_env().conninfo("committer"),),
+            kwargs={"poll_seconds": poll, "progress": lambda line: typer.echo(f"[seal] {line}")},
+            daemon=True,
+        ).start()
+        where = "in a child process" if in_child else "inline"
+        shards = ""
+        if isinstance(projector.store, EdgeVectorStore):
+            shards = ", shards " + (
+                "in child processes" if projector.store.shard_processes else "inline"
+            )
+        typer.echo(
+            f"[serve] listening on {socket}; projecting to qdrant and graph"
+            f" ({settings.projector_pipeline}, embedding {where}{shards})"
+        )
+        if settings.otlp_endpoint or settings.otlp_traces_endpoint:
+            from memfabric.tracing import SpanMaker, tracer_conninfo
+
+            maker = SpanMaker(
+                tracer_conninfo(), progress=lambda line: typer.echo(f"[trace] {line}")
+            )
+            threading.Thread(
+                target=maker.run,
+                kwargs={"poll_seconds": poll, "should_stop": stop.is_set},
+                daemon=True,
+            ).start()
+            typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
+        _start_metrics(metrics_port, maker, projector)
+        _start_index_builder(projector.store, settings, stop)
+        run = (
+            projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run
+        )
         run(poll_seconds=poll)
     except KeyboardInterrupt:
         pass
     finally:
         stop.set()
-        if rebuilding is not None and rebuilding.is_alive():
-            typer.echo(
-                "[rebuild] stopped before it ended: the vector collections are incomplete"
-                " and the next start does not resume it; run `memfabric rebuild qdrant`"
-            )
+        if rebuilding is not None:
+            rebuilding.join(timeout=30)  # it stops after the page it is writing
         if maker is not None:
             maker.shutdown()
-        server.shutdown()
+        if server is not None:
+            server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
 
 
-def _rebuild_in_background(projector: Any, lock: Any) -> Any:
-    """`memfabric rebuild qdrant`, run by serve itself on a thread under its lock (the
-    projector waits; searches go on), with a line at start, every tenth and at the end."""
+class _Stopping(Exception):
+    """`memfabric serve` is stopping: a rebuild it runs ends after its current page."""
+
+
+def _rebuild_in_background(projector: Any, lock: Any, targets: list[str], stop: Any) -> Any:
+    """`memfabric rebuild` of each target, run by serve itself on a thread under its lock
+    (the projector waits; searches go on), with a line at start, every tenth and at the end.
+    When `stop` is set it ends after the page it is writing: the rebuild's note stays, and
+    the next start runs it again."""
     import threading
     import time
 
     from memfabric import ops
 
     def work() -> None:
-        started, told = time.monotonic(), [-1]
+        started = time.monotonic()
+        for target in targets:
+            told = [-1]
 
-        def progress(done: int, total: int) -> None:
-            tenth = done * 10 // max(total, 1)
-            if tenth > told[0]:
-                told[0] = tenth
-                typer.echo(f"[rebuild] qdrant: {done:,} of {total:,} records")
+            def progress(
+                done: int, total: int, target: str = target, told: list[int] = told
+            ) -> None:
+                if stop.is_set():
+                    raise _Stopping
+                tenth = done * 10 // max(total, 1)
+                if tenth > told[0]:
+                    told[0] = tenth
+                    typer.echo(f"[rebuild] {target}: {done:,} of {total:,} records")
 
-        typer.echo("[rebuild] filling the new vector collections from PostgreSQL")
-        try:
-            with lock:
-                result = ops.rebuild(projector, "qdrant", progress)
-        except Exception as exc:  # serving goes on; the operator can run it again
+            what = "the new vector collections" if target == "qdrant" else "the graph"
+            typer.echo(f"[rebuild] filling {what} from PostgreSQL")
+            try:
+                with lock:
+                    result = ops.rebuild(projector, target, progress)
+            except _Stopping:
+                typer.echo(
+                    f"[rebuild] stopped before it ended: {target} is incomplete until the"
+                    " next start of serve, which rebuilds it again"
+                )
+                return
+            except Exception as exc:  # serving goes on; the operator can run it again
+                typer.echo(
+                    f"[rebuild] failed: {type(exc).__name__}: {exc}; run `memfabric rebuild"
+                    f" {target}` (the next start of serve runs it again)"
+                )
+                return
             typer.echo(
-                f"[rebuild] failed: {type(exc).__name__}: {exc}; run `memfabric rebuild qdrant`"
+                f"[rebuild] done: {result['rebuilt'][target]:,} records in"
+                f" {time.monotonic() - started:.0f} s"
             )
-            return
-        typer.echo(
-            f"[rebuild] done: {result['rebuilt']['qdrant']:,} records in"
-            f" {time.monotonic() - started:.0f} s"
-        )
 
     thread = threading.Thread(target=work, name="memfabric-rebuild", daemon=True)
     thread.start()

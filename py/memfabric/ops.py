@@ -187,10 +187,16 @@ def verify(projector: Projector) -> Json:
         report["graph_drift"] = sorted(
             t for t, v in report["graph"].items() if v["expected"] != v["nodes"]
         )
+    # a rebuild that began and did not end: what it wiped may not all be back
+    report["unfinished_rebuilds"] = {
+        p: began.isoformat() for p, began in sorted(projector.unfinished_rebuilds().items())
+    }
     qdrant = report.get("qdrant", {})
-    report["ok"] = not any(
-        qdrant.get(k) for k in ("missing", "orphans", "drift")
-    ) and not report.get("graph_drift")
+    report["ok"] = (
+        not any(qdrant.get(k) for k in ("missing", "orphans", "drift"))
+        and not report.get("graph_drift")
+        and not report["unfinished_rebuilds"]
+    )
     return report
 
 

@@ -637,11 +637,25 @@ class Projector:
             yield rows
             after_tenant, after_memory = rows[-1]["tenant_id"], rows[-1]["memory_id"]
 
+    def unfinished_rebuilds(self) -> dict[str, datetime]:
+        """This projector's projections whose last rebuild began and did not end (a crash,
+        `memfabric serve` stopped), with when it began: they may be incomplete until
+        rebuilt (`rebuild` clears the note when it ends)."""
+        mine = [p for p, store in (("qdrant", self.store), ("graph", self.graph)) if store]
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            began = {
+                p: self._call(conn, "fabric_api.unfinished_projection_rebuild", p) for p in mine
+            }
+        return {p: when for p, when in began.items() if when is not None}
+
     def rebuild(self, projection: str, *, on_page: Callable[[int], None] = lambda _: None) -> int:
         """Wipe the projection and rebuild it from Postgres alone (stored embeddings are
         reused; nothing already embedded is embedded again). Returns records projected."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             horizon = str(self._call(conn, "fabric_api.projection_horizon"))
+            # noted before the wipe, cleared by the rewind below: a rebuild that does not
+            # end is remembered, and `memfabric serve` runs it again at start
+            self._call(conn, "fabric_api.begin_projection_rebuild", projection)
             if projection == "qdrant":
                 assert self.store is not None
                 self.store.wipe()

@@ -386,3 +386,25 @@ def test_the_projector_loop_outlives_a_lost_connection(
     run_for(Projector(url, minilm, flaky, None), 5)  # type: ignore[arg-type]
     assert flaky.raised == 1
     assert point_ids(edge, "episodic") == {rid}
+
+
+def test_a_rebuild_that_does_not_end_is_remembered_until_one_does(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any]
+) -> None:
+    drain(projector)
+    assert projector.store is not None and projector.unfinished_rebuilds() == {}
+    crashing = Projector(
+        projector.conninfo, projector.embedder, FailingStore(projector.store), None
+    )  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="killed mid-batch"):
+        crashing.rebuild("qdrant")  # wiped, one point written, then gone
+    assert len(point_ids(projector.store, "episodic")) == 1
+    assert list(projector.unfinished_rebuilds()) == ["qdrant"]
+    assert drain(projector) == 0  # the cursor did not move: a drain does not bring them back
+    report = ops.verify(projector)
+    assert not report["ok"] and list(report["unfinished_rebuilds"]) == ["qdrant"], report
+    assert len(report["qdrant"]["missing"]) == 3
+    assert projector.rebuild("qdrant") == 4
+    assert projector.unfinished_rebuilds() == {}
+    assert point_ids(projector.store, "episodic") == set(seeded["episodes"])
+    assert ops.verify(projector)["ok"]

@@ -319,3 +319,53 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_unless_told_not_to(
                    "query": "which currency for invoices"}  # fmt: skip
         answer = recall(fabric.connect("mf_agent_a"), request, broker)
         assert [r["content"] for r in answer["records"]] == [{"text": "invoices in euros please"}]
+
+
+def test_a_rebuild_that_did_not_end_is_run_again_at_start(
+    fabric: Fabric, graph_server: GraphServer, minilm: MiniLMEmbedder, tmp_path: Path
+) -> None:
+    """A rebuild that died after its wipe (its note left in PostgreSQL) is run again when
+    serve starts, and again after a serve stopped before it ended."""
+    run = fabric.open_run()
+    ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
+    projector_url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    store = EdgeVectorStore(tmp_path / "qdrant")
+    try:
+        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
+        assert drained(Projector(projector_url, minilm, store), ("qdrant",)) == len(ids)
+        # what a rebuild does before it wipes, then the wipe: and there it died
+        fabric.call("mf_projector", "SELECT fabric_api.begin_projection_rebuild('qdrant')")
+        store.wipe()
+    finally:
+        store.close()
+    # First start: its rebuild waits behind a lock on the records, and serve is stopped.
+    blocker = fabric.connect(None, autocommit=False)
+    blocker.execute("LOCK TABLE fabric.memory_records IN ACCESS EXCLUSIVE MODE")
+    try:
+        with running_serve(fabric, graph_server, tmp_path / "qdrant") as served:
+            proc = served["proc"]
+            said = "".join(served["startup"])
+            assert "[rebuild] a rebuild of qdrant began at" in said, said
+            proc.send_signal(signal.SIGTERM)
+            while "[serve] stopping" not in (line := proc.stdout.readline()):
+                assert line, "serve ended before it said it was stopping"
+            blocker.rollback()  # the rebuild goes on, and stops after its first page
+            rest = proc.stdout.read()
+            assert "[rebuild] stopped before it ended" in rest, rest
+            assert "[rebuild] done" not in rest, rest
+    finally:
+        blocker.rollback()
+        blocker.close()
+    # Second start: the note is still there, the rebuild runs to its end and clears it.
+    with running_serve(fabric, graph_server, tmp_path / "qdrant") as served:
+        proc, broker = served["proc"], RemoteBroker(served["socket"], timeout=60)
+        assert "[rebuild] a rebuild of qdrant began at" in "".join(served["startup"])
+        lines = []
+        while not (line := proc.stdout.readline()).startswith("[rebuild] done"):
+            assert line and "[rebuild] failed" not in line, "".join(lines) + line
+            lines.append(line)
+        assert line.startswith(f"[rebuild] done: {len(ids)} records"), line
+        report = broker.run("verify")
+        assert report["unfinished_rebuilds"] == {}, report
+        counted = (report["qdrant"]["points"], report["qdrant"]["missing"])
+        assert counted == (len(ids), []), report

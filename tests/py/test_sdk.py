@@ -189,6 +189,11 @@ def test_the_plumbing_calls_bind_their_arguments(fabric: Fabric) -> None:
         events = projector.projection_events("graph", 10)
         assert events and projector.projection_horizon() > 0
         assert projector.set_projection_cursor("graph", events[-1]["xid"], events[-1]["event_id"])
+        assert projector.unfinished_projection_rebuild("graph") is None
+        began = projector.begin_projection_rebuild("graph")["rebuild_started_at"]
+        assert projector.unfinished_projection_rebuild("graph") == datetime.fromisoformat(began)
+        projector.set_projection_cursor("graph", events[-1]["xid"], events[-1]["event_id"], True)
+        assert projector.unfinished_projection_rebuild("graph") is None
         assert [r["memory_id"] for r in projector.projection_records([memory_id])] == [memory_id]
         assert [r["memory_id"] for r in projector.projection_snapshot(limit=5)] == [memory_id]
         tracer = mf.tracer("mf_tracer")

@@ -461,3 +461,59 @@ def test_store_embeddings_takes_at_most_10000(fabric: Fabric) -> None:
             (ids, [Vector([1.0])] * len(ids), ["sha256:x"] * len(ids)),
         )
     assert fabric.count("memory_embeddings") == 0
+
+
+def rebuild_notes(fabric: Fabric) -> dict[str, Any]:
+    rows = fabric.session().execute(
+        "SELECT projection, rebuild_started_at FROM fabric.projection_cursors ORDER BY 1"
+    )
+    return dict(rows.fetchall())  # type: ignore[arg-type]
+
+
+def test_a_rebuild_is_noted_until_the_rewind_that_ends_it(fabric: Fabric) -> None:
+    conn = fabric.connect("mf_projector")
+    call = "SELECT fabric_api.unfinished_projection_rebuild(%s)"
+    assert conn.execute(call, ("qdrant",)).fetchone() == (None,)
+    began = conn.execute("SELECT fabric_api.begin_projection_rebuild('qdrant')").fetchone()[0]  # type: ignore[index]
+    assert began["projection"] == "qdrant"
+    noted = conn.execute(call, ("qdrant",)).fetchone()[0]  # type: ignore[index]
+    assert noted == datetime.fromisoformat(began["rebuild_started_at"])
+    assert rebuild_notes(fabric)["graph"] is None  # one projection's note only
+    cursor = (
+        fabric.session()
+        .execute(
+            "SELECT last_xid::text, last_event_id FROM fabric.projection_cursors"
+            " WHERE projection = 'qdrant'"
+        )
+        .fetchone()
+    )
+    # a cursor moved forward does not end a rebuild (a projector running meanwhile)
+    conn.execute(
+        "SELECT fabric_api.set_projection_cursor('qdrant', '1'::xid8, %s)", (uuid.uuid4(),)
+    )
+    assert conn.execute(call, ("qdrant",)).fetchone() == (noted,)
+    # the rewind below the snapshot ends it
+    conn.execute("SELECT fabric_api.set_projection_cursor('qdrant', %s::xid8, %s, true)", cursor)
+    assert conn.execute(call, ("qdrant",)).fetchone() == (None,)
+
+
+@pytest.mark.parametrize("login", ["mf_agent_a", "mf_committer", "mf_tracer", "mf_auditor"])
+def test_only_projectors_note_a_rebuild(fabric: Fabric, login: str) -> None:
+    conn = fabric.connect(login)
+    for query in (
+        "SELECT fabric_api.begin_projection_rebuild('qdrant')",
+        "SELECT fabric_api.unfinished_projection_rebuild('qdrant')",
+    ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+            conn.execute(query)
+        assert refused.value.sqlstate == "42501"
+    assert set(rebuild_notes(fabric).values()) == {None}
+
+
+@pytest.mark.parametrize("projection", ["trace", "vectors", None])
+def test_a_rebuild_note_names_a_projection(fabric: Fabric, projection: str | None) -> None:
+    conn = fabric.connect("mf_projector")
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as refused:
+        conn.execute("SELECT fabric_api.begin_projection_rebuild(%s)", (projection,))
+    assert refused.value.sqlstate == "22023"
+    assert set(rebuild_notes(fabric).values()) == {None}
