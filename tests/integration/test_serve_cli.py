@@ -273,17 +273,13 @@ def test_serve_restarts_a_killed_shard_child_and_recall_and_projection_go_on(
     assert proc.poll() is None
 
 
-@pytest.mark.parametrize("rebuild", [True, False])
-def test_a_changed_embedder_contract_is_rebuilt_at_start_unless_told_not_to(
-    fabric: Fabric,
-    graph_server: GraphServer,
-    minilm: MiniLMEmbedder,
-    tmp_path: Path,
-    rebuild: bool,
+def test_a_changed_embedder_contract_is_rebuilt_at_start_until_a_rebuild_ends(
+    fabric: Fabric, graph_server: GraphServer, minilm: MiniLMEmbedder, tmp_path: Path
 ) -> None:
     """Records projected under an older contract (an upgrade changed the embedder's
-    version): serve binds new collections and, by default, fills them from PostgreSQL in
-    the background; with --no-rebuild-on-contract-change it leaves them to the operator."""
+    version): serve binds new collections and fills them from PostgreSQL in the background.
+    Stopped before that rebuild ends, serve says so, and the next start (the contract now
+    unchanged) finds the rebuild's note and runs it again, to its end."""
     run = fabric.open_run()
     ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
     old = copy.copy(minilm)
@@ -296,23 +292,40 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_unless_told_not_to(
         before = store.aliases()
     finally:
         store.close()
-    args = () if rebuild else ("--no-rebuild-on-contract-change",)
-    with running_serve(fabric, graph_server, tmp_path / "qdrant", serve_args=args) as served:
+    # First start: its rebuild waits behind a lock on the records, and serve is stopped.
+    blocker = fabric.connect(None, autocommit=False)
+    blocker.execute("LOCK TABLE fabric.memory_records IN ACCESS EXCLUSIVE MODE")
+    try:
+        with running_serve(fabric, graph_server, tmp_path / "qdrant") as served:
+            proc = served["proc"]
+            said = "".join(served["startup"])
+            assert "the embedder's contract changed" in said and before["mem_episodic"] in said
+            assert "[rebuild] filling the new vector collections" in said, said
+            proc.send_signal(signal.SIGTERM)
+            while "[serve] stopping" not in (line := proc.stdout.readline()):
+                assert line, "serve ended before it said it was stopping"
+            blocker.rollback()  # the rebuild goes on, and stops after its first page
+            rest = proc.stdout.read()
+            assert "[rebuild] stopped before it ended: qdrant is incomplete" in rest, rest
+            assert "[rebuild] done" not in rest, rest
+    finally:
+        blocker.rollback()
+        blocker.close()
+    # Second start: the contract is the one bound, but the rebuild did not end: it runs again.
+    with running_serve(fabric, graph_server, tmp_path / "qdrant") as served:
         proc, broker = served["proc"], RemoteBroker(served["socket"], timeout=60)
         said = "".join(served["startup"])
-        assert "the embedder's contract changed" in said and before["mem_episodic"] in said
-        if not rebuild:
-            assert "[rebuild] not started (--no-rebuild-on-contract-change)" in said
-            vectors = broker.run("verify")["qdrant"]  # the graph is projected meanwhile
-            assert (vectors["expected"], vectors["points"]) == (len(ids), 0), vectors
-            return
+        assert "the embedder's contract changed" not in said, said
+        assert "[rebuild] a rebuild of qdrant began at" in said, said
         lines = []
         while not (line := proc.stdout.readline()).startswith("[rebuild] done"):
             assert line and "[rebuild] failed" not in line, "".join(lines) + line
             lines.append(line)
         assert line.startswith(f"[rebuild] done: {len(ids)} records"), line
         assert f"[rebuild] qdrant: {len(ids)} of {len(ids)} records\n" in lines
-        vectors = broker.run("verify")["qdrant"]
+        report = broker.run("verify")
+        assert report["unfinished_rebuilds"] == {}, report
+        vectors = report["qdrant"]
         counted = (vectors["expected"], vectors["points"], vectors["missing"])
         assert counted == (len(ids), len(ids), []), vectors
         request = {"run_id": str(run), "mode": "semantic", "tiers": ["episodic"], "limit": 1,
@@ -321,51 +334,27 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_unless_told_not_to(
         assert [r["content"] for r in answer["records"]] == [{"text": "invoices in euros please"}]
 
 
-def test_a_rebuild_that_did_not_end_is_run_again_at_start(
+def test_a_changed_embedder_contract_is_left_to_the_operator_when_told(
     fabric: Fabric, graph_server: GraphServer, minilm: MiniLMEmbedder, tmp_path: Path
 ) -> None:
-    """A rebuild that died after its wipe (its note left in PostgreSQL) is run again when
-    serve starts, and again after a serve stopped before it ended."""
+    """--no-rebuild-on-contract-change: the new collections stay empty, serve says what to
+    run."""
     run = fabric.open_run()
     ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
-    projector_url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    old = copy.copy(minilm)
+    old.version = "before-the-upgrade;text=v1"
     store = EdgeVectorStore(tmp_path / "qdrant")
     try:
-        store.ensure_collections(minilm.model, minilm.version, minilm.dims)
-        assert drained(Projector(projector_url, minilm, store), ("qdrant",)) == len(ids)
-        # what a rebuild does before it wipes, then the wipe: and there it died
-        fabric.call("mf_projector", "SELECT fabric_api.begin_projection_rebuild('qdrant')")
-        store.wipe()
+        store.ensure_collections(old.model, old.version, old.dims)
+        projector_url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+        assert drained(Projector(projector_url, old, store), ("qdrant",)) == len(ids)
     finally:
         store.close()
-    # First start: its rebuild waits behind a lock on the records, and serve is stopped.
-    blocker = fabric.connect(None, autocommit=False)
-    blocker.execute("LOCK TABLE fabric.memory_records IN ACCESS EXCLUSIVE MODE")
-    try:
-        with running_serve(fabric, graph_server, tmp_path / "qdrant") as served:
-            proc = served["proc"]
-            said = "".join(served["startup"])
-            assert "[rebuild] a rebuild of qdrant began at" in said, said
-            proc.send_signal(signal.SIGTERM)
-            while "[serve] stopping" not in (line := proc.stdout.readline()):
-                assert line, "serve ended before it said it was stopping"
-            blocker.rollback()  # the rebuild goes on, and stops after its first page
-            rest = proc.stdout.read()
-            assert "[rebuild] stopped before it ended" in rest, rest
-            assert "[rebuild] done" not in rest, rest
-    finally:
-        blocker.rollback()
-        blocker.close()
-    # Second start: the note is still there, the rebuild runs to its end and clears it.
-    with running_serve(fabric, graph_server, tmp_path / "qdrant") as served:
-        proc, broker = served["proc"], RemoteBroker(served["socket"], timeout=60)
-        assert "[rebuild] a rebuild of qdrant began at" in "".join(served["startup"])
-        lines = []
-        while not (line := proc.stdout.readline()).startswith("[rebuild] done"):
-            assert line and "[rebuild] failed" not in line, "".join(lines) + line
-            lines.append(line)
-        assert line.startswith(f"[rebuild] done: {len(ids)} records"), line
-        report = broker.run("verify")
-        assert report["unfinished_rebuilds"] == {}, report
-        counted = (report["qdrant"]["points"], report["qdrant"]["missing"])
-        assert counted == (len(ids), []), report
+    args = ("--no-rebuild-on-contract-change",)
+    with running_serve(fabric, graph_server, tmp_path / "qdrant", serve_args=args) as served:
+        said = "".join(served["startup"])
+        assert "the embedder's contract changed" in said
+        assert "[rebuild] not started (--no-rebuild-on-contract-change): run" in said, said
+        assert "`memfabric rebuild qdrant`" in said, said
+        vectors = RemoteBroker(served["socket"], timeout=60).run("verify")["qdrant"]
+        assert (vectors["expected"], vectors["points"]) == (len(ids), 0), vectors
