@@ -273,6 +273,25 @@ def test_serve_restarts_a_killed_shard_child_and_recall_and_projection_go_on(
     assert proc.poll() is None
 
 
+def projected_under_an_older_contract(
+    fabric: Fabric, minilm: MiniLMEmbedder, vector_dir: Path
+) -> tuple[str, set[str], dict[str, str]]:
+    """Two records projected into `vector_dir` by a projector whose embedder's version is
+    not this package's (an upgrade changed it): the run, the records, the aliases."""
+    run = fabric.open_run()
+    ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
+    old = copy.copy(minilm)
+    old.version = "before-the-upgrade;text=v1"
+    store = EdgeVectorStore(vector_dir)
+    try:
+        store.ensure_collections(old.model, old.version, old.dims)
+        projector_url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+        assert drained(Projector(projector_url, old, store), ("qdrant",)) == len(ids)
+        return str(run), ids, store.aliases()
+    finally:
+        store.close()
+
+
 def test_a_changed_embedder_contract_is_rebuilt_at_start_until_a_rebuild_ends(
     fabric: Fabric, graph_server: GraphServer, minilm: MiniLMEmbedder, tmp_path: Path
 ) -> None:
@@ -280,18 +299,7 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_until_a_rebuild_ends(
     version): serve binds new collections and fills them from PostgreSQL in the background.
     Stopped before that rebuild ends, serve says so, and the next start (the contract now
     unchanged) finds the rebuild's note and runs it again, to its end."""
-    run = fabric.open_run()
-    ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
-    old = copy.copy(minilm)
-    old.version = "before-the-upgrade;text=v1"
-    store = EdgeVectorStore(tmp_path / "qdrant")
-    try:
-        store.ensure_collections(old.model, old.version, old.dims)
-        projector_url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-        assert drained(Projector(projector_url, old, store), ("qdrant",)) == len(ids)
-        before = store.aliases()
-    finally:
-        store.close()
+    run, ids, before = projected_under_an_older_contract(fabric, minilm, tmp_path / "qdrant")
     # First start: its rebuild waits behind a lock on the records, and serve is stopped.
     blocker = fabric.connect(None, autocommit=False)
     blocker.execute("LOCK TABLE fabric.memory_records IN ACCESS EXCLUSIVE MODE")
@@ -328,7 +336,7 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_until_a_rebuild_ends(
         vectors = report["qdrant"]
         counted = (vectors["expected"], vectors["points"], vectors["missing"])
         assert counted == (len(ids), len(ids), []), vectors
-        request = {"run_id": str(run), "mode": "semantic", "tiers": ["episodic"], "limit": 1,
+        request = {"run_id": run, "mode": "semantic", "tiers": ["episodic"], "limit": 1,
                    "query": "which currency for invoices"}  # fmt: skip
         answer = recall(fabric.connect("mf_agent_a"), request, broker)
         assert [r["content"] for r in answer["records"]] == [{"text": "invoices in euros please"}]
@@ -339,17 +347,7 @@ def test_a_changed_embedder_contract_is_left_to_the_operator_when_told(
 ) -> None:
     """--no-rebuild-on-contract-change: the new collections stay empty, serve says what to
     run."""
-    run = fabric.open_run()
-    ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
-    old = copy.copy(minilm)
-    old.version = "before-the-upgrade;text=v1"
-    store = EdgeVectorStore(tmp_path / "qdrant")
-    try:
-        store.ensure_collections(old.model, old.version, old.dims)
-        projector_url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
-        assert drained(Projector(projector_url, old, store), ("qdrant",)) == len(ids)
-    finally:
-        store.close()
+    _, ids, _ = projected_under_an_older_contract(fabric, minilm, tmp_path / "qdrant")
     args = ("--no-rebuild-on-contract-change",)
     with running_serve(fabric, graph_server, tmp_path / "qdrant", serve_args=args) as served:
         said = "".join(served["startup"])
