@@ -116,16 +116,19 @@ def _stop_on_sigterm(stopping: Any = None) -> None:
     file is removed.
     Without this, SIGTERM ended the process where it stood, and a command started with
     SIGINT ignored (a background job of a shell without job control) could not be stopped
-    gracefully at all. With `stopping` (a threading.Event), either signal also sets it
-    first, for the threads that must stop too, and a line says so (from a thread: a signal
-    handler must not write to a stream the interrupted code may be writing to)."""
+    gracefully at all. With `stopping` (a threading.Event), either signal sets it instead,
+    and nothing is raised: every loop of the command watches it and ends the way it does
+    when asked (an exception raised wherever the signal lands, inside a database or graph
+    driver's write, can escape the driver's own clean-up as another error). A line says
+    so, from a thread: a signal handler must not write to a stream the interrupted code may
+    be writing to."""
     import signal
     import threading
 
     def interrupt(signum: int, frame: object) -> None:
-        if stopping is not None:
-            stopping.set()
-        raise KeyboardInterrupt
+        if stopping is None:
+            raise KeyboardInterrupt
+        stopping.set()
 
     if stopping is not None:
 
@@ -644,8 +647,9 @@ def serve(
         },
     )
     stop = threading.Event()
-    # from here on SIGTERM and Ctrl-C take serve's own way out (before the socket exists:
-    # a stop at any moment after leaves no socket file and no half-written batch)
+    # from here on SIGTERM and Ctrl-C set `stop`, which every loop of serve watches (before
+    # the socket exists: a stop at any moment after leaves no socket file and no
+    # half-written batch)
     _stop_on_sigterm(stop)
     server, rebuilding, maker = None, None, None
     try:
@@ -700,8 +704,8 @@ def serve(
         run = (
             projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run
         )
-        run(poll_seconds=poll)
-    except KeyboardInterrupt:
+        run(poll_seconds=poll, should_stop=stop.is_set)
+    except KeyboardInterrupt:  # a SIGINT whose handler was not ours
         pass
     finally:
         stop.set()

@@ -411,7 +411,7 @@ class Projector:
                                     pass
                             for projection in projections:
                                 self.settle(conn, projection)
-                    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM under `memfabric serve`
+                    except KeyboardInterrupt:  # Ctrl-C (`memfabric serve` asks to stop instead)
                         for projection in projections:
                             # a shard lost writes: the cursor stays, the next start re-applies
                             with contextlib.suppress(ShardFailure):
