@@ -635,18 +635,19 @@ def serve(
     assert projector.store is not None
     # Queries embed here, never behind a projector batch in the child.
     query_embedder = deployment_embedder(projector_conninfo()) if in_child else projector.embedder
+    stop = threading.Event()  # serve is stopping: every loop and rebuild of it watches this
     broker = LocalBroker(
         projector.store,
         query_embedder,
         {
-            "rebuild": lambda target="all": ops.rebuild(projector, target),
-            "drill": lambda: ops.drill(projector),
+            # asked through the socket, they too end after their current page on a stop
+            "rebuild": lambda target="all": ops.rebuild(projector, target, _until(stop)),
+            "drill": lambda: ops.drill(projector, _until(stop)),
             "verify": lambda: ops.verify(projector),
             "build_index": lambda tiers=None: _edge_store(projector.store).build_index(tiers),
             "index_status": lambda: _edge_store(projector.store).index_status(),
         },
     )
-    stop = threading.Event()
     # from here on SIGTERM and Ctrl-C set `stop`, which every loop of serve watches (before
     # the socket exists: a stop at any moment after leaves no socket file and no
     # half-written batch)
@@ -723,6 +724,20 @@ class _Stopping(Exception):
     """`memfabric serve` is stopping: a rebuild it runs ends after its current page."""
 
 
+def _until(stop: Any) -> Any:
+    """A rebuild's progress callback that ends it (after the page it has written) once
+    `stop` is set: its note stays, and the next start of serve runs it again."""
+
+    def progress(done: int, total: int) -> None:
+        if stop.is_set():
+            raise _Stopping(
+                f"memfabric serve is stopping: the rebuild ended after {done:,} of {total:,}"
+                " records; the next start of serve runs it again"
+            )
+
+    return progress
+
+
 def _rebuild_in_background(projector: Any, lock: Any, targets: list[str], stop: Any) -> Any:
     """`memfabric rebuild` of each target, run by serve itself on a thread under its lock
     (the projector waits; searches go on), with a line at start, every tenth and at the end.
@@ -741,8 +756,7 @@ def _rebuild_in_background(projector: Any, lock: Any, targets: list[str], stop: 
             def progress(
                 done: int, total: int, target: str = target, told: list[int] = told
             ) -> None:
-                if stop.is_set():
-                    raise _Stopping
+                _until(stop)(done, total)
                 tenth = done * 10 // max(total, 1)
                 if tenth > told[0]:
                     told[0] = tenth

@@ -356,3 +356,53 @@ def test_a_changed_embedder_contract_is_left_to_the_operator_when_told(
         assert "`memfabric rebuild qdrant`" in said, said
         vectors = RemoteBroker(served["socket"], timeout=60).run("verify")["qdrant"]
         assert (vectors["expected"], vectors["points"]) == (len(ids), 0), vectors
+
+
+def test_a_rebuild_asked_through_the_socket_ends_when_serve_stops(
+    fabric: Fabric, graph_server: GraphServer, tmp_path: Path
+) -> None:
+    """`memfabric rebuild` asked of serve, serve stopped meanwhile: the rebuild ends after
+    its current page (the client is told), serve exits cleanly, and the rebuild's note
+    stays for the next start."""
+    import threading
+
+    run = fabric.open_run()
+    for text in ("invoices in euros please", "ship to Rotterdam"):
+        fabric.form(run, text)
+    blocker = fabric.connect(None, autocommit=False)
+    blocker.execute("LOCK TABLE fabric.memory_records IN ACCESS EXCLUSIVE MODE")
+    told: list[str] = []
+    try:
+        with running_serve(fabric, graph_server, tmp_path / "qdrant") as served:
+            proc, broker = served["proc"], RemoteBroker(served["socket"], timeout=60)
+
+            def ask() -> None:
+                try:
+                    broker.run("rebuild", target="qdrant")
+                except RuntimeError as exc:
+                    told.append(str(exc))
+
+            asking = threading.Thread(target=ask)
+            asking.start()
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE %s"
+            )
+            for _ in range(300):  # until the rebuild waits behind the lock
+                if fabric.session().execute(waiting, ("%projection_snapshot_v2%",)).fetchone()[0]:  # type: ignore[index]
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError("the rebuild never reached the records")
+            proc.send_signal(signal.SIGTERM)
+            while "[serve] stopping" not in (line := proc.stdout.readline()):
+                assert line, "serve ended before it said it was stopping"
+            blocker.rollback()  # the rebuild goes on, and stops after its first page
+            asking.join(timeout=60)
+            assert proc.wait(timeout=60) == 0
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert len(told) == 1 and "memfabric serve is stopping" in told[0], told
+    unfinished = "SELECT fabric_api.unfinished_projection_rebuild('qdrant')"
+    assert fabric.call("mf_projector", unfinished) is not None
