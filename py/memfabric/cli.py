@@ -119,15 +119,15 @@ def _stop_on_sigterm(stopping: Any = None) -> None:
     gracefully at all. With `stopping` (a threading.Event), either signal sets it instead,
     and nothing is raised: every loop of the command watches it and ends the way it does
     when asked (an exception raised wherever the signal lands, inside a database or graph
-    driver's write, can escape the driver's own clean-up as another error). A line says
-    so, from a thread: a signal handler must not write to a stream the interrupted code may
-    be writing to."""
+    driver's write, can escape the driver's own clean-up as another error); a second one
+    raises, for an operator who will not wait. A line says so, from a thread: a signal
+    handler must not write to a stream the interrupted code may be writing to."""
     import signal
     import threading
 
     def interrupt(signum: int, frame: object) -> None:
-        if stopping is None:
-            raise KeyboardInterrupt
+        if stopping is None or stopping.is_set():
+            raise KeyboardInterrupt  # a second signal: stop where it stands
         stopping.set()
 
     if stopping is not None:
