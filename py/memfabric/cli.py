@@ -748,15 +748,16 @@ def _rebuild_in_background(projector: Any, lock: Any, targets: list[str], stop: 
 
     from memfabric import ops
 
+    halt = _until(stop)
+
     def work() -> None:
-        started = time.monotonic()
         for target in targets:
-            told = [-1]
+            started, told = time.monotonic(), [-1]
 
             def progress(
                 done: int, total: int, target: str = target, told: list[int] = told
             ) -> None:
-                _until(stop)(done, total)
+                halt(done, total)
                 tenth = done * 10 // max(total, 1)
                 if tenth > told[0]:
                     told[0] = tenth
