@@ -74,6 +74,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     uses_graph: dict[str, bool] = {}
     slow_module: dict[str, bool] = {}
+    given: dict[str, set[str]] = {}  # a module's property tests (hypothesis)
 
     def source(module: str) -> str:
         path = config.rootpath / module
@@ -90,13 +91,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
         def _weight(self, nodeids: dict[str, bool]) -> int:
             """A unit's expected time, roughly: its tests, ten times over for a module marked
-            slow as a whole (each of its tests takes seconds)."""
+            slow as a whole (each of its tests takes seconds), and a property test (hypothesis
+            runs its body 100-200 times: 1-2.5 s) as twenty."""
             weight = 0
             for nodeid in nodeids:
                 module = nodeid.split("::", 1)[0]
                 if module not in slow_module:
-                    slow_module[module] = "\npytestmark = pytest.mark.slow" in source(module)
-                weight += 10 if slow_module[module] else 1
+                    text = source(module)
+                    slow_module[module] = "\npytestmark = pytest.mark.slow" in text
+                    given[module] = {
+                        name
+                        for block in re.split(r"\n\s*\n", text)
+                        if "@given(" in block
+                        for name in re.findall(r"^def (\w+)", block, re.M)
+                    }
+                name = nodeid.split("::", 1)[-1].split("[", 1)[0]
+                weight += 10 if slow_module[module] else 20 if name in given[module] else 1
             return weight
 
         def _assign_work_unit(self, node: Any) -> None:
