@@ -823,42 +823,71 @@ class Fabric:
             return call(conn, "fabric_api.recall", Jsonb(request))  # type: ignore[no-any-return]
 
     def proposed(
-        self, run: uuid.UUID, text: str = "e", login: str = "mf_agent_a", **overrides: Any
+        self,
+        run: uuid.UUID | None = None,
+        text: str | None = None,
+        login: str = "mf_agent_a",
+        *,
+        envelope: dict[str, Any] | None = None,
+        **overrides: Any,
     ) -> str:
-        """Propose an `episode(text, **overrides)` as `login`; its proposal_id, validated."""
-        result = self.propose(login, episode(text, **overrides), run)
+        """Propose `envelope`, or else an `episode(text or "e", **overrides)`, as `login` in
+        `run` (a new `open_run()` when None); its proposal_id, validated."""
+        if envelope is None:
+            envelope = episode("e" if text is None else text, **overrides)
+        elif text is not None or overrides:
+            raise TypeError("an envelope, or an episode's text and overrides: not both")
+        result = self.propose(login, envelope, self.open_run() if run is None else run)
         assert result["status"] == "validated", result
         return str(result["proposal_id"])
 
     def form(
         self,
-        run: uuid.UUID,
-        text: str = "e",
+        run: uuid.UUID | None = None,
+        text: str | None = None,
         login: str = "mf_agent_a",
         committer: str = "mf_committer",
+        *,
+        envelope: dict[str, Any] | None = None,
         **overrides: Any,
     ) -> str:
-        """Propose an `episode(text, **overrides)` and commit it; the new memory_id."""
-        proposal = self.proposed(run, text, login, **overrides)
+        """Propose as `proposed` does (`envelope`, or an episode; in `run`, or a new one)
+        and commit it as `committer`; the new memory_id."""
+        proposal = self.proposed(run, text, login, envelope=envelope, **overrides)
         return str(self.commit(proposal, committer)["memory_id"])
+
+    def record(self, memory_id: Any) -> dict[str, Any]:
+        """A memory record's whole row (`to_jsonb`), read by the superuser (bypasses RLS)."""
+        row = (
+            self.session(None)
+            .execute(
+                "SELECT to_jsonb(m) FROM fabric.memory_records m WHERE memory_id = %s",
+                (memory_id,),
+            )
+            .fetchone()
+        )
+        assert row is not None, memory_id
+        return row[0]  # type: ignore[no-any-return]
 
     def owner(
         self,
         tenant: str | None = "acme",
         actor: str | None = "os-agt-010",
         autocommit: bool = True,
+        login: str | None = None,
     ) -> psycopg.Connection[Any]:
-        """A new connection of the superuser acting as fabric_owner (the table owner: not
-        superuser, not BYPASSRLS, so RLS and the triggers apply), with the governance
-        context `fabric.tenant_id` / `fabric.actor` set for the session unless None."""
+        """A new connection of the superuser (or of `login`, which must hold fabric_owner)
+        acting as fabric_owner (the table owner: not superuser, not BYPASSRLS, so RLS and
+        the triggers apply), with the governance context `fabric.tenant_id` /
+        `fabric.actor` set for the session unless None."""
         if self._tx is not None:
             if not autocommit:
                 raise NeedsClone("a rollback test has no transaction of its own to give")
             settings = {"fabric.tenant_id": tenant, "fabric.actor": actor}
             return self._tx_conn(  # type: ignore[no-any-return]
-                None, "fabric_owner", **{k: v for k, v in settings.items() if v is not None}
+                login, "fabric_owner", **{k: v for k, v in settings.items() if v is not None}
             )
-        conn = self.connect(None, autocommit=autocommit)
+        conn = self.connect(login, autocommit=autocommit)
         conn.execute("SET ROLE fabric_owner")
         if tenant is not None:
             conn.execute("SELECT set_config('fabric.tenant_id', %s, false)", (tenant,))

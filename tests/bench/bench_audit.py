@@ -18,10 +18,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
 
 import psycopg
-from benchlib import create_logins
+from benchlib import call, create_logins
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -83,12 +82,6 @@ RELATIONS = {
     "erasures": "fabric_audit.erasures(%(t)s, %(from)s, %(to)s)",
     "record_history": "fabric_audit.record_history(%(t)s, %(memory_id)s)",
 }
-
-
-def call(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
-    row = conn.execute(query, args).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def setup(url: str, tenant: str) -> None:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from benchlib import backend_cpu, create_logins
+from benchlib import backend_cpu, call, create_logins
 from psycopg.types.json import Jsonb
 
 from memfabric import db
@@ -39,12 +39,6 @@ TOOLS = ["tool:memory-propose"]
 PROFILE = {"propose_scope": {"tiers": ["episodic"], "visibility": ["subject", "agent"]}}
 IMPORT = "SELECT fabric_api.import_records(%s, %s, %s)"
 FILLER = "Customer prefers invoices in EUR via Acme Logistics BV; confirmed on the call."
-
-
-def call(conn: Conn, query: str, *args: Any) -> Any:
-    row = conn.execute(query, args).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def setup(url: str) -> uuid.UUID:

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from benchlib import create_logins
+from benchlib import call, create_logins
 from pgvector.psycopg.vector import register_vector_info
 from psycopg.types import TypeInfo
 from psycopg.types.json import Jsonb
@@ -112,11 +112,6 @@ SELECT m.tenant_id, m.scope_key, u.lexeme, count(*), 0
  WHERE m.tenant_id = %(t)s GROUP BY m.tenant_id, m.scope_key, u.lexeme"""
 MACHINE = """SELECT format('PostgreSQL %%s, fsync=%%s, synchronous_commit=%%s', current_setting(
   'server_version'), current_setting('fsync'), current_setting('synchronous_commit'))"""
-
-
-def call(conn: Conn, query: str, *args: Any) -> Any:
-    row = conn.execute(query, args).fetchone()
-    return None if row is None else row[0]
 
 
 def connect(url: str, login: str | None = None) -> Conn:

@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from benchlib import backend_cpu, create_logins
+from benchlib import backend_cpu, call, create_logins
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -221,11 +221,6 @@ def envelope(it: Item, episode: str) -> Jsonb:
         "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
         **({"derived_from": [episode]} if it.tier == "semantic" else {}),
     })  # fmt: skip
-
-
-def call(conn: Conn, query: str, *args: Any) -> Any:
-    row = conn.execute(query, args).fetchone()
-    return None if row is None else row[0]
 
 
 def setup(url: str) -> State:

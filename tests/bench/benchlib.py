@@ -10,6 +10,14 @@ import psycopg
 from psycopg import sql
 
 
+def call(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
+    """The one value `query` returns (its first column); a query that returns no row is an
+    error, not None."""
+    row = conn.execute(query, args).fetchone()
+    assert row is not None, query
+    return row[0]
+
+
 def create_logins(su: psycopg.Connection[Any], logins: Mapping[str, str | None]) -> None:
     """Each login (cluster-wide, so only when missing) and its group role, if it has one."""
     for login, group in logins.items():

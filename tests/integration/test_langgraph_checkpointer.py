@@ -149,8 +149,7 @@ def test_the_ddl_guard_covers_the_checkpoint_schema(fabric: Fabric) -> None:
         su.execute(f"CREATE ROLE {login} LOGIN")
         su.execute(f"GRANT fabric_owner TO {login}")
     try:
-        conn = fabric.connect(login)
-        conn.execute("SET ROLE fabric_owner")
+        conn = fabric.owner(None, actor=None, login=login)
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="migration role"):
             conn.execute("ALTER TABLE langgraph.checkpoints ADD COLUMN x int")
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="migration role"):

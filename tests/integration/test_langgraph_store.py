@@ -35,46 +35,36 @@ pytestmark = pytest.mark.rollback
 SUBJECT = ("acme", "episodic", "user-8842")
 
 
-def committed(fabric: Fabric, login: str, run: uuid.UUID, envelope: dict[str, Any]) -> str:
-    answer = fabric.propose(login, envelope, run)
-    assert answer["status"] == "validated", answer
-    return str(fabric.commit(answer["proposal_id"])["memory_id"])
-
-
 @pytest.fixture
 def seeded(fabric: Fabric) -> dict[str, Any]:
     """acme: three of user-8842's episodes, one tenant-visible, one agent-private, one of
     user-9999; globex: one episode of its own user-8842."""
     run = fabric.open_run()
     ids = {
-        "eur": committed(fabric, "mf_agent_a", run, episode("asked for invoices in EUR")),
-        "usd": committed(fabric, "mf_agent_a", run, episode("asked for invoices in USD")),
-        "call": committed(fabric, "mf_agent_a", run, episode("prefers a call on Monday")),
-        "tenant": committed(
-            fabric,
-            "mf_agent_a",
+        "eur": fabric.form(run, envelope=episode("asked for invoices in EUR")),
+        "usd": fabric.form(run, envelope=episode("asked for invoices in USD")),
+        "call": fabric.form(run, envelope=episode("prefers a call on Monday")),
+        "tenant": fabric.form(
             run,
-            episode(
+            envelope=episode(
                 "the office closes on Friday",
                 scope={"tenant_id": "acme", "visibility": "tenant"},
             ),
         ),
-        "agent": committed(
-            fabric,
-            "mf_agent_a",
+        "agent": fabric.form(
             run,
-            episode(
+            envelope=episode(
                 "escalate invoices to finance", scope={"tenant_id": "acme", "visibility": "agent"}
             ),
         ),
     }
     other = fabric.open_run(subject="user-9999", session="sess-2")
-    ids["other"] = committed(fabric, "mf_agent_a", other, episode("asked for invoices in GBP"))
+    ids["other"] = fabric.form(other, envelope=episode("asked for invoices in GBP"))
     glx = fabric.open_run(agent_id="glx-agt-001", tenant="globex")
     globex_episode = episode(
         "globex secret invoices", scope={"tenant_id": "globex", "visibility": "subject"}
     )
-    ids["globex"] = committed(fabric, "mf_agent_g", glx, globex_episode)
+    ids["globex"] = fabric.form(glx, login="mf_agent_g", envelope=globex_episode)
     return {"run": run, "ids": ids}
 
 

@@ -129,8 +129,7 @@ def test_only_the_committer_seals_and_only_the_auditor_verifies(fabric: Fabric) 
 def test_seals_are_append_only(fabric: Fabric) -> None:
     activity(fabric)
     seal(fabric)
-    owner = fabric.connect(MIGRATOR)
-    owner.execute("SET ROLE fabric_owner")
+    owner = fabric.owner(None, actor=None, login=MIGRATOR)
     for statement in (
         "UPDATE fabric.event_seals SET link = repeat('0', 64)",
         "DELETE FROM fabric.event_seals",
@@ -280,8 +279,7 @@ def test_the_ddl_guard_refuses_schema_changes_even_to_a_login_holding_the_owner(
 ) -> None:
     activity(fabric)
     partition = current_partition(fabric)
-    conn = fabric.connect(leaked_owner, autocommit=False)
-    conn.execute("SET ROLE fabric_owner")
+    conn = fabric.owner(None, actor=None, autocommit=False, login=leaked_owner)
     with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
         conn.execute(statement.format(partition=partition))
     assert "migration role" in str(info.value)
@@ -295,8 +293,7 @@ def test_the_ddl_guard_leaves_other_schemas_and_the_migration_role_alone(fabric:
     stranger = fabric.connect("mf_stranger")
     stranger.execute("CREATE TABLE scratch.t (x int)")
     stranger.execute("DROP TABLE scratch.t")
-    migrator = fabric.connect(MIGRATOR)
-    migrator.execute("SET ROLE fabric_owner")
+    migrator = fabric.owner(None, actor=None, login=MIGRATOR)
     migrator.execute("CREATE TABLE fabric.guard_probe (x int)")
     migrator.execute("DROP TABLE fabric.guard_probe")
 

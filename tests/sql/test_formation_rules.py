@@ -25,20 +25,6 @@ pytestmark = pytest.mark.rollback
 # --- helpers ------------------------------------------------------------------------------
 
 
-def committed(
-    fabric: Fabric,
-    envelope: dict[str, Any],
-    login: str = "mf_agent_a",
-    tenant: str = "acme",
-    agent_id: str = "com-agt-003",
-) -> str:
-    """Propose and commit; the new record's memory_id."""
-    run = fabric.open_run(agent_id=agent_id, tenant=tenant)
-    result = fabric.propose(login, envelope, run)
-    assert result["status"] == "validated", result
-    return str(fabric.commit(result["proposal_id"])["memory_id"])
-
-
 def semantic(derived_from: list[str] | None = None, **overrides: Any) -> dict[str, Any]:
     env = episode("prefers invoices in EUR", tier="semantic", **overrides)
     if derived_from is not None:
@@ -142,7 +128,7 @@ def test_agents_never_propose_with_supersedes(fabric: Fabric, supersedes: str) -
 
 def test_a_tier_outside_propose_scope_is_rejected(fabric: Fabric) -> None:
     run = fabric.open_run(agent_id="com-agt-004")  # propose_scope: episodic / subject
-    episode_id = committed(fabric, episode())
+    episode_id = fabric.form(envelope=episode())
     assert_rejected(
         fabric, semantic([episode_id]), "propose_scope.tiers", login="mf_agent_b", run=run
     )
@@ -171,13 +157,13 @@ def test_ephemeral_retention_is_rejected(fabric: Fabric) -> None:
 
 @pytest.mark.parametrize("tier", ["semantic", "procedural", "profile"])
 def test_audit_retention_only_on_episodic(fabric: Fabric, tier: str) -> None:
-    episode_id = committed(fabric, episode())
+    episode_id = fabric.form(envelope=episode())
     env = episode(tier=tier, retention_class="audit", derived_from=[episode_id])
     assert_rejected(fabric, env, "audit")
 
 
 def test_audit_retention_on_episodic_is_accepted(fabric: Fabric) -> None:
-    record_id = committed(fabric, episode(retention_class="audit"))
+    record_id = fabric.form(envelope=episode(retention_class="audit"))
     assert (
         fabric.count("memory_records", f"memory_id = '{record_id}' AND retention_class = 'audit'")
         == 1
@@ -193,7 +179,7 @@ def test_confidence_outside_the_unit_interval_is_rejected(
 
 @pytest.mark.parametrize("confidence", [0, 1, 0.0, 1.0])
 def test_confidence_at_the_bounds_is_accepted(fabric: Fabric, confidence: float) -> None:
-    committed(fabric, episode(confidence=confidence))
+    fabric.form(envelope=episode(confidence=confidence))
 
 
 @pytest.mark.parametrize(
@@ -212,7 +198,7 @@ def test_a_non_semver_version_is_rejected(fabric: Fabric, version: str) -> None:
 
 
 def test_a_semver_version_with_prerelease_and_build_is_accepted(fabric: Fabric) -> None:
-    committed(fabric, episode(tier="procedural", version="10.2.3-rc.1+build.5"))
+    fabric.form(envelope=episode(tier="procedural", version="10.2.3-rc.1+build.5"))
 
 
 def test_semantic_without_derived_from_is_rejected(fabric: Fabric) -> None:
@@ -220,13 +206,13 @@ def test_semantic_without_derived_from_is_rejected(fabric: Fabric) -> None:
 
 
 def test_semantic_derived_only_from_non_episodic_records_is_rejected(fabric: Fabric) -> None:
-    procedural_id = committed(fabric, episode("how to file an invoice", tier="procedural"))
+    procedural_id = fabric.form(envelope=episode("how to file an invoice", tier="procedural"))
     assert_rejected(fabric, semantic([procedural_id]), "episodic source")
 
 
 def test_semantic_derived_from_an_episode_is_accepted(fabric: Fabric) -> None:
-    episode_id = committed(fabric, episode())
-    record_id = committed(fabric, semantic([episode_id]))
+    episode_id = fabric.form(envelope=episode())
+    record_id = fabric.form(envelope=semantic([episode_id]))
     lineage = fabric.count(
         "memory_lineage", f"memory_id = '{record_id}' AND derived_from_id = '{episode_id}'"
     )
@@ -234,9 +220,9 @@ def test_semantic_derived_from_an_episode_is_accepted(fabric: Fabric) -> None:
 
 
 def test_semantic_derived_transitively_from_an_episode_is_accepted(fabric: Fabric) -> None:
-    episode_id = committed(fabric, episode())
-    first = committed(fabric, semantic([episode_id]))
-    second = committed(fabric, semantic([first], content={"text": "bills in EUR"}))
+    episode_id = fabric.form(envelope=episode())
+    first = fabric.form(envelope=semantic([episode_id]))
+    second = fabric.form(envelope=semantic([first], content={"text": "bills in EUR"}))
     assert fabric.count("memory_records", f"memory_id = '{second}' AND tier = 'semantic'") == 1
 
 
@@ -381,19 +367,18 @@ def test_a_timestamp_that_is_not_a_string_is_an_error(fabric: Fabric) -> None:
 
 
 def test_derived_from_an_unknown_id_is_an_error(fabric: Fabric) -> None:
-    committed(fabric, episode())
+    fabric.form(envelope=episode())
     assert_structural_error(fabric, semantic([str(uuid.uuid4())]), "23503")
 
 
 def test_derived_from_another_tenants_record_is_an_error(fabric: Fabric) -> None:
     globex_env = episode(scope={"tenant_id": "globex", "visibility": "subject"})
-    globex_id = committed(
-        fabric, globex_env, login="mf_agent_g", tenant="globex", agent_id="glx-agt-001"
-    )
+    globex_run = fabric.open_run(agent_id="glx-agt-001", tenant="globex")
+    globex_id = fabric.form(globex_run, login="mf_agent_g", envelope=globex_env)
     assert (
         fabric.count("memory_records", f"memory_id = '{globex_id}' AND tenant_id = 'globex'") == 1
     )
-    acme_episode = committed(fabric, episode())
+    acme_episode = fabric.form(envelope=episode())
     assert_structural_error(fabric, semantic([acme_episode, globex_id]), "23503")
 
 
@@ -426,7 +411,7 @@ def test_content_over_64_kib_is_an_error(fabric: Fabric) -> None:
 def test_content_just_under_64_kib_is_accepted(fabric: Fabric) -> None:
     content = {"text": "x" * (65536 - len('{"text": ""}'))}
     assert len(json.dumps(content).encode()) == 65536
-    committed(fabric, episode(content=content))
+    fabric.form(envelope=episode(content=content))
 
 
 def test_content_nested_deeper_than_32_is_an_error(fabric: Fabric) -> None:
@@ -438,7 +423,7 @@ def test_content_nested_deeper_than_32_is_an_error(fabric: Fabric) -> None:
 
 
 def test_content_nested_32_deep_is_accepted(fabric: Fabric) -> None:
-    committed(fabric, episode(content=nest(32)))
+    fabric.form(envelope=episode(content=nest(32)))
 
 
 @pytest.mark.parametrize(
@@ -468,19 +453,6 @@ VALUES (%(tenant)s, %(tier)s, %(visibility)s, %(subject)s, %(content)s, 'evt-raw
 """
 
 
-def owner(fabric: Fabric, tenant: str = "acme", autocommit: bool = True) -> psycopg.Connection[Any]:
-    conn = fabric.connect(None, autocommit=autocommit)
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute(
-        "SELECT set_config('fabric.tenant_id', %s, false),"
-        " set_config('fabric.actor', 'os-agt-010', false)",
-        (tenant,),
-    )
-    if not autocommit:
-        conn.commit()
-    return conn
-
-
 def raw(
     tenant: str = "acme",
     tier: str = "episodic",
@@ -501,13 +473,13 @@ def raw(
 @pytest.mark.clone
 def test_owner_raw_episode_insert_is_possible(fabric: Fabric) -> None:
     """The control for the refusals below: the same INSERT, valid, goes in."""
-    owner(fabric).execute(RAW_INSERT, raw())
+    fabric.owner().execute(RAW_INSERT, raw())
     assert fabric.count("memory_records", "source_event_id = 'evt-raw-1'") == 1
 
 
 @pytest.mark.clone
 def test_owner_raw_semantic_without_lineage_fails_at_commit(fabric: Fabric) -> None:
-    conn = owner(fabric, autocommit=False)
+    conn = fabric.owner(autocommit=False)
     conn.execute(RAW_INSERT, raw(tier="semantic"))  # deferred: the INSERT itself passes
     with pytest.raises(errors.CheckViolation) as info:
         conn.commit()
@@ -531,9 +503,9 @@ def _raw_semantic_of(conn: psycopg.Connection[Any], parent: str) -> None:
 def test_owner_raw_semantic_of_a_non_episode_fails_at_commit(fabric: Fabric) -> None:
     """A parent that is not an episode (and has none) does not pass the direct-parent test
     of the deferred check, nor its walk."""
-    procedural = committed(fabric, episode("how to file an invoice", tier="procedural"))
+    procedural = fabric.form(envelope=episode("how to file an invoice", tier="procedural"))
     before = fabric.count("memory_records")
-    conn = owner(fabric, autocommit=False)
+    conn = fabric.owner(autocommit=False)
     _raw_semantic_of(conn, procedural)
     with pytest.raises(errors.CheckViolation) as info:
         conn.commit()
@@ -548,7 +520,7 @@ def test_owner_raw_semantic_of_a_semantic_with_an_episode_commits(fabric: Fabric
     run = fabric.open_run()
     first = fabric.form(run, "the episode")
     fact = fabric.form(run, "the fact", tier="semantic", derived_from=[first])
-    conn = owner(fabric, autocommit=False)
+    conn = fabric.owner(autocommit=False)
     _raw_semantic_of(conn, fact)
     conn.commit()
     assert fabric.count("memory_records", "tier = 'semantic'") == 2
@@ -557,7 +529,7 @@ def test_owner_raw_semantic_of_a_semantic_with_an_episode_commits(fabric: Fabric
 @pytest.mark.clone
 def test_owner_raw_subject_visibility_without_subject_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(RAW_INSERT, raw(subject=None))
+        fabric.owner().execute(RAW_INSERT, raw(subject=None))
     assert info.value.diag.constraint_name == "memory_records_visibility_has_its_id"
     assert fabric.count("memory_records") == 0
 
@@ -565,7 +537,7 @@ def test_owner_raw_subject_visibility_without_subject_is_refused(fabric: Fabric)
 @pytest.mark.clone
 def test_owner_raw_insert_into_tenant_platform_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric, tenant="platform").execute(RAW_INSERT, raw(tenant="platform"))
+        fabric.owner(tenant="platform").execute(RAW_INSERT, raw(tenant="platform"))
     assert info.value.diag.constraint_name == "tenant_id_is_not_platform"
     assert fabric.count("memory_records") == 0
 
@@ -579,7 +551,7 @@ def test_tenant_platform_cannot_be_created(fabric: Fabric) -> None:
 @pytest.mark.clone
 def test_owner_raw_audit_retention_on_semantic_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:
-        owner(fabric).execute(RAW_INSERT, raw(tier="semantic", retention="audit"))
+        fabric.owner().execute(RAW_INSERT, raw(tier="semantic", retention="audit"))
     assert info.value.diag.constraint_name == "memory_records_audit_retention_only_on_episodic"
     assert fabric.count("memory_records") == 0
 

@@ -217,9 +217,7 @@ def test_a_proposal_row_with_a_taken_key_is_refused_by_the_index(fabric: Fabric)
     """The rule holds below the API: the owner copying a proposal under its key fails."""
     run = fabric.open_run()
     first = fabric.propose("mf_agent_a", envelope(), run)["proposal_id"]
-    owner = fabric.su()
-    owner.execute("SET ROLE fabric_owner")
-    owner.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
+    owner = fabric.owner(actor=None)
     with pytest.raises(psycopg.errors.UniqueViolation) as info:
         owner.execute(
             "INSERT INTO fabric.proposals SELECT (jsonb_populate_record(p, jsonb_build_object("

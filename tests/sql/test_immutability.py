@@ -62,21 +62,6 @@ DERIVED = {"scope_key", "assertion_key"}
 # --- helpers ----------------------------------------------------------------------------
 
 
-def committed(fabric: Fabric, text: str = "asked for invoices in EUR", **env: Any) -> str:
-    """Propose through a new run and commit through the API; the new memory_id."""
-    return fabric.form(fabric.open_run(), text, **env)
-
-
-def record(fabric: Fabric, memory_id: str) -> dict[str, Any]:
-    """The whole row, read by the superuser."""
-    c = fabric.session()  # the superuser's session: reads only
-    row = c.execute(
-        "SELECT to_jsonb(m) FROM fabric.memory_records m WHERE memory_id = %s", (memory_id,)
-    ).fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
-
-
 def refused(conn: psycopg.Connection[Any], query: Any, params: Any, sqlstate: str) -> None:
     with pytest.raises(psycopg.Error) as info:
         conn.execute(query, params)
@@ -97,27 +82,27 @@ def erase_sql() -> str:
 @pytest.mark.parametrize(("column", "value"), IMMUTABLE, ids=[c for c, _ in IMMUTABLE])
 @pytest.mark.clone  # its SQL reads now() (one value in a transaction)
 def test_committed_envelope_column_never_changes(fabric: Fabric, column: str, value: str) -> None:
-    memory_id = committed(fabric)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form()
+    before, counts = fabric.record(memory_id), fabric.counts()
     query = sql.SQL("UPDATE fabric.memory_records SET {} = {} WHERE memory_id = %s").format(
         sql.Identifier(column),
         sql.SQL(value),  # type: ignore[arg-type]
     )
     refused(fabric.owner(), query, (memory_id,), "MF001")
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
 def test_content_is_not_removed_outside_an_ending_transition(fabric: Fabric) -> None:
-    memory_id = committed(fabric)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form()
+    before, counts = fabric.record(memory_id), fabric.counts()
     refused(
         fabric.owner(),
         "UPDATE fabric.memory_records SET content = NULL WHERE memory_id = %s",
         (memory_id,),
         "MF001",
     )
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
@@ -136,7 +121,7 @@ def test_every_record_column_is_immutable_or_lifecycle_governed(fabric: Fabric) 
 
 
 def test_records_are_never_deleted(fabric: Fabric) -> None:
-    memory_id = committed(fabric)
+    memory_id = fabric.form()
     counts = fabric.counts()
     refused(
         fabric.owner(),
@@ -148,7 +133,7 @@ def test_records_are_never_deleted(fabric: Fabric) -> None:
 
 
 def test_records_are_never_truncated(fabric: Fabric) -> None:
-    committed(fabric)
+    fabric.form()
     counts = fabric.counts()
     # Plain TRUNCATE already fails on the foreign keys; CASCADE reaches the trigger.
     refused(fabric.owner(), "TRUNCATE fabric.memory_records CASCADE", None, "MF001")
@@ -160,10 +145,9 @@ def test_records_are_never_truncated(fabric: Fabric) -> None:
 
 def semantic_with_lineage(fabric: Fabric, canary: str = "semantic fact") -> tuple[str, str]:
     """(episode id, semantic id derived from it)."""
-    episode_id = committed(fabric)
-    semantic_id = committed(
-        fabric,
-        canary,
+    episode_id = fabric.form()
+    semantic_id = fabric.form(
+        text=canary,
         tier="semantic",
         derived_from=[episode_id],
         scope={"tenant_id": "acme", "visibility": "subject"},
@@ -174,14 +158,14 @@ def semantic_with_lineage(fabric: Fabric, canary: str = "semantic fact") -> tupl
 @pytest.mark.clone  # sets the approval context with set_config
 def test_erasure_under_approval_leaves_a_tombstone(fabric: Fabric) -> None:
     episode_id, memory_id = semantic_with_lineage(fabric)
-    before = record(fabric, memory_id)
+    before = fabric.record(memory_id)
     assert before["scope_key"] == "subject:user-8842"
     approval = uuid.uuid4()
     conn = fabric.owner()
     conn.execute("SELECT set_config('fabric.approval_id', %s, false)", (str(approval),))
     conn.execute(erase_sql(), (approval, memory_id))
 
-    after = record(fabric, memory_id)
+    after = fabric.record(memory_id)
     assert after["consolidation_state"] == "tombstoned"
     assert after["content"] is None
     assert (after["subject_id"], after["session_id"], after["agent_id"]) == (None, None, None)
@@ -189,7 +173,7 @@ def test_erasure_under_approval_leaves_a_tombstone(fabric: Fabric) -> None:
     assert after["search_tsv"] is None
     assert after["erased_at"] is not None
     assert after["erasure_approval_id"] == str(approval)
-    # The tombstone keeps exactly what the Spec lists: hash, provenance, lineage, validity.
+    # The tombstone keeps exactly what R-ERASE-1 keeps: hash, provenance, lineage, validity.
     for kept in (
         "content_hash",
         "source_event_id",
@@ -215,28 +199,28 @@ def test_erasure_under_approval_leaves_a_tombstone(fabric: Fabric) -> None:
 
 @pytest.mark.clone  # sets the approval context with set_config
 def test_erasure_without_the_approval_context_is_refused(fabric: Fabric) -> None:
-    memory_id = committed(fabric)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form()
+    before, counts = fabric.record(memory_id), fabric.counts()
     refused(fabric.owner(), erase_sql(), (uuid.uuid4(), memory_id), "MF002")
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
 @pytest.mark.clone  # sets the approval context with set_config
 def test_erasure_names_the_approval_in_force(fabric: Fabric) -> None:
-    memory_id = committed(fabric)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form()
+    before, counts = fabric.record(memory_id), fabric.counts()
     conn = fabric.owner()
     conn.execute("SELECT set_config('fabric.approval_id', %s, false)", (str(uuid.uuid4()),))
     refused(conn, erase_sql(), (uuid.uuid4(), memory_id), "MF002")
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
 @pytest.mark.clone  # its SQL reads now() (one value in a transaction)
 def test_erasure_destroys_the_scope_ids(fabric: Fabric) -> None:
-    memory_id = committed(fabric)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form()
+    before, counts = fabric.record(memory_id), fabric.counts()
     approval = uuid.uuid4()
     conn = fabric.owner()
     conn.execute("SELECT set_config('fabric.approval_id', %s, false)", (str(approval),))
@@ -247,7 +231,7 @@ def test_erasure_destroys_the_scope_ids(fabric: Fabric) -> None:
         (approval, memory_id),
         "MF002",
     )
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
@@ -262,10 +246,10 @@ def close_window_sql() -> str:
 
 
 def test_operational_window_closure_removes_content(fabric: Fabric) -> None:
-    memory_id = committed(fabric, retention_class="operational")
-    before = record(fabric, memory_id)
+    memory_id = fabric.form(retention_class="operational")
+    before = fabric.record(memory_id)
     fabric.owner().execute(close_window_sql(), (memory_id,))
-    after = record(fabric, memory_id)
+    after = fabric.record(memory_id)
     assert after["content"] is None
     assert after["search_tsv"] is None
     assert after["consolidation_state"] == "expired"
@@ -278,16 +262,16 @@ def test_operational_window_closure_removes_content(fabric: Fabric) -> None:
 
 
 def test_window_closure_is_only_for_operational_records(fabric: Fabric) -> None:
-    memory_id = committed(fabric, retention_class="durable")
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form(retention_class="durable")
+    before, counts = fabric.record(memory_id), fabric.counts()
     refused(fabric.owner(), close_window_sql(), (memory_id,), "MF001")
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
 def test_content_removal_needs_an_ending_transition(fabric: Fabric) -> None:
-    memory_id = committed(fabric, retention_class="operational")
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form(retention_class="operational")
+    before, counts = fabric.record(memory_id), fabric.counts()
     refused(
         fabric.owner(),
         "UPDATE fabric.memory_records SET content = NULL, consolidation_state = 'superseded'"
@@ -295,7 +279,7 @@ def test_content_removal_needs_an_ending_transition(fabric: Fabric) -> None:
         (memory_id,),
         "MF001",
     )
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
@@ -325,7 +309,7 @@ def current_partition(fabric: Fabric) -> str:
 def test_events_are_append_only_even_for_the_owner(
     fabric: Fabric, statement: str, target: str
 ) -> None:
-    committed(fabric)
+    fabric.form()
     table = "fabric.events" if target == "parent" else current_partition(fabric)
     before = fabric.events()
     assert before
@@ -335,7 +319,7 @@ def test_events_are_append_only_even_for_the_owner(
 
 def transitioned(fabric: Fabric) -> str:
     """A record with one row of history."""
-    memory_id = committed(fabric)
+    memory_id = fabric.form()
     fabric.owner().execute(
         "UPDATE fabric.memory_records SET consolidation_state = 'consolidated'"
         " WHERE memory_id = %s",
@@ -389,8 +373,8 @@ def test_lineage_rows_never_change(fabric: Fabric, statement: str) -> None:
 
 @pytest.mark.clone  # the rule allows lineage in the forming transaction: needs separate commits
 def test_lineage_is_fixed_when_a_record_is_formed(fabric: Fabric) -> None:
-    older = committed(fabric, "first")
-    newer = committed(fabric, "second")
+    older = fabric.form(text="first")
+    newer = fabric.form(text="second")
     counts = fabric.counts()
     refused(
         fabric.owner(),

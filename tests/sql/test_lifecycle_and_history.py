@@ -56,20 +56,6 @@ HISTORY_COLUMNS = {
 # --- helpers ----------------------------------------------------------------------------
 
 
-def committed(fabric: Fabric, text: str = "asked for invoices in EUR", **env: Any) -> str:
-    """Propose through a new run and commit through the API; the new memory_id."""
-    return fabric.form(fabric.open_run(), text, **env)
-
-
-def record(fabric: Fabric, memory_id: str) -> dict[str, Any]:
-    c = fabric.session()  # the superuser's session: reads only
-    row = c.execute(
-        "SELECT to_jsonb(m) FROM fabric.memory_records m WHERE memory_id = %s", (memory_id,)
-    ).fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
-
-
 def history(fabric: Fabric, memory_id: str) -> list[dict[str, Any]]:
     """History rows with the range bounds spelled out, oldest first."""
     c = fabric.session()  # the superuser's session: reads only
@@ -113,15 +99,15 @@ def move(conn: psycopg.Connection[Any], memory_id: str, to: str, **columns: Any)
 @pytest.mark.parametrize(("src", "dst"), PAIRS, ids=[f"{a}->{b}" for a, b in PAIRS])
 @pytest.mark.clone  # sets the approval context with set_config (the tombstoned moves)
 def test_records_move_only_along_the_lifecycle_table(fabric: Fabric, src: str, dst: str) -> None:
-    memory_id = committed(fabric)
+    memory_id = fabric.form()
     conn = fabric.owner()
     if src != "raw":
         move(conn, memory_id, src)  # every state is one legal step from raw
-    before, counts = record(fabric, memory_id), fabric.counts()
+    before, counts = fabric.record(memory_id), fabric.counts()
     assert before["consolidation_state"] == src
     if dst in LEGAL[src]:
         move(conn, memory_id, dst)
-        assert record(fabric, memory_id)["consolidation_state"] == dst
+        assert fabric.record(memory_id)["consolidation_state"] == dst
         after = fabric.counts()
         assert after["memory_record_versions"] == counts["memory_record_versions"] + 1
         assert after["events"] == counts["events"] + 1
@@ -132,7 +118,7 @@ def test_records_move_only_along_the_lifecycle_table(fabric: Fabric, src: str, d
                 (dst, memory_id),
             )
         assert info.value.sqlstate == "MF002", info.value
-        assert record(fabric, memory_id) == before
+        assert fabric.record(memory_id) == before
         assert fabric.counts() == counts
 
 
@@ -147,31 +133,31 @@ def test_the_lifecycle_table_matches_the_design(fabric: Fabric) -> None:
 
 
 def test_an_unchanged_state_is_not_a_transition(fabric: Fabric) -> None:
-    memory_id = committed(fabric)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form()
+    before, counts = fabric.record(memory_id), fabric.counts()
     fabric.owner().execute(
         "UPDATE fabric.memory_records SET consolidation_state = 'raw' WHERE memory_id = %s",
         (memory_id,),
     )
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
 @pytest.mark.parametrize("dst", ["consolidated", "expired", "tombstoned"])
 @pytest.mark.clone  # sets the approval context with set_config
 def test_changes_without_an_acting_agent_fail_closed(fabric: Fabric, dst: str) -> None:
-    memory_id = committed(fabric)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form()
+    before, counts = fabric.record(memory_id), fabric.counts()
     conn = fabric.owner(actor=None)
     with pytest.raises(psycopg.Error) as info:
         move(conn, memory_id, dst)
     assert info.value.sqlstate == "MF004", info.value
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
 def test_records_are_formed_only_with_an_acting_agent(fabric: Fabric) -> None:
-    memory_id = committed(fabric)
+    memory_id = fabric.form()
     counts = fabric.counts()
     refused(
         fabric.owner(actor=None),
@@ -192,8 +178,8 @@ def test_records_are_formed_only_with_an_acting_agent(fabric: Fabric) -> None:
 @pytest.mark.parametrize("dst", list(EVENT_OF))
 @pytest.mark.clone  # needs a transaction of its own
 def test_each_transition_emits_its_event_in_the_same_transaction(fabric: Fabric, dst: str) -> None:
-    memory_id = committed(fabric)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    memory_id = fabric.form()
+    before, counts = fabric.record(memory_id), fabric.counts()
     conn = fabric.owner(autocommit=False)
     move(conn, memory_id, dst)
     events = conn.execute(
@@ -212,20 +198,20 @@ def test_each_transition_emits_its_event_in_the_same_transaction(fabric: Fabric,
     ).fetchone()
     assert in_tx == (1,)
     conn.rollback()
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
 @pytest.mark.clone  # sets fabric.action with set_config
 def test_promotion_emits_its_event(fabric: Fabric) -> None:
-    source = committed(fabric)
-    memory_id = committed(fabric, "prefers EUR", tier="semantic", derived_from=[source])
+    source = fabric.form()
+    memory_id = fabric.form(text="prefers EUR", tier="semantic", derived_from=[source])
     conn = fabric.owner()
     conn.execute("SELECT set_config('fabric.action', 'promote', false)")
     conn.execute(
         "UPDATE fabric.memory_records SET tier = 'profile' WHERE memory_id = %s", (memory_id,)
     )
-    assert record(fabric, memory_id)["tier"] == "profile"
+    assert fabric.record(memory_id)["tier"] == "profile"
     promoted = fabric.events(f"memory_id = '{memory_id}' AND event_type = 'memory.record.promoted'")
     assert len(promoted) == 1
     assert promoted[0]["payload"] == {"from_tier": "semantic", "to_tier": "profile", "state": "raw"}
@@ -235,9 +221,9 @@ def test_promotion_emits_its_event(fabric: Fabric) -> None:
 @pytest.mark.parametrize("action", [None, "commit", "supersede"])
 @pytest.mark.clone  # sets fabric.action with set_config
 def test_tier_changes_only_by_promotion_or_demotion(fabric: Fabric, action: str | None) -> None:
-    source = committed(fabric)
-    memory_id = committed(fabric, "prefers EUR", tier="semantic", derived_from=[source])
-    before, counts = record(fabric, memory_id), fabric.counts()
+    source = fabric.form()
+    memory_id = fabric.form(text="prefers EUR", tier="semantic", derived_from=[source])
+    before, counts = fabric.record(memory_id), fabric.counts()
     conn = fabric.owner()
     if action is not None:
         conn.execute("SELECT set_config('fabric.action', %s, false)", (action,))
@@ -247,7 +233,7 @@ def test_tier_changes_only_by_promotion_or_demotion(fabric: Fabric, action: str 
         (memory_id,),
         "MF002",
     )
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
@@ -258,9 +244,9 @@ CLOSED = {"valid_from": "2026-07-02T09:14:00Z", "valid_until": "2026-12-31T00:00
 
 @pytest.mark.parametrize("dst", ["superseded", "expired"])
 def test_valid_until_shrinks_when_the_record_ends(fabric: Fabric, dst: str) -> None:
-    memory_id = committed(fabric, validity_interval=CLOSED)
+    memory_id = fabric.form(validity_interval=CLOSED)
     move(fabric.owner(), memory_id, dst, valid_until="2026-10-01T00:00:00Z")
-    after = record(fabric, memory_id)
+    after = fabric.record(memory_id)
     assert after["valid_until"].startswith("2026-10-01T00:00:00")
     assert [v["valid_until"][:10] for v in history(fabric, memory_id)] == ["2026-12-31"]
 
@@ -289,18 +275,18 @@ def test_valid_until_shrinks_when_the_record_ends(fabric: Fabric, dst: str) -> N
 def test_valid_until_only_shrinks_and_only_when_superseded_or_expired(
     fabric: Fabric, setup: str | None, change: str
 ) -> None:
-    memory_id = committed(fabric, validity_interval=CLOSED)
+    memory_id = fabric.form(validity_interval=CLOSED)
     conn = fabric.owner()
     if setup is not None:
         move(conn, memory_id, setup)
-    before, counts = record(fabric, memory_id), fabric.counts()
+    before, counts = fabric.record(memory_id), fabric.counts()
     refused(
         conn,
         f"UPDATE fabric.memory_records SET {change} WHERE memory_id = %s",  # noqa: S608
         (memory_id,),
         "MF002",
     )
-    assert record(fabric, memory_id) == before
+    assert fabric.record(memory_id) == before
     assert fabric.counts() == counts
 
 
@@ -310,7 +296,7 @@ def test_valid_until_only_shrinks_and_only_when_superseded_or_expired(
 def walk(fabric: Fabric, text: str = "asked for invoices in EUR") -> str:
     """raw -> consolidated -> reflected -> superseded (valid_until shrinks) -> tombstoned,
     one transaction each."""
-    memory_id = committed(fabric, text, validity_interval=CLOSED)
+    memory_id = fabric.form(text=text, validity_interval=CLOSED)
     conn = fabric.owner()
     move(conn, memory_id, "consolidated")
     move(conn, memory_id, "reflected")
@@ -332,14 +318,14 @@ def test_every_change_keeps_the_previous_values(fabric: Fabric) -> None:
         (4, "superseded", "2026-10-01", "episodic"),
     ]
     assert {v["ended_by"] for v in rows} == {ACTOR}
-    assert record(fabric, memory_id)["revision"] == 5
+    assert fabric.record(memory_id)["revision"] == 5
 
 
 @pytest.mark.clone  # sets the approval context with set_config
 def test_history_ranges_tile_transaction_time(fabric: Fabric) -> None:
     memory_id = walk(fabric)
     rows = history(fabric, memory_id)
-    current = record(fabric, memory_id)
+    current = fabric.record(memory_id)
     assert [v["revision"] for v in rows] == list(range(1, current["revision"]))
     assert not any(v["empty"] for v in rows)
     with fabric.su() as c:
@@ -481,7 +467,7 @@ def test_one_statement_of_several_projected_events_wakes_once(fabric: Fabric) ->
 
 @pytest.mark.clone  # LISTENs for the commit's NOTIFY: needs a commit
 def test_one_update_of_several_records_wakes_once(fabric: Fabric) -> None:
-    ids = [committed(fabric, f"fact {i}") for i in range(3)]
+    ids = [fabric.form(text=f"fact {i}") for i in range(3)]
     conn = listener(fabric)
     fabric.owner().execute(
         "UPDATE fabric.memory_records SET consolidation_state = 'consolidated'"
@@ -513,5 +499,5 @@ def test_tool_refusals_do_not_wake_the_projectors(fabric: Fabric) -> None:
     assert denied["status"] == "denied"
     assert len(fabric.events("event_type = 'agent.tool.unauthorized'")) == 1
     assert notifications(conn) == []
-    committed(fabric)
+    fabric.form()
     assert notifications(conn) == [""]

@@ -315,32 +315,27 @@ def test_demotion_returns_only_to_a_tier_held_before(fabric: Fabric, corroborate
 def test_no_tier_change_without_its_event_whoever_runs_it(
     fabric: Fabric, corroborated: str
 ) -> None:
-    with fabric.su() as su:
-        su.execute("SET ROLE fabric_owner")
-        su.execute(
-            "SELECT set_config('fabric.tenant_id', 'acme', false), "
-            "set_config('fabric.actor', 'os-agt-010', false)"
-        )
+    with fabric.owner() as owner:
         assert (
             sqlstate(
-                lambda: su.execute(
+                lambda: owner.execute(
                     "UPDATE fabric.memory_records SET tier = 'profile' WHERE memory_id = %s",
                     (corroborated,),
                 )
             )
             == "MF002"
         )
-        su.execute("SELECT set_config('fabric.action', 'promote', false)")
+        owner.execute("SELECT set_config('fabric.action', 'promote', false)")
         assert (
             sqlstate(
-                lambda: su.execute(
+                lambda: owner.execute(
                     "UPDATE fabric.memory_records SET tier = 'episodic' WHERE memory_id = %s",
                     (corroborated,),
                 )
             )
             == "MF002"
         )
-        su.execute(
+        owner.execute(
             "UPDATE fabric.memory_records SET tier = 'profile' WHERE memory_id = %s",
             (corroborated,),
         )

@@ -142,9 +142,7 @@ def test_an_agent_cannot_read_or_write_the_token_table(fabric: Fabric) -> None:
 @pytest.mark.clone
 def test_the_stored_hash_must_be_a_sha256(fabric: Fabric) -> None:
     run = fabric.open_run()
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
+    conn = fabric.owner(actor=None)
     with pytest.raises(psycopg.Error) as info:
         conn.execute(
             "INSERT INTO fabric.mcp_tokens (tenant_id, token_hash, run_id, agent_id, expires_at)"

@@ -168,14 +168,8 @@ def test_another_subjects_records_change_neither_order_nor_scores(fabric: Fabric
 def erase_by_hand(fabric: Fabric, memory_id: Any) -> None:
     """What erasure does to a record, written as the owner under an approval id."""
     approval = uuid.uuid4()
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute(
-        "SELECT set_config('fabric.tenant_id', 'acme', false), "
-        "set_config('fabric.actor', 'os-agt-010', false), "
-        "set_config('fabric.approval_id', %s, false)",
-        (str(approval),),
-    )
+    conn = fabric.owner()
+    conn.execute("SELECT set_config('fabric.approval_id', %s, false)", (str(approval),))
     conn.execute(
         "UPDATE fabric.memory_records SET content = NULL, subject_id = NULL, session_id = NULL,"
         " agent_id = NULL, consolidation_state = 'tombstoned', erased_at = now(),"
@@ -328,9 +322,7 @@ def test_the_stored_search_length_is_always_what_the_search_text_counts(fabric: 
 def test_no_one_sets_the_search_length(fabric: Fabric) -> None:
     run = fabric.open_run()
     memory_id = fabric.form(run, "asked for invoices in EUR")
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
+    conn = fabric.owner(actor=None)
     for change in ("search_length = 1000", "search_length = search_length + 1"):
         with pytest.raises(psycopg.Error) as info:
             conn.execute(
@@ -347,9 +339,7 @@ def test_no_one_sets_the_search_length(fabric: Fabric) -> None:
 def test_search_text_can_only_become_what_the_content_derives(fabric: Fabric) -> None:
     run = fabric.open_run()
     memory_id = fabric.form(run, "asked for invoices in EUR")
-    conn = fabric.su()
-    conn.execute("SET ROLE fabric_owner")
-    conn.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
+    conn = fabric.owner(actor=None)
     with pytest.raises(psycopg.Error) as info:
         conn.execute(
             "UPDATE fabric.memory_records SET search_tsv = to_tsvector('simple', 'forged')"

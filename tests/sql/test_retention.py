@@ -470,11 +470,8 @@ def test_forgetting_forgets_everywhere_in_postgres(fabric: Fabric, run: uuid.UUI
         "mf_agent_a", {"run_id": str(run), "tiers": ["episodic"], "query": canary}
     )
     assert [r["memory_id"] for r in answer["records"]] == [rid]
-    with fabric.su() as su:
-        su.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
-        su.execute("SET ROLE fabric_owner")
-        su.execute("SELECT set_config('fabric.actor', 'os-agt-010', false)")
-        su.execute(
+    with fabric.owner() as owner:
+        owner.execute(
             "UPDATE fabric.memory_records SET consolidation_state = 'consolidated' "
             "WHERE memory_id = %s",
             (rid,),

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric
 
 ACTOR = "os-agt-010"
 CORRELATION, CAUSATION = "corr-9d4a", "evt-7b1f"  # conftest.episode()'s provenance
@@ -22,12 +22,7 @@ CORRELATION, CAUSATION = "corr-9d4a", "evt-7b1f"  # conftest.episode()'s provena
 def committed(fabric: Fabric, n: int) -> list[str]:
     """n records proposed through one run and committed through the API."""
     run = fabric.open_run()
-    ids = []
-    for i in range(n):
-        result = fabric.propose("mf_agent_a", episode(f"asked for invoices #{i}"), run)
-        assert result["status"] == "validated", result
-        ids.append(str(fabric.commit(result["proposal_id"])["memory_id"]))
-    return ids
+    return [fabric.form(run, f"asked for invoices #{i}") for i in range(n)]
 
 
 def in_tx(conn: psycopg.Connection[Any], query: str) -> list[Any]:

@@ -18,18 +18,12 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from conftest import Fabric, episode
+from conftest import Fabric
 
 pytestmark = pytest.mark.rollback
 
 OLD_FROM = "2026-06-01T00:00:00Z"
 NEW_FROM = "2026-07-02T09:14:00Z"  # episode()'s default valid_from
-
-
-def propose(fabric: Fabric, run: uuid.UUID, **overrides: Any) -> str:
-    result = fabric.propose("mf_agent_a", episode("x", **overrides), run)
-    assert result["status"] == "validated", result
-    return str(result["proposal_id"])
 
 
 def refusal(fn: Any) -> psycopg.Error:
@@ -75,15 +69,6 @@ def supersede(fabric: Fabric, old: str, proposal: str, approval_id: str | None =
         proposal,
         approval_id,
     )
-
-
-def row(fabric: Fabric, memory_id: str) -> dict[str, Any]:
-    with fabric.su() as su:
-        found = su.execute(
-            "SELECT to_jsonb(m) FROM fabric.memory_records m WHERE memory_id = %s", (memory_id,)
-        ).fetchone()
-    assert found is not None
-    return found[0]  # type: ignore[no-any-return]
 
 
 def as_of(fabric: Fabric, valid_at: str) -> list[str]:
@@ -139,8 +124,8 @@ def test_promote_with_supersedes_closes_the_old_at_the_successors_valid_from(
     (before,) = auditor.execute("SELECT clock_timestamp()").fetchone()  # type: ignore[misc]
     record = promote(fabric, new, "profile", supersedes=old)
     assert record["supersedes"] == old and record["tier"] == "profile"
-    assert row(fabric, new)["supersedes"] == old
-    closed = row(fabric, old)
+    assert fabric.record(new)["supersedes"] == old
+    closed = fabric.record(old)
     assert closed["consolidation_state"] == "superseded"
     assert closed["valid_until"].startswith("2026-07-02T09:14:00")
     assert as_of(fabric, "2026-06-15T00:00:00Z") == [old]
@@ -172,9 +157,9 @@ def test_promote_with_supersedes_closes_the_old_at_the_successors_valid_from(
 
 def test_supersede_shows_the_edge_in_lineage_both_ways(fabric: Fabric, run: uuid.UUID) -> None:
     old = old_profile(fabric, run, {"key": "k", "value": "a"})
-    proposal = propose(
-        fabric,
+    proposal = fabric.proposed(
         run,
+        "x",
         tier="profile",
         content={"key": "k", "value": "b"},
         derived_from=[fabric.form(run)],
@@ -202,9 +187,9 @@ def test_a_promotion_that_cannot_supersede_is_an_error_that_changes_nothing(
         validity_interval={"valid_from": "2026-08-01T00:00:00Z", "valid_until": None},
     )
     dead = old_profile(fabric, run, {"text": "dead"})
-    replacement = propose(
-        fabric,
+    replacement = fabric.proposed(
         run,
+        "x",
         tier="profile",
         content={"text": "r"},
         derived_from=[in_other_tier],
@@ -220,15 +205,15 @@ def test_a_promotion_that_cannot_supersede_is_an_error_that_changes_nothing(
         err = refusal(lambda t=target: promote(fabric, new, "profile", supersedes=t))  # type: ignore[misc]
         assert err.sqlstate == code, (target, err)
         assert err.diag.message_hint
-    assert row(fabric, new)["tier"] == "semantic" and row(fabric, new)["supersedes"] is None
-    assert row(fabric, later)["consolidation_state"] == "raw"
+    assert fabric.record(new)["tier"] == "semantic" and fabric.record(new)["supersedes"] is None
+    assert fabric.record(later)["consolidation_state"] == "raw"
 
 
 def test_a_promotion_into_a_live_key_still_needs_supersedes(fabric: Fabric, run: uuid.UUID) -> None:
     old = old_profile(fabric, run, {"key": "k", "value": "a"})
     new = semantic(fabric, run, {"key": "k", "value": "b"})
     assert refusal(lambda: promote(fabric, new, "profile")).sqlstate == "23P01"
-    assert row(fabric, old)["consolidation_state"] == "raw"
+    assert fabric.record(old)["consolidation_state"] == "raw"
 
 
 def test_promoted_supersession_follows_the_authority_rule(fabric: Fabric, run: uuid.UUID) -> None:
@@ -240,7 +225,7 @@ def test_promoted_supersession_follows_the_authority_rule(fabric: Fabric, run: u
     )
     new = semantic(fabric, run, {"text": "inferred"})
     assert refusal(lambda: promote(fabric, new, "profile", supersedes=declared)).sqlstate == "MF005"
-    assert row(fabric, declared)["consolidation_state"] == "raw"
+    assert fabric.record(declared)["consolidation_state"] == "raw"
     ok = approval(fabric, new, "promote", {"tier": "profile", "supersedes": declared})
     assert promote(fabric, new, "profile", declared, ok)["supersedes"] == declared
 
@@ -298,11 +283,11 @@ def test_supersede_refuses_a_longer_retention_without_approval(
         retention_class="operational",
         validity_interval={"valid_from": OLD_FROM, "valid_until": None},
     )
-    longer = propose(fabric, run, retention_class="durable")
+    longer = fabric.proposed(run, "x", retention_class="durable")
     assert refusal(lambda: supersede(fabric, old, longer)).sqlstate == "MF005"
-    assert row(fabric, old)["consolidation_state"] == "raw"
+    assert fabric.record(old)["consolidation_state"] == "raw"
     assert fabric.count("memory_records", f"supersedes = '{old}'") == 0
-    same = propose(fabric, run, retention_class="operational")
+    same = fabric.proposed(run, "x", retention_class="operational")
     assert supersede(fabric, old, same)["retention_class"] == "operational"
 
 
@@ -316,9 +301,9 @@ def test_supersede_of_a_regulated_label_record_into_a_longer_class_needs_approva
         compliance_labels=["phi"],
         validity_interval={"valid_from": OLD_FROM, "valid_until": None},
     )
-    longer = propose(fabric, run, retention_class="durable", compliance_labels=["phi"])
+    longer = fabric.proposed(run, "x", retention_class="durable", compliance_labels=["phi"])
     assert refusal(lambda: supersede(fabric, old, longer)).sqlstate == "MF005"
-    assert row(fabric, old)["consolidation_state"] == "raw"
+    assert fabric.record(old)["consolidation_state"] == "raw"
     ok = approval(fabric, old, "supersede", {"proposal_id": longer, "retention_class": "durable"})
     assert supersede(fabric, old, longer, ok)["retention_class"] == "durable"
 
@@ -330,10 +315,10 @@ def test_audit_records_are_never_superseded(fabric: Fabric, run: uuid.UUID) -> N
         retention_class="audit",
         validity_interval={"valid_from": OLD_FROM, "valid_until": None},
     )
-    successor = propose(fabric, run, retention_class="audit")
+    successor = fabric.proposed(run, "x", retention_class="audit")
     err = refusal(lambda: supersede(fabric, old, successor))
     assert err.sqlstate == "MF002" and err.diag.message_hint
-    assert row(fabric, old)["consolidation_state"] == "raw"
+    assert fabric.record(old)["consolidation_state"] == "raw"
     assert fabric.count("proposals", f"proposal_id = '{successor}' AND status = 'validated'") == 1
 
 
@@ -350,20 +335,17 @@ def test_audit_records_never_decay_whoever_tries(fabric: Fabric, run: uuid.UUID)
     )
     done = fabric.call("mf_committer", "SELECT fabric_api.run_decay()")
     assert done["expired"] == 0
-    assert row(fabric, rid)["consolidation_state"] == "raw"
-    with fabric.su() as su:
-        su.execute("SELECT set_config('fabric.tenant_id', 'acme', false)")
-        su.execute("SET ROLE fabric_owner")
-        su.execute("SELECT set_config('fabric.actor', 'os-agt-010', false)")
+    assert fabric.record(rid)["consolidation_state"] == "raw"
+    with fabric.owner() as owner:
         for state in ("expired", "superseded"):
             with pytest.raises(psycopg.Error) as caught:
-                su.execute(
+                owner.execute(
                     "UPDATE fabric.memory_records SET consolidation_state = %s "
                     "WHERE memory_id = %s",
                     (state, rid),
                 )
             assert caught.value.sqlstate == "MF002"
-    assert row(fabric, rid)["consolidation_state"] == "raw"
+    assert fabric.record(rid)["consolidation_state"] == "raw"
 
 
 def recommend(fabric: Fabric, sources: list[str], proposal: dict[str, Any]) -> str:
@@ -408,7 +390,7 @@ def test_consolidation_takes_the_earliest_ending_class_of_its_sources(
     result = commit_recommendation(fabric, recommend(fabric, sources, {}))
     assert result["status"] == "committed", result
     assert result["record"]["retention_class"] == expected
-    assert row(fabric, result["record"]["memory_id"])["retention_class"] == expected
+    assert fabric.record(result["record"]["memory_id"])["retention_class"] == expected
 
 
 def test_consolidation_never_lengthens_retention_on_request(fabric: Fabric, run: uuid.UUID) -> None:
@@ -452,7 +434,7 @@ def test_a_promotion_that_supersedes_never_lengthens_retention_without_approval(
     old = old_profile(fabric, run, {"text": "old"}, retention_class="operational")
     new = semantic(fabric, run, {"text": "new"})  # durable
     assert refusal(lambda: promote(fabric, new, "profile", supersedes=old)).sqlstate == "MF005"
-    assert row(fabric, old)["consolidation_state"] == "raw"
-    assert row(fabric, new)["tier"] == "semantic"
+    assert fabric.record(old)["consolidation_state"] == "raw"
+    assert fabric.record(new)["tier"] == "semantic"
     ok = approval(fabric, new, "promote", {"tier": "profile", "supersedes": old})
     assert promote(fabric, new, "profile", old, ok)["retention_class"] == "durable"
