@@ -19,7 +19,7 @@ depends_on = None
 UPGRADE = r"""
 SET LOCAL ROLE fabric_owner;
 
--- deployment_settings: one row per database; what the spec leaves to the deployment.
+-- deployment_settings: one row per database; what each deployment chooses for itself.
 CREATE TABLE fabric.deployment_settings (
   singleton             boolean PRIMARY KEY DEFAULT true,
   text_search_config    regconfig NOT NULL DEFAULT 'pg_catalog.simple',

@@ -1,7 +1,7 @@
-"""WF-OS-MEMORY-CONSOLIDATE: candidates -> consolidator -> scope validation -> policy gate
--> commit, run as two identities: the consolidator (os-agt-011) reads and recommends, the
-committer (os-agt-010) commits. Validation and thresholds live in the database; this module
-only decides what to recommend.
+"""WF-OS-MEMORY-CONSOLIDATE (docs/concepts.md, "Consolidation"): candidates -> consolidator
+-> scope validation -> policy gate -> commit, run as two identities: the consolidator
+(os-agt-011) reads and recommends, the committer (os-agt-010) commits. Validation and
+thresholds live in the database; this module only decides what to recommend.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 Postgres is write-authoritative; these collections are a disposable projection (R-PROJ-1,
 docs/projections.md). Every point is one memory record: id = `memory_id`, the record's
-embedding, and the Guide's required payload fields plus `scope_key` and integer epoch
-microseconds for the validity bounds (`valid_from_ts`, `valid_until_ts`, open end =
-`OPEN_ENDED_TS`), so a recall's validity test is two integer range conditions in one flat
-conjunction on either backend, microsecond-exact (see OPEN_ENDED_TS for the limit).
+embedding, and the payload fields a recall filter reads (docs/projections.md) plus
+`scope_key` and integer epoch microseconds for the validity bounds (`valid_from_ts`,
+`valid_until_ts`, open end = `OPEN_ENDED_TS`), so a recall's validity test is two integer
+range conditions in one flat conjunction on either backend, microsecond-exact (see
+OPEN_ENDED_TS for the limit).
 
 Collections are versioned by their contract (logical name, model, model version, dims,
 Cosine): `mem_semantic__<model>_<version>_<dims>d_<hash>` is the physical collection and
