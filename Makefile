@@ -11,7 +11,7 @@ export GRAPH_HTTP_PORT ?= 52480
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality serve db-up db-down db-status migrate psql demo test test-fast check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -94,6 +94,13 @@ test: venv pg graph ## run the whole suite against real servers it starts itself
 
 test-fast: venv pg graph ## the suite without the tests marked slow (over 5 s each)
 	$(PYTEST) -q -n $(TEST_WORKERS) -m 'not slow' --durations=25
+
+test-budget: venv pg graph ## time the tests the time goals apply to (tests/budget.txt) as test and test-fast run them
+	@grep -v '^#' tests/budget.txt > .local/test-budget.args
+	@s=$$(date +%s.%N); $(PYTEST) -q -n $(TEST_WORKERS) @.local/test-budget.args && \
+	  echo "$$s $$(date +%s.%N)" | awk '{printf "the budgeted tests as make test runs them: %.1f s (goal 240 s)\n", $$2 - $$1}'
+	@s=$$(date +%s.%N); $(PYTEST) -q -n $(TEST_WORKERS) -m 'not slow' @.local/test-budget.args && \
+	  echo "$$s $$(date +%s.%N)" | awk '{printf "the budgeted tests as make test-fast runs them: %.1f s (goal 60 s)\n", $$2 - $$1}'
 
 lint: venv ## ruff check + ruff format --check
 	$(BIN)/ruff check py tests migrations
