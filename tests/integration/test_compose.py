@@ -18,6 +18,7 @@ import pytest
 import yaml
 from psycopg import sql
 
+import memfabric
 from conftest import Fabric
 from memfabric import db as mfdb
 
@@ -70,7 +71,10 @@ def test_images_are_pinned_and_the_stores_are_the_supported_ones(compose: dict[s
     assert s["redis"]["image"].startswith("redis:7")
     for name in MEMFABRIC | {"migrate"}:
         assert s[name]["build"]["dockerfile"] == "docker/memfabric/Dockerfile", name
-        assert s[name]["image"].startswith("memfabric:"), name
+        # the image is tagged with the version it installs (bumped with it)
+        assert s[name]["image"] == f"memfabric:{memfabric.__version__}", name
+    dockerfile = (ROOT / "docker" / "memfabric" / "Dockerfile").read_text()
+    assert f"-t memfabric:{memfabric.__version__} ." in dockerfile
 
 
 def test_long_running_services_have_healthchecks_and_restart(compose: dict[str, Any]) -> None:
