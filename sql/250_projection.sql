@@ -5,11 +5,14 @@
 -- The feeds return rows (projection_events_v2, projection_records_v2,
 -- projection_snapshot_v2): a page is streamed row by row, never built into one jsonb value
 -- (which has a size limit of its own), and an embedding travels as an ext.vector (binary
--- with pgvector's client adapter). The jsonb functions of 0.3 are thin deprecated wrappers
--- over them, kept for one release.
+-- with pgvector's client adapter).
 
 -- 0.3's jsonb builder of one record, replaced by fabric._projection_rows.
 DROP FUNCTION IF EXISTS fabric._record_projection(fabric.memory_records, text, text);
+-- 0.3's jsonb feeds: deprecated in 0.4 for the row feeds above, removed in 0.11.
+DROP FUNCTION IF EXISTS fabric_api.projection_events(text, integer);
+DROP FUNCTION IF EXISTS fabric_api.projection_records(uuid[], text, text);
+DROP FUNCTION IF EXISTS fabric_api.projection_snapshot(text, uuid, integer, text, text);
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._projection_rows: records of one tenant as the projections see them (the vector
@@ -128,20 +131,6 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.projection_events: deprecated (0.4): projection_events_v2 as one jsonb array.
-CREATE OR REPLACE FUNCTION fabric_api.projection_events(p_projection text, p_limit integer DEFAULT 500)
-RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-           'xid', e.xid::text, 'event_id', e.event_id, 'event_type', e.event_type,
-           'tenant_id', e.tenant_id, 'memory_id', e.memory_id, 'occurred_at', e.occurred_at)
-           ORDER BY e.xid, e.event_id), '[]')
-  FROM fabric_api.projection_events_v2(p_projection, p_limit) e
-$$;
-
--- ---------------------------------------------------------------------------------------
 -- fabric_api.set_projection_cursor: advance (or, for a rebuild, rewind) a cursor.
 CREATE OR REPLACE FUNCTION fabric_api.set_projection_cursor(p_projection text, p_xid xid8,
   p_event_id uuid, p_rewind boolean DEFAULT false)
@@ -241,21 +230,6 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.projection_records: deprecated (0.4): projection_records_v2 as one jsonb array
--- (the embedding as an array of numbers).
-CREATE OR REPLACE FUNCTION fabric_api.projection_records(p_memory_ids uuid[],
-  p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)
-RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)
-           || pg_catalog.jsonb_build_object('embedding', r.embedding::text::jsonb)
-           ORDER BY r.tenant_id, r.memory_id), '[]')
-  FROM fabric_api.projection_records_v2(p_memory_ids, p_model, p_model_version) r
-$$;
-
--- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_snapshot_v2: every record, paged by (tenant_id, memory_id), one row
 -- each, for rebuilds: the page after (p_after_tenant, p_after_memory), at most p_limit.
 CREATE OR REPLACE FUNCTION fabric_api.projection_snapshot_v2(p_after_tenant text,
@@ -290,22 +264,6 @@ BEGIN
   END LOOP;
   PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
 END $$;
-
--- ---------------------------------------------------------------------------------------
--- fabric_api.projection_snapshot: deprecated (0.4): projection_snapshot_v2 as one jsonb
--- array (the embedding as an array of numbers).
-CREATE OR REPLACE FUNCTION fabric_api.projection_snapshot(p_after_tenant text, p_after_memory uuid,
-  p_limit integer DEFAULT 1000, p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)
-RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)
-           || pg_catalog.jsonb_build_object('embedding', r.embedding::text::jsonb)
-           ORDER BY r.tenant_id, r.memory_id), '[]')
-  FROM fabric_api.projection_snapshot_v2(p_after_tenant, p_after_memory, p_limit, p_model,
-                                         p_model_version) r
-$$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.store_embeddings: store_embedding for a batch, embeddings as ext.vector[] (binary
@@ -375,10 +333,6 @@ COMMENT ON FUNCTION fabric_api.projection_events_v2(text, integer, xid8, uuid) I
   'Outbox events after the projection''s cursor (and after p_after_xid/p_after_event_id, to '
   'read ahead), below the snapshot xmin, one row each in (xid, event_id) order. Projector only. '
   'Example: SELECT * FROM fabric_api.projection_events_v2(''qdrant'', 500);';
-COMMENT ON FUNCTION fabric_api.projection_events(text, integer) IS
-  'Deprecated since 0.4 (removed in 0.5): use projection_events_v2 (rows). Outbox events after '
-  'the projection''s cursor, below the snapshot xmin, as one jsonb array. Projector only. '
-  'Example: SELECT fabric_api.projection_events(''qdrant'', 500);';
 COMMENT ON FUNCTION fabric_api.set_projection_cursor(text, xid8, uuid, boolean) IS
   'Advance a projection cursor (never backwards unless p_rewind). Projector only. '
   'Example: SELECT fabric_api.set_projection_cursor(''qdrant'', ''1234'', ''<event_id>'');';
@@ -395,17 +349,9 @@ COMMENT ON FUNCTION fabric_api.projection_records_v2(uuid[], text, text) IS
   'Current projection payloads (with content and stored embedding as ext.vector) of records, '
   'one row each, by tenant then memory_id. Projector only. '
   'Example: SELECT * FROM fabric_api.projection_records_v2(ARRAY[''<memory_id>''::uuid], ''all-MiniLM-L6-v2'', ''v1'');';
-COMMENT ON FUNCTION fabric_api.projection_records(uuid[], text, text) IS
-  'Deprecated since 0.4 (removed in 0.5): use projection_records_v2 (rows). Current projection '
-  'payloads of records as one jsonb array. Projector only. '
-  'Example: SELECT fabric_api.projection_records(ARRAY[''<memory_id>''::uuid], ''all-MiniLM-L6-v2'', ''v1'');';
 COMMENT ON FUNCTION fabric_api.projection_snapshot_v2(text, uuid, integer, text, text) IS
   'All records after (tenant, memory_id), one page, one row each, for rebuilds. Projector only. '
   'Example: SELECT * FROM fabric_api.projection_snapshot_v2(NULL, NULL, 1000);';
-COMMENT ON FUNCTION fabric_api.projection_snapshot(text, uuid, integer, text, text) IS
-  'Deprecated since 0.4 (removed in 0.5): use projection_snapshot_v2 (rows). All records after '
-  '(tenant, memory_id), one page as one jsonb array, for rebuilds. Projector only. '
-  'Example: SELECT fabric_api.projection_snapshot(NULL, NULL, 1000);';
 COMMENT ON FUNCTION fabric_api.store_embeddings(uuid[], text, text, ext.vector[], text[]) IS
   'Store a batch of embeddings (ext.vector[]); a tombstoned, content-less or re-hashed record '
   'answers stored = false. Projector only. Example: SELECT * FROM fabric_api.store_embeddings('

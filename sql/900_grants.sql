@@ -63,15 +63,12 @@ GRANT USAGE ON SCHEMA fabric_api TO fabric_projector;
 GRANT EXECUTE ON FUNCTION
   fabric_api.store_embedding(uuid, text, text, ext.vector, text),
   fabric_api.store_embeddings(uuid[], text, text, ext.vector[], text[]),
-  fabric_api.projection_events(text, integer),
   fabric_api.projection_events_v2(text, integer, xid8, uuid),
   fabric_api.set_projection_cursor(text, xid8, uuid, boolean),
   fabric_api.begin_projection_rebuild(text),
   fabric_api.unfinished_projection_rebuild(text),
   fabric_api.projection_horizon(),
-  fabric_api.projection_records(uuid[], text, text),
   fabric_api.projection_records_v2(uuid[], text, text),
-  fabric_api.projection_snapshot(text, uuid, integer, text, text),
   fabric_api.projection_snapshot_v2(text, uuid, integer, text, text),
   fabric_api.deployment_embedder()
   TO fabric_projector;

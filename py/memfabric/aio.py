@@ -541,10 +541,6 @@ class AsyncProjector(_AsyncRole):
             )
         return bool(stored)
 
-    async def projection_events(self, projection: str, limit: int = 500) -> list[Json]:
-        """Deprecated (0.4): projection_events_v2 returns rows."""
-        return await self._call("fabric_api.projection_events", projection, limit)  # type: ignore[no-any-return]
-
     async def set_projection_cursor(
         self, projection: str, xid: int | str, event_id: Id, rewind: bool = False
     ) -> Json:
@@ -564,27 +560,6 @@ class AsyncProjector(_AsyncRole):
 
     async def projection_horizon(self) -> int:
         return int(await self._call("fabric_api.projection_horizon"))
-
-    async def projection_records(
-        self, memory_ids: Sequence[Id], model: str | None = None, model_version: str | None = None
-    ) -> list[Json]:
-        """Deprecated (0.4): projection_records_v2 returns rows."""
-        ids = Cast([str(m) for m in memory_ids], "uuid[]")
-        return await self._call("fabric_api.projection_records", ids, model, model_version)  # type: ignore[no-any-return]
-
-    async def projection_snapshot(
-        self,
-        after_tenant: str | None = None,
-        after_memory: Id | None = None,
-        limit: int = 1000,
-        model: str | None = None,
-        model_version: str | None = None,
-    ) -> list[Json]:
-        """Deprecated (0.4): projection_snapshot_v2 returns rows."""
-        return await self._call(  # type: ignore[no-any-return]
-            "fabric_api.projection_snapshot",
-            *(after_tenant, Cast(after_memory, "uuid"), limit, model, model_version),
-        )
 
     # rows (0.4): a page streams as rows; embeddings are pgvector.Vector (binary)
     async def projection_events_v2(self, projection: str, limit: int = 500) -> list[Json]:

@@ -550,10 +550,6 @@ class Projector(_Role):
             )
         return bool(stored)
 
-    def projection_events(self, projection: str, limit: int = 500) -> list[Json]:
-        """Deprecated (0.4): projection_events_v2 returns rows."""
-        return self._call("fabric_api.projection_events", projection, limit)  # type: ignore[no-any-return]
-
     def set_projection_cursor(
         self, projection: str, xid: int | str, event_id: Id, rewind: bool = False
     ) -> Json:
@@ -573,27 +569,6 @@ class Projector(_Role):
 
     def projection_horizon(self) -> int:
         return int(self._call("fabric_api.projection_horizon"))
-
-    def projection_records(
-        self, memory_ids: Sequence[Id], model: str | None = None, model_version: str | None = None
-    ) -> list[Json]:
-        """Deprecated (0.4): projection_records_v2 returns rows."""
-        ids = Cast([str(m) for m in memory_ids], "uuid[]")
-        return self._call("fabric_api.projection_records", ids, model, model_version)  # type: ignore[no-any-return]
-
-    def projection_snapshot(
-        self,
-        after_tenant: str | None = None,
-        after_memory: Id | None = None,
-        limit: int = 1000,
-        model: str | None = None,
-        model_version: str | None = None,
-    ) -> list[Json]:
-        """Deprecated (0.4): projection_snapshot_v2 returns rows."""
-        return self._call(  # type: ignore[no-any-return]
-            "fabric_api.projection_snapshot",
-            *(after_tenant, Cast(after_memory, "uuid"), limit, model, model_version),
-        )
 
     # rows (0.4): a page streams as rows; embeddings are pgvector.Vector (binary)
     def projection_events_v2(self, projection: str, limit: int = 500) -> list[Json]:

@@ -3,14 +3,17 @@
 Prints, never asserts (docs/benchmarks.md). Against a migrated database (DATABASE_URL or
 --url): --records episodic records are imported into tenant bench-feeds once (kept, reused),
 then, interleaved repetition by repetition on the same ids:
-1. hydrate --batch records: `projection_records` (one jsonb, the embedding as a JSON array,
-   parsed into floats) against `projection_records_v2` (rows, binary, the embedding a
+1. hydrate --batch records: 0.3's `projection_records` (one jsonb, the embedding as a JSON
+   array, parsed into floats) against `projection_records_v2` (rows, binary, the embedding a
    pgvector.Vector);
 2. store --batch embeddings of --dims floats: one `store_embedding` call per record with the
    vector as text (0.3's projector) against one `store_embeddings` call with ext.vector[]
    in binary;
-3. a full snapshot in pages of 1000: `projection_snapshot` against `projection_snapshot_v2`.
-Embedding itself is not included (it is the same model either way). Ratios are the last lines.
+3. a full snapshot in pages of 1000: 0.3's `projection_snapshot` against
+   `projection_snapshot_v2`.
+The jsonb feeds were removed in 0.11; their side runs here as the one SELECT each of them ran
+over the row feed (JSONB_RECORDS, JSONB_SNAPSHOT). Embedding itself is not included (it is
+the same model either way). Ratios are the last lines.
 """
 
 from __future__ import annotations
@@ -31,6 +34,16 @@ from psycopg.types.json import Jsonb
 
 from memfabric import db
 from memfabric.call import Cast, fabric_call, fabric_rows, register_vector
+
+# 0.3's jsonb feeds (removed in 0.11): one jsonb array over the row feed, the embedding as a
+# JSON array of numbers.
+JSONB_ROWS = """SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)
+  || pg_catalog.jsonb_build_object('embedding', r.embedding::text::jsonb)
+  ORDER BY r.tenant_id, r.memory_id), '[]') FROM {feed} r"""
+JSONB_RECORDS = JSONB_ROWS.format(feed="fabric_api.projection_records_v2(%s::uuid[], %s, %s)")
+JSONB_SNAPSHOT = JSONB_ROWS.format(
+    feed="fabric_api.projection_snapshot_v2(%s, %s::uuid, %s, %s, %s)"
+)
 
 Conn = psycopg.Connection[Any]
 TENANT, COMMITTER = "bench-feeds", "bench-feeds-010"
@@ -131,7 +144,7 @@ def main() -> int:
                     binary=True)  # fmt: skip
 
     def hydrate_old() -> None:
-        rows = fabric_call(conn, "fabric_api.projection_records", Cast(batch, "uuid[]"), *model)
+        (rows,) = conn.execute(JSONB_RECORDS, (batch, *model)).fetchone() or ([],)
         for r in rows:
             if r["embedding"] is not None:
                 [float(x) for x in r["embedding"]]
@@ -143,15 +156,17 @@ def main() -> int:
             if r["embedding"] is not None:
                 r["embedding"].to_list()
 
-    def snapshot(name: str, binary: bool) -> Callable[[], None]:
+    def snapshot(binary: bool) -> Callable[[], None]:
         def run() -> None:
             after: tuple[str | None, str | None] = (None, None)
             while True:
                 if binary:
-                    rows = fabric_rows(conn, name, after[0], Cast(after[1], "uuid"), 1000,
-                                       *model, binary=True)  # fmt: skip
+                    rows = fabric_rows(conn, "fabric_api.projection_snapshot_v2", after[0],
+                                       Cast(after[1], "uuid"), 1000, *model,
+                                       binary=True)  # fmt: skip
                 else:
-                    rows = fabric_call(conn, name, after[0], Cast(after[1], "uuid"), 1000, *model)
+                    (rows,) = conn.execute(JSONB_SNAPSHOT,
+                                           (*after, 1000, *model)).fetchone() or ([],)  # fmt: skip
                 if not rows:
                     return
                 after = (rows[-1]["tenant_id"], str(rows[-1]["memory_id"]))
@@ -163,8 +178,8 @@ def main() -> int:
         f"store {args.batch} embeddings": (store_old, store_new),
         f"hydrate {args.batch} records": (hydrate_old, hydrate_new),
         "snapshot (all tenants)": (
-            snapshot("fabric_api.projection_snapshot", False),
-            snapshot("fabric_api.projection_snapshot_v2", True),
+            snapshot(False),
+            snapshot(True),
         ),
     }
     times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in pairs}

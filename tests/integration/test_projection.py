@@ -337,9 +337,13 @@ def test_projector_loop_wakes_on_notify_and_applies(fabric: Fabric, projector: P
 def test_only_projectors_read_the_feed(fabric: Fabric) -> None:
     for login in ("mf_agent_a", "mf_committer"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            fabric.connect(login).execute("SELECT fabric_api.projection_events('qdrant', 10)")
+            fabric.connect(login).execute(
+                "SELECT * FROM fabric_api.projection_events_v2('qdrant', 10)"
+            )
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        fabric.session("mf_agent_a").execute("SELECT fabric_api.projection_records(%s)", ([],))
+        fabric.session("mf_agent_a").execute(
+            "SELECT * FROM fabric_api.projection_records_v2(%s::uuid[])", ([],)
+        )
     _ = Jsonb
 
 

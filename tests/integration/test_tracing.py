@@ -245,8 +245,8 @@ def test_the_tracer_cannot_read_content(fabric: Fabric) -> None:
     with fabric.connect("mf_tracer") as conn:
         for query in (
             "SELECT count(*) FROM fabric.memory_records",
-            "SELECT fabric_api.projection_records(ARRAY[]::uuid[])",
-            "SELECT fabric_api.projection_events('trace')",
+            "SELECT * FROM fabric_api.projection_records_v2(ARRAY[]::uuid[])",
+            "SELECT * FROM fabric_api.projection_events_v2('trace')",
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(query)
@@ -353,7 +353,7 @@ def test_the_projector_cannot_move_or_read_the_trace_cursor(fabric: Fabric) -> N
             "SELECT fabric_api.set_projection_cursor('trace', '999999', gen_random_uuid(), true)"
         )
         with pytest.raises(psycopg.errors.InvalidParameterValue):
-            conn.execute("SELECT fabric_api.projection_events('trace')")
+            conn.execute("SELECT * FROM fabric_api.projection_events_v2('trace')")
     after = (
         fabric.session()
         .execute("SELECT last_xid::text FROM fabric.projection_cursors WHERE projection = 'trace'")

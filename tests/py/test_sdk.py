@@ -186,7 +186,7 @@ def test_the_plumbing_calls_bind_their_arguments(fabric: Fabric) -> None:
     fabric.settle()  # the commit's events below the horizon before the one read
     with SdkFabric(fabric.url, max_size=1) as mf:
         projector = mf.projector("mf_projector")
-        events = projector.projection_events("graph", 10)
+        events = projector.projection_events_v2("graph", 10)
         assert events and projector.projection_horizon() > 0
         assert projector.set_projection_cursor("graph", events[-1]["xid"], events[-1]["event_id"])
         assert projector.unfinished_projection_rebuild("graph") is None
@@ -194,8 +194,10 @@ def test_the_plumbing_calls_bind_their_arguments(fabric: Fabric) -> None:
         assert projector.unfinished_projection_rebuild("graph") == datetime.fromisoformat(began)
         projector.set_projection_cursor("graph", events[-1]["xid"], events[-1]["event_id"], True)
         assert projector.unfinished_projection_rebuild("graph") is None
-        assert [r["memory_id"] for r in projector.projection_records([memory_id])] == [memory_id]
-        assert [r["memory_id"] for r in projector.projection_snapshot(limit=5)] == [memory_id]
+        records = projector.projection_records_v2([memory_id])
+        assert [str(r["memory_id"]) for r in records] == [memory_id]
+        snapshot = projector.projection_snapshot_v2(limit=5)
+        assert [str(r["memory_id"]) for r in snapshot] == [memory_id]
         tracer = mf.tracer("mf_tracer")
         feed = tracer.trace_events(10)
         assert tracer.trace_lag() >= 0

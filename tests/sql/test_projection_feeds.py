@@ -1,8 +1,9 @@
 """The projection feeds as rows (0.4): projection_events_v2, projection_records_v2,
-projection_snapshot_v2 and store_embeddings (docs/projections.md). The rows are what the
-deprecated jsonb feeds returned, in the same order and with the same paging; the outbox is
-read below the snapshot xmin; only projectors read or write; embeddings travel as binary
-ext.vector values through pgvector's adapter; a page streams row by row."""
+projection_snapshot_v2 and store_embeddings (docs/projections.md). Events come in
+(xid, event_id) order, a smaller page being the start of a larger one; the outbox is read
+below the snapshot xmin; records and snapshot pages come in (tenant_id, memory_id) order;
+only projectors read or write; embeddings travel as binary ext.vector values through
+pgvector's adapter; a page streams row by row. The jsonb feeds of 0.3 are gone (0.11)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def populate(fabric: Fabric) -> list[str]:
 
 
 def plain(value: Any) -> Any:
-    """A row value as the jsonb feeds spelled it."""
+    """A row value in plain Python (ids as text, vectors as lists)."""
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, datetime):
@@ -82,14 +83,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, list):
         return [plain(v) for v in value]
     return value
-
-
-def from_json(record: dict[str, Any]) -> dict[str, Any]:
-    instants = ("valid_from", "valid_until", "recorded_at", "occurred_at")
-    return {
-        k: datetime.fromisoformat(v) if k in instants and v is not None else v
-        for k, v in record.items()
-    }
 
 
 def rows(conn: psycopg.Connection[Any], query: str, *args: Any) -> list[dict[str, Any]]:
@@ -104,24 +97,22 @@ def one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
     return row[0]
 
 
-# --- the same rows as the jsonb feeds ----------------------------------------------------------
+# --- what the feeds serve ----------------------------------------------------------------------
 
 
-def test_events_rows_are_the_jsonb_events_and_the_outbox_below_xmin(fabric: Fabric) -> None:
+def test_events_rows_page_in_order_and_are_the_outbox_below_xmin(fabric: Fabric) -> None:
     populate(fabric)
     conn = fabric.connect("mf_projector")
-    for limit in (1, 7, 10000):
-        as_rows = [
-            {**r, "xid": str(r["xid"])}
-            for r in fabric.connect("mf_projector")
-            .cursor(row_factory=dict_row)
-            .execute("SELECT * FROM fabric_api.projection_events_v2('qdrant', %s)", (limit,))
-            .fetchall()
-        ]
-        as_json = one(conn, "SELECT fabric_api.projection_events('qdrant', %s)", limit)
-        assert [{k: plain(v) for k, v in r.items()} for r in as_rows] == [
-            from_json(e) for e in as_json
-        ]
+    pages = {
+        limit: conn.cursor(row_factory=dict_row)
+        .execute("SELECT * FROM fabric_api.projection_events_v2('qdrant', %s)", (limit,))
+        .fetchall()
+        for limit in (1, 7, 10000)
+    }
+    assert len(pages[1]) == 1 and len(pages[7]) == 7 and len(pages[10000]) > 7
+    assert pages[1] == pages[7][:1] and pages[7] == pages[10000][:7]
+    keys = [(int(str(r["xid"])), r["event_id"]) for r in pages[10000]]
+    assert keys == sorted(keys)
     # and independently: the projected events of the outbox, in (xid, event_id) order
     everything = conn.execute(
         "SELECT event_id FROM fabric_api.projection_events_v2('graph', 10000)"
@@ -169,7 +160,7 @@ def test_events_rows_follow_the_cursor_and_stop_below_a_running_transaction(
     assert blocked is not None and freed is not None and freed[0] > blocked[0]
 
 
-def test_records_rows_are_the_jsonb_records(fabric: Fabric) -> None:
+def test_records_rows_are_the_asked_records_with_their_embeddings(fabric: Fabric) -> None:
     ids = populate(fabric)
     conn = fabric.connect("mf_projector")
     asked = [*ids[::3], str(uuid.uuid4())]  # an unknown id is skipped, as before
@@ -180,10 +171,6 @@ def test_records_rows_are_the_jsonb_records(fabric: Fabric) -> None:
         MODEL,
         VERSION,
     )
-    as_json = one(
-        conn, "SELECT fabric_api.projection_records(%s::uuid[], %s, %s)", asked, MODEL, VERSION
-    )
-    assert as_rows == [from_json(r) for r in as_json]
     assert {r["memory_id"] for r in as_rows} == set(ids[::3])
     assert [(r["tenant_id"], r["memory_id"]) for r in as_rows] == sorted(
         (r["tenant_id"], r["memory_id"]) for r in as_rows
@@ -205,7 +192,7 @@ def test_records_rows_are_the_jsonb_records(fabric: Fabric) -> None:
     assert len(other) == len(ids) and all(r["embedding"] is None for r in other)
 
 
-def test_snapshot_rows_page_as_the_jsonb_snapshot(fabric: Fabric) -> None:
+def test_snapshot_rows_page_through_every_record_in_order(fabric: Fabric) -> None:
     populate(fabric)
     conn = fabric.connect("mf_projector")
     expected = [
@@ -226,15 +213,6 @@ def test_snapshot_rows_page_as_the_jsonb_snapshot(fabric: Fabric) -> None:
                 MODEL,
                 VERSION,
             )
-            as_json = one(
-                conn,
-                "SELECT fabric_api.projection_snapshot(%s, %s::uuid, %s, %s, %s)",
-                *after,
-                page,
-                MODEL,
-                VERSION,
-            )
-            assert as_rows == [from_json(r) for r in as_json]
             if not as_rows:
                 break
             assert len(as_rows) <= page
@@ -368,19 +346,20 @@ def test_store_embeddings_keeps_store_embeddings_rules(fabric: Fabric) -> None:
     assert stored == "[0.25,0.5]"
 
 
-def test_the_jsonb_feeds_say_they_are_deprecated(fabric: Fabric) -> None:
-    comments = dict(
-        fabric.su()
+def test_the_jsonb_feeds_of_0_3_are_gone(fabric: Fabric) -> None:
+    """Deprecated in 0.4 for the row feeds and removed in 0.11 (docs/operations.md, "Changing
+    the SQL API"): only the row feeds are left."""
+    names = {
+        name
+        for (name,) in fabric.su()
         .execute(
-            "SELECT p.proname, obj_description(p.oid, 'pg_proc') FROM pg_proc p"
+            "SELECT p.proname FROM pg_proc p"
             " WHERE p.pronamespace = 'fabric_api'::regnamespace AND p.proname LIKE 'projection_%'"
         )
         .fetchall()
-    )
-    for name in ("projection_events", "projection_records", "projection_snapshot"):
-        assert comments[name].startswith("Deprecated since 0.4")
-        assert f"use {name}_v2" in comments[name]
-        assert not comments[f"{name}_v2"].startswith("Deprecated")
+    }
+    assert names >= {"projection_events_v2", "projection_records_v2", "projection_snapshot_v2"}
+    assert not names & {"projection_events", "projection_records", "projection_snapshot"}
 
 
 # --- the SDK --------------------------------------------------------------------------------------
