@@ -183,7 +183,7 @@ BEGIN
     RETURN p_value;
   END IF;
   BEGIN
-    IF pg_catalog.length(p_value) > p_max THEN
+    IF pg_catalog.length(p_value) > p_max THEN   -- caught below: never seen by a caller
       RAISE EXCEPTION USING ERRCODE = 'check_violation';
     END IF;
     RETURN p_value::fabric.ident;

@@ -396,11 +396,10 @@ BEGIN
     RETURN NULL;
   END IF;
   IF NOT fabric._has_episodic_ancestor(NEW.tenant_id, NEW.memory_id) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'check_violation',
-      CONSTRAINT = 'memory_records_semantic_needs_episode',
-      MESSAGE = 'semantic record needs at least one episodic source',
-      HINT = 'pass derived_from with the episodes it was extracted from';
+    PERFORM fabric._raise_rule('check_violation',
+      'semantic record needs at least one episodic source',
+      'pass derived_from with the episodes it was extracted from',
+      p_constraint => 'memory_records_semantic_needs_episode');
   END IF;
   RETURN NULL;
 END $$;

@@ -75,12 +75,11 @@ BEGIN
   SELECT t INTO v_audit FROM pg_catalog.unnest(p_tools) t
   JOIN fabric.tools x ON x.tool_id = t WHERE x.agent_id = 'os-agt-008' LIMIT 1;
   IF FOUND THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'check_violation',
-      CONSTRAINT = 'tools_audit_agent_is_never_allowed',
-      MESSAGE = pg_catalog.format('tool %s is backed by os-agt-008 and can never be allowed '
-                                  'to an agent (R-TOOL-2)', v_audit),
-      HINT = 'audit reads go through fabric_audit as a member of fabric_auditor';
+    PERFORM fabric._raise_rule('check_violation',
+      pg_catalog.format('tool %s is backed by os-agt-008 and can never be allowed '
+                        'to an agent (R-TOOL-2)', v_audit),
+      'audit reads go through fabric_audit as a member of fabric_auditor',
+      p_constraint => 'tools_audit_agent_is_never_allowed');
   END IF;
 END $$;
 
@@ -93,13 +92,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF p_agent_id = 'os-agt-008' THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'check_violation',
-      CONSTRAINT = 'audit_agent_is_read_only',
-      MESSAGE = pg_catalog.format('os-agt-008, the audit agent, is read-only and can hold no %s '
-                                  '(R-TOOL-2)', p_what),
-      HINT = 'register os-agt-008 with no tools and at most a recall_scope, enable it with '
-             '''{}''; audit reads go through fabric_audit as a member of fabric_auditor';
+    PERFORM fabric._raise_rule('check_violation',
+      pg_catalog.format('os-agt-008, the audit agent, is read-only and can hold no %s '
+                        '(R-TOOL-2)', p_what),
+      'register os-agt-008 with no tools and at most a recall_scope, enable it with '
+      '''{}''; audit reads go through fabric_audit as a member of fabric_auditor',
+      p_constraint => 'audit_agent_is_read_only');
   END IF;
 END $$;
 
@@ -161,12 +159,11 @@ BEGIN
   IF NEW.agent_id = 'os-agt-008'
      AND (EXISTS (SELECT 1 FROM fabric.agents a WHERE NEW.tool_id = ANY (a.tools_allowed))
           OR fabric._tool_is_enabled_anywhere(NEW.tool_id)) THEN
-    RAISE EXCEPTION USING
-      ERRCODE = 'check_violation',
-      CONSTRAINT = 'tools_audit_agent_is_never_allowed',
-      MESSAGE = pg_catalog.format('tool %s is allowed to an agent and cannot be backed by '
-                                  'os-agt-008 (R-TOOL-2)', NEW.tool_id),
-      HINT = 'remove the tool from every agent''s tools_allowed and tenant enablement first';
+    PERFORM fabric._raise_rule('check_violation',
+      pg_catalog.format('tool %s is allowed to an agent and cannot be backed by '
+                        'os-agt-008 (R-TOOL-2)', NEW.tool_id),
+      'remove the tool from every agent''s tools_allowed and tenant enablement first',
+      p_constraint => 'tools_audit_agent_is_never_allowed');
   END IF;
   RETURN NEW;
 END $$;

@@ -129,11 +129,11 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'exclusion_violation',
-    CONSTRAINT = 'memory_records_one_live_assertion_per_key',
-    MESSAGE = 'contradiction: a live record already asserts this key in this tier and scope '
-              'for an overlapping validity interval',
-    HINT = 'resolve it by supersession: fabric_api.supersede(old_memory_id, proposal_id)';
+  PERFORM fabric._raise_rule('exclusion_violation',
+    'contradiction: a live record already asserts this key in this tier and scope '
+    'for an overlapping validity interval',
+    'resolve it by supersession: fabric_api.supersede(old_memory_id, proposal_id)',
+    p_constraint => 'memory_records_one_live_assertion_per_key');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -223,11 +223,11 @@ BEGIN
     v_need := fabric._threshold(v.tenant_id, v.business_instance_id, 'min_corroborating_episodes');
     v_min_conf := fabric._threshold(v.tenant_id, v.business_instance_id, 'min_confidence');
     IF fabric._episodic_ancestors(v.tenant_id, v.memory_id) < v_need OR v.confidence < v_min_conf THEN
-      RAISE EXCEPTION USING ERRCODE = 'check_violation',
-        CONSTRAINT = 'promotion_threshold_corroboration',
-        MESSAGE = pg_catalog.format('promotion threshold not met: needs %s corroborating episodes '
-                                    'and confidence >= %s', v_need, v_min_conf),
-        HINT = 'thresholds are instance configuration (fabric_api.configure_instance)';
+      PERFORM fabric._raise_rule('check_violation',
+        pg_catalog.format('promotion threshold not met: needs %s corroborating episodes '
+                          'and confidence >= %s', v_need, v_min_conf),
+        'thresholds are instance configuration (fabric_api.configure_instance)',
+        p_constraint => 'promotion_threshold_corroboration');
     END IF;
   END IF;
   IF p_supersedes IS NOT NULL THEN

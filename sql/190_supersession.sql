@@ -28,16 +28,10 @@ AS $$ SELECT CASE p_visibility WHEN 'session' THEN 1 WHEN 'agent' THEN 1
                                WHEN 'subject' THEN 2 WHEN 'tenant' THEN 3 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._supersession_rule: raise the broken supersession rule (23514, named constraint).
-CREATE OR REPLACE FUNCTION fabric._supersession_rule(p_constraint text, p_message text, p_hint text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = p_constraint,
-    MESSAGE = p_message, HINT = p_hint;
-END $$;
+-- fabric._supersession_rule, once a copy of fabric._raise_rule, is gone: a broken
+-- supersession rule is raised by fabric._raise_rule('check_violation', ...,
+-- p_constraint => <the rule>).
+DROP FUNCTION IF EXISTS fabric._supersession_rule(text, text, text);
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._supersession_needs_approval: the one meaning of supersession, for every path
@@ -58,25 +52,29 @@ BEGIN
       'an audit record is append-only evidence; record the new fact as a new record');
   END IF;
   IF p_tier <> p_old.tier THEN
-    PERFORM fabric._supersession_rule('supersession_within_one_tier',
+    PERFORM fabric._raise_rule('check_violation',
       'supersession stays within one tier',
       'a tier change is a promotion (fabric_api.promote); a promotion supersedes only a '
-      'record of its target tier');
+      'record of its target tier',
+      p_constraint => 'supersession_within_one_tier');
   END IF;
   IF p_valid_from <= p_old.valid_from THEN
-    PERFORM fabric._supersession_rule('supersession_successor_starts_later',
+    PERFORM fabric._raise_rule('check_violation',
       'the successor''s valid_from must be after the superseded record''s',
-      'a backdated successor would rewrite the past; use the time the new fact became true');
+      'a backdated successor would rewrite the past; use the time the new fact became true',
+      p_constraint => 'supersession_successor_starts_later');
   END IF;
   IF p_valid_from > pg_catalog.now() THEN
-    PERFORM fabric._supersession_rule('supersession_successor_not_in_future',
+    PERFORM fabric._raise_rule('check_violation',
       'the successor''s valid_from is in the future',
-      'propose a future fact when it becomes true');
+      'propose a future fact when it becomes true',
+      p_constraint => 'supersession_successor_not_in_future');
   END IF;
   IF p_old.tier = 'procedural' AND fabric._semver_cmp(p_version, p_old.version) <= 0 THEN
-    PERFORM fabric._supersession_rule('supersession_procedural_version_increases',
+    PERFORM fabric._raise_rule('check_violation',
       'a procedure is superseded only by a numerically greater version',
-      'bump MAJOR.MINOR.PATCH of the successor');
+      'bump MAJOR.MINOR.PATCH of the successor',
+      p_constraint => 'supersession_procedural_version_increases');
   END IF;
   RETURN (p_old.formation_method = 'declaration' AND p_method IN ('extraction', 'reflection'))
       OR fabric._visibility_rank(p_visibility) > fabric._visibility_rank(p_old.visibility)

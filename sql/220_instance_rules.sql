@@ -30,16 +30,9 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._config_rule: raise a configuration rule (23514, named constraint).
-CREATE OR REPLACE FUNCTION fabric._config_rule(p_constraint text, p_message text, p_hint text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = p_constraint,
-    MESSAGE = p_message, HINT = p_hint;
-END $$;
+-- fabric._config_rule, once a copy of fabric._raise_rule, is gone: a broken configuration rule is
+-- raised by fabric._raise_rule('check_violation', ..., p_constraint => <the rule>).
+DROP FUNCTION IF EXISTS fabric._config_rule(text, text, text);
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._longest_approval_timeout: the default timeout or any per-action one.
@@ -67,21 +60,24 @@ DECLARE
 BEGIN
   IF NEW.deployment_mode = 'air-gapped' THEN
     IF NEW.model_uri IS NOT NULL AND NOT fabric._host_is_local(fabric._uri_host(NEW.model_uri), NEW.local_hosts) THEN
-      PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+      PERFORM fabric._raise_rule('check_violation',
         'an air-gapped instance cannot use a model URI whose host is not local',
-        'use a loopback or unix-socket endpoint, or add the host to local_hosts');
+        'use a loopback or unix-socket endpoint, or add the host to local_hosts',
+        p_constraint => 'instance_config_air_gapped_is_local');
     END IF;
     IF NEW.embedding_uri IS NOT NULL AND NOT fabric._host_is_local(fabric._uri_host(NEW.embedding_uri), NEW.local_hosts) THEN
-      PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+      PERFORM fabric._raise_rule('check_violation',
         'an air-gapped instance cannot use an embedding URI whose host is not local',
-        'use a loopback or unix-socket endpoint, or add the host to local_hosts');
+        'use a loopback or unix-socket endpoint, or add the host to local_hosts',
+        p_constraint => 'instance_config_air_gapped_is_local');
     END IF;
     IF EXISTS (SELECT 1 FROM fabric.deployment_settings d
                WHERE d.embedder_url IS NOT NULL
                  AND NOT fabric._host_is_local(fabric._uri_host(d.embedder_url), NEW.local_hosts)) THEN
-      PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+      PERFORM fabric._raise_rule('check_violation',
         'an air-gapped instance cannot run on a deployment whose embedder endpoint is not local',
-        'point the deployment embedder at a loopback or unix-socket endpoint');
+        'point the deployment embedder at a loopback or unix-socket endpoint',
+        p_constraint => 'instance_config_air_gapped_is_local');
     END IF;
   END IF;
   FOR v_key, v_value IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(NEW.approval_timeouts) e LOOP
@@ -94,9 +90,10 @@ BEGIN
     END IF;
   END LOOP;
   IF NEW.checkpoint_retention <= fabric._longest_approval_timeout(NEW) THEN
-    PERFORM fabric._config_rule('instance_config_checkpoint_outlives_approvals',
+    PERFORM fabric._raise_rule('check_violation',
       'checkpoint retention must exceed the longest approval timeout',
-      'a checkpoint that expires before its approval leaves an approved action with no run to resume');
+      'a checkpoint that expires before its approval leaves an approved action with no run to resume',
+      p_constraint => 'instance_config_checkpoint_outlives_approvals');
   END IF;
   FOR v_key, v_value IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(NEW.regulated_retention) e LOOP
     IF pg_catalog.jsonb_typeof(v_value) <> 'object'
@@ -108,9 +105,10 @@ BEGIN
         'e.g. {"eu": {"floor": "1 year", "ceiling": "7 years"}, "default": {...}}');
     END IF;
     IF (v_value ->> 'ceiling')::interval < (v_value ->> 'floor')::interval THEN
-      PERFORM fabric._config_rule('instance_config_regulated_ceiling_above_floor',
+      PERFORM fabric._raise_rule('check_violation',
         pg_catalog.format('the regulated ceiling of jurisdiction %s is below its floor', pg_catalog.left(v_key, 40)),
-        'a ceiling is when regulated records must go; a floor is how long they must stay');
+        'a ceiling is when regulated records must go; a floor is how long they must stay',
+        p_constraint => 'instance_config_regulated_ceiling_above_floor');
     END IF;
   END LOOP;
   RETURN NEW;
@@ -167,9 +165,10 @@ AS $$
 BEGIN
   IF NEW.embedder_url IS NOT NULL
      AND NOT fabric._local_to_every_air_gapped_instance(NEW.embedder_url) THEN
-    PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+    PERFORM fabric._raise_rule('check_violation',
       'an air-gapped instance exists: the deployment embedder endpoint must be local to it',
-      'use a loopback or unix-socket endpoint, or add the host to that instance''s local_hosts');
+      'use a loopback or unix-socket endpoint, or add the host to that instance''s local_hosts',
+      p_constraint => 'instance_config_air_gapped_is_local');
   END IF;
   RETURN NEW;
 END $$;

@@ -67,8 +67,8 @@ BEGIN
   FROM fabric.projection_cursors c
   WHERE c.projection = p_projection AND c.projection <> 'trace';
   IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'projection must be qdrant or graph', HINT = 'one cursor per projection';
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'projection must be qdrant or graph',
+      'one cursor per projection');
   END IF;
 END $$;
 
@@ -390,18 +390,18 @@ BEGIN
                 WHERE k NOT IN ('text_search_config', 'recall_default_limit', 'recall_max_limit',
                                 'recall_lexical_bound', 'recall_lexical_top', 'embedder',
                                 'embedder_url', 'embedder_model')) THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'deployment settings are text_search_config, recall_default_limit, '
-                'recall_max_limit, recall_lexical_bound, recall_lexical_top, embedder, embedder_url, '
-                'embedder_model',
-      HINT = 'e.g. {"embedder": "http", "embedder_url": "http://127.0.0.1:8080", "embedder_model": "bge-small"}';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'deployment settings are text_search_config, recall_default_limit, '
+      'recall_max_limit, recall_lexical_bound, recall_lexical_top, embedder, embedder_url, '
+      'embedder_model',
+      'e.g. {"embedder": "http", "embedder_url": "http://127.0.0.1:8080", "embedder_model": "bge-small"}');
   END IF;
   SELECT * INTO v FROM fabric.deployment_settings FOR UPDATE;
   BEGIN
     v := pg_catalog.jsonb_populate_record(v, p_settings);
   EXCEPTION WHEN data_exception OR undefined_object THEN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-      MESSAGE = 'a deployment setting has the wrong type', HINT = 'limits are integers';
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a deployment setting has the wrong type', 'limits are integers');
   END;
   UPDATE fabric.deployment_settings d
   SET text_search_config = v.text_search_config, recall_default_limit = v.recall_default_limit,

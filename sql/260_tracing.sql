@@ -106,9 +106,10 @@ BEGIN
   END LOOP;
   PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
   IF v_refused THEN
-    PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+    PERFORM fabric._raise_rule('check_violation',
       'an air-gapped instance cannot export traces to an OTLP endpoint whose host is not local',
-      'use a loopback or unix-socket collector, or add its host to the instance''s local_hosts');
+      'use a loopback or unix-socket collector, or add its host to the instance''s local_hosts',
+      p_constraint => 'instance_config_air_gapped_is_local');
   END IF;
   RETURN true;
 END $$;

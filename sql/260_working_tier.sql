@@ -200,9 +200,10 @@ BEGIN
   IF EXISTS (SELECT 1 FROM fabric.instance_config c
              WHERE c.tenant_id = p_tenant_id AND c.deployment_mode = 'air-gapped'
                AND NOT fabric._host_is_local(fabric._uri_host(p_uri), c.local_hosts)) THEN
-    PERFORM fabric._config_rule('instance_config_air_gapped_is_local',
+    PERFORM fabric._raise_rule('check_violation',
       'an air-gapped instance cannot use a working-tier (Redis) URI whose host is not local',
-      'use a loopback or unix-socket Redis, or add the host to the instance''s local_hosts');
+      'use a loopback or unix-socket Redis, or add the host to the instance''s local_hosts',
+      p_constraint => 'instance_config_air_gapped_is_local');
   END IF;
 END $$;
 COMMENT ON FUNCTION fabric_api.check_working_uri(text, text) IS

@@ -26,6 +26,8 @@ BEGIN
         WHERE d.schema_name IN ('fabric', 'fabric_api', 'fabric_audit', 'langgraph')
            OR (d.object_type = 'schema' AND d.object_name IN ('fabric', 'fabric_api', 'fabric_audit', 'langgraph'))))
   THEN
+    -- Raised here, not through fabric._raise_rule: an event trigger runs as whoever ran the
+    -- DDL (fabric_maintainer's REINDEX fires it), who may not execute that function.
     RAISE EXCEPTION USING
       ERRCODE = 'insufficient_privilege',
       MESSAGE = 'schema changes to the fabric are made by the migration role only',
