@@ -123,6 +123,15 @@ def fabric_rows(
         return cur.execute(sql.SQL("SELECT * FROM {}").format(call), params).fetchall()
 
 
+def fabric_count(conn: psycopg.Connection[Any], name: str, /, *args: Any, **named: Any) -> int:
+    """How many rows a table function returns, counted in the database (a metric's read:
+    the rows themselves never cross the wire)."""
+    call, params = statement(name, args, named)
+    with mapped(), conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(sql.SQL("SELECT count(*) FROM {}").format(call), params).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def register_vector(conn: psycopg.Connection[Any]) -> None:
     """pgvector's adapter for the fabric's `ext.vector` on `conn` (once per connection):
     embeddings travel as binary vectors (`pgvector.Vector` in and out; a Python list of

@@ -101,6 +101,22 @@ def _committer_login_option(help_text: str = "the committer's login") -> Any:
     return typer.Option(DEFAULT_COMMITTER_LOGIN, envvar="MEMFABRIC_COMMITTER_LOGIN", help=help_text)
 
 
+def _metrics_port_option() -> Any:
+    return typer.Option(
+        None,
+        envvar="MEMFABRIC_METRICS_PORT",
+        callback=_environment_zero_is_off,
+        help="serve /healthz and /metrics on 127.0.0.1 at this port (0 in the environment: off)",
+    )
+
+
+def _environment_zero_is_off(ctx: Any, param: Any, value: int | None) -> int | None:
+    """MEMFABRIC_METRICS_PORT=0 means off, as Settings reads it; `--metrics-port 0` still
+    picks a free port."""
+    source = ctx.get_parameter_source(param.name)
+    return None if value == 0 and getattr(source, "name", None) == "ENVIRONMENT" else value
+
+
 def _require_known_schema(conninfo: str) -> None:
     """Refuse to start a worker or `serve` on a schema revision this package does not know
     (one line naming both revisions; an older one says to migrate)."""
@@ -525,9 +541,7 @@ def worker_trace(
     ),
     once: bool = typer.Option(False, help="export what is in the outbox now, then exit"),
     poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
-    metrics_port: int | None = typer.Option(
-        None, help="serve /healthz and /metrics on 127.0.0.1 (env MEMFABRIC_METRICS_PORT)"
-    ),
+    metrics_port: int | None = _metrics_port_option(),
 ) -> None:
     """Export every recall and tool denial in the outbox as an OpenTelemetry span (OTLP/HTTP)."""
     import psycopg
@@ -584,9 +598,7 @@ def _start_metrics(port_option: int | None, maker: Any = None, projector: Any = 
 @app.command(epilog=env_help(*PROJECTION_ENV, *COMMITTER_ENV[2:], *TRACE_ENV[2:]))
 def serve(
     poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
-    metrics_port: int | None = typer.Option(
-        None, help="serve /healthz and /metrics on 127.0.0.1 (env MEMFABRIC_METRICS_PORT)"
-    ),
+    metrics_port: int | None = _metrics_port_option(),
     rebuild_on_contract_change: bool = typer.Option(
         True,
         help="when the embedder's contract changed (its model, version or text rule: an "

@@ -241,6 +241,8 @@ def package_revisions() -> tuple[str, frozenset[str]]:
     return head, frozenset(r.revision for r in script.walk_revisions())
 
 
+UNDEFINED_FUNCTION = psycopg.errors.UndefinedFunction.sqlstate  # 42883
+
 MIGRATE_HINT = (
     "run `memfabric db migrate` with this package to upgrade the database, then start again"
 )
@@ -249,15 +251,18 @@ MIGRATE_HINT = (
 def require_known_revision(conn: psycopg.Connection[Any]) -> str:
     """The database's schema revision, if it is this package's head; else SchemaMismatch
     naming both revisions. Works for every service login (fabric_api.schema_revision())."""
-    from memfabric.errors import SchemaMismatch
+    from memfabric.call import fabric_call
+    from memfabric.errors import FabricError, SchemaMismatch
 
     head, known = package_revisions()
+    revision: str | None
     try:
         with conn.transaction():
-            row = conn.execute("SELECT fabric_api.schema_revision()").fetchone()
-    except psycopg.errors.UndefinedFunction:
-        row = None  # a fabric migrated before the revision was readable: older than head
-    revision = row[0] if row else None
+            revision = fabric_call(conn, "fabric_api.schema_revision")
+    except FabricError as exc:
+        if exc.sqlstate != UNDEFINED_FUNCTION:
+            raise
+        revision = None  # a fabric migrated before the revision was readable: older than head
     if revision == head:
         return head
     if revision is None or revision in known:

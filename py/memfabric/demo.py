@@ -9,6 +9,7 @@ the logins.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memfabric import db
+from memfabric.call import fabric_call, fabric_rows
 from memfabric.client import FabricClient
 from memfabric.errors import FabricError
 
@@ -253,23 +255,28 @@ def run_demo(url: str) -> int:
 
     step("11. the auditor (os-agt-008) reconstructs: lineage, the past, recalls")
     with psycopg.connect(db.url_for(url, "mf_demo_auditor"), autocommit=True) as conn:
-        for row in conn.execute(
-            "SELECT direction, depth, memory_id, consolidation_state "
-            "FROM fabric_audit.lineage(%s, %s)",
-            (TENANT, successor["memory_id"]),
-        ):
-            say(f"lineage: {row[0]} depth {row[1]} {str(row[2])[:8]}… {row[3]}")
-        receipt = conn.execute(
-            "SELECT fabric_audit.erasure_receipt(%s)", (episode_ids[0],)
-        ).fetchone()
-        say(f"erasure receipt: destroyed {receipt[0]['destroyed']['record'] if receipt else '?'}")
-        for row in conn.execute(
-            "SELECT status, agent_id, jsonb_array_length(memory_ids) "
-            "FROM fabric_audit.recalls(%s, now() - interval '1 hour', "
-            "now() + interval '1 minute') WHERE run_id = %s",
-            (TENANT, run_id),
-        ):
-            say(f"recall audit: {row[0]} by {row[1]}, {row[2]} records returned")
+        for link in fabric_rows(conn, "fabric_audit.lineage", TENANT, successor["memory_id"]):
+            say(
+                f"lineage: {link['direction']} depth {link['depth']} "
+                f"{str(link['memory_id'])[:8]}… {link['consolidation_state']}"
+            )
+        receipt = fabric_call(conn, "fabric_audit.erasure_receipt", episode_ids[0])
+        say(f"erasure receipt: destroyed {receipt['destroyed']['record'] if receipt else '?'}")
+        now = datetime.now(UTC)
+        recalls = fabric_rows(
+            conn,
+            "fabric_audit.recalls",
+            TENANT,
+            now - timedelta(hours=1),
+            now + timedelta(minutes=1),
+        )
+        for audit in (r for r in recalls if str(r["run_id"]) == str(run_id)):
+            ids = audit["memory_ids"]
+            returned = None if ids is None else len(ids)
+            say(
+                f"recall audit: {audit['status']} by {audit['agent_id']}, "
+                f"{returned} records returned"
+            )
 
     orchestrator.close_run(run_id)
     for client in (admin, orchestrator, agent, committer, policy):

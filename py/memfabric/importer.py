@@ -7,8 +7,9 @@ replays every batch (nothing is formed twice) and a run cut short resumes where 
 A line that is not JSON is sent as null, which the database refuses for its position like
 any other malformed element. With `jobs` > 1, that many batches are in flight at once, each
 on its own connection (batches are independent transactions); answers are added up in file
-order. A failed batch stops the import; the batches already committed stay, and running the
-file again replays them.
+order. A failed batch stops the import (a refusal of the whole call, e.g. an unknown tenant
+or a login that is not a committer, raises its `memfabric.errors.FabricError`); the batches
+already committed stay, and running the file again replays them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-IMPORT = "SELECT fabric_api.import_records(%s, %s, %s)"
+from memfabric.call import fabric_call
+
+IMPORT = "fabric_api.import_records"
 
 
 @dataclass(frozen=True)
@@ -103,13 +106,12 @@ def import_file(
     def send(number: int, elements: list[Any]) -> dict[str, Any]:
         conn = free.get()
         try:
-            row = conn.execute(
-                IMPORT, (tenant, f"{import_id}-b{number:06d}", Jsonb(elements))
-            ).fetchone()
+            answer: dict[str, Any] = fabric_call(
+                conn, IMPORT, tenant, f"{import_id}-b{number:06d}", Jsonb(elements)
+            )
         finally:
             free.put(conn)
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
+        return answer
 
     def add(lines: list[int], done: int, answer: dict[str, Any]) -> None:
         summary.batches += 1

@@ -32,11 +32,10 @@ from langgraph.store.base import (
     SearchOp,
 )
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from memfabric.call import fabric_call
 from memfabric.constants import DEFAULT_RETENTION_CLASS
-from memfabric.errors import mapped
 from memfabric.recall import recall
 
 Json = dict[str, Any]
@@ -306,12 +305,8 @@ class SynedrixMemoryStore(BaseStore):
         }
         if compliance_labels:
             envelope["compliance_labels"] = list(compliance_labels)
-        with mapped(), self._connection() as conn:
-            row = conn.execute(
-                "SELECT fabric_api.propose(%s, %s)", (Jsonb(envelope), self.run_id)
-            ).fetchone()
-        assert row is not None
-        answer: Json = row[0]
+        with self._connection() as conn:
+            answer: Json = fabric_call(conn, "fabric_api.propose", envelope, self.run_id)
         return answer
 
 

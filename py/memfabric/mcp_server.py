@@ -26,9 +26,9 @@ import psycopg
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from psycopg.conninfo import make_conninfo
-from psycopg.types.json import Jsonb
 
 from memfabric import errors
+from memfabric.call import fabric_call
 from memfabric.db import url_for
 from memfabric.recall import recall
 
@@ -81,11 +81,9 @@ def agent_conninfo(database_url: str, login: str, passfile: str | None = None) -
 
 
 def read_schemas(conn: psycopg.Connection[Any]) -> dict[str, Json]:
-    with errors.mapped():
-        return {
-            name: conn.execute("SELECT fabric_api.request_schema(%s)", (name,)).fetchone()[0]  # type: ignore[index]
-            for name in ("recall", "propose")
-        }
+    return {
+        name: fabric_call(conn, "fabric_api.request_schema", name) for name in ("recall", "propose")
+    }
 
 
 def tools(schemas: dict[str, Json]) -> list[types.Tool]:
@@ -161,12 +159,7 @@ def _answer(conn: psycopg.Connection[Any], caller: Caller, name: str, args: Json
     if isinstance(provenance, dict) and provenance.get("source_event_id") is None:
         # Provenance is never invented: without the caller's event, the MCP request is it.
         provenance["source_event_id"] = f"mcp:{caller.session}:{rid}"
-    with errors.mapped():
-        row = conn.execute(
-            "SELECT fabric_api.propose(%s, %s)", (Jsonb(envelope), caller.run_id)
-        ).fetchone()
-    assert row is not None
-    answer: Json = row[0]
+    answer: Json = fabric_call(conn, "fabric_api.propose", envelope, caller.run_id)
     return answer
 
 
@@ -284,10 +277,8 @@ class Gateway:
         self.gateway_conninfo = agent_conninfo(database_url, gateway_login, passfile)
 
     def resolve(self, token: str) -> Json:
-        with psycopg.connect(self.gateway_conninfo, autocommit=True) as conn, errors.mapped():
-            row = conn.execute("SELECT fabric_api.resolve_mcp_token(%s)", (token,)).fetchone()
-        assert row is not None
-        answer: Json = row[0]
+        with psycopg.connect(self.gateway_conninfo, autocommit=True) as conn:
+            answer: Json = fabric_call(conn, "fabric_api.resolve_mcp_token", token)
         return answer
 
     def schemas(self) -> dict[str, Json]:

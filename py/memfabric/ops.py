@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from memfabric.call import fabric_count
 from memfabric.constants import INDEXED_TIERS
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector, projectable, vector_payload
@@ -203,10 +204,7 @@ def verify(projector: Projector) -> Json:
 def projection_lag(projector: Projector) -> int:
     """Outbox events the slower projection has not applied yet (capped at 10000)."""
     with psycopg.connect(projector.conninfo, autocommit=True) as conn:
-        lags = [
-            conn.execute(
-                "SELECT count(*) FROM fabric_api.projection_events_v2(%s, 10000)", (p,)
-            ).fetchone()
+        return max(
+            fabric_count(conn, "fabric_api.projection_events_v2", p, 10000)
             for p in ("qdrant", "graph")
-        ]
-    return max(int(row[0]) if row else 0 for row in lags)
+        )

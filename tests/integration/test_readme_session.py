@@ -126,6 +126,8 @@ def test_demo_and_session_run_twice_on_a_shared_database_and_touch_nothing_else(
             )
             assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
             assert '"derived_from": [\n' in demo.stdout and '"derived_from": []' not in demo.stdout
+            for audited in ("lineage: ", "erasure receipt: destroyed [", "recall audit: "):
+                assert audited in demo.stdout, demo.stdout[-3000:]  # step 11, the auditor
             session = subprocess.run(
                 [str(PSQL), "-X", "-v", "ON_ERROR_STOP=1", "-d", fabric.url, "-f", str(SESSION)],
                 capture_output=True,

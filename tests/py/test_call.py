@@ -10,7 +10,7 @@ from psycopg.types.json import Jsonb
 
 from conftest import MEMORY_TOOLS, Fabric, episode
 from memfabric import errors
-from memfabric.call import Cast, fabric_call, fabric_rows
+from memfabric.call import Cast, fabric_call, fabric_count, fabric_rows
 
 pytestmark = pytest.mark.rollback
 
@@ -96,3 +96,14 @@ def test_table_functions_answer_rows(fabric: Fabric) -> None:
     )
     assert [r["memory_id"] for r in rows] == [uuid.UUID(record["memory_id"])]
     assert rows[0]["tier"] == "episodic"
+
+
+def test_table_functions_count_in_the_database(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    for text in ("one", "two"):
+        fabric.form(run, text)
+    auditor = fabric.connect("mf_auditor")
+    args = ("fabric_audit.records_as_of", "acme", datetime.now(UTC))
+    assert fabric_count(auditor, *args) == len(fabric_rows(auditor, *args)) == 2
+    with pytest.raises(errors.NotAuthorized):
+        fabric_count(fabric.connect("mf_agent_a"), *args)

@@ -398,6 +398,36 @@ def test_login_options_read_their_environment_variable() -> None:
     assert "env var: MEMFABRIC_RUN_ID" in result.stdout
 
 
+@pytest.mark.parametrize("path", [("serve",), ("worker", "trace")], ids=" ".join)
+@pytest.mark.parametrize(
+    ("args", "env", "port"),
+    [
+        ((), {}, None),
+        ((), {"MEMFABRIC_METRICS_PORT": "9464"}, 9464),
+        ((), {"MEMFABRIC_METRICS_PORT": "0"}, None),  # as Settings reads it: off
+        (("--metrics-port", "0"), {}, 0),  # a free port
+        (("--metrics-port", "9000"), {"MEMFABRIC_METRICS_PORT": "9464"}, 9000),
+    ],
+)
+def test_metrics_port_option_reads_its_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    path: tuple[str, ...],
+    args: tuple[str, ...],
+    env: dict[str, str],
+    port: int | None,
+) -> None:
+    result = invoke(clean_env(), *path, "--help")
+    assert "env var: MEMFABRIC_METRICS_PORT" in result.stdout, result.stdout
+    monkeypatch.delenv("MEMFABRIC_METRICS_PORT", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    command: Any = get_command(app)
+    for part in path:
+        command = command.commands[part]
+    with command.make_context(path[-1], list(args)) as ctx:
+        assert ctx.params["metrics_port"] == port
+
+
 # -- one Settings for every connection knob -------------------------------------------------------
 
 

@@ -14,7 +14,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from conftest import Fabric
+from memfabric import errors
 from memfabric.cli import app
+from memfabric.db import url_for
+from memfabric.importer import import_file
 
 FOREIGN = ("DATABASE_URL", "PGPORT", "MEMFABRIC_", "QDRANT_", "NEO4J_", "GRAPH_")
 
@@ -83,4 +86,28 @@ def test_a_refused_call_is_one_line_and_exit_1(fabric: Fabric, tmp_path: Path) -
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "42501" in lines[0], lines
+    assert fabric.count("memory_records") == 0
+
+
+@pytest.mark.parametrize(
+    ("tenant", "login", "refusal", "sqlstate"),
+    [
+        ("acme", "mf_agent_a", errors.NotAuthorized, "42501"),  # not a committer
+        ("nowhere", "mf_committer", errors.NotFound, "P0002"),  # an unknown tenant
+    ],
+    ids=["not a committer", "unknown tenant"],
+)
+def test_the_importer_raises_the_mapped_refusal(
+    fabric: Fabric,
+    tmp_path: Path,
+    tenant: str,
+    login: str,
+    refusal: type[errors.FabricError],
+    sqlstate: str,
+) -> None:
+    """A refusal of the whole call arrives as its memfabric exception, not a psycopg error."""
+    path = write(tmp_path, [line(0)])
+    with pytest.raises(refusal) as caught:
+        import_file(url_for(fabric.url, login), tenant, path, "refused-1")
+    assert caught.value.sqlstate == sqlstate
     assert fabric.count("memory_records") == 0
