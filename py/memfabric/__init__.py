@@ -67,4 +67,4 @@ __all__ = [
     "fabric_call",
     "fabric_rows",
 ]
-__version__ = "0.10.0"
+__version__ = "0.11.0"
