@@ -16,6 +16,19 @@ from typing import Final, Literal
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 
+
+def local_state(env: Mapping[str, str]) -> Path:
+    """Where local state lives unless a variable says otherwise (the broker's socket, the
+    Edge shards, the local Redis): `.local/` of the checkout this package runs from (the
+    development layout), or, installed from a wheel, the user's state directory
+    (`$XDG_STATE_HOME/memfabric`, by default `~/.local/state/memfabric`), never a
+    directory beside the installed package."""
+    if (ROOT / "pyproject.toml").is_file() and (ROOT / "py" / "memfabric").is_dir():
+        return ROOT / ".local"
+    state = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "memfabric"
+
+
 DEFAULT_PGPORT: Final = 54329
 DEFAULT_GRAPH_BOLT_PORT: Final = 57687
 DEFAULT_GRAPH_HTTP_PORT: Final = 52480
@@ -57,10 +70,10 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "the OTLP/HTTP traces URL (overrides the endpoint)",
     "OTEL_EXPORTER_OTLP_HEADERS": "headers for the collector, e.g. Langfuse's authorization",
     "REDIS_URL": "the working tier's Redis; unset: the local server of `memfabric working up`",
-    "REDIS_DIR": "the local Redis server's directory (default .local/redis)",
+    "REDIS_DIR": "the local Redis server's directory (default STATE/redis)",
     "REDIS_PORT": f"the local Redis server's port (default {DEFAULT_REDIS_PORT})",
-    "MEMFABRIC_SOCKET": "the unix socket of memfabric serve (default .local/run/memfabric.sock)",
-    "MEMFABRIC_VECTOR_DIR": "the embedded Qdrant shards (default .local/qdrant)",
+    "MEMFABRIC_SOCKET": "the unix socket of memfabric serve (default STATE/run/memfabric.sock)",
+    "MEMFABRIC_VECTOR_DIR": "the embedded Qdrant shards (default STATE/qdrant)",
     "MEMFABRIC_VECTOR_INDEX_AFTER": "memfabric serve builds an embedded shard's vector index "
     "in a child process once this many of its vectors are outside an index (default "
     f"{DEFAULT_VECTOR_INDEX_AFTER}; 0: never, build it with `memfabric vectors build-index`)",
@@ -253,6 +266,7 @@ class Settings:
 
         pgport = _int(e, "PGPORT", DEFAULT_PGPORT)
         url = get("DATABASE_URL")
+        state = local_state(e)
         return cls(
             database_url=url or f"postgresql://postgres@127.0.0.1:{pgport}/memfabric",
             database_url_set=url is not None,
@@ -272,10 +286,10 @@ class Settings:
             otlp_endpoint=get("OTEL_EXPORTER_OTLP_ENDPOINT"),
             otlp_traces_endpoint=get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
             redis_url=get("REDIS_URL"),
-            redis_dir=Path(get("REDIS_DIR") or ROOT / ".local" / "redis"),
+            redis_dir=Path(get("REDIS_DIR") or state / "redis"),
             redis_port=_int(e, "REDIS_PORT", DEFAULT_REDIS_PORT),
-            socket=Path(get("MEMFABRIC_SOCKET") or ROOT / ".local" / "run" / "memfabric.sock"),
-            vector_dir=Path(get("MEMFABRIC_VECTOR_DIR") or ROOT / ".local" / "qdrant"),
+            socket=Path(get("MEMFABRIC_SOCKET") or state / "run" / "memfabric.sock"),
+            vector_dir=Path(get("MEMFABRIC_VECTOR_DIR") or state / "qdrant"),
             vector_index_after=_int_at_least(
                 e, "MEMFABRIC_VECTOR_INDEX_AFTER", DEFAULT_VECTOR_INDEX_AFTER, 0
             ),

@@ -169,3 +169,26 @@ def test_memfabric_db_migrate_from_the_wheel_reaches_head(
     assert revision == [head]
     assert functions is not None and functions[0] > 20  # the replay of sql/ ran
     assert extensions == {"plpgsql", "vector", "btree_gist", "btree_gin", "pgcrypto"}
+
+
+def test_installed_from_the_wheel_local_state_is_the_users_not_the_packages(
+    venv: Path, tmp_path: Path
+) -> None:
+    """Outside a checkout the default socket, Edge shards and local Redis live in the user's
+    state directory ($XDG_STATE_HOME/memfabric), never beside the installed package."""
+    set_here = {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "REDIS_DIR"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN) and k not in set_here}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    shown = _run(
+        venv / "bin" / "python",
+        "-c",
+        "from memfabric.settings import Settings as S; s = S.from_env();"
+        " print(s.socket); print(s.vector_dir); print(s.redis_dir)",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert shown.returncode == 0, shown.stderr
+    socket, vectors, redis = (Path(p) for p in shown.stdout.split())
+    state = tmp_path / "state" / "memfabric"
+    assert socket == state / "run" / "memfabric.sock"
+    assert (vectors, redis) == (state / "qdrant", state / "redis")
