@@ -33,12 +33,12 @@ from memfabric.vectors.model import (
     WritesLost,
 )
 from memfabric.vectors.shards import Hits, Shard, open_shard
-from memfabric.vectors.store import _StoreBase
+from memfabric.vectors.store import VectorStore
 
 _MANIFEST_FORMAT = "memfabric.vectors.edge/1"
 
 
-class EdgeVectorStore(_StoreBase):
+class EdgeVectorStore(VectorStore):
     """Qdrant Edge in process: `<path>/shards/<physical>/` per collection, `<path>/manifest.json`
     for aliases and contracts, `<path>/.lock` held (flock, exclusive) while open.
 

@@ -20,12 +20,12 @@ from memfabric.vectors.model import (
     ContractMismatch,
     _norm_id,
 )
-from memfabric.vectors.store import _StoreBase
+from memfabric.vectors.store import VectorStore
 
 _CONTRACT_KEY = "memfabric_contract"
 
 
-class QdrantServerStore(_StoreBase):
+class QdrantServerStore(VectorStore):
     """The same over `qdrant-client`: a server by `url`, or the client's local mode by
     `location=":memory:"` / `path=` (brute force, payload indexes ignored: tests only).
 

@@ -1,12 +1,13 @@
-"""The vector store's interface (`VectorStore`) and the logic both backends share
-(`_StoreBase`: validation, contract binding, tie-stable merging)."""
+"""The vector store (`VectorStore`): its interface and the logic both backends share
+(validation, contract binding, tie-stable merging), one abstract base class; a backend
+supplies the primitives."""
 
 from __future__ import annotations
 
 import abc
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from memfabric.constants import INDEXED_TIERS
 from memfabric.vectors.filters import FilterSpec, RecallFilter
@@ -28,88 +29,14 @@ _BATCH = 1024  # points per backend write
 _TIE_FETCH_CAP = 65536  # the most hits fetched to settle ties at the cut
 
 # --------------------------------------------------------------------------------------
-# The protocol
-
-
-@runtime_checkable
-class VectorStore(Protocol):
-    """The vector projection: one collection per indexed tier, bound to one contract each."""
-
-    def ensure_collections(
-        self, model: str, version: str, dims: int, *, activate: bool = True
-    ) -> dict[str, CollectionContract]:
-        """Create (or open) the physical collections of this contract with their payload
-        indexes and bind this store to them. `activate` moves the logical aliases to them
-        (the cutover); without it only this store uses them, e.g. to build a new version
-        while recall still reads the old one, then `cutover()`."""
-        ...
-
-    def cutover(self) -> None:
-        """Point every logical name at the collection this store is bound to."""
-        ...
-
-    def contracts(self) -> dict[str, CollectionContract]:
-        """tier -> the contract this store reads and writes."""
-        ...
-
-    def aliases(self) -> dict[str, str]:
-        """logical name -> physical collection, as the backend has them now."""
-        ...
-
-    def collections(self) -> dict[str, CollectionContract]:
-        """Every physical fabric collection present, old versions included."""
-        ...
-
-    def upsert(self, tier: str, points: Sequence[VectorPoint]) -> None: ...
-
-    def delete(self, tier: str, ids: Sequence[str]) -> None: ...
-
-    def delete_many(self, drops: Mapping[str, Sequence[str]]) -> None:
-        """`delete` of each tier's ids (tier -> ids); a backend may ask its collections at
-        once (the projector deletes each record from every tier but its own)."""
-        ...
-
-    def set_payload(self, tier: str, ids: Sequence[str], payload: Mapping[str, Any]) -> None:
-        """Change lifecycle fields (MUTABLE_FIELDS) of existing points; unknown ids are
-        skipped."""
-        ...
-
-    def search(
-        self,
-        tiers: Sequence[str],
-        vector: VectorLike,
-        rfilter: RecallFilter,
-        limit: int,
-        exact: bool = False,
-    ) -> list[tuple[str, float]]:
-        """Top `limit` (memory_id, score) over the tiers' collections, by score descending
-        then memory_id ascending."""
-        ...
-
-    def count(self, tier: str) -> int: ...
-
-    def scroll(self, tier: str) -> Iterator[tuple[str, dict[str, Any]]]: ...
-
-    def flush(self) -> None:
-        """Make every write so far durable (call before advancing a projection cursor).
-        Raises `WritesLost` (after flushing) when a shard's child process died holding
-        writes since the last flush: those may be gone, so nothing before this flush may be
-        counted durable; re-apply from the last successful one."""
-        ...
-
-    def wipe(self) -> None:
-        """Drop and recreate (empty) the collections this store is bound to."""
-        ...
-
-    def close(self) -> None: ...
-
-
-# --------------------------------------------------------------------------------------
 # Shared logic
 
 
-class _StoreBase(abc.ABC):
-    """Validation, contract binding, tie-stable merging; backends supply the primitives."""
+class VectorStore(abc.ABC):
+    """The vector projection: one collection per indexed tier, bound to one contract each.
+
+    The shared logic lives here (validation, contract binding, tie-stable merging); a
+    backend (Qdrant Edge, a Qdrant server) supplies the primitives."""
 
     def __init__(self) -> None:
         self._mutex = threading.RLock()
@@ -186,6 +113,10 @@ class _StoreBase(abc.ABC):
     def ensure_collections(
         self, model: str, version: str, dims: int, *, activate: bool = True
     ) -> dict[str, CollectionContract]:
+        """Create (or open) the physical collections of this contract with their payload
+        indexes and bind this store to them. `activate` moves the logical aliases to them
+        (the cutover); without it only this store uses them, e.g. to build a new version
+        while recall still reads the old one, then `cutover()`."""
         with self._mutex:
             self._check_open()
             bound: dict[str, CollectionContract] = {
@@ -200,6 +131,7 @@ class _StoreBase(abc.ABC):
             return dict(bound)
 
     def cutover(self) -> None:
+        """Point every logical name at the collection this store is bound to."""
         with self._mutex:
             bound = self._bindings()
             if not bound:
@@ -214,15 +146,18 @@ class _StoreBase(abc.ABC):
                 self._set_aliases(targets)
 
     def contracts(self) -> dict[str, CollectionContract]:
+        """tier -> the contract this store reads and writes."""
         with self._mutex:
             return dict(self._bindings())
 
     def aliases(self) -> dict[str, str]:
+        """logical name -> physical collection, as the backend has them now."""
         with self._mutex:
             self._check_open()
             return self._alias_map()
 
     def collections(self) -> dict[str, CollectionContract]:
+        """Every physical fabric collection present, old versions included."""
         with self._mutex:
             self._check_open()
             out: dict[str, CollectionContract] = {}
@@ -249,6 +184,8 @@ class _StoreBase(abc.ABC):
         self.delete_many({tier: ids})
 
     def delete_many(self, drops: Mapping[str, Sequence[str]]) -> None:
+        """`delete` of each tier's ids (tier -> ids); a backend may ask its collections at
+        once (the projector deletes each record from every tier but its own)."""
         asks: list[tuple[str, list[str]]] = []
         for tier, ids in drops.items():
             physical = self._contract(tier).physical_name
@@ -263,6 +200,8 @@ class _StoreBase(abc.ABC):
             self._delete_raw(physical, ids)
 
     def set_payload(self, tier: str, ids: Sequence[str], payload: Mapping[str, Any]) -> None:
+        """Change lifecycle fields (MUTABLE_FIELDS) of existing points; unknown ids are
+        skipped."""
         contract = self._contract(tier)
         norm = [_norm_id(i) for i in ids]
         change = _partial_payload(payload)
@@ -279,6 +218,8 @@ class _StoreBase(abc.ABC):
         limit: int,
         exact: bool = False,
     ) -> list[tuple[str, float]]:
+        """Top `limit` (memory_id, score) over the tiers' collections, by score descending
+        then memory_id ascending."""
         if not isinstance(rfilter, RecallFilter):
             raise TypeError("search needs a RecallFilter: tenant and scope are always pushed down")
         if isinstance(tiers, str):
@@ -347,11 +288,16 @@ class _StoreBase(abc.ABC):
                 return
 
     def flush(self) -> None:
+        """Make every write so far durable (call before advancing a projection cursor).
+        Raises `WritesLost` (after flushing) when a shard's child process died holding
+        writes since the last flush: those may be gone, so nothing before this flush may be
+        counted durable; re-apply from the last successful one."""
         with self._mutex:
             self._check_open()
             self._flush_raw()
 
     def wipe(self) -> None:
+        """Drop and recreate (empty) the collections this store is bound to."""
         with self._mutex:
             bound = self._bindings()
             if not bound:
@@ -374,7 +320,7 @@ class _StoreBase(abc.ABC):
                 self._closed = True
                 self._close_raw()
 
-    def __enter__(self) -> _StoreBase:
+    def __enter__(self) -> VectorStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
