@@ -89,6 +89,18 @@ def graph_row(record: Json) -> Json:
 _TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
 
 
+# OSErrors that no retry mends: a missing or mistyped path, a permission (a vector directory
+# or socket path the service cannot use). Other OSErrors (a refused or reset connection, a
+# timeout, a broken pipe, a full disk being cleared) are worth backing off for.
+_NOT_TRANSIENT_OS_ERRORS = (
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
+
+
 def recoverable(exc: BaseException) -> bool:
     """Does the projector outlive `exc` (back off, drain again from the cursor)? Yes for a
     lost or refused connection to PostgreSQL, the vector store, the graph or the embedding
@@ -102,6 +114,8 @@ def recoverable(exc: BaseException) -> bool:
         return exc.sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
     if isinstance(exc, UnexpectedResponse):
         return (exc.status_code or 0) >= 500
+    if isinstance(exc, _NOT_TRANSIENT_OS_ERRORS):
+        return False  # a path or a permission that is wrong stays wrong: the operator's to fix
     return isinstance(
         exc,
         OperationalFailure
