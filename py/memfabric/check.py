@@ -138,7 +138,7 @@ def _disabled_triggers(ctx: Context, table: str, names: tuple[str, ...]) -> list
 # --- the items -------------------------------------------------------------------------
 
 
-def store_methods(ctx: Context) -> tuple[str, str]:
+def store_methods(_ctx: Context) -> tuple[str, str]:
     module, why = _module(STORE_MODULE)
     if module is None:
         return FAIL, why
@@ -171,7 +171,7 @@ def store_methods(ctx: Context) -> tuple[str, str]:
     )
 
 
-def namespaces(ctx: Context) -> tuple[str, str]:
+def namespaces(_ctx: Context) -> tuple[str, str]:
     module, why = _module(STORE_MODULE)
     if module is None:
         return FAIL, why
@@ -476,7 +476,7 @@ def graph_library(ctx: Context) -> tuple[str, str]:
     )
 
 
-def mcp_server(ctx: Context) -> tuple[str, str]:
+def mcp_server(_ctx: Context) -> tuple[str, str]:
     module, why = _module(MCP_MODULE)
     if module is None:
         return FAIL, why

@@ -141,7 +141,7 @@ def _stop_on_sigterm(stopping: Any = None) -> None:
     import signal
     import threading
 
-    def interrupt(signum: int, frame: object) -> None:
+    def interrupt(_signum: int, _frame: object) -> None:
         if stopping is None or stopping.is_set():
             raise KeyboardInterrupt  # a second signal: stop where it stands
         stopping.set()

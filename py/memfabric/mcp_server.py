@@ -196,8 +196,9 @@ def build_server(
 ) -> Server[Any]:
     listed = tools(schemas)
 
-    async def on_list_tools(
-        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    async def on_list_tools(  # the SDK's handler signature; one page lists every tool
+        ctx: ServerRequestContext[Any, Any],  # noqa: ARG001
+        params: types.PaginatedRequestParams | None,  # noqa: ARG001
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=listed)
 
