@@ -25,6 +25,7 @@ from memfabric.vectors import (
     RecallFilter,
     ShardUnavailable,
     VectorPoint,
+    VectorStoreError,
     WritesLost,
     store_from_env,
 )
@@ -192,6 +193,26 @@ def test_closing_the_store_ends_every_child_a_dead_one_included(store: EdgeVecto
     kill(shard_of(store, "semantic"))
     store.close()
     assert all(c is not None and c.poll() is not None for c in children.values())
+
+
+def test_the_children_open_their_shards_at_once_and_one_that_cannot_fails_the_open(
+    where: Path,
+) -> None:
+    """ensure_collections starts every tier's child before it waits for any (they start in
+    the time of about two, not four); a shard its child cannot open fails the whole open
+    naming its directory, and the children that did open are ended by close()."""
+    s = EdgeVectorStore(where / "edge", shard_processes=True)
+    s.ensure_collections(MODEL, "1", DIMS)
+    s.close()
+    broken = next((where / "edge" / "shards").iterdir())
+    (broken / "edge_config.json").write_text("{not json")
+    s = EdgeVectorStore(where / "edge", shard_processes=True)
+    with pytest.raises(VectorStoreError, match=re.escape(str(broken))):
+        s.ensure_collections(MODEL, "1", DIMS)
+    opened = [x._child for x in s._shards.values() if isinstance(x, ProcessShard)]
+    assert len(opened) == 3 and all(c is not None and c.poll() is None for c in opened)
+    s.close()
+    assert all(c is not None and c.poll() is not None for c in opened)
 
 
 def test_store_from_env_keeps_the_shards_inline_outside_serve(

@@ -44,6 +44,10 @@ class VectorStore(abc.ABC):
         self._closed = False
 
     # primitives --------------------------------------------------------------------
+    def _open_all(self, contracts: Sequence[CollectionContract]) -> None:  # noqa: B027
+        """A backend may open the collections of `contracts` at once before
+        `_open_or_create` is called for each (nothing by default)."""
+
     @abc.abstractmethod
     def _open_or_create(self, contract: CollectionContract) -> None:
         """A backend primitive."""
@@ -122,6 +126,7 @@ class VectorStore(abc.ABC):
             bound: dict[str, CollectionContract] = {
                 t: CollectionContract(f"mem_{t}", model, version, dims) for t in INDEXED_TIERS
             }
+            self._open_all(list(bound.values()))
             for contract in bound.values():
                 self._open_or_create(contract)
             self._bound = bound
