@@ -164,13 +164,27 @@ class EdgeVectorStore(VectorStore):
         if failed is not None:
             raise failed
 
-    def _open_one(self, contract: CollectionContract) -> Shard:
-        """The contract's shard, opened (created when new) with its payload indexes."""
+    def _recorded(self, contract: CollectionContract) -> dict[str, Any] | None:
+        """The manifest's entry of the contract's collection (None: new), which must be of
+        this contract."""
         physical = contract.physical_name
-        known = self._manifest["collections"].get(physical)
+        known: dict[str, Any] | None = self._manifest["collections"].get(physical)
         if known is not None and CollectionContract.from_dict(known["contract"]) != contract:
             raise ContractMismatch(f"{physical} is recorded with another contract: {known}")
-        directory = self._shard_dir(physical)
+        return known
+
+    @staticmethod
+    def _index_payload(shard: Shard) -> None:
+        """Create the payload indexes the shard lacks (all of them on a new shard)."""
+        present = shard.info().payload_schema
+        for name, kind in PAYLOAD_INDEXES:
+            if name not in present:
+                shard.create_field_index(name, kind)
+
+    def _open_one(self, contract: CollectionContract) -> Shard:
+        """The contract's shard, opened (created when new) with its payload indexes."""
+        self._recorded(contract)
+        directory = self._shard_dir(contract.physical_name)
         try:
             if (directory / "edge_config.json").exists():
                 shard = self._open(directory, contract.dims)
@@ -180,10 +194,7 @@ class EdgeVectorStore(VectorStore):
         except Exception as exc:  # the engine raises a bare Exception
             raise VectorStoreError(f"cannot open {directory} as {contract}: {exc}") from exc
         try:
-            present = shard.info().payload_schema
-            for name, kind in PAYLOAD_INDEXES:
-                if name not in present:
-                    shard.create_field_index(name, kind)
+            self._index_payload(shard)
         except BaseException:
             shard.close()
             raise
@@ -191,16 +202,11 @@ class EdgeVectorStore(VectorStore):
 
     def _open_or_create(self, contract: CollectionContract) -> None:
         physical = contract.physical_name
-        known = self._manifest["collections"].get(physical)
-        if known is not None and CollectionContract.from_dict(known["contract"]) != contract:
-            raise ContractMismatch(f"{physical} is recorded with another contract: {known}")
+        known = self._recorded(contract)
         if physical not in self._shards:
             self._shards[physical] = self._open_one(contract)
         shard = self._shards[physical]
-        present = shard.info().payload_schema
-        for name, kind in PAYLOAD_INDEXES:
-            if name not in present:
-                shard.create_field_index(name, kind)
+        self._index_payload(shard)  # a shard opened earlier may predate an index
         shard.flush()
         if known is None:
             self._manifest["collections"][physical] = {
