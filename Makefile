@@ -128,7 +128,7 @@ bench-recall: venv db-up ## recall at 1,000,000 records vs SELECT+audit and Lang
 bench-import: migrate ## bulk import_records rate vs single propose+commit (printed, not asserted)
 	$(BIN)/python tests/bench/bench_import.py $(ARGS)
 
-bench-feeds: migrate ## the projection feed's database half: jsonb feeds vs row feeds, text vs binary embeddings (printed)
+bench-feeds: migrate ## the projection feed's database half: 0.3's jsonb feeds vs the row feeds, text vs binary embeddings (printed)
 	$(BIN)/python tests/bench/bench_feeds.py $(ARGS)
 
 bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic and hybrid recall at 100k (printed; ARGS=--only-recall)
