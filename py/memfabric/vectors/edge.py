@@ -203,11 +203,9 @@ class EdgeVectorStore(VectorStore):
     def _open_or_create(self, contract: CollectionContract) -> None:
         physical = contract.physical_name
         known = self._recorded(contract)
-        if physical not in self._shards:
-            self._shards[physical] = self._open_one(contract)
-        shard = self._shards[physical]
-        self._index_payload(shard)  # a shard opened earlier may predate an index
-        shard.flush()
+        if physical not in self._shards:  # else opened by _open_all or an earlier binding,
+            self._shards[physical] = self._open_one(contract)  # its indexes made at its open
+        self._shards[physical].flush()
         if known is None:
             self._manifest["collections"][physical] = {
                 "contract": contract.to_dict(),
