@@ -8,10 +8,13 @@ a fresh database (DBNAME, dropped afterwards unless --keep):
 Records alternate episodic and semantic; 10% are tenant-visible, the rest subject-visible.
 Content is ~700 bytes of text holding two topic words (one of 500) and a common filler.
 
-Fixture shortcut: the records are generated set-based by the superuser with triggers off
-(session_replication_role = replica), with the per-scope search statistics folded in, as
-tests/sql/test_recall_plan.py does. They are data for the reads measured here, not governed
-writes (`make bench-write` measures those).
+The episodic records, the ones recall is asked for, are formed through the governed import
+(`fabric_api.import_records` as a committer enabled in every tenant, the elements generated in
+the database, up to 10,000 a call on two connections): every rule, formation event and
+per-scope statistic is what an import writes. The semantic records beside them (which no
+measured recall reads) cannot be imported, and go in by the fixture shortcut: generated
+set-based by the superuser with triggers off (session_replication_role = replica), their
+search statistics folded in afterwards, as tests/sql/test_recall_plan.py does.
 
 With --profile, each shape is also profiled function by function (track_functions = all
 for the agent's login): the self time per recall of every function the governed path calls,
@@ -41,8 +44,10 @@ import argparse
 import os
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from bench_projection import call, connect, pct
@@ -59,10 +64,13 @@ LOGINS = {
     "benchr_agent": None,
     "benchr_orchestrator": "fabric_orchestrator",
     "benchr_admin": "fabric_admin",
+    "benchr_committer": "fabric_committer",
 }
-AGENT = "benchr-agt-001"
+AGENT, COMMITTER = "benchr-agt-001", "benchr-cmt-001"
 TOOLS = ["tool:memory-recall"]
 SCOPE = {"tiers": ["episodic", "semantic"], "visibility": ["subject", "tenant"]}
+PROPOSE = {"tiers": ["episodic"], "visibility": ["subject", "tenant"]}  # the import's standing
+IMPORT_MAX = 10_000  # elements a call (fabric_api.import_records)
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
 LIMIT, TOPICS = 8, 500
 QUESTION = "what did the customer say about {topic} invoice last week"  # 10 words
@@ -76,19 +84,40 @@ FILLER = (
     "the preferred channel for urgent requests outside business hours."
 )
 
-# Set-based generation: record i of tenant t, subject i % subjects; 10% tenant-visible.
+# Record i of tenant t (i = 1 .. per tenant): episodic when i is even, semantic when odd;
+# subject (i / 2) % subjects; 10% tenant-visible; content with two topic words and the filler.
+# The episodic records of one tenant in (lo, hi] go through the governed import: the elements
+# are generated in the database and imported by the committer in the same statement.
+IMPORT_SQL = """
+SELECT fabric_api.import_records(%(tenant)s, %(import_id)s, (
+  SELECT jsonb_agg(jsonb_build_object(
+    'scope', jsonb_build_object('subject_id', 'user-' || ((i / 2) %% %(subjects)s),
+      'session_id', 'sess-' || (i %% 7), 'agent_id', %(agent)s::text,
+      'visibility', CASE WHEN (i / 20) %% 10 = 3 THEN 'tenant' ELSE 'subject' END),
+    'content', jsonb_build_object('text', 'note ' || i || ' about topic'
+      || abs(hashtext(%(tenant)s::text || i) %% %(topics)s) || ' and topic'
+      || abs(hashtext(i || %(tenant)s::text) %% %(topics)s) || '. ' || %(filler)s::text),
+    'provenance', jsonb_build_object('correlation_id', 'evt-' || i),
+    'confidence', round((i %% 97) / 96.0, 2),
+    'validity_interval', jsonb_build_object('valid_from', to_char(
+      (now() - make_interval(days => 1 + i %% 400)) AT TIME ZONE 'UTC',
+      'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+    'retention_class', 'durable') ORDER BY i)
+  FROM generate_series(%(lo)s::integer + 1, %(hi)s::integer) AS i WHERE i %% 2 = 0))
+"""
+# The semantic records of some tenants, the same way otherwise: the fixture shortcut
+# (set-based, triggers off).
 RECORDS_SQL = """
 INSERT INTO fabric.memory_records (tenant_id, memory_id, tier, visibility, subject_id,
   session_id, agent_id, content, content_hash, source_event_id, formed_by, formation_method,
   confidence, valid_from, valid_until, recorded_at, consolidation_state, retention_class,
   compliance_labels, search_tsv, search_length)
-SELECT t.tenant_id, gen_random_uuid(), (ARRAY['episodic', 'semantic'])[1 + i %% 2],
+SELECT t.tenant_id, gen_random_uuid(), 'semantic',
        CASE WHEN (i / 20) %% 10 = 3 THEN 'tenant' ELSE 'subject' END,
        'user-' || ((i / 2) %% %(subjects)s), 'sess-' || (i %% 7), %(agent)s, c.content,
-       'sha256:' || encode(sha256(convert_to(t.tenant_id || i, 'UTF8')), 'hex'),
-       'evt-' || i, %(agent)s, 'extraction', (i %% 97) / 96.0,
-       now() - make_interval(days => 1 + i %% 400), NULL, now(), 'raw', 'durable', '{}',
-       x.tsv, fabric._search_length(x.tsv)
+       fabric.content_hash(c.content), 'evt-' || i, %(agent)s, 'extraction',
+       round((i %% 97) / 96.0, 2), now() - make_interval(days => 1 + i %% 400), NULL, now(),
+       'raw', 'durable', '{}', x.tsv, fabric._search_length(x.tsv)
 FROM unnest(%(tenants)s::text[]) AS t(tenant_id)
 CROSS JOIN generate_series(1, %(per_tenant)s) AS i
 CROSS JOIN fabric.deployment_settings s
@@ -98,14 +127,17 @@ CROSS JOIN LATERAL (SELECT jsonb_build_object('text', 'note ' || i || ' about to
   || %(filler)s) AS content) c
 CROSS JOIN LATERAL (SELECT jsonb_to_tsvector(s.text_search_config, c.content, '["string"]')
   AS tsv) x
+WHERE i %% 2 = 1
 """
+# The shortcut's rows bypassed the statistics trigger: their statistics, folded in.
 STATS_SQL = """
 INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
-SELECT tenant_id, scope_key, '', count(*), sum(fabric._search_length(search_tsv))
-  FROM fabric.memory_records GROUP BY tenant_id, scope_key
+SELECT tenant_id, scope_key, '', count(*), sum(search_length)
+  FROM fabric.memory_records WHERE tier = 'semantic' GROUP BY tenant_id, scope_key
 UNION ALL
 SELECT m.tenant_id, m.scope_key, u.lexeme, count(*), 0
   FROM fabric.memory_records m CROSS JOIN LATERAL unnest(m.search_tsv) u
+ WHERE m.tier = 'semantic'
  GROUP BY m.tenant_id, m.scope_key, u.lexeme
 """
 # The peer's items: the same records under (tenant, tier, subject) -- tenant-visible ones
@@ -144,17 +176,48 @@ def fresh_database(url: str, dbname: str) -> str:
 
 
 def load(url: str, tenants: list[str], subjects: int, per_tenant: int) -> float:
-    """Tenants and the agent governed (admin API); records, statistics and the peer's
-    items set-based (the fixture shortcut). Returns the seconds it took."""
+    """Tenants, the agent and the committer governed (admin API); the episodic records
+    through the governed import, two connections at once; the semantic records, their
+    statistics and the peer's items set-based (the fixture shortcut). Returns the seconds."""
     t0 = time.perf_counter()
     with connect(url) as su:
         create_logins(su, LOGINS)
     with connect(url, "benchr_admin") as admin:
-        call(admin, "SELECT fabric_api.register_agent(%s, %s, %s, %s)",
-             AGENT, "benchr_agent", Jsonb({"recall_scope": SCOPE}), TOOLS)  # fmt: skip
+        register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
+        profile = {"recall_scope": SCOPE, "propose_scope": PROPOSE}
+        call(admin, register, AGENT, "benchr_agent", Jsonb(profile), TOOLS)
+        call(admin, register, COMMITTER, "benchr_committer", Jsonb({}), [])
         for tenant in tenants:
             call(admin, "SELECT fabric_api.create_tenant(%s)", tenant)
             call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", tenant, AGENT, TOOLS)
+            call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", tenant, COMMITTER, [])
+    calls = [(t, lo, min(lo + 2 * IMPORT_MAX, per_tenant))
+             for t in tenants for lo in range(0, per_tenant, 2 * IMPORT_MAX)]  # fmt: skip
+    total = len(tenants) * (per_tenant // 2)
+    done, step = [0, max(1, total // 10)], max(1, total // 10)
+    lock = threading.Lock()
+
+    def importer(part: list[tuple[str, int, int]]) -> None:
+        with connect(url, "benchr_committer") as committer:
+            for tenant, lo, hi in part:
+                row = committer.execute(IMPORT_SQL, {
+                    "tenant": tenant, "import_id": f"fixture-{lo}", "lo": lo, "hi": hi,
+                    "subjects": subjects, "agent": AGENT, "topics": TOPICS, "filler": FILLER,
+                }).fetchone()  # fmt: skip
+                assert row is not None
+                answer = row[0]
+                if answer["refused"]:
+                    raise SystemExit(f"the fixture was refused: {answer['refusals'][:3]}")
+                with lock:
+                    done[0] += answer["formed"]
+                    if done[0] >= done[1]:
+                        done[1] += step
+                        print(f"  imported {done[0]} of {total} episodic records", flush=True)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for future in [pool.submit(importer, calls[k::2]) for k in range(2)]:
+            future.result()
+    print(f"  imported {done[0]} episodic records in {time.perf_counter() - t0:.0f} s", flush=True)
     from langgraph.store.postgres import PostgresStore
 
     with PostgresStore.from_conn_string(url) as store:
@@ -326,7 +389,7 @@ def main() -> int:
         try:
             if not args.reuse:
                 took_s = load(url, tenants, subjects, per_tenant)
-                print(f"  loaded (set-based, fixture shortcut) in {took_s:.0f} s", flush=True)
+                print(f"  loaded in {took_s:.0f} s", flush=True)
             took = measure(url, tenants, subjects, args.queries, args.seed)
             if args.profile:
                 profile(url, tenants, subjects, min(args.queries, 200), args.seed)
