@@ -194,7 +194,7 @@ def load(url: str, tenants: list[str], subjects: int, per_tenant: int) -> float:
     calls = [(t, lo, min(lo + 2 * IMPORT_MAX, per_tenant))
              for t in tenants for lo in range(0, per_tenant, 2 * IMPORT_MAX)]  # fmt: skip
     total = len(tenants) * (per_tenant // 2)
-    done, step = [0, max(1, total // 10)], max(1, total // 10)
+    progress = {"formed": 0, "next": max(1, total // 10)}  # printed every tenth
     lock = threading.Lock()
 
     def importer(part: list[tuple[str, int, int]]) -> None:
@@ -209,15 +209,17 @@ def load(url: str, tenants: list[str], subjects: int, per_tenant: int) -> float:
                 if answer["refused"]:
                     raise SystemExit(f"the fixture was refused: {answer['refusals'][:3]}")
                 with lock:
-                    done[0] += answer["formed"]
-                    if done[0] >= done[1]:
-                        done[1] += step
-                        print(f"  imported {done[0]} of {total} episodic records", flush=True)
+                    progress["formed"] += answer["formed"]
+                    if progress["formed"] >= progress["next"]:
+                        progress["next"] += max(1, total // 10)
+                        print(f"  imported {progress['formed']} of {total} episodic records",
+                              flush=True)  # fmt: skip
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for future in [pool.submit(importer, calls[k::2]) for k in range(2)]:
             future.result()
-    print(f"  imported {done[0]} episodic records in {time.perf_counter() - t0:.0f} s", flush=True)
+    took = time.perf_counter() - t0
+    print(f"  imported {progress['formed']} episodic records in {took:.0f} s", flush=True)
     from langgraph.store.postgres import PostgresStore
 
     with PostgresStore.from_conn_string(url) as store:
