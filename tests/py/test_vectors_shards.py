@@ -6,6 +6,7 @@ shard's directory. Real shards, real children; a kill is waited for with waitpid
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import pytest
 from conftest import POINT_T0, point_payload
 from memfabric.settings import usable_cpus
 from memfabric.vectors import (
+    ContractMismatch,
     EdgeVectorStore,
     RecallFilter,
     ShardUnavailable,
@@ -213,6 +215,31 @@ def test_the_children_open_their_shards_at_once_and_one_that_cannot_fails_the_op
     assert len(opened) == 3 and all(c is not None and c.poll() is None for c in opened)
     s.close()
     assert all(c is not None and c.poll() is not None for c in opened)
+
+
+@pytest.mark.parametrize("children", [True, False], ids=["child", "inline"])
+def test_a_collection_recorded_with_another_contract_is_refused_and_never_opened(
+    where: Path, children: bool
+) -> None:
+    """A collection whose manifest entry holds another contract than its name promises (a
+    manifest edited or from another build) fails the open with ContractMismatch, on the path
+    that opens the children at once as on the one that opens a shard at a time, and no shard
+    of that collection is opened."""
+    s = EdgeVectorStore(where / "edge", shard_processes=children)
+    s.ensure_collections(MODEL, "1", DIMS)
+    s.close()
+    manifest_path = where / "edge" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    physical = sorted(manifest["collections"])[0]
+    manifest["collections"][physical]["contract"]["model_version"] = "2"
+    manifest_path.write_text(json.dumps(manifest))
+    s = EdgeVectorStore(where / "edge", shard_processes=children)
+    try:
+        with pytest.raises(ContractMismatch, match=re.escape(physical)):
+            s.ensure_collections(MODEL, "1", DIMS)
+        assert physical not in s._shards
+    finally:
+        s.close()
 
 
 def test_store_from_env_keeps_the_shards_inline_outside_serve(

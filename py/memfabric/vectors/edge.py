@@ -153,6 +153,8 @@ class EdgeVectorStore(VectorStore):
         wanted = [c for c in contracts if c.physical_name not in self._shards]
         if not self.shard_processes or len(wanted) < 2:
             return
+        for contract in wanted:
+            self._recorded(contract)  # a collection of another contract is never opened
         with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
             futures = {c.physical_name: pool.submit(self._open_one, c) for c in wanted}
         failed: BaseException | None = None
@@ -182,8 +184,8 @@ class EdgeVectorStore(VectorStore):
                 shard.create_field_index(name, kind)
 
     def _open_one(self, contract: CollectionContract) -> Shard:
-        """The contract's shard, opened (created when new) with its payload indexes."""
-        self._recorded(contract)
+        """The contract's shard, opened (created when new) with its payload indexes; the
+        caller has checked the manifest's contract (`_recorded`)."""
         directory = self._shard_dir(contract.physical_name)
         try:
             if (directory / "edge_config.json").exists():
