@@ -62,39 +62,56 @@ COMMENT ON FUNCTION fabric_api.open_run(text, text, text, text, text[], interval
   'ARRAY[''tool:memory-propose''], ''30 minutes'');';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.close_run: a closed run authorizes nothing more.
+-- fabric_api.close_run: a closed run authorizes nothing more. Like its MCP tokens, a run is
+-- closed by the orchestrator login that opened it, or by an admin (fabric_admin: an
+-- operator stopping a run); the event names who closed it and in which role. Another
+-- orchestrator's run is refused (42501) and nothing is written.
 CREATE OR REPLACE FUNCTION fabric_api.close_run(p_run_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_tenant text;
+  v_admin boolean;
+  v_run fabric.runs;
   v_closed_at timestamptz;
 BEGIN
   PERFORM fabric._reset_context();
-  PERFORM fabric._require_role('fabric_orchestrator', 'close runs');
-  v_tenant := fabric._tenant_of_run(p_run_id);
-  IF v_tenant IS NULL THEN
+  v_admin := pg_catalog.pg_has_role(session_user, 'fabric_admin', 'MEMBER');
+  IF NOT v_admin THEN
+    PERFORM fabric._require_role('fabric_orchestrator', 'close runs');
+  END IF;
+  v_run := fabric._run_in_its_tenant(p_run_id);
+  IF v_run.run_id IS NULL THEN
+    PERFORM fabric._set_context('tenant_id', NULL);
     PERFORM fabric._raise_rule('no_data_found',
       'unknown run',
       'runs are opened with fabric_api.open_run');
   END IF;
-  PERFORM fabric._set_context('tenant_id', v_tenant);
+  IF NOT v_admin AND v_run.opened_by <> session_user THEN
+    PERFORM fabric._set_context('tenant_id', NULL);
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a run is closed only by the orchestrator that opened it, or by an admin',
+      'close it under the login that opened it (fabric_api.open_run), or ask a member of '
+      'fabric_admin');
+  END IF;
   PERFORM fabric._set_context('run_id', p_run_id::text);
+  PERFORM fabric._set_context('actor', fabric._actor_id());
   UPDATE fabric.runs r SET closed_at = pg_catalog.now()
-  WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id AND r.closed_at IS NULL
+  WHERE r.tenant_id = v_run.tenant_id AND r.run_id = p_run_id AND r.closed_at IS NULL
   RETURNING r.closed_at INTO v_closed_at;
   IF FOUND THEN
-    PERFORM fabric._emit('fabric.run.closed', v_tenant);
+    PERFORM fabric._emit('fabric.run.closed', v_run.tenant_id, p_payload =>
+      pg_catalog.jsonb_build_object('agent_id', v_run.agent_id, 'closed_by', session_user::text,
+        'closed_as', CASE WHEN v_run.opened_by = session_user THEN 'opener' ELSE 'admin' END));
   ELSE
-    SELECT r.closed_at INTO v_closed_at FROM fabric.runs r
-    WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
+    v_closed_at := v_run.closed_at;
   END IF;
   RETURN pg_catalog.jsonb_build_object('run_id', p_run_id, 'closed_at', v_closed_at);
 END $$;
 COMMENT ON FUNCTION fabric_api.close_run(uuid) IS
-  'Close a run (idempotent). Orchestrator only. Example: SELECT fabric_api.close_run(''<run_id>'');';
+  'Close a run (idempotent). The orchestrator that opened it, or an admin; the event names who '
+  'closed it. Example: SELECT fabric_api.close_run(''<run_id>'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._enter_run: the caller's open, unexpired run; sets tenant, actor and run context.

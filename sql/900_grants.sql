@@ -21,6 +21,8 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.open_run(text, text, text, text, text[], interval),
   fabric_api.close_run(uuid)
   TO fabric_orchestrator;
+-- An admin may close any run (an operator stopping one); an orchestrator only its own.
+GRANT EXECUTE ON FUNCTION fabric_api.close_run(uuid) TO fabric_admin;
 GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.propose_many(jsonb, uuid),
   fabric_api.recall(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.handoff(jsonb, uuid) TO fabric_agent;
