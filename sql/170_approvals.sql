@@ -60,6 +60,8 @@ BEGIN
   ELSIF NOT (v.target <@ coalesce(p_target, '{}')) THEN
     PERFORM fabric._refuse_approval('the approval is for another target');
   END IF;
+  -- what the target names is checked again now: it may have changed since the request
+  PERFORM fabric._check_approval_target_live(p_tenant_id, v.action, v.memory_id, v.target);
   UPDATE fabric.approvals a SET status = 'consumed', consumed_at = pg_catalog.now()
   WHERE a.tenant_id = p_tenant_id AND a.approval_id = p_approval_id
   RETURNING * INTO v;
@@ -147,6 +149,51 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._check_approval_target_live: what a target names exists in the approval's tenant and
+-- is still live, checked when the approval is requested and again when it is used: promote's
+-- "supersedes" a live record (raw, consolidated or reflected) other than the promoted one;
+-- supersede's "proposal_id" a validated proposal. Unknown or of another tenant: P0002; no
+-- longer live: 55000. Runs with the tenant context set (row-level security).
+CREATE OR REPLACE FUNCTION fabric._check_approval_target_live(p_tenant_id text, p_action text,
+  p_memory_id uuid, p_target jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_state text;
+BEGIN
+  IF p_action = 'promote' AND p_target ? 'supersedes' THEN
+    SELECT m.consolidation_state INTO v_state FROM fabric.memory_records m
+    WHERE m.tenant_id = p_tenant_id AND m.memory_id = (p_target ->> 'supersedes')::uuid
+      AND m.memory_id <> p_memory_id;
+    IF NOT FOUND THEN
+      PERFORM fabric._raise_rule('no_data_found',
+        'the approval target''s supersedes names no other record of the record''s tenant',
+        'name the memory_id of the live record in the target tier that the promotion replaces');
+    ELSIF v_state NOT IN ('raw', 'consolidated', 'reflected') THEN
+      PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+        pg_catalog.format('the record named by the approval target''s supersedes is %s; only live '
+                          'records are superseded', v_state),
+        'live means raw, consolidated or reflected; request the approval without supersedes');
+    END IF;
+  ELSIF p_action = 'supersede' THEN
+    SELECT p.status INTO v_state FROM fabric.proposals p
+    WHERE p.tenant_id = p_tenant_id AND p.proposal_id = (p_target ->> 'proposal_id')::uuid;
+    IF NOT FOUND THEN
+      PERFORM fabric._raise_rule('no_data_found',
+        'the approval target''s proposal_id names no proposal of the record''s tenant',
+        'a successor is a validated proposal of the same tenant: propose it first');
+    ELSIF v_state <> 'validated' THEN
+      PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+        pg_catalog.format('the successor proposal named by the approval target is %s; only '
+                          'validated proposals commit', v_state),
+        'propose the successor again and request an approval for the new proposal');
+    END IF;
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.request_approval: the committer asks policy for a promotion or supersession.
 CREATE OR REPLACE FUNCTION fabric_api.request_approval(p_memory_id uuid, p_action text,
   p_target jsonb DEFAULT '{}', p_reason text DEFAULT NULL)
@@ -166,6 +213,7 @@ BEGIN
   END IF;
   PERFORM fabric._check_approval_target(p_action, coalesce(p_target, '{}'));
   PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._check_approval_target_live(v_tenant, p_action, p_memory_id, coalesce(p_target, '{}'));
   PERFORM fabric._set_context('actor', v_committer);
   RETURN pg_catalog.jsonb_build_object('approval_id',
     fabric._file_approval(v_tenant, p_action, p_memory_id, NULL, coalesce(p_target, '{}'), p_reason));

@@ -271,6 +271,102 @@ def test_request_approval_checks_the_target_against_the_action(
     assert fabric.count("approvals") == before
 
 
+def request(fabric: Fabric, memory_id: str, action: str, target: dict[str, Any]) -> Any:
+    return fabric.call(
+        "mf_committer",
+        "SELECT fabric_api.request_approval(%s, %s, %s, 'x')",
+        memory_id,
+        action,
+        Jsonb(target),
+    )
+
+
+def refused_writing_nothing(fabric: Fabric, fn: Any, sqlstate: str) -> psycopg.Error:
+    before = {**fabric.counts(), "approvals": fabric.count("approvals")}
+    err = refusal(fn)
+    assert err.sqlstate == sqlstate, (err.sqlstate, str(err))
+    assert err.diag.message_hint
+    assert {**fabric.counts(), "approvals": fabric.count("approvals")} == before
+    return err
+
+
+def globex_record(fabric: Fabric) -> str:
+    return fabric.form(
+        fabric.open_run(agent_id="glx-agt-001", tenant="globex"),
+        login="mf_agent_g",
+        scope={"tenant_id": "globex", "visibility": "subject"},
+    )
+
+
+def globex_proposal(fabric: Fabric) -> str:
+    return fabric.proposed(
+        fabric.open_run(agent_id="glx-agt-001", tenant="globex"),
+        login="mf_agent_g",
+        scope={"tenant_id": "globex", "visibility": "subject"},
+    )
+
+
+@pytest.mark.parametrize("names", ["a-random-id", "another-tenants-record", "the-record-itself"])
+def test_a_promote_target_supersedes_only_another_record_of_the_tenant(
+    fabric: Fabric, run: uuid.UUID, names: str
+) -> None:
+    new = semantic(fabric, run, {"text": "new"})
+    supersedes = {
+        "a-random-id": lambda: str(uuid.uuid4()),
+        "another-tenants-record": lambda: globex_record(fabric),
+        "the-record-itself": lambda: new,
+    }[names]()
+    target = {"tier": "profile", "supersedes": supersedes}
+    refused_writing_nothing(fabric, lambda: request(fabric, new, "promote", target), "P0002")
+
+
+def test_a_promote_target_supersedes_only_a_live_record(fabric: Fabric, run: uuid.UUID) -> None:
+    old = old_profile(fabric, run, {"text": "old"})
+    supersede(fabric, old, fabric.proposed(run, "x", tier="profile", derived_from=[]))
+    assert fabric.record(old)["consolidation_state"] == "superseded"
+    new = semantic(fabric, run, {"text": "new"})
+    target = {"tier": "profile", "supersedes": old}
+    refused_writing_nothing(fabric, lambda: request(fabric, new, "promote", target), "55000")
+
+
+@pytest.mark.parametrize("names", ["a-random-id", "another-tenants-proposal"])
+def test_a_supersede_target_names_a_proposal_of_the_tenant(
+    fabric: Fabric, run: uuid.UUID, names: str
+) -> None:
+    old = fabric.form(run, "old")
+    proposal = str(uuid.uuid4()) if names == "a-random-id" else globex_proposal(fabric)
+    target = {"proposal_id": proposal}
+    refused_writing_nothing(fabric, lambda: request(fabric, old, "supersede", target), "P0002")
+
+
+def test_a_supersede_target_names_a_validated_proposal(fabric: Fabric, run: uuid.UUID) -> None:
+    old = fabric.form(run, "old")
+    committed = fabric.proposed(run, "x")
+    fabric.commit(committed)
+    target = {"proposal_id": committed}
+    refused_writing_nothing(fabric, lambda: request(fabric, old, "supersede", target), "55000")
+
+
+def test_a_target_that_died_after_the_request_is_refused_when_used(
+    fabric: Fabric, run: uuid.UUID
+) -> None:
+    """Checked again when the approval is used: the successor was committed meanwhile."""
+    old = fabric.form(run, "old", validity_interval={"valid_from": OLD_FROM, "valid_until": None})
+    proposal = fabric.proposed(run, "x")
+    ok = approval(fabric, old, "supersede", {"proposal_id": proposal})
+    fabric.commit(proposal)
+    refused_writing_nothing(fabric, lambda: supersede(fabric, old, proposal, ok), "55000")
+    assert fabric.count("approvals", f"approval_id = '{ok}' AND status = 'approved'") == 1
+
+
+def test_live_targets_of_the_tenant_are_accepted(fabric: Fabric, run: uuid.UUID) -> None:
+    old = old_profile(fabric, run, {"text": "old"})
+    new = semantic(fabric, run, {"text": "new"})
+    assert request(fabric, new, "promote", {"tier": "profile", "supersedes": old})["approval_id"]
+    proposal = fabric.proposed(run, "x", tier="profile", derived_from=[])
+    assert request(fabric, old, "supersede", {"proposal_id": proposal})["approval_id"]
+
+
 # --- retention never grows without an approval -------------------------------------------------
 
 
