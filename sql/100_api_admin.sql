@@ -128,6 +128,13 @@ BEGIN
       'tools must be an array of tool ids without NULLs',
       'pass ''{}'' to enable the agent with no tools');
   END IF;
+  IF pg_catalog.cardinality(p_tools) > 1
+     AND (SELECT pg_catalog.count(DISTINCT t) FROM pg_catalog.unnest(p_tools) t)
+         < pg_catalog.cardinality(p_tools) THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'tools must name each tool once',
+      'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']');
+  END IF;
   PERFORM fabric._refuse_audit_tools(p_tools);
   IF pg_catalog.cardinality(p_tools) > 0 THEN
     PERFORM fabric._refuse_writing_audit_agent(p_agent_id, 'tool');

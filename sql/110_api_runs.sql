@@ -29,6 +29,13 @@ BEGIN
       'active_tool_set must be an array of tool ids without NULLs',
       'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']');
   END IF;
+  IF pg_catalog.cardinality(p_active_tool_set) > 1
+     AND (SELECT pg_catalog.count(DISTINCT t) FROM pg_catalog.unnest(p_active_tool_set) t)
+         < pg_catalog.cardinality(p_active_tool_set) THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'active_tool_set must name each tool once',
+      'e.g. ARRAY[''tool:memory-propose'', ''tool:memory-recall'']');
+  END IF;
   IF EXISTS (SELECT 1 FROM pg_catalog.unnest(p_active_tool_set) t
              WHERE NOT EXISTS (SELECT 1 FROM fabric.tools x WHERE x.tool_id = t)) THEN
     PERFORM fabric._raise_rule('foreign_key_violation',

@@ -209,8 +209,8 @@ BEGIN
   END IF;
 END $$;
 
--- fabric._envelope_content: content is a JSON object of at most 65536 bytes and 32 levels
--- (54000), with numbers that are doubles (22003, from fabric.content_hash) and a supplied
+-- fabric._envelope_content: content is a non-empty JSON object (a memory says something:
+-- {} is refused, 22023) of at most 65536 bytes and 32 levels (54000), with numbers that are doubles (22003, from fabric.content_hash) and a supplied
 -- content_hash that matches (22023). The hash is answered when p_hash is true or a
 -- content_hash was supplied; otherwise only when a number needs the check (the record's
 -- trigger computes it at formation).
@@ -226,6 +226,10 @@ BEGIN
   content := p_envelope -> 'content';
   IF content IS NULL OR pg_catalog.jsonb_typeof(content) <> 'object' THEN
     PERFORM fabric._bad_envelope('content must be a JSON object', 'e.g. {"assertion": "..."}');
+  END IF;
+  IF content = '{}'::jsonb THEN
+    PERFORM fabric._bad_envelope('content must not be empty',
+      'a memory says something, e.g. {"assertion": "prefers invoices in EUR"}');
   END IF;
   v_text := content::text;
   IF pg_catalog.octet_length(v_text) > 65536 THEN
@@ -373,7 +377,7 @@ BEGIN
           'session_id', v_ident_or_null || '{"description": "the run''s session (or null)"}'::jsonb,
           'agent_id', v_ident_or_null || '{"description": "the run''s agent (or null)"}'::jsonb,
           'visibility', '{"enum": ["session", "agent", "subject", "tenant"]}'::jsonb)),
-      'content', '{"type": "object", "description": "the memory itself, a JSON object such as {\"assertion\": \"prefers invoices in EUR\"}; at most 65536 bytes, 32 levels deep"}'::jsonb,
+      'content', '{"type": "object", "minProperties": 1, "description": "the memory itself, a non-empty JSON object such as {\"assertion\": \"prefers invoices in EUR\"}; at most 65536 bytes, 32 levels deep"}'::jsonb,
       'content_hash', '{"anyOf": [{"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}, {"type": "null"}], "description": "omit: the fabric computes it (sha256 of the RFC 8785 form of content)"}'::jsonb,
       'provenance', pg_catalog.jsonb_build_object('type', 'object', 'additionalProperties', false,
         'required', '["formation_method"]'::jsonb,
@@ -383,9 +387,9 @@ BEGIN
           'causation_id', v_ident_or_null,
           'formation_method', '{"enum": ["extraction", "declaration", "consolidation", "reflection", "import"], "description": "agents propose extraction, declaration or import"}'::jsonb)),
       'derived_from', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(
-        pg_catalog.jsonb_build_object('type', 'array', 'maxItems', 256,
+        pg_catalog.jsonb_build_object('type', 'array', 'maxItems', 256, 'uniqueItems', true,
           'items', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_uuid)),
-        '{"type": "null"}'::jsonb), 'description', 'memory ids this memory was derived from'),
+        '{"type": "null"}'::jsonb), 'description', 'memory ids this memory was derived from, each once'),
       'confidence', '{"type": "number", "minimum": 0, "maximum": 1, "description": "how sure the agent is, in [0, 1]"}'::jsonb,
       'validity_interval', pg_catalog.jsonb_build_object('type', 'object', 'additionalProperties', false,
         'properties', pg_catalog.jsonb_build_object('valid_from', v_ts_or_null, 'valid_until', v_ts_or_null),
@@ -495,9 +499,13 @@ BEGIN
          '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
         PERFORM fabric._bad_envelope('derived_from must be an array of memory ids', 'memory ids are UUIDs');
       END IF;
+      IF (v_item #>> '{}')::uuid = ANY (derived_from) THEN
+        PERFORM fabric._bad_envelope('derived_from names a memory id more than once',
+          'name each source record once');
+      END IF;
       derived_from := derived_from || (v_item #>> '{}')::uuid;
     END LOOP;
-    SELECT pg_catalog.array_agg(DISTINCT d ORDER BY d) INTO derived_from
+    SELECT pg_catalog.array_agg(d ORDER BY d) INTO derived_from
     FROM pg_catalog.unnest(derived_from) d;
     derived_from := coalesce(derived_from, '{}');
   END IF;
@@ -873,10 +881,10 @@ COMMENT ON FUNCTION fabric_api.propose(jsonb, uuid) IS
 -- envelope's keys; tier episodic, semantic, procedural or profile, allowed by the agent's
 -- profile with its visibility; scope ids printable ASCII identifiers (as JSON text: nothing
 -- to escape), the run's tenant, the run's subject, session and agent or null, a visibility
--- whose id the run has; content an object of at most 65536 bytes and 32 brackets, numbers
+-- whose id the run has; content a non-empty object of at most 65536 bytes and 32 brackets, numbers
 -- that are doubles' shortest decimals, no content_hash; provenance an object of identifiers
 -- with a source_event_id and a formation method agents propose; derived_from absent, null
--- or up to 256 ids of records of the tenant, one of them episodic for a semantic envelope;
+-- or up to 256 distinct ids of records of the tenant, one of them episodic for a semantic envelope;
 -- confidence a plain decimal in [0, 1]; validity timestamps in RFC 3339 with T and Z or an
 -- offset, valid_until after valid_from; retention a kept class (audit only episodic);
 -- labels plain ASCII identifiers; version absent or plain MAJOR.MINOR.PATCH; no
@@ -924,7 +932,7 @@ BEGIN
       CASE WHEN s.visibility = 'agent' THEN p_run.agent_id ELSE s.scope ->> 'agent_id' END
         AS agent_id,
       CASE WHEN pg_catalog.jsonb_typeof(s.derived) = 'array' AND s.derived <> '[]'
-           THEN ARRAY(SELECT DISTINCT (d #>> '{}')::uuid
+           THEN ARRAY(SELECT (d #>> '{}')::uuid
                       FROM pg_catalog.jsonb_array_elements(s.derived) d ORDER BY 1)
            ELSE '{}'::uuid[] END AS derived_from,
       (s.validity ->> 'valid_from')::timestamptz AS given_from,
@@ -986,18 +994,24 @@ BEGIN
                  AND EXISTS (SELECT 1 FROM fabric.instance_config c
                              WHERE c.tenant_id = p_run.tenant_id
                                AND c.business_instance_id = x.element ->> 'business_instance_id')))
-        -- content: an object, small and shallow, numbers that the hash accepts
+        -- content: a non-empty object, small and shallow, numbers that the hash accepts
         AND pg_catalog.jsonb_typeof(e.content) = 'object'
+        AND e.content <> '{}'::jsonb
         AND pg_catalog.octet_length(e.content_text) <= 65536
         AND pg_catalog.length(e.content_text)
             - pg_catalog.length(pg_catalog.translate(e.content_text, '{[', '')) <= 32
         AND (SELECT q.n = '[]' OR (q.n ~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$' AND q.n !~ '[0-9]{16}')
              FROM (SELECT pg_catalog.jsonb_path_query_array(e.content,
                             'strict $.** ? (@.type() == "number")')::text) AS q(n))
-        -- derived_from: records of the tenant, one of them an episode for a semantic record
+        -- derived_from: distinct records of the tenant, one of them an episode for a
+        -- semantic record
         AND (pg_catalog.jsonb_typeof(coalesce(e.derived, 'null')) = 'null'
              OR (pg_catalog.jsonb_typeof(e.derived) = 'array'
                  AND pg_catalog.jsonb_array_length(e.derived) <= 256
+                 AND (pg_catalog.jsonb_array_length(e.derived) <= 1
+                      OR (SELECT pg_catalog.count(DISTINCT pg_catalog.lower(d #>> '{}'))
+                          FROM pg_catalog.jsonb_array_elements(e.derived) d)
+                         = pg_catalog.jsonb_array_length(e.derived))
                  AND NOT EXISTS (
                    SELECT 1 FROM pg_catalog.jsonb_array_elements(e.derived) d
                    WHERE pg_catalog.jsonb_typeof(d) <> 'string'

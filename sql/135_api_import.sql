@@ -152,7 +152,7 @@ DROP FUNCTION IF EXISTS fabric._import_timestamp(jsonb, text);   -- folded into 
 -- fabric._import_elements: every element of an import with its position, read in one
 -- set-based query. An element of the common shape that breaks no rule of the element (an
 -- object of the import envelope's keys; identifiers that are identifier strings; tier
--- absent or episodic; content an object of at most 65536 bytes, 32 brackets, numbers that
+-- absent or episodic; content a non-empty object of at most 65536 bytes, 32 brackets, numbers that
 -- are doubles' shortest decimals and no content_hash; provenance without source_event_id,
 -- formation method absent or import; confidence a plain decimal in [0, 1]; validity
 -- timestamps in RFC 3339 with T and Z or an offset, valid_until after valid_from; retention
@@ -210,8 +210,9 @@ AS $$
            OR (pg_catalog.jsonb_typeof(x.element -> 'business_instance_id') = 'string'
                AND x.element ->> 'business_instance_id' ~ '^[!-~]+$'
                AND pg_catalog.length(x.element ->> 'business_instance_id') <= 200))
-      -- content: an object, small and shallow, numbers that need no hash to be checked
+      -- content: a non-empty object, small and shallow, numbers that need no hash to be checked
       AND pg_catalog.jsonb_typeof(e.content) = 'object'
+      AND e.content <> '{}'::jsonb
       AND pg_catalog.octet_length(e.content_text) <= 65536
       AND pg_catalog.length(e.content_text)
           - pg_catalog.length(pg_catalog.translate(e.content_text, '{[', '')) <= 32

@@ -799,11 +799,18 @@ BEGIN
                             'tiers', 'query', 'limit', 'allow_partial', 'mode']) = '{}'::jsonb
      AND pg_catalog.jsonb_typeof(p_request -> 'run_id') = 'string'
      AND (p_request ->> 'run_id') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-     -- an array of known tiers (containment: strings only, each one of these)
+     -- an array of known tiers (containment: strings only, each one of these), each once
+     -- (as many elements as the tiers it holds)
      AND (CASE WHEN p_request ? 'tiers'
               THEN pg_catalog.jsonb_typeof(p_request -> 'tiers') = 'array'
                    AND (p_request -> 'tiers')
                        <@ '["episodic", "semantic", "procedural", "profile", "relational"]'::jsonb
+                   AND pg_catalog.jsonb_array_length(p_request -> 'tiers')
+                       = ((p_request -> 'tiers') ? 'episodic')::integer
+                         + ((p_request -> 'tiers') ? 'semantic')::integer
+                         + ((p_request -> 'tiers') ? 'procedural')::integer
+                         + ((p_request -> 'tiers') ? 'profile')::integer
+                         + ((p_request -> 'tiers') ? 'relational')::integer
               ELSE true END)
      AND coalesce(pg_catalog.jsonb_typeof(p_request -> 'query'), 'null') IN ('string', 'null')
      AND coalesce(pg_catalog.length(p_request ->> 'query'), 0) <= 1000
@@ -849,6 +856,9 @@ BEGIN
                  WHERE pg_catalog.jsonb_typeof(t) <> 'string'
                     OR (t #>> '{}') NOT IN ('episodic', 'semantic', 'procedural', 'profile', 'relational'))) THEN
       'tiers must be an array of episodic, semantic, procedural, profile, relational'
+    WHEN p_request ? 'tiers' AND pg_catalog.jsonb_array_length(p_request -> 'tiers')
+      > (SELECT pg_catalog.count(DISTINCT t) FROM pg_catalog.jsonb_array_elements(p_request -> 'tiers') t) THEN
+      'tiers must name each tier at most once'
     WHEN p_request ? 'scope' AND (pg_catalog.jsonb_typeof(p_request -> 'scope') <> 'object'
       OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_each(p_request -> 'scope') e
                  WHERE e.key NOT IN ('tenant_id', 'subject_id', 'session_id', 'agent_id', 'visibility')
@@ -960,7 +970,7 @@ BEGIN
       'causation_id', pg_catalog.jsonb_build_object('anyOf', pg_catalog.jsonb_build_array(v_ident, '{"type": "null"}'::jsonb),
         'description', 'the identifier of the event that caused this recall (audited)'),
       'requesting_agent', '{"type": "string", "description": "the calling agent''s id; the run decides who asks"}'::jsonb,
-      'tiers', pg_catalog.jsonb_build_object('type', 'array', 'items', pg_catalog.jsonb_build_object('enum', v_tiers),
+      'tiers', pg_catalog.jsonb_build_object('type', 'array', 'uniqueItems', true, 'items', pg_catalog.jsonb_build_object('enum', v_tiers),
         'description', 'memory tiers to read; default: every tier the agent may read'),
       'scope', pg_catalog.jsonb_build_object('type', 'object', 'additionalProperties', false,
         'description', 'narrows the run''s scope; naming another tenant, subject or session is refused',

@@ -3,7 +3,9 @@
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.configure_instance: merge p_config into the instance's row (created on first
--- use). Keys are the columns of fabric.instance_config; unknown keys are refused.
+-- use). Keys are the columns of fabric.instance_config; unknown keys are refused. A NULL
+-- instance is the tenant's default instance, as a record's NULL business_instance_id is;
+-- any other instance id is an identifier, so '' is refused (22023) like any empty id.
 CREATE OR REPLACE FUNCTION fabric_api.configure_instance(p_tenant_id text,
   p_business_instance_id text, p_config jsonb)
 RETURNS jsonb
@@ -18,9 +20,7 @@ BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_admin', 'configure business instances');
   PERFORM fabric._require_tenant(p_tenant_id);
-  IF v_instance <> '' THEN
-    PERFORM fabric._ident(v_instance, 'business_instance_id');
-  END IF;
+  PERFORM fabric._ident(p_business_instance_id, 'business_instance_id');  -- NULL: the default
   SELECT pg_catalog.array_agg(a.attname::text) INTO v_settable
   FROM pg_catalog.pg_attribute a
   WHERE a.attrelid = 'fabric.instance_config'::regclass AND a.attnum > 0 AND NOT a.attisdropped
@@ -64,7 +64,8 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION fabric_api.configure_instance(text, text, jsonb) IS
   'Set a business instance''s configuration (thresholds, retention, deployment). Admin only. '
-  'Example: SELECT fabric_api.configure_instance(''acme'', '''', ''{"min_corroborating_episodes": 3}'');';
+  'NULL names the tenant''s default instance. '
+  'Example: SELECT fabric_api.configure_instance(''acme'', NULL, ''{"min_corroborating_episodes": 3}'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.declare_pack_defaults: a domain pack's default thresholds.

@@ -51,10 +51,12 @@ DECLARE
   v_rec fabric.memory_records;
   v_ceiling interval;
 BEGIN
-  IF p_now IS NULL OR p_now > pg_catalog.now() + interval '1 minute' THEN
+  -- -infinity would pass "not in the future" and decay nothing, silently: refused too
+  IF p_now IS NULL OR NOT pg_catalog.isfinite(p_now)
+     OR p_now > pg_catalog.now() + interval '1 minute' THEN
     PERFORM fabric._raise_rule('invalid_parameter_value',
-      'decay runs at a time that is not in the future',
-      'decay is scheduled, never ahead of time');
+      'decay runs at a finite time that is not in the future',
+      'decay is scheduled, never ahead of time; omit p_now to run it now');
   END IF;
   IF p_batch IS NULL OR p_batch NOT BETWEEN 1 AND 100000 THEN
     PERFORM fabric._raise_rule('invalid_parameter_value', 'batch must be between 1 and 100000',

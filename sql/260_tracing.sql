@@ -46,7 +46,10 @@ COMMENT ON FUNCTION fabric_api.trace_events(integer) IS
   'tiers, status, timing, never content. Tracer only. Example: SELECT fabric_api.trace_events(500);';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.set_trace_cursor: advance the trace cursor (never backwards).
+-- fabric_api.set_trace_cursor: advance the trace cursor (never backwards) to an event the
+-- trace feed serves: a traced event below the snapshot's xmin. A position past every event
+-- (xid 18446744073709551615) would stop tracing for good, so anything else is refused
+-- (22023) and the cursor stays where it was.
 CREATE OR REPLACE FUNCTION fabric_api.set_trace_cursor(p_xid xid8, p_event_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -56,6 +59,15 @@ DECLARE
   v record;
 BEGIN
   PERFORM fabric._require_role('fabric_tracer', 'move the trace cursor');
+  IF p_xid IS NULL OR p_event_id IS NULL
+     OR p_xid >= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+     OR NOT EXISTS (SELECT 1 FROM fabric.events e
+                    WHERE e.xid = p_xid AND e.event_id = p_event_id
+                      AND e.event_type = ANY (fabric._traced_event_types())) THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'the trace cursor moves only to an event the trace feed served',
+      'pass the xid and event_id of the last event of fabric_api.trace_events you exported');
+  END IF;
   SELECT * INTO v FROM fabric._move_cursor('trace', p_xid, p_event_id);
   RETURN pg_catalog.jsonb_build_object('xid', v.last_xid::text, 'event_id', v.last_event_id);
 END $$;
@@ -86,6 +98,7 @@ COMMENT ON FUNCTION fabric_api.trace_lag() IS
 -- fabric_api.check_trace_endpoint: the OTLP endpoint spans may leave for. Spans of every
 -- tenant go to one endpoint, so it must be local to every air-gapped instance (loopback,
 -- unix socket or on that instance's local_hosts), the same rule as model and embedding URIs.
+-- An endpoint without a host (NULL, empty, not a URI) is refused (22023), never allowed.
 CREATE OR REPLACE FUNCTION fabric_api.check_trace_endpoint(p_endpoint text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -97,6 +110,11 @@ DECLARE
   v_refused boolean := false;
 BEGIN
   PERFORM fabric._require_role('fabric_tracer', 'check the trace endpoint');
+  IF v_host IS NULL OR v_host = '' THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'the OTLP endpoint must be a URI that names a host or a unix socket',
+      'e.g. http://127.0.0.1:4318/v1/traces');
+  END IF;
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t ORDER BY 1 LOOP
     PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
     v_refused := v_refused OR EXISTS (

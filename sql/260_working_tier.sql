@@ -188,7 +188,9 @@ COMMENT ON FUNCTION fabric_api.working_erasure_scope(uuid) IS
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.check_working_uri: the air-gapped rule for the Redis URI of a tenant's working
--- tier, decided by the same host test as the model and embedding URIs (23514).
+-- tier, decided by the same host test as the model and embedding URIs (23514). A question
+-- it cannot answer is refused, never allowed: no tenant or an empty one, or a URI without a
+-- host (22023); a tenant that does not exist (P0002).
 CREATE OR REPLACE FUNCTION fabric_api.check_working_uri(p_tenant_id text, p_uri text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -196,6 +198,18 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM fabric._reset_context();
+  IF p_tenant_id IS NULL THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'check_working_uri needs the tenant whose working tier uses the URI',
+      'e.g. fabric_api.check_working_uri(''acme'', ''redis://127.0.0.1:6379/0'')');
+  END IF;
+  PERFORM fabric._ident(p_tenant_id, 'tenant_id');
+  PERFORM fabric._require_tenant(p_tenant_id);
+  IF fabric._uri_host(p_uri) IS NULL THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'the working-tier URI must name a host or a unix socket',
+      'e.g. redis://127.0.0.1:6379/0, rediss://cache.internal:6380/0 or unix:///run/redis.sock');
+  END IF;
   PERFORM fabric._set_context('tenant_id', p_tenant_id);
   IF EXISTS (SELECT 1 FROM fabric.instance_config c
              WHERE c.tenant_id = p_tenant_id AND c.deployment_mode = 'air-gapped'

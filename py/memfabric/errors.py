@@ -88,6 +88,7 @@ _BY_SQLSTATE: dict[str, type[FabricError]] = {
     "42704": NotFound,
     "55000": WrongState,
     "54000": LimitExceeded,
+    "54001": LimitExceeded,  # JSON nested deeper than the server's stack (PostgreSQL's input)
     "0A000": Unsupported,
     "40001": RetryableConflict,
     "MF001": ImmutableRecord,

@@ -36,6 +36,7 @@ from psycopg_pool import ConnectionPool
 
 from memfabric.call import fabric_call
 from memfabric.constants import DEFAULT_RETENTION_CLASS
+from memfabric.errors import InvalidEnvelope
 from memfabric.recall import recall
 
 Json = dict[str, Any]
@@ -43,6 +44,18 @@ CHECKPOINT_SCHEMA = "langgraph"
 TENANT_SCOPE = "tenant"  # the scope_id of tenant-visible records
 FILTER_KEYS = frozenset({"min_confidence", "valid_at", "compliance_labels_excluded"})
 _ID_OF = {"session": "session_id", "agent": "agent_id", "subject": "subject_id"}
+
+
+def _check_page(limit: int, offset: int) -> None:
+    """A page is `limit` items after `offset`, both whole numbers from 0: a negative offset
+    would slice from the end of the answer (22023, before anything is read or audited)."""
+    for name, value in (("limit", limit), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidEnvelope(
+                f"{name} must be a whole number of at least 0",
+                sqlstate="22023",
+                hint="limit is how many items, offset how many to skip: limit=10, offset=20",
+            )
 
 
 # A namespace names the tenant first, then the tier, then the id its visibility implies.
@@ -245,6 +258,8 @@ class SynedrixMemoryStore(BaseStore):
         for op in ops:  # refuse before reading anything
             if isinstance(op, PutOp):
                 raise GovernedWriteRefused("delete" if op.value is None else "put")
+            if isinstance(op, (SearchOp, ListNamespacesOp)):
+                _check_page(op.limit, op.offset)
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):

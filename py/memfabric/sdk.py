@@ -151,7 +151,7 @@ class Admin(_Role):
         return self._call("fabric_api.enable_agent", tenant_id, agent_id, list(tools))  # type: ignore[no-any-return]
 
     def configure_instance(
-        self, tenant_id: str, business_instance_id: str, config: Mapping[str, Any]
+        self, tenant_id: str, business_instance_id: str | None, config: Mapping[str, Any]
     ) -> Json:
         return self._call(  # type: ignore[no-any-return]
             "fabric_api.configure_instance", tenant_id, business_instance_id, config

@@ -293,7 +293,7 @@ def age(fabric: Fabric, thread_id: str, by: str) -> None:
 @pytest.mark.clone
 def test_a_graph_waiting_for_approval_survives_the_decay_and_resumes(fabric: Fabric) -> None:
     fabric.session("mf_admin").execute(
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         (Jsonb({"approval_timeout": "1 day", "checkpoint_retention": "3 days"}),),
     )
     with checkpointer(conninfo(fabric)) as saver:

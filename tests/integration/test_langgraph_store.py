@@ -186,6 +186,28 @@ def test_search_limit_beyond_recalls_maximum_is_an_error(store: SynedrixMemorySt
         store.search(("acme",), limit=10, offset=100_000)
 
 
+@pytest.mark.parametrize(
+    "page",
+    [{"offset": -5}, {"offset": -5, "limit": 10}, {"limit": -1}],
+    ids=["offset", "offset-within-limit", "limit"],
+)
+def test_a_negative_page_is_refused_before_anything_is_read(
+    fabric: Fabric, store: SynedrixMemoryStore, page: dict[str, int]
+) -> None:
+    """offset=-5 used to send limit + offset and slice the answer from its end."""
+    from memfabric.errors import InvalidEnvelope
+
+    before = fabric.counts()
+    with pytest.raises(InvalidEnvelope) as info:
+        store.search(("acme",), **page)
+    assert info.value.sqlstate == "22023" and info.value.hint
+    with pytest.raises(InvalidEnvelope):
+        asyncio.run(store.asearch(("acme",), **page))
+    with pytest.raises(InvalidEnvelope):
+        store.list_namespaces(**page)
+    assert fabric.counts() == before  # no recall ran, none was audited
+
+
 def test_search_filters_are_recall_filters(
     store: SynedrixMemoryStore, seeded: dict[str, Any]
 ) -> None:

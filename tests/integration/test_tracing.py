@@ -258,7 +258,7 @@ def test_an_air_gapped_instance_refuses_a_remote_otlp_endpoint(
     fabric: Fabric, receiver: Receiver
 ) -> None:
     fabric.session("mf_admin").execute(
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         (Jsonb({"deployment_mode": "air-gapped"}),),
     )
     with (

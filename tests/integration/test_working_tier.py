@@ -574,7 +574,7 @@ def test_a_record_erasure_has_no_working_scope(fabric: Fabric, run: RunRef) -> N
 
 def test_an_air_gapped_instance_refuses_a_remote_redis(fabric: Fabric) -> None:
     fabric.session("mf_admin").execute(
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         (Jsonb({"deployment_mode": "air-gapped", "local_hosts": ["redis.internal"]}),),
     )
     conn = fabric.connect("mf_agent_a")
@@ -591,7 +591,7 @@ def test_open_tier_checks_the_uri_before_it_connects(
     fabric: Fabric, redis_server: RedisServer
 ) -> None:
     fabric.session("mf_admin").execute(
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         (Jsonb({"deployment_mode": "air-gapped"}),),
     )
     conn = fabric.connect("mf_agent_a")

@@ -397,7 +397,7 @@ def test_an_instance_threshold_that_overflows_is_refused_without_echo(fabric: Fa
     error = refused(
         fabric,
         lambda: conn.execute(
-            "SELECT fabric_api.configure_instance('acme', '', %s)",
+            "SELECT fabric_api.configure_instance('acme', NULL, %s)",
             (Jsonb({"min_corroborating_episodes": 99999999999}),),
         ),
         "22023",

@@ -220,7 +220,7 @@ def test_promotion_threshold_is_checked_on_the_source(fabric: Fabric, run: uuid.
     assert sqlstate(lambda: promote(fabric, low, "profile")) == "23514"
     fabric.call(
         "mf_admin",
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         Jsonb({"min_corroborating_episodes": 1, "min_confidence": 0.4}),
     )
     assert promote(fabric, lone, "profile")["tier"] == "profile"
@@ -237,21 +237,21 @@ def test_domain_pack_defaults_apply_until_the_instance_sets_its_own(
     )
     fabric.call(
         "mf_admin",
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         Jsonb({"domain_pack_id": "pack"}),
     )
     two = fact(fabric, run, "k", "v", [fabric.form(run), fabric.form(run)])
     assert sqlstate(lambda: promote(fabric, two, "profile")) == "23514"
     fabric.call(
         "mf_admin",
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         Jsonb({"min_corroborating_episodes": 2}),
     )
     assert promote(fabric, two, "profile")["tier"] == "profile"
     assert (
         sqlstate(
             lambda: fabric.call(
-                "mf_agent_a", "SELECT fabric_api.configure_instance('acme', '', '{}')"
+                "mf_agent_a", "SELECT fabric_api.configure_instance('acme', NULL, '{}')"
             )
         )
         == "42501"
@@ -260,7 +260,7 @@ def test_domain_pack_defaults_apply_until_the_instance_sets_its_own(
         sqlstate(
             lambda: fabric.call(
                 "mf_admin",
-                "SELECT fabric_api.configure_instance('acme', '', '{\"bogus\": 1}')",
+                "SELECT fabric_api.configure_instance('acme', NULL, '{\"bogus\": 1}')",
             )
         )
         == "22023"

@@ -148,7 +148,7 @@ def test_erase_refuses_a_maintenance_login_that_may_not_vacuum(fabric: Fabric) -
 
 def test_decay_vacuums_after_closing_operational_windows(fabric: Fabric) -> None:
     fabric.session("mf_admin").execute(
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         (Jsonb({"operational_window": "1 millisecond"}),),
     )
     run = fabric.open_run()

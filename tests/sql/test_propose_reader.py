@@ -76,13 +76,13 @@ PLAIN: list[tuple[tuple[str, ...], Any]] = [
     (("derived_from",), []),
     (("derived_from",), None),
     (("derived_from",), ["$E"]),
-    (("derived_from",), ["$E", "$E", "$S"]),
+    (("derived_from",), ["$E", "$S"]),
     (("supersedes",), None),
     (("content_hash",), None),
     (("business_instance_id",), "inst-1"),
     (("business_instance_id",), None),
     (("content",), {"a": [1, 2.5, -3, {"b": None}], "ü": "ß"}),
-    (("content",), {}),
+    (("content",), {"k": {}}),
 ]
 
 # Envelopes judged one by one: breaking a rule, or valid in a shape the fast test leaves out.
@@ -96,6 +96,8 @@ SLOW: list[tuple[tuple[str, ...], Any]] = [
     (("derived_from",), ["$X"]),
     (("derived_from",), ["$E", "$X"]),
     (("derived_from",), ["not-a-uuid"]),
+    (("derived_from",), ["$E", "$E", "$S"]),  # a source named twice
+    (("content",), {}),  # content that says nothing
     (("derived_from",), "$E"),
     (("derived_from",), [5]),
     (("supersedes",), "7f1f5c7e-0000-4000-8000-000000000001"),

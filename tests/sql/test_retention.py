@@ -27,7 +27,7 @@ PG_DUMP = ROOT / ".local" / "pg17" / "bin" / "pg_dump"
 def configure(fabric: Fabric, config: dict[str, Any]) -> dict[str, Any]:
     return fabric.call(
         "mf_admin",
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         Jsonb(config),
     )
 

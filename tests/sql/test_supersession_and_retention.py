@@ -508,7 +508,7 @@ def test_operational_window_longer_than_the_ceiling_orders_by_effective_end(
 ) -> None:
     fabric.call(
         "mf_admin",
-        "SELECT fabric_api.configure_instance('acme', '', %s)",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
         Jsonb(
             {
                 "operational_window": "3650 days",
