@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric
+from conftest import Fabric, episode
 
 pytestmark = pytest.mark.rollback
 
@@ -52,8 +52,16 @@ def test_another_orchestrators_run_is_refused_and_writes_nothing(
     assert info.value.diag.message_hint
     assert fabric.counts() == before
     assert closed_at(fabric, run) is None
-    # the refusal left no tenant context behind it: the run still serves its agent
     assert fabric.count("events", "event_type = 'fabric.run.closed'") == 0
+    # the run still serves its agent
+    assert (
+        fabric.propose(
+            "mf_agent_a" if tenant == "acme" else "mf_agent_g",
+            episode(scope={"tenant_id": tenant, "visibility": "subject"}),
+            run,
+        )["status"]
+        == "validated"
+    )
 
 
 def test_the_opener_closes_its_run_and_the_event_names_it(fabric: Fabric) -> None:
