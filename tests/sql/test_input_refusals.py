@@ -161,6 +161,12 @@ def test_empty_content_is_refused_by_propose_and_propose_many(fabric: Fabric) ->
     (answer,) = propose_many(fabric, [env], run)
     assert (answer["status"], answer["sqlstate"]) == ("error", "22023"), answer
     assert world(fabric) == before
+    item = {"event_id": "evt-turn-1", "content": {}}
+    refused(
+        fabric,
+        lambda: call(fabric, "mf_agent_a", "SELECT fabric_api.handoff(%s, %s)", Jsonb([item]), run),
+        "22023",
+    )
 
 
 def test_empty_content_is_refused_by_import(fabric: Fabric) -> None:
