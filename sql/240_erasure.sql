@@ -60,9 +60,13 @@ COMMENT ON FUNCTION fabric_api.request_subject_erasure(text, text, text, boolean
   'Example: SELECT fabric_api.request_subject_erasure(''acme'', ''user-8842'', ''GDPR art. 17'');';
 
 -- ---------------------------------------------------------------------------------------
--- fabric._tombstone: erase one locked record under the approval in context.
+-- fabric._tombstone: erase one locked record under the approval in context. p_erasing is
+-- every record the same erasure tombstones (locked before the first one): a record derived
+-- from this one is flagged for review only if it outlives the erasure, so the flags never
+-- depend on the order in which the erasure reaches the records.
+DROP FUNCTION IF EXISTS fabric._tombstone(fabric.memory_records, fabric.approvals, text);  -- older signature
 CREATE OR REPLACE FUNCTION fabric._tombstone(p_record fabric.memory_records, p_approval fabric.approvals,
-                                             p_committer text)
+                                             p_committer text, p_erasing uuid[])
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -96,7 +100,7 @@ BEGIN
   SELECT l.tenant_id, l.memory_id, l.derived_from_id FROM fabric.memory_lineage l
   JOIN fabric.memory_records d ON d.tenant_id = l.tenant_id AND d.memory_id = l.memory_id
   WHERE l.tenant_id = p_record.tenant_id AND l.derived_from_id = p_record.memory_id
-    AND d.consolidation_state <> 'tombstoned'
+    AND d.consolidation_state <> 'tombstoned' AND l.memory_id <> ALL (p_erasing)
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_flagged = ROW_COUNT;
   v_destroyed := pg_catalog.jsonb_build_object(
@@ -138,6 +142,7 @@ DECLARE
   v_approval fabric.approvals;
   v_record fabric.memory_records;
   v_erased uuid[] := '{}';
+  v_erasing uuid[];
   v_proposal record;
   v_proposals integer := 0;
   v_withdrawn integer := 0;
@@ -182,16 +187,22 @@ BEGIN
                                       'reason', 'the data subject was erased'));
     END LOOP;
   END IF;
+  -- Every record of the erasure is locked and known before the first is tombstoned: what
+  -- one tombstone flags for review must not depend on which record the loop reaches first.
+  SELECT coalesce(pg_catalog.array_agg(t.memory_id ORDER BY t.memory_id), '{}') INTO v_erasing
+  FROM (SELECT m.memory_id FROM fabric.memory_records m
+        WHERE m.tenant_id = v_tenant AND m.consolidation_state <> 'tombstoned'
+          AND ((v_approval.action = 'erase' AND m.memory_id = v_approval.memory_id)
+               OR (v_approval.action = 'erase_subject' AND m.subject_id = v_subject))
+        ORDER BY m.memory_id
+        FOR UPDATE) t;
   FOR v_record IN
     SELECT * FROM fabric.memory_records m
-    WHERE m.tenant_id = v_tenant AND m.consolidation_state <> 'tombstoned'
-      AND ((v_approval.action = 'erase' AND m.memory_id = v_approval.memory_id)
-           OR (v_approval.action = 'erase_subject' AND m.subject_id = v_subject))
+    WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_erasing)
     ORDER BY m.memory_id
-    FOR UPDATE
   LOOP
     PERFORM fabric._set_context('correlation_id', v_record.correlation_id);
-    PERFORM fabric._tombstone(v_record, v_approval, v_committer);
+    PERFORM fabric._tombstone(v_record, v_approval, v_committer, v_erasing);
     v_erased := v_erased || v_record.memory_id;
   END LOOP;
   IF v_approval.action = 'erase_subject' THEN

@@ -559,3 +559,55 @@ def test_deployment_settings_are_validated(fabric: Fabric) -> None:
         == "42501"
     )
     assert deploy(fabric, {"recall_default_limit": 5})["recall_default_limit"] == 5
+
+
+@pytest.mark.parametrize("order", ["episode_sorts_first", "derived_sorts_first"])
+def test_subject_erasure_leaves_no_review_flag_on_what_it_erased(
+    fabric: Fabric, run: uuid.UUID, order: str
+) -> None:
+    # The erasure walks the subject's records in memory_id order. Memory ids are made from a
+    # sequence for this test (rolled back with it) so both orders of an episode and the
+    # semantic record derived from it are tried, not left to gen_random_uuid.
+    step = 1 if order == "episode_sorts_first" else -1
+    with fabric.su() as su:
+        su.execute(
+            f"CREATE SEQUENCE public.flag_order_ids INCREMENT {step} MINVALUE 1 MAXVALUE 999"
+            " START 500"
+        )
+        su.execute("GRANT USAGE ON SEQUENCE public.flag_order_ids TO fabric_owner")
+        su.execute(
+            "ALTER TABLE fabric.memory_records ALTER COLUMN memory_id SET DEFAULT "
+            "format('00000000-0000-4000-8000-%s', lpad(nextval('public.flag_order_ids')::text,"
+            " 12, '0'))::uuid"
+        )
+    ep = fabric.form(run, "ep")
+    sem = fabric.form(run, "sem", tier="semantic", derived_from=[ep], content={"a": "sem"})
+    assert (ep < sem) == (order == "episode_sorts_first")
+    a = fabric.call(
+        "mf_committer",
+        "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')",
+    )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    result = erase(fabric.connect("mf_committer"), a)
+    assert sorted(result["erased"]) == sorted([ep, sem])  # type: ignore[type-var]
+    # No flag asks about a record the same erasure tombstoned, in either order, and the
+    # receipts and the audit relation agree (docs/audit.md, Q11: review_flags_open = 0).
+    assert fabric.count("review_flags") == 0
+    flagged = (
+        fabric.session(None)
+        .execute(
+            "SELECT memory_id::text, (destroyed ->> 'flagged_for_review')::int"
+            " FROM fabric.erasure_receipts ORDER BY memory_id"
+        )
+        .fetchall()
+    )
+    assert flagged == sorted([(ep, 0), (sem, 0)])
+    rows = (
+        fabric.session("mf_auditor")
+        .execute(
+            "SELECT memory_id::text, flags_raised, flags_open"
+            " FROM fabric_audit.erasures('acme', '-infinity', 'infinity') ORDER BY memory_id"
+        )
+        .fetchall()
+    )
+    assert rows == sorted([(ep, 0, 0), (sem, 0, 0)])
