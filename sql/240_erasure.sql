@@ -149,6 +149,8 @@ DECLARE
   v_subject text;
   v_shredded boolean := false;
   v_threads text[] := '{}';
+  v_recalled jsonb;
+  v_recalled_threads text[];
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._refuse_approval('no such approval');
@@ -216,13 +218,40 @@ BEGIN
     v_shredded := fabric._shred_subject_key(v_tenant, v_subject);
     UPDATE fabric.erasure_receipts r
     SET destroyed = r.destroyed || fabric._subject_key_receipt()
-                    || pg_catalog.jsonb_build_object('checkpoint_threads', pg_catalog.to_jsonb(v_threads))
     WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
   END IF;
+  -- The checkpoint threads of every run that recall served an erased record: their graph
+  -- state may hold the record's content (a recall answer kept in a node's state), so they
+  -- go whole, in this transaction (after the subject's own threads, so a thread is listed
+  -- once, as the subject's), and each receipt lists its record's.
+  SELECT coalesce(pg_catalog.jsonb_object_agg(g.memory_id::text, pg_catalog.jsonb_build_object(
+           'runs', g.runs, 'threads', g.threads)), '{}')
+    INTO v_recalled
+  FROM (SELECT t.memory_id, pg_catalog.count(DISTINCT t.run_id) AS runs,
+               coalesce(pg_catalog.jsonb_agg(DISTINCT t.thread_id ORDER BY t.thread_id)
+                          FILTER (WHERE t.thread_id IS NOT NULL), '[]') AS threads
+        FROM fabric._recalled_checkpoint_threads(v_tenant, v_erasing) t
+        GROUP BY t.memory_id) g;
+  v_recalled_threads := ARRAY(
+    SELECT DISTINCT x FROM pg_catalog.jsonb_each(v_recalled) e,
+      LATERAL pg_catalog.jsonb_array_elements_text(e.value -> 'threads') x ORDER BY x);
+  PERFORM fabric._delete_checkpoint_threads(v_recalled_threads);
+  -- Each receipt: how many runs recall served the record, and the checkpoint threads the
+  -- erasure deleted for it (its runs' threads, and for a subject the subject's threads).
+  UPDATE fabric.erasure_receipts r
+  SET destroyed = r.destroyed || pg_catalog.jsonb_build_object(
+    'recalled_in_runs', coalesce((v_recalled #>> ARRAY[r.memory_id::text, 'runs'])::integer, 0),
+    'checkpoint_threads', (SELECT coalesce(pg_catalog.jsonb_agg(DISTINCT u.thread_id ORDER BY u.thread_id), '[]')
+      FROM (SELECT pg_catalog.jsonb_array_elements_text(
+                     coalesce(v_recalled #> ARRAY[r.memory_id::text, 'threads'], '[]')) AS thread_id
+            UNION SELECT pg_catalog.unnest(v_threads)) u))
+  WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
+  v_threads := ARRAY(SELECT DISTINCT t FROM pg_catalog.unnest(v_threads || v_recalled_threads) t
+                     ORDER BY t);
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'action', v_approval.action,
     'erased', pg_catalog.to_jsonb(v_erased), 'proposals_scrubbed', v_proposals,
     'proposals_withdrawn', v_withdrawn,
-    'checkpoint_threads', CASE WHEN v_approval.action = 'erase_subject' THEN pg_catalog.to_jsonb(v_threads) END,
+    'checkpoint_threads', pg_catalog.to_jsonb(v_threads),
     'subject_key', CASE WHEN v_approval.action = 'erase_subject' THEN
                      fabric._subject_key_receipt() -> 'subject_key' END,
     'vacuum', pg_catalog.jsonb_build_array('fabric.memory_records', 'fabric.proposals',
@@ -232,7 +261,8 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION fabric_api.erase(uuid) IS
   'Execute an approved erasure, leaving tombstones (a subject''s uncommitted proposals are '
-  'withdrawn); then VACUUM the returned tables. Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
+  'withdrawn; the checkpoint threads of the subject and of every run recall served an erased '
+  'record are deleted and listed); then VACUUM the returned tables. Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.store_embedding: the only way an embedding is written. A tombstoned or
