@@ -76,6 +76,8 @@ DECLARE
   v_embeddings integer;
   v_proposals integer;
   v_flagged integer;
+  v_closed integer := 0;
+  v_flag record;
   v_destroyed jsonb;
 BEGIN
   IF p_record.retention_class = 'regulated' AND NOT p_approval.legal_erasure THEN
@@ -103,9 +105,27 @@ BEGIN
     AND d.consolidation_state <> 'tombstoned' AND l.memory_id <> ALL (p_erasing)
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_flagged = ROW_COUNT;
+  -- An open flag asking about this record (raised when a source of it was erased before)
+  -- is answered by this erasure: closed as 'erased', with its event, so no flag stays open
+  -- on a tombstone whichever of a source and its derived record was erased first.
+  FOR v_flag IN
+    UPDATE fabric.review_flags f
+    SET resolved_at = pg_catalog.now(), resolution = 'erased', resolved_by = p_committer,
+        resolution_reason = 'the flagged record was erased'
+    WHERE f.tenant_id = p_record.tenant_id AND f.memory_id = p_record.memory_id
+      AND f.resolved_at IS NULL
+    RETURNING f.flag_id, f.tombstoned_source
+  LOOP
+    v_closed := v_closed + 1;
+    PERFORM fabric._emit('memory.review_flag.resolved', p_record.tenant_id, NULL, NULL,
+      p_record.memory_id, NULL, pg_catalog.jsonb_build_object('flag_id', v_flag.flag_id,
+        'tombstoned_source', v_flag.tombstoned_source, 'decision', 'erased',
+        'approval_id', p_approval.approval_id));
+  END LOOP;
   v_destroyed := pg_catalog.jsonb_build_object(
     'record', pg_catalog.jsonb_build_array('content', 'search_text', 'subject_id', 'session_id', 'agent_id'),
     'proposals', v_proposals, 'embeddings', v_embeddings, 'flagged_for_review', v_flagged,
+    'review_flags_closed', v_closed,
     'kept', pg_catalog.jsonb_build_array('memory_id', 'tier', 'tenant_id', 'content_hash',
       'provenance', 'derived_from', 'validity_interval', 'erasure_approval_id', 'erased_at'));
   INSERT INTO fabric.erasure_receipts (tenant_id, memory_id, approval_id, erased_by, destroyed)

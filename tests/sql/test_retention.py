@@ -611,3 +611,40 @@ def test_subject_erasure_leaves_no_review_flag_on_what_it_erased(
         .fetchall()
     )
     assert rows == sorted([(ep, 0, 0), (sem, 0, 0)])
+
+
+@pytest.mark.parametrize("first", ["source", "derived"])
+def test_erasing_a_flagged_record_closes_its_flag_whichever_is_erased_first(
+    fabric: Fabric, run: uuid.UUID, first: str
+) -> None:
+    ep = fabric.form(run, "ep")
+    sem = fabric.form(run, "sem", tier="semantic", derived_from=[ep], content={"a": "sem"})
+    for memory_id in [ep, sem] if first == "source" else [sem, ep]:
+        erase(fabric.connect("mf_committer"), approved_erasure(fabric, memory_id))
+    # Erasing the episode first flags the semantic record; its own erasure then answers the
+    # flag. Either way no flag is left open on a tombstone.
+    assert fabric.count("review_flags", "resolved_at IS NULL") == 0
+    rows = (
+        fabric.session("mf_auditor")
+        .execute(
+            "SELECT memory_id::text, flags_raised, flags_open, flags_erased"
+            " FROM fabric_audit.erasures('acme', '-infinity', 'infinity') ORDER BY memory_id"
+        )
+        .fetchall()
+    )
+    raised = 1 if first == "source" else 0
+    assert rows == sorted([(ep, raised, 0, raised), (sem, 0, 0, 0)])
+    closed = (
+        fabric.session(None)
+        .execute(
+            "SELECT (destroyed ->> 'review_flags_closed')::int FROM fabric.erasure_receipts"
+            " WHERE memory_id = %s",
+            (sem,),
+        )
+        .fetchone()
+    )
+    assert closed == (raised,)
+    resolved = fabric.events("event_type = 'memory.review_flag.resolved'")
+    assert [(e["memory_id"], e["payload"]["decision"]) for e in resolved] == (
+        [(sem, "erased")] if first == "source" else []
+    )
