@@ -60,9 +60,13 @@ COMMENT ON FUNCTION fabric_api.request_subject_erasure(text, text, text, boolean
   'Example: SELECT fabric_api.request_subject_erasure(''acme'', ''user-8842'', ''GDPR art. 17'');';
 
 -- ---------------------------------------------------------------------------------------
--- fabric._tombstone: erase one locked record under the approval in context.
+-- fabric._tombstone: erase one locked record under the approval in context. p_erasing is
+-- every record the same erasure tombstones (locked before the first one): a record derived
+-- from this one is flagged for review only if it outlives the erasure, so the flags never
+-- depend on the order in which the erasure reaches the records.
+DROP FUNCTION IF EXISTS fabric._tombstone(fabric.memory_records, fabric.approvals, text);  -- older signature
 CREATE OR REPLACE FUNCTION fabric._tombstone(p_record fabric.memory_records, p_approval fabric.approvals,
-                                             p_committer text)
+                                             p_committer text, p_erasing uuid[])
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -72,6 +76,8 @@ DECLARE
   v_embeddings integer;
   v_proposals integer;
   v_flagged integer;
+  v_closed integer := 0;
+  v_flag record;
   v_destroyed jsonb;
 BEGIN
   IF p_record.retention_class = 'regulated' AND NOT p_approval.legal_erasure THEN
@@ -96,12 +102,30 @@ BEGIN
   SELECT l.tenant_id, l.memory_id, l.derived_from_id FROM fabric.memory_lineage l
   JOIN fabric.memory_records d ON d.tenant_id = l.tenant_id AND d.memory_id = l.memory_id
   WHERE l.tenant_id = p_record.tenant_id AND l.derived_from_id = p_record.memory_id
-    AND d.consolidation_state <> 'tombstoned'
+    AND d.consolidation_state <> 'tombstoned' AND l.memory_id <> ALL (p_erasing)
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_flagged = ROW_COUNT;
+  -- An open flag asking about this record (raised when a source of it was erased before)
+  -- is answered by this erasure: closed as 'erased', with its event, so no flag stays open
+  -- on a tombstone whichever of a source and its derived record was erased first.
+  FOR v_flag IN
+    UPDATE fabric.review_flags f
+    SET resolved_at = pg_catalog.now(), resolution = 'erased', resolved_by = p_committer,
+        resolution_reason = 'the flagged record was erased'
+    WHERE f.tenant_id = p_record.tenant_id AND f.memory_id = p_record.memory_id
+      AND f.resolved_at IS NULL
+    RETURNING f.flag_id, f.tombstoned_source
+  LOOP
+    v_closed := v_closed + 1;
+    PERFORM fabric._emit('memory.review_flag.resolved', p_record.tenant_id, NULL, NULL,
+      p_record.memory_id, NULL, pg_catalog.jsonb_build_object('flag_id', v_flag.flag_id,
+        'tombstoned_source', v_flag.tombstoned_source, 'decision', 'erased',
+        'approval_id', p_approval.approval_id));
+  END LOOP;
   v_destroyed := pg_catalog.jsonb_build_object(
     'record', pg_catalog.jsonb_build_array('content', 'search_text', 'subject_id', 'session_id', 'agent_id'),
     'proposals', v_proposals, 'embeddings', v_embeddings, 'flagged_for_review', v_flagged,
+    'review_flags_closed', v_closed,
     'kept', pg_catalog.jsonb_build_array('memory_id', 'tier', 'tenant_id', 'content_hash',
       'provenance', 'derived_from', 'validity_interval', 'erasure_approval_id', 'erased_at'));
   INSERT INTO fabric.erasure_receipts (tenant_id, memory_id, approval_id, erased_by, destroyed)
@@ -138,12 +162,15 @@ DECLARE
   v_approval fabric.approvals;
   v_record fabric.memory_records;
   v_erased uuid[] := '{}';
+  v_erasing uuid[];
   v_proposal record;
   v_proposals integer := 0;
   v_withdrawn integer := 0;
   v_subject text;
   v_shredded boolean := false;
   v_threads text[] := '{}';
+  v_recalled jsonb;
+  v_recalled_threads text[];
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._refuse_approval('no such approval');
@@ -182,16 +209,22 @@ BEGIN
                                       'reason', 'the data subject was erased'));
     END LOOP;
   END IF;
+  -- Every record of the erasure is locked and known before the first is tombstoned: what
+  -- one tombstone flags for review must not depend on which record the loop reaches first.
+  SELECT coalesce(pg_catalog.array_agg(t.memory_id ORDER BY t.memory_id), '{}') INTO v_erasing
+  FROM (SELECT m.memory_id FROM fabric.memory_records m
+        WHERE m.tenant_id = v_tenant AND m.consolidation_state <> 'tombstoned'
+          AND ((v_approval.action = 'erase' AND m.memory_id = v_approval.memory_id)
+               OR (v_approval.action = 'erase_subject' AND m.subject_id = v_subject))
+        ORDER BY m.memory_id
+        FOR UPDATE) t;
   FOR v_record IN
     SELECT * FROM fabric.memory_records m
-    WHERE m.tenant_id = v_tenant AND m.consolidation_state <> 'tombstoned'
-      AND ((v_approval.action = 'erase' AND m.memory_id = v_approval.memory_id)
-           OR (v_approval.action = 'erase_subject' AND m.subject_id = v_subject))
+    WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_erasing)
     ORDER BY m.memory_id
-    FOR UPDATE
   LOOP
     PERFORM fabric._set_context('correlation_id', v_record.correlation_id);
-    PERFORM fabric._tombstone(v_record, v_approval, v_committer);
+    PERFORM fabric._tombstone(v_record, v_approval, v_committer, v_erasing);
     v_erased := v_erased || v_record.memory_id;
   END LOOP;
   IF v_approval.action = 'erase_subject' THEN
@@ -205,13 +238,40 @@ BEGIN
     v_shredded := fabric._shred_subject_key(v_tenant, v_subject);
     UPDATE fabric.erasure_receipts r
     SET destroyed = r.destroyed || fabric._subject_key_receipt()
-                    || pg_catalog.jsonb_build_object('checkpoint_threads', pg_catalog.to_jsonb(v_threads))
     WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
   END IF;
+  -- The checkpoint threads of every run that recall served an erased record: their graph
+  -- state may hold the record's content (a recall answer kept in a node's state), so they
+  -- go whole, in this transaction (after the subject's own threads, so a thread is listed
+  -- once, as the subject's), and each receipt lists its record's.
+  SELECT coalesce(pg_catalog.jsonb_object_agg(g.memory_id::text, pg_catalog.jsonb_build_object(
+           'runs', g.runs, 'threads', g.threads)), '{}')
+    INTO v_recalled
+  FROM (SELECT t.memory_id, pg_catalog.count(DISTINCT t.run_id) AS runs,
+               coalesce(pg_catalog.jsonb_agg(DISTINCT t.thread_id ORDER BY t.thread_id)
+                          FILTER (WHERE t.thread_id IS NOT NULL), '[]') AS threads
+        FROM fabric._recalled_checkpoint_threads(v_tenant, v_erasing) t
+        GROUP BY t.memory_id) g;
+  v_recalled_threads := ARRAY(
+    SELECT DISTINCT x FROM pg_catalog.jsonb_each(v_recalled) e,
+      LATERAL pg_catalog.jsonb_array_elements_text(e.value -> 'threads') x ORDER BY x);
+  PERFORM fabric._delete_checkpoint_threads(v_recalled_threads);
+  -- Each receipt: how many runs recall served the record, and the checkpoint threads the
+  -- erasure deleted for it (its runs' threads, and for a subject the subject's threads).
+  UPDATE fabric.erasure_receipts r
+  SET destroyed = r.destroyed || pg_catalog.jsonb_build_object(
+    'recalled_in_runs', coalesce((v_recalled #>> ARRAY[r.memory_id::text, 'runs'])::integer, 0),
+    'checkpoint_threads', (SELECT coalesce(pg_catalog.jsonb_agg(DISTINCT u.thread_id ORDER BY u.thread_id), '[]')
+      FROM (SELECT pg_catalog.jsonb_array_elements_text(
+                     coalesce(v_recalled #> ARRAY[r.memory_id::text, 'threads'], '[]')) AS thread_id
+            UNION SELECT pg_catalog.unnest(v_threads)) u))
+  WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
+  v_threads := ARRAY(SELECT DISTINCT t FROM pg_catalog.unnest(v_threads || v_recalled_threads) t
+                     ORDER BY t);
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'action', v_approval.action,
     'erased', pg_catalog.to_jsonb(v_erased), 'proposals_scrubbed', v_proposals,
     'proposals_withdrawn', v_withdrawn,
-    'checkpoint_threads', CASE WHEN v_approval.action = 'erase_subject' THEN pg_catalog.to_jsonb(v_threads) END,
+    'checkpoint_threads', pg_catalog.to_jsonb(v_threads),
     'subject_key', CASE WHEN v_approval.action = 'erase_subject' THEN
                      fabric._subject_key_receipt() -> 'subject_key' END,
     'vacuum', pg_catalog.jsonb_build_array('fabric.memory_records', 'fabric.proposals',
@@ -221,7 +281,8 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION fabric_api.erase(uuid) IS
   'Execute an approved erasure, leaving tombstones (a subject''s uncommitted proposals are '
-  'withdrawn); then VACUUM the returned tables. Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
+  'withdrawn; the checkpoint threads of the subject and of every run recall served an erased '
+  'record are deleted and listed); then VACUUM the returned tables. Committer only. Example: SELECT fabric_api.erase(''<approval_id>'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.store_embedding: the only way an embedding is written. A tombstoned or

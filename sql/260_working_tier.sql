@@ -3,8 +3,11 @@
 -- subject erasure clears in Redis, and the air-gapped check of the Redis URI.
 
 -- ---------------------------------------------------------------------------------------
--- fabric._working_subject_key: the digest that names a subject in working-tier keys, so a
--- Redis key never holds a subject id (py/memfabric/working.py computes the same digest).
+-- fabric._working_subject_key: the unkeyed digest that named a subject in working-tier keys
+-- by 0.11 and earlier (s- + 32 hex of SHA-256 of tenant:subject). Nothing writes it any more; a
+-- subject erasure still deletes keys under it, which expire by their TTL anyway. Anyone
+-- can compute it from a guessed subject id, so it is handed to the erasing committer and
+-- never stored: no receipt holds it.
 CREATE OR REPLACE FUNCTION fabric._working_subject_key(p_tenant_id text, p_subject_id text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -13,6 +16,46 @@ AS $$
   SELECT 's-' || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
     pg_catalog.convert_to(p_tenant_id || ':' || p_subject_id, 'UTF8')), 'hex'), 32)
 $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._working_key: the key segment that names a subject in working-tier keys: w- and
+-- 32 hex of the subject's keyed pseudonym (HMAC under the subject's key, kind 'working'),
+-- 'anon' for no subject. Only the database holds the key, so only it names the segment;
+-- a subject erasure destroys the key, and then no key or receipt links to the subject.
+-- Makes the subject's key on first use (in the tenant of the context).
+CREATE OR REPLACE FUNCTION fabric._working_key(p_tenant_id text, p_subject_id text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_subject_id IS NULL THEN
+    RETURN 'anon';
+  END IF;
+  RETURN 'w-' || pg_catalog.left(pg_catalog.substr(fabric._pseudonym(
+    (fabric._subject_key(p_tenant_id, p_subject_id)).key, 'working', p_subject_id), 6), 32);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.working_key: the working-tier key segment of the calling agent's open run
+-- (memfabric.working.run_ref reads it once per run and names every key of the run with it).
+CREATE OR REPLACE FUNCTION fabric_api.working_key(p_run_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_run fabric.runs;
+BEGIN
+  PERFORM fabric._reset_context();
+  v_run := fabric._enter_run(p_run_id);
+  RETURN pg_catalog.jsonb_build_object('tenant_id', v_run.tenant_id, 'run_id', v_run.run_id,
+    'subject_key', fabric._working_key(v_run.tenant_id, v_run.subject_id));
+END $$;
+COMMENT ON FUNCTION fabric_api.working_key(uuid) IS
+  'The working-tier key segment of your open run: {"tenant_id","run_id","subject_key"} '
+  '(w- and 32 hex, keyed by the subject''s key; anon without a subject). Agents only. '
+  'Example: SELECT fabric_api.working_key(''<run_id>'');';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.handoff: the only path from working memory to durable memory. Each working
@@ -156,8 +199,9 @@ CREATE OR REPLACE TRIGGER _910_emit_handoff
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.working_erasure_scope: what a subject erasure clears in the working tier — the
--- tenant and the subject's key digest, never the subject id. Committer only; NULL for an
--- approval that is not a subject erasure.
+-- tenant, the subject's keyed segment and the unkeyed segment of keys written by 0.11 or earlier,
+-- never the subject id. Read before fabric_api.erase destroys the key. Committer only; NULL
+-- for an approval that is not a subject erasure.
 CREATE OR REPLACE FUNCTION fabric_api.working_erasure_scope(p_approval_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -179,11 +223,13 @@ BEGIN
     RETURN NULL;
   END IF;
   RETURN pg_catalog.jsonb_build_object('tenant_id', v_tenant,
-    'subject_key', fabric._working_subject_key(v_tenant, v_subject));
+    'subject_key', fabric._working_key(v_tenant, v_subject),
+    'legacy_subject_key', fabric._working_subject_key(v_tenant, v_subject));
 END $$;
 COMMENT ON FUNCTION fabric_api.working_erasure_scope(uuid) IS
-  'The working-tier scope of a subject erasure: {"tenant_id","subject_key"} (a digest, never '
-  'the subject id), NULL for other approvals. Committer only. Example: SELECT '
+  'The working-tier scope of a subject erasure: {"tenant_id","subject_key","legacy_subject_key"} '
+  '(keyed and 0.11-era key segments, never the subject id), NULL for other approvals; read it '
+  'before fabric_api.erase. Committer only. Example: SELECT '
   'fabric_api.working_erasure_scope(''<approval_id>'');';
 
 -- ---------------------------------------------------------------------------------------
@@ -226,8 +272,10 @@ COMMENT ON FUNCTION fabric_api.check_working_uri(text, text) IS
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.record_working_erasure: the working tier's part of a subject erasure's receipt,
--- kept in the audit outbox (memory.working.erased): how many keys, which patterns (digests),
--- never a key's content. Only after the erasure ran (a consumed erase_subject approval).
+-- kept in the audit outbox (memory.working.erased): how many keys, which patterns (keyed
+-- segments only, w-: their key is destroyed), never a key's content. An unkeyed s- pattern
+-- is refused: anyone could confirm a guessed subject id against it, forever. Only after the
+-- erasure ran (a consumed erase_subject approval).
 CREATE OR REPLACE FUNCTION fabric_api.record_working_erasure(p_approval_id uuid,
                                                              p_keys_deleted integer,
                                                              p_patterns text[])
@@ -255,10 +303,11 @@ BEGIN
   IF p_keys_deleted IS NULL OR p_keys_deleted < 0 OR p_patterns IS NULL
      OR pg_catalog.cardinality(p_patterns) NOT BETWEEN 1 AND 16
      OR EXISTS (SELECT 1 FROM pg_catalog.unnest(p_patterns) p
-                WHERE p IS NULL OR p !~ ('^mf:' || v_tenant || ':s-[0-9a-f]{32}:\*$')) THEN
+                WHERE p IS NULL OR p !~ ('^mf:' || v_tenant || ':w-[0-9a-f]{32}:\*$')) THEN
     PERFORM fabric._raise_rule('invalid_parameter_value',
-      'a working-tier erasure names a key count and 1-16 subject key patterns of the tenant',
-      'patterns look like mf:<tenant>:s-<32 hex>:*, as working_erasure_scope gives them');
+      'a working-tier erasure names a key count and 1-16 keyed subject patterns of the tenant',
+      'patterns look like mf:<tenant>:w-<32 hex>:*, from working_erasure_scope''s subject_key; '
+      'an unkeyed (s-) pattern is never recorded');
   END IF;
   RETURN fabric._emit('memory.working.erased', v_tenant, p_payload =>
     pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'keys_deleted', p_keys_deleted,
@@ -267,4 +316,4 @@ END $$;
 COMMENT ON FUNCTION fabric_api.record_working_erasure(uuid, integer, text[]) IS
   'Record the working-tier part of an executed subject erasure (key count and patterns, no '
   'content) as a memory.working.erased event; answers its event id. Committer only. Example: '
-  'SELECT fabric_api.record_working_erasure(''<approval_id>'', 3, ARRAY[''mf:acme:s-<hex>:*'']);';
+  'SELECT fabric_api.record_working_erasure(''<approval_id>'', 3, ARRAY[''mf:acme:w-<hex>:*'']);';

@@ -143,6 +143,7 @@ COMMENT ON FUNCTION fabric_audit.approvals(text, timestamptz, timestamptz) IS
 -- ---------------------------------------------------------------------------------------
 -- fabric_audit.erasures: every record erased in the window, with its approval, what the
 -- erasure destroyed and the review flags it raised on derived records and how they stand.
+DROP FUNCTION IF EXISTS fabric_audit.erasures(text, timestamptz, timestamptz);  -- one column more
 CREATE OR REPLACE FUNCTION fabric_audit.erasures(p_tenant_id text, p_from timestamptz,
                                                  p_to timestamptz)
 RETURNS TABLE (memory_id uuid, tier text, erased_at timestamptz, erased_by text,
@@ -150,7 +151,7 @@ RETURNS TABLE (memory_id uuid, tier text, erased_at timestamptz, erased_by text,
                legal_erasure boolean, requested_by text, decided_by text,
                decided_at timestamptz, content_hash text, content_destroyed boolean,
                destroyed jsonb, flags_raised integer, flags_open integer, flags_kept integer,
-               flags_erasure_requested integer)
+               flags_erasure_requested integer, flags_erased integer)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -161,7 +162,7 @@ BEGIN
            a.subject_ref, a.reason, a.legal_erasure, a.requested_by::text, a.decided_by::text,
            a.decided_at, m.content_hash,
            m.content IS NULL AND m.consolidation_state = 'tombstoned', r.destroyed,
-           f.raised, f.open, f.kept, f.erasure
+           f.raised, f.open, f.kept, f.erasure, f.erased
     FROM fabric.erasure_receipts r
     JOIN fabric.approvals a ON a.tenant_id = r.tenant_id AND a.approval_id = r.approval_id
     JOIN fabric.memory_records m ON m.tenant_id = r.tenant_id AND m.memory_id = r.memory_id
@@ -170,7 +171,8 @@ BEGIN
              (pg_catalog.count(*) FILTER (WHERE g.resolved_at IS NULL))::integer AS open,
              (pg_catalog.count(*) FILTER (WHERE g.resolution = 'keep'))::integer AS kept,
              (pg_catalog.count(*) FILTER (WHERE g.resolution = 'request_erasure'))::integer
-               AS erasure
+               AS erasure,
+             (pg_catalog.count(*) FILTER (WHERE g.resolution = 'erased'))::integer AS erased
       FROM fabric.review_flags g
       WHERE g.tenant_id = r.tenant_id AND g.tombstoned_source = r.memory_id) f
     WHERE r.tenant_id = p_tenant_id AND r.erased_at >= p_from AND r.erased_at < p_to
@@ -179,7 +181,7 @@ END $$;
 COMMENT ON FUNCTION fabric_audit.erasures(text, timestamptz, timestamptz) IS
   'Records erased in [p_from, p_to): approval (subject as pseudonym), what was destroyed, '
   'the kept content hash, and the review flags raised on derived records (open, kept, '
-  'erasure requested). Auditors only. Example: SELECT * FROM fabric_audit.erasures(''acme'', '
+  'erasure requested, closed by the derived record''s own erasure). Auditors only. Example: SELECT * FROM fabric_audit.erasures(''acme'', '
   'now() - interval ''30 days'', now()) WHERE flags_open > 0;';
 
 -- ---------------------------------------------------------------------------------------

@@ -2,13 +2,17 @@
 -- graph state of one service's threads, kept apart from the fabric. What the fabric checks
 -- and does about them: every checkpoint names its service, tenant and subject, and a thread
 -- never changes them; the scheduled decay deletes threads idle beyond the instance's
--- checkpoint_retention; a subject's erasure deletes the subject's threads.
+-- checkpoint_retention; a subject's erasure deletes the subject's threads, and any erasure
+-- deletes the threads of the runs that recall served an erased record.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_checkpoints__thread_metadata: a checkpoint's metadata carries `service` (the
 -- prefix of its thread id, `<service>:<thread>`), `tenant_id` (a tenant of the fabric),
 -- `subject_id` (an identifier, or null for a thread about no subject) and optionally
--- `business_instance_id`; all four are the same for every checkpoint of a thread.
+-- `business_instance_id`; all four are the same for every checkpoint of a thread. It may
+-- name `fabric_run_id`, the fabric run the invocation served (a run of the thread's tenant;
+-- it may change from one checkpoint to the next): an erasure of a record recall served to
+-- that run deletes the thread.
 CREATE OR REPLACE FUNCTION fabric.tg_checkpoints__thread_metadata()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -40,6 +44,16 @@ BEGIN
   END IF;
   PERFORM fabric._ident(v_meta ->> 'subject_id', 'subject_id'),
           fabric._ident(v_meta ->> 'business_instance_id', 'business_instance_id');
+  IF pg_catalog.jsonb_typeof(v_meta -> 'fabric_run_id') IS DISTINCT FROM 'null'
+     AND v_meta ? 'fabric_run_id'
+     AND (pg_catalog.jsonb_typeof(v_meta -> 'fabric_run_id') <> 'string'
+          OR (v_meta ->> 'fabric_run_id') !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+          OR fabric._tenant_of_run((v_meta ->> 'fabric_run_id')::uuid)
+             IS DISTINCT FROM v_meta ->> 'tenant_id') THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a checkpoint''s fabric_run_id must be a run of the thread''s tenant (its UUID)',
+      'pass configurable.fabric_run_id: the run the orchestrator opened for this invocation');
+  END IF;
   IF TG_OP = 'UPDATE' THEN
     v_first := OLD.metadata || pg_catalog.jsonb_build_object('thread_id', OLD.thread_id);
     v_meta := v_meta || pg_catalog.jsonb_build_object('thread_id', NEW.thread_id);
@@ -146,6 +160,31 @@ BEGIN
   PERFORM fabric._delete_checkpoint_threads(v_threads);
   RETURN v_threads;
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._recalled_checkpoint_threads: for each of the records, every run that recall
+-- served it to (the recall events name the run and the memory ids returned) and the
+-- checkpoint threads that name such a run (thread_id NULL for a run without one). The graph
+-- state of those threads may hold what the run was served, so an erasure deletes them.
+CREATE OR REPLACE FUNCTION fabric._recalled_checkpoint_threads(p_tenant_id text,
+                                                              p_memory_ids uuid[])
+RETURNS TABLE (memory_id uuid, run_id uuid, thread_id text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT DISTINCT s.memory_id, s.run_id, c.thread_id
+  FROM (SELECT DISTINCT x.id::uuid AS memory_id, e.run_id
+        FROM fabric.events e
+        CROSS JOIN LATERAL pg_catalog.jsonb_array_elements_text(e.payload -> 'memory_ids') x(id)
+        WHERE e.tenant_id = p_tenant_id AND e.event_type = 'memory.recall.served'
+          AND e.run_id IS NOT NULL
+          AND pg_catalog.jsonb_typeof(e.payload -> 'memory_ids') = 'array'
+          AND e.payload -> 'memory_ids' ?| p_memory_ids::text[]
+          AND x.id = ANY (p_memory_ids::text[])) s
+  LEFT JOIN langgraph.checkpoints c
+    ON c.metadata ->> 'tenant_id' = p_tenant_id
+   AND c.metadata ->> 'fabric_run_id' = s.run_id::text
+$$;
 
 -- ---------------------------------------------------------------------------------------
 -- Services read and write their checkpoints (DML only); the tables are fabric_owner's.

@@ -226,6 +226,11 @@ class AsyncAgent(_AsyncRole):
             "fabric_api.handoff", Jsonb([dict(i) for i in items]), self.run.run_id
         )
 
+    async def working_key(self) -> Json:
+        """`fabric_api.working_key`: this run's working-tier key segment
+        (`{"tenant_id", "run_id", "subject_key"}`), keyed by the subject's key."""
+        return await self._call("fabric_api.working_key", self.run.run_id)  # type: ignore[no-any-return]
+
     async def deployment_embedder(self) -> Json:
         return await self._call("fabric_api.deployment_embedder")  # type: ignore[no-any-return]
 
@@ -303,11 +308,16 @@ class AsyncAgent(_AsyncRole):
             return await self.handoff_items(items)
         from memfabric import working  # the optional extra memfabric[redis]
 
-        ref = working.RunRef(
-            self.run.tenant_id, str(self.run.run_id), self.run.subject_id, self.run.session_id
-        )
         if tier is None:
             raise ValueError("pass the items, or the working tier to read the run's turns from")
+        key = await self.working_key()
+        ref = working.RunRef(
+            self.run.tenant_id,
+            str(self.run.run_id),
+            self.run.subject_id,
+            self.run.session_id,
+            subject_key=key["subject_key"],
+        )
         items = await asyncio.to_thread(working.session_items, tier, ref)
         return await self.handoff_items(items) if items else []
 

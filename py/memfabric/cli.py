@@ -386,7 +386,10 @@ def _erase_working(conn: Any, approval_id: str, scope: dict[str, Any]) -> None:
     assert url is not None
     try:
         answer = working.erase_subject(
-            working.connect(url), scope["tenant_id"], scope["subject_key"]
+            working.connect(url),
+            scope["tenant_id"],
+            scope["subject_key"],
+            scope.get("legacy_subject_key"),
         )
     except working.WorkingTierUnavailable as exc:
         typer.echo(f"error: {exc}; the subject's working keys expire within their TTL", err=True)

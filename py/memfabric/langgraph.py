@@ -388,14 +388,17 @@ class _ServiceThreads:
         return str(tup.config["configurable"]["thread_id"]).startswith(f"{self.service}:")
 
     def _metadata(self, config: Any, metadata: Any) -> Any:
-        """The thread's service, tenant, subject and business instance: from the invocation
-        (`configurable`) first, then the checkpointer's defaults."""
+        """The thread's service, tenant, subject and business instance, and the fabric run
+        the invocation serves: from the invocation (`configurable`) first, then the
+        checkpointer's defaults."""
         conf = config.get("configurable") or {}
         meta = dict(metadata)
-        for key in ("tenant_id", "subject_id", "business_instance_id"):
+        for key in ("tenant_id", "subject_id", "business_instance_id", "fabric_run_id"):
             if key not in meta and conf.get(key, self.defaults.get(key)) is not None:
                 meta[key] = conf.get(key, self.defaults.get(key))
         meta.setdefault("subject_id", None)
+        if meta.get("fabric_run_id") is not None:
+            meta["fabric_run_id"] = str(meta["fabric_run_id"])
         meta["service"] = self.service
         if not isinstance(meta.get("tenant_id"), str):
             raise ValueError(
@@ -508,18 +511,24 @@ def checkpointer(
     service: str | None = None,
     tenant_id: str | None = None,
     subject_id: str | None = None,
+    fabric_run_id: str | None = None,
 ) -> Iterator[ServiceCheckpointer]:
     """LangGraph's Postgres checkpointer on the fabric's database, in the `langgraph` schema
     the migrations created (never `setup()`), confined to the service's threads. The service
     is the login (it needs the `fabric_checkpointer` role); row-level security lets a login
     read and write only threads `<login>:...`, so `service`, if given, must be the login.
     Each thread's tenant and subject come from the invocation's `configurable` (`tenant_id`,
-    `subject_id`, `business_instance_id`), else from the defaults given here."""
+    `subject_id`, `business_instance_id`), else from the defaults given here; so does
+    `fabric_run_id`, the fabric run the invocation serves, which lets an erasure of a record
+    recalled in that run delete the thread."""
     with psycopg.connect(checkpoint_conninfo(conninfo), **_checkpoint_kwargs()) as conn:
         saver = ServiceCheckpointer(conn)
         saver.supports_pipeline = False  # a refused put rolls back; no pipeline to abort
         saver.lock = threading.RLock()  # type: ignore[assignment]  # put holds it around super().put
-        saver._bind(service or conn.info.user, {"tenant_id": tenant_id, "subject_id": subject_id})
+        saver._bind(
+            service or conn.info.user,
+            {"tenant_id": tenant_id, "subject_id": subject_id, "fabric_run_id": fabric_run_id},
+        )
         yield saver
 
 
@@ -530,6 +539,7 @@ async def async_checkpointer(
     service: str | None = None,
     tenant_id: str | None = None,
     subject_id: str | None = None,
+    fabric_run_id: str | None = None,
 ) -> AsyncIterator[AsyncServiceCheckpointer]:
     """`checkpointer` for async graphs."""
     conn = await psycopg.AsyncConnection.connect(
@@ -539,5 +549,8 @@ async def async_checkpointer(
         saver = AsyncServiceCheckpointer(conn)
         saver.supports_pipeline = False  # a refused put rolls back; no pipeline to abort
         saver.lock = _TaskLock()  # type: ignore[assignment]  # aput holds it around super().aput
-        saver._bind(service or conn.info.user, {"tenant_id": tenant_id, "subject_id": subject_id})
+        saver._bind(
+            service or conn.info.user,
+            {"tenant_id": tenant_id, "subject_id": subject_id, "fabric_run_id": fabric_run_id},
+        )
         yield saver

@@ -243,6 +243,11 @@ class Agent(_Role):
             "fabric_api.handoff", Jsonb([dict(i) for i in items]), self.run.run_id
         )
 
+    def working_key(self) -> Json:
+        """`fabric_api.working_key`: this run's working-tier key segment
+        (`{"tenant_id", "run_id", "subject_key"}`), keyed by the subject's key."""
+        return self._call("fabric_api.working_key", self.run.run_id)  # type: ignore[no-any-return]
+
     def deployment_embedder(self) -> Json:
         return self._call("fabric_api.deployment_embedder")  # type: ignore[no-any-return]
 
@@ -320,7 +325,11 @@ class Agent(_Role):
         from memfabric import working  # the optional extra memfabric[redis]
 
         ref = working.RunRef(
-            self.run.tenant_id, str(self.run.run_id), self.run.subject_id, self.run.session_id
+            self.run.tenant_id,
+            str(self.run.run_id),
+            self.run.subject_id,
+            self.run.session_id,
+            subject_key=self.working_key()["subject_key"],
         )
         with self.fabric.pool(self.login).connection() as conn:
             return working.handoff(conn, ref, None, tier)

@@ -4,9 +4,10 @@ has a TTL, recall never reads it, and the only way from here into durable memory
 explicit hand-off (`handoff`, one call of fabric_api.handoff).
 
 Keys are tenant-first, `mf:{tenant}:...`, and a tenant's workers connect as a Redis ACL user
-that can touch only `mf:{tenant}:*` (`grant_tenant`). A subject appears in a key only as a
-digest (`subject_key`, the same digest as the database's fabric._working_subject_key), so a
-subject erasure finds its keys without Redis ever holding the subject id.
+that can touch only `mf:{tenant}:*` (`grant_tenant`). A subject appears in a key only as the
+keyed segment the database gives for the run (`run_ref`, fabric_api.working_key: an HMAC
+under the subject's key), so a subject erasure finds its keys without Redis ever holding the
+subject id, and once the erasure destroyed the key nothing links them to the subject.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ DEDUP_TTL = 15 * 60
 IDEMPOTENCY_TTL = 24 * 3600
 MAX_TURNS = 200
 _TENANT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # fabric.tenant_ident: no glob characters
+_SUBJECT_KEY = re.compile(r"^(w-[0-9a-f]{32}|anon)$")  # fabric._working_key
+_LEGACY_SUBJECT_KEY = re.compile(r"^s-[0-9a-f]{32}$")  # fabric._working_subject_key (0.11)
 # What a tenant's worker may run: data commands on its own keys, nothing administrative,
 # nothing that lists keys (SCAN and KEYS ignore key patterns).
 TENANT_COMMANDS = [
@@ -55,20 +58,35 @@ class WorkingTierUnavailable(Exception):
 
 @dataclass(frozen=True)
 class RunRef:
-    """The run whose working state this is (what the orchestrator opened)."""
+    """The run whose working state this is (what the orchestrator opened). `subject_key` is
+    the run's key segment as the database gives it (`run_ref`); a run with a subject needs
+    it, a run without one is `anon`."""
 
     tenant_id: str
     run_id: str
     subject_id: str | None = None
     session_id: str | None = None
+    subject_key: str | None = None
 
 
-def subject_key(tenant_id: str, subject_id: str | None) -> str:
-    """The key segment of a subject: a digest (twin of fabric._working_subject_key)."""
-    if subject_id is None:
+def run_ref(conn: psycopg.Connection[Any], run_id: str) -> RunRef:
+    """The agent's open run with its working-tier key segment (fabric_api.working_key on
+    the agent's own connection): w- and 32 hex keyed by the subject's key, or anon."""
+    answer: Json = fabric_call(conn, "fabric_api.working_key", run_id)
+    return RunRef(answer["tenant_id"], str(answer["run_id"]), subject_key=answer["subject_key"])
+
+
+def _subject_segment(run: RunRef) -> str:
+    if run.subject_key is not None:
+        if not _SUBJECT_KEY.match(run.subject_key):
+            raise ValueError("a run's subject key is w- and 32 hex digits, or anon")
+        return run.subject_key
+    if run.subject_id is None:
         return "anon"
-    raw = f"{tenant_id}:{subject_id}".encode()  # tenant ids hold no colon
-    return "s-" + hashlib.sha256(raw).hexdigest()[:32]
+    raise ValueError(
+        "a run with a subject names its keys by the database's keyed segment: "
+        "take the RunRef from working.run_ref(conn, run_id)"
+    )
 
 
 def _digest(value: str) -> str:
@@ -130,7 +148,7 @@ class WorkingTier:
     def _key(self, run: RunRef, *parts: str) -> str:
         if run.tenant_id != self.tenant_id:
             raise ValueError("the run belongs to another tenant than this working tier")
-        return ":".join(("mf", self.tenant_id, subject_key(run.tenant_id, run.subject_id), *parts))
+        return ":".join(("mf", self.tenant_id, _subject_segment(run), *parts))
 
     # -- the session buffer -------------------------------------------------------------
     def append_turn(self, run: RunRef, turn: Json, ttl: int = TURN_TTL) -> None:
@@ -228,28 +246,38 @@ def tenant_url(admin_url: str, tenant_id: str, password: str) -> str:
     return f"redis://{tenant_user(tenant_id)}:{password}@{rest}"
 
 
-def erase_subject(admin: redis.Redis, tenant_id: str, subject_digest: str) -> Json:
-    """Delete every working key of one subject; answers the count and the pattern (the
-    subject's digest, never its id or any content)."""
-    if not re.fullmatch(r"s-[0-9a-f]{32}", subject_digest):
-        raise ValueError("a subject key is s- and 32 hex digits")
-    pattern = f"mf:{_tenant(tenant_id)}:{subject_digest}:*"
+def erase_subject(
+    admin: redis.Redis, tenant_id: str, subject_key: str, legacy_subject_key: str | None = None
+) -> Json:
+    """Delete every working key of one subject: those under its keyed segment and, when
+    given, those written by 0.11 or earlier under the unkeyed digest (`legacy_subject_key`). Answers
+    the count and the keyed pattern only: the unkeyed digest confirms a guessed subject id,
+    so it is never part of a receipt."""
+    if not re.fullmatch(r"w-[0-9a-f]{32}", subject_key):
+        raise ValueError("a subject key is w- and 32 hex digits")
+    if legacy_subject_key is not None and not _LEGACY_SUBJECT_KEY.match(legacy_subject_key):
+        raise ValueError("a legacy subject key is s- and 32 hex digits")
+    tenant = _tenant(tenant_id)
+    pattern = f"mf:{tenant}:{subject_key}:*"
+    patterns = [pattern] + ([f"mf:{tenant}:{legacy_subject_key}:*"] if legacy_subject_key else [])
     deleted = 0
     with _available():
-        batch: list[bytes] = []
-        for key in admin.scan_iter(match=pattern, count=500):
-            batch.append(key)
-            if len(batch) >= 500:
+        for match in patterns:
+            batch: list[bytes] = []
+            for key in admin.scan_iter(match=match, count=500):
+                batch.append(key)
+                if len(batch) >= 500:
+                    deleted += int(admin.unlink(*batch))
+                    batch = []
+            if batch:
                 deleted += int(admin.unlink(*batch))
-                batch = []
-        if batch:
-            deleted += int(admin.unlink(*batch))
     return {"working_keys_deleted": deleted, "patterns": [pattern]}
 
 
 def erasure_scope(conn: psycopg.Connection[Any], approval_id: str) -> Json | None:
-    """{"tenant_id", "subject_key"} of a subject erasure (None for other approvals), read on
-    the committer's connection before fabric_api.erase runs."""
+    """{"tenant_id", "subject_key", "legacy_subject_key"} of a subject erasure (None for
+    other approvals), read on the committer's connection before fabric_api.erase runs (the
+    erasure destroys the key the segment is made with)."""
     scope: Json | None = fabric_call(conn, "fabric_api.working_erasure_scope", approval_id)
     return scope
 

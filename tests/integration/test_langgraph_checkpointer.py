@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import operator
+import uuid
 from collections.abc import AsyncIterator
 from importlib.metadata import version
 from typing import Annotated, Any, TypedDict
@@ -49,8 +50,11 @@ def conninfo(fabric: Fabric, login: str = SERVICE) -> str:
     return psycopg.conninfo.make_conninfo(fabric.url, user=login)
 
 
-def thread(tid: str, subject: str | None = "user-8842", tenant: str = "acme") -> dict[str, Any]:
-    return {"configurable": {"thread_id": tid, "tenant_id": tenant, "subject_id": subject}}
+def thread(
+    tid: str, subject: str | None = "user-8842", tenant: str = "acme", run: Any = None
+) -> dict[str, Any]:
+    conf = {"thread_id": tid, "tenant_id": tenant, "subject_id": subject}
+    return {"configurable": conf | ({"fabric_run_id": str(run)} if run else {})}
 
 
 class State(TypedDict, total=False):
@@ -238,6 +242,9 @@ GOOD = {"service": "mf_service", "tenant_id": "acme", "subject_id": "user-8842"}
         ("mf_service:t", {**GOOD, "subject_id": 42}),
         ("mf_service:t", {**GOOD, "subject_id": "canary\u202eid"}),
         ("mf_service:t", {**GOOD, "business_instance_id": ["x"]}),
+        ("mf_service:t", {**GOOD, "fabric_run_id": "canary-run"}),
+        ("mf_service:t", {**GOOD, "fabric_run_id": 42}),
+        ("mf_service:t", {**GOOD, "fabric_run_id": str(uuid.uuid4())}),  # no such run
     ],
 )
 def test_a_checkpoint_must_name_its_service_tenant_and_subject(
@@ -248,6 +255,17 @@ def test_a_checkpoint_must_name_its_service_tenant_and_subject(
     assert refused.value.sqlstate == "22023"
     assert "canary" not in str(refused.value)  # no client value echoed
     assert rows(fabric) == 0
+
+
+def test_a_checkpoint_names_only_a_run_of_its_own_tenant(fabric: Fabric) -> None:
+    globex = fabric.open_run(agent_id="glx-agt-001", tenant="globex")
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as refused:
+        raw_put(fabric, "mf_service:t", {**GOOD, "fabric_run_id": str(globex)})
+    assert refused.value.sqlstate == "22023"
+    assert rows(fabric) == 0
+    raw_put(fabric, "mf_service:t", {**GOOD, "fabric_run_id": str(fabric.open_run())})
+    raw_put(fabric, "mf_service:t", {**GOOD, "fabric_run_id": None}, cid="c2")
+    assert rows(fabric) == 2
 
 
 def test_a_thread_keeps_its_tenant_and_subject(fabric: Fabric) -> None:
@@ -360,6 +378,93 @@ def test_a_subject_erasure_deletes_its_threads_and_the_receipt_lists_them(
     assert row[0]["destroyed"]["checkpoint_threads"] == ["mf_service:chat-1", "mf_service:chat-2"]
 
 
+def holding(fabric: Fabric, text: str) -> int:
+    """Rows of the checkpoint tables whose bytes hold `text`."""
+    needle = text.encode()
+    with fabric.su() as su:
+        row = su.execute(
+            "SELECT (SELECT count(*) FROM langgraph.checkpoints"
+            "        WHERE position(%(n)s IN convert_to(checkpoint::text || metadata::text,"
+            "                                           'UTF8')) > 0)"
+            " + (SELECT count(*) FROM langgraph.checkpoint_blobs"
+            "    WHERE position(%(n)s IN coalesce(blob, '')) > 0)"
+            " + (SELECT count(*) FROM langgraph.checkpoint_writes"
+            "    WHERE position(%(n)s IN blob) > 0)",
+            {"n": needle},
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+class Chat(TypedDict, total=False):
+    question: str
+    memories: list[str]
+    answer: str
+
+
+def remember_graph(store: Any, saver: Any) -> Any:
+    """Recall into the graph's state, then answer from it: the state holds what was recalled."""
+
+    def remember(state: Chat, *, store: BaseStore) -> Chat:
+        items = store.search(("acme", "episodic", "user-8842"), query=state["question"])
+        return {"memories": [i.value["content"]["text"] for i in items]}
+
+    def respond(state: Chat) -> Chat:
+        return {"answer": f"noted: {', '.join(state['memories'])}"}
+
+    builder = StateGraph(Chat)
+    builder.add_node("remember", remember)
+    builder.add_node("respond", respond)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", "respond")
+    builder.add_edge("respond", END)
+    return builder.compile(store=store, checkpointer=saver)
+
+
+@pytest.mark.clone
+def test_erasing_a_record_deletes_the_threads_of_the_runs_it_was_recalled_in(
+    fabric: Fabric,
+) -> None:
+    run, quiet = fabric.open_run(), fabric.open_run()  # the same subject; quiet recalls nothing
+    answer = fabric.propose("mf_agent_a", episode("prefers invoices in EUR"), run)
+    memory_id = str(fabric.commit(answer["proposal_id"])["memory_id"])
+    with (
+        SynedrixMemoryStore.from_conn_string(conninfo(fabric, "mf_agent_a"), run_id=run) as store,
+        checkpointer(conninfo(fabric)) as saver,
+    ):
+        out = remember_graph(store, saver).invoke(
+            {"question": "which currency for invoices?"}, thread("c-1", run=run)
+        )
+        assert out["answer"] == "noted: prefers invoices in EUR"
+    with checkpointer(conninfo(fabric), fabric_run_id=str(quiet)) as saver:
+        approval_graph(saver).invoke({"steps": []}, thread("c-2"))
+    with checkpointer(conninfo(fabric)) as saver:
+        approval_graph(saver).invoke({"steps": []}, thread("c-3"))  # names no run
+    assert holding(fabric, "prefers invoices in EUR") > 0
+    committer = fabric.connect("mf_committer")
+    row = committer.execute(
+        "SELECT fabric_api.request_erasure(%s, 'art. 17')", (memory_id,)
+    ).fetchone()
+    assert row is not None
+    approval = row[0]["approval_id"]
+    fabric.session("mf_policy").execute(
+        "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,)
+    )
+    erased = erase(committer, approval, maintainer=fabric.connect("mf_maintainer"))
+    assert erased["checkpoint_threads"] == ["mf_service:c-1"]
+    assert threads(fabric) == ["mf_service:c-2", "mf_service:c-3"]
+    assert holding(fabric, "prefers invoices in EUR") == 0
+    row = (
+        fabric.session("mf_auditor")
+        .execute("SELECT fabric_audit.erasure_receipt(%s)", (memory_id,))
+        .fetchone()
+    )
+    assert row is not None
+    destroyed = row[0]["destroyed"]
+    assert destroyed["checkpoint_threads"] == ["mf_service:c-1"]
+    assert destroyed["recalled_in_runs"] == 1
+
+
 # --- the store and the checkpointer in one graph ------------------------------------------
 
 
@@ -392,12 +497,15 @@ def test_store_and_checkpointer_in_one_graph(fabric: Fabric) -> None:
         checkpointer(conninfo(fabric)) as saver,
     ):
         g = builder.compile(store=store, checkpointer=saver)
-        out = g.invoke({"question": "which currency for invoices?"}, thread("c-1"))
+        out = g.invoke({"question": "which currency for invoices?"}, thread("c-1", run=run))
         assert out["answer"] == "noted: prefers invoices in EUR"
-        assert g.get_state(thread("c-1")).values["answer"] == out["answer"]
+        assert g.get_state(thread("c-1", run=run)).values["answer"] == out["answer"]
     with fabric.su() as su:
-        meta = su.execute("SELECT DISTINCT metadata ->> 'subject_id' FROM langgraph.checkpoints")
-        assert meta.fetchall() == [("user-8842",)]
+        meta = su.execute(
+            "SELECT DISTINCT metadata ->> 'subject_id', metadata ->> 'fabric_run_id'"
+            " FROM langgraph.checkpoints"
+        )
+        assert meta.fetchall() == [("user-8842", str(run))]
 
 
 # --- LangGraph's conformance suite --------------------------------------------------------

@@ -4,7 +4,11 @@ the governed hand-off, erasure, and an outage that leaves durable memory untouch
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
+import re
 import socket
 import subprocess
 import uuid
@@ -80,7 +84,13 @@ def tenant_client(server: RedisServer, admin: redis.Redis, tenant: str) -> redis
 @pytest.fixture
 def run(fabric: Fabric) -> RunRef:
     run_id = fabric.open_run()  # acme, com-agt-003 (mf_agent_a), subject user-8842
-    return RunRef("acme", str(run_id), "user-8842", "sess-1f9c")
+    ref = working.run_ref(fabric.connect("mf_agent_a"), str(run_id))
+    return dataclasses.replace(ref, subject_id="user-8842", session_id="sess-1f9c")
+
+
+def unkeyed_digest(tenant: str, subject: str) -> str:
+    """How keys named a subject up to 0.11: anyone could compute it from a guessed id."""
+    return "s-" + hashlib.sha256(f"{tenant}:{subject}".encode()).hexdigest()[:32]
 
 
 def turn(n: int, text: str = "asked for invoices in EUR") -> dict[str, Any]:
@@ -124,7 +134,7 @@ def test_every_working_key_has_a_ttl(
     assert len(keys) == 4  # two buffers, one dedup window, one idempotency key
     assert all(admin.ttl(k) > 0 for k in keys), {k: admin.ttl(k) for k in keys}
     assert all(k.startswith(b"mf:acme:") for k in keys)
-    assert not any(b"user-8842" in k for k in keys)  # subjects appear only as digests
+    assert not any(b"user-8842" in k for k in keys)  # subjects appear only as keyed segments
 
 
 def test_a_turn_without_its_event_id_is_refused(
@@ -150,14 +160,32 @@ def test_idempotency_key_keeps_the_first_answer(
     assert wt.response_for(run, "mcp:recall", "k") is None
 
 
-def test_subject_digest_is_the_databases(fabric: Fabric) -> None:
-    row = (
-        fabric.session()
-        .execute("SELECT fabric._working_subject_key('acme', 'user-8842 ü')")
-        .fetchone()
-    )
-    assert row is not None
-    assert row[0] == working.subject_key("acme", "user-8842 ü")
+def test_a_subject_appears_in_working_keys_only_under_its_key(
+    fabric: Fabric, admin: redis.Redis, run: RunRef
+) -> None:
+    """A key names its subject by an HMAC under the subject's key (fabric_api.working_key),
+    never by a digest anyone can compute from a guessed subject id."""
+    wt = WorkingTier(admin, "acme")
+    wt.append_turn(run, turn(1))
+    (key,) = admin.scan_iter(match="mf:acme:*")
+    assert re.fullmatch(rb"mf:acme:w-[0-9a-f]{32}:run:[0-9a-f-]{36}:turns", key), key
+    assert unkeyed_digest("acme", "user-8842").encode() not in key
+    # every run of the subject shares the segment, so an erasure finds all of its keys
+    again = working.run_ref(fabric.connect("mf_agent_a"), str(fabric.open_run()))
+    assert again.subject_key == run.subject_key
+    other = working.run_ref(fabric.connect("mf_agent_a"), str(fabric.open_run(subject="u-2")))
+    assert other.subject_key != run.subject_key
+    anonymous = working.run_ref(fabric.connect("mf_agent_a"), str(fabric.open_run(subject=None)))
+    assert anonymous.subject_key == "anon"
+    # a run with a subject cannot name its keys without the database's segment
+    with pytest.raises(ValueError, match=r"working\.run_ref"):
+        wt.append_turn(RunRef("acme", run.run_id, "user-8842"), turn(2))
+
+
+def test_only_the_runs_agent_reads_its_working_key(fabric: Fabric, run: RunRef) -> None:
+    sql = "SELECT fabric_api.working_key(%s)"
+    assert _refused(fabric, "mf_agent_b", sql, run.run_id) == "42501"
+    assert _refused(fabric, "mf_committer", sql, run.run_id) == "42501"
 
 
 # --- isolation is enforced by Redis ACLs, not by convention ----------------------------------
@@ -168,7 +196,7 @@ def test_a_tenants_user_gets_noperm_on_another_tenants_keys(
 ) -> None:
     acme = tenant_client(redis_server, admin, "acme")
     globex = tenant_client(redis_server, admin, "globex")
-    glx_run = RunRef("globex", str(uuid.uuid4()), "user-1")
+    glx_run = RunRef("globex", str(uuid.uuid4()), subject_key="w-" + "1" * 32)
     WorkingTier(globex, "globex").append_turn(glx_run, turn(1))
     WorkingTier(acme, "acme").append_turn(run, turn(1))
     (glx_key,) = admin.scan_iter(match="mf:globex:*")
@@ -475,8 +503,11 @@ def test_a_subject_erasure_deletes_the_subjects_working_keys(
     wt.append_turn(run, turn(1))
     wt.first_seen(run, "w", "t")
     wt.remember_response(run, "mcp:propose", "k", {"proposal_id": "p"})
-    other = RunRef("acme", str(fabric.open_run(subject="user-1")), "user-1")
+    other = working.run_ref(fabric.connect("mf_agent_a"), str(fabric.open_run(subject="user-1")))
     wt.append_turn(other, turn(9))
+    # a key written by 0.11 or earlier under the unkeyed digest: the erasure reaches it too
+    legacy = unkeyed_digest("acme", "user-8842")
+    admin.set(f"mf:acme:{legacy}:run:{run.run_id}:turns", b"[]", ex=3600)
     committer = fabric.connect("mf_committer")
     approval = committer.execute(
         "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')"
@@ -501,18 +532,24 @@ def test_a_subject_erasure_deletes_the_subjects_working_keys(
         timeout=120,
     )
     assert cli.returncode == 0, cli.stderr
-    digest = working.subject_key("acme", "user-8842")
-    assert f"'working_keys_deleted': 3, 'patterns': ['mf:acme:{digest}:*']" in cli.stdout
-    assert "user-8842" not in cli.stdout
-    assert list(admin.scan_iter(match=f"mf:acme:{digest}:*")) == []
+    segment = run.subject_key
+    assert f"'working_keys_deleted': 4, 'patterns': ['mf:acme:{segment}:*']" in cli.stdout
+    assert "user-8842" not in cli.stdout and legacy not in cli.stdout
+    assert list(admin.scan_iter(match=f"mf:acme:{segment}:*")) == []
+    assert list(admin.scan_iter(match=f"mf:acme:{legacy}:*")) == []
     assert wt.turns(other) == [turn(9)]
     (receipt,) = fabric.events("event_type = 'memory.working.erased'")
     assert receipt["payload"] == {
         "approval_id": str(approval),
-        "keys_deleted": 3,
-        "patterns": [f"mf:acme:{digest}:*"],
+        "keys_deleted": 4,
+        "patterns": [f"mf:acme:{segment}:*"],
     }
     assert receipt["actor_agent_id"] == "os-agt-010"
+    # No event confirms a guessed subject id; the subject's key is destroyed, so the
+    # segment is unlinkable: the same subject id comes back under a new key.
+    assert legacy not in json.dumps([e["payload"] for e in fabric.events()], default=str)
+    later = working.run_ref(fabric.connect("mf_agent_a"), str(fabric.open_run()))
+    assert later.subject_key not in (segment, legacy)
 
 
 def _approved_subject_erasure(fabric: Fabric) -> str:
@@ -528,17 +565,24 @@ def _approved_subject_erasure(fabric: Fabric) -> str:
 
 def test_a_working_erasure_is_recorded_only_after_the_erasure_ran(fabric: Fabric) -> None:
     approval = _approved_subject_erasure(fabric)
-    pattern = "mf:acme:s-" + "0" * 32 + ":*"
+    pattern = "mf:acme:w-" + "0" * 32 + ":*"
     sql = "SELECT fabric_api.record_working_erasure(%s, 1, %s)"
     assert _refused(fabric, "mf_committer", sql, approval, [pattern]) == "55000"
 
 
 @pytest.mark.parametrize(
     "patterns",
-    [[], ["*"], ["mf:globex:s-" + "0" * 32 + ":*"], ["mf:acme:user-8842:*"], [None]],
-    ids=["none", "everything", "other_tenant", "subject_id", "null"],
+    [
+        [],
+        ["*"],
+        ["mf:globex:w-" + "0" * 32 + ":*"],
+        ["mf:acme:user-8842:*"],
+        [None],
+        ["mf:acme:" + unkeyed_digest("acme", "user-8842") + ":*"],
+    ],
+    ids=["none", "everything", "other_tenant", "subject_id", "null", "unkeyed_digest"],
 )
-def test_a_working_erasure_receipt_names_only_subject_digests(
+def test_a_working_erasure_receipt_names_only_keyed_subject_patterns(
     fabric: Fabric, patterns: list[str | None]
 ) -> None:
     approval = _approved_subject_erasure(fabric)
@@ -549,7 +593,7 @@ def test_a_working_erasure_receipt_names_only_subject_digests(
 
 def test_only_a_committer_records_a_working_erasure(fabric: Fabric) -> None:
     approval = _approved_subject_erasure(fabric)
-    pattern = "mf:acme:s-" + "0" * 32 + ":*"
+    pattern = "mf:acme:w-" + "0" * 32 + ":*"
     sql = "SELECT fabric_api.record_working_erasure(%s, 1, %s)"
     assert _refused(fabric, "mf_agent_a", sql, approval, [pattern]) == "42501"
 

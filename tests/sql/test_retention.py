@@ -559,3 +559,92 @@ def test_deployment_settings_are_validated(fabric: Fabric) -> None:
         == "42501"
     )
     assert deploy(fabric, {"recall_default_limit": 5})["recall_default_limit"] == 5
+
+
+@pytest.mark.parametrize("order", ["episode_sorts_first", "derived_sorts_first"])
+def test_subject_erasure_leaves_no_review_flag_on_what_it_erased(
+    fabric: Fabric, run: uuid.UUID, order: str
+) -> None:
+    # The erasure walks the subject's records in memory_id order. Memory ids are made from a
+    # sequence for this test (rolled back with it) so both orders of an episode and the
+    # semantic record derived from it are tried, not left to gen_random_uuid.
+    step = 1 if order == "episode_sorts_first" else -1
+    with fabric.su() as su:
+        su.execute(
+            f"CREATE SEQUENCE public.flag_order_ids INCREMENT {step} MINVALUE 1 MAXVALUE 999"
+            " START 500"
+        )
+        su.execute("GRANT USAGE ON SEQUENCE public.flag_order_ids TO fabric_owner")
+        su.execute(
+            "ALTER TABLE fabric.memory_records ALTER COLUMN memory_id SET DEFAULT "
+            "format('00000000-0000-4000-8000-%s', lpad(nextval('public.flag_order_ids')::text,"
+            " 12, '0'))::uuid"
+        )
+    ep = fabric.form(run, "ep")
+    sem = fabric.form(run, "sem", tier="semantic", derived_from=[ep], content={"a": "sem"})
+    assert (ep < sem) == (order == "episode_sorts_first")
+    a = fabric.call(
+        "mf_committer",
+        "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')",
+    )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", a)
+    result = erase(fabric.connect("mf_committer"), a)
+    assert sorted(result["erased"]) == sorted([ep, sem])  # type: ignore[type-var]
+    # No flag asks about a record the same erasure tombstoned, in either order, and the
+    # receipts and the audit relation agree (docs/audit.md, Q11: review_flags_open = 0).
+    assert fabric.count("review_flags") == 0
+    flagged = (
+        fabric.session(None)
+        .execute(
+            "SELECT memory_id::text, (destroyed ->> 'flagged_for_review')::int"
+            " FROM fabric.erasure_receipts ORDER BY memory_id"
+        )
+        .fetchall()
+    )
+    assert flagged == sorted([(ep, 0), (sem, 0)])
+    rows = (
+        fabric.session("mf_auditor")
+        .execute(
+            "SELECT memory_id::text, flags_raised, flags_open"
+            " FROM fabric_audit.erasures('acme', '-infinity', 'infinity') ORDER BY memory_id"
+        )
+        .fetchall()
+    )
+    assert rows == sorted([(ep, 0, 0), (sem, 0, 0)])
+
+
+@pytest.mark.parametrize("first", ["source", "derived"])
+def test_erasing_a_flagged_record_closes_its_flag_whichever_is_erased_first(
+    fabric: Fabric, run: uuid.UUID, first: str
+) -> None:
+    ep = fabric.form(run, "ep")
+    sem = fabric.form(run, "sem", tier="semantic", derived_from=[ep], content={"a": "sem"})
+    for memory_id in [ep, sem] if first == "source" else [sem, ep]:
+        erase(fabric.connect("mf_committer"), approved_erasure(fabric, memory_id))
+    # Erasing the episode first flags the semantic record; its own erasure then answers the
+    # flag. Either way no flag is left open on a tombstone.
+    assert fabric.count("review_flags", "resolved_at IS NULL") == 0
+    rows = (
+        fabric.session("mf_auditor")
+        .execute(
+            "SELECT memory_id::text, flags_raised, flags_open, flags_erased"
+            " FROM fabric_audit.erasures('acme', '-infinity', 'infinity') ORDER BY memory_id"
+        )
+        .fetchall()
+    )
+    raised = 1 if first == "source" else 0
+    assert rows == sorted([(ep, raised, 0, raised), (sem, 0, 0, 0)])
+    closed = (
+        fabric.session(None)
+        .execute(
+            "SELECT (destroyed ->> 'review_flags_closed')::int FROM fabric.erasure_receipts"
+            " WHERE memory_id = %s",
+            (sem,),
+        )
+        .fetchone()
+    )
+    assert closed == (raised,)
+    resolved = fabric.events("event_type = 'memory.review_flag.resolved'")
+    assert [(e["memory_id"], e["payload"]["decision"]) for e in resolved] == (
+        [(sem, "erased")] if first == "source" else []
+    )
