@@ -272,7 +272,8 @@ GRANT UPDATE (checkpoint, metadata, parent_checkpoint_id) ON langgraph.checkpoin
 GRANT UPDATE (channel, type, blob) ON langgraph.checkpoint_writes TO fabric_checkpointer;
 GRANT SELECT ON langgraph.checkpoint_migrations TO fabric_checkpointer;
 REVOKE ALL ON FUNCTION fabric._require_own_checkpoint_threads(text[]) FROM PUBLIC;
-GRANT USAGE ON SCHEMA fabric_api TO fabric_checkpointer;
+-- (USAGE on fabric_api: sql/900_grants.sql, after the other roles', so that a fresh install
+-- and an upgraded one list them in the same order.)
 GRANT EXECUTE ON FUNCTION
   fabric_api.delete_checkpoint_threads(text[]),
   fabric_api.delete_checkpoint_namespaces(text, text[]),
