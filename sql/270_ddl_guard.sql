@@ -16,11 +16,13 @@
 -- * any object owned by a role that owns the fabric (fabric_owner, fabric_lookup,
 --   fabric_retriever) outside a session's temporary schema: ALTER ... SET SCHEMA out of the
 --   fabric leaves an object that is still the owner's;
--- * GRANT, REVOKE and ALTER DEFAULT PRIVILEGES by a login that is a member of one of those
---   owning roles (PostgreSQL does not tell an event trigger which objects a GRANT named, so
---   the rule is on who grants: outside a migration nobody holding the fabric's ownership
---   grants anything), and ALTER DEFAULT PRIVILEGES that leaves a default naming one of the
---   fabric's schemas.
+-- * any command at all (GRANT, REVOKE and ALTER DEFAULT PRIVILEGES included) by a login that
+--   is a member of one of those owning roles: PostgreSQL does not tell an event trigger
+--   which objects a GRANT named, and an object of the login's own (a SECURITY DEFINER
+--   function or a view over a fabric table, which PUBLIC may execute) reaches the fabric
+--   with the owner's privileges wherever it lives. Only the migration role is meant to hold
+--   that membership, so the rule is on who runs the command;
+-- * ALTER DEFAULT PRIVILEGES that leaves a default naming one of the fabric's schemas.
 -- Raised here, not through fabric._raise_rule: an event trigger runs as whoever ran the DDL
 -- (fabric_maintainer's REINDEX fires it), who may not execute that function.
 CREATE OR REPLACE FUNCTION fabric.tg_ddl__migration_role_only()
@@ -41,15 +43,17 @@ BEGIN
      OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user) THEN
     RETURN;
   END IF;
-  IF TG_EVENT = 'ddl_command_end' AND TG_TAG IN ('GRANT', 'REVOKE', 'ALTER DEFAULT PRIVILEGES') THEN
-    v_refused := EXISTS (
-        SELECT 1 FROM pg_catalog.unnest(v_owners) o(role)
-        JOIN pg_catalog.pg_roles r ON r.rolname = o.role
-        WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'))
-      OR (TG_TAG = 'ALTER DEFAULT PRIVILEGES' AND EXISTS (
+  v_refused := EXISTS (
+    SELECT 1 FROM pg_catalog.unnest(v_owners) o(role)
+    JOIN pg_catalog.pg_roles r ON r.rolname = o.role
+    WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'));
+  IF v_refused THEN
+    NULL;  -- a login holding the fabric's ownership: whatever the command
+  ELSIF TG_EVENT = 'ddl_command_end' AND TG_TAG IN ('GRANT', 'REVOKE', 'ALTER DEFAULT PRIVILEGES') THEN
+    v_refused := TG_TAG = 'ALTER DEFAULT PRIVILEGES' AND EXISTS (
         SELECT 1 FROM pg_catalog.pg_default_acl d
         JOIN pg_catalog.pg_namespace n ON n.oid = d.defaclnamespace
-        WHERE n.nspname = ANY (v_schemas)));
+        WHERE n.nspname = ANY (v_schemas));
   ELSIF TG_EVENT = 'ddl_command_end' THEN
     v_refused := EXISTS (
       SELECT 1

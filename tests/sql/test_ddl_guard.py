@@ -157,6 +157,18 @@ CASES: dict[str, Case] = {
         "SELECT to_regclass('fabric.tenants') IS NOT NULL",
         setup=SCRATCH,
     ),
+    # an object of the login's own that reaches the fabric with the owner's privileges
+    "a definer function over a fabric table": Case(
+        "CREATE FUNCTION scratch.leak() RETURNS SETOF fabric.memory_records"
+        " LANGUAGE sql SECURITY DEFINER AS 'SELECT * FROM fabric.memory_records'",
+        "SELECT count(*) FROM pg_proc WHERE proname = 'leak'",
+        setup=SCRATCH,
+    ),
+    "a view over a fabric table": Case(
+        "CREATE VIEW scratch.leak AS SELECT * FROM fabric.memory_records",
+        "SELECT count(*) FROM pg_class WHERE relname = 'leak'",
+        setup=SCRATCH,
+    ),
     "a publication of a fabric table": Case(
         "CREATE PUBLICATION leak FOR TABLE fabric.events",
         "SELECT count(*) FROM pg_publication",
