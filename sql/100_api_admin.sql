@@ -59,15 +59,24 @@ BEGIN
       'an agent is registered with an existing login role',
       'CREATE ROLE <login> LOGIN first (one login per agent)');
   END IF;
-  IF v_role.rolsuper OR v_role.rolbypassrls
-     OR pg_catalog.pg_has_role(p_login, 'fabric_owner', 'MEMBER')
-     OR pg_catalog.pg_has_role(p_login, 'fabric_lookup', 'MEMBER')
-     OR pg_catalog.pg_has_role(p_login, 'fabric_auditor', 'MEMBER')
-     OR pg_catalog.pg_has_role(p_login, 'fabric_maintainer', 'MEMBER') THEN
+  -- An agent login holds no other authority: not superuser or BYPASSRLS, and a member of
+  -- none of the fabric's group roles but the two that act as agents (the committer,
+  -- os-agt-010, and the consolidator, os-agt-011) and fabric_checkpointer (a LangGraph
+  -- service may keep its threads under its agent login: they are its own, by row-level
+  -- security). The migration role is a member of the owner, and so refused with it.
+  IF v_role.rolsuper OR v_role.rolbypassrls OR EXISTS (
+       SELECT 1 FROM pg_catalog.unnest(ARRAY['fabric_owner', 'fabric_lookup', 'fabric_retriever',
+                       'fabric_admin', 'fabric_orchestrator', 'fabric_policy', 'fabric_auditor',
+                       'fabric_projector', 'fabric_maintainer', 'fabric_tracer',
+                       'fabric_mcp_gateway']) g(role)
+       JOIN pg_catalog.pg_roles r ON r.rolname = g.role
+       WHERE pg_catalog.pg_has_role(p_login, r.oid, 'MEMBER')) THEN
     PERFORM fabric._raise_rule('insufficient_privilege',
-      'an agent login may not be superuser, BYPASSRLS, an owner, an auditor or a '
-      'maintainer',
-      'give each agent its own unprivileged login');
+      'an agent login may not be superuser, BYPASSRLS, or a member of a privileged fabric '
+      'group role (admin, orchestrator, policy, auditor, projector, tracer, maintainer, MCP '
+      'gateway, owner, lookup, retriever)',
+      'give each agent its own login; of the group roles only fabric_committer, '
+      'fabric_consolidator and fabric_checkpointer go with an agent login');
   END IF;
   IF p_tools_allowed IS NULL OR pg_catalog.array_position(p_tools_allowed, NULL) IS NOT NULL THEN
     PERFORM fabric._raise_rule('invalid_parameter_value',

@@ -187,13 +187,139 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- Services read and write their checkpoints (DML only); the tables are fabric_owner's.
+-- The deletes of a service's checkpointer. A table-level UPDATE or DELETE privilege also
+-- allows LOCK TABLE in any mode (ACCESS EXCLUSIVE: every LangGraph service stalls), so a
+-- service holds neither: it updates the columns LangGraph's upserts and prune set (column
+-- privileges do not allow LOCK) and deletes through these functions, which reach only the
+-- threads of the calling login (`<login>:...`, as row-level security does for its reads).
+-- Each takes the arguments of the DELETE it stands for in the pinned
+-- langgraph-checkpoint-postgres (memfabric.langgraph sends its statements here).
+
+-- fabric._require_own_checkpoint_threads: every thread named is the calling login's.
+CREATE OR REPLACE FUNCTION fabric._require_own_checkpoint_threads(p_threads text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_threads IS NULL OR EXISTS (
+       SELECT 1 FROM pg_catalog.unnest(p_threads) t(thread_id)
+       WHERE t.thread_id IS NULL
+          OR NOT pg_catalog.starts_with(t.thread_id, session_user::text || ':')) THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a service deletes only its own checkpoint threads (<login>:...)',
+      'delete through memfabric.langgraph.checkpointer, as the login whose threads they are');
+  END IF;
+END $$;
+
+-- fabric_api.delete_checkpoint_threads: whole threads (delete_thread, prune "delete").
+CREATE OR REPLACE FUNCTION fabric_api.delete_checkpoint_threads(p_threads text[])
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._require_own_checkpoint_threads(p_threads);
+  PERFORM fabric._delete_checkpoint_threads(p_threads);
+  RETURN pg_catalog.cardinality(p_threads);
+END $$;
+
+-- fabric_api.delete_checkpoint_namespaces: a thread's subgraph-call namespaces, whole.
+CREATE OR REPLACE FUNCTION fabric_api.delete_checkpoint_namespaces(p_thread_id text,
+                                                                   p_namespaces text[])
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._require_own_checkpoint_threads(ARRAY[p_thread_id]);
+  DELETE FROM langgraph.checkpoints c
+  WHERE c.thread_id = p_thread_id AND c.checkpoint_ns = ANY (p_namespaces);
+  DELETE FROM langgraph.checkpoint_writes w
+  WHERE w.thread_id = p_thread_id AND w.checkpoint_ns = ANY (p_namespaces);
+  DELETE FROM langgraph.checkpoint_blobs b
+  WHERE b.thread_id = p_thread_id AND b.checkpoint_ns = ANY (p_namespaces);
+END $$;
+
+-- fabric_api.delete_checkpoint_writes: the pending writes of the given checkpoints.
+CREATE OR REPLACE FUNCTION fabric_api.delete_checkpoint_writes(p_thread_id text,
+                                                               p_checkpoint_ns text,
+                                                               p_checkpoint_ids text[])
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._require_own_checkpoint_threads(ARRAY[p_thread_id]);
+  DELETE FROM langgraph.checkpoint_writes w
+  WHERE w.thread_id = p_thread_id AND w.checkpoint_ns = p_checkpoint_ns
+    AND w.checkpoint_id = ANY (p_checkpoint_ids);
+END $$;
+
+-- fabric_api.delete_unkept_checkpoints: a namespace's checkpoints but the kept ones; the
+-- channel versions the deleted ones used (for the blobs no kept checkpoint uses).
+CREATE OR REPLACE FUNCTION fabric_api.delete_unkept_checkpoints(p_thread_id text,
+                                                                p_checkpoint_ns text,
+                                                                p_keep text[])
+RETURNS TABLE (channel text, version text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._require_own_checkpoint_threads(ARRAY[p_thread_id]);
+  RETURN QUERY
+  WITH deleted AS (
+    DELETE FROM langgraph.checkpoints c
+    WHERE c.thread_id = p_thread_id AND c.checkpoint_ns = p_checkpoint_ns
+      AND c.checkpoint_id <> ALL (p_keep)
+    RETURNING c.checkpoint -> 'channel_versions' AS versions
+  )
+  SELECT DISTINCT v.key, v.value
+  FROM deleted d
+  CROSS JOIN LATERAL pg_catalog.jsonb_each_text(d.versions) AS v;
+END $$;
+
+-- fabric_api.delete_checkpoint_blobs: a channel's blobs of the given versions.
+CREATE OR REPLACE FUNCTION fabric_api.delete_checkpoint_blobs(p_thread_id text,
+                                                              p_checkpoint_ns text,
+                                                              p_channel text,
+                                                              p_versions text[])
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._require_own_checkpoint_threads(ARRAY[p_thread_id]);
+  DELETE FROM langgraph.checkpoint_blobs b
+  WHERE b.thread_id = p_thread_id AND b.checkpoint_ns = p_checkpoint_ns
+    AND b.channel = p_channel AND b.version = ANY (p_versions);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Services read and write their checkpoints; the tables are fabric_owner's. No table-level
+-- UPDATE or DELETE (either allows LOCK TABLE ... ACCESS EXCLUSIVE): UPDATE on the columns
+-- LangGraph's upserts and prune set, deletes through the functions above.
 REVOKE ALL ON ALL TABLES IN SCHEMA langgraph FROM PUBLIC;
 REVOKE ALL ON SCHEMA langgraph FROM PUBLIC;
 GRANT USAGE ON SCHEMA langgraph TO fabric_checkpointer;
-GRANT SELECT, INSERT, UPDATE, DELETE ON langgraph.checkpoints, langgraph.checkpoint_blobs,
+REVOKE UPDATE, DELETE ON langgraph.checkpoints, langgraph.checkpoint_blobs,
+  langgraph.checkpoint_writes FROM fabric_checkpointer;
+GRANT SELECT, INSERT ON langgraph.checkpoints, langgraph.checkpoint_blobs,
   langgraph.checkpoint_writes TO fabric_checkpointer;
+GRANT UPDATE (checkpoint, metadata, parent_checkpoint_id) ON langgraph.checkpoints
+  TO fabric_checkpointer;
+GRANT UPDATE (channel, type, blob) ON langgraph.checkpoint_writes TO fabric_checkpointer;
 GRANT SELECT ON langgraph.checkpoint_migrations TO fabric_checkpointer;
+REVOKE ALL ON FUNCTION fabric._require_own_checkpoint_threads(text[]) FROM PUBLIC;
+-- (USAGE on fabric_api: sql/900_grants.sql, after the other roles', so that a fresh install
+-- and an upgraded one list them in the same order.)
+GRANT EXECUTE ON FUNCTION
+  fabric_api.delete_checkpoint_threads(text[]),
+  fabric_api.delete_checkpoint_namespaces(text, text[]),
+  fabric_api.delete_checkpoint_writes(text, text, text[]),
+  fabric_api.delete_unkept_checkpoints(text, text, text[]),
+  fabric_api.delete_checkpoint_blobs(text, text, text, text[])
+  TO fabric_checkpointer;
 -- An erasure's VACUUM reaches the deleted threads' old tuple versions.
 GRANT USAGE ON SCHEMA langgraph TO fabric_maintainer;
 GRANT MAINTAIN ON langgraph.checkpoints, langgraph.checkpoint_blobs, langgraph.checkpoint_writes

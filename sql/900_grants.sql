@@ -112,3 +112,5 @@ GRANT EXECUTE ON FUNCTION
 -- The narrow cross-tenant check of the deployment embedder runs as fabric_lookup.
 GRANT EXECUTE ON FUNCTION fabric._host_is_local(text, text[]), fabric._uri_host(text)
   TO fabric_lookup;
+-- The checkpointer's deletes (sql/280_checkpoints.sql).
+GRANT USAGE ON SCHEMA fabric_api TO fabric_checkpointer;

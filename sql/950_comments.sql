@@ -367,6 +367,17 @@ COMMENT ON TABLE langgraph.checkpoint_writes IS
   'LangGraph pending writes of a checkpoint''s tasks (docs/langgraph.md).';
 COMMENT ON TABLE langgraph.checkpoint_migrations IS
   'Versions of the LangGraph checkpoint schema applied, as the checkpoint library records them.';
+-- The deletes of a service's checkpointer (fabric_checkpointer holds no DELETE: LOCK TABLE)
+COMMENT ON FUNCTION fabric_api.delete_checkpoint_threads(text[]) IS
+  'Delete whole checkpoint threads of the calling login (<login>:...; 42501 for another''s): checkpoints, blobs and pending writes. Checkpointer only (memfabric.langgraph delete_thread, prune "delete"). Example: SELECT fabric_api.delete_checkpoint_threads(ARRAY[''support_service:t-1'']);';
+COMMENT ON FUNCTION fabric_api.delete_checkpoint_namespaces(text, text[]) IS
+  'Delete the given namespaces of a checkpoint thread of the calling login, whole (a prune of subgraph calls). Checkpointer only. Example: SELECT fabric_api.delete_checkpoint_namespaces(''support_service:t-1'', ARRAY[''tools:6f1c'']);';
+COMMENT ON FUNCTION fabric_api.delete_checkpoint_writes(text, text, text[]) IS
+  'Delete the pending writes of the given checkpoints of a thread of the calling login (prune "keep_latest"). Checkpointer only. Example: SELECT fabric_api.delete_checkpoint_writes(''support_service:t-1'', '''', ARRAY[''1ef...'']);';
+COMMENT ON FUNCTION fabric_api.delete_unkept_checkpoints(text, text, text[]) IS
+  'Delete a namespace''s checkpoints but the kept ones, of a thread of the calling login; returns the (channel, version) pairs the deleted ones used (prune "keep_latest"). Checkpointer only. Example: SELECT * FROM fabric_api.delete_unkept_checkpoints(''support_service:t-1'', '''', ARRAY[''1ef...'']);';
+COMMENT ON FUNCTION fabric_api.delete_checkpoint_blobs(text, text, text, text[]) IS
+  'Delete a channel''s blobs of the given versions, of a thread of the calling login (prune "keep_latest"). Checkpointer only. Example: SELECT fabric_api.delete_checkpoint_blobs(''support_service:t-1'', '''', ''messages'', ARRAY[''00001.0'']);';
 
 -- The row rules of proposals and memory_records (migration 0025): one CHECK constraint a table.
 COMMENT ON CONSTRAINT proposals_row_rules ON fabric.proposals IS

@@ -154,7 +154,7 @@ LOGINS: dict[str, tuple[str | None, list[str], dict[str, Any], list[str], list[s
     "mf_committer": ("os-agt-010", ["fabric_committer"], {}, [], ["acme", "globex"]),
     "mf_committer2": ("os-agt-010b", ["fabric_committer"], {}, [], ["acme", "globex"]),
     "mf_auditor": (None, ["fabric_auditor"], {}, [], []),
-    "mf_policy": ("os-agt-002", ["fabric_policy"], {}, [], []),
+    "mf_policy": (None, ["fabric_policy"], {}, [], []),
     "mf_projector": (None, ["fabric_projector"], {}, [], []),
     "mf_maintainer": (None, ["fabric_maintainer"], {}, [], []),
     "mf_tracer": (None, ["fabric_tracer"], {}, [], []),

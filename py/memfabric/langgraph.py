@@ -19,6 +19,17 @@ from typing import Any
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.postgres.base import (  # the pinned package's prune, see _governed
+    PRUNE_BLOBS_SQL,
+    PRUNE_CHECKPOINTS_SQL,
+    PRUNE_STRATEGIES,
+    PRUNE_SUBGRAPH_CALLS_SQL,
+    PRUNE_WRITES_SQL,
+    _aexecute,
+    _execute,
+    _keep_latest,
+    _refuse_delta_threads,
+)
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -408,6 +419,46 @@ class _ServiceThreads:
         return meta
 
 
+# A service holds no DELETE (nor table-level UPDATE) on the checkpoint tables: either would
+# let its login LOCK them and stall every LangGraph service. LangGraph's deletes go through
+# fabric_api functions that take the same arguments and reach only the login's own threads.
+_DELETE_THREADS = "SELECT fabric_api.delete_checkpoint_threads(%s)"
+_GOVERNED: dict[str, str | None] = {
+    PRUNE_SUBGRAPH_CALLS_SQL[0]: "SELECT fabric_api.delete_checkpoint_namespaces(%s, %s)",
+    PRUNE_SUBGRAPH_CALLS_SQL[1]: None,  # the call above deletes all three tables' rows
+    PRUNE_SUBGRAPH_CALLS_SQL[2]: None,
+    PRUNE_WRITES_SQL: "SELECT fabric_api.delete_checkpoint_writes(%s, %s, %s)",
+    PRUNE_CHECKPOINTS_SQL: (
+        "SELECT channel, version FROM fabric_api.delete_unkept_checkpoints(%s, %s, %s)"
+    ),
+    PRUNE_BLOBS_SQL: "SELECT fabric_api.delete_checkpoint_blobs(%s, %s, %s, %s)",
+}
+
+
+def _governed(statements: Any) -> Any:
+    """LangGraph's keep_latest prune of one thread (a generator of statements, each sent
+    its rows back), with every DELETE replaced by its fabric_api function."""
+    reply: Any = None
+    while True:
+        try:
+            statement, params, fetch = statements.send(reply)
+        except StopIteration:
+            return
+        governed = _GOVERNED.get(statement, statement)
+        if governed is None:
+            reply = []
+            continue
+        reply = yield governed, params, fetch
+
+
+def _prune_threads(thread_ids: Sequence[str], strategy: str) -> list[str]:
+    if isinstance(thread_ids, str):
+        raise TypeError("thread_ids must be a sequence of thread IDs, not a str")
+    if strategy not in PRUNE_STRATEGIES:
+        raise ValueError(f"Unknown prune strategy: {strategy!r}")
+    return [str(t) for t in thread_ids]
+
+
 class ServiceCheckpointer(_ServiceThreads, PostgresSaver):
     """LangGraph's PostgresSaver, confined to one service's threads."""
 
@@ -432,10 +483,23 @@ class ServiceCheckpointer(_ServiceThreads, PostgresSaver):
         super().put_writes(self._config_in(config), writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
-        super().delete_thread(self._in(thread_id))
+        with self._cursor() as cur:
+            cur.execute(_DELETE_THREADS, ([self._in(str(thread_id))],))
 
-    def prune(self, thread_ids: Sequence[str], **kwargs: Any) -> None:
-        super().prune([self._in(t) for t in thread_ids], **kwargs)
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """PostgresSaver.prune, its deletes through fabric_api (`_governed`)."""
+        threads = [self._in(t) for t in _prune_threads(thread_ids, strategy)]
+        if not threads:
+            return
+        if strategy == "delete":
+            with self._cursor() as cur:
+                cur.execute(_DELETE_THREADS, (threads,))
+            return
+        with self._cursor() as cur:
+            _execute(cur, _refuse_delta_threads(threads))
+        for thread_id in threads:
+            with self._cursor() as cur, cur.connection.transaction():
+                _execute(cur, _governed(_keep_latest(thread_id)))
 
     def get_delta_channel_history(self, *, config: Any, channels: Sequence[str]) -> Any:
         return super().get_delta_channel_history(config=self._config_in(config), channels=channels)
@@ -467,10 +531,23 @@ class AsyncServiceCheckpointer(_ServiceThreads, AsyncPostgresSaver):
         await super().aput_writes(self._config_in(config), writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await super().adelete_thread(self._in(thread_id))
+        async with self._cursor() as cur:
+            await cur.execute(_DELETE_THREADS, ([self._in(str(thread_id))],))
 
-    async def aprune(self, thread_ids: Sequence[str], **kwargs: Any) -> None:
-        await super().aprune([self._in(t) for t in thread_ids], **kwargs)
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """AsyncPostgresSaver.aprune, its deletes through fabric_api (`_governed`)."""
+        threads = [self._in(t) for t in _prune_threads(thread_ids, strategy)]
+        if not threads:
+            return
+        if strategy == "delete":
+            async with self._cursor() as cur:
+                await cur.execute(_DELETE_THREADS, (threads,))
+            return
+        async with self._cursor() as cur:
+            await _aexecute(cur, _refuse_delta_threads(threads))
+        for thread_id in threads:
+            async with self._cursor() as cur, cur.connection.transaction():
+                await _aexecute(cur, _governed(_keep_latest(thread_id)))
 
     async def aget_delta_channel_history(self, *, config: Any, channels: Sequence[str]) -> Any:
         return await super().aget_delta_channel_history(

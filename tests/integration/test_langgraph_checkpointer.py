@@ -146,6 +146,65 @@ def test_a_service_has_dml_on_its_checkpoints_only(fabric: Fabric, statement: st
         fabric.connect(SERVICE).execute(statement)
 
 
+CHECKPOINT_TABLES = (
+    "langgraph.checkpoints",
+    "langgraph.checkpoint_blobs",
+    "langgraph.checkpoint_writes",
+    "langgraph.checkpoint_migrations",
+)
+LOCK_MODES = (
+    "ACCESS EXCLUSIVE",
+    "EXCLUSIVE",
+    "SHARE ROW EXCLUSIVE",
+    "SHARE",
+    "SHARE UPDATE EXCLUSIVE",
+)
+
+
+@pytest.mark.parametrize("table", CHECKPOINT_TABLES)
+@pytest.mark.parametrize("mode", LOCK_MODES)
+def test_a_service_cannot_lock_the_checkpoints_of_every_service(
+    fabric: Fabric, table: str, mode: str
+) -> None:
+    """A table-level UPDATE or DELETE privilege allows LOCK TABLE in any mode: a service holds
+    neither (UPDATE on columns, deletes through fabric_api), so it takes at most the lock its
+    own writes take (ROW EXCLUSIVE), which no other service's reads and writes wait for."""
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        fabric.connect(SERVICE).execute(f"LOCK TABLE {table} IN {mode} MODE")
+
+
+@pytest.mark.parametrize("login", ["mf_service", "mf_maintainer"])
+def test_the_checkpoint_versions_table_is_locked_by_no_service(fabric: Fabric, login: str) -> None:
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        fabric.connect(login).execute(
+            "LOCK TABLE langgraph.checkpoint_migrations IN ACCESS EXCLUSIVE MODE"
+        )
+
+
+@pytest.mark.clone
+def test_delete_thread_and_prune_go_through_the_api_and_keep_to_the_service(
+    fabric: Fabric,
+) -> None:
+    """The sync checkpointer's deletes (the conformance suite runs the async one): prune
+    keeps the latest checkpoint, delete_thread removes the thread, another service's
+    thread of the same name stays."""
+    with checkpointer(conninfo(fabric, "mf_service_b")) as other:
+        approval_graph(other).invoke({"steps": []}, thread("t-1"))
+    with checkpointer(conninfo(fabric)) as saver:
+        graph = approval_graph(saver)
+        graph.invoke({"steps": []}, thread("t-1"))
+        graph.invoke({"steps": []}, thread("t-2"))
+        assert len(list(saver.list(thread("t-1")))) > 1
+        saver.prune(["t-1"])
+        assert len(list(saver.list(thread("t-1")))) == 1
+        assert saver.get_tuple(thread("t-1")) is not None
+        saver.delete_thread("t-1")
+        assert saver.get_tuple(thread("t-1")) is None
+        saver.prune(["t-2"], strategy="delete")
+        assert saver.get_tuple(thread("t-2")) is None
+    assert threads(fabric) == ["mf_service_b:t-1"]
+
+
 @pytest.mark.clone
 def test_the_ddl_guard_covers_the_checkpoint_schema(fabric: Fabric) -> None:
     login = "mf_leaked_checkpoint_owner"
@@ -196,14 +255,25 @@ def test_a_login_reads_and_writes_only_its_own_threads(fabric: Fabric) -> None:
     other = fabric.connect("mf_service_b")
     assert other.execute("SELECT count(*) FROM langgraph.checkpoints").fetchone() == (0,)
     assert other.execute("SELECT count(*) FROM langgraph.checkpoint_blobs").fetchone() == (0,)
-    deleted = other.execute("DELETE FROM langgraph.checkpoints").rowcount
-    assert deleted == 0
     before = rows(fabric)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # deletes go through fabric_api
+        other.execute("DELETE FROM langgraph.checkpoints")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # a thread's id never changes
+        other.execute(
+            "UPDATE langgraph.checkpoints SET thread_id = 'mf_service_b:t-1'"
+            " WHERE thread_id = 'mf_service:t-1'"
+        )
     moved = other.execute(
-        "UPDATE langgraph.checkpoints SET thread_id = 'mf_service_b:t-1'"
-        " WHERE thread_id = 'mf_service:t-1'"
+        "UPDATE langgraph.checkpoints SET metadata = metadata WHERE thread_id = 'mf_service:t-1'"
     ).rowcount
     assert moved == 0  # it cannot see them
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # another login's threads
+        other.execute("SELECT fabric_api.delete_checkpoint_threads(ARRAY['mf_service:t-1'])")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        other.execute(
+            "SELECT * FROM fabric_api.delete_unkept_checkpoints('mf_service:t-1', '', '{}')"
+        )
+    assert rows(fabric) == before
     with pytest.raises(psycopg.errors.InsufficientPrivilege):  # another login's prefix
         raw_put(fabric, "mf_service_b:x", {**GOOD, "service": "mf_service_b"}, login=SERVICE)
     assert rows(fabric) == before

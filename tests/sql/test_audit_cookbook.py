@@ -190,7 +190,7 @@ def test_the_cookbook_answers_its_questions_as_the_auditor(fabric: Fabric) -> No
 
     def q3(rows: list[dict[str, Any]]) -> None:
         got = {(str(r["memory_id"]), r["to_tier"], r["approved_by"]) for r in rows}
-        assert got == {(w["s1"], "profile", None), (w["e3"], "relational", "os-agt-002")}
+        assert got == {(w["s1"], "profile", None), (w["e3"], "relational", "mf_policy")}
         (with_approval,) = [r for r in rows if r["approval_id"] is not None]
         assert str(with_approval["approval_id"]) == w["used"]
         assert with_approval["promoted_by"] == "os-agt-010"
@@ -238,7 +238,7 @@ def test_the_cookbook_answers_its_questions_as_the_auditor(fabric: Fabric) -> No
 
     def q11(rows: list[dict[str, Any]]) -> None:
         (r,) = rows
-        assert r["outcome"] == "used" and r["decided_by"] == "os-agt-002"
+        assert r["outcome"] == "used" and r["decided_by"] == "mf_policy"
         assert r["records_erased"] == len(w["gone"])
         assert r["all_content_destroyed"] is True and r["review_flags_open"] == 0
         assert r["events_still_linked"] == 0 and r["profile_left"] == 0
@@ -269,7 +269,7 @@ def test_the_cookbook_answers_its_questions_as_the_auditor(fabric: Fabric) -> No
     def q16(rows: list[dict[str, Any]]) -> None:
         assert sorted(ids(rows)) == sorted([w["e1"], *w["gone"]])
         assert {r["action"] for r in rows} == {"erase", "erase_subject"}
-        assert {r["decided_by"] for r in rows} == {"os-agt-002"}
+        assert {r["decided_by"] for r in rows} == {"mf_policy"}
 
     checks: dict[str, tuple[dict[str, str], Callable[[list[dict[str, Any]]], None]]] = {
         "Q1": ({"subject": "user-8842"}, q1),

@@ -455,3 +455,75 @@ def test_register_agent_refuses_privileged_or_non_login_roles(
     assert info.value.sqlstate == sqlstate
     assert world(fabric) == before
     assert fabric.count("agents", f"login = '{login}'") == 0
+
+
+# Every group role of the fabric but the two whose members act as agents (the committer and
+# the consolidator) and the checkpointer (a LangGraph service may keep its threads under its
+# agent login): a login holding one is refused as an agent, with a hint.
+PRIVILEGED_GROUPS = (
+    "fabric_admin",
+    "fabric_orchestrator",
+    "fabric_policy",
+    "fabric_mcp_gateway",
+    "fabric_projector",
+    "fabric_tracer",
+    "fabric_auditor",
+    "fabric_maintainer",
+    "fabric_owner",
+    "fabric_lookup",
+    "fabric_retriever",
+)
+
+
+@pytest.mark.parametrize("group", PRIVILEGED_GROUPS)
+def test_register_agent_refuses_a_login_holding_a_privileged_group(
+    fabric: Fabric, group: str
+) -> None:
+    login = f"mf_priv_{uuid.uuid4().hex[:8]}"
+    su = fabric.session()
+    su.execute(f"CREATE ROLE {login} LOGIN")
+    su.execute(f"GRANT {group} TO {login}")
+    before = world(fabric)
+    with pytest.raises(psycopg.Error) as info:
+        fabric.session("mf_admin").execute(
+            "SELECT fabric_api.register_agent('priv-agt-001', %s, '{}', %s)",
+            (login, MEMORY_TOOLS),
+        )
+    assert info.value.sqlstate == "42501"
+    assert info.value.diag.message_hint and "its own login" in info.value.diag.message_hint
+    assert world(fabric) == before
+    assert fabric.count("agents", f"login = '{login}'") == 0
+    granted = su.execute(
+        "SELECT count(*) FROM pg_auth_members WHERE roleid = 'fabric_agent'::regrole"
+        " AND member = %s::regrole",
+        (login,),
+    ).fetchone()
+    assert granted == (0,)
+
+
+@pytest.mark.parametrize(
+    "login", ["mf_admin", "mf_orchestrator", "mf_policy", "mf_gateway", "mf_projector"]
+)
+def test_register_agent_refuses_the_service_logins_of_the_world(fabric: Fabric, login: str) -> None:
+    before = world(fabric)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        fabric.session("mf_admin").execute(
+            "SELECT fabric_api.register_agent('priv-agt-001', %s, '{}', '{}')", (login,)
+        )
+    assert world(fabric) == before
+
+
+@pytest.mark.parametrize(
+    "group", ["fabric_committer", "fabric_consolidator", "fabric_checkpointer"]
+)
+def test_the_committer_the_consolidator_and_a_checkpointer_may_be_agents(
+    fabric: Fabric, group: str
+) -> None:
+    login = f"mf_ok_{uuid.uuid4().hex[:8]}"
+    su = fabric.session()
+    su.execute(f"CREATE ROLE {login} LOGIN")
+    su.execute(f"GRANT {group} TO {login}")
+    fabric.session("mf_admin").execute(
+        "SELECT fabric_api.register_agent('ok-agt-001', %s, '{}', '{}')", (login,)
+    )
+    assert fabric.count("agents", f"login = '{login}'") == 1

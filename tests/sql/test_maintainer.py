@@ -192,3 +192,33 @@ def test_vacuum_refuses_when_a_partition_is_not_maintainable(fabric: Fabric) -> 
     )
     with pytest.raises(NotAuthorized):
         vacuum(fabric.connect("mf_maintainer"), list(ERASURE_VACUUM))
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT fabric._raise_rule('check_violation', 'x', 'y')",
+        "SELECT fabric._delete_checkpoint_threads(ARRAY['mf_service:t'])",
+        "SELECT fabric._erase_checkpoints('acme', 'user-8842')",
+        "SELECT fabric._tenants_with_records()",
+        "SELECT fabric._tenant_of_run(gen_random_uuid())",
+    ],
+)
+def test_the_maintainer_executes_no_private_helper(fabric: Fabric, statement: str) -> None:
+    """The private helpers are for the owner's functions only: USAGE on the fabric schema
+    (which VACUUM needs to name a table) gives the maintainer none of them."""
+    assert refused(fabric.connect("mf_maintainer"), statement) == "42501"
+
+
+def test_no_fabric_function_is_executable_by_the_maintainer(fabric: Fabric) -> None:
+    row = (
+        fabric.session()
+        .execute(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname IN ('fabric', 'fabric_api', 'fabric_audit', 'langgraph')"
+            " AND (has_function_privilege('mf_maintainer', p.oid, 'EXECUTE')"
+            " OR has_function_privilege('fabric_maintainer', p.oid, 'EXECUTE'))"
+        )
+        .fetchone()
+    )
+    assert row == (0,)
