@@ -51,7 +51,11 @@ def _start(root: Path) -> RedisServer:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env |= {"REDIS_DIR": str(root), "REDIS_PORT": str(_free_port())}
     server = RedisServer(env=env, url="")
-    up = server.sh("up")
+    try:
+        up = server.sh("up")
+    except BaseException:  # interrupted while it starts (SIGTERM): it may be up already
+        server.sh("down")
+        raise
     assert up.returncode == 0, up.stdout + up.stderr
     server.url = server.sh("url").stdout.strip()
     return server
