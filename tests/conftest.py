@@ -132,6 +132,20 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """A test that runs a command in process may leave that command's own SIGTERM and SIGINT
+    handlers behind (memfabric's long-running commands install them): the run's come back."""
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        return (yield)
+    finally:
+        if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) is not sigint:
+            signal.signal(signal.SIGINT, sigint)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """An interrupted controller waits for its workers to tear their sessions down before

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
+import conftest
 from conftest import ROOT
-
-pytestmark = pytest.mark.slow
 
 # `-p conftest` loads the suite's conftest.py as a plugin; its PostgreSQL fixture is named in
 # each module too, or the plugin pytest-postgresql registers under the same name would win.
@@ -90,6 +89,7 @@ def _wait_for_reports(
     return [json.loads(path.read_text()) for path in found]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 0], ids=["xdist", "one-process"])
 def test_sigterm_stops_every_server_and_worker_and_removes_the_temporary_directory(
     tmp_path: Path, workers: int
@@ -143,3 +143,16 @@ def test_sigterm_stops_every_server_and_worker_and_removes_the_temporary_directo
     sessions = {Path(r["basetemp"]).parent if workers else Path(r["basetemp"]) for r in started}
     assert len(sessions) == 1
     assert not any(path.exists() for path in sessions), sorted(temproot.rglob("*"))[:20]
+
+
+# A command run in process (CliRunner) installs its own SIGTERM handler; the run's handler
+# must be back for the next test, or stopping the run would leave its servers behind.
+def test_a_command_run_in_process_takes_the_sigterm_handler() -> None:
+    assert signal.getsignal(signal.SIGTERM) is conftest._on_sigterm
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as memfabric's long-running commands do
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_the_next_test_has_the_runs_sigterm_handler_again() -> None:
+    assert signal.getsignal(signal.SIGTERM) is conftest._on_sigterm
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
