@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 export PGPORT ?= 54329
 export GRAPH_BOLT_PORT ?= 57687
 export GRAPH_HTTP_PORT ?= 52480
+export REDIS_PORT ?= 56379
 
 .DEFAULT_GOAL := help
 
@@ -27,6 +28,11 @@ ifdef NEO4J_URI
 else
 	@echo "  graph, Bolt         127.0.0.1:$(GRAPH_BOLT_PORT)   GRAPH_BOLT_PORT (57687)"
 	@echo "  graph, HTTP         127.0.0.1:$(GRAPH_HTTP_PORT)   GRAPH_HTTP_PORT (52480)"
+endif
+ifdef REDIS_URL
+	@echo "  Redis               REDIS_URL is set: the local Redis is not used"
+else
+	@echo "  Redis               127.0.0.1:$(REDIS_PORT)   REDIS_PORT (56379)"
 endif
 
 $(BIN)/.installed: pyproject.toml
@@ -58,7 +64,7 @@ graph-up: graph ## start the local Bolt graph server (127.0.0.1:$GRAPH_BOLT_PORT
 graph-down: ## stop the local Bolt graph server
 	@scripts/graph.sh down
 
-redis-up: venv ## start the local Redis of the working tier (127.0.0.1:56379) unless REDIS_URL is set
+redis-up: venv ## start the local Redis of the working tier (127.0.0.1:$REDIS_PORT) unless REDIS_URL is set
 	@scripts/redis.sh up
 
 redis-down: ## stop the local Redis

@@ -109,6 +109,14 @@ BEGIN
         v_answer || pg_catalog.jsonb_build_object('event_id', v_item -> 'event_id'));
       CONTINUE;
     END IF;
+    -- A rejected hand-off does not count: it gives up the item's idempotency key, so the
+    -- same item handed off again (its cause fixed: the agent's profile, the run) is judged
+    -- and filed anew instead of answering the old rejection. A withdrawn one keeps its key:
+    -- its subject was erased, and a replayed item does not re-form erased memory.
+    UPDATE fabric.proposals p SET request_hash = NULL
+    WHERE p.tenant_id = v_run.tenant_id AND p.proposed_by = v_run.agent_id
+      AND p.source_event_id = (v_item ->> 'event_id') AND p.request_hash IS NOT NULL
+      AND p.from_tier = 'working' AND p.status = 'rejected';
     v_envelope := pg_catalog.jsonb_build_object(
       'tier', 'episodic',
       'scope', pg_catalog.jsonb_build_object('tenant_id', v_run.tenant_id,
@@ -147,7 +155,8 @@ COMMENT ON FUNCTION fabric_api.handoff(jsonb, uuid) IS
   'Hand working items off to durable memory: one proposed raw episode per item (provenance = '
   'the item''s event ids, formation extraction); its commit emits memory.record.promoted from '
   'working. Answers one propose answer (+ event_id) per item; an item the agent already handed '
-  'off answers its first proposal ("replayed": true). Agents only. Example: SELECT '
+  'off (validated, committed or withdrawn) answers that proposal ("replayed": true), a rejected '
+  'one is judged again. Agents only. Example: SELECT '
   'fabric_api.handoff(''[{"event_id":"evt-1","correlation_id":"corr-1","content":{"text":"..."}}]'', '
   '''<run_id>'');';
 

@@ -21,12 +21,16 @@ What keeps it fast (docs/development.md, "Running the tests"):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import queue
 import re
 import select
+import shutil
+import signal
+import sys
 import threading
 import time
 import uuid
@@ -61,6 +65,109 @@ def _use_tmpfs() -> None:
 
 
 _use_tmpfs()
+
+
+# -- an interrupted run cleans up what it started ------------------------------------------
+# SIGTERM (`make test` stopped, a CI job cancelled) would end Python at once: no finalizer
+# runs, and the servers the session started (PostgreSQL, the graph JVM, Redis: none is a
+# child of this process) and its temporary directory (hundreds of MB on tmpfs) outlive it.
+# So SIGTERM becomes KeyboardInterrupt, as Ctrl-C: pytest ends the session and every
+# fixture's finalizer runs. Under pytest-xdist the controller passes the signal on to its
+# workers and waits for them; a worker ends its process once its session is torn down. The
+# session's temporary directory goes last.
+_SIGTERM_GRACE = 180.0  # seconds the controller waits for its workers' teardown
+
+
+@dataclass
+class _Interruption:
+    role: str = "single"  # "single", "controller" (pytest-xdist) or "worker"
+    signalled: bool = False
+    workers: list[int] = field(default_factory=list)
+
+
+_INTERRUPTION = _Interruption()
+
+
+def _live_children(pid: int) -> list[int]:
+    """The direct children of `pid` that have not exited (Linux /proc)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, IndexError, ValueError):
+            continue
+        if int(ppid) == pid and state not in ("Z", "X"):
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    if _INTERRUPTION.signalled:
+        return  # one interruption: a second SIGTERM must not cut the cleanup short
+    _INTERRUPTION.signalled = True
+    if _INTERRUPTION.role == "controller":
+        _INTERRUPTION.workers = _live_children(os.getpid())
+        for pid in _INTERRUPTION.workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        _INTERRUPTION.role = "worker"
+    elif getattr(config.option, "dist", "no") != "no" and getattr(
+        config.option, "numprocesses", None
+    ):
+        _INTERRUPTION.role = "controller"
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """A test that runs a command in process may leave that command's own SIGTERM and SIGINT
+    handlers behind (memfabric's long-running commands install them): the run's come back."""
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        return (yield)
+    finally:
+        if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) is not sigint:
+            signal.signal(signal.SIGINT, sigint)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An interrupted controller waits for its workers to tear their sessions down before
+    pytest-xdist ends them (it kills a worker that does not exit within seconds)."""
+    if _INTERRUPTION.signalled and _INTERRUPTION.role == "controller":
+        deadline = time.monotonic() + _SIGTERM_GRACE
+        while any(map(_alive, _INTERRUPTION.workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _INTERRUPTION.signalled:
+        return
+    if _INTERRUPTION.role == "worker":
+        # torn down: end here, so the controller need not wait for its own teardown
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2)
+    basetemp = getattr(getattr(config, "_tmp_path_factory", None), "_basetemp", None)
+    if basetemp is not None:
+        shutil.rmtree(basetemp, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -85,7 +85,11 @@ def start_graph_server(root: Path) -> Iterator[GraphServer]:
         "GRAPH_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     started = time.monotonic()
-    up = graph_sh(env, "up")
+    try:
+        up = graph_sh(env, "up")
+    except BaseException:  # interrupted while it starts (SIGTERM): the JVM may be up already
+        graph_sh(env, "down", timeout=60)
+        raise
     if up.returncode != 0:
         graph_sh(env, "down")
         pytest.fail(f"graph.sh up failed:\n{up.stdout}\n{up.stderr}")

@@ -919,10 +919,15 @@ def import_command(
             progress,
             jobs=jobs,
         )
-    again = f", {summary.replayed} replayed" if summary.replayed else ""
+    before = (
+        f"; {summary.replayed} {'batch' if summary.replayed == 1 else 'batches'} imported "
+        f"before ({summary.formed_before} formed then, nothing written again)"
+        if summary.replayed
+        else ""
+    )
     typer.echo(
-        f"[import] {iid}: {summary.records} records in {summary.batches} batches{again}: "
-        f"{summary.formed} formed, {summary.refused} refused"
+        f"[import] {iid}: {summary.records} records in {summary.batches} batches: "
+        f"{summary.formed} formed, {summary.refused} refused{before}"
     )
     for r in summary.refusals[:20]:
         typer.echo(f"[import] line {r.line}: refused ({r.sqlstate or 'rule'}): {r.reason}")

@@ -43,7 +43,9 @@ class Refusal:
 
 @dataclass
 class ImportSummary:
-    """What an import formed and refused, over all its batches."""
+    """What an import formed and refused, over all its batches. `formed` counts the records
+    this run formed; a batch imported before (`replayed`) writes nothing again, and the
+    records it formed then are counted in `formed_before`."""
 
     import_id: str
     records: int = 0
@@ -51,6 +53,7 @@ class ImportSummary:
     refused: int = 0
     batches: int = 0
     replayed: int = 0
+    formed_before: int = 0
     refusals: list[Refusal] = field(default_factory=list)
 
 
@@ -116,9 +119,12 @@ def import_file(
     def add(lines: list[int], done: int, answer: dict[str, Any]) -> None:
         summary.batches += 1
         summary.records += int(answer["records"])
-        summary.formed += int(answer["formed"])
+        if answer["replayed"]:
+            summary.replayed += 1
+            summary.formed_before += int(answer["formed"])
+        else:
+            summary.formed += int(answer["formed"])
         summary.refused += int(answer["refused"])
-        summary.replayed += bool(answer["replayed"])
         for r in answer["refusals"]:
             if len(summary.refusals) < keep_refusals:
                 summary.refusals.append(

@@ -139,6 +139,7 @@ def drill(projector: Projector, progress: Progress = lambda _d, _t: None) -> Jso
     ]
     return {
         "identical": not diffs,
+        "records": len(records),
         "differences": diffs,
         "rebuilt": rebuilt["rebuilt"],
         "probes": len(before["semantic"]) + len(before["graph"]),

@@ -211,7 +211,9 @@ def handoff(
     """Propose working items as raw episodes (fabric_api.handoff on the agent's own
     connection). Without `items`, the run's session buffer is handed off; each turn's
     event_id, correlation_id, causation_id and content become the item. Once committed,
-    each emits memory.record.promoted (from_tier working)."""
+    each emits memory.record.promoted (from_tier working). An item handed off before
+    answers its first proposal (`replayed`), unless that one was rejected: then it is judged
+    again."""
     if items is None:
         if working is None:
             raise ValueError("pass the items, or the working tier to read the run's turns from")

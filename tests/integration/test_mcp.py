@@ -38,6 +38,7 @@ import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp.shared.exceptions import MCPError
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -69,8 +70,16 @@ def stdio(fabric: Fabric, login: str, run: uuid.UUID) -> Client:
 
 
 @asynccontextmanager
-async def http(url: str, token: str) -> AsyncIterator[Client]:
+async def http(url: str, token: str, statuses: list[int] | None = None) -> AsyncIterator[Client]:
+    """An MCP client over HTTP with `token`; the HTTP status of every response is appended
+    to `statuses` when given (the client turns a refusal into a generic MCPError)."""
     async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as h:
+        if statuses is not None:
+
+            async def record(response: httpx2.Response) -> None:
+                statuses.append(response.status_code)
+
+            h.event_hooks["response"].append(record)
         async with Client(streamable_http_client(url, http_client=h)) as client:
             yield client
 
@@ -430,16 +439,21 @@ def test_http_refuses_a_missing_unknown_or_revoked_token(shared: Fabric, gateway
         assert response.json()["sqlstate"] == "42501"
 
     async def go() -> None:
-        async with http(gateway, token) as client:
+        statuses: list[int] = []
+        async with http(gateway, token, statuses) as client:
             assert not (await client.call_tool("memory_recall", {})).is_error
             fabric.session("mf_orchestrator").execute(
                 "SELECT fabric_api.revoke_mcp_token(%s)", (token,)
             )
-            with pytest.raises(Exception):  # noqa: B017 - the transport's 401, any form
+            assert 401 not in statuses
+            with pytest.raises(MCPError):  # the client's form of the transport's 401
                 await client.call_tool("memory_recall", {})
-        with pytest.raises(Exception):  # noqa: B017
-            async with http(gateway, token) as client:
+            assert statuses[-1] == 401, statuses
+        statuses.clear()
+        with pytest.RaisesGroup(MCPError, flatten_subgroups=True):
+            async with http(gateway, token, statuses) as client:
                 await client.list_tools()
+        assert statuses and set(statuses) == {401}, statuses  # refused from the start
 
     run_async(go)
     response = httpx2.post(gateway, json=body, headers={"Authorization": f"Bearer {token}"})
@@ -546,7 +560,10 @@ def test_stdio_logs_in_with_the_password_file_and_only_with_it(
             proposed = answer(await client.call_tool("memory_propose", envelope("pw agent")))
             assert proposed["status"] == "validated", proposed
         without = StdioServerParameters(command=sys.executable, args=args, env=base)
-        with pytest.raises(Exception):  # noqa: B017 - the server cannot log in and exits
+        # the server cannot log in and exits: the client sees its connection close
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(MCPError, match="Connection closed"), flatten_subgroups=True
+        ):
             with anyio.fail_after(60):
                 async with Client(without) as client:
                     await client.list_tools()

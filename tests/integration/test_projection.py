@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
 import pytest
+from neo4j.exceptions import ServiceUnavailable
 from psycopg.types.json import Jsonb
 
 from conftest import Fabric, drained, episode, lent
@@ -134,7 +136,7 @@ def test_projection_follows_formation_promotion_supersession_and_erasure(
     fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
     fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
     drain(projector)
-    assert victim not in point_ids(store, "episodic")
+    assert point_ids(store, "episodic") == set(seeded["episodes"]) - {victim}
     export = graph.export("acme").as_json()
     assert "rainy" not in export and victim in export  # shell and edges kept
     assert fabric.count("memory_embeddings", f"memory_id = '{victim}'") == 0
@@ -167,7 +169,9 @@ def test_semantic_recall_is_resolved_searched_then_rechecked(
     fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
     fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
     stale = recall(agent, request, broker)
-    assert victim not in {r["memory_id"] for r in stale["records"]}
+    assert stale["status"] == "served"
+    kept = {r["memory_id"] for r in stale["records"]}
+    assert victim not in kept and set(seeded["episodes"][:2]) - {victim} <= kept, kept
 
     hybrid = recall(agent, {**request, "mode": "hybrid", "query": "euros"}, broker)
     assert hybrid["status"] == "served" and hybrid["records"]
@@ -303,7 +307,7 @@ def test_graph_server_away_and_back(
         run = seeded["run"]
         late = fabric.form(run, "formed while the graph was away")
         assert drained(projector, ("qdrant",)) > 0  # the vector projection goes on
-        with pytest.raises(Exception):  # noqa: B017 - the driver's error while away
+        with pytest.raises(ServiceUnavailable):  # the driver's error while the server is away
             drained(projector, ("graph",))
     finally:
         assert graph_sh(graph_server.env, "up").returncode == 0
@@ -412,3 +416,59 @@ def test_a_rebuild_that_does_not_end_is_remembered_until_one_does(
     assert projector.unfinished_rebuilds() == {}
     assert point_ids(projector.store, "episodic") == set(seeded["episodes"])
     assert ops.verify(projector)["ok"]
+
+
+# -- the drill catches what it is for: a projection that no longer answers as Postgres does --
+
+
+def _wrong_payload(projector: Projector, seeded: dict[str, Any]) -> None:
+    """A live episode's point says it expired: the probes' filter leaves it out."""
+    assert projector.store is not None
+    projector.store.set_payload(
+        "episodic", [seeded["episodes"][0]], {"consolidation_state": "expired"}
+    )
+
+
+def _missing_point(projector: Projector, seeded: dict[str, Any]) -> None:
+    assert projector.store is not None
+    projector.store.delete("episodic", [seeded["episodes"][1]])
+
+
+def _extra_node(projector: Projector, seeded: dict[str, Any]) -> None:
+    """A (:Memory) node of the tenant that no record stands behind."""
+    graph = projector.graph
+    assert graph is not None
+    with graph._driver.session(database=graph.database) as session:
+        session.run(
+            "CREATE (:Memory {tenant_id: 'acme', memory_id: $id})", id=str(uuid.uuid4())
+        ).consume()
+
+
+# corruption -> the probes it shows in: a vector probe ("acme|<text>") or the graph ("acme")
+CORRUPTIONS = {
+    "wrong payload": (_wrong_payload, "vector"),
+    "missing point": (_missing_point, "vector"),
+    "extra node": (_extra_node, "graph"),
+}
+
+
+@pytest.mark.parametrize("vectors", ["edge"], indirect=True)
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_the_drill_reports_a_corrupted_projection(
+    fabric: Fabric, projector: Projector, seeded: dict[str, Any], corruption: str
+) -> None:
+    """Corrupt one projection behind the projector's back: the drill's probes before the
+    wipe differ from those after the rebuild, and it says so (and which probes); the
+    rebuild repaired it, so the next drill is identical."""
+    drain(projector)
+    corrupt, kind = CORRUPTIONS[corruption]
+    corrupt(projector, seeded)
+    drilled = ops.drill(projector)
+    assert drilled["identical"] is False and drilled["differences"], drilled
+    assert drilled["records"] == 4
+    if kind == "graph":
+        assert drilled["differences"] == ["acme"], drilled
+    else:
+        assert all(d.startswith("acme|") for d in drilled["differences"]), drilled
+    again = ops.drill(projector)
+    assert again["identical"] is True and again["differences"] == [], again

@@ -22,7 +22,7 @@ import pytest
 import redis
 from psycopg.types.json import Jsonb
 
-from conftest import ROOT, Fabric, episode
+from conftest import MEMORY_TOOLS, PROFILE_WIDE, ROOT, Fabric, episode
 from memfabric import working
 from memfabric.errors import FabricError
 from memfabric.worker import erase
@@ -55,7 +55,11 @@ def _start(root: Path) -> RedisServer:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env |= {"REDIS_DIR": str(root), "REDIS_PORT": str(_free_port())}
     server = RedisServer(env=env, url="")
-    up = server.sh("up")
+    try:
+        up = server.sh("up")
+    except BaseException:  # interrupted while it starts (SIGTERM): it may be up already
+        server.sh("down")
+        raise
     assert up.returncode == 0, up.stdout + up.stderr
     server.url = server.sh("url").stdout.strip()
     return server
@@ -311,6 +315,63 @@ def test_handing_off_an_item_again_answers_its_first_proposal(
     assert bad["status"] == "rejected"
     (retry,) = working.handoff(agent, run, [turn(3)])
     assert retry["status"] == "validated" and retry["proposal_id"] != bad["proposal_id"]
+
+
+def test_a_rejected_handoff_is_judged_again_once_its_cause_is_fixed(fabric: Fabric) -> None:
+    """The same item, unchanged, handed off again after a rejection is judged anew (not the
+    old rejection replayed): rejected again while the cause stands, validated once the
+    agent's profile allows it, and from then on replayed, in this run or a new one."""
+    run = RunRef("acme", str(fabric.open_run(agent_id="com-agt-004")), "user-8842", "sess-1f9c")
+    agent = fabric.connect("mf_agent_b")  # may propose subject-visible episodes only
+    (bad,) = working.handoff(agent, run, [turn(1)])
+    assert bad["status"] == "rejected" and "visibility session" in bad["reason"]
+    (still,) = working.handoff(agent, run, [turn(1)])
+    assert still["status"] == "rejected" and "replayed" not in still
+    assert still["proposal_id"] != bad["proposal_id"]
+    fabric.call(
+        "mf_admin",
+        "SELECT fabric_api.register_agent('com-agt-004', 'mf_agent_b', %s, %s)",
+        Jsonb(PROFILE_WIDE),
+        MEMORY_TOOLS,
+    )
+    (fixed,) = working.handoff(agent, run, [turn(1)])
+    assert fixed["status"] == "validated" and "replayed" not in fixed
+    assert fixed["proposal_id"] not in (bad["proposal_id"], still["proposal_id"])
+    record = fabric.commit(fixed["proposal_id"])
+    later = RunRef("acme", str(fabric.open_run(agent_id="com-agt-004")), "user-8842", "sess-1f9c")
+    (again,) = working.handoff(agent, later, [turn(1)])
+    assert again == {
+        "proposal_id": fixed["proposal_id"],
+        "status": "committed",
+        "reason": None,
+        "replayed": True,
+        "event_id": "evt-turn-1",
+    }
+    assert fabric.count("memory_records") == 1
+    assert fabric.count("proposals", "status = 'rejected'") == 2
+    promoted = fabric.events("event_type = 'memory.record.promoted'")
+    assert [e["memory_id"] for e in promoted] == [record["memory_id"]]
+
+
+def test_a_withdrawn_handoff_keeps_answering_after_its_subject_was_erased(
+    fabric: Fabric, run: RunRef
+) -> None:
+    """An item whose proposal was withdrawn by a subject erasure is not formed again when a
+    resumed run hands it off: it answers the withdrawn proposal and writes nothing."""
+    agent = fabric.connect("mf_agent_a")
+    (first,) = working.handoff(agent, run, [turn(1)])
+    approval = fabric.call(
+        "mf_committer",
+        "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'asked')",
+    )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    later = RunRef("acme", str(fabric.open_run()), "user-8842", "sess-1f9c")
+    before = fabric.counts()
+    (again,) = working.handoff(agent, later, [turn(1)])
+    assert again["proposal_id"] == first["proposal_id"]
+    assert again["status"] == "withdrawn" and again["replayed"] is True
+    assert fabric.counts() == before
 
 
 def test_the_committer_drain_promotes_handed_off_items_too(fabric: Fabric, run: RunRef) -> None:

@@ -19,6 +19,7 @@ from typer.main import get_command
 from typer.testing import CliRunner, Result
 
 from conftest import Fabric, episode
+from memfabric import check
 from memfabric import db as mfdb
 from memfabric.cli import app
 from memfabric.graph import GraphStore
@@ -281,6 +282,36 @@ def test_drill_on_never_built_projections_says_how_to_build_them(
     drilled = invoke(projection_env, "drill")
     assert drilled.exit_code == 0, drilled.output
     assert '"identical": true' in drilled.stdout
+
+
+def _drill_line(result: Result) -> str:
+    (line,) = [x for x in result.stdout.splitlines() if " projection-rebuild-drill " in x]
+    return line
+
+
+@pytest.mark.slow
+def test_check_drill_passes_sound_projections_and_fails_a_corrupted_one(
+    fabric: Fabric, projection_env: dict[str, str | None], graph_server: GraphServer
+) -> None:
+    """`memfabric check --drill` runs the drill: its item passes on projections built from
+    Postgres and fails when one was changed behind the projector's back (an extra node)."""
+    run = fabric.open_run()
+    proposal = fabric.propose("mf_agent_a", episode("invoices in euros please"), run)
+    fabric.commit(proposal["proposal_id"])
+    assert invoke(projection_env, "rebuild", "all").exit_code == 0
+    unasked = _drill_line(invoke(projection_env, "check"))
+    assert f" {check.FAIL} " in unasked and "--drill" in unasked
+    sound = _drill_line(invoke(projection_env, "check", "--drill"))
+    assert f" {check.PASS} " in sound and "(1 records)" in sound, sound
+    with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
+        with graph._driver.session(database=graph.database) as session:
+            session.run(
+                "CREATE (:Memory {tenant_id: 'acme', memory_id: $id})", id=str(uuid.uuid4())
+            ).consume()
+    broken = invoke(projection_env, "check", "--drill")
+    assert broken.exit_code == 1
+    line = _drill_line(broken)
+    assert f" {check.FAIL} " in line and "answers differ after wipe and rebuild" in line, line
 
 
 def test_projector_login_without_the_projector_role(

@@ -76,8 +76,34 @@ def test_the_same_file_again_forms_nothing_twice(fabric: Fabric, tmp_path: Path)
     before = fabric.counts()
     again = invoke(fabric, str(path), "--tenant", "acme", "--batch", "2")
     assert again.exit_code == 0, again.output
-    assert "3 replayed" in again.output
+    assert (
+        "5 records in 3 batches: 0 formed, 0 refused; 3 batches imported before "
+        "(5 formed then, nothing written again)"
+    ) in again.output
     assert fabric.counts() == before
+
+
+def test_a_resumed_import_counts_what_it_formed_apart_from_what_was_formed_before(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    """A run cut short after its first batch, then the whole file: the first batch is
+    replayed (formed before), the other two are formed now."""
+    lines = [line(i) for i in range(5)]
+    first = invoke(
+        fabric, str(write(tmp_path, lines[:2])), "--tenant", "acme", "--batch", "2",
+        "--import-id", "resumed",
+    )  # fmt: skip
+    assert first.exit_code == 0, first.output
+    again = invoke(
+        fabric, str(write(tmp_path, lines)), "--tenant", "acme", "--batch", "2",
+        "--import-id", "resumed",
+    )  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert (
+        "resumed: 5 records in 3 batches: 3 formed, 0 refused; 1 batch imported before "
+        "(2 formed then, nothing written again)"
+    ) in again.output
+    assert fabric.count("memory_records", "formation_method = 'import'") == 5
 
 
 def test_a_refused_call_is_one_line_and_exit_1(fabric: Fabric, tmp_path: Path) -> None:

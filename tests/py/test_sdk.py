@@ -182,6 +182,7 @@ def test_the_plumbing_calls_bind_their_arguments(fabric: Fabric) -> None:
     run = fabric.open_run()
     proposal = fabric.propose("mf_agent_a", conftest_episode(), run)
     memory_id = fabric.commit(proposal["proposal_id"])["memory_id"]
+    fabric.recall("mf_agent_a", {"run_id": str(run), "query": "x"})  # one event to trace
     now = datetime.now(UTC)
     fabric.settle()  # the commit's events below the horizon before the one read
     with SdkFabric(fabric.url, max_size=1) as mf:
@@ -200,9 +201,10 @@ def test_the_plumbing_calls_bind_their_arguments(fabric: Fabric) -> None:
         assert [str(r["memory_id"]) for r in snapshot] == [memory_id]
         tracer = mf.tracer("mf_tracer")
         feed = tracer.trace_events(10)
-        assert tracer.trace_lag() >= 0
-        if feed:
-            assert tracer.set_trace_cursor(feed[-1]["xid"], feed[-1]["event_id"]) is not None
+        assert [e["event_type"] for e in feed] == ["memory.recall.served"]
+        assert tracer.trace_lag() == 1
+        assert tracer.set_trace_cursor(feed[-1]["xid"], feed[-1]["event_id"]) is not None
+        assert tracer.trace_events(10) == [] and tracer.trace_lag() == 0
         assert tracer.check_trace_endpoint("http://127.0.0.1:4318/v1/traces")
         auditor = mf.auditor("mf_auditor")
         assert [r["memory_id"] for r in auditor.records_as_of("acme", now)] == [
