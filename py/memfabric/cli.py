@@ -255,22 +255,20 @@ def worker_consolidate(
     ),
 ) -> None:
     """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator, validation, commit."""
-    import time
-
     import psycopg
 
     from memfabric.consolidate import run_consolidation
+    from memfabric.worker import run_every
 
     settings = Settings.from_env()
-    _require_known_schema(settings.conninfo("consolidator", consolidator_login))
-    while True:
+    reader_conninfo = settings.conninfo("consolidator", consolidator_login)
+    committer_conninfo = settings.conninfo("committer", committer_login)
+    _require_known_schema(reader_conninfo)
+
+    def step() -> None:
         with (
-            psycopg.connect(
-                settings.conninfo("consolidator", consolidator_login), autocommit=True
-            ) as reader,
-            psycopg.connect(
-                settings.conninfo("committer", committer_login), autocommit=True
-            ) as committer,
+            psycopg.connect(reader_conninfo, autocommit=True) as reader,
+            psycopg.connect(committer_conninfo, autocommit=True) as committer,
         ):
             for name in tenant:
                 run_consolidation(
@@ -280,9 +278,15 @@ def worker_consolidate(
                     budget=budget,
                     progress=lambda line: typer.echo(f"[consolidate] {line}"),
                 )
-        if once:
-            return
-        time.sleep(interval)
+
+    run_every(
+        step,
+        name="consolidation",
+        interval=interval,
+        conninfo=reader_conninfo,
+        once=once,
+        progress=lambda line: typer.echo(f"[consolidate] {line}"),
+    )
 
 
 MAINTAINER_HELP = (
@@ -324,23 +328,29 @@ def worker_decay(
     interval: float = typer.Option(3600.0, min=1.0, help="seconds between scheduled passes"),
 ) -> None:
     """Run decay on a schedule (never opportunistically: recall never mutates anything)."""
-    import time
-
     import psycopg
 
-    from memfabric.worker import run_decay_once
+    from memfabric.worker import run_decay_once, run_every
 
     settings = Settings.from_env()
     conninfo = settings.conninfo("committer", login)
     maintainer_conninfo = settings.conninfo("maintainer", maintainer_login)
     _require_known_schema(conninfo)
-    while True:
+
+    def step() -> None:
         with (
             psycopg.connect(conninfo, autocommit=True) as conn,
             psycopg.connect(maintainer_conninfo, autocommit=True) as maint,
         ):
             typer.echo(f"[decay] {run_decay_once(conn, maintainer=maint)}")
-        time.sleep(interval)
+
+    run_every(
+        step,
+        name="decay",
+        interval=interval,
+        conninfo=conninfo,
+        progress=lambda line: typer.echo(f"[decay] {line}"),
+    )
 
 
 @app.command("erase", epilog=env_help(*MAINTAINER_ENV, *REDIS_ENV))
@@ -687,7 +697,12 @@ def serve(
         threading.Thread(
             target=run_sealer,
             args=(Settings.from_env().conninfo("committer"),),
-            kwargs={"poll_seconds": poll, "progress": lambda line: typer.echo(f"[seal] {line}")},
+            kwargs={
+                "poll_seconds": poll,
+                "progress": lambda line: typer.echo(f"[seal] {line}"),
+                "should_stop": stop.is_set,
+            },
+            name="memfabric-sealer",
             daemon=True,
         ).start()
         where = "in a child process" if in_child else "inline"
