@@ -131,6 +131,33 @@ COMMENT ON FUNCTION fabric_api.seal_events(integer) IS
   'Example: SELECT fabric_api.seal_events(10000);';
 
 -- ---------------------------------------------------------------------------------------
+-- fabric_api.sealing_lag: how far sealing is behind, for the metrics and `memfabric check`:
+-- the events after where sealing stands and the age of the oldest of them. An event is
+-- alterable without detection until it is sealed, so a growing age is an alarm.
+CREATE OR REPLACE FUNCTION fabric_api.sealing_lag()
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_from record;
+  v_unsealed bigint;
+  v_oldest timestamptz;
+BEGIN
+  PERFORM fabric._require_role('fabric_committer', 'read the sealing lag');
+  v_from := fabric._sealed_position();
+  SELECT pg_catalog.count(*), pg_catalog.min(e.occurred_at) INTO v_unsealed, v_oldest
+  FROM fabric.events e WHERE (e.xid, e.event_id) > (v_from.p_xid, v_from.p_event_id);
+  RETURN pg_catalog.jsonb_build_object('unsealed', v_unsealed,
+    'oldest_unsealed_at', v_oldest,
+    'oldest_unsealed_seconds', coalesce(pg_catalog.round(greatest(0, pg_catalog.extract('epoch',
+      pg_catalog.clock_timestamp() - v_oldest)), 3), 0));
+END $$;
+COMMENT ON FUNCTION fabric_api.sealing_lag() IS
+  'Events not sealed yet and the age of the oldest (seconds; 0 when none). Committer only. '
+  'Example: SELECT fabric_api.sealing_lag();';
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_audit.chain_head: the head an auditor holds outside the database: the tenant's
 -- last sealed event, its link and how many events are sealed. Given back to
 -- verify_event_chain, it shows a chain cut short or rewritten behind it.
@@ -317,3 +344,4 @@ GRANT EXECUTE ON FUNCTION fabric_api.seal_events(integer) TO fabric_committer;
 GRANT EXECUTE ON FUNCTION fabric_audit.verify_event_chain(text) TO fabric_auditor;
 GRANT EXECUTE ON FUNCTION fabric_audit.verify_event_chain(text, jsonb) TO fabric_auditor;
 GRANT EXECUTE ON FUNCTION fabric_audit.chain_head(text) TO fabric_auditor;
+GRANT EXECUTE ON FUNCTION fabric_api.sealing_lag() TO fabric_committer;

@@ -495,6 +495,9 @@ def check(
     drill: bool = typer.Option(
         False, help="also run the projection drill (probes, wipes, rebuilds, probes again)"
     ),
+    seal_max_age: float = typer.Option(
+        300.0, min=0.0, help="seconds the oldest unsealed event may wait before sealing fails"
+    ),
 ) -> None:
     """Run the binding checklist (docs/checklist.md) against this deployment: one line per
     item, pass / fail / deviation / not applicable, with its evidence; exits 1 on any fail.
@@ -505,7 +508,9 @@ def check(
 
     settings = Settings.from_env()
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        results = checklist.run(conn, drill=(lambda: _operate("drill")) if drill else None)
+        results = checklist.run(
+            conn, drill=(lambda: _operate("drill")) if drill else None, seal_max_age=seal_max_age
+        )
     for result in results:
         typer.echo(result.line())
     failed = [r for r in results if r.status == checklist.FAIL]
@@ -574,7 +579,9 @@ def worker_trace(
         maker.shutdown()
 
 
-def _start_metrics(port_option: int | None, maker: Any = None, projector: Any = None) -> None:
+def _start_metrics(
+    port_option: int | None, maker: Any = None, projector: Any = None, sealer: str | None = None
+) -> None:
     from memfabric.metrics import metrics_port, serve_metrics
 
     port = metrics_port(port_option)
@@ -601,6 +608,10 @@ def _start_metrics(port_option: int | None, maker: Any = None, projector: Any = 
             "outbox events not yet projected",
             lambda: ops.projection_lag(projector),
         )
+    if sealer is not None:  # the sealer's login reads how far sealing is behind
+        from memfabric.worker import sealing_gauges
+
+        gauges.update(sealing_gauges(sealer))
     server = serve_metrics(port, gauges)
     typer.echo(f"[metrics] http://127.0.0.1:{server.server_address[1]}/metrics")
 
@@ -694,9 +705,10 @@ def serve(
                 )
         from memfabric.worker import run_sealer
 
+        sealer = Settings.from_env().conninfo("committer")
         threading.Thread(
             target=run_sealer,
-            args=(Settings.from_env().conninfo("committer"),),
+            args=(sealer,),
             kwargs={
                 "poll_seconds": poll,
                 "progress": lambda line: typer.echo(f"[seal] {line}"),
@@ -727,7 +739,7 @@ def serve(
                 daemon=True,
             ).start()
             typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
-        _start_metrics(metrics_port, maker, projector)
+        _start_metrics(metrics_port, maker, projector, sealer)
         _start_index_builder(projector.store, settings, stop)
         run = (
             projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run

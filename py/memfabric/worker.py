@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -54,6 +55,32 @@ def seal_once(conn: psycopg.Connection[tuple[object, ...]], batch: int = 10000) 
         total += sealed
         if sealed < batch:
             return total
+
+
+def sealing_lag(conninfo: str) -> dict[str, float]:
+    """How far sealing is behind (`fabric_api.sealing_lag`, as the committer): events not
+    sealed yet (`unsealed`) and the age of the oldest in seconds (`oldest_unsealed_seconds`,
+    0 when none). Read at each metrics scrape."""
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+        lag: dict[str, Any] = fabric_call(conn, "fabric_api.sealing_lag")
+    return {k: float(lag[k]) for k in ("unsealed", "oldest_unsealed_seconds")}
+
+
+def sealing_gauges(conninfo: str) -> dict[str, tuple[str, str, Callable[[], float]]]:
+    """The sealing metrics `memfabric serve` exposes (memfabric.metrics), read as the
+    sealer's login at each scrape."""
+    return {
+        "memfabric_events_unsealed": (
+            "gauge",
+            "outbox events not sealed into their tenant's chain yet (alterable undetected)",
+            lambda: sealing_lag(conninfo)["unsealed"],
+        ),
+        "memfabric_oldest_unsealed_event_age_seconds": (
+            "gauge",
+            "age of the oldest event not sealed yet, in seconds (0 when none)",
+            lambda: sealing_lag(conninfo)["oldest_unsealed_seconds"],
+        ),
+    }
 
 
 def run_sealer(

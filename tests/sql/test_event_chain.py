@@ -15,7 +15,8 @@ from psycopg import sql
 
 from conftest import Fabric, episode
 from memfabric import db as mfdb
-from memfabric.worker import run_committer, run_sealer
+from memfabric.metrics import render
+from memfabric.worker import run_committer, run_sealer, sealing_gauges, sealing_lag
 
 MIGRATOR = "fabric_migrator"
 
@@ -463,3 +464,21 @@ def test_one_sealer_at_a_time_the_other_returns_busy(fabric: Fabric) -> None:
     assert seal(fabric) == {"sealed": 0, "busy": True}  # while the first is not committed
     first.rollback()
     assert seal(fabric)["busy"] is False
+
+
+def test_the_sealing_lag_is_a_metric_until_sealing_catches_up(fabric: Fabric) -> None:
+    """`memfabric serve`'s sealing metrics: the events not sealed yet and the age of the
+    oldest, read as the sealer's login; both 0 once sealed. Only the committer reads them."""
+    activity(fabric)
+    fabric.settle()
+    conninfo = psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer")
+    lag = sealing_lag(conninfo)
+    assert lag["unsealed"] == fabric.count("events") > 0 and lag["oldest_unsealed_seconds"] > 0
+    text = render(sealing_gauges(conninfo))
+    assert f"memfabric_events_unsealed {fabric.count('events')}\n" in text
+    assert "memfabric_metric_read_errors 0" in text
+    seal(fabric)
+    assert sealing_lag(conninfo) == {"unsealed": 0, "oldest_unsealed_seconds": 0}
+    assert "memfabric_oldest_unsealed_event_age_seconds 0\n" in render(sealing_gauges(conninfo))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        fabric.connect("mf_agent_a").execute("SELECT fabric_api.sealing_lag()")
