@@ -3,7 +3,7 @@
 Sealing the audit trail (`fabric_api.seal_events`) has one owner, the sealer `memfabric
 serve` runs beside the projector (`run_sealer`): events come from recalls, decay, erasure and
 administration as well as from commits, and commit workers scale out, so the one long-running
-service seals them all. The database serializes sealers anyway (one cursor row, SKIP LOCKED),
+service seals them all. The database serializes sealers anyway (a transaction advisory lock),
 so a second one would not corrupt the chain, only poll for nothing.
 
 Each batch is one transaction of the database function (FOR UPDATE SKIP LOCKED, tenant by
