@@ -1,5 +1,5 @@
 """The long-running loops ride out a PostgreSQL restart under steady writes: the sealer, the
-commit worker and a scheduled worker (consolidation, decay) each lose their connection,
+commit worker and a scheduled worker (a consolidation and a decay pass) each lose their connection,
 report why, reconnect with backoff and go on from where they were; nothing stays unsealed.
 
 The server is restarted with `pg_ctl restart -m fast` (what an operator or a failover
@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 
 from conftest import PG_CTL, Fabric, episode
 from memfabric.call import fabric_call
+from memfabric.consolidate import run_consolidation
 from memfabric.worker import run_committer, run_every, run_sealer
 
 # the loops connect by URL; the restart takes about two seconds, under the `slow` mark's 5 s
@@ -97,12 +98,17 @@ def test_sealing_commits_and_scheduled_work_resume_after_a_restart_under_writes(
     fabric: Fabric,
 ) -> None:
     committer = psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer")
+    consolidator = psycopg.conninfo.make_conninfo(fabric.url, user="mf_consolidator")
     stop_writing = threading.Event()
     written = [0]
     passes = [0]
 
-    def scheduled() -> None:  # a pass of a scheduled worker: one database call
-        with psycopg.connect(committer, autocommit=True) as conn:
+    def scheduled() -> None:  # a pass of `worker consolidate` (its step), then of decay
+        with (
+            psycopg.connect(consolidator, autocommit=True) as reader,
+            psycopg.connect(committer, autocommit=True) as conn,
+        ):
+            run_consolidation(reader, conn, "acme")
             fabric_call(conn, "fabric_api.run_decay")
         passes[0] += 1
 
@@ -110,7 +116,7 @@ def test_sealing_commits_and_scheduled_work_resume_after_a_restart_under_writes(
     with (
         looping(run_sealer, committer, poll_seconds=0.05) as (sealer, sealed_lines, sealer_end),
         looping(run_committer, committer, poll_seconds=0.05) as (commit, commit_lines, commit_end),
-        looping(run_every, scheduled, name="decay", interval=0.05, conninfo=committer) as (
+        looping(run_every, scheduled, name="consolidation", interval=0.05, conninfo=committer) as (
             decay,
             decay_lines,
             decay_end,
@@ -146,6 +152,10 @@ def test_sealing_commits_and_scheduled_work_resume_after_a_restart_under_writes(
     assert result["ok"] and result["events"] >= events
     assert fabric.count("memory_records") >= written[0]  # a write cut off may have landed
     # each loop said why it paused, naming its login (never "no sqlstate")
-    for lines in (sealed_lines, commit_lines, decay_lines):
-        assert lines and all('login "mf_committer"' in line for line in lines if "paused" in line)
-        assert any("paused" in line for line in lines), lines
+    logins = {'login "mf_committer"', 'login "mf_consolidator"'}  # the pass has both
+    for lines, named in ((sealed_lines, logins - {'login "mf_consolidator"'}),
+                         (commit_lines, logins - {'login "mf_consolidator"'}),
+                         (decay_lines, logins)):  # fmt: skip
+        paused = [line for line in lines if "paused" in line]
+        assert paused and all(any(n in line for n in named) for line in paused), lines
+        assert not any("no sqlstate" in line for line in lines)
