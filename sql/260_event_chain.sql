@@ -43,33 +43,63 @@ CREATE OR REPLACE TRIGGER _200_append_only_truncate
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.seal_events: extend every tenant's chain by the events below the horizon.
--- One sealer at a time (the cursor row, SKIP LOCKED); others return at once.
+-- fabric._sealed_position: where sealing stands, derived from the append-only seals (there
+-- is no cursor to move back or empty): the (xid, event_id) of the last sealed event of any
+-- tenant. Every event at or below it was sealed, as passes seal in that order.
+CREATE OR REPLACE FUNCTION fabric._sealed_position(OUT p_xid xid8, OUT p_event_id uuid)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(l.xid, '0'::xid8),
+         coalesce(l.event_id, '00000000-0000-0000-0000-000000000000'::uuid)
+  FROM (SELECT) AS one
+  LEFT JOIN LATERAL (SELECT s.xid, s.event_id FROM fabric.event_seals s
+                     ORDER BY s.xid DESC, s.event_id DESC LIMIT 1) l ON true
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._chain_head: a tenant's head, its last seal: position (= the number of sealed
+-- events, as positions run from 1 without gaps), the sealed event and its link.
+CREATE OR REPLACE FUNCTION fabric._chain_head(p_tenant_id text)
+RETURNS fabric.event_seals
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT s.* FROM fabric.event_seals s WHERE s.tenant_id = p_tenant_id
+  ORDER BY s.seq DESC LIMIT 1
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.seal_events: extend every tenant's chain by the events below the horizon,
+-- from where sealing stands (fabric._sealed_position). One sealer at a time (a transaction
+-- advisory lock); others return at once.
 CREATE OR REPLACE FUNCTION fabric_api.seal_events(p_limit integer DEFAULT 10000)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_cursor fabric.event_seal_cursor;
+  v_from record;
   v_horizon xid8;
   v_event fabric.events;
   v_heads jsonb := '{}';
+  v_head fabric.event_seals;
   v_seq bigint;
   v_link text;
   v_sealed integer := 0;
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_committer', 'seal events');
-  SELECT * INTO v_cursor FROM fabric.event_seal_cursor c FOR UPDATE SKIP LOCKED;
-  IF NOT FOUND THEN
+  IF NOT pg_catalog.pg_try_advisory_xact_lock(
+           pg_catalog.hashtextextended('fabric_api.seal_events', 0)) THEN
     RETURN pg_catalog.jsonb_build_object('sealed', 0, 'busy', true);
   END IF;
+  v_from := fabric._sealed_position();
   -- Every transaction below the horizon has ended: no event can appear there later.
   v_horizon := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
   FOR v_event IN
     SELECT * FROM fabric.events e
-    WHERE (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id)
+    WHERE (e.xid, e.event_id) > (v_from.p_xid, v_from.p_event_id)
       AND e.xid < v_horizon
     ORDER BY e.xid, e.event_id
     LIMIT greatest(1, least(coalesce(p_limit, 10000), 100000))
@@ -78,11 +108,9 @@ BEGIN
       v_seq := (v_heads -> v_event.tenant_id ->> 0)::bigint;
       v_link := v_heads -> v_event.tenant_id ->> 1;
     ELSE
-      v_seq := 0;
-      v_link := NULL;
-      SELECT s.seq, s.link INTO v_seq, v_link FROM fabric.event_seals s
-      WHERE s.tenant_id = v_event.tenant_id ORDER BY s.seq DESC LIMIT 1;
-      v_seq := coalesce(v_seq, 0);
+      v_head := fabric._chain_head(v_event.tenant_id);
+      v_seq := coalesce(v_head.seq, 0);
+      v_link := v_head.link;
     END IF;
     v_seq := v_seq + 1;
     v_link := fabric._event_link(v_link, v_event);
@@ -90,15 +118,8 @@ BEGIN
     VALUES (v_event.tenant_id, v_seq, v_event.event_id, v_event.occurred_at, v_event.xid, v_link);
     v_heads := v_heads || pg_catalog.jsonb_build_object(v_event.tenant_id,
                                                         pg_catalog.jsonb_build_array(v_seq, v_link));
-    v_cursor.last_xid := v_event.xid;
-    v_cursor.last_event_id := v_event.event_id;
     v_sealed := v_sealed + 1;
   END LOOP;
-  IF v_sealed > 0 THEN
-    UPDATE fabric.event_seal_cursor c
-    SET last_xid = v_cursor.last_xid, last_event_id = v_cursor.last_event_id,
-        sealed_at = pg_catalog.now();
-  END IF;
   RETURN pg_catalog.jsonb_build_object('sealed', v_sealed,
     'tenants', (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(v_heads)),
     'busy', false);
@@ -110,30 +131,95 @@ COMMENT ON FUNCTION fabric_api.seal_events(integer) IS
   'Example: SELECT fabric_api.seal_events(10000);';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_audit.verify_event_chain: recompute the chains; the first break names the tenant,
--- the link and what is wrong. NULL checks every tenant.
-CREATE OR REPLACE FUNCTION fabric_audit.verify_event_chain(p_tenant_id text DEFAULT NULL)
+-- fabric_api.sealing_lag: how far sealing is behind, for the metrics and `memfabric check`:
+-- the events after where sealing stands and the age of the oldest of them. An event is
+-- alterable without detection until it is sealed, so a growing age is an alarm.
+CREATE OR REPLACE FUNCTION fabric_api.sealing_lag()
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_from record;
+  v_unsealed bigint;
+  v_oldest timestamptz;
+BEGIN
+  PERFORM fabric._require_role('fabric_committer', 'read the sealing lag');
+  v_from := fabric._sealed_position();
+  SELECT pg_catalog.count(*), pg_catalog.min(e.occurred_at) INTO v_unsealed, v_oldest
+  FROM fabric.events e WHERE (e.xid, e.event_id) > (v_from.p_xid, v_from.p_event_id);
+  RETURN pg_catalog.jsonb_build_object('unsealed', v_unsealed,
+    'oldest_unsealed_at', v_oldest,
+    'oldest_unsealed_seconds', coalesce(pg_catalog.round(greatest(0, pg_catalog.extract('epoch',
+      pg_catalog.clock_timestamp() - v_oldest)), 3), 0));
+END $$;
+COMMENT ON FUNCTION fabric_api.sealing_lag() IS
+  'Events not sealed yet and the age of the oldest (seconds; 0 when none). Committer only. '
+  'Example: SELECT fabric_api.sealing_lag();';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.chain_head: the head an auditor holds outside the database: the tenant's
+-- last sealed event, its link and how many events are sealed. Given back to
+-- verify_event_chain, it shows a chain cut short or rewritten behind it.
+CREATE OR REPLACE FUNCTION fabric_audit.chain_head(p_tenant_id text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_cursor fabric.event_seal_cursor;
+  v_head fabric.event_seals;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_auditor', 'read the event chain''s head');
+  PERFORM fabric._require_tenant(p_tenant_id);
+  v_head := fabric._chain_head(p_tenant_id);
+  RETURN pg_catalog.jsonb_build_object('tenant_id', p_tenant_id,
+    'seq', coalesce(v_head.seq, 0), 'events', coalesce(v_head.seq, 0),
+    'event_id', v_head.event_id, 'occurred_at', v_head.occurred_at, 'link', v_head.link,
+    'sealed_at', v_head.sealed_at);
+END $$;
+COMMENT ON FUNCTION fabric_audit.chain_head(text) IS
+  'A tenant''s sealed chain head to keep outside the database: the last sealed event, its '
+  'link (hash) and the number of sealed events (seq). Auditors only. '
+  'Example: SELECT fabric_audit.chain_head(''acme'');';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._verify_event_chain: recompute the chains; the first break names the tenant, the
+-- link and what is wrong. NULL checks every tenant. With a head the auditor held
+-- (chain_head), the tenant's chain must still reach it with the same link.
+CREATE OR REPLACE FUNCTION fabric._verify_event_chain(p_tenant_id text, p_head jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_from record;
   v_tenant text;
   v_seal record;
   v_prev text;
   v_expect bigint;
+  v_last fabric.event_seals;
+  v_held_seq bigint;
+  v_held_link text;
   v_checked bigint := 0;
   v_unsealed bigint := 0;
   v_break jsonb;
   v_inserted fabric.events;
 BEGIN
-  PERFORM fabric._reset_context();
-  PERFORM fabric._require_role('fabric_auditor', 'verify the event chain');
-  IF p_tenant_id IS NOT NULL THEN
-    PERFORM fabric._require_tenant(p_tenant_id);
+  IF p_head IS NOT NULL THEN
+    IF p_tenant_id IS NULL OR pg_catalog.jsonb_typeof(p_head) <> 'object'
+       OR pg_catalog.jsonb_typeof(p_head -> 'seq') IS DISTINCT FROM 'number'
+       OR (p_head ->> 'seq') !~ '^[0-9]{1,18}$'
+       OR ((p_head ->> 'seq')::bigint > 0
+           AND coalesce(p_head ->> 'link', '') !~ '^[0-9a-f]{64}$')
+       OR coalesce(p_head ->> 'tenant_id', p_tenant_id) <> p_tenant_id THEN
+      PERFORM fabric._raise_rule('invalid_parameter_value',
+        'an expected head is a tenant''s head as fabric_audit.chain_head returned it',
+        'pass the tenant and the head kept for it: {"tenant_id", "seq", "link", ...}');
+    END IF;
+    v_held_seq := (p_head ->> 'seq')::bigint;
   END IF;
-  SELECT * INTO v_cursor FROM fabric.event_seal_cursor;
+  v_from := fabric._sealed_position();
   FOR v_tenant IN
     SELECT t.tenant_id FROM (SELECT s.tenant_id FROM fabric.event_seals s
                              UNION SELECT e.tenant_id FROM fabric.events e) t
@@ -142,6 +228,7 @@ BEGIN
   LOOP
     v_prev := NULL;
     v_expect := 1;
+    v_held_link := NULL;
     FOR v_seal IN
       SELECT s.seq, s.event_id, s.link, e AS event
       FROM fabric.event_seals s
@@ -150,6 +237,9 @@ BEGIN
       ORDER BY s.seq
     LOOP
       v_checked := v_checked + 1;
+      IF v_seal.seq = v_held_seq THEN
+        v_held_link := v_seal.link;
+      END IF;
       CONTINUE WHEN v_break IS NOT NULL;
       v_break := CASE
         WHEN v_seal.seq <> v_expect THEN pg_catalog.jsonb_build_object('seq', v_expect,
@@ -164,10 +254,24 @@ BEGIN
       v_prev := v_seal.link;
       v_expect := v_seal.seq + 1;
     END LOOP;
+    -- What is gone from the end of a chain leaves nothing behind to recompute: only the
+    -- head held outside shows it.
+    IF v_break IS NULL AND v_held_seq > 0 THEN
+      IF v_expect - 1 < v_held_seq THEN
+        v_break := pg_catalog.jsonb_build_object('seq', v_held_seq,
+          'event_id', p_head -> 'event_id', 'chain_seq', v_expect - 1,
+          'problem', 'the chain ends before the head you hold: sealed events were removed '
+                     'from its end (truncated)');
+      ELSIF v_held_link <> (p_head ->> 'link') THEN
+        v_break := pg_catalog.jsonb_build_object('seq', v_held_seq,
+          'event_id', p_head -> 'event_id',
+          'problem', 'the chain does not pass through the head you hold (rewritten)');
+      END IF;
+    END IF;
     IF v_break IS NULL THEN
       SELECT * INTO v_inserted FROM fabric.events e
       WHERE e.tenant_id = v_tenant
-        AND (e.xid, e.event_id) <= (v_cursor.last_xid, v_cursor.last_event_id)
+        AND (e.xid, e.event_id) <= (v_from.p_xid, v_from.p_event_id)
         AND NOT EXISTS (SELECT 1 FROM fabric.event_seals s WHERE s.event_id = e.event_id)
       ORDER BY e.xid, e.event_id LIMIT 1;
       IF FOUND THEN
@@ -178,17 +282,66 @@ BEGIN
     IF v_break IS NOT NULL AND NOT v_break ? 'tenant_id' THEN
       v_break := pg_catalog.jsonb_build_object('tenant_id', v_tenant) || v_break;
     END IF;
+    v_last := fabric._chain_head(v_tenant);
     v_unsealed := v_unsealed + (SELECT pg_catalog.count(*) FROM fabric.events e
       WHERE e.tenant_id = v_tenant
-        AND (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id));
+        AND (v_last.seq IS NULL
+             OR (e.xid, e.event_id) > (v_last.xid, v_last.event_id)));
   END LOOP;
+  IF p_head IS NOT NULL AND v_held_seq > 0 AND v_break IS NULL
+     AND NOT EXISTS (SELECT 1 FROM fabric.event_seals s WHERE s.tenant_id = p_tenant_id) THEN
+    v_break := pg_catalog.jsonb_build_object('tenant_id', p_tenant_id, 'seq', v_held_seq,
+      'event_id', p_head -> 'event_id', 'chain_seq', 0,
+      'problem', 'the chain ends before the head you hold: sealed events were removed '
+                 'from its end (truncated)');
+  END IF;
   RETURN pg_catalog.jsonb_build_object('ok', v_break IS NULL, 'events', v_checked,
     'unsealed', v_unsealed, 'first_break', v_break);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.verify_event_chain: the check an auditor runs, of one tenant or all.
+CREATE OR REPLACE FUNCTION fabric_audit.verify_event_chain(p_tenant_id text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_auditor', 'verify the event chain');
+  IF p_tenant_id IS NOT NULL THEN
+    PERFORM fabric._require_tenant(p_tenant_id);
+  END IF;
+  RETURN fabric._verify_event_chain(p_tenant_id, NULL);
 END $$;
 COMMENT ON FUNCTION fabric_audit.verify_event_chain(text) IS
   'Recompute the sealed event chain of one tenant (or all): ok, events checked, events not '
   'yet sealed, and the first break (deleted, altered or inserted event, dropped partition). '
   'Auditors only. Example: SELECT fabric_audit.verify_event_chain(''acme'');';
 
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.verify_event_chain(tenant, head): the same, and the chain must still reach
+-- the head the auditor kept (fabric_audit.chain_head) with the same link: a chain cut
+-- short behind it, or rewritten, is reported.
+CREATE OR REPLACE FUNCTION fabric_audit.verify_event_chain(p_tenant_id text,
+                                                           p_expected_head jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_auditor', 'verify the event chain');
+  PERFORM fabric._require_tenant(p_tenant_id);
+  RETURN fabric._verify_event_chain(p_tenant_id, coalesce(p_expected_head, 'null'::jsonb));
+END $$;
+COMMENT ON FUNCTION fabric_audit.verify_event_chain(text, jsonb) IS
+  'Verify a tenant''s chain against the head kept from fabric_audit.chain_head: also reports '
+  'a chain truncated or rewritten behind that head. Auditors only. Example: SELECT '
+  'fabric_audit.verify_event_chain(''acme'', ''{"seq": 42, "link": "…"}''::jsonb);';
+
 GRANT EXECUTE ON FUNCTION fabric_api.seal_events(integer) TO fabric_committer;
 GRANT EXECUTE ON FUNCTION fabric_audit.verify_event_chain(text) TO fabric_auditor;
+GRANT EXECUTE ON FUNCTION fabric_audit.verify_event_chain(text, jsonb) TO fabric_auditor;
+GRANT EXECUTE ON FUNCTION fabric_audit.chain_head(text) TO fabric_auditor;
+GRANT EXECUTE ON FUNCTION fabric_api.sealing_lag() TO fabric_committer;

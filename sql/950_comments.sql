@@ -333,19 +333,12 @@ COMMENT ON COLUMN fabric.events.xid IS 'Writing transaction id: events are seale
 COMMENT ON TABLE fabric.event_seals IS
   'Links every event of a tenant into an append-only hash chain in (xid, event_id) order, so a changed or missing event is detected (docs/audit-trail.md).';
 COMMENT ON COLUMN fabric.event_seals.tenant_id IS 'Tenant whose chain this is.';
-COMMENT ON COLUMN fabric.event_seals.seq IS 'Position in the tenant''s chain, from 1.';
+COMMENT ON COLUMN fabric.event_seals.seq IS 'Position in the tenant''s chain, from 1; the last one is the chain''s head (fabric_audit.chain_head).';
 COMMENT ON COLUMN fabric.event_seals.event_id IS 'The sealed event.';
 COMMENT ON COLUMN fabric.event_seals.occurred_at IS 'The event''s occurred_at.';
 COMMENT ON COLUMN fabric.event_seals.xid IS 'The event''s xid.';
 COMMENT ON COLUMN fabric.event_seals.link IS 'SHA-256 (hex) over the previous link and the event.';
 COMMENT ON COLUMN fabric.event_seals.sealed_at IS 'When the event was sealed.';
-
-COMMENT ON TABLE fabric.event_seal_cursor IS
-  'One row: how far sealing has gone through the events, as (xid, event_id).';
-COMMENT ON COLUMN fabric.event_seal_cursor.only_row IS 'Always true: keeps the table to one row.';
-COMMENT ON COLUMN fabric.event_seal_cursor.last_xid IS 'xid of the last sealed event.';
-COMMENT ON COLUMN fabric.event_seal_cursor.last_event_id IS 'event_id of the last sealed event.';
-COMMENT ON COLUMN fabric.event_seal_cursor.sealed_at IS 'When sealing last advanced.';
 
 COMMENT ON TABLE fabric.projection_cursors IS
   'How far each projection (qdrant, graph) has applied the outbox, as (xid, event_id) (docs/projections.md).';

@@ -4,14 +4,14 @@ stays open on a tombstone, whichever of a source and its derived record is erase
 The functions are replaced by the sql/ replay that follows every migrate.
 
 Revision ID: 0028_erasure_flags
-Revises: 0026_projection_rebuild
+Revises: 0027_chain_head
 Create Date: 2026-12-04
 """
 
 from alembic import op
 
 revision = "0028_erasure_flags"
-down_revision = "0026_projection_rebuild"
+down_revision = "0027_chain_head"
 branch_labels = None
 depends_on = None
 

@@ -412,6 +412,10 @@ class AsyncCommitter(_AsyncRole):
     async def seal_events(self, limit: int = 10000) -> Json:
         return await self._call("fabric_api.seal_events", limit)  # type: ignore[no-any-return]
 
+    async def sealing_lag(self) -> Json:
+        """Events not sealed yet and the age of the oldest (the sealing metrics)."""
+        return await self._call("fabric_api.sealing_lag")  # type: ignore[no-any-return]
+
     async def working_erasure_scope(self, approval_id: Id) -> Json | None:
         return await self._call("fabric_api.working_erasure_scope", approval_id)  # type: ignore[no-any-return]
 
@@ -499,8 +503,20 @@ class AsyncAuditor(_AsyncRole):
         raw = await self._call("fabric_audit.erasure_receipt", memory_id)
         return None if raw is None else Receipt.from_json(raw)
 
-    async def verify_event_chain(self, tenant_id: str | None = None) -> Json:
+    async def verify_event_chain(
+        self, tenant_id: str | None = None, expected_head: Json | None = None
+    ) -> Json:
+        """Recompute the chain (one tenant or all); with `expected_head` (a `chain_head` kept
+        outside the database) also report a tail truncated or rewritten behind it."""
+        if expected_head is not None:
+            return await self._call(  # type: ignore[no-any-return]
+                "fabric_audit.verify_event_chain", tenant_id, expected_head
+            )
         return await self._call("fabric_audit.verify_event_chain", tenant_id)  # type: ignore[no-any-return]
+
+    async def chain_head(self, tenant_id: str) -> Json:
+        """The tenant's chain head to keep outside the database: last sealed event, link, seq."""
+        return await self._call("fabric_audit.chain_head", tenant_id)  # type: ignore[no-any-return]
 
     # the relations (RETURNS TABLE): they compose with SQL; docs/audit.md is the cookbook
     async def events(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:

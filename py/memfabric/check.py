@@ -54,11 +54,17 @@ class Result:
         return f"{self.number:>2}. {self.key:<28} {self.status:<15} {self.evidence}"
 
 
+# How old the oldest unsealed event may be before `audit-trail-sealed` fails: a sealer that
+# runs keeps it near its poll interval; minutes mean sealing has stopped or cannot keep up.
+SEAL_MAX_AGE_SECONDS = 300.0
+
+
 @dataclass
 class Context:
     conn: Conn
     env: Mapping[str, str]
     drill: Callable[[], Mapping[str, Any]] | None = None
+    seal_max_age: float = SEAL_MAX_AGE_SECONDS
 
     def rows(self, query: str, *args: Any) -> list[tuple[Any, ...]]:
         return self.conn.execute(query, args).fetchall()
@@ -529,6 +535,18 @@ def audit_agent_unbound(ctx: Context) -> tuple[str, str]:
     )
 
 
+def audit_trail_sealed(ctx: Context) -> tuple[str, str]:
+    lag = ctx.value("SELECT fabric_api.sealing_lag()")
+    unsealed, age = int(lag["unsealed"]), float(lag["oldest_unsealed_seconds"])
+    evidence = f"{unsealed} events unsealed, the oldest {age:.0f}s old"
+    if age > ctx.seal_max_age:
+        return FAIL, (
+            f"{evidence} (more than {ctx.seal_max_age:.0f}s): sealing has stopped or cannot keep "
+            "up; is `memfabric serve` running, and what does its [seal] line say?"
+        )
+    return PASS, f"{evidence} (at most {ctx.seal_max_age:.0f}s allowed)"
+
+
 ITEMS: tuple[tuple[int, str, Check], ...] = (
     (1, "store-five-methods", store_methods),
     (2, "namespace-tenant-first", namespaces),
@@ -545,6 +563,7 @@ ITEMS: tuple[tuple[int, str, Check], ...] = (
     (13, "graph-library", graph_library),
     (14, "mcp-server", mcp_server),
     (15, "audit-agent-unbound", audit_agent_unbound),
+    (16, "audit-trail-sealed", audit_trail_sealed),
 )
 
 
@@ -552,9 +571,10 @@ def run(
     conn: Conn,
     env: Mapping[str, str] | None = None,
     drill: Callable[[], Mapping[str, Any]] | None = None,
+    seal_max_age: float = SEAL_MAX_AGE_SECONDS,
 ) -> list[Result]:
     """Every item, in order; a query that fails makes its item fail (the rest still run)."""
-    ctx = Context(conn, os.environ if env is None else env, drill)
+    ctx = Context(conn, os.environ if env is None else env, drill, seal_max_age)
     results = []
     for number, key, item in ITEMS:
         try:

@@ -255,22 +255,20 @@ def worker_consolidate(
     ),
 ) -> None:
     """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator, validation, commit."""
-    import time
-
     import psycopg
 
     from memfabric.consolidate import run_consolidation
+    from memfabric.worker import run_every
 
     settings = Settings.from_env()
-    _require_known_schema(settings.conninfo("consolidator", consolidator_login))
-    while True:
+    reader_conninfo = settings.conninfo("consolidator", consolidator_login)
+    committer_conninfo = settings.conninfo("committer", committer_login)
+    _require_known_schema(reader_conninfo)
+
+    def step() -> None:
         with (
-            psycopg.connect(
-                settings.conninfo("consolidator", consolidator_login), autocommit=True
-            ) as reader,
-            psycopg.connect(
-                settings.conninfo("committer", committer_login), autocommit=True
-            ) as committer,
+            psycopg.connect(reader_conninfo, autocommit=True) as reader,
+            psycopg.connect(committer_conninfo, autocommit=True) as committer,
         ):
             for name in tenant:
                 run_consolidation(
@@ -280,9 +278,15 @@ def worker_consolidate(
                     budget=budget,
                     progress=lambda line: typer.echo(f"[consolidate] {line}"),
                 )
-        if once:
-            return
-        time.sleep(interval)
+
+    run_every(
+        step,
+        name="consolidation",
+        interval=interval,
+        conninfo=reader_conninfo,
+        once=once,
+        progress=lambda line: typer.echo(f"[consolidate] {line}"),
+    )
 
 
 MAINTAINER_HELP = (
@@ -324,23 +328,29 @@ def worker_decay(
     interval: float = typer.Option(3600.0, min=1.0, help="seconds between scheduled passes"),
 ) -> None:
     """Run decay on a schedule (never opportunistically: recall never mutates anything)."""
-    import time
-
     import psycopg
 
-    from memfabric.worker import run_decay_once
+    from memfabric.worker import run_decay_once, run_every
 
     settings = Settings.from_env()
     conninfo = settings.conninfo("committer", login)
     maintainer_conninfo = settings.conninfo("maintainer", maintainer_login)
     _require_known_schema(conninfo)
-    while True:
+
+    def step() -> None:
         with (
             psycopg.connect(conninfo, autocommit=True) as conn,
             psycopg.connect(maintainer_conninfo, autocommit=True) as maint,
         ):
             typer.echo(f"[decay] {run_decay_once(conn, maintainer=maint)}")
-        time.sleep(interval)
+
+    run_every(
+        step,
+        name="decay",
+        interval=interval,
+        conninfo=conninfo,
+        progress=lambda line: typer.echo(f"[decay] {line}"),
+    )
 
 
 @app.command("erase", epilog=env_help(*MAINTAINER_ENV, *REDIS_ENV))
@@ -488,6 +498,9 @@ def check(
     drill: bool = typer.Option(
         False, help="also run the projection drill (probes, wipes, rebuilds, probes again)"
     ),
+    seal_max_age: float = typer.Option(
+        300.0, min=0.0, help="seconds the oldest unsealed event may wait before sealing fails"
+    ),
 ) -> None:
     """Run the binding checklist (docs/checklist.md) against this deployment: one line per
     item, pass / fail / deviation / not applicable, with its evidence; exits 1 on any fail.
@@ -498,7 +511,9 @@ def check(
 
     settings = Settings.from_env()
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        results = checklist.run(conn, drill=(lambda: _operate("drill")) if drill else None)
+        results = checklist.run(
+            conn, drill=(lambda: _operate("drill")) if drill else None, seal_max_age=seal_max_age
+        )
     for result in results:
         typer.echo(result.line())
     failed = [r for r in results if r.status == checklist.FAIL]
@@ -567,7 +582,9 @@ def worker_trace(
         maker.shutdown()
 
 
-def _start_metrics(port_option: int | None, maker: Any = None, projector: Any = None) -> None:
+def _start_metrics(
+    port_option: int | None, maker: Any = None, projector: Any = None, sealer: str | None = None
+) -> None:
     from memfabric.metrics import metrics_port, serve_metrics
 
     port = metrics_port(port_option)
@@ -594,6 +611,10 @@ def _start_metrics(port_option: int | None, maker: Any = None, projector: Any = 
             "outbox events not yet projected",
             lambda: ops.projection_lag(projector),
         )
+    if sealer is not None:  # the sealer's login reads how far sealing is behind
+        from memfabric.worker import sealing_gauges
+
+        gauges.update(sealing_gauges(sealer))
     server = serve_metrics(port, gauges)
     typer.echo(f"[metrics] http://127.0.0.1:{server.server_address[1]}/metrics")
 
@@ -687,10 +708,16 @@ def serve(
                 )
         from memfabric.worker import run_sealer
 
+        sealer = Settings.from_env().conninfo("committer")
         threading.Thread(
             target=run_sealer,
-            args=(Settings.from_env().conninfo("committer"),),
-            kwargs={"poll_seconds": poll, "progress": lambda line: typer.echo(f"[seal] {line}")},
+            args=(sealer,),
+            kwargs={
+                "poll_seconds": poll,
+                "progress": lambda line: typer.echo(f"[seal] {line}"),
+                "should_stop": stop.is_set,
+            },
+            name="memfabric-sealer",
             daemon=True,
         ).start()
         where = "in a child process" if in_child else "inline"
@@ -715,7 +742,7 @@ def serve(
                 daemon=True,
             ).start()
             typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
-        _start_metrics(metrics_port, maker, projector)
+        _start_metrics(metrics_port, maker, projector, sealer)
         _start_index_builder(projector.store, settings, stop)
         run = (
             projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run

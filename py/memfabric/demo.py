@@ -3,7 +3,9 @@
 Each identity connects with its own login: an admin, an orchestrator, an agent and a
 committer. The demo keeps to its own tenant, agent ids and logins, so it can run again, on
 a database that serves other tenants, without touching them. The superuser only creates
-the logins.
+the logins: the demo's own, and the service logins `memfabric serve` runs as (the projector,
+the maintenance login and the committer that seals the audit trail, as the settings name
+them), so `make serve` runs on what the demo leaves.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from memfabric import db
 from memfabric.call import fabric_call, fabric_rows
 from memfabric.client import FabricClient
 from memfabric.errors import FabricError
+from memfabric.settings import Identity, Settings
 
 console = Console(highlight=False, width=110)
 
@@ -33,9 +36,14 @@ LOGINS = {
     "mf_demo_committer": "fabric_committer",
     "mf_demo_policy": "fabric_policy",
     "mf_demo_auditor": "fabric_auditor",
-    "memfabric_projector": "fabric_projector",  # the login `memfabric serve` uses
-    "memfabric_maintainer": "fabric_maintainer",  # the login that VACUUMs after erasure
     "mf_demo_agent": None,
+}
+# The service identities `memfabric serve` logs in as, and their group roles: the projector,
+# the maintenance login that VACUUMs after erasure, and the committer whose login seals.
+SERVICE_GROUPS: dict[Identity, str] = {
+    "projector": "fabric_projector",
+    "maintainer": "fabric_maintainer",
+    "committer": "fabric_committer",
 }
 AGENT_PROFILE = {
     "propose_scope": {"tiers": ["episodic", "semantic"], "visibility": ["subject", "tenant"]},
@@ -72,9 +80,19 @@ def episode(text: str, source_event: str) -> dict[str, Any]:
     }
 
 
-def ensure_logins(url: str) -> None:
+def service_logins(settings: Settings) -> dict[str, str]:
+    """login -> group of each service identity serve uses, as the settings name it (an
+    identity given a full URL is the operator's own and left alone)."""
+    return {
+        settings.login(identity): group
+        for identity, group in SERVICE_GROUPS.items()
+        if not getattr(settings, f"{identity}_url")
+    }
+
+
+def ensure_logins(url: str, logins: dict[str, str | None]) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        for login, group in LOGINS.items():
+        for login, group in logins.items():
             if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
             if group:
@@ -85,9 +103,12 @@ def ensure_logins(url: str) -> None:
 
 def run_demo(url: str) -> int:
     step("0. the superuser creates one login per identity (nothing else)")
-    ensure_logins(url)
+    services = service_logins(Settings.from_env())
+    ensure_logins(url, {**LOGINS, **services})
     for login, group in LOGINS.items():
         say(f"login [cyan]{login}[/cyan]" + (f" member of {group}" if group else " (an agent)"))
+    for login, group in services.items():
+        say(f"login [cyan]{login}[/cyan] member of {group} (for `memfabric serve`)")
 
     admin = FabricClient(db.url_for(url, "mf_demo_admin"))
     orchestrator = FabricClient(db.url_for(url, "mf_demo_orchestrator"))

@@ -124,6 +124,48 @@ def mapped() -> Iterator[None]:
         raise translate(exc) from exc
 
 
+# SQLSTATE classes of a database that is going away or under strain: connection exception,
+# transaction rollback, insufficient resources, operator intervention (a shutdown, a restart,
+# a cancel), system error. A long-running loop reconnects and goes on from its cursor.
+TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Did the database go away (or refuse for a moment) rather than refuse the call? True for
+    libpq's own failures (no SQLSTATE: a connection that failed or was lost) and for the
+    SQLSTATE classes above, whether raised as psycopg's error or as the FabricError that
+    `mapped` made of it (a restart's 57P01 arrives as either)."""
+    if not isinstance(exc, FabricError | psycopg.Error):
+        return False
+    if exc.sqlstate is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return exc.sqlstate[:2] in TRANSIENT_SQLSTATE_CLASSES
+
+
+def login_of(exc: BaseException, conninfo: str | None = None) -> str:
+    """The login a failed call or connection ran as: the failed connection's own (psycopg's,
+    or that of the error `mapped` translated), else the one `conninfo` names, else libpq's
+    default (the OS user)."""
+    for error in (exc, exc.__cause__):
+        pgconn = getattr(error, "pgconn", None)
+        if pgconn is not None and pgconn.user:
+            return bytes(pgconn.user).decode(errors="replace")
+    user = psycopg.conninfo.conninfo_to_dict(conninfo).get("user") if conninfo else None
+    if user:
+        return str(user)
+    import getpass
+
+    return getpass.getuser()
+
+
+def paused_line(exc: BaseException, conninfo: str | None = None) -> str:
+    """Why a long-running loop paused, for its progress line: the login it ran as, then the
+    refusal (message and SQLSTATE) or, for a connection refused or lost (libpq gives no
+    SQLSTATE), who was refused and the server's reason, or that the server is not answering."""
+    line = one_line(exc) or f"error: {type(exc).__name__}: {_flat(str(exc))}"
+    return f'login "{login_of(exc, conninfo)}": {line.removeprefix("error: ")}'
+
+
 # -- failures outside the database's rules ----------------------------------------------------
 
 

@@ -37,7 +37,7 @@ from pgvector import Vector
 from memfabric.call import Cast, fabric_call, fabric_rows, register_vector
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, EmbeddingError, text_of
-from memfabric.errors import FabricError, OperationalFailure
+from memfabric.errors import FabricError, OperationalFailure, connection_lost
 from memfabric.graph import ROW_KEYS, GraphStore
 from memfabric.vectors import MemoryPayload, ShardFailure, VectorPoint, VectorStore, WritesLost
 
@@ -83,12 +83,6 @@ def graph_row(record: Json) -> Json:
     return {k: record[k] for k in ROW_KEYS}
 
 
-# SQLSTATE classes of a database that is going away or under strain: connection
-# exception, transaction rollback, insufficient resources, operator intervention, system
-# error. Retrying from the cursor is safe.
-_TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
-
-
 # OSErrors that no retry mends: a missing or mistyped path, a permission (a vector directory
 # or socket path the service cannot use). Other OSErrors (a refused or reset connection, a
 # timeout, a broken pipe, a full disk being cleared) are worth backing off for.
@@ -109,9 +103,7 @@ def recoverable(exc: BaseException) -> bool:
     from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
     if isinstance(exc, FabricError | psycopg.Error):
-        if exc.sqlstate is None:  # libpq's own: the connection failed or was lost
-            return isinstance(exc, psycopg.OperationalError)
-        return exc.sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
+        return connection_lost(exc)  # retrying from the cursor is safe
     if isinstance(exc, UnexpectedResponse):
         return (exc.status_code or 0) >= 500
     if isinstance(exc, _NOT_TRANSIENT_OS_ERRORS):

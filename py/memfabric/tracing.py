@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from memfabric.call import Cast, fabric_call
-from memfabric.errors import FabricError
+from memfabric.errors import FabricError, paused_line
 from memfabric.settings import Settings
 
 if TYPE_CHECKING:
@@ -214,7 +214,8 @@ class SpanMaker:
                         time.sleep(poll_seconds)
             except (psycopg.Error, FabricError, TraceConfigError) as exc:
                 self.errors += 1
-                self.progress(f"retrying in {backoff:.1f}s: {type(exc).__name__}")
+                why = paused_line(exc, self.conninfo)
+                self.progress(f"trace paused ({why}); retrying in {backoff:.1f}s")
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 

@@ -3,7 +3,7 @@
 Sealing the audit trail (`fabric_api.seal_events`) has one owner, the sealer `memfabric
 serve` runs beside the projector (`run_sealer`): events come from recalls, decay, erasure and
 administration as well as from commits, and commit workers scale out, so the one long-running
-service seals them all. The database serializes sealers anyway (one cursor row, SKIP LOCKED),
+service seals them all. The database serializes sealers anyway (a transaction advisory lock),
 so a second one would not corrupt the chain, only poll for nothing.
 
 Each batch is one transaction of the database function (FOR UPDATE SKIP LOCKED, tenant by
@@ -16,12 +16,13 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from memfabric.call import Cast, fabric_call
-from memfabric.errors import FabricError, NotAuthorized, mapped
+from memfabric.errors import FabricError, NotAuthorized, connection_lost, mapped, paused_line
 
 Progress = Callable[[str], None]
 
@@ -56,6 +57,32 @@ def seal_once(conn: psycopg.Connection[tuple[object, ...]], batch: int = 10000) 
             return total
 
 
+def sealing_lag(conninfo: str) -> dict[str, float]:
+    """How far sealing is behind (`fabric_api.sealing_lag`, as the committer): events not
+    sealed yet (`unsealed`) and the age of the oldest in seconds (`oldest_unsealed_seconds`,
+    0 when none). Read at each metrics scrape."""
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+        lag: dict[str, Any] = fabric_call(conn, "fabric_api.sealing_lag")
+    return {k: float(lag[k]) for k in ("unsealed", "oldest_unsealed_seconds")}
+
+
+def sealing_gauges(conninfo: str) -> dict[str, tuple[str, str, Callable[[], float]]]:
+    """The sealing metrics `memfabric serve` exposes (memfabric.metrics), read as the
+    sealer's login at each scrape."""
+    return {
+        "memfabric_events_unsealed": (
+            "gauge",
+            "outbox events not sealed into their tenant's chain yet (alterable undetected)",
+            lambda: sealing_lag(conninfo)["unsealed"],
+        ),
+        "memfabric_oldest_unsealed_event_age_seconds": (
+            "gauge",
+            "age of the oldest event not sealed yet, in seconds (0 when none)",
+            lambda: sealing_lag(conninfo)["oldest_unsealed_seconds"],
+        ),
+    }
+
+
 def run_sealer(
     conninfo: str,
     *,
@@ -64,21 +91,31 @@ def run_sealer(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> None:
     """Seal continuously: the one sealer of a deployment, which `memfabric serve` runs beside
-    the projector (the commit worker does not seal). Reconnects with capped, jittered
-    backoff."""
+    the projector (the commit worker does not seal). It never stops on the database: a lost
+    connection or a restart (whose 57P01 arrives as a FabricError), a refused login or a
+    refused call is reported with the login and why, and retried with capped, jittered
+    backoff; the backoff resets only once a seal succeeds, so a refusal repeated after every
+    reconnect does not spin. Sealing goes on from the chains' heads, so nothing is lost."""
     backoff = 0.5
     while not should_stop():
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn:
-                backoff = 0.5
                 while not should_stop():
                     seal_once(conn)
-                    time.sleep(poll_seconds)
-        except psycopg.Error as exc:
+                    backoff = 0.5
+                    _sleep(poll_seconds, should_stop)
+        except (psycopg.Error, FabricError) as exc:
             delay = _delay(backoff)
-            progress(f"sealing paused ({exc.sqlstate or 'no sqlstate'}); retrying in {delay:.1f}s")
-            time.sleep(delay)
+            progress(f"sealing paused ({paused_line(exc, conninfo)}); retrying in {delay:.1f}s")
+            _sleep(delay, should_stop)
             backoff *= 2
+
+
+def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
+    """Sleep, waking early when the loop is asked to stop (serve's stop, SIGTERM)."""
+    deadline = time.monotonic() + seconds
+    while not should_stop() and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.2))
 
 
 def run_committer(
@@ -98,16 +135,16 @@ def run_committer(
     while not should_stop():
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn:
-                backoff = 0.5
                 while not should_stop():
                     try:
                         committed, rejected, retry = drain_once(conn, batch)
                     except FabricError as exc:
-                        if once:
-                            raise
+                        if once or connection_lost(exc):
+                            raise  # a lost connection reconnects (below)
                         delay = _delay(backoff)
-                        progress(f"drain refused: {exc} ({exc.sqlstate}); retrying in {delay:.1f}s")
-                        time.sleep(delay)
+                        why = paused_line(exc, conninfo)
+                        progress(f"drain refused ({why}); retrying in {delay:.1f}s")
+                        _sleep(delay, should_stop)
                         backoff *= 2
                         continue
                     backoff = 0.5
@@ -120,15 +157,47 @@ def run_committer(
                         )
                     if once:
                         return totals[0], totals[1]
-                    time.sleep(poll_seconds)
-        except psycopg.OperationalError as exc:
+                    _sleep(poll_seconds, should_stop)
+        except (psycopg.Error, FabricError) as exc:
+            if once or not connection_lost(exc):
+                raise
+            delay = _delay(backoff)
+            progress(f"commit paused ({paused_line(exc, conninfo)}); retrying in {delay:.1f}s")
+            _sleep(delay, should_stop)
+            backoff *= 2
+    return totals[0], totals[1]
+
+
+def run_every(
+    step: Callable[[], object],
+    *,
+    name: str,
+    interval: float,
+    conninfo: str | None = None,
+    once: bool = False,
+    progress: Progress = print,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> None:
+    """A scheduled worker's loop (consolidation, decay): `step` every `interval` seconds, each
+    on connections of its own. A database failure (a lost connection, a restart, a refused
+    login or call) is reported with the login and why and the step is tried again with
+    capped, jittered backoff, never ending the worker; with `once` it is raised."""
+    backoff = 0.5
+    while not should_stop():
+        try:
+            step()
+        except (psycopg.Error, FabricError) as exc:
             if once:
                 raise
             delay = _delay(backoff)
-            progress(f"connection lost ({exc.sqlstate or 'no sqlstate'}); retrying in {delay:.1f}s")
-            time.sleep(delay)
+            progress(f"{name} paused ({paused_line(exc, conninfo)}); retrying in {delay:.1f}s")
+            _sleep(delay, should_stop)
             backoff *= 2
-    return totals[0], totals[1]
+            continue
+        backoff = 0.5
+        if once:
+            return
+        _sleep(interval, should_stop)
 
 
 # What erasure and operational window closure rewrite; fabric_maintainer holds MAINTAIN on

@@ -45,10 +45,14 @@ def live(fabric: Fabric) -> Fabric:
     return fabric
 
 
+def results(fabric: Fabric, env: dict[str, str] | None = None, **kw: float) -> list[check.Result]:
+    found = check.run(fabric.su(), env=ENV if env is None else env, **kw)  # type: ignore[arg-type]
+    assert [r.number for r in found] == list(range(1, 17))
+    return found
+
+
 def statuses(fabric: Fabric, env: dict[str, str] | None = None) -> dict[str, str]:
-    results = check.run(fabric.su(), env=ENV if env is None else env)
-    assert [r.number for r in results] == list(range(1, 16))
-    return {r.key: r.status for r in results}
+    return {r.key: r.status for r in results(fabric, env)}
 
 
 def failing(found: dict[str, str]) -> set[str]:
@@ -69,6 +73,7 @@ HOLDING = {
     "recall-provenance",
     "recall-spans",
     "audit-agent-unbound",
+    "audit-trail-sealed",
 }
 
 
@@ -144,7 +149,7 @@ def test_runtime_settings_fail_their_item(live: Fabric, item: str, env: dict[str
 def test_the_command_prints_one_line_per_item_and_exits_non_zero_on_a_fail(live: Fabric) -> None:
     result = CliRunner().invoke(app, ["check"], env={"DATABASE_URL": live.url, **ENV})
     lines = [line for line in result.output.splitlines() if line[:3].strip().rstrip(".").isdigit()]
-    assert len(lines) == 15, result.output
+    assert len(lines) == 16, result.output
     assert all(
         any(
             f" {s} " in line
@@ -189,10 +194,28 @@ def test_check_on_the_demo_database(fabric: Fabric) -> None:
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
     result = CliRunner().invoke(app, ["check"], env={"DATABASE_URL": fabric.url, **ENV})
     lines = [line for line in result.output.splitlines() if line[:3].strip().rstrip(".").isdigit()]
-    assert len(lines) == 15, result.output
+    assert len(lines) == 16, result.output
     failing_lines = [line for line in lines if f" {check.FAIL} " in line]
     assert [line.split()[1] for line in failing_lines] == ["projection-rebuild-drill"], (
         result.output
     )
     assert "--drill" in failing_lines[0]
     assert result.exit_code == 1
+
+
+@pytest.mark.clone  # sealing reads below the snapshot horizon: committed events only
+def test_unsealed_events_older_than_the_threshold_fail_the_sealing_item(live: Fabric) -> None:
+    """A stopped sealer is a fail once the oldest unsealed event is older than the
+    threshold (`--seal-max-age`); sealing makes the item pass again."""
+    live.settle()
+    (stalled,) = [r for r in results(live, seal_max_age=0) if r.key == "audit-trail-sealed"]
+    unsealed = live.count("events")
+    assert stalled.status == check.FAIL
+    assert stalled.evidence.startswith(f"{unsealed} events unsealed, the oldest ")
+    assert "sealing has stopped" in stalled.evidence
+    assert statuses(live)["audit-trail-sealed"] == check.PASS  # young enough for 300 s
+    live.call("mf_committer", "SELECT fabric_api.seal_events()")
+    (sealed,) = [r for r in results(live, seal_max_age=0) if r.key == "audit-trail-sealed"]
+    assert (sealed.status, sealed.evidence) == (
+        check.PASS, "0 events unsealed, the oldest 0s old (at most 0s allowed)",
+    )  # fmt: skip

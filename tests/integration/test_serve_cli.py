@@ -210,6 +210,14 @@ def test_postgres_restarted_under_the_projector_loses_nothing(
     after = fabric.form(run, "after the restart")
     report = wait_verified(env, before | {after})
     assert report["qdrant"]["points"] == 2
+    auditor = fabric.connect("mf_auditor")
+    deadline = time.monotonic() + 60
+    while True:  # and so did its sealer: what was written across the restart gets sealed
+        chain = auditor.execute("SELECT fabric_audit.verify_event_chain()").fetchone()[0]  # type: ignore[index]
+        if chain["unsealed"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert chain["ok"] and chain["unsealed"] == 0 and chain["events"] > 0, chain
     assert served["proc"].poll() is None  # the serve process rode it out
 
 

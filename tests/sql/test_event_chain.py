@@ -15,7 +15,8 @@ from psycopg import sql
 
 from conftest import Fabric, episode
 from memfabric import db as mfdb
-from memfabric.worker import run_committer, run_sealer
+from memfabric.metrics import render
+from memfabric.worker import run_committer, run_sealer, sealing_gauges, sealing_lag
 
 MIGRATOR = "fabric_migrator"
 
@@ -324,3 +325,160 @@ def test_one_sealer_seals_and_the_commit_worker_leaves_it_to_serve(fabric: Fabri
     run_sealer(conninfo, poll_seconds=0.01, should_stop=lambda: next(ticks) >= 2)
     result = verify(fabric)
     assert result["ok"] and result["unsealed"] == 0 and result["events"] == fabric.count("events")
+
+
+# --- the head: derived from the append-only seals, held by the auditor ----------------------
+
+
+def head(fabric: Fabric, tenant: str = "acme") -> dict[str, Any]:
+    row = (
+        fabric.session("mf_auditor")
+        .execute("SELECT fabric_audit.chain_head(%s)", (tenant,))
+        .fetchone()
+    )
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def verify_against(fabric: Fabric, tenant: str, held: Any) -> dict[str, Any]:
+    row = (
+        fabric.session("mf_auditor")
+        .execute(
+            "SELECT fabric_audit.verify_event_chain(%s, %s)",
+            (tenant, psycopg.types.json.Jsonb(held)),
+        )
+        .fetchone()
+    )
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def test_the_head_is_the_last_seal_and_no_cursor_can_be_moved_back(fabric: Fabric) -> None:
+    """How far sealing has gone is read from the append-only seals: there is no cursor row
+    for an owner's member or the migration role to update or truncate."""
+    assert head(fabric) == {
+        "tenant_id": "acme", "seq": 0, "events": 0, "event_id": None, "occurred_at": None,
+        "link": None, "sealed_at": None,
+    }  # fmt: skip
+    activity(fabric)
+    fabric.settle()
+    seal(fabric)
+    held = head(fabric)
+    with fabric.su() as su:
+        last = su.execute(
+            "SELECT seq, event_id::text, link FROM fabric.event_seals WHERE tenant_id = 'acme'"
+            " ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        cursor = su.execute("SELECT to_regclass('fabric.event_seal_cursor')").fetchone()
+    assert (held["seq"], held["event_id"], held["link"]) == last
+    assert held["events"] == held["seq"] == verify(fabric, "acme")["events"]
+    assert cursor == (None,)
+    assert seal(fabric)["sealed"] == 0  # sealing resumes from the seals themselves
+
+
+def test_a_truncated_tail_passes_alone_and_fails_against_the_held_head(fabric: Fabric) -> None:
+    """A superuser with triggers off deletes the last seals and their events: the chain
+    that is left recomputes, so only the head the auditor kept shows the loss."""
+    activity(fabric)
+    fabric.settle()
+    seal(fabric)
+    held = head(fabric)
+    assert held["seq"] >= 3
+    assert verify_against(fabric, "acme", held) == {
+        "ok": True, "events": held["seq"], "unsealed": 0, "first_break": None,
+    }  # fmt: skip
+    tamper = tampering_superuser(fabric)
+    tamper.execute(
+        "WITH gone AS (DELETE FROM fabric.event_seals WHERE tenant_id = 'acme' AND seq > %s"
+        " RETURNING event_id) DELETE FROM fabric.events WHERE event_id IN (SELECT * FROM gone)",
+        (held["seq"] - 2,),
+    )
+    alone = verify(fabric, "acme")
+    assert alone["ok"] and alone["events"] == held["seq"] - 2  # what the head is for
+    result = verify_against(fabric, "acme", held)
+    assert result["ok"] is False
+    assert result["first_break"] == {
+        "tenant_id": "acme", "seq": held["seq"], "event_id": held["event_id"],
+        "chain_seq": held["seq"] - 2,
+        "problem": "the chain ends before the head you hold: sealed events were removed from"
+        " its end (truncated)",
+    }  # fmt: skip
+    # every seal gone, too
+    tamper.execute(
+        "WITH gone AS (DELETE FROM fabric.event_seals WHERE tenant_id = 'acme'"
+        " RETURNING event_id) DELETE FROM fabric.events WHERE event_id IN (SELECT * FROM gone)"
+    )
+    assert verify_against(fabric, "acme", held)["first_break"]["chain_seq"] == 0
+    assert verify_against(fabric, "globex", head(fabric, "globex"))["ok"]
+
+
+def test_a_rewritten_tail_fails_against_the_held_head(fabric: Fabric) -> None:
+    """A superuser alters the last sealed event and recomputes its link: the chain
+    recomputes, the held head does not match it any more."""
+    activity(fabric)
+    fabric.settle()
+    seal(fabric)
+    held = head(fabric)
+    tamper = tampering_superuser(fabric)
+    tamper.execute(
+        "UPDATE fabric.events SET actor_agent_id = 'os-agt-010' WHERE event_id = %s",
+        (held["event_id"],),
+    )
+    tamper.execute(
+        "UPDATE fabric.event_seals s SET link = fabric._event_link(p.link, e)"
+        " FROM fabric.event_seals p, fabric.events e"
+        " WHERE s.tenant_id = 'acme' AND s.seq = %s AND p.tenant_id = 'acme'"
+        " AND p.seq = s.seq - 1 AND e.event_id = s.event_id",
+        (held["seq"],),
+    )
+    assert verify(fabric, "acme")["ok"]
+    result = verify_against(fabric, "acme", held)
+    assert result["ok"] is False and "rewritten" in result["first_break"]["problem"]
+
+
+@pytest.mark.parametrize(
+    "held",
+    [None, [], {"seq": "3"}, {"seq": -1}, {"seq": 2}, {"seq": 2, "link": "x"},
+     {"tenant_id": "globex", "seq": 0}],
+)  # fmt: skip
+def test_an_expected_head_must_be_a_head_of_that_tenant(fabric: Fabric, held: Any) -> None:
+    with pytest.raises(psycopg.Error) as info:
+        verify_against(fabric, "acme", held)
+    assert info.value.sqlstate == "22023"
+
+
+def test_only_the_auditor_reads_a_head_of_a_known_tenant(fabric: Fabric) -> None:
+    for login in ("mf_agent_a", "mf_committer", "mf_admin"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            fabric.connect(login).execute("SELECT fabric_audit.chain_head('acme')")
+    with pytest.raises(psycopg.Error) as info:
+        head(fabric, "no-such-tenant")
+    assert info.value.sqlstate == "P0002"
+
+
+def test_one_sealer_at_a_time_the_other_returns_busy(fabric: Fabric) -> None:
+    activity(fabric)
+    first = fabric.connect("mf_committer", autocommit=False)
+    row = first.execute("SELECT fabric_api.seal_events()").fetchone()
+    assert row is not None and row[0]["busy"] is False
+    assert seal(fabric) == {"sealed": 0, "busy": True}  # while the first is not committed
+    first.rollback()
+    assert seal(fabric)["busy"] is False
+
+
+def test_the_sealing_lag_is_a_metric_until_sealing_catches_up(fabric: Fabric) -> None:
+    """`memfabric serve`'s sealing metrics: the events not sealed yet and the age of the
+    oldest, read as the sealer's login; both 0 once sealed. Only the committer reads them."""
+    activity(fabric)
+    fabric.settle()
+    conninfo = psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer")
+    lag = sealing_lag(conninfo)
+    assert lag["unsealed"] == fabric.count("events") > 0 and lag["oldest_unsealed_seconds"] > 0
+    text = render(sealing_gauges(conninfo))
+    assert f"memfabric_events_unsealed {fabric.count('events')}\n" in text
+    assert "memfabric_metric_read_errors 0" in text
+    seal(fabric)
+    assert sealing_lag(conninfo) == {"unsealed": 0, "oldest_unsealed_seconds": 0}
+    assert "memfabric_oldest_unsealed_event_age_seconds 0\n" in render(sealing_gauges(conninfo))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        fabric.connect("mf_agent_a").execute("SELECT fabric_api.sealing_lag()")
