@@ -19,7 +19,17 @@ from memfabric import Fabric as SdkFabric
 
 # Functions of fabric_api / fabric_audit that the SDK deliberately has no method for, each
 # with the reason. Empty today: every function is a call some role makes.
-INTERNAL: dict[str, str] = {}
+_CHECKPOINTER = (
+    "LangGraph's deletes: memfabric.langgraph's checkpointer sends them as the service login"
+    " (the SDK has no checkpointer role)"
+)
+INTERNAL: dict[str, str] = {
+    "fabric_api.delete_checkpoint_threads": _CHECKPOINTER,
+    "fabric_api.delete_checkpoint_namespaces": _CHECKPOINTER,
+    "fabric_api.delete_checkpoint_writes": _CHECKPOINTER,
+    "fabric_api.delete_unkept_checkpoints": _CHECKPOINTER,
+    "fabric_api.delete_checkpoint_blobs": _CHECKPOINTER,
+}
 
 # The group role each SDK role stands for (its methods must be executable by it).
 GROUP = {
