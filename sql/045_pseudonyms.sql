@@ -110,6 +110,7 @@ CREATE TRIGGER _700_subject_key
 -- the key, and with it every link from a projection back to the person; a rebuild writes the
 -- pseudonyms of the keys that exist then.
 
+-- ---------------------------------------------------------------------------------------
 -- fabric._projection_session_ref: a session as the projections name it: keyed by the key of
 -- the record's (or run's) subject; a session without a subject, which no subject erasure
 -- reaches and no key covers, as it is. A subject without a key gives NULL (fail closed).
@@ -124,6 +125,7 @@ BEGIN
               ELSE fabric._pseudonym(p_key, 'session', p_session_id) END;
 END $$;
 
+-- ---------------------------------------------------------------------------------------
 -- fabric._projection_scope_key: a scope key as the projections hold it ('subject:hmac:...',
 -- 'session:hmac:...', 'agent:<id>', 'tenant'); NULL when the visibility's id is NULL.
 CREATE OR REPLACE FUNCTION fabric._projection_scope_key(p_visibility text, p_agent_id text,
@@ -140,6 +142,7 @@ BEGIN
     WHEN 'session' THEN 'session:' || p_session_ref END;
 END $$;
 
+-- ---------------------------------------------------------------------------------------
 -- fabric._projection_scope_keys: the scope keys a vector search names for a run's served
 -- visibility levels (in their order), computed exactly as the feed computes a record's. A
 -- subject without a key has no record to find (its key is made with its first record), so
