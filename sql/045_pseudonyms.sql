@@ -69,3 +69,106 @@ BEGIN
   DELETE FROM fabric.subject_keys k WHERE k.tenant_id = p_tenant_id AND k.subject_id = p_subject_id;
   RETURN FOUND;
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__subject_key: every record's subject has a key from the
+-- transaction that forms the record on, so every live record can be projected under its
+-- subject's pseudonym (the projection feeds only read keys; they never make one). open_run
+-- makes the key of a run's subject beforehand, so this makes one only for a subject no run
+-- named (an import): two transactions forming such a subject's first records meet on the
+-- primary key, and the second waits for the first.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__subject_key()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  INSERT INTO fabric.subject_keys (tenant_id, subject_id, subject_ref, key)
+  SELECT s.tenant_id, s.subject_id, fabric._pseudonym(s.key, 'subject', s.subject_id), s.key
+  FROM (SELECT d.tenant_id, d.subject_id, ext.gen_random_bytes(32) AS key
+        FROM (SELECT DISTINCT n.tenant_id::text AS tenant_id, n.subject_id::text AS subject_id
+              FROM formed_rows n
+              WHERE n.subject_id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM fabric.subject_keys k
+                                WHERE k.tenant_id = n.tenant_id
+                                  AND k.subject_id = n.subject_id)) d) s
+  ON CONFLICT (tenant_id, subject_id) DO NOTHING;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _700_subject_key ON fabric.memory_records;
+CREATE TRIGGER _700_subject_key
+  AFTER INSERT ON fabric.memory_records
+  REFERENCING NEW TABLE AS formed_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__subject_key();
+
+-- ---------------------------------------------------------------------------------------
+-- Projected identifiers. Qdrant and the graph keep what they are given on disk (write-ahead
+-- logs, payload indexes, transaction logs) long after a point is deleted, so they never hold
+-- a subject or session id in clear: a record's subject is its subject_ref (the pseudonym of
+-- the audit trail), its session the session_ref under the same key. Subject erasure destroys
+-- the key, and with it every link from a projection back to the person; a rebuild writes the
+-- pseudonyms of the keys that exist then.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._projection_session_ref: a session as the projections name it: keyed by the key of
+-- the record's (or run's) subject; a session without a subject, which no subject erasure
+-- reaches and no key covers, as it is. A subject without a key gives NULL (fail closed).
+CREATE OR REPLACE FUNCTION fabric._projection_session_ref(p_key bytea, p_subject_id text,
+  p_session_id text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN CASE WHEN p_subject_id IS NULL THEN p_session_id
+              ELSE fabric._pseudonym(p_key, 'session', p_session_id) END;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._projection_scope_key: a scope key as the projections hold it ('subject:hmac:...',
+-- 'session:hmac:...', 'agent:<id>', 'tenant'); NULL when the visibility's id is NULL.
+CREATE OR REPLACE FUNCTION fabric._projection_scope_key(p_visibility text, p_agent_id text,
+  p_subject_ref text, p_session_ref text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN CASE p_visibility
+    WHEN 'tenant' THEN 'tenant'
+    WHEN 'agent' THEN 'agent:' || p_agent_id
+    WHEN 'subject' THEN 'subject:' || p_subject_ref
+    WHEN 'session' THEN 'session:' || p_session_ref END;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._projection_scope_keys: the scope keys a vector search names for a run's served
+-- visibility levels (in their order), computed exactly as the feed computes a record's. A
+-- subject without a key has no record to find (its key is made with its first record), so
+-- its levels name nothing. A run's session also names the session's records formed
+-- without a subject (held as they are). The caller has set the tenant context.
+CREATE OR REPLACE FUNCTION fabric._projection_scope_keys(p_tenant_id text, p_agent_id text,
+  p_subject_id text, p_session_id text, p_visibility text[])
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_key fabric.subject_keys;
+  v_level text;
+  v_keys text[] := '{}';
+BEGIN
+  IF p_subject_id IS NOT NULL THEN
+    SELECT * INTO v_key FROM fabric.subject_keys k
+    WHERE k.tenant_id = p_tenant_id AND k.subject_id = p_subject_id;
+  END IF;
+  FOREACH v_level IN ARRAY coalesce(p_visibility, '{}') LOOP
+    v_keys := v_keys || fabric._projection_scope_key(v_level, p_agent_id, v_key.subject_ref,
+                          fabric._projection_session_ref(v_key.key, p_subject_id, p_session_id));
+    IF v_level = 'session' AND p_subject_id IS NOT NULL THEN
+      v_keys := v_keys || fabric._projection_scope_key(v_level, NULL, NULL, p_session_id);
+    END IF;
+  END LOOP;
+  RETURN pg_catalog.to_jsonb(pg_catalog.array_remove(v_keys, NULL));
+END $$;

@@ -57,6 +57,10 @@ BEGIN
                            active_tool_set, expires_at)
   VALUES (p_tenant_id, v_run_id, p_agent_id, p_subject_id, p_session_id,
           p_active_tool_set, pg_catalog.now() + p_ttl);
+  -- The subject's key, made here in a short transaction of its own: the records of the run
+  -- find it made (tg_memory_records__subject_key makes one only for a subject without a
+  -- run), so two commits of a new subject never wait for each other on it.
+  PERFORM fabric._subject_key(p_tenant_id, p_subject_id);
   PERFORM fabric._set_context('run_id', v_run_id::text);
   PERFORM fabric._emit('fabric.run.opened', p_tenant_id, p_payload =>
     pg_catalog.jsonb_build_object('agent_id', p_agent_id, 'active_tool_set', p_active_tool_set,

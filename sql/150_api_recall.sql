@@ -1176,8 +1176,12 @@ BEGIN
     RETURN pg_catalog.jsonb_build_object('correlation_id', p_request -> 'correlation_id',
       'status', 'resolved', 'tiers_denied', v_resolved -> 'tiers_denied',
       'scope_applied', v_resolved -> 'scope_applied',
+      -- the scope keys as the projections hold them: pseudonyms of the subject and session
       'filter', pg_catalog.jsonb_build_object('tenant_id', v_run.tenant_id,
-        'scope_keys', v_resolved -> 'scope_keys', 'tiers', pg_catalog.to_jsonb(v_vector_tiers),
+        'scope_keys', fabric._projection_scope_keys(v_run.tenant_id, v_run.agent_id,
+          v_run.subject_id, v_run.session_id,
+          JSON_QUERY(v_resolved #> '{scope_applied,visibility}', '$' RETURNING text[])),
+        'tiers', pg_catalog.to_jsonb(v_vector_tiers),
         'valid_at', v_valid_at, 'min_confidence', v_min_conf,
         'excluded_labels', pg_catalog.to_jsonb(v_excluded), 'limit', v_limit)) || v_served;
   END IF;

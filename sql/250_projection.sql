@@ -14,15 +14,29 @@ DROP FUNCTION IF EXISTS fabric_api.projection_events(text, integer);
 DROP FUNCTION IF EXISTS fabric_api.projection_records(uuid[], text, text);
 DROP FUNCTION IF EXISTS fabric_api.projection_snapshot(text, uuid, integer, text, text);
 
+-- 0.11's feeds returned the subject and session ids in clear (subject_id, session_id): a
+-- return type cannot be replaced, so the three go (once) and are made again below.
+DO $$
+BEGIN
+  IF pg_catalog.pg_get_function_result(pg_catalog.to_regprocedure(
+       'fabric._projection_rows(text, uuid[], uuid, integer, text, text)')) LIKE '%subject_id text%' THEN
+    DROP FUNCTION fabric._projection_rows(text, uuid[], uuid, integer, text, text);
+    DROP FUNCTION IF EXISTS fabric_api.projection_records_v2(uuid[], text, text);
+    DROP FUNCTION IF EXISTS fabric_api.projection_snapshot_v2(text, uuid, integer, text, text);
+  END IF;
+END $$;
+
 -- ---------------------------------------------------------------------------------------
 -- fabric._projection_rows: records of one tenant as the projections see them (the vector
 -- payload, lineage, content for embedding, and the stored embedding of the deployment's
 -- model), in memory_id order: the records named in p_memory_ids, or (p_memory_ids NULL)
 -- those after p_after_memory, at most p_limit. The caller has set the tenant context.
+-- The subject and session are pseudonyms (subject_ref, session_ref: sql/045_pseudonyms.sql),
+-- and so is the scope key built from them: no subject or session id leaves in clear.
 CREATE OR REPLACE FUNCTION fabric._projection_rows(p_tenant text, p_memory_ids uuid[],
   p_after_memory uuid, p_limit integer, p_model text, p_model_version text)
 RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope_type text,
-  scope_id text, scope_key text, subject_id text, agent_id text, session_id text,
+  scope_id text, scope_key text, subject_ref text, agent_id text, session_ref text,
   content_hash text, confidence double precision, valid_from timestamptz,
   valid_until timestamptz, consolidation_state text, retention_class text,
   compliance_labels text[], version text, formation_method text, formed_by text,
@@ -32,9 +46,12 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT m.memory_id, m.tenant_id, m.tier, m.visibility, m.visibility,
-         CASE m.visibility WHEN 'session' THEN m.session_id WHEN 'agent' THEN m.agent_id
-                           WHEN 'subject' THEN m.subject_id ELSE m.tenant_id END,
-         m.scope_key, m.subject_id, m.agent_id, m.session_id, m.content_hash, m.confidence,
+         CASE m.visibility WHEN 'session' THEN p.session_ref WHEN 'agent' THEN m.agent_id
+                           WHEN 'subject' THEN k.subject_ref ELSE m.tenant_id END,
+         CASE WHEN m.scope_key IS NOT NULL  -- NULL once erased, as in the record
+              THEN fabric._projection_scope_key(m.visibility, m.agent_id, k.subject_ref,
+                                                p.session_ref) END,
+         k.subject_ref, m.agent_id, p.session_ref, m.content_hash, m.confidence,
          m.valid_from, m.valid_until, m.consolidation_state, m.retention_class,
          m.compliance_labels, m.version, m.formation_method, m.formed_by, m.supersedes,
          m.recorded_at,
@@ -47,6 +64,9 @@ AS $$
             AND e.model = p_model AND e.model_version = p_model_version
             AND e.content_hash = m.content_hash)
   FROM fabric.memory_records m
+  LEFT JOIN fabric.subject_keys k ON k.tenant_id = m.tenant_id AND k.subject_id = m.subject_id
+  CROSS JOIN LATERAL (SELECT fabric._projection_session_ref(k.key, m.subject_id, m.session_id)
+                        AS session_ref) p
   WHERE m.tenant_id = p_tenant
     AND (p_memory_ids IS NULL OR m.memory_id = ANY (p_memory_ids))
     AND (p_after_memory IS NULL OR m.memory_id > p_after_memory)
@@ -207,7 +227,7 @@ AS $$ SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) $$;
 CREATE OR REPLACE FUNCTION fabric_api.projection_records_v2(p_memory_ids uuid[],
   p_model text DEFAULT NULL, p_model_version text DEFAULT NULL)
 RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope_type text,
-  scope_id text, scope_key text, subject_id text, agent_id text, session_id text,
+  scope_id text, scope_key text, subject_ref text, agent_id text, session_ref text,
   content_hash text, confidence double precision, valid_from timestamptz,
   valid_until timestamptz, consolidation_state text, retention_class text,
   compliance_labels text[], version text, formation_method text, formed_by text,
@@ -236,7 +256,7 @@ CREATE OR REPLACE FUNCTION fabric_api.projection_snapshot_v2(p_after_tenant text
   p_after_memory uuid, p_limit integer DEFAULT 1000, p_model text DEFAULT NULL,
   p_model_version text DEFAULT NULL)
 RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope_type text,
-  scope_id text, scope_key text, subject_id text, agent_id text, session_id text,
+  scope_id text, scope_key text, subject_ref text, agent_id text, session_ref text,
   content_hash text, confidence double precision, valid_from timestamptz,
   valid_until timestamptz, consolidation_state text, retention_class text,
   compliance_labels text[], version text, formation_method text, formed_by text,

@@ -16,6 +16,9 @@ Shape:
   both Neo4j 5 and ArcadeDB, so no derived `key` property is stored). Timestamps are
   stored as the ISO 8601 strings they arrive as (datetimes are converted to UTC ISO
   strings), so an export compares byte for byte across servers.
+- `scope_key` is the feed's: a subject's or session's is its pseudonym
+  (`subject:hmac:…`), never the id in clear, so the graph holds nothing that names a
+  person once the subject's key is destroyed (docs/security.md).
 - `(:Agent {tenant_id, agent_id})-[:FORMED]->(:Memory)`. Agents are keyed per tenant, so
   no node is shared between tenants and no path crosses from one tenant to another.
 - `(:Memory)-[:DERIVED_FROM]->(:Memory)` and `(:Memory)-[:SUPERSEDES]->(:Memory)`, always

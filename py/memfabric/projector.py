@@ -123,8 +123,14 @@ def recoverable(exc: BaseException) -> bool:
 
 def projectable(record: Json) -> bool:
     """A point exists only for records with content in an indexed tier; erased,
-    window-closed and relational records have none (superseded ones stay, filtered out)."""
-    return record["content"] is not None and record["tier"] in INDEXED_TIERS
+    window-closed and relational records have none (superseded ones stay, filtered out).
+    Nor has a record whose subject has no key (the feed gives no pseudonym, so no scope
+    key): it is never projected under its id in clear."""
+    return (
+        record["content"] is not None
+        and record["tier"] in INDEXED_TIERS
+        and record["scope_key"] is not None
+    )
 
 
 @dataclass

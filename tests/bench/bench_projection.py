@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from benchlib import call, create_logins
+from benchlib import SUBJECT_KEYS, call, create_logins
 from pgvector.psycopg.vector import register_vector_info
 from psycopg.types import TypeInfo
 from psycopg.types.json import Jsonb
@@ -678,6 +678,7 @@ def search_text(su: Conn) -> None:
         if su.execute(SEARCH_TEXT, {"t": BULK}).rowcount:
             su.execute("DELETE FROM fabric.search_stats WHERE tenant_id = %s", (BULK,))
             su.execute(SEARCH_STATS, {"t": BULK})
+        su.execute(SUBJECT_KEYS)
     su.execute("SET session_replication_role = DEFAULT")
     su.execute("VACUUM ANALYZE fabric.memory_records, fabric.memory_embeddings,"
                " fabric.search_stats")  # fmt: skip
@@ -713,7 +714,7 @@ def build_phase(url: str, store: EdgeVectorStore, emb: Counting, args: Any) -> l
         while not done.wait(1 / args.build_rate):
             v = rng.normal(size=384)
             payload = MemoryPayload(memory_id=str(uuid.uuid4()), tenant_id=BULK, tier="episodic",
-                                    visibility="subject", subject_id="user-w",
+                                    visibility="subject", subject_ref="user-w",
                                     content_hash="sha256:" + "0" * 64, confidence=0.9,
                                     valid_from=now, consolidation_state="raw",
                                     retention_class="durable")  # fmt: skip

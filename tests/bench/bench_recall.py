@@ -52,7 +52,7 @@ from datetime import UTC, datetime
 
 from bench_projection import call, connect, pct
 from bench_write import machine
-from benchlib import create_logins
+from benchlib import SUBJECT_KEYS, create_logins
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
@@ -234,6 +234,7 @@ def load(url: str, tenants: list[str], subjects: int, per_tenant: int) -> float:
                 "subjects": subjects, "agent": AGENT, "topics": TOPICS, "filler": FILLER,
             })  # fmt: skip
         su.execute(STATS_SQL)
+        su.execute(SUBJECT_KEYS)
         su.execute(STORE_SQL)
         su.execute(AUDIT_DDL)
         su.execute("VACUUM ANALYZE")

@@ -61,7 +61,7 @@ def make_points(n: int, dims: int, seed: int) -> list[VectorPoint]:
             tenant_id=TENANTS[i % len(TENANTS)],
             tier="semantic",
             visibility="tenant" if tenant_scoped else "subject",
-            subject_id=None if tenant_scoped else SUBJECTS[int(rng.integers(len(SUBJECTS)))],
+            subject_ref=None if tenant_scoped else SUBJECTS[int(rng.integers(len(SUBJECTS)))],
             content_hash="sha256:" + "0" * 64,
             confidence=float(rng.random()),
             valid_from=NOW - timedelta(days=int(rng.integers(1, 400))),

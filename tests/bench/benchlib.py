@@ -39,3 +39,14 @@ def backend_cpu(conns: Sequence[psycopg.Connection[Any]]) -> float | None:
             return None
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+# The subject keys of records loaded with triggers off (session_replication_role = replica),
+# as open_run or the formation trigger would have made them: the projection feeds name a
+# subject only by its pseudonym, and a record of a subject without a key is not projected.
+SUBJECT_KEYS = """INSERT INTO fabric.subject_keys (tenant_id, subject_id, subject_ref, key)
+SELECT d.tenant_id, d.subject_id, fabric._pseudonym(d.key, 'subject', d.subject_id), d.key
+  FROM (SELECT s.tenant_id, s.subject_id, ext.gen_random_bytes(32) AS key
+          FROM (SELECT DISTINCT m.tenant_id, m.subject_id::text AS subject_id
+                  FROM fabric.memory_records m WHERE m.subject_id IS NOT NULL) s) d
+ON CONFLICT (tenant_id, subject_id) DO NOTHING"""

@@ -472,3 +472,81 @@ def test_the_drill_reports_a_corrupted_projection(
         assert all(d.startswith("acme|") for d in drilled["differences"]), drilled
     again = ops.drill(projector)
     assert again["identical"] is True and again["differences"] == [], again
+
+
+def on_disk(store: VectorStore) -> bytes:
+    """Every byte an Edge store keeps on disk (shards, write-ahead logs, payload indexes,
+    manifest); nothing for the in-memory qdrant-client store."""
+    if not isinstance(store, EdgeVectorStore):
+        return b""
+    return b"".join(p.read_bytes() for p in sorted(store.root.rglob("*")) if p.is_file())
+
+
+def test_the_projections_never_hold_the_subject_or_session_id(
+    fabric: Fabric, projector: Projector
+) -> None:
+    """The vector payloads, the Edge shard files and the graph's nodes hold the subject and
+    session only as pseudonyms, which recall's filter computes alike; once the subject is
+    erased, its key is gone and nothing on disk names it (docs/security.md)."""
+    store, graph = projector.store, projector.graph
+    assert store is not None and graph is not None
+    subject, session = "user-8842", "sess-1f9c"
+    run = fabric.open_run(subject=subject, session=session)
+    ids = {
+        vis: fabric.form(
+            run,
+            f"Customer wants invoices in euros ({vis})",
+            scope={"tenant_id": "acme", "visibility": vis},
+        )
+        for vis in ("subject", "session")
+    }
+    fabric.settle()
+    drain(projector)
+    payloads = {i: p for tier in ("episodic",) for i, p in store.scroll(tier)}
+    assert set(ids.values()) <= set(payloads)
+    nodes = graph.export("acme").as_json()
+    disk = on_disk(store)
+    for raw in (subject, session):
+        assert raw not in str(payloads) and raw not in nodes
+        assert raw.encode() not in disk
+    row = (
+        fabric.su()
+        .execute(
+            "SELECT subject_ref FROM fabric.subject_keys"
+            " WHERE tenant_id = 'acme' AND subject_id = %s",
+            (subject,),
+        )
+        .fetchone()
+    )
+    assert row is not None
+    subject_ref = row[0]
+    assert payloads[ids["subject"]]["scope_key"] == f"subject:{subject_ref}"
+    assert payloads[ids["subject"]]["subject_ref"] == subject_ref
+    assert payloads[ids["session"]]["scope_key"].startswith("session:hmac:")
+    assert f"subject:{subject_ref}" in nodes
+
+    # recall computes the same scope keys: the subject's records are found by vector search
+    broker = LocalBroker(store, projector.embedder, {})
+    agent = fabric.connect("mf_agent_a")
+    request = {"run_id": str(run), "query": "which currency for invoices", "tiers": ["episodic"]}
+    for mode in ("semantic", "hybrid"):
+        answer = recall(agent, {**request, "mode": mode}, broker)
+        found = {r["memory_id"]: r["retrieval"] for r in answer["records"]}
+        assert all("vector" in found.get(i, {}) for i in ids.values()), (mode, found)
+
+    approval = fabric.call(
+        "mf_committer",
+        "SELECT fabric_api.request_subject_erasure('acme', %s, 'art. 17')",
+        subject,
+    )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    fabric.settle()
+    drain(projector)
+    assert not set(ids.values()) & point_ids(store, "episodic")
+    assert fabric.count("subject_keys", f"subject_ref = '{subject_ref}'") == 0  # unlinkable
+    nodes = graph.export("acme").as_json()
+    disk = on_disk(store)
+    for raw in (subject, session):
+        assert raw not in nodes and raw.encode() not in disk
+    assert subject_ref not in nodes  # the tombstones keep no scope key

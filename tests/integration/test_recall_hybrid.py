@@ -165,7 +165,14 @@ def test_the_serve_socket_embeds_alone_and_searches_with_a_vector(
         broker,
     )
     assert resolved["status"] == "served" and resolved["records"]
-    flt = {"tenant_id": "acme", "scope_keys": ["subject:user-8842"], "tiers": ["episodic"],
+    # the subject's scope key as the projection holds it (its pseudonym: docs/security.md)
+    ref = (
+        fabric.su()
+        .execute("SELECT subject_ref FROM fabric.subject_keys WHERE subject_id = 'user-8842'")
+        .fetchone()
+    )
+    assert ref is not None
+    flt = {"tenant_id": "acme", "scope_keys": [f"subject:{ref[0]}"], "tiers": ["episodic"],
            "valid_at": "2030-01-01T00:00:00+00:00", "min_confidence": 0.0,
            "excluded_labels": [], "limit": 5}  # fmt: skip
     by_query = broker.search(flt, query, 5)

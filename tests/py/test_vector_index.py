@@ -322,7 +322,7 @@ def ids(ps: list[VectorPoint]) -> list[str]:
 
 
 def moved(p: VectorPoint, subject: str) -> VectorPoint:
-    return VectorPoint(replace(p.payload, subject_id=subject), p.vector)
+    return VectorPoint(replace(p.payload, subject_ref=subject), p.vector)
 
 
 def snapshot(s: EdgeVectorStore) -> dict[str, dict[str, Any]]:

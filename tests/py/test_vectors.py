@@ -7,7 +7,9 @@ machine's disk against about 1 s on tmpfs.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import os
 import random
 import shutil
@@ -686,9 +688,9 @@ def test_payload_has_the_guide_fields_and_postgres_scope_keys() -> None:
         "tenant_id": "acme",
         "tier": "episodic",
         "visibility": "session",
-        "subject_id": "user-8842",
+        "subject_ref": "hmac:01",
         "agent_id": "com-agt-003",
-        "session_id": "sess-9",
+        "session_ref": "hmac:02",
         "content_hash": HASH,
         "confidence": 0.75,
         "valid_from": T0,
@@ -700,23 +702,23 @@ def test_payload_has_the_guide_fields_and_postgres_scope_keys() -> None:
     }
     p = MemoryPayload.from_row(row).to_payload()
     guide = {
-        "memory_id", "tenant_id", "tier", "visibility", "scope_type", "scope_id", "subject_id",
-        "agent_id", "session_id", "content_hash", "confidence", "valid_from", "valid_until",
+        "memory_id", "tenant_id", "tier", "visibility", "scope_type", "scope_id", "subject_ref",
+        "agent_id", "session_ref", "content_hash", "confidence", "valid_from", "valid_until",
         "consolidation_state", "retention_class", "compliance_labels", "version",
     }  # fmt: skip
     assert guide <= set(p)
     assert p["memory_id"] == "6f1c2a9e-0000-4000-8000-000000000001"
     assert (p["scope_type"], p["scope_id"], p["scope_key"]) == (
         "session",
-        "sess-9",
-        "session:sess-9",
+        "hmac:02",
+        "session:hmac:02",
     )
     assert p["valid_from"] == "2025-03-01T12:00:00.000000Z"
     assert p["valid_until"] is None and p["valid_until_ts"] == v.OPEN_ENDED_TS
     assert p["valid_from_ts"] == 1740830400 * 10**6
     assert rec(visibility="tenant").to_payload()["scope_id"] == "acme"
     assert rec(visibility="tenant").scope_key == "tenant"
-    with pytest.raises(ValueError, match="needs its subject_id"):
+    with pytest.raises(ValueError, match="needs its subject_ref"):
         rec(subject=None)
     with pytest.raises(ValueError, match="valid_until must be after"):
         rec(valid_until=T0)
@@ -731,6 +733,25 @@ def test_contract_names_are_versioned() -> None:
         v.CollectionContract("mem_semantic", MODEL, "1", 384, distance="Dot")
     with pytest.raises(ValueError, match="not a fabric tier"):
         v.CollectionContract("mem_relational", MODEL, "1", 384)
+
+
+def test_the_payload_version_is_part_of_the_contract() -> None:
+    """Payloads naming subjects by pseudonym (version 2) live in other collections than
+    those of version 1 (ids in clear), whose recorded contracts keep their names."""
+    legacy = {"name": "mem_semantic", "model": MODEL, "model_version": "1", "dims": 384,
+              "distance": "Cosine"}  # fmt: skip
+    old = v.CollectionContract.from_dict(legacy)
+    assert old.payload == 1 and old.to_dict() == legacy
+    canonical = json.dumps(legacy, sort_keys=True, separators=(",", ":")).encode()
+    assert old.fingerprint == hashlib.sha256(canonical).hexdigest()[:10]  # the name it had
+    new = v.CollectionContract("mem_semantic", MODEL, "1", 384)
+    assert new.payload == v.PAYLOAD_VERSION == 2
+    assert new.physical_name != old.physical_name
+    assert v.CollectionContract.from_dict(new.to_dict()) == new
+    assert {"subject_ref", "session_ref"} <= {name for name, _ in v.PAYLOAD_INDEXES}
+    assert not {"subject_id", "session_id"} & {name for name, _ in v.PAYLOAD_INDEXES}
+    with pytest.raises(ValueError, match="payload version"):
+        v.CollectionContract("mem_semantic", MODEL, "1", 384, payload=3)
 
 
 def test_store_from_env_picks_the_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

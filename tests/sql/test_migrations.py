@@ -318,3 +318,36 @@ def test_0021_backfills_every_records_search_length(fabric: Any) -> None:
     assert total == 12002 and wrong == 0
     assert not_null and constraints == 0
     assert lengths == {formed[0]: 2, formed[1]: 0}
+
+
+def test_0029_gives_every_subject_with_records_a_key_and_notes_both_rebuilds(fabric: Any) -> None:
+    """Records formed before subjects got keys with their runs: 0029 makes the missing keys
+    (so the records are projected under pseudonyms) and notes both projections as
+    rebuilding, which `memfabric serve` then runs (the old projections hold ids in clear)."""
+    memory_id = fabric.form(fabric.open_run(subject="user-7070"), "invoices in EUR")
+    mfdb.bootstrap(fabric.url)  # a clone lacks the migration role's grant on the database
+    mfdb.downgrade(fabric.url, "0026_projection_rebuild")
+    with fabric.su() as su:
+        su.execute("DELETE FROM fabric.subject_keys")  # as a subject that never recalled
+        su.execute("UPDATE fabric.projection_cursors SET rebuild_started_at = NULL")
+    mfdb.upgrade(fabric.url)
+    with fabric.su() as su:
+        keys = su.execute("SELECT subject_id, subject_ref, key FROM fabric.subject_keys").fetchall()
+        assert [k[0] for k in keys] == ["user-7070"]
+        (ref,) = su.execute(  # type: ignore[misc]
+            "SELECT fabric._pseudonym(%s, 'subject', 'user-7070')", (keys[0][2],)
+        ).fetchone()
+        notes = dict(
+            su.execute(
+                "SELECT projection, rebuild_started_at IS NOT NULL FROM fabric.projection_cursors"
+                " WHERE projection IN ('qdrant', 'graph')"
+            ).fetchall()
+        )
+    assert keys[0][1] == ref
+    assert notes == {"qdrant": True, "graph": True}
+    mfdb.migrate(fabric.url)
+    projector = fabric.connect("mf_projector")
+    row = projector.execute(
+        "SELECT scope_key FROM fabric_api.projection_records_v2(%s::uuid[])", ([memory_id],)
+    ).fetchone()
+    assert row == (f"subject:{ref}",)

@@ -2,18 +2,19 @@
 
 Postgres is write-authoritative; these collections are a disposable projection (R-PROJ-1,
 docs/projections.md). Every point is one memory record: id = `memory_id`, the record's
-embedding, and the payload fields a recall filter reads (docs/projections.md) plus
+embedding, and the payload fields a recall filter reads (docs/projections.md; the subject
+and session only as the database's pseudonyms, `subject_ref` and `session_ref`) plus
 `scope_key` and integer epoch microseconds for the validity bounds (`valid_from_ts`,
 `valid_until_ts`, open end = `OPEN_ENDED_TS`), so a recall's validity test is two integer
 range conditions in one flat conjunction on either backend, microsecond-exact (see
 OPEN_ENDED_TS for the limit).
 
 Collections are versioned by their contract (logical name, model, model version, dims,
-Cosine): `mem_semantic__<model>_<version>_<dims>d_<hash>` is the physical collection and
-the logical name `mem_semantic` an alias to it (a Qdrant alias on a server, the manifest
-of the data directory on Edge). A new model, version or dimension is a new physical
-collection and an alias cutover, never a change in place; the old collection stays until
-someone drops it.
+Cosine, payload version): `mem_semantic__<model>_<version>_<dims>d_<hash>` is the physical
+collection and the logical name `mem_semantic` an alias to it (a Qdrant alias on a server,
+the manifest of the data directory on Edge). A new model, version, dimension or payload
+version is a new physical collection and an alias cutover, never a change in place; the
+old collection stays until someone drops it.
 
 Recall filters are always pushed into the vector query (tenant, scope keys, live states,
 validity at an instant, minimum confidence, excluded labels); results go back to Postgres
@@ -50,6 +51,7 @@ from memfabric.vectors.model import (
     MUTABLE_FIELDS,
     OPEN_ENDED_TS,
     PAYLOAD_INDEXES,
+    PAYLOAD_VERSION,
     CollectionContract,
     ContractMismatch,
     MemoryPayload,
@@ -76,6 +78,7 @@ __all__ = [
     "MUTABLE_FIELDS",
     "OPEN_ENDED_TS",
     "PAYLOAD_INDEXES",
+    "PAYLOAD_VERSION",
     "RETENTION_CLASSES",
     "STATES",
     "VISIBILITIES",

@@ -25,6 +25,12 @@ from memfabric.constants import (
 )
 
 DISTANCE = "Cosine"
+# The payload's shape, part of every collection's contract. 1: the subject and session ids in
+# clear (subject_id, session_id, and in scope_id / scope_key); 2: their pseudonyms
+# (subject_ref, session_ref; docs/projections.md, "Identifiers"). A new shape is a new
+# contract, so new collections, filled by a rebuild.
+PAYLOAD_VERSION = 2
+_PAYLOAD_V1 = 1  # contracts recorded without a payload version (their names are kept)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -45,9 +51,9 @@ PAYLOAD_INDEXES: tuple[tuple[str, str], ...] = (
     ("scope_type", "keyword"),
     ("scope_id", "keyword"),
     ("scope_key", "keyword"),
-    ("subject_id", "keyword"),
+    ("subject_ref", "keyword"),
     ("agent_id", "keyword"),
-    ("session_id", "keyword"),
+    ("session_ref", "keyword"),
     ("content_hash", "keyword"),
     ("consolidation_state", "keyword"),
     ("retention_class", "keyword"),
@@ -124,13 +130,16 @@ def rfc3339(at: datetime) -> str:
 
 
 def scope_key(visibility: str, scope_id: str | None) -> str:
-    """The record's scope key exactly as Postgres generates it ('subject:user-8842', 'tenant')."""
+    """A scope key of `visibility` and its scope id, as Postgres builds it: the projections'
+    scope id of a subject or session is its pseudonym ('subject:hmac:…'), of an agent its id
+    ('agent:os-agt-003'); 'tenant' has none."""
     if visibility not in VISIBILITIES:
         raise ValueError(f"unknown visibility {visibility!r}")
     if visibility == "tenant":
         return "tenant"
     if not scope_id:
-        raise ValueError(f"visibility {visibility!r} needs its {visibility}_id")
+        what = "agent_id" if visibility == "agent" else f"{visibility}_ref"
+        raise ValueError(f"visibility {visibility!r} needs its {what}")
     return f"{visibility}:{scope_id}"
 
 
@@ -175,7 +184,8 @@ def _slug(text: str, width: int) -> str:
 
 @dataclass(frozen=True)
 class CollectionContract:
-    """What a physical collection holds: name (logical), model, model version, dims, distance.
+    """What a physical collection holds: name (logical), model, model version, dims,
+    distance, and the payload's shape (`PAYLOAD_VERSION`).
 
     Two contracts that differ in anything are two physical collections.
     """
@@ -185,6 +195,7 @@ class CollectionContract:
     model_version: str
     dims: int
     distance: str = DISTANCE
+    payload: int = PAYLOAD_VERSION
 
     def __post_init__(self) -> None:
         if self.name not in {f"mem_{t}" for t in INDEXED_TIERS}:
@@ -195,6 +206,8 @@ class CollectionContract:
             raise ValueError(f"dims must be a positive integer, got {self.dims!r}")
         if self.distance != DISTANCE:
             raise ValueError(f"fabric collections use {DISTANCE} distance, not {self.distance!r}")
+        if self.payload not in (_PAYLOAD_V1, PAYLOAD_VERSION):
+            raise ValueError(f"unknown payload version {self.payload!r}")
 
     @property
     def tier(self) -> str:
@@ -216,13 +229,18 @@ class CollectionContract:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The contract as recorded; a payload of version 1 is left out, as it was before
+        payloads had versions, so such a collection keeps its name (the fingerprint)."""
+        out: dict[str, Any] = {
             "name": self.name,
             "model": self.model,
             "model_version": self.model_version,
             "dims": self.dims,
             "distance": self.distance,
         }
+        if self.payload != _PAYLOAD_V1:
+            out["payload"] = self.payload
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CollectionContract:
@@ -232,6 +250,7 @@ class CollectionContract:
             model_version=str(data["model_version"]),
             dims=int(data["dims"]),
             distance=str(data.get("distance", DISTANCE)),
+            payload=int(data.get("payload", _PAYLOAD_V1)),
         )
 
 
@@ -241,7 +260,11 @@ class CollectionContract:
 
 @dataclass(frozen=True)
 class MemoryPayload:
-    """The vector payload of one record, validated; `to_payload()` adds derived fields."""
+    """The vector payload of one record, validated; `to_payload()` adds derived fields.
+
+    The subject and session are the pseudonyms the database gives the projections
+    (`subject_ref`, `session_ref` of the feed): a projection never holds their ids in clear.
+    """
 
     memory_id: str
     tenant_id: str
@@ -252,9 +275,9 @@ class MemoryPayload:
     valid_from: datetime
     consolidation_state: str
     retention_class: str
-    subject_id: str | None = None
+    subject_ref: str | None = None
     agent_id: str | None = None
-    session_id: str | None = None
+    session_ref: str | None = None
     valid_until: datetime | None = None
     compliance_labels: tuple[str, ...] = ()
     version: str = "1.0.0"
@@ -289,9 +312,9 @@ class MemoryPayload:
     @property
     def scope_id(self) -> str | None:
         return {
-            "session": self.session_id,
+            "session": self.session_ref,
             "agent": self.agent_id,
-            "subject": self.subject_id,
+            "subject": self.subject_ref,
             "tenant": self.tenant_id,
         }.get(self.visibility)
 
@@ -308,9 +331,9 @@ class MemoryPayload:
             "scope_type": self.scope_type,
             "scope_id": self.scope_id,
             "scope_key": self.scope_key,
-            "subject_id": self.subject_id,
+            "subject_ref": self.subject_ref,
             "agent_id": self.agent_id,
-            "session_id": self.session_id,
+            "session_ref": self.session_ref,
             "content_hash": self.content_hash,
             "confidence": self.confidence,
             "valid_from": rfc3339(self.valid_from),
@@ -327,15 +350,15 @@ class MemoryPayload:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> MemoryPayload:
-        """From a `fabric.memory_records` row (a dict row of psycopg, for instance)."""
+        """From a row of the projection feed (`fabric_api.projection_records_v2`)."""
         return cls(
             memory_id=str(row["memory_id"]),
             tenant_id=row["tenant_id"],
             tier=row["tier"],
             visibility=row["visibility"],
-            subject_id=row.get("subject_id"),
+            subject_ref=row.get("subject_ref"),
             agent_id=row.get("agent_id"),
-            session_id=row.get("session_id"),
+            session_ref=row.get("session_ref"),
             content_hash=row["content_hash"],
             confidence=float(row["confidence"]),
             valid_from=row["valid_from"],
