@@ -159,11 +159,35 @@ def _stop_on_sigterm(stopping: Any = None) -> None:
         signal.signal(signal.SIGINT, interrupt)
 
 
+def _local_script(name: str, command: str, instead: str) -> Path:
+    """The checkout's scripts/<name>, which manages a local server; an installed package
+    does not carry it (the server it would install lives in the checkout), so without it
+    one line says what to run instead."""
+    script = db.ROOT / "scripts" / name
+    if not script.is_file():
+        raise errors.OperationalFailure(
+            f"`memfabric {command}` manages the local server of a memfabric checkout "
+            f"(scripts/{name}), which this installation does not have",
+            hint=instead,
+        )
+    return script
+
+
+_DB_INSTEAD = (
+    "point DATABASE_URL at your PostgreSQL 17 server (with pgvector) and run `memfabric db "
+    "migrate`; or run `memfabric db up` from a checkout of memfabric"
+)
+_REDIS_INSTEAD = (
+    "set REDIS_URL to your Redis server (6.2 or later) and give each tenant its user with "
+    "`memfabric working grant-tenant TENANT`; or run `memfabric working up` from a checkout"
+)
+
+
 def _db_script(*args: str) -> None:
     if Settings.from_env().database_url_set and args[0] in ("up", "down"):
         typer.echo("DATABASE_URL is set: the local server is not used")
         return
-    code = subprocess.call([str(db.ROOT / "scripts" / "db.sh"), *args])
+    code = subprocess.call([str(_local_script("db.sh", f"db {args[0]}", _DB_INSTEAD)), *args])
     if code:
         raise typer.Exit(code)
 
@@ -396,7 +420,11 @@ def _erase_working(conn: Any, approval_id: str, scope: dict[str, Any]) -> None:
 
 
 def _redis_script(*args: str) -> None:
-    raise typer.Exit(subprocess.call([str(db.ROOT / "scripts" / "redis.sh"), *args]))
+    if Settings.from_env().redis_url and args[0] in ("up", "down"):
+        typer.echo("REDIS_URL is set: the local server is not used")
+        return
+    script = _local_script("redis.sh", f"working {args[0]}", _REDIS_INSTEAD)
+    raise typer.Exit(subprocess.call([str(script), *args]))
 
 
 @working_app.command("up", epilog=env_help(*REDIS_ENV))

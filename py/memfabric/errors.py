@@ -188,7 +188,35 @@ def one_line(exc: BaseException) -> str | None:
         if isinstance(exc, psycopg.OperationalError):
             return _connection_failure(exc)
         return None
+    if isinstance(exc, ModuleNotFoundError):
+        return _missing_extra(exc)
     return _graph_or_qdrant(exc)
+
+
+# The optional dependencies (pyproject's extras), by the top-level module a command imports.
+_EXTRAS = {
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "uvicorn": "mcp",
+    "starlette": "mcp",
+    "redis": "redis",
+    "langgraph": "langgraph",
+    "opentelemetry": "otel",
+}
+
+
+def _missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """An optional dependency that is not installed: which extra installs it. Any other
+    missing module is a broken install, whose traceback stays visible."""
+    module = (exc.name or "").split(".")[0]
+    extra = _EXTRAS.get(module)
+    if extra is None:
+        return None
+    return _line(
+        f"this command needs the Python package {module!r}, which is not installed",
+        None,
+        f"pip install 'memfabric[{extra}]'",
+    )
 
 
 # Hints for SQLSTATEs the server raises without one (never chosen by message text).

@@ -240,6 +240,38 @@ def test_debug_keeps_the_traceback_in_process() -> None:
     assert type(result.exception).__name__ == "OperationalError"  # not swallowed
 
 
+@pytest.mark.parametrize(
+    ("command", "missing", "extra"),
+    [
+        (("mcp", "stdio", "--login", "x", "--run", str(uuid.uuid4())), "mcp", "mcp"),
+        (("mcp", "http"), "mcp", "mcp"),
+        (("working", "grant-tenant", "acme"), "redis", "redis"),
+    ],
+)
+def test_a_command_without_its_extra_says_which_to_install(
+    command: tuple[str, ...], missing: str, extra: str
+) -> None:
+    """An installation without an optional dependency (here hidden from the interpreter as
+    Python hides an absent one) names the extra to install, in one line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
+    env["REDIS_URL"] = f"redis://127.0.0.1:{closed_port()}/0"
+    hide = f"import sys; sys.modules[{missing!r}] = None; from memfabric.cli import app; app()"
+    result = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-c", hide, *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: this command needs the Python package {missing!r}, which is not installed"
+        f" — hint: pip install 'memfabric[{extra}]'"
+    ]
+
+
 # -- drill on projections that were never built --------------------------------------------------
 
 
