@@ -862,6 +862,8 @@ def _start_index_builder(store: Any, settings: Settings, stop: Any) -> None:
                 for tier, r in store.build_index_when_due(after).items():
                     typer.echo(f"[index] {tier}: {json.dumps(r)}")
             except Exception as exc:  # the next check tries again; serving goes on
+                if stop.is_set():  # serve is stopping: closing the store ended the build
+                    return
                 typer.echo(f"[index] build failed: {type(exc).__name__}: {exc}")
 
     threading.Thread(target=loop, name="index-builder", daemon=True).start()
