@@ -660,22 +660,45 @@ def serve(
             hint="use that one, or give a second one its own MEMFABRIC_SOCKET and "
             "MEMFABRIC_VECTOR_DIR",
         )
-    _require_known_schema(projector_conninfo())
     lock = threading.Lock()
     settings = Settings.from_env()
     in_child = settings.projector_embed == "child"
-    projector = open_projector(
-        projector_conninfo(),
-        embed_in_child=in_child,
-        serving=True,
-        guard=lock,
-        progress=lambda line: typer.echo(f"[project] {line}"),
-        flush_seconds=settings.projector_flush_ms / 1000,
-    )
-    assert projector.store is not None
-    # Queries embed here, never behind a projector batch in the child.
-    query_embedder = deployment_embedder(projector_conninfo()) if in_child else projector.embedder
+    # from here on SIGTERM and Ctrl-C set `stop`, which every loop of serve watches (before
+    # the socket exists: a stop at any moment after leaves no socket file and no
+    # half-written batch)
     stop = threading.Event()  # serve is stopping: every loop and rebuild of it watches this
+    _stop_on_sigterm(stop)
+
+    def start() -> tuple[Any, Any, dict[str, Any]]:
+        """The schema check, the projector, the query embedder and the rebuilds left
+        unfinished: everything of the start that reads the database."""
+        _require_known_schema(projector_conninfo())
+        projector = open_projector(
+            projector_conninfo(),
+            embed_in_child=in_child,
+            serving=True,
+            guard=lock,
+            progress=lambda line: typer.echo(f"[project] {line}"),
+            flush_seconds=settings.projector_flush_ms / 1000,
+        )
+        try:
+            assert projector.store is not None
+            # Queries embed here, never behind a projector batch in the child.
+            query_embedder = (
+                deployment_embedder(projector_conninfo()) if in_child else projector.embedder
+            )
+            return projector, query_embedder, projector.unfinished_rebuilds()
+        except BaseException:
+            close_projector(projector)
+            raise
+
+    started = _when_the_database_answers(start, stop)
+    if started is None:  # stopped while waiting for the database
+        return
+    projector, query_embedder, unfinished = started
+    if stop.is_set():  # stopped while starting
+        close_projector(projector)
+        return
     broker = LocalBroker(
         projector.store,
         query_embedder,
@@ -688,15 +711,11 @@ def serve(
             "index_status": lambda: _edge_store(projector.store).index_status(),
         },
     )
-    # from here on SIGTERM and Ctrl-C set `stop`, which every loop of serve watches (before
-    # the socket exists: a stop at any moment after leaves no socket file and no
-    # half-written batch)
-    _stop_on_sigterm(stop)
     server, rebuilding, maker = None, None, None
     try:
         server = serve_socket(broker, socket, lock)
         targets = ["qdrant"] if projector.contract_change is not None else []
-        for projection, began in sorted(projector.unfinished_rebuilds().items()):
+        for projection, began in sorted(unfinished.items()):
             typer.echo(
                 f"[rebuild] a rebuild of {projection} began at {began:%Y-%m-%d %H:%M:%S %Z} and did"
                 " not end: the projection may be incomplete"
@@ -758,6 +777,31 @@ def serve(
             server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+
+
+def _when_the_database_answers(start: Any, stop: Any) -> Any:
+    """`start()` once PostgreSQL answers: while it is away (down, restarting, the
+    connection lost mid-start) a line says so and it is tried again, after 0.5 s, doubling
+    to 15 s, jittered; None if `stop` is set meanwhile. A refusal (a login, a password, the
+    schema revision) is raised at once: waiting would not fix it."""
+    import random
+
+    delay = 0.5
+    while True:
+        try:
+            return start()
+        except Exception as exc:
+            if not errors.database_unavailable(exc):
+                raise
+            line = errors.one_line(exc) or f"error: {type(exc).__name__}"
+            typer.echo(
+                f"[serve] waiting for PostgreSQL: {line.removeprefix('error: ')};"
+                f" trying again in {delay:g} s",
+                err=True,
+            )
+        if stop.wait(delay * random.uniform(0.8, 1.2)):  # noqa: S311 - jitter, not a secret
+            return None
+        delay = min(delay * 2, 15.0)
 
 
 class _Stopping(Exception):

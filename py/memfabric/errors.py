@@ -278,6 +278,24 @@ def _connection_failure(exc: psycopg.OperationalError) -> str:
     )
 
 
+def database_unavailable(exc: BaseException) -> bool:
+    """Is `exc` PostgreSQL being away (not answering, restarting, shutting down, the
+    connection lost) rather than refusing this caller? A server that answers but refuses
+    the connection (a login, a password, a database that does not exist) is not away:
+    waiting will not fix it."""
+    if not isinstance(exc, FabricError | psycopg.Error):
+        return False
+    if exc.sqlstate is not None:  # connection exceptions, operator intervention
+        return exc.sqlstate[:2] in ("08", "57")
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    pgconn = exc.pgconn
+    if pgconn is None:
+        return True
+    host = (pgconn.host or b"").decode() or "localhost"
+    return not _answers(host, (pgconn.port or b"").decode() or "5432")
+
+
 def _answers(host: str, port: str) -> bool:
     """Does anything accept connections at the server's address?"""
     try:

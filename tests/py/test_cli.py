@@ -233,6 +233,20 @@ def test_installed_command_prints_one_line_and_debug_prints_the_traceback() -> N
     assert "OperationalError" in loud.stderr
 
 
+def test_serve_refused_by_an_answering_database_fails_at_once(
+    fabric: Fabric, no_serve: dict[str, str]
+) -> None:
+    """serve waits for a PostgreSQL that is away (test_serve_cli), never for one that
+    answers and refuses it: a login that does not exist is one line and exit 1."""
+    refused = run_installed(
+        "serve", DATABASE_URL=fabric.url, MEMFABRIC_PROJECTOR_LOGIN="mf_no_projector", **no_serve
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.startswith("error: PostgreSQL at"), refused.stderr
+    assert 'refused login "mf_no_projector"' in refused.stderr
+    assert "waiting" not in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_debug_keeps_the_traceback_in_process() -> None:
     env = clean_env(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/x")
     result = invoke(env, "--debug", "worker", "commit", "--once")
