@@ -466,6 +466,29 @@ def working_grant_tenant(
     typer.echo(working.tenant_url(url, tenant, password))
 
 
+@working_app.command("cap-ttl", epilog=env_help(*REDIS_ENV))
+def working_cap_ttl(
+    longest: int = typer.Option(
+        24 * 3600, min=1, help="the longest TTL a working key may keep, in seconds"
+    ),
+) -> None:
+    """Cut every working key's TTL back to at most LONGEST seconds, as the admin (run it on
+    a schedule): a tenant's Redis user can only write keys with a TTL, but no Redis ACL can
+    bound how long it is."""
+    from memfabric import working
+
+    url = working.default_url()
+    if url is None:
+        typer.echo("error: no working tier: set REDIS_URL or run `memfabric working up`", err=True)
+        raise typer.Exit(1)
+    try:
+        answer = working.cap_ttls(working.connect(url), longest)
+    except working.WorkingTierUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"[working] {json.dumps(answer)}")
+
+
 def _operate(op: str, **kwargs: Any) -> dict[str, Any]:
     """Run rebuild/drill/verify in `memfabric serve` when it runs (it owns the Edge
     shards), else here over the stores the environment names."""

@@ -391,6 +391,7 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("working", "up"): REDIS,
     ("working", "down"): REDIS,
     ("working", "grant-tenant"): DATABASE | REDIS,
+    ("working", "cap-ttl"): REDIS,
     ("import",): COMMITTER,
     ("rebuild",): PROJECTION,
     ("vectors", "build-index"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
