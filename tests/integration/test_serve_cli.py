@@ -313,6 +313,11 @@ def test_serve_waits_for_postgresql_at_start_and_starts_once_it_answers(
 
 def shard_children(pid: int) -> list[int]:
     """The shard processes `memfabric serve` (pid) started, alive (not yet exited)."""
+    return children_running(pid, b"_child_main")
+
+
+def children_running(pid: int, marker: bytes) -> list[int]:
+    """The children of `pid` whose command line holds `marker`, alive (not yet exited)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -323,7 +328,7 @@ def shard_children(pid: int) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z" and b"_child_main" in cmdline:
+        if int(fields[1]) == pid and fields[0] != "Z" and marker in cmdline:
             found.append(int(entry.name))
     return sorted(found)
 
@@ -333,6 +338,47 @@ def exited(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_an_index_build_under_way_ends_with_serve(
+    fabric: Fabric, graph_server: GraphServer, tmp_path: Path
+) -> None:
+    """serve stopped (SIGTERM) while a vector index build runs: the build's child ends with
+    serve and its copy (building/) is removed. The build, asked through the socket, is held
+    in the middle (its child stopped, as a build of a large shard takes minutes)."""
+    import threading
+
+    vectors = tmp_path / "qdrant"
+    with running_serve(fabric, graph_server, vectors) as served:
+        proc = served["proc"]
+        run = fabric.open_run()
+        wait_verified(served["env"], {fabric.form(run, "invoices in euros please")})
+        broker = RemoteBroker(served["socket"], timeout=120)
+        told: list[str] = []
+
+        def build() -> None:
+            try:
+                broker.run("build_index", tiers=["episodic"])
+            except Exception as exc:  # serve's answer that it stopped, or none
+                told.append(f"{type(exc).__name__}: {exc}")
+
+        asking = threading.Thread(target=build)
+        asking.start()
+        deadline = time.monotonic() + 60
+        while not (builds := children_running(proc.pid, b"optimize")):
+            assert time.monotonic() < deadline, "no build started"
+            time.sleep(0.01)
+        (child,) = builds
+        os.kill(child, signal.SIGSTOP)
+        assert (vectors / "building").is_dir()
+    # running_serve's exit: SIGTERM, exit 0 (asserted there)
+    try:
+        asking.join(timeout=60)
+        assert exited(child)
+        assert not (vectors / "building").exists()
+    finally:
+        if not exited(child):
+            os.kill(child, signal.SIGKILL)
 
 
 # `child` forced: that `auto` chooses child shards in serve on 2 CPUs or more is
