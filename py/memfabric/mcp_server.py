@@ -289,7 +289,8 @@ class _Answering:
             item = await self._inner.receive()
             if not isinstance(item, Exception):
                 return item  # type: ignore[no-any-return]
-            await self._write.send(SessionMessage(unreadable_line_error(item)))
+            if not _blank_line(item):  # an empty line between messages is no message
+                await self._write.send(SessionMessage(unreadable_line_error(item)))
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -308,6 +309,14 @@ class _Answering:
             return await self.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
+
+
+def _blank_line(exc: Exception) -> bool:
+    import pydantic
+
+    return isinstance(exc, pydantic.ValidationError) and all(
+        isinstance(e.get("input"), str) and not e["input"].strip() for e in exc.errors()
+    )
 
 
 def unreadable_line_error(exc: Exception) -> types.JSONRPCError:

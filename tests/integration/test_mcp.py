@@ -254,7 +254,8 @@ def test_stdio_answers_an_unreadable_line_with_a_json_rpc_error_and_serves_on(
     agent_a: StdioServer,
 ) -> None:
     """A line that is not JSON gets -32700 and one that is JSON but no message -32600, both
-    with id null (JSON-RPC 2.0, section 5.1); the server answers the next request."""
+    with id null (JSON-RPC 2.0, section 5.1), an empty line nothing; the server answers the
+    next request."""
     run = agent_a.fabric.open_run()
     server = ("mcp", "stdio", "--login", "mf_agent_a", "--run", str(run))
     proc = subprocess.Popen(
@@ -278,7 +279,7 @@ def test_stdio_answers_an_unreadable_line_with_a_json_rpc_error_and_serves_on(
                 "clientInfo": {"name": "test", "version": "0"},
             },
         }
-        for line in ("{this is not json", '{"hello": "world"}', json.dumps(init)):
+        for line in ("", "{this is not json", '{"hello": "world"}', json.dumps(init)):
             proc.stdin.write(line + "\n")
         proc.stdin.flush()
         lines: queue.Queue[str] = queue.Queue()
