@@ -37,6 +37,9 @@ TURN_TTL = 6 * 3600  # a session buffer outlives any run it serves, then goes
 DEDUP_TTL = 15 * 60
 IDEMPOTENCY_TTL = 24 * 3600
 MAX_TURNS = 200
+# The session buffer's key suffix: a JSON array written whole. (Up to 0.11 the buffer was a
+# list under `turns`, which a tenant's user can no longer write; such keys expire unread.)
+BUFFER = "buffer"
 _TENANT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # fabric.tenant_ident: no glob characters
 # What a tenant's worker may run: data commands on its own keys, nothing administrative,
 # nothing that lists keys (SCAN and KEYS ignore key patterns). The only commands that write
@@ -153,7 +156,7 @@ class WorkingTier:
         """Add one turn (it needs its `event_id`: a turn is something that happened)."""
         if not isinstance(turn.get("event_id"), str):
             raise ValueError("a turn needs its event_id")
-        key = self._key(run, "run", run.run_id, "turns")
+        key = self._key(run, "run", run.run_id, BUFFER)
 
         def append(pipe: Any) -> None:  # read, then write the buffer whole, unless it moved
             held = pipe.get(key)
@@ -167,7 +170,7 @@ class WorkingTier:
     def turns(self, run: RunRef) -> list[Json]:
         """The run's recent turns, oldest first ([] once they expired or were flushed)."""
         with _available():
-            raw = self.client.get(self._key(run, "run", run.run_id, "turns"))
+            raw = self.client.get(self._key(run, "run", run.run_id, BUFFER))
         held: list[Json] = json.loads(raw) if raw else []
         return held
 

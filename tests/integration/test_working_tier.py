@@ -4,6 +4,7 @@ the governed hand-off, erasure, and an outage that leaves durable memory untouch
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -189,6 +190,20 @@ def test_cap_ttl_cuts_back_a_ttl_longer_than_the_tiers_longest(
     ttls = {k: admin.ttl(k) for k in admin.scan_iter(match="*")}
     assert all(0 < ttl <= working.IDEMPOTENCY_TTL for ttl in ttls.values()), ttls
     assert admin.ttl(b"mf:acme:for-ten-years") > working.TURN_TTL  # cut back, not expired
+
+
+def test_a_list_buffer_of_the_previous_version_is_left_to_expire(
+    redis_server: RedisServer, admin: redis.Redis, run: RunRef
+) -> None:
+    """Up to 0.11 the session buffer was a Redis list under `…:turns`; after an upgrade
+    such a key is never read or written again (it expires with its TTL)."""
+    old = f"mf:acme:{working.subject_key('acme', run.subject_id)}:run:{run.run_id}:turns"
+    admin.rpush(old, json.dumps(turn(0)))
+    admin.expire(old, 60)
+    wt = WorkingTier(tenant_client(redis_server, admin, "acme"), "acme")
+    wt.append_turn(run, turn(1))
+    assert [t["event_id"] for t in wt.turns(run)] == ["evt-turn-1"]
+    assert admin.llen(old) == 1
 
 
 def test_first_seen_is_first_once_among_concurrent_workers(
