@@ -159,11 +159,35 @@ def _stop_on_sigterm(stopping: Any = None) -> None:
         signal.signal(signal.SIGINT, interrupt)
 
 
+def _local_script(name: str, command: str, instead: str) -> Path:
+    """The checkout's scripts/<name>, which manages a local server; an installed package
+    does not carry it (the server it would install lives in the checkout), so without it
+    one line says what to run instead."""
+    script = db.ROOT / "scripts" / name
+    if not script.is_file():
+        raise errors.OperationalFailure(
+            f"`memfabric {command}` manages the local server of a memfabric checkout "
+            f"(scripts/{name}), which this installation does not have",
+            hint=instead,
+        )
+    return script
+
+
+_DB_INSTEAD = (
+    "point DATABASE_URL at your PostgreSQL 17 server (with pgvector) and run `memfabric db "
+    "migrate`; or run `memfabric db up` from a checkout of memfabric"
+)
+_REDIS_INSTEAD = (
+    "set REDIS_URL to your Redis server (6.2 or later) and give each tenant its user with "
+    "`memfabric working grant-tenant TENANT`; or run `memfabric working up` from a checkout"
+)
+
+
 def _db_script(*args: str) -> None:
     if Settings.from_env().database_url_set and args[0] in ("up", "down"):
         typer.echo("DATABASE_URL is set: the local server is not used")
         return
-    code = subprocess.call([str(db.ROOT / "scripts" / "db.sh"), *args])
+    code = subprocess.call([str(_local_script("db.sh", f"db {args[0]}", _DB_INSTEAD)), *args])
     if code:
         raise typer.Exit(code)
 
@@ -409,7 +433,11 @@ def _erase_working(conn: Any, approval_id: str, scope: dict[str, Any]) -> None:
 
 
 def _redis_script(*args: str) -> None:
-    raise typer.Exit(subprocess.call([str(db.ROOT / "scripts" / "redis.sh"), *args]))
+    if Settings.from_env().redis_url and args[0] in ("up", "down"):
+        typer.echo("REDIS_URL is set: the local server is not used")
+        return
+    script = _local_script("redis.sh", f"working {args[0]}", _REDIS_INSTEAD)
+    raise typer.Exit(subprocess.call([str(script), *args]))
 
 
 @working_app.command("up", epilog=env_help(*REDIS_ENV))
@@ -449,6 +477,29 @@ def working_grant_tenant(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(working.tenant_url(url, tenant, password))
+
+
+@working_app.command("cap-ttl", epilog=env_help(*REDIS_ENV))
+def working_cap_ttl(
+    longest: int = typer.Option(
+        24 * 3600, min=1, help="the longest TTL a working key may keep, in seconds"
+    ),
+) -> None:
+    """Cut every working key's TTL back to at most LONGEST seconds, as the admin (run it on
+    a schedule): a tenant's Redis user can only write keys with a TTL, but no Redis ACL can
+    bound how long it is."""
+    from memfabric import working
+
+    url = working.default_url()
+    if url is None:
+        typer.echo("error: no working tier: set REDIS_URL or run `memfabric working up`", err=True)
+        raise typer.Exit(1)
+    try:
+        answer = working.cap_ttls(working.connect(url), longest)
+    except working.WorkingTierUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"[working] {json.dumps(answer)}")
 
 
 def _operate(op: str, **kwargs: Any) -> dict[str, Any]:
@@ -656,22 +707,45 @@ def serve(
             hint="use that one, or give a second one its own MEMFABRIC_SOCKET and "
             "MEMFABRIC_VECTOR_DIR",
         )
-    _require_known_schema(projector_conninfo())
     lock = threading.Lock()
     settings = Settings.from_env()
     in_child = settings.projector_embed == "child"
-    projector = open_projector(
-        projector_conninfo(),
-        embed_in_child=in_child,
-        serving=True,
-        guard=lock,
-        progress=lambda line: typer.echo(f"[project] {line}"),
-        flush_seconds=settings.projector_flush_ms / 1000,
-    )
-    assert projector.store is not None
-    # Queries embed here, never behind a projector batch in the child.
-    query_embedder = deployment_embedder(projector_conninfo()) if in_child else projector.embedder
+    # from here on SIGTERM and Ctrl-C set `stop`, which every loop of serve watches (before
+    # the socket exists: a stop at any moment after leaves no socket file and no
+    # half-written batch)
     stop = threading.Event()  # serve is stopping: every loop and rebuild of it watches this
+    _stop_on_sigterm(stop)
+
+    def start() -> tuple[Any, Any, dict[str, Any]]:
+        """The schema check, the projector, the query embedder and the rebuilds left
+        unfinished: everything of the start that reads the database."""
+        _require_known_schema(projector_conninfo())
+        projector = open_projector(
+            projector_conninfo(),
+            embed_in_child=in_child,
+            serving=True,
+            guard=lock,
+            progress=lambda line: typer.echo(f"[project] {line}"),
+            flush_seconds=settings.projector_flush_ms / 1000,
+        )
+        try:
+            assert projector.store is not None
+            # Queries embed here, never behind a projector batch in the child.
+            query_embedder = (
+                deployment_embedder(projector_conninfo()) if in_child else projector.embedder
+            )
+            return projector, query_embedder, projector.unfinished_rebuilds()
+        except BaseException:
+            close_projector(projector)
+            raise
+
+    started = _when_the_database_answers(start, stop)
+    if started is None:  # stopped while waiting for the database
+        return
+    projector, query_embedder, unfinished = started
+    if stop.is_set():  # stopped while starting
+        close_projector(projector)
+        return
     broker = LocalBroker(
         projector.store,
         query_embedder,
@@ -684,15 +758,11 @@ def serve(
             "index_status": lambda: _edge_store(projector.store).index_status(),
         },
     )
-    # from here on SIGTERM and Ctrl-C set `stop`, which every loop of serve watches (before
-    # the socket exists: a stop at any moment after leaves no socket file and no
-    # half-written batch)
-    _stop_on_sigterm(stop)
     server, rebuilding, maker = None, None, None
     try:
         server = serve_socket(broker, socket, lock)
         targets = ["qdrant"] if projector.contract_change is not None else []
-        for projection, began in sorted(projector.unfinished_rebuilds().items()):
+        for projection, began in sorted(unfinished.items()):
             typer.echo(
                 f"[rebuild] a rebuild of {projection} began at {began:%Y-%m-%d %H:%M:%S %Z} and did"
                 " not end: the projection may be incomplete"
@@ -760,6 +830,31 @@ def serve(
             server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+
+
+def _when_the_database_answers(start: Any, stop: Any) -> Any:
+    """`start()` once PostgreSQL answers: while it is away (down, restarting, the
+    connection lost mid-start) a line says so and it is tried again, after 0.5 s, doubling
+    to 15 s, jittered; None if `stop` is set meanwhile. A refusal (a login, a password, the
+    schema revision) is raised at once: waiting would not fix it."""
+    import random
+
+    delay = 0.5
+    while True:
+        try:
+            return start()
+        except Exception as exc:
+            if not errors.database_unavailable(exc):
+                raise
+            line = errors.one_line(exc) or f"error: {type(exc).__name__}"
+            typer.echo(
+                f"[serve] waiting for PostgreSQL: {line.removeprefix('error: ')};"
+                f" trying again in {delay:g} s",
+                err=True,
+            )
+        if stop.wait(delay * random.uniform(0.8, 1.2)):  # noqa: S311 - jitter, not a secret
+            return None
+        delay = min(delay * 2, 15.0)
 
 
 class _Stopping(Exception):
@@ -864,6 +959,8 @@ def _start_index_builder(store: Any, settings: Settings, stop: Any) -> None:
                 for tier, r in store.build_index_when_due(after).items():
                     typer.echo(f"[index] {tier}: {json.dumps(r)}")
             except Exception as exc:  # the next check tries again; serving goes on
+                if stop.is_set():  # serve is stopping: closing the store ended the build
+                    return
                 typer.echo(f"[index] build failed: {type(exc).__name__}: {exc}")
 
     threading.Thread(target=loop, name="index-builder", daemon=True).start()

@@ -38,7 +38,7 @@ from itertools import chain
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeGuard
 
-from memfabric.children import end_child
+from memfabric.children import end_child, serve_parent
 
 if TYPE_CHECKING:
     import numpy as np
@@ -524,10 +524,12 @@ def _read_frame(inp: IO[bytes]) -> tuple[bytes, bytes]:
 def _child_main() -> None:
     """The child of :class:`ProcessEmbedder`: frames on stdin and stdout. The first request
     names the embedder (``{"kind", "kwargs", "nice"}``); each later one is a JSON list of
-    texts, answered ``o`` + float64 vectors, or ``e`` + a message. Ends at EOF."""
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # a stray print of a library cannot corrupt the answers
-    inp = sys.stdin.buffer
+    texts, answered ``o`` + float64 vectors, or ``e`` + a message. Ends at EOF, and quietly
+    when the parent is gone (``serve_parent``)."""
+    serve_parent(_serve_embeddings)
+
+
+def _serve_embeddings(inp: IO[bytes], out: IO[bytes]) -> None:
     try:
         _, raw = _read_frame(inp)
     except EOFError:
@@ -551,9 +553,10 @@ def _child_main() -> None:
             return
         try:
             vectors = embedder.embed(json.loads(raw))
-            _write_frame(out, b"o", array("d", chain.from_iterable(vectors)).tobytes())
+            kind, answer = b"o", array("d", chain.from_iterable(vectors)).tobytes()
         except Exception as exc:
-            _write_frame(out, b"e", f"{type(exc).__name__}: {exc}".encode())
+            kind, answer = b"e", f"{type(exc).__name__}: {exc}".encode()
+        _write_frame(out, kind, answer)
 
 
 class ProcessEmbedder:

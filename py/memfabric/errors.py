@@ -231,7 +231,35 @@ def one_line(exc: BaseException) -> str | None:
         if isinstance(exc, psycopg.OperationalError):
             return _connection_failure(exc)
         return None
+    if isinstance(exc, ModuleNotFoundError):
+        return _missing_extra(exc)
     return _graph_or_qdrant(exc)
+
+
+# The optional dependencies (pyproject's extras), by the top-level module a command imports.
+_EXTRAS = {
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "uvicorn": "mcp",
+    "starlette": "mcp",
+    "redis": "redis",
+    "langgraph": "langgraph",
+    "opentelemetry": "otel",
+}
+
+
+def _missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """An optional dependency that is not installed: which extra installs it. Any other
+    missing module is a broken install, whose traceback stays visible."""
+    module = (exc.name or "").split(".")[0]
+    extra = _EXTRAS.get(module)
+    if extra is None:
+        return None
+    return _line(
+        f"this command needs the Python package {module!r}, which is not installed",
+        None,
+        f"pip install 'memfabric[{extra}]'",
+    )
 
 
 # Hints for SQLSTATEs the server raises without one (never chosen by message text).
@@ -291,6 +319,24 @@ def _connection_failure(exc: psycopg.OperationalError) -> str:
         None,
         f"the login must exist and be allowed to connect: {fix}",
     )
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Is `exc` PostgreSQL being away (not answering, restarting, shutting down, the
+    connection lost) rather than refusing this caller? A server that answers but refuses
+    the connection (a login, a password, a database that does not exist) is not away:
+    waiting will not fix it."""
+    if not isinstance(exc, FabricError | psycopg.Error):
+        return False
+    if exc.sqlstate is not None:  # connection exceptions, operator intervention
+        return exc.sqlstate[:2] in ("08", "57")
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    pgconn = exc.pgconn
+    if pgconn is None:
+        return True
+    host = (pgconn.host or b"").decode() or "localhost"
+    return not _answers(host, (pgconn.port or b"").decode() or "5432")
 
 
 def _answers(host: str, port: str) -> bool:

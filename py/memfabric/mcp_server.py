@@ -13,8 +13,11 @@ SQLSTATE, the message and the hint; nothing a caller sends stops the server.
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ import mcp_types as types
 import psycopg
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.message import SessionMessage
 from psycopg.conninfo import make_conninfo
 
 from memfabric import errors
@@ -260,9 +264,76 @@ def serve_stdio(database_url: str, login: str, run_id: str, passfile: str | None
 
     async def main() -> None:
         async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+            await server.run(_Answering(read, write), write, server.create_initialization_options())
 
     anyio.run(main)
+
+
+class _Answering:
+    """The stdio server's read stream, answering each line that is not a JSON-RPC message
+    with the JSON-RPC error (-32700 for text that is not JSON, -32600 for JSON that is not
+    a message; id null, as JSON-RPC says when the id cannot be read) and serving on. The
+    SDK hands such a line over as an exception, which its server drops without an answer,
+    leaving a client waiting for a reply that never comes."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self._inner = inner
+        self._write = write
+
+    @property
+    def last_context(self) -> Any:  # the sender's context, read by the SDK when present
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item  # type: ignore[no-any-return]
+            if not _blank_line(item):  # an empty line between messages is no message
+                await self._write.send(SessionMessage(unreadable_line_error(item)))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Answering:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> _Answering:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+
+def _blank_line(exc: Exception) -> bool:
+    import pydantic
+
+    return isinstance(exc, pydantic.ValidationError) and all(
+        isinstance(e.get("input"), str) and not e["input"].strip() for e in exc.errors()
+    )
+
+
+def unreadable_line_error(exc: Exception) -> types.JSONRPCError:
+    """The JSON-RPC error answering a line the transport could not read as a message."""
+    import pydantic
+
+    not_json = isinstance(exc, pydantic.ValidationError) and any(
+        e.get("type") == "json_invalid" for e in exc.errors()
+    )
+    if not_json:
+        error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the line is not JSON")
+    else:
+        error = types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message="Invalid Request: the line is not a JSON-RPC 2.0 message",
+        )
+    return types.JSONRPCError(jsonrpc="2.0", id=None, error=error)
 
 
 # -- streamable HTTP: a gateway for many agents ---------------------------------------------
@@ -317,6 +388,7 @@ def http_app(gateway: Gateway, host: str) -> Any:
 
     server = build_server(gateway.schemas(), caller_of, gateway.connect)
     inner = server.streamable_http_app(host=host)
+    owners = _SessionOwners()
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -350,10 +422,74 @@ def http_app(gateway: Gateway, host: str) -> Any:
             )
             await response(scope, receive, send)
             return
+        # A session is its opening token's: another token (even of the same run) is refused
+        # here with a reason, and the SDK, told who the token is, refuses it too.
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        session = _header(scope.get("headers", []), b"mcp-session-id")
+        if session is not None and not owners.may_use(session, digest):
+            response = JSONResponse(
+                {
+                    "sqlstate": "42501",
+                    "message": "this MCP session was opened with another token",
+                    "hint": "a session belongs to the token that opened it: open a session "
+                    "of your own (send initialize without Mcp-Session-Id)",
+                },
+                status_code=403,
+            )
+            await response(scope, receive, send)
+            return
+        scope["user"] = _token_user(digest)
         scope.setdefault("state", {})["memfabric_caller"] = resolved
-        await inner(scope, receive, send)
+
+        async def send_noting_the_session(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                opened = _header(message.get("headers", []), b"mcp-session-id")
+                if session is None and opened is not None:
+                    owners.opened(opened, digest)
+                elif session is not None and scope["method"] == "DELETE":
+                    owners.ended(session)
+            await send(message)
+
+        await inner(scope, receive, send_noting_the_session)
 
     return app
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _token_user(digest: str) -> Any:
+    """The token as the SDK's authenticated user (the SDK binds each session to the user
+    that opened it): its digest, never the token."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    return AuthenticatedUser(AccessToken(token=digest, client_id=digest, scopes=[]))
+
+
+class _SessionOwners:
+    """Which token (its SHA-256) opened each MCP session, for the newest `limit` sessions
+    (the SDK's own binding holds for older ones, answering 404 instead of a reason)."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._owners: OrderedDict[str, str] = OrderedDict()
+        self._limit = limit
+
+    def opened(self, session: str, digest: str) -> None:
+        self._owners[session] = digest
+        while len(self._owners) > self._limit:
+            self._owners.popitem(last=False)
+
+    def ended(self, session: str) -> None:
+        self._owners.pop(session, None)
+
+    def may_use(self, session: str, digest: str) -> bool:
+        owner = self._owners.get(session)
+        return owner is None or hmac.compare_digest(owner, digest)
 
 
 def serve_http(gateway: Gateway, host: str, port: int) -> None:

@@ -8,6 +8,9 @@ that can touch only `mf:{tenant}:*` (`grant_tenant`). A subject appears in a key
 keyed segment the database gives for the run (`run_ref`, fabric_api.working_key: an HMAC
 under the subject's key), so a subject erasure finds its keys without Redis ever holding the
 subject id, and once the erasure destroyed the key nothing links them to the subject.
+
+That user writes only with SETEX/PSETEX, so it cannot make a key without a TTL
+(`TENANT_COMMANDS`); the admin's `cap_ttls` bounds how long a TTL may be.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import redis
@@ -29,19 +32,28 @@ from memfabric.call import fabric_call
 from memfabric.settings import Settings
 
 Json = dict[str, Any]
+T = TypeVar("T")
 
 TURN_TTL = 6 * 3600  # a session buffer outlives any run it serves, then goes
 DEDUP_TTL = 15 * 60
 IDEMPOTENCY_TTL = 24 * 3600
 MAX_TURNS = 200
+# The session buffer's key suffix: a JSON array written whole. (Up to 0.11 the buffer was a
+# list under `turns`, which a tenant's user can no longer write; such keys expire unread.)
+BUFFER = "buffer"
 _TENANT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # fabric.tenant_ident: no glob characters
 _SUBJECT_KEY = re.compile(r"^(w-[0-9a-f]{32}|anon)$")  # fabric._working_key
 _LEGACY_SUBJECT_KEY = re.compile(r"^s-[0-9a-f]{32}$")  # fabric._working_subject_key (0.11)
 # What a tenant's worker may run: data commands on its own keys, nothing administrative,
-# nothing that lists keys (SCAN and KEYS ignore key patterns).
+# nothing that lists keys (SCAN and KEYS ignore key patterns). The only commands that write
+# a key are SETEX and PSETEX, which always give it a TTL: a Redis ACL cannot tell SET … EX
+# from a plain SET (nor RPUSH followed by EXPIRE from RPUSH alone), and a script runs with
+# its caller's ACL, so no other command that creates a key, or PERSIST, is granted. Every
+# value is therefore a string written whole (the session buffer is a JSON array), under
+# WATCH/MULTI where it must not overwrite (first_seen, remember_response, append_turn).
 TENANT_COMMANDS = [
-    *("get", "set", "del", "unlink", "exists", "expire", "pexpire", "ttl", "pttl"),
-    *("rpush", "lrange", "ltrim", "llen", "multi", "exec", "discard", "watch", "unwatch"),
+    *("get", "setex", "psetex", "del", "unlink", "exists", "ttl", "pttl"),
+    *("multi", "exec", "discard", "watch", "unwatch"),
     *("ping", "echo", "client|setname"),
 ]
 
@@ -97,6 +109,13 @@ def _tenant(tenant_id: str) -> str:
     if not _TENANT.match(tenant_id):
         raise ValueError("tenant ids are lowercase slugs ([a-z0-9][a-z0-9_-]*)")
     return tenant_id
+
+
+def _atomically(client: redis.Redis, fn: Callable[[Any], T], *watched: str) -> T:
+    """`fn(pipe)` under WATCH of `watched` (it reads, then queues its writes after
+    `pipe.multi()`), run again if a watched key moved before its EXEC; what `fn` returned."""
+    result: T = client.transaction(fn, *watched, value_from_callable=True)  # type: ignore[arg-type,assignment]
+    return result
 
 
 @contextmanager
@@ -155,26 +174,38 @@ class WorkingTier:
         """Add one turn (it needs its `event_id`: a turn is something that happened)."""
         if not isinstance(turn.get("event_id"), str):
             raise ValueError("a turn needs its event_id")
-        key = self._key(run, "run", run.run_id, "turns")
+        key = self._key(run, "run", run.run_id, BUFFER)
+
+        def append(pipe: Any) -> None:  # read, then write the buffer whole, unless it moved
+            held = pipe.get(key)
+            turns = [*(json.loads(held) if held else []), turn][-MAX_TURNS:]
+            pipe.multi()
+            pipe.setex(key, ttl, json.dumps(turns, sort_keys=True))
+
         with _available():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.rpush(key, json.dumps(turn, sort_keys=True))
-            pipe.ltrim(key, -MAX_TURNS, -1)
-            pipe.expire(key, ttl)
-            pipe.execute()
+            _atomically(self.client, append, key)
 
     def turns(self, run: RunRef) -> list[Json]:
         """The run's recent turns, oldest first ([] once they expired or were flushed)."""
         with _available():
-            raw = self.client.lrange(self._key(run, "run", run.run_id, "turns"), 0, -1)
-        return [json.loads(item) for item in raw]
+            raw = self.client.get(self._key(run, "run", run.run_id, BUFFER))
+        held: list[Json] = json.loads(raw) if raw else []
+        return held
 
     # -- dedup windows ------------------------------------------------------------------
     def first_seen(self, run: RunRef, window: str, token: str, ttl: int = DEDUP_TTL) -> bool:
         """True the first time `token` is seen in `window` within ttl seconds."""
         key = self._key(run, "dedup", _digest(window), _digest(token))
+
+        def claim(pipe: Any) -> bool:  # SET NX EX, in the commands a tenant's user has
+            if pipe.exists(key):
+                return False
+            pipe.multi()
+            pipe.setex(key, ttl, b"1")
+            return True
+
         with _available():
-            return bool(self.client.set(key, b"1", nx=True, ex=ttl))
+            return _atomically(self.client, claim, key)
 
     # -- idempotency keys of the agent-facing surfaces ----------------------------------
     def remember_response(
@@ -183,11 +214,18 @@ class WorkingTier:
         """Store the answer to a request under its idempotency key, unless one is there:
         returns the answer that holds (the first one). Answers carry ids, not content."""
         rkey = self._key(run, "idem", _digest(surface), _digest(key))
+
+        def keep_first(pipe: Any) -> Json:
+            held = pipe.get(rkey)
+            if held is not None:
+                first: Json = json.loads(held)
+                return first
+            pipe.multi()
+            pipe.setex(rkey, ttl, json.dumps(response, sort_keys=True))
+            return response
+
         with _available():
-            if self.client.set(rkey, json.dumps(response, sort_keys=True), nx=True, ex=ttl):
-                return response
-            held = self.client.get(rkey)
-        return response if held is None else json.loads(held)
+            return _atomically(self.client, keep_first, rkey)
 
     def response_for(self, run: RunRef, surface: str, key: str) -> Json | None:
         with _available():
@@ -274,6 +312,22 @@ def erase_subject(
             if batch:
                 deleted += int(admin.unlink(*batch))
     return {"working_keys_deleted": deleted, "patterns": [pattern]}
+
+
+def cap_ttls(admin: redis.Redis, longest: int = IDEMPOTENCY_TTL) -> Json:
+    """Bound the TTL of every working key to `longest` seconds (the tier's longest, by
+    default): a tenant's user can only write keys with a TTL (SETEX, PSETEX), but an ACL
+    cannot bound its length, so an absurd one is cut back here, by the admin. A key without
+    a TTL (written by the admin or before these ACLs) gets one too. Answers the counts."""
+    seen = capped = 0
+    with _available():
+        for key in admin.scan_iter(match="mf:*", count=500):
+            seen += 1
+            ttl = int(admin.ttl(key))
+            # -1: no TTL, -2: gone meanwhile; EXPIRE … LT would be Redis 7 only
+            if ttl == -1 or ttl > longest:
+                capped += int(admin.expire(key, longest))
+    return {"working_keys": seen, "ttl_capped": capped, "longest_ttl_s": longest}
 
 
 def erasure_scope(conn: psycopg.Connection[Any], approval_id: str) -> Json | None:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -257,6 +259,56 @@ def test_stdio_propose_then_recall_and_get_as_the_agent(agent_a: StdioServer) ->
     assert all(e["correlation_id"] for e in recalls)
 
 
+def test_stdio_answers_an_unreadable_line_with_a_json_rpc_error_and_serves_on(
+    agent_a: StdioServer,
+) -> None:
+    """A line that is not JSON gets -32700 and one that is JSON but no message -32600, both
+    with id null (JSON-RPC 2.0, section 5.1), an empty line nothing; the server answers the
+    next request."""
+    run = agent_a.fabric.open_run()
+    server = ("mcp", "stdio", "--login", "mf_agent_a", "--run", str(run))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memfabric.cli", *server],
+        env=env_for(agent_a.fabric),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        init = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        }
+        for line in ("", "{this is not json", '{"hello": "world"}', json.dumps(init)):
+            proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+        answers = []
+        for _ in range(3):
+            try:
+                answers.append(json.loads(lines.get(timeout=30)))
+            except queue.Empty:
+                raise AssertionError(f"no answer after {answers}") from None
+    finally:
+        proc.stdin.close()
+        stop_process(proc)
+    parse, invalid, initialized = answers
+    assert parse == {"jsonrpc": "2.0", "id": None, "error": parse["error"]}, parse
+    assert parse["error"]["code"] == -32700
+    assert invalid["id"] is None and invalid["error"]["code"] == -32600, invalid
+    assert initialized["id"] == 7 and initialized["result"]["serverInfo"]["name"] == "memfabric"
+
+
 def test_a_caller_supplied_source_event_is_kept(agent_a: StdioServer) -> None:
     fabric, client = agent_a.fabric, agent_a.client
     env = envelope("asked twice")
@@ -459,6 +511,70 @@ def test_http_refuses_a_missing_unknown_or_revoked_token(shared: Fabric, gateway
     response = httpx2.post(gateway, json=body, headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 401
     assert fabric.count("events", f"event_type = 'memory.recall.served' AND run_id = '{run}'") == 1
+
+
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def rpc(url: str, token: str, body: dict[str, Any], session: str | None = None) -> Any:
+    """One JSON-RPC message posted as a client would; the response (SSE or JSON)."""
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    return httpx2.post(url, json=body, headers=headers, timeout=30)
+
+
+def rpc_answer(response: Any) -> dict[str, Any]:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        return dict(json.loads(data[-1]))
+    return dict(response.json())
+
+
+def opened_session(url: str, token: str) -> str:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    opened = rpc(url, token, init)
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert rpc(url, token, initialized, session).status_code == 202
+    return str(session)
+
+
+def test_http_a_session_serves_only_the_token_that_opened_it(shared: Fabric, gateway: str) -> None:
+    """Another live token (here of the same agent and tenant, another run) posting into a
+    session it did not open is refused with a reason and writes nothing; the session goes
+    on serving its own token."""
+    fabric = shared
+    mine, theirs = issue(fabric, fabric.open_run()), issue(fabric, fabric.open_run())
+    session = opened_session(gateway, mine)
+    propose = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "memory_propose", "arguments": envelope("posted into a session")},
+    }
+    before = fabric.count("proposals")
+    refused = rpc(gateway, theirs, propose, session)
+    assert refused.status_code == 403, refused.text
+    error = refused.json()
+    assert error["sqlstate"] == "42501" and "another token" in error["message"], error
+    assert error["hint"]
+    assert fabric.count("proposals") == before
+    served = rpc_answer(rpc(gateway, mine, propose, session))
+    assert served["result"]["structuredContent"]["status"] == "validated", served
+    assert fabric.count("proposals") == before + 1
+    # its own session, opened by the other token, serves the other token
+    assert rpc(gateway, theirs, propose, opened_session(gateway, theirs)).status_code == 200
 
 
 def test_http_a_token_expires_with_its_ttl_or_its_run(shared: Fabric, gateway: str) -> None:

@@ -4,13 +4,17 @@ under the running projector."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
+import queue
+import shlex
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +42,35 @@ ROOT = Path(__file__).resolve().parents[2]
 PG_CTL = ROOT / ".local" / "pg17" / "wrap" / "pg_ctl"
 
 
+def serve_env(
+    fabric: Fabric, graph_server: GraphServer, vector_dir: Path, shards: str = "inline"
+) -> dict[str, str]:
+    """The environment of `memfabric serve` on the test's fabric, with a socket of its own."""
+    sock = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp")) / "s.sock"
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "QDRANT_"))},
+        "DATABASE_URL": fabric.url,
+        "MEMFABRIC_PROJECTOR_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector"),
+        "MEMFABRIC_COMMITTER_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer"),
+        "MEMFABRIC_SOCKET": str(sock),
+        "MEMFABRIC_VECTOR_DIR": str(vector_dir),
+        "GRAPH_BOLT_PORT": graph_server.env["GRAPH_BOLT_PORT"],
+        "GRAPH_PASSWORD": PASSWORD,
+        "MEMFABRIC_EDGE_SHARDS": shards,
+    }
+
+
+def start_serve(env: dict[str, str], *serve_args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "memfabric.cli", "serve", "--poll", "0.2", *serve_args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 @contextmanager
 def running_serve(
     fabric: Fabric,
@@ -50,26 +83,9 @@ def running_serve(
     socket, that line (`listening`) and every line before it (`startup`)."""
     with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
         graph.wipe()  # each test's fabric starts empty
-    sock = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp")) / "s.sock"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "QDRANT_"))},
-        "DATABASE_URL": fabric.url,
-        "MEMFABRIC_PROJECTOR_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector"),
-        "MEMFABRIC_COMMITTER_URL": psycopg.conninfo.make_conninfo(fabric.url, user="mf_committer"),
-        "MEMFABRIC_SOCKET": str(sock),
-        "MEMFABRIC_VECTOR_DIR": str(vector_dir),
-        "GRAPH_BOLT_PORT": graph_server.env["GRAPH_BOLT_PORT"],
-        "GRAPH_PASSWORD": PASSWORD,
-        "MEMFABRIC_EDGE_SHARDS": shards,
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memfabric.cli", "serve", "--poll", "0.2", *serve_args],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    env = serve_env(fabric, graph_server, vector_dir, shards)
+    sock = Path(env["MEMFABRIC_SOCKET"])
+    proc = start_serve(env, *serve_args)
     try:
         for _ in range(600):
             if serving(sock) or proc.poll() is not None:
@@ -221,8 +237,95 @@ def test_postgres_restarted_under_the_projector_loses_nothing(
     assert served["proc"].poll() is None  # the serve process rode it out
 
 
+def pg_ctl(fabric: Fabric, action: str, options: str = "") -> None:
+    """`pg_ctl stop` or `pg_ctl start` of the test's server (start: with `options`, the
+    server's own command line options, which `pg_ctl start` does not remember)."""
+    more = ["-m", "fast"] if action == "stop" else ["-l", fabric.server.logfile, "-o", options]
+    done = subprocess.run(  # the server's output goes to its log, not to a pipe we wait on
+        [str(PG_CTL), action, "-D", fabric.server.datadir, "-w", *more],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, action
+
+
+def lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str]:
+    """serve's output, line by line, read on a thread (so a wait for a line can time out)."""
+    lines: queue.Queue[str] = queue.Queue()
+    out = proc.stdout
+    assert out is not None
+
+    def read() -> None:
+        with contextlib.suppress(ValueError, OSError):  # closed by stop_process
+            for line in out:
+                lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def line_with(lines: queue.Queue[str], text: str, timeout: float = 120) -> list[str]:
+    """The lines up to the first that holds `text`."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            seen.append(lines.get(timeout=max(deadline - time.monotonic(), 0.01)))
+        except queue.Empty:
+            raise AssertionError(f"no line with {text!r} in {seen}") from None
+        if text in seen[-1]:
+            return seen
+
+
+def test_serve_waits_for_postgresql_at_start_and_starts_once_it_answers(
+    fabric: Fabric, graph_server: GraphServer, tmp_path: Path
+) -> None:
+    """PostgreSQL away while serve starts (a supervisor starting both at once, a restart):
+    serve says so and tries again with backoff instead of exiting; a SIGTERM meanwhile ends
+    it cleanly; once the server answers, it starts and serves."""
+    with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
+        graph.wipe()
+    env = serve_env(fabric, graph_server, tmp_path / "qdrant")
+    fabric.close()
+    opts = shlex.split((Path(fabric.server.datadir) / "postmaster.opts").read_text())[1:]
+    pg_ctl(fabric, "stop")
+    try:
+        stopped = start_serve(env)
+        try:
+            lines = lines_of(stopped)
+            line_with(lines, "[serve] waiting for PostgreSQL")
+            line_with(lines, "[serve] waiting for PostgreSQL")  # and again
+            assert stopped.poll() is None
+        finally:
+            code = stop_process(stopped)
+        assert code == 0
+        assert not Path(env["MEMFABRIC_SOCKET"]).exists()
+
+        proc = start_serve(env)
+        lines = lines_of(proc)
+        waited = line_with(lines, "[serve] waiting for PostgreSQL")
+        assert "not answering" in waited[-1], waited
+    finally:
+        pg_ctl(fabric, "start", shlex.join(opts))
+    try:
+        started = line_with(lines, "[serve] listening")
+        assert not any("Traceback" in line for line in started), started
+        run = fabric.open_run()
+        wait_verified(env, {fabric.form(run, "after the wait")})
+    finally:
+        assert stop_process(proc) == 0
+
+
 def shard_children(pid: int) -> list[int]:
     """The shard processes `memfabric serve` (pid) started, alive (not yet exited)."""
+    return children_running(pid, b"_child_main")
+
+
+def children_running(pid: int, marker: bytes) -> list[int]:
+    """The children of `pid` whose command line holds `marker`, alive (not yet exited)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -233,7 +336,7 @@ def shard_children(pid: int) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z" and b"_child_main" in cmdline:
+        if int(fields[1]) == pid and fields[0] != "Z" and marker in cmdline:
             found.append(int(entry.name))
     return sorted(found)
 
@@ -243,6 +346,47 @@ def exited(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_an_index_build_under_way_ends_with_serve(
+    fabric: Fabric, graph_server: GraphServer, tmp_path: Path
+) -> None:
+    """serve stopped (SIGTERM) while a vector index build runs: the build's child ends with
+    serve and its copy (building/) is removed. The build, asked through the socket, is held
+    in the middle (its child stopped, as a build of a large shard takes minutes)."""
+    import threading
+
+    vectors = tmp_path / "qdrant"
+    with running_serve(fabric, graph_server, vectors) as served:
+        proc = served["proc"]
+        run = fabric.open_run()
+        wait_verified(served["env"], {fabric.form(run, "invoices in euros please")})
+        broker = RemoteBroker(served["socket"], timeout=120)
+        told: list[str] = []
+
+        def build() -> None:
+            try:
+                broker.run("build_index", tiers=["episodic"])
+            except Exception as exc:  # serve's answer that it stopped, or none
+                told.append(f"{type(exc).__name__}: {exc}")
+
+        asking = threading.Thread(target=build)
+        asking.start()
+        deadline = time.monotonic() + 60
+        while not (builds := children_running(proc.pid, b"optimize")):
+            assert time.monotonic() < deadline, "no build started"
+            time.sleep(0.01)
+        (child,) = builds
+        os.kill(child, signal.SIGSTOP)
+        assert (vectors / "building").is_dir()
+    # running_serve's exit: SIGTERM, exit 0 (asserted there)
+    try:
+        asking.join(timeout=60)
+        assert exited(child)
+        assert not (vectors / "building").exists()
+    finally:
+        if not exited(child):
+            os.kill(child, signal.SIGKILL)
 
 
 # `child` forced: that `auto` chooses child shards in serve on 2 CPUs or more is

@@ -192,3 +192,27 @@ def test_installed_from_the_wheel_local_state_is_the_users_not_the_packages(
     state = tmp_path / "state" / "memfabric"
     assert socket == state / "run" / "memfabric.sock"
     assert (vectors, redis) == (state / "qdrant", state / "redis")
+
+
+@pytest.mark.parametrize(
+    ("command", "instead"),
+    [
+        (("db", "status"), "DATABASE_URL"),
+        (("db", "up"), "DATABASE_URL"),
+        (("db", "down"), "DATABASE_URL"),
+        (("working", "up"), "REDIS_URL"),
+        (("working", "down"), "REDIS_URL"),
+    ],
+)
+def test_from_the_wheel_the_local_server_commands_say_what_to_run_instead(
+    venv: Path, tmp_path: Path, command: tuple[str, ...], instead: str
+) -> None:
+    """The local servers are the checkout's (scripts/db.sh, scripts/redis.sh): installed
+    from the wheel, their commands say in one line what to use instead, no traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith((*FOREIGN, "REDIS_"))}
+    ran = _run(venv / "bin" / "memfabric", *command, cwd=tmp_path, env=env)
+    assert ran.returncode == 1, (ran.stdout, ran.stderr)
+    assert "Traceback" not in ran.stderr
+    (line,) = ran.stderr.strip().splitlines()
+    assert line.startswith(f"error: `memfabric {' '.join(command)}` manages the local server")
+    assert f"hint: point {instead}" in line or f"hint: set {instead}" in line, line

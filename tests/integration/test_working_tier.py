@@ -141,6 +141,120 @@ def test_every_working_key_has_a_ttl(
     assert not any(b"user-8842" in k for k in keys)  # subjects appear only as keyed segments
 
 
+def test_a_tenants_user_cannot_make_a_key_without_a_ttl(
+    redis_server: RedisServer, admin: redis.Redis, run: RunRef
+) -> None:
+    """A Redis ACL cannot tell SET … EX from SET, so a tenant's user has no command that can
+    create a key without a TTL or take one away: SETEX and PSETEX are its only writes, and a
+    script runs with its caller's ACL."""
+    acme = tenant_client(redis_server, admin, "acme")
+    wt = WorkingTier(acme, "acme")
+    wt.append_turn(run, turn(1))
+    (held,) = admin.scan_iter(match="mf:acme:*")
+    before = {k: (admin.dump(k), admin.ttl(k) > 0) for k in admin.scan_iter(match="*")}
+    key = "mf:acme:forever"
+    for attempt in (
+        lambda: acme.set(key, "x"),
+        lambda: acme.set(key, "x", ex=60),  # refused too: the ACL cannot see the EX
+        lambda: acme.setnx(key, "x"),
+        lambda: acme.getset(key, "x"),
+        lambda: acme.mset({key: "x"}),
+        lambda: acme.append(key, "x"),
+        lambda: acme.setrange(key, 0, "x"),
+        lambda: acme.incr(key),
+        lambda: acme.rpush(key, "x"),
+        lambda: acme.hset(key, "f", "x"),
+        lambda: acme.sadd(key, "x"),
+        lambda: acme.zadd(key, {"x": 1}),
+        lambda: acme.xadd(key, {"f": "x"}),
+        lambda: acme.persist(held),
+        lambda: acme.expire(held, 10**9),
+        lambda: acme.rename(held, key),
+        lambda: acme.execute_command("COPY", held, key),
+        lambda: acme.restore(key, 0, admin.dump(held)),
+        lambda: acme.eval("return redis.call('SET', KEYS[1], 'x')", 1, key),
+        lambda: acme.script_load("return 1"),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attempt()
+    with pytest.raises(redis.exceptions.ResponseError, match="invalid expire"):
+        acme.setex(key, 0, "x")
+    assert {k: (admin.dump(k), admin.ttl(k) > 0) for k in admin.scan_iter(match="*")} == before
+    assert all(ttl for _, ttl in before.values())
+
+
+def test_cap_ttl_cuts_back_a_ttl_longer_than_the_tiers_longest(
+    redis_server: RedisServer, admin: redis.Redis, run: RunRef
+) -> None:
+    """What an ACL cannot bound, the admin's `memfabric working cap-ttl` does."""
+    acme = tenant_client(redis_server, admin, "acme")
+    WorkingTier(acme, "acme").append_turn(run, turn(1))
+    acme.setex("mf:acme:for-ten-years", 10 * 365 * 24 * 3600, "x")
+    admin.set("mf:acme:set-by-the-admin", "x")  # no TTL: only the admin can do this
+    cli = subprocess.run(
+        [str(MEMFABRIC), "working", "cap-ttl"],
+        env=redis_server.env | {"REDIS_URL": redis_server.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert '"ttl_capped": 2' in cli.stdout and '"working_keys": 3' in cli.stdout, cli.stdout
+    ttls = {k: admin.ttl(k) for k in admin.scan_iter(match="*")}
+    assert all(0 < ttl <= working.IDEMPOTENCY_TTL for ttl in ttls.values()), ttls
+    assert admin.ttl(b"mf:acme:for-ten-years") > working.TURN_TTL  # cut back, not expired
+
+
+def test_a_list_buffer_of_the_previous_version_is_left_to_expire(
+    redis_server: RedisServer, admin: redis.Redis, run: RunRef
+) -> None:
+    """Up to 0.11 the session buffer was a Redis list under `…:turns`; after an upgrade
+    such a key is never read or written again (it expires with its TTL)."""
+    segment = unkeyed_digest("acme", run.subject_id) if run.subject_id else "anon"
+    old = f"mf:acme:{segment}:run:{run.run_id}:turns"
+    admin.rpush(old, json.dumps(turn(0)))
+    admin.expire(old, 60)
+    wt = WorkingTier(tenant_client(redis_server, admin, "acme"), "acme")
+    wt.append_turn(run, turn(1))
+    assert [t["event_id"] for t in wt.turns(run)] == ["evt-turn-1"]
+    assert admin.llen(old) == 1
+
+
+def test_first_seen_is_first_once_among_concurrent_workers(
+    redis_server: RedisServer, admin: redis.Redis, run: RunRef
+) -> None:
+    """NX semantics without SET NX: a WATCHed claim, raced by eight connections."""
+    import threading
+
+    url = working.tenant_url(redis_server.url, "acme", working.grant_tenant(admin, "acme"))
+    tiers = [WorkingTier(working.connect(url), "acme") for _ in range(8)]
+    gate = threading.Barrier(len(tiers))
+    firsts: list[bool] = []
+
+    def claim(wt: WorkingTier) -> None:
+        gate.wait()
+        firsts.append(wt.first_seen(run, "tool-calls", "lookup:race"))
+
+    threads = [threading.Thread(target=claim, args=(wt,)) for wt in tiers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(firsts) == [False] * 7 + [True]
+
+
+def test_the_session_buffer_keeps_the_last_turns_in_order(
+    redis_server: RedisServer, admin: redis.Redis, run: RunRef
+) -> None:
+    wt = WorkingTier(tenant_client(redis_server, admin, "acme"), "acme")
+    for n in range(working.MAX_TURNS + 5):
+        wt.append_turn(run, turn(n))
+    held = wt.turns(run)
+    assert [t["event_id"] for t in held] == [
+        f"evt-turn-{n}" for n in range(5, working.MAX_TURNS + 5)
+    ]
+
+
 def test_a_turn_without_its_event_id_is_refused(
     redis_server: RedisServer, admin: redis.Redis, run: RunRef
 ) -> None:
@@ -172,7 +286,7 @@ def test_a_subject_appears_in_working_keys_only_under_its_key(
     wt = WorkingTier(admin, "acme")
     wt.append_turn(run, turn(1))
     (key,) = admin.scan_iter(match="mf:acme:*")
-    assert re.fullmatch(rb"mf:acme:w-[0-9a-f]{32}:run:[0-9a-f-]{36}:turns", key), key
+    assert re.fullmatch(rb"mf:acme:w-[0-9a-f]{32}:run:[0-9a-f-]{36}:buffer", key), key
     assert unkeyed_digest("acme", "user-8842").encode() not in key
     # every run of the subject shares the segment, so an erasure finds all of its keys
     again = working.run_ref(fabric.connect("mf_agent_a"), str(fabric.open_run()))
@@ -204,13 +318,13 @@ def test_a_tenants_user_gets_noperm_on_another_tenants_keys(
     WorkingTier(globex, "globex").append_turn(glx_run, turn(1))
     WorkingTier(acme, "acme").append_turn(run, turn(1))
     (glx_key,) = admin.scan_iter(match="mf:globex:*")
-    before = {k: admin.lrange(k, 0, -1) for k in admin.scan_iter(match="*")}
+    before = {k: admin.get(k) for k in admin.scan_iter(match="*")}
     for attempt in (
         lambda: acme.lrange(glx_key, 0, -1),
         lambda: acme.get(glx_key),
         lambda: acme.delete(glx_key),
-        lambda: acme.set("mf:globex:planted", "x", ex=60),
-        lambda: acme.set("unprefixed", "x", ex=60),
+        lambda: acme.setex("mf:globex:planted", 60, "x"),
+        lambda: acme.setex("unprefixed", 60, "x"),
         lambda: acme.keys("*"),
         lambda: list(acme.scan_iter(match="*")),
         lambda: acme.flushall(),
@@ -219,7 +333,7 @@ def test_a_tenants_user_gets_noperm_on_another_tenants_keys(
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             attempt()
-    assert {k: admin.lrange(k, 0, -1) for k in admin.scan_iter(match="*")} == before
+    assert {k: admin.get(k) for k in admin.scan_iter(match="*")} == before
     with pytest.raises(ValueError, match="another tenant"):
         WorkingTier(acme, "acme").append_turn(glx_run, turn(2))
 
@@ -238,9 +352,9 @@ def test_grant_tenant_prints_a_url_limited_to_the_tenant(
     assert cli.returncode == 0, cli.stderr
     client = working.connect(cli.stdout.strip())
     assert client.ping()
-    client.set("mf:acme:x", "1", ex=60)
+    client.setex("mf:acme:x", 60, "1")
     with pytest.raises(redis.exceptions.NoPermissionError):
-        client.set("mf:globex:x", "1", ex=60)
+        client.setex("mf:globex:x", 60, "1")
 
 
 def test_granting_a_tenant_again_revokes_its_old_password(

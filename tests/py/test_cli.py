@@ -234,11 +234,57 @@ def test_installed_command_prints_one_line_and_debug_prints_the_traceback() -> N
     assert "OperationalError" in loud.stderr
 
 
+def test_serve_refused_by_an_answering_database_fails_at_once(
+    fabric: Fabric, no_serve: dict[str, str]
+) -> None:
+    """serve waits for a PostgreSQL that is away (test_serve_cli), never for one that
+    answers and refuses it: a login that does not exist is one line and exit 1."""
+    refused = run_installed(
+        "serve", DATABASE_URL=fabric.url, MEMFABRIC_PROJECTOR_LOGIN="mf_no_projector", **no_serve
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.startswith("error: PostgreSQL at"), refused.stderr
+    assert 'refused login "mf_no_projector"' in refused.stderr
+    assert "waiting" not in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_debug_keeps_the_traceback_in_process() -> None:
     env = clean_env(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/x")
     result = invoke(env, "--debug", "worker", "commit", "--once")
     assert result.exit_code == 1
     assert type(result.exception).__name__ == "OperationalError"  # not swallowed
+
+
+@pytest.mark.parametrize(
+    ("command", "missing", "extra"),
+    [
+        (("mcp", "stdio", "--login", "x", "--run", str(uuid.uuid4())), "mcp", "mcp"),
+        (("mcp", "http"), "mcp", "mcp"),
+        (("working", "grant-tenant", "acme"), "redis", "redis"),
+    ],
+)
+def test_a_command_without_its_extra_says_which_to_install(
+    command: tuple[str, ...], missing: str, extra: str
+) -> None:
+    """An installation without an optional dependency (here hidden from the interpreter as
+    Python hides an absent one) names the extra to install, in one line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
+    env["REDIS_URL"] = f"redis://127.0.0.1:{closed_port()}/0"
+    hide = f"import sys; sys.modules[{missing!r}] = None; from memfabric.cli import app; app()"
+    result = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-c", hide, *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: this command needs the Python package {missing!r}, which is not installed"
+        f" — hint: pip install 'memfabric[{extra}]'"
+    ]
 
 
 # -- drill on projections that were never built --------------------------------------------------
@@ -376,6 +422,7 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("working", "up"): REDIS,
     ("working", "down"): REDIS,
     ("working", "grant-tenant"): DATABASE | REDIS,
+    ("working", "cap-ttl"): REDIS,
     ("import",): COMMITTER,
     ("rebuild",): PROJECTION,
     ("vectors", "build-index"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},

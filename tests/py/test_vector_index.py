@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -134,14 +138,14 @@ def test_writes_during_the_build_are_replayed_on_the_built_copy(
     started, go_on = threading.Event(), threading.Event()
     import memfabric.vectors.edge as edge
 
-    real_run = edge.subprocess.run
+    real_run = edge._start_build
 
     def run(*args: Any, **kwargs: Any) -> Any:
         started.set()  # the copy is taken; hold the child until the writes are in
         assert go_on.wait(60)
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_start_build", run)
     results: dict[str, Any] = {}
     builder = threading.Thread(target=lambda: results.update(store.build_index()))
     builder.start()
@@ -177,14 +181,14 @@ def test_a_wipe_during_the_build_discards_it(
     store.upsert("semantic", points(BUILT, 1))
     import memfabric.vectors.edge as edge
 
-    real_run = edge.subprocess.run
+    real_popen = edge._start_build
 
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def popen(*args: Any, **kwargs: Any) -> Any:
         store.wipe()  # the rebuild of a projection drops the shard meanwhile
         store.upsert("semantic", points(7, 4))
-        return real_run(*args, **kwargs)
+        return real_popen(*args, **kwargs)
 
-    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_start_build", popen)
     assert store.build_index()["semantic"]["result"] == "discarded"
     assert store.count("semantic") == 7
     assert store.index_status()["semantic"]["indexed"] == 0
@@ -203,6 +207,105 @@ def test_a_failed_build_leaves_the_live_shard_as_it_was(
     store.upsert("semantic", points(5, 5))  # nothing is journalled any more, writes go on
     assert store.count("semantic") == BUILT + 5
     assert not (store.root / "building").exists()
+
+
+# A build that takes long (the engine's HNSW build of a large shard takes minutes): the
+# child sleeps in its place, marked so the test finds it among the processes.
+_LONG_BUILD = "import time; time.sleep(600)  # a long index build"
+
+
+def long_builds(parent: int) -> list[int]:
+    """The live (not yet exited) long builds whose parent is `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == parent and stat[0] != "Z" and b"a long index build" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(check: Any, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return found
+
+
+def test_closing_the_store_ends_a_build_under_way_and_removes_its_copy(
+    store: EdgeVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `memfabric serve` does when it stops: the build's child ends with the store,
+    its copy (building/) goes, and the caller of the build is told."""
+    import memfabric.vectors.edge as edge
+
+    store.upsert("semantic", points(50, 1))
+    monkeypatch.setattr(edge, "_BUILD_CHILD", _LONG_BUILD)
+    told: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            store.build_index(["semantic"])
+        except BaseException as exc:
+            told.append(exc)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    (child,) = wait_for(lambda: long_builds(os.getpid()))
+    try:
+        assert (store.root / "building").is_dir()
+        started = time.monotonic()
+        store.close()
+        assert time.monotonic() - started < 10
+        builder.join(timeout=10)
+        assert not builder.is_alive()
+        assert not alive(child)
+        assert not (store.root / "building").exists()
+        assert len(told) == 1 and isinstance(told[0], edge.VectorStoreError), told
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_build_ends_when_the_process_that_asked_for_it_dies(root: Path) -> None:
+    """A SIGKILL of the store's owner (no clean-up of its runs) ends the build's child too."""
+    here = Path(__file__).resolve().parent
+    script = f"""
+import sys
+sys.path[:0] = [{str(here.parent)!r}, {str(here)!r}]
+import memfabric.vectors.edge as edge
+from test_vector_index import DIMS, THRESHOLD_KB, points
+edge._BUILD_CHILD = {_LONG_BUILD!r}
+store = edge.EdgeVectorStore({str(root / "edge")!r}, indexing_threshold_kb=THRESHOLD_KB)
+store.ensure_collections("bench-model", "1", DIMS)
+store.upsert("semantic", points(50, 1))
+store.build_index(["semantic"])
+"""
+    owner = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.DEVNULL)
+    child = 0
+    try:
+        (child,) = wait_for(lambda: long_builds(owner.pid), timeout=60)
+        owner.kill()
+        owner.wait()
+        wait_for(lambda: not alive(child), timeout=10)
+    finally:
+        owner.kill()
+        owner.wait()
+        if child and alive(child):
+            os.kill(child, signal.SIGKILL)
 
 
 def test_reopening_finishes_a_half_done_swap(root: Path) -> None:
@@ -392,7 +495,7 @@ def test_writes_during_each_catch_up_round_reach_the_swapped_shard_once(
     expected = snapshot(reference)
     reference.close()
 
-    real_run = edge.subprocess.run
+    real_run = edge._start_build
 
     def run(*args: Any, **kwargs: Any) -> Any:
         for write in during_build:
@@ -405,7 +508,7 @@ def test_writes_during_each_catch_up_round_reach_the_swapped_shard_once(
     rounds = Rounds(
         store, {1: each(round_writes[0]), 4: each(round_writes[1]), 6: each(round_writes[2])}
     )
-    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_start_build", run)
     monkeypatch.setattr(edge, "_replay", rounds)
     result = store.build_index()["semantic"]
     assert result["result"] == "built", result
@@ -430,7 +533,7 @@ def test_the_round_limit_bounds_the_catch_up(
     store.catch_up_bound, store.catch_up_rounds = 1, 3
     monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
     late = [points(4, 20 + k) for k in range(4)]
-    real_run = edge.subprocess.run
+    real_run = edge._start_build
 
     def run(*args: Any, **kwargs: Any) -> Any:
         store.upsert("semantic", late[0][:2])
@@ -442,7 +545,7 @@ def test_the_round_limit_bounds_the_catch_up(
 
     # 2 ops per round: calls 1-2, 3-4, 5-6, then the limit: 2 ops under the lock
     rounds = Rounds(store, {1: two_writes(late[1]), 3: two_writes(late[2]), 5: two_writes(late[3])})
-    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_start_build", run)
     monkeypatch.setattr(edge, "_replay", rounds)
     result = store.build_index()["semantic"]
     assert (result["catch_up_rounds"], result["replayed"], result["replayed_locked"]) == (3, 8, 2)
@@ -480,14 +583,14 @@ def test_writes_from_another_thread_throughout_the_build_all_land(
                 started.set()
             stop.wait(0.001)  # leave the builder the interpreter now and then
 
-    real_run = edge.subprocess.run
+    real_run = edge._start_build
 
     def run(*args: Any, **kwargs: Any) -> Any:
         copied.set()  # the journal is kept from here on
         assert started.wait(60)
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_start_build", run)
     thread = threading.Thread(target=writer)
     thread.start()
     try:
@@ -512,10 +615,10 @@ def test_a_failure_in_a_catch_up_round_leaves_the_live_shard_serving(
     store.upsert("semantic", first)
     store.catch_up_bound = 0
     monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
-    real_run = edge.subprocess.run
+    real_run = edge._start_build
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        monkeypatch.setattr(edge.subprocess, "run", real_run)  # in the first build only
+        monkeypatch.setattr(edge, "_start_build", real_run)  # in the first build only
         store.upsert("semantic", a)
         return real_run(*args, **kwargs)
 
@@ -523,7 +626,7 @@ def test_a_failure_in_a_catch_up_round_leaves_the_live_shard_serving(
     rounds = Rounds(
         store, {1: lambda s: s.delete("semantic", ids(first[:5]) + ids(a[:2]))}, fail_at=2
     )
-    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_start_build", run)
     monkeypatch.setattr(edge, "_replay", rounds)
     with pytest.raises(RuntimeError, match="replay gave up"):
         store.build_index()
@@ -548,7 +651,7 @@ def test_a_wipe_during_a_catch_up_round_discards_the_build(
 
     store.upsert("semantic", points(300, 1))
     monkeypatch.setattr(edge, "_BUILD_CHILD", _NO_BUILD_CHILD)
-    real_run = edge.subprocess.run
+    real_run = edge._start_build
 
     def run(*args: Any, **kwargs: Any) -> Any:
         store.upsert("semantic", points(3, 2))
@@ -558,7 +661,7 @@ def test_a_wipe_during_a_catch_up_round_discards_the_build(
         s.wipe()  # the rebuild of a projection drops the shard meanwhile
         s.upsert("semantic", points(7, 4))
 
-    monkeypatch.setattr(edge.subprocess, "run", run)
+    monkeypatch.setattr(edge, "_start_build", run)
     monkeypatch.setattr(edge, "_replay", Rounds(store, {1: wipe}))
     assert store.build_index()["semantic"]["result"] == "discarded"
     assert store.count("semantic") == 7

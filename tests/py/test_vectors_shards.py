@@ -6,11 +6,14 @@ shard's directory. Real shards, real children; a kill is waited for with waitpid
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -276,3 +279,68 @@ def test_a_delete_across_tiers_restarts_a_dead_child_and_deletes(
     assert ids(store, "semantic") == {p.payload.memory_id for p in sem[1:]}
     assert ids(store, "episodic") == {p.payload.memory_id for p in epi[1:]}
     assert shard_of(store, "episodic").restarts == 1
+
+
+# --- the children end with their parent, quietly ------------------------------------------------
+
+
+def test_ctrl_c_at_the_terminal_is_left_to_the_parent(
+    where: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """SIGINT reaches every process of the terminal's group: the shard child goes on
+    serving (the parent's clean-up ends it), and prints nothing."""
+    shard = ProcessShard(str(where / "s"), DIMS, None, create=True)
+    try:
+        assert shard.pid is not None
+        os.kill(shard.pid, signal.SIGINT)
+        time.sleep(0.5)  # a child that handled it would be dead, with its traceback, by now
+        assert shard.count() == 0
+        assert shard.restarts == 0
+    finally:
+        shard.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+def test_a_child_whose_parent_died_ends_without_a_traceback(where: Path, tmp_path: Path) -> None:
+    """The parent (`memfabric serve`) killed while its child works on a request: the child's
+    answer meets a closed pipe, and the child ends without a word (its stderr is the
+    parent's, a terminal or a journal)."""
+    here = Path(__file__).resolve().parent
+    owner_script = f"""
+import os, sys
+sys.path[:0] = [{str(here.parent)!r}]
+from memfabric.vectors.shards import ProcessShard
+shard = ProcessShard({str(where / "s")!r}, {DIMS}, None, create=True)
+print(shard.pid, flush=True)
+sys.stdin.readline()
+shard.start_query([1.0] * {DIMS}, None, 1, True)  # asked, never read: the parent dies
+os._exit(0)
+"""
+    stderr = tmp_path / "stderr"
+    with open(stderr, "wb") as err:
+        owner = subprocess.Popen(
+            [sys.executable, "-c", owner_script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    assert owner.stdout is not None and owner.stdin is not None
+    child = int(owner.stdout.readline())
+    try:
+        os.kill(child, signal.SIGSTOP)  # the child is busy: it answers once the parent is gone
+        owner.stdin.write("go\n")
+        owner.stdin.flush()
+        assert owner.wait(timeout=30) == 0
+        os.kill(child, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child}").exists():
+            assert time.monotonic() < deadline, "the orphaned child did not end"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+        owner.kill()
+        owner.communicate()
+    assert "Traceback" not in stderr.read_text(), stderr.read_text()

@@ -86,6 +86,9 @@ class EdgeVectorStore(VectorStore):
         self._journals: dict[str, list[tuple[str, Any]]] = {}
         self._build_lock = threading.Lock()  # one build at a time
         self._building: str | None = None
+        # the process building an index now (ended by close()), and whether close() began
+        self._build_child: subprocess.Popen[str] | None = None
+        self._closing = False
         self._left_unindexed: dict[str, int] = {}  # per shard, after its last build
         # shards whose restarted child lost unflushed writes, noted when the shard object was
         # replaced (an index swap) before a flush could report it (_flush_raw)
@@ -351,6 +354,8 @@ class EdgeVectorStore(VectorStore):
                     shard.flush()
                 shard.close()
             self._shards.clear()
+            if self._building is None:  # a build that would not end in time keeps its copy
+                shutil.rmtree(self.root / "building", ignore_errors=True)
         finally:
             _release_lock(self._lock_fd)
 
@@ -444,17 +449,14 @@ class EdgeVectorStore(VectorStore):
             self._journals[physical] = []
         t1 = time.perf_counter()
         try:
-            child = subprocess.run(
-                [sys.executable, "-c", _BUILD_CHILD, str(copy)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if child.returncode != 0:
+            returncode, stdout, stderr = self._run_build_child(copy)
+            if self._closing:
+                raise VectorStoreError(f"the store closed while the index of {physical} was built")
+            if returncode != 0:
                 raise VectorStoreError(
-                    f"building the index of {physical} failed: {child.stderr.strip()[-2000:]}"
+                    f"building the index of {physical} failed: {stderr.strip()[-2000:]}"
                 )
-            built = json.loads(child.stdout.strip().splitlines()[-1])
+            built = json.loads(stdout.strip().splitlines()[-1])
         except BaseException:
             with self._mutex:
                 self._journals.pop(physical, None)
@@ -529,6 +531,39 @@ class EdgeVectorStore(VectorStore):
             "swap_s": round(t4 - t3, 3),
         }
 
+    def _run_build_child(self, copy: Path) -> tuple[int, str, str]:
+        """Optimize the copy in a child process, which `close()` ends (and which ends by
+        itself if this process dies first): (its exit status, stdout, stderr)."""
+        child = _start_build(copy)
+        with self._mutex:
+            self._build_child = child
+            if self._closing:  # close() began before the child existed: it ends here
+                child.kill()
+        try:
+            stdout, stderr = child.communicate()
+        finally:
+            with self._mutex:
+                self._build_child = None
+        return child.returncode, stdout, stderr
+
+    def close(self) -> None:
+        """Close the shards; an index build under way is ended first (its child killed, its
+        copy removed: the next build starts over), so nothing outlives the store's owner."""
+        with self._mutex:
+            self._closing = True
+            child = self._build_child
+        if child is not None:
+            with contextlib.suppress(OSError):
+                child.kill()
+        # the build's own clean-up (the copy, the journal) ends with the build lock; a build
+        # still catching up finishes its round first
+        took = self._build_lock.acquire(timeout=60)
+        try:
+            super().close()
+        finally:
+            if took:
+                self._build_lock.release()
+
     def _swap(self, physical: str, copy: Path) -> Any:
         """Under the mutex: the built copy takes the live shard's place (the live shard is
         put back if the copy cannot be opened); the new shard's info."""
@@ -565,6 +600,20 @@ class EdgeVectorStore(VectorStore):
         shutil.rmtree(self.root / "building", ignore_errors=True)
 
 
+# Before anything else, the child of build_index asks Linux to kill it when the thread that
+# started it ends (PR_SET_PDEATHSIG), then checks that its parent (argv[2]) is still there:
+# the engine holds the interpreter lock for the whole build, so no thread of the child could
+# watch for the parent itself, and an orphaned build would run on for minutes.
+_END_WITH_PARENT = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+except (AttributeError, OSError):
+    pass
+if os.getppid() != int(sys.argv[2]):
+    sys.exit("the process that asked for this index build has ended")
+"""
+
 # The child process of build_index: optimize the shard copy at argv[1] at low priority.
 _BUILD_CHILD = """
 import json, os, sys, time
@@ -579,6 +628,17 @@ shard.close()
 print(json.dumps({"optimized": optimized, "seconds": time.perf_counter() - t,
                   "points": info.points_count, "indexed": info.indexed_vectors_count}))
 """
+
+
+def _start_build(copy: Path) -> subprocess.Popen[str]:
+    """The child process that optimizes the shard copy at `copy`."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _END_WITH_PARENT + _BUILD_CHILD, str(copy), str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _replay(shard: Shard, op: tuple[str, Any]) -> None:

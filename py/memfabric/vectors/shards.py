@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import pickle
 import struct
 import subprocess
@@ -29,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import qdrant_edge
 
-from memfabric.children import end_child
+from memfabric.children import end_child, serve_parent
 from memfabric.vectors.filters import FilterSpec, _edge_filter
 from memfabric.vectors.model import ShardUnavailable
 
@@ -498,10 +497,12 @@ def _read_frame(inp: IO[bytes]) -> bytes:
 
 def _child_main() -> None:
     """The child of `ProcessShard`: the first request opens the shard, each later one is
-    `(op, args)` answered `(True, value)` or `(False, message)`. Ends at EOF or `close`."""
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # a stray print of a library cannot corrupt the answers
-    inp = sys.stdin.buffer
+    `(op, args)` answered `(True, value)` or `(False, message)`. Ends at EOF or `close`,
+    and quietly when the parent is gone (`serve_parent`)."""
+    serve_parent(_serve_shard)
+
+
+def _serve_shard(inp: IO[bytes], out: IO[bytes]) -> None:
     shard: LocalShard | None = None
     last: tuple[FilterSpec, Any] | None = None
 
