@@ -144,3 +144,23 @@ BEGIN
     WHERE o.tenant_id = p_tenant_id AND o.recorded_at >= p_since
     ORDER BY o.recorded_at, o.workflow_event_id;
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.consolidation_settings: what a consolidation worker checks before it starts:
+-- the instance's model endpoint (where the air-gap rule holds), its deployment mode and
+-- its consolidation budget.
+CREATE OR REPLACE FUNCTION fabric_api.consolidation_settings(p_tenant_id text,
+  p_business_instance_id text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_consolidator(p_tenant_id);
+  RETURN (SELECT pg_catalog.jsonb_build_object('model_uri', c.model_uri,
+                   'deployment_mode', c.deployment_mode,
+                   'consolidation_budget', c.consolidation_budget)
+          FROM fabric.instance_config c
+          WHERE c.tenant_id = p_tenant_id
+            AND c.business_instance_id = coalesce(p_business_instance_id, ''));
+END $$;

@@ -91,6 +91,7 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.recommend(jsonb),
   fabric_api.record_consolidation_outcome(text, uuid, jsonb, timestamptz, uuid),
   fabric_api.consolidation_cursor(text),
+  fabric_api.consolidation_settings(text, text),
   fabric_api.contradiction_queue(text),
   fabric_api.review_queue(text),
   fabric_api.resolve_review_flag(uuid, text, text)

@@ -420,3 +420,7 @@ COMMENT ON FUNCTION fabric_api.contradiction_queue(text) IS
 COMMENT ON FUNCTION fabric_audit.consolidation_outcomes(text, timestamptz) IS
   'The Outcome Envelopes of a tenant''s consolidation runs since p_since. Auditors only. '
   'Example: SELECT * FROM fabric_audit.consolidation_outcomes(''acme'', now() - interval ''1 day'');';
+COMMENT ON FUNCTION fabric_api.consolidation_settings(text, text) IS
+  'The instance''s model endpoint, deployment mode and consolidation budget, checked by a '
+  'consolidation worker before it starts. Consolidator only. '
+  'Example: SELECT fabric_api.consolidation_settings(''acme'');';

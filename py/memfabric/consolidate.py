@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import psycopg
 
 from memfabric.call import Cast, fabric_call
+from memfabric.errors import Misconfigured
 from memfabric.formation import Counters, ReflectAndRevise, recommendation
 from memfabric.hashing import content_hash
 from memfabric.llm import LLM, LLMUnusable
@@ -92,6 +93,31 @@ class ModelConsolidator:
     @property
     def model(self) -> Json:
         return {"backend": self.llm.backend.backend, "model": self.llm.backend.model}
+
+
+def require_instance_endpoint(
+    consolidator_conn: psycopg.Connection[Any], tenant_id: str, llm: LLM | None
+) -> None:
+    """The model a worker uses is the instance's (`model_uri` of its configuration, where
+    the air-gap rule holds): an OpenAI-compatible endpoint must be that URI, and a worker
+    with no model or an in-process one must find none configured. Refused before the
+    worker starts when they differ."""
+    settings = fabric_call(consolidator_conn, "fabric_api.consolidation_settings", tenant_id)
+    configured = ((settings or {}).get("model_uri") or "").rstrip("/")
+    url = getattr(llm.backend, "url", "") if llm is not None else ""
+    if llm is not None and url and url.rstrip("/") != configured:
+        raise Misconfigured(
+            f"tenant {tenant_id}: MEMFABRIC_LLM_URL is not the instance's model_uri"
+            f" ({configured or 'none configured'})",
+            hint="the instance's configuration names its model: fabric_api.configure_instance"
+            f"('{tenant_id}', NULL, '{{\"model_uri\": \"<the same URL>\"}}') as an admin",
+        )
+    if configured and not url:
+        raise Misconfigured(
+            f"tenant {tenant_id}: the instance's model is {configured},"
+            " but MEMFABRIC_LLM_URL does not name it",
+            hint="set MEMFABRIC_LLM_URL to the instance's model_uri",
+        )
 
 
 @dataclass

@@ -17,8 +17,13 @@ from psycopg.types.json import Jsonb
 
 from conftest import PG_CTL, Fabric, episode
 from memfabric.call import fabric_call
-from memfabric.consolidate import ModelConsolidator, Recommendation, run_consolidation
-from memfabric.errors import FabricError
+from memfabric.consolidate import (
+    ModelConsolidator,
+    Recommendation,
+    require_instance_endpoint,
+    run_consolidation,
+)
+from memfabric.errors import FabricError, Misconfigured
 from memfabric.formation import ASSERTIONS_SCHEMA
 from memfabric.llm import LLM, LLMUnusable, OpenAICompatible
 from scripted_llm import scripted_llm
@@ -408,3 +413,20 @@ def test_candidates_cursor_is_both_or_neither(fabric: Fabric) -> None:
                     "acme", wf, None, 10, None, wf)  # fmt: skip
     assert info.value.sqlstate == "22023"
     assert len(fabric.events("event_type = 'memory.consolidation.candidates_read'")) == 0
+
+
+def test_a_worker_refuses_an_endpoint_that_is_not_the_instances_model_uri(
+    fabric: Fabric,
+) -> None:
+    reader = fabric.connect("mf_consolidator")
+    local = "http://127.0.0.1:8080/v1"
+    ollama = LLM(OpenAICompatible(local))
+    with pytest.raises(Misconfigured):  # none configured
+        require_instance_endpoint(reader, "acme", ollama)
+    require_instance_endpoint(reader, "acme", None)  # the deterministic default needs none
+    fabric.call("mf_admin", "SELECT fabric_api.configure_instance('acme', NULL, %s)",
+                Jsonb({"model_uri": local}))  # fmt: skip
+    require_instance_endpoint(reader, "acme", ollama)
+    for other in (LLM(OpenAICompatible("http://127.0.0.1:9999/v1")), None):
+        with pytest.raises(Misconfigured):
+            require_instance_endpoint(reader, "acme", other)
