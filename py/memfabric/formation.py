@@ -36,12 +36,12 @@ DECISIONS = ["new", "corroborates", "updates", "nothing"]
 ASSERTION_SCHEMA: Json = {
     "type": "object",
     "properties": {
-        "key": {"type": "string", "maxLength": 80},
-        "value": {"type": "string", "maxLength": 200},
+        "key": {"type": "string", "maxLength": 60},
+        "value": {"type": "string", "maxLength": 120},
         "tier": {"type": "string", "enum": ["semantic", "profile"]},
         "decision": {"type": "string", "enum": DECISIONS},
         "target": {"type": "string", "maxLength": 40},
-        "evidence": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 4},
+        "evidence": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 2},
         "valid_from": {"type": "string", "maxLength": 40},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
     },
@@ -49,7 +49,7 @@ ASSERTION_SCHEMA: Json = {
 }
 ASSERTIONS_SCHEMA: Json = {
     "type": "object",
-    "properties": {"assertions": {"type": "array", "items": ASSERTION_SCHEMA, "maxItems": 6}},
+    "properties": {"assertions": {"type": "array", "items": ASSERTION_SCHEMA, "maxItems": 4}},
     "required": ["assertions"],
 }
 CRITIQUE_SCHEMA: Json = {
@@ -57,13 +57,13 @@ CRITIQUE_SCHEMA: Json = {
     "properties": {
         "verdicts": {
             "type": "array",
-            "maxItems": 6,
+            "maxItems": 4,
             "items": {
                 "type": "object",
                 "properties": {
                     "draft": {"type": "string", "maxLength": 40},
                     "supported": {"type": "boolean"},
-                    "note": {"type": "string", "maxLength": 200},
+                    "note": {"type": "string", "maxLength": 120},
                 },
                 "required": ["draft", "supported"],
             },
@@ -212,7 +212,9 @@ class ReflectAndRevise:
             "corroborates (same value as a known assertion, target its handle), updates (a "
             "known key whose value changed, target its handle; valid_from the RFC 3339 time "
             'E1 says the change happened, if it says), nothing (no fact). evidence: ["E1"]. '
-            "tier: profile for stable personal facts, else semantic.",
+            "tier: profile for stable personal facts, else semantic. Example answer: "
+            '{"assertions": [{"key": "diet", "value": "vegetarian", "decision": "new", '
+            '"evidence": ["E1"], "confidence": 0.8, "tier": "profile"}]}',
             ASSERTIONS_SCHEMA,
         )
         counters = state["counters"]

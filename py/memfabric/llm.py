@@ -8,7 +8,8 @@ an agent's (memfabric.formation). This module only asks and checks the shape of 
 - `Embedded`: `xllamacpp` in process (the `[llm]` extra), loading a GGUF file the operator
   names; the schema becomes a grammar, so the answer is valid JSON of that shape.
 
-`LLM.complete_json` bounds the tokens, retries an answer that is not JSON of the schema, and
+`LLM.complete_json` bounds the tokens, retries an answer that is not JSON of the schema (each
+retry a little warmer, so a deterministic model does not repeat itself), and
 records each call's model, prompt hash, token counts, latency and outcome (`CallRecord`):
 never the prompt or the answer, in logs or anywhere else.
 """
@@ -274,7 +275,7 @@ class LLM:
         prompt_tokens = completion_tokens = attempts = 0
         outcome = "invalid"
         try:
-            for _ in range(1 + self.retries):
+            for attempt in range(1 + self.retries):
                 attempts += 1
                 try:
                     answer = self.backend.chat(
@@ -282,7 +283,8 @@ class LLM:
                         schema,
                         name=stage,
                         max_tokens=self.max_tokens,
-                        temperature=self.temperature,
+                        # a retry at the same temperature and seed would repeat the answer
+                        temperature=min(1.0, self.temperature + 0.4 * attempt),
                         timeout=self.timeout,
                     )
                 except LLMUnusable:
