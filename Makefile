@@ -12,7 +12,7 @@ export REDIS_PORT ?= 56379
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-consolidation bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -126,6 +126,9 @@ check: lint typecheck test ## what CI runs: lint, types, tests
 
 bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted)
 	$(BIN)/python tests/bench/bench_write.py
+
+bench-consolidation: migrate ## formation on 220 generated episodes: oracle endpoint, SmolLM2, any MEMFABRIC_LLM_*; hot path p95 with the worker (ARGS=--no-hot)
+	$(BIN)/python tests/bench/bench_consolidation.py $(ARGS)
 
 bench-audit: migrate ## one-month window per audit relation, 200k events (ARGS="--events 1000000")
 	$(BIN)/python tests/bench/bench_audit.py $(ARGS)

@@ -134,6 +134,7 @@ class RunSummary:
     deferred: int = 0
     refused: Counters = field(default_factory=Counters)
     reasons: list[str] = field(default_factory=list)
+    item_ms: list[float] = field(default_factory=list)
     envelope: Json = field(default_factory=dict)
 
 
@@ -274,6 +275,7 @@ class _Run:
                 "refused": sum(vars(s.refused).values()),
             },
             "cost": cost,
+            "item_ms": s.item_ms,
         }
 
 
@@ -345,6 +347,7 @@ def run_consolidation(
                 summary.deferred = len(episodes) - n
                 break
             live = live_by_scope[episode["scope_key"]]
+            item_started = time.monotonic()
             try:
                 item = consolidator.graph.run(episode, list(live))
             except LLMUnusable:
@@ -356,6 +359,7 @@ def run_consolidation(
                 run.file(kind, list(formed.sources), proposal, formed.decision)
                 _live_after(live, run.proposed[-1], formed, episode["scope_key"])
             through = (str(episode["recorded_at"]), str(episode["memory_id"]))
+            summary.item_ms.append(round((time.monotonic() - item_started) * 1000, 3))
         calls = consolidator.llm.drain_calls()
         name, model = "model", consolidator.model
     else:
