@@ -85,8 +85,9 @@ migrate: venv db-up ## bootstrap + alembic upgrade head + replay sql/ and rls/
 psql: db-up ## open psql on the fabric database (as the superuser)
 	@.local/pg17/bin/psql "$${DATABASE_URL:-$$(scripts/db.sh url)}"
 
-demo: migrate ## run the narrated end-to-end scenario on the local server
+demo: migrate ## run the narrated end-to-end scenario on the local server, then the formation scene (SmolLM2)
 	$(BIN)/memfabric demo
+	MEMFABRIC_LLM_MODEL=$${MEMFABRIC_LLM_MODEL:-smollm2} $(BIN)/memfabric demo --formation
 
 worker: migrate ## run the committer worker (drains validated proposals)
 	$(BIN)/memfabric worker commit

@@ -204,12 +204,31 @@ def db_reindex_text() -> None:
     typer.echo(f"[reindex-text] {json.dumps(db.reindex_text(Settings.from_env().database_url))}")
 
 
-@app.command(epilog=env_help(*DATABASE_ENV))
-def demo() -> None:
+@app.command(epilog=env_help(*DATABASE_ENV, "MEMFABRIC_LLM_URL", "MEMFABRIC_LLM_MODEL"))
+def demo(
+    formation: bool = typer.Option(
+        False,
+        help="the formation scene instead: a conversation formed into memory by the model "
+        "MEMFABRIC_LLM_URL or MEMFABRIC_LLM_MODEL names (smollm2: the test model), at "
+        "temperature 0",
+    ),
+) -> None:
     """A narrated scenario: tenant, agents with their own logins, a run, proposals, commits."""
-    from memfabric.demo import run_demo
+    from memfabric.demo import run_demo, run_formation_scene
 
-    sys.exit(run_demo(Settings.from_env().database_url))
+    url = Settings.from_env().database_url
+    if formation:
+        from memfabric.llm import from_env
+
+        llm = from_env()
+        if llm is None:
+            raise errors.Misconfigured(
+                "the formation scene needs a model",
+                hint="MEMFABRIC_LLM_MODEL=smollm2 (the test model) or MEMFABRIC_LLM_URL",
+            )
+        run_formation_scene(url, llm)
+        sys.exit(0)
+    sys.exit(run_demo(url))
 
 
 @worker_app.command("commit", epilog=env_help(*COMMITTER_ENV))

@@ -327,7 +327,8 @@ def background_worker(url: str, tenant: str) -> AbstractContextManager[Any]:
     memfabric = str(Path(sys.executable).parent / "memfabric")
     cmd = ["nice", "-n", "10", memfabric, "worker", "consolidate", "--tenant", tenant,
            "--consolidator-login", "bench_cons_consolidator",
-           "--committer-login", "bench_cons_committer", "--interval", "1", "--budget", "5"]  # fmt: skip
+           "--committer-login", "bench_cons_committer",
+           "--interval", "1", "--budget", "5"]  # fmt: skip
 
     class Running:
         def __enter__(self) -> subprocess.Popen[bytes]:
