@@ -430,3 +430,24 @@ def test_a_worker_refuses_an_endpoint_that_is_not_the_instances_model_uri(
     for other in (LLM(OpenAICompatible("http://127.0.0.1:9999/v1")), None):
         with pytest.raises(Misconfigured):
             require_instance_endpoint(reader, "acme", other)
+
+
+def test_erasing_an_episode_removes_the_content_its_recommendations_copied(
+    fabric: Fabric,
+) -> None:
+    run = fabric.open_run()
+    spoken = said(fabric, run, "My phone number is 555-0199.", T0)
+    rules = [{"contains": "555-0199", "answer": {"assertions": [say("phone", "555-0199")]}}]
+    with scripted_llm(rules) as double:
+        workflow(fabric, model(double.url))
+    approval = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", spoken)[
+        "approval_id"
+    ]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    receipt = fabric.call("mf_auditor", "SELECT fabric_audit.erasure_receipt(%s)", spoken)
+    with fabric.su() as su:
+        rows = su.execute("SELECT kind, status, proposal FROM fabric.recommendations").fetchall()
+    assert [(kind, status) for kind, status, _ in rows] == [("reflection", "committed")]
+    assert "555-0199" not in json.dumps([r[2] for r in rows])
+    assert receipt["destroyed"]["recommendations"] == 1
