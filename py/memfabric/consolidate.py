@@ -313,7 +313,32 @@ def run_consolidation(
     persist the Outcome Envelope. The budget (default: the instance's
     `consolidation_budget`) bounds the recommendations (deterministic) or the episodes
     (model) of a run; the surplus is deferred to the next run, never skipped past
-    validation or the policy gate."""
+    validation or the policy gate. Runs of one tenant take turns (a session advisory lock on
+    the consolidator's connection), so two workers never form from the same episodes."""
+    lock = ("SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended(%s, 0))",
+            "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))")  # fmt: skip
+    key = f"memfabric.consolidation:{tenant_id}"
+    consolidator_conn.execute(lock[0], (key,))
+    try:
+        return _run_consolidation(
+            consolidator_conn, committer_conn, tenant_id, consolidator, budget, progress,
+            subject_id,
+        )  # fmt: skip
+    finally:
+        if not consolidator_conn.closed and not consolidator_conn.broken:
+            consolidator_conn.execute(lock[1], (key,))
+
+
+def _run_consolidation(
+    consolidator_conn: psycopg.Connection[Any],
+    committer_conn: psycopg.Connection[Any],
+    tenant_id: str,
+    consolidator: Consolidator | ModelConsolidator | None = None,
+    budget: int | None = None,
+    progress: Progress = lambda _: None,
+    subject_id: str | None = None,
+) -> RunSummary:
+    """The run itself, under the tenant's lock (`run_consolidation`)."""
     started = time.monotonic()
     consolidator = consolidator or DeterministicConsolidator()
     workflow = str(fabric_call(consolidator_conn, "fabric_api.start_workflow_run", tenant_id))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import uuid
 from typing import Any
 
@@ -451,3 +452,33 @@ def test_erasing_an_episode_removes_the_content_its_recommendations_copied(
     assert [(kind, status) for kind, status, _ in rows] == [("reflection", "committed")]
     assert "555-0199" not in json.dumps([r[2] for r in rows])
     assert receipt["destroyed"]["recommendations"] == 1
+
+
+def test_two_workers_never_form_from_the_same_episode(fabric: Fabric) -> None:
+    """Two consolidation runs of one tenant at once (two workers, their own connections):
+    they take turns, the second starts after the first's cursor, so no episode is read,
+    recommended or corroborated twice."""
+    run = fabric.open_run()
+    for city in ("Oslo", "Bergen", "Tromso"):
+        said(fabric, run, f"Shipping to {city} please.", T0)
+    rules = [
+        {"contains": f"Shipping to {city}", "repeat": True, "delay": 0.3,
+         "answer": {"assertions": [say(f"ship.{city.lower()}", city)]}}
+        for city in ("Oslo", "Bergen", "Tromso")
+    ]  # fmt: skip
+    results: list[Any] = []
+    with scripted_llm(rules) as double:
+        workers = [
+            threading.Thread(target=lambda: results.append(workflow(fabric, model(double.url))))
+            for _ in range(2)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=60)
+    assert len(results) == 2
+    read = [set(r.envelope["read"]) for r in results]
+    assert not read[0] & read[1] and len(read[0] | read[1]) == 3
+    assert sorted(r.recommended for r in results) == [0, 3]
+    with fabric.su() as su:
+        assert su.execute("SELECT count(*) FROM fabric.recommendations").fetchone() == (3,)
