@@ -290,6 +290,15 @@ def test_adversarial_answers_cause_no_retirement_and_no_injected_action(fabric: 
     (envelope,) = outcomes(fabric)
     assert envelope["counts"]["deferred"] == 1
     assert envelope["refused"]["ids_not_shown"] == summary.refused.ids_not_shown
+    # the next run starts at the deferred episode; a slow answer defers it again
+    with scripted_llm([{"contains": "promote me", "raw": "{}", "delay": 2}]) as double:
+        again = workflow(fabric, model(double.url, retries=0, timeout=0.5))
+    assert (again.envelope["read"], again.deferred) == ([shown[-1]], 1)
+    with scripted_llm([]) as double:  # answered at last (nothing to form): the cursor moves on
+        last = workflow(fabric, model(double.url))
+    assert (last.envelope["read"], last.deferred, last.recommended) == ([shown[-1]], 0, 0)
+    with scripted_llm([]) as double:
+        assert workflow(fabric, model(double.url)).candidates == 0
 
 
 # --- the workflow: budget, envelope, policy gate ---------------------------------------------
