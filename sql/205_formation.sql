@@ -76,13 +76,23 @@ RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_last fabric.consolidation_outcomes;
 BEGIN
   PERFORM fabric._enter_consolidator(p_tenant_id);
-  RETURN (SELECT pg_catalog.jsonb_build_object('recorded_at', o.through_recorded_at,
-                                               'memory_id', o.through_memory_id)
-          FROM fabric.consolidation_outcomes o
-          WHERE o.tenant_id = p_tenant_id AND o.through_memory_id IS NOT NULL
-          ORDER BY o.through_recorded_at DESC, o.through_memory_id DESC LIMIT 1);
+  SELECT * INTO v_last FROM fabric.consolidation_outcomes o
+  WHERE o.tenant_id = p_tenant_id AND o.through_memory_id IS NOT NULL
+  ORDER BY o.through_recorded_at DESC, o.through_memory_id DESC LIMIT 1;
+  -- unusable_runs: the runs since then that ended at the next episode without a usable
+  -- answer (a model that never answers it would otherwise hold the tenant back for good)
+  RETURN pg_catalog.jsonb_build_object(
+    'recorded_at', v_last.through_recorded_at, 'memory_id', v_last.through_memory_id,
+    'unusable_runs', (SELECT pg_catalog.count(*) FROM fabric.consolidation_outcomes o
+                      WHERE o.tenant_id = p_tenant_id AND o.through_memory_id IS NULL
+                        AND o.recorded_at > coalesce(v_last.recorded_at, '-infinity')
+                        AND CASE WHEN pg_catalog.jsonb_typeof(o.envelope #> '{counts,unusable}') = 'number'
+                                 THEN (o.envelope #> '{counts,unusable}')::numeric > 0
+                                 ELSE false END));
 END $$;
 
 -- ---------------------------------------------------------------------------------------

@@ -409,7 +409,8 @@ COMMENT ON FUNCTION fabric_api.record_consolidation_outcome(text, uuid, jsonb, t
   'Persist a consolidation run''s Outcome Envelope (once) with its candidate cursor. Consolidator only. '
   'Example: SELECT fabric_api.record_consolidation_outcome(''acme'', ''<workflow_event_id>'', ''{"counts": {}}'');';
 COMMENT ON FUNCTION fabric_api.consolidation_cursor(text) IS
-  'Where the tenant''s last cursor-keeping consolidation run stopped ({"recorded_at", "memory_id"} or NULL). '
+  'Where the tenant''s last cursor-keeping consolidation run stopped, and the unusable runs since '
+  '({"recorded_at", "memory_id", "unusable_runs"}). '
   'Consolidator only. Example: SELECT fabric_api.consolidation_cursor(''acme'');';
 COMMENT ON FUNCTION fabric_api.awaiting_recommendations(text) IS
   'Recommendations of a tenant waiting for a policy approval, for a run to resume. Committer only. '

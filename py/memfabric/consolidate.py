@@ -120,6 +120,14 @@ def require_instance_endpoint(
         )
 
 
+MAX_UNUSABLE = 3  # runs in a row without a usable answer for one episode before it is abandoned
+
+
+def cursor_stalled(cursor: Json | None) -> bool:
+    """Whether the episode after the cursor has ended MAX_UNUSABLE runs in a row unusable."""
+    return bool(cursor) and int((cursor or {}).get("unusable_runs") or 0) >= MAX_UNUSABLE
+
+
 @dataclass
 class RunSummary:
     workflow_event_id: str
@@ -132,6 +140,8 @@ class RunSummary:
     rejected: int = 0
     awaiting_approval: int = 0
     deferred: int = 0
+    unusable: int = 0
+    abandoned: list[str] = field(default_factory=list)
     refused: Counters = field(default_factory=Counters)
     reasons: list[str] = field(default_factory=list)
     item_ms: list[float] = field(default_factory=list)
@@ -259,6 +269,7 @@ class _Run:
             "budget": budget,
             "duration_ms": round((time.monotonic() - started) * 1000, 3),
             "read": self.read,
+            "abandoned": s.abandoned,
             "proposed": self.proposed,
             "approvals": self.approvals,
             "refused": vars(s.refused),
@@ -272,6 +283,8 @@ class _Run:
                 "rejected": s.rejected,
                 "awaiting_approval": s.awaiting_approval,
                 "deferred": s.deferred,
+                "unusable": s.unusable,
+                "abandoned": len(s.abandoned),
                 "refused": sum(vars(s.refused).values()),
             },
             "cost": cost,
@@ -371,12 +384,19 @@ def _run_consolidation(
             if n >= budget:
                 summary.deferred = len(episodes) - n
                 break
+            if n == 0 and cursor_stalled(cursor) and subject_id is None:
+                # the model gave no usable answer for this episode in MAX_UNUSABLE runs in a
+                # row: it no longer holds the tenant's formation back (named in the envelope)
+                summary.abandoned.append(str(episode["memory_id"]))
+                through = (str(episode["recorded_at"]), str(episode["memory_id"]))
+                continue
             live = live_by_scope[episode["scope_key"]]
             item_started = time.monotonic()
             try:
                 item = consolidator.graph.run(episode, list(live))
             except LLMUnusable:
                 summary.deferred = len(episodes) - n
+                summary.unusable = 1
                 break
             summary.refused.add(item.counters)
             for formed in item.formed:
@@ -387,6 +407,8 @@ def _run_consolidation(
             summary.item_ms.append(round((time.monotonic() - item_started) * 1000, 3))
         calls = consolidator.llm.drain_calls()
         name, model = "model", consolidator.model
+        if subject_id is not None:
+            through = None  # one subject's run keeps no tenant cursor (others come before)
     else:
         batch = fabric_call(
             consolidator_conn,

@@ -208,11 +208,14 @@ class Embedded:
         timeout: float,  # noqa: ARG002 - in process: max_tokens bounds the time
     ) -> Completion:
         request = _request(self.model, messages, schema, name, max_tokens, temperature)
-        with self._lock:
-            answer = self._server.handle_chat_completions(request)
-        if not isinstance(answer, dict) or "choices" not in answer:
-            raise LLMUnusable("the embedded model gave no completion")
-        return _completion(answer)
+        try:
+            with self._lock:
+                answer = self._server.handle_chat_completions(request)
+            if not isinstance(answer, dict) or "choices" not in answer:
+                raise LLMUnusable("the embedded model gave no completion (e.g. a prompt too long)")
+            return _completion(answer)
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+            raise LLMUnusable(f"the embedded model failed ({type(exc).__name__})") from exc
 
 
 def conforms(value: Any, schema: Json) -> bool:

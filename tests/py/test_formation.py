@@ -491,3 +491,21 @@ def test_two_workers_never_form_from_the_same_episode(fabric: Fabric) -> None:
     assert sorted(r.recommended for r in results) == [0, 3]
     with fabric.su() as su:
         assert su.execute("SELECT count(*) FROM fabric.recommendations").fetchone() == (3,)
+
+
+def test_an_episode_no_answer_is_usable_for_is_abandoned_after_three_runs(
+    fabric: Fabric,
+) -> None:
+    run = fabric.open_run()
+    stuck = said(fabric, run, "The weather is odd today.", T0)
+    said(fabric, run, "Shipping to Oslo please.", T1)
+    rules = [
+        {"contains": "weather", "raw": "not json", "repeat": True},
+        {"contains": "Shipping to Oslo", "answer": {"assertions": [say("ship.city", "Oslo")]}},
+    ]
+    with scripted_llm(rules) as double:
+        runs = [workflow(fabric, model(double.url, retries=0)) for _ in range(4)]
+    assert [(r.deferred, r.envelope["counts"]["unusable"]) for r in runs[:3]] == [(2, 1)] * 3
+    assert runs[3].abandoned == [stuck] and runs[3].committed == 1
+    assert runs[3].envelope["abandoned"] == [stuck]
+    assert fabric.count("memory_records", "tier <> 'episodic'") == 1
