@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import psycopg
 
 from memfabric.call import Cast, fabric_call
-from memfabric.errors import Misconfigured
+from memfabric.errors import FabricError, Misconfigured, connection_lost
 from memfabric.formation import Counters, ReflectAndRevise, recommendation
 from memfabric.hashing import content_hash
 from memfabric.llm import LLM, LLMUnusable
@@ -174,7 +174,14 @@ class _Run:
         return self.commit(str(filed["recommendation_id"]), kind, sources, decision)
 
     def commit(self, rid: str, kind: str, sources: list[str], decision: str) -> Json:
-        result: Json = fabric_call(self.committer, "fabric_api.commit_recommendation", rid)
+        try:
+            result: Json = fabric_call(self.committer, "fabric_api.commit_recommendation", rid)
+        except FabricError as exc:
+            if connection_lost(exc):
+                raise
+            # refused by a rule (nothing written): the run goes on; the recommendation stays
+            # pending, named with the SQLSTATE in the envelope
+            result = {"status": "refused", "reason": f"refused at commit ({exc.sqlstate})"}
         status = str(result.get("status"))
         s = self.summary
         entry: Json = {

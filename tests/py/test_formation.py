@@ -365,11 +365,11 @@ class Promotes:
     """A consolidator that recommends promoting one record to relational (which needs a
     policy approval): the policy gate's input."""
 
-    def __init__(self, memory_id: str) -> None:
-        self.memory_id = memory_id
+    def __init__(self, memory_id: str, tier: str = "relational") -> None:
+        self.memory_id, self.tier = memory_id, tier
 
     def recommend(self, batch: dict[str, Any]) -> list[Recommendation]:
-        return [Recommendation("promotion", (self.memory_id,), {"target_tier": "relational"})]
+        return [Recommendation("promotion", (self.memory_id,), {"target_tier": self.tier})]
 
 
 def test_a_promotion_waits_for_its_approval_and_resumes_after_a_restart(fabric: Fabric) -> None:
@@ -509,3 +509,13 @@ def test_an_episode_no_answer_is_usable_for_is_abandoned_after_three_runs(
     assert runs[3].abandoned == [stuck] and runs[3].committed == 1
     assert runs[3].envelope["abandoned"] == [stuck]
     assert fabric.count("memory_records", "tier <> 'episodic'") == 1
+
+
+def test_a_recommendation_refused_at_commit_does_not_end_the_run(fabric: Fabric) -> None:
+    run = fabric.open_run()
+    source = said(fabric, run, "evidence", T0)
+    fact = asserted(fabric, run, "semantic", "legal.entity", "Acme BV", "extraction", T0, [source])
+    summary = workflow(fabric, Promotes(fact, "profile"))  # one episode: threshold not met
+    assert (summary.rejected, summary.committed) == (1, 0)
+    assert summary.envelope["proposed"][0]["reason"] == "refused at commit (23514)"
+    assert len(outcomes(fabric)) == 1 and fabric.record(fact)["tier"] == "semantic"
