@@ -238,25 +238,15 @@ class _Run:
             self.commit(str(w["recommendation_id"]), "promotion", [], "resumed")
             status = self.proposed[before]["status"]
             if status == "awaiting_approval":
-                self.summary.awaiting_approval -= 1  # still waiting: counted once, below
-                self.proposed.pop()
-                self.approvals.pop()
-                self.approvals.append(
-                    {
-                        "recommendation_id": str(w["recommendation_id"]),
-                        "approval_id": str(w["approval_id"]),
-                        "status": "awaiting",
-                    }
-                )
-                self.summary.awaiting_approval += 1
-            else:
-                self.approvals.append(
-                    {
-                        "recommendation_id": str(w["recommendation_id"]),
-                        "approval_id": str(w["approval_id"]),
-                        "status": "approved" if status == "committed" else status,
-                    }
-                )
+                self.proposed.pop()  # still waiting: listed under approvals, not proposed again
+                continue
+            self.approvals.append(
+                {
+                    "recommendation_id": str(w["recommendation_id"]),
+                    "approval_id": str(w["approval_id"]),
+                    "status": "approved" if status == "committed" else status,
+                }
+            )
 
     def envelope(
         self, consolidator: str, model: Json | None, calls: list[Any], budget: int, started: float
