@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
+from memfabric.errors import Misconfigured
 from memfabric.llm import LLM, LLMUnusable
 
 Json = dict[str, Any]
@@ -158,7 +159,12 @@ class ReflectAndRevise:
     """The graph of one item (an episode and the live assertions of its scope)."""
 
     def __init__(self, llm: LLM) -> None:
-        from langgraph.graph import END, START, StateGraph
+        try:
+            from langgraph.graph import END, START, StateGraph
+        except ImportError as exc:  # pragma: no cover - the extra is missing
+            raise Misconfigured(
+                "formation with a model needs LangGraph", hint="pip install 'memfabric[llm]'"
+            ) from exc
 
         self.llm = llm
         graph: Any = StateGraph(State)
