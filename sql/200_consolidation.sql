@@ -59,16 +59,21 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.consolidation_candidates: live episodic records of a tenant (optionally one
--- subject), a memory read audited like a recall (ids, never content, in the event), with
--- the live assertion keys (to skip what is already known) and the instance's thresholds.
+-- subject; optionally only those recorded after a cursor, in (recorded_at, memory_id)
+-- order), a memory read audited like a recall (ids, never content, in the event), with the
+-- live assertions of the tenant (their ids audited too: a formation decides against them),
+-- the instance's thresholds and its consolidation budget.
+DROP FUNCTION IF EXISTS fabric_api.consolidation_candidates(text, uuid, text, integer);  -- older signature
 CREATE OR REPLACE FUNCTION fabric_api.consolidation_candidates(p_tenant_id text,
-  p_workflow_event_id uuid, p_subject_id text DEFAULT NULL, p_limit integer DEFAULT 1000)
+  p_workflow_event_id uuid, p_subject_id text DEFAULT NULL, p_limit integer DEFAULT 1000,
+  p_after_recorded_at timestamptz DEFAULT NULL, p_after_memory_id uuid DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_rows jsonb;
+  v_live jsonb;
 BEGIN
   PERFORM fabric._enter_consolidator(p_tenant_id);
   PERFORM fabric._require_workflow_event(p_tenant_id, p_workflow_event_id);
@@ -76,11 +81,17 @@ BEGIN
     PERFORM fabric._raise_rule('invalid_parameter_value', 'limit must be between 1 and 10000',
       'the default is 1000');
   END IF;
+  IF (p_after_recorded_at IS NULL) <> (p_after_memory_id IS NULL) THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a candidate cursor is a recorded_at and a memory_id, both or neither',
+      'pass what fabric_api.consolidation_cursor answers');
+  END IF;
   SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
            'memory_id', m.memory_id, 'tier', m.tier, 'scope_key', m.scope_key,
            'visibility', m.visibility, 'subject_id', m.subject_id, 'key', m.assertion_key,
            'content', m.content, 'content_hash', m.content_hash, 'confidence', m.confidence,
-           'valid_from', m.valid_from, 'business_instance_id', m.business_instance_id)
+           'valid_from', m.valid_from, 'recorded_at', m.recorded_at,
+           'business_instance_id', m.business_instance_id)
            ORDER BY m.recorded_at, m.memory_id), '[]')
   INTO v_rows
   FROM (SELECT * FROM fabric.memory_records m
@@ -88,27 +99,42 @@ BEGIN
           AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
           AND m.content IS NOT NULL
           AND (p_subject_id IS NULL OR m.subject_id = p_subject_id)
+          AND (p_after_recorded_at IS NULL
+               OR (m.recorded_at, m.memory_id) > (p_after_recorded_at, p_after_memory_id))
         ORDER BY m.recorded_at, m.memory_id LIMIT p_limit) m;
+  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+           'memory_id', m.memory_id, 'tier', m.tier, 'scope_key', m.scope_key,
+           'subject_id', m.subject_id, 'key', m.assertion_key, 'content', m.content,
+           'content_hash', m.content_hash, 'confidence', m.confidence,
+           'formation_method', m.formation_method, 'valid_from', m.valid_from)
+           ORDER BY m.scope_key, m.assertion_key, m.tier), '[]')
+  INTO v_live
+  FROM fabric.memory_records m
+  WHERE m.tenant_id = p_tenant_id AND m.assertion_key IS NOT NULL
+    AND m.tier IN ('semantic', 'profile', 'procedural')
+    AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+    AND m.content IS NOT NULL
+    AND (p_subject_id IS NULL OR m.subject_id = p_subject_id OR m.subject_id IS NULL);
   PERFORM fabric._emit('memory.consolidation.candidates_read', p_tenant_id,
     p_workflow_event_id::text, p_workflow_event_id::text, NULL, NULL,
-    pg_catalog.jsonb_build_object('memory_ids',
-      (SELECT coalesce(pg_catalog.jsonb_agg(r -> 'memory_id'), '[]') FROM pg_catalog.jsonb_array_elements(v_rows) r)));
+    pg_catalog.jsonb_build_object(
+      'memory_ids', (SELECT coalesce(pg_catalog.jsonb_agg(r -> 'memory_id'), '[]')
+                     FROM pg_catalog.jsonb_array_elements(v_rows) r),
+      'assertion_ids', (SELECT coalesce(pg_catalog.jsonb_agg(r -> 'memory_id'), '[]')
+                        FROM pg_catalog.jsonb_array_elements(v_live) r)));
   RETURN pg_catalog.jsonb_build_object(
     'candidates', v_rows,
-    'live_assertions', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-                          'tier', m.tier, 'scope_key', m.scope_key, 'key', m.assertion_key,
-                          'content_hash', m.content_hash) ORDER BY m.scope_key, m.assertion_key), '[]')
-                        FROM fabric.memory_records m
-                        WHERE m.tenant_id = p_tenant_id AND m.assertion_key IS NOT NULL
-                          AND m.tier IN ('semantic', 'profile', 'procedural')
-                          AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')),
+    'live_assertions', v_live,
+    'budget', (SELECT c.consolidation_budget FROM fabric.instance_config c
+               WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = ''),
     'thresholds', pg_catalog.jsonb_build_object(
       'min_corroborating_episodes', fabric._threshold(p_tenant_id, NULL, 'min_corroborating_episodes'),
       'min_confidence', fabric._threshold(p_tenant_id, NULL, 'min_confidence'),
       'min_successful_trajectories', fabric._threshold(p_tenant_id, NULL, 'min_successful_trajectories')));
 END $$;
-COMMENT ON FUNCTION fabric_api.consolidation_candidates(text, uuid, text, integer) IS
-  'Live episodic records to consolidate (an audited memory read). Consolidator only. '
+COMMENT ON FUNCTION fabric_api.consolidation_candidates(text, uuid, text, integer, timestamptz, uuid) IS
+  'Live episodic records to consolidate, after an optional cursor, with the live assertions '
+  'they are judged against (an audited memory read). Consolidator only. '
   'Example: SELECT fabric_api.consolidation_candidates(''acme'', ''<workflow_event_id>'');';
 
 -- ---------------------------------------------------------------------------------------
@@ -130,7 +156,7 @@ DECLARE
 BEGIN
   IF p_recommendation IS NULL OR pg_catalog.jsonb_typeof(p_recommendation) <> 'object'
      OR v_tenant IS NULL OR v_kind IS NULL
-     OR v_kind NOT IN ('consolidation', 'reflection', 'promotion', 'distillation')
+     OR v_kind NOT IN ('consolidation', 'reflection', 'promotion', 'distillation', 'corroboration')
      OR pg_catalog.jsonb_typeof(p_recommendation -> 'sources') IS DISTINCT FROM 'array'
      OR (p_recommendation ->> 'workflow_event_id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
      OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_recommendation -> 'sources') s
@@ -139,7 +165,7 @@ BEGIN
      OR pg_catalog.jsonb_typeof(v_proposal) <> 'object' THEN
     PERFORM fabric._raise_rule('invalid_parameter_value',
       'a recommendation is {"tenant_id", "kind", "workflow_event_id", "sources": [memory ids], "proposal": {...}}',
-      'kind is consolidation, reflection, promotion or distillation');
+      'kind is consolidation, reflection, promotion, distillation or corroboration');
   END IF;
   v_agent := fabric._enter_consolidator(v_tenant);
   v_workflow := (p_recommendation ->> 'workflow_event_id')::uuid;
@@ -185,8 +211,88 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._flag_contradiction: episodes contradict a live assertion that an inference may not
+-- retire (a declaration, or a successor that would need an approval): nothing is retired;
+-- both sides (the standing record and the recommendation with its assertion and episodes)
+-- are filed for review and the recommendation ends `flagged`.
+CREATE OR REPLACE FUNCTION fabric._flag_contradiction(p_rec fabric.recommendations,
+                                                      p_standing uuid, p_reason text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_flag uuid := pg_catalog.gen_random_uuid();
+BEGIN
+  UPDATE fabric.recommendations r SET status = 'flagged', reason = p_reason,
+         decided_at = pg_catalog.now(), memory_id = p_standing
+  WHERE r.tenant_id = p_rec.tenant_id AND r.recommendation_id = p_rec.recommendation_id;
+  INSERT INTO fabric.contradiction_flags (tenant_id, flag_id, memory_id, recommendation_id)
+  VALUES (p_rec.tenant_id, v_flag, p_standing, p_rec.recommendation_id);
+  PERFORM fabric._emit('memory.contradiction.flagged', p_rec.tenant_id,
+    p_rec.workflow_event_id::text, p_rec.workflow_event_id::text, p_standing, NULL,
+    pg_catalog.jsonb_build_object('flag_id', v_flag, 'recommendation_id', p_rec.recommendation_id,
+                                  'sources', pg_catalog.to_jsonb(p_rec.sources)));
+  RETURN pg_catalog.jsonb_build_object('recommendation_id', p_rec.recommendation_id,
+    'status', 'flagged', 'flag_id', v_flag, 'memory_id', p_standing, 'reason', p_reason);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._commit_promotion_recommendation: the policy gate of a recommended promotion. One
+-- that needs an approval files it (once) and waits: the recommendation stays pending with
+-- its approval_id, and a later run (after any restart) commits it once policy approved, or
+-- rejects it once policy denied or the approval expired.
+CREATE OR REPLACE FUNCTION fabric._commit_promotion_recommendation(p_rec fabric.recommendations,
+                                                                   p_approval_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_approval uuid := coalesce(p_approval_id, p_rec.approval_id);
+  v_status text;
+  v_expires timestamptz;
+  v_result jsonb;
+  v_target jsonb;
+BEGIN
+  BEGIN
+    v_result := fabric_api.promote(p_rec.sources[1], p_rec.proposal ->> 'target_tier', v_approval,
+                                   (p_rec.proposal ->> 'supersedes')::uuid);
+  EXCEPTION WHEN SQLSTATE 'MF005' THEN
+    IF v_approval IS NULL THEN
+      v_target := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+        'tier', p_rec.proposal ->> 'target_tier', 'supersedes', p_rec.proposal ->> 'supersedes'));
+      PERFORM fabric._check_approval_target('promote', v_target);
+      PERFORM fabric._check_approval_target_live(p_rec.tenant_id, 'promote', p_rec.sources[1], v_target);
+      v_approval := fabric._file_approval(p_rec.tenant_id, 'promote', p_rec.sources[1], NULL,
+        v_target, 'recommended by consolidation run ' || p_rec.workflow_event_id::text);
+      UPDATE fabric.recommendations r SET approval_id = v_approval
+      WHERE r.tenant_id = p_rec.tenant_id AND r.recommendation_id = p_rec.recommendation_id;
+      RETURN pg_catalog.jsonb_build_object('recommendation_id', p_rec.recommendation_id,
+        'status', 'awaiting_approval', 'approval_id', v_approval);
+    END IF;
+    SELECT a.status, a.expires_at INTO v_status, v_expires FROM fabric.approvals a
+    WHERE a.tenant_id = p_rec.tenant_id AND a.approval_id = v_approval;
+    IF v_status = 'pending' AND v_expires > pg_catalog.now() THEN
+      RETURN pg_catalog.jsonb_build_object('recommendation_id', p_rec.recommendation_id,
+        'status', 'awaiting_approval', 'approval_id', v_approval);
+    END IF;
+    RETURN fabric._reject_recommendation(p_rec, pg_catalog.format(
+      'the promotion''s approval was %s', CASE WHEN v_status = 'pending' THEN 'not decided before it expired'
+                                               ELSE coalesce(v_status, 'not found') END));
+  END;
+  UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
+         memory_id = p_rec.sources[1], approval_id = v_approval
+  WHERE r.tenant_id = p_rec.tenant_id AND r.recommendation_id = p_rec.recommendation_id;
+  RETURN v_result;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.commit_recommendation: the committer forms the recommended record (or runs
--- the recommended promotion) after scope validation and, where needed, approval.
+-- the recommended promotion, or records a corroboration) after scope validation and, where
+-- needed, approval. A recommendation that supersedes a live assertion closes it at the
+-- successor's valid_from (the time the episodes say the change happened); one that may not
+-- retire it (authority: an inference never retires a declaration) is flagged for review.
 CREATE OR REPLACE FUNCTION fabric_api.commit_recommendation(p_recommendation_id uuid,
                                                             p_approval_id uuid DEFAULT NULL)
 RETURNS jsonb
@@ -198,6 +304,7 @@ DECLARE
   v_tenant text := fabric._tenant_of_recommendation(p_recommendation_id);
   v_rec fabric.recommendations;
   v_src fabric.memory_records;
+  v_old fabric.memory_records;
   v_scopes integer;
   v_live integer;
   v_tier text;
@@ -207,10 +314,12 @@ DECLARE
   v_content jsonb;
   v_confidence double precision;
   v_record fabric.memory_records;
-  v_sources_live boolean;
   v_labels text[];
   v_retention text;
   v_asked text;
+  v_valid_from timestamptz := pg_catalog.now();
+  v_target uuid;
+  v_needs_approval boolean;
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._raise_rule('no_data_found', 'unknown recommendation',
@@ -228,12 +337,7 @@ BEGIN
   PERFORM fabric._set_context('correlation_id', v_rec.workflow_event_id::text);
 
   IF v_rec.kind = 'promotion' THEN
-    v_record := NULL;
-    UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
-           memory_id = v_rec.sources[1]
-    WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id;
-    RETURN fabric_api.promote(v_rec.sources[1], v_rec.proposal ->> 'target_tier', p_approval_id,
-                              (v_rec.proposal ->> 'supersedes')::uuid);
+    RETURN fabric._commit_promotion_recommendation(v_rec, p_approval_id);
   END IF;
 
   -- Scope validation (os-agt-012): live sources sharing one scope.
@@ -251,6 +355,44 @@ BEGIN
   END IF;
   SELECT * INTO v_src FROM fabric.memory_records m
   WHERE m.tenant_id = v_tenant AND m.memory_id = v_rec.sources[1];
+
+  -- The record a corroboration supports, or a successor supersedes: a live assertion of
+  -- the sources' scope, in this tenant.
+  v_target := CASE WHEN (v_rec.proposal ->> 'supersedes') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                   THEN (v_rec.proposal ->> 'supersedes')::uuid
+                   WHEN (v_rec.proposal ->> 'corroborates') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                   THEN (v_rec.proposal ->> 'corroborates')::uuid END;
+  IF v_target IS NULL AND (v_rec.kind = 'corroboration' OR v_rec.proposal ? 'supersedes'
+                           OR v_rec.proposal ? 'corroborates') THEN
+    RETURN fabric._reject_recommendation(v_rec,
+      'supersedes and corroborates name a live assertion by its memory id');
+  END IF;
+  IF v_target IS NOT NULL THEN
+    SELECT * INTO v_old FROM fabric.memory_records m
+    WHERE m.tenant_id = v_tenant AND m.memory_id = v_target FOR UPDATE;
+    IF NOT FOUND OR v_old.consolidation_state NOT IN ('raw', 'consolidated', 'reflected')
+       OR v_old.assertion_key IS NULL OR v_old.scope_key IS DISTINCT FROM v_src.scope_key THEN
+      RETURN fabric._reject_recommendation(v_rec,
+        'the named assertion must be a live assertion of this tenant in the sources'' scope');
+    END IF;
+  END IF;
+
+  IF v_rec.kind = 'corroboration' THEN
+    IF EXISTS (SELECT 1 FROM fabric.memory_records m
+               WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_rec.sources)
+                 AND m.tier <> 'episodic') THEN
+      RETURN fabric._reject_recommendation(v_rec, 'a corroboration cites episodic records only');
+    END IF;
+    UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
+           memory_id = v_old.memory_id
+    WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id;
+    PERFORM fabric._emit('memory.record.corroborated', v_tenant, v_rec.workflow_event_id::text,
+      v_rec.workflow_event_id::text, v_old.memory_id, NULL,
+      pg_catalog.jsonb_build_object('recommendation_id', p_recommendation_id,
+                                    'sources', pg_catalog.to_jsonb(v_rec.sources)));
+    RETURN pg_catalog.jsonb_build_object('recommendation_id', p_recommendation_id,
+      'status', 'corroborated', 'memory_id', v_old.memory_id);
+  END IF;
 
   v_tier := CASE v_rec.kind WHEN 'distillation' THEN 'procedural'
                             ELSE coalesce(v_rec.proposal ->> 'tier', 'semantic') END;
@@ -275,6 +417,18 @@ BEGIN
   IF v_content IS NULL OR pg_catalog.jsonb_typeof(v_content) <> 'object'
      OR v_confidence IS NULL OR v_confidence NOT BETWEEN 0 AND 1 THEN
     RETURN fabric._reject_recommendation(v_rec, 'the proposal needs an object content and a confidence in [0, 1]');
+  END IF;
+  IF v_rec.proposal ? 'valid_from' THEN
+    BEGIN
+      v_valid_from := fabric._envelope_timestamp(v_rec.proposal -> 'valid_from', 'valid_from');
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+      RETURN fabric._reject_recommendation(v_rec,
+        'valid_from must be an RFC 3339 timestamp with an offset');
+    END;
+    IF v_valid_from IS NULL OR v_valid_from > pg_catalog.now() THEN
+      RETURN fabric._reject_recommendation(v_rec,
+        'valid_from is when the episodes say the fact became true: not null, not in the future');
+    END IF;
   END IF;
 
   -- Retention never grows: the formed record takes the earliest-ending class of its sources
@@ -302,16 +456,40 @@ BEGIN
     v_retention := v_asked;
   END IF;
 
+  -- Supersession (authority-aware): the successor stays in the old record's tier and key;
+  -- one that would need an approval (a declaration retired by an inference, a wider scope,
+  -- a longer retention) retires nothing and is flagged for review with both sides.
+  IF v_old.memory_id IS NOT NULL THEN
+    IF v_old.tier <> v_tier OR v_old.assertion_key IS DISTINCT FROM (v_content ->> 'key') THEN
+      RETURN fabric._reject_recommendation(v_rec,
+        'a successor asserts the same key in the same tier as the record it supersedes');
+    END IF;
+    BEGIN
+      v_needs_approval := fabric._supersession_needs_approval(v_old, v_tier, v_valid_from,
+        coalesce(v_rec.proposal ->> 'version', '1.0.0'), v_method, v_src.visibility, v_retention,
+        v_labels, v_src.business_instance_id);
+    EXCEPTION WHEN check_violation OR SQLSTATE 'MF002' THEN
+      RETURN fabric._reject_recommendation(v_rec, 'supersession refused: ' || SQLERRM);
+    END;
+    IF v_needs_approval THEN
+      RETURN fabric._flag_contradiction(v_rec, v_old.memory_id,
+        CASE WHEN v_old.formation_method = 'declaration'
+             THEN 'contradicts a declaration, which an inference never retires; flagged for review'
+             ELSE 'contradicts a record it may not retire without an approval; flagged for review' END);
+    END IF;
+    PERFORM fabric._close_for_successor(v_old, v_valid_from);
+  END IF;
+
   BEGIN
     INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
       session_id, business_instance_id, content, source_event_id, correlation_id, causation_id,
       formed_by, formation_method, confidence, valid_from, consolidation_state, retention_class,
-      compliance_labels, version)
+      compliance_labels, version, supersedes)
     SELECT v_tenant, v_tier, v_src.visibility, v_src.subject_id, v_src.agent_id, v_src.session_id,
            v_src.business_instance_id, v_content, v_rec.workflow_event_id::text,
            v_rec.workflow_event_id::text, v_rec.workflow_event_id::text, v_committer, v_method,
-           v_confidence, pg_catalog.now(), v_state, v_retention, v_labels,
-           coalesce(v_rec.proposal ->> 'version', '1.0.0')
+           v_confidence, v_valid_from, v_state, v_retention, v_labels,
+           coalesce(v_rec.proposal ->> 'version', '1.0.0'), v_old.memory_id
     RETURNING * INTO v_record;
     INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
     SELECT v_tenant, v_record.memory_id, s FROM pg_catalog.unnest(v_rec.sources) s;
@@ -328,5 +506,7 @@ BEGIN
     'status', 'committed', 'record', fabric._record_json_now(v_tenant, v_record.memory_id));
 END $$;
 COMMENT ON FUNCTION fabric_api.commit_recommendation(uuid, uuid) IS
-  'Commit a recommendation: form the consolidated/reflected/distilled record, or run the '
-  'promotion. Committer only. Example: SELECT fabric_api.commit_recommendation(''<id>'');';
+  'Commit a recommendation: form the consolidated/reflected/distilled record (superseding the '
+  'live assertion it names, or flagging a contradiction it may not retire), record a '
+  'corroboration, or run the promotion (filing its approval and waiting for it when needed). '
+  'Committer only. Example: SELECT fabric_api.commit_recommendation(''<id>'');';

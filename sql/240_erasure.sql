@@ -75,6 +75,7 @@ DECLARE
   v_floor interval;
   v_embeddings integer;
   v_proposals integer;
+  v_recommendations integer;
   v_flagged integer;
   v_closed integer := 0;
   v_flag record;
@@ -98,6 +99,14 @@ BEGIN
   SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL
   WHERE p.tenant_id = p_record.tenant_id AND p.proposal_id = p_record.proposal_id;
   GET DIAGNOSTICS v_proposals = ROW_COUNT;
+  -- A recommendation citing the record (or forming it) holds the content os-agt-011 (or a
+  -- model) drew from it: that copy goes too; the ids, kind and status stay.
+  UPDATE fabric.recommendations r
+  SET proposal = r.proposal - 'content'
+  WHERE r.tenant_id = p_record.tenant_id
+    AND (p_record.memory_id = ANY (r.sources) OR r.memory_id = p_record.memory_id)
+    AND r.proposal ? 'content';
+  GET DIAGNOSTICS v_recommendations = ROW_COUNT;
   INSERT INTO fabric.review_flags (tenant_id, memory_id, tombstoned_source)
   SELECT l.tenant_id, l.memory_id, l.derived_from_id FROM fabric.memory_lineage l
   JOIN fabric.memory_records d ON d.tenant_id = l.tenant_id AND d.memory_id = l.memory_id
@@ -124,7 +133,8 @@ BEGIN
   END LOOP;
   v_destroyed := pg_catalog.jsonb_build_object(
     'record', pg_catalog.jsonb_build_array('content', 'search_text', 'subject_id', 'session_id', 'agent_id'),
-    'proposals', v_proposals, 'embeddings', v_embeddings, 'flagged_for_review', v_flagged,
+    'proposals', v_proposals, 'recommendations', v_recommendations, 'embeddings', v_embeddings,
+    'flagged_for_review', v_flagged,
     'review_flags_closed', v_closed,
     'kept', pg_catalog.jsonb_build_array('memory_id', 'tier', 'tenant_id', 'content_hash',
       'provenance', 'derived_from', 'validity_interval', 'erasure_approval_id', 'erased_at'));

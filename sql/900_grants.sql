@@ -48,6 +48,7 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.demote(uuid, text),
   fabric_api.supersede(uuid, uuid, uuid),
   fabric_api.commit_recommendation(uuid, uuid),
+  fabric_api.awaiting_recommendations(text),
   fabric_api.run_decay(timestamptz, integer),
   fabric_api.request_erasure(uuid, text, boolean),
   fabric_api.request_subject_erasure(text, text, text, boolean),
@@ -86,8 +87,12 @@ GRANT USAGE ON SCHEMA fabric_api TO fabric_policy, fabric_consolidator;
 GRANT EXECUTE ON FUNCTION fabric_api.decide_approval(uuid, text, text) TO fabric_policy;
 GRANT EXECUTE ON FUNCTION
   fabric_api.start_workflow_run(text, text),
-  fabric_api.consolidation_candidates(text, uuid, text, integer),
+  fabric_api.consolidation_candidates(text, uuid, text, integer, timestamptz, uuid),
   fabric_api.recommend(jsonb),
+  fabric_api.record_consolidation_outcome(text, uuid, jsonb, timestamptz, uuid),
+  fabric_api.consolidation_cursor(text),
+  fabric_api.consolidation_settings(text, text),
+  fabric_api.contradiction_queue(text),
   fabric_api.review_queue(text),
   fabric_api.resolve_review_flag(uuid, text, text)
   TO fabric_consolidator;
@@ -97,7 +102,8 @@ GRANT EXECUTE ON FUNCTION
   fabric_audit.recalls(text, timestamptz, timestamptz),
   fabric_audit.profile_at(text, text, timestamptz, timestamptz),
   fabric_audit.verify_tombstone(uuid, jsonb),
-  fabric_audit.erasure_receipt(uuid)
+  fabric_audit.erasure_receipt(uuid),
+  fabric_audit.consolidation_outcomes(text, timestamptz)
   TO fabric_auditor;
 -- The audit relations (sql/280_audit_relations.sql; docs/audit.md).
 GRANT EXECUTE ON FUNCTION

@@ -224,16 +224,37 @@ COMMENT ON TABLE fabric.recommendations IS
   'What the consolidator (os-agt-011) recommends; a recommendation commits nothing, committing is the committer''s act.';
 COMMENT ON COLUMN fabric.recommendations.tenant_id IS 'Tenant of the recommendation.';
 COMMENT ON COLUMN fabric.recommendations.recommendation_id IS 'Recommendation identifier.';
-COMMENT ON COLUMN fabric.recommendations.kind IS 'consolidation, reflection, promotion or distillation.';
+COMMENT ON COLUMN fabric.recommendations.kind IS 'consolidation, reflection, promotion, distillation or corroboration.';
 COMMENT ON COLUMN fabric.recommendations.workflow_event_id IS 'The memory.workflow.started event of the consolidation pass that produced it.';
 COMMENT ON COLUMN fabric.recommendations.sources IS 'Records the recommendation is based on (at least one).';
 COMMENT ON COLUMN fabric.recommendations.proposal IS 'The recommended record, validated again at commit.';
-COMMENT ON COLUMN fabric.recommendations.status IS 'pending, committed or rejected.';
-COMMENT ON COLUMN fabric.recommendations.reason IS 'Why it was rejected (NULL otherwise).';
+COMMENT ON COLUMN fabric.recommendations.status IS 'pending, committed, rejected or flagged (a contradiction filed for review).';
+COMMENT ON COLUMN fabric.recommendations.reason IS 'Why it was rejected or flagged (NULL otherwise).';
+COMMENT ON COLUMN fabric.recommendations.approval_id IS 'The policy approval a recommended promotion waits for (filed by the workflow''s policy gate).';
 COMMENT ON COLUMN fabric.recommendations.recommended_by IS 'Agent that recommended.';
 COMMENT ON COLUMN fabric.recommendations.recommended_at IS 'When it was recommended.';
 COMMENT ON COLUMN fabric.recommendations.decided_at IS 'When it was committed or rejected.';
-COMMENT ON COLUMN fabric.recommendations.memory_id IS 'The record its commit formed.';
+COMMENT ON COLUMN fabric.recommendations.memory_id IS 'The record its commit formed, corroborated or promoted, or the standing record a flagged contradiction names.';
+
+COMMENT ON TABLE fabric.contradiction_flags IS
+  'A live assertion that an inference may not retire (a declaration) contradicted by episodes: both sides, for review by the consolidator (os-agt-011).';
+COMMENT ON COLUMN fabric.contradiction_flags.tenant_id IS 'Tenant of the records.';
+COMMENT ON COLUMN fabric.contradiction_flags.flag_id IS 'Flag identifier.';
+COMMENT ON COLUMN fabric.contradiction_flags.memory_id IS 'The standing record, left live.';
+COMMENT ON COLUMN fabric.contradiction_flags.recommendation_id IS 'The recommendation carrying the contradicting assertion and its episodes.';
+COMMENT ON COLUMN fabric.contradiction_flags.flagged_at IS 'When the contradiction was flagged.';
+COMMENT ON COLUMN fabric.contradiction_flags.resolved_at IS 'When it was resolved (NULL while open).';
+COMMENT ON COLUMN fabric.contradiction_flags.resolution IS 'keep or supersede (NULL while open).';
+
+COMMENT ON TABLE fabric.consolidation_outcomes IS
+  'The Outcome Envelope of each consolidation run (append-only): what was read, proposed, refused, flagged, approved, committed and deferred, the model and its cost; identifiers and counts, never content.';
+COMMENT ON COLUMN fabric.consolidation_outcomes.tenant_id IS 'Tenant of the run.';
+COMMENT ON COLUMN fabric.consolidation_outcomes.workflow_event_id IS 'The run''s memory.workflow.started event.';
+COMMENT ON COLUMN fabric.consolidation_outcomes.recorded_by IS 'The consolidator agent that recorded it.';
+COMMENT ON COLUMN fabric.consolidation_outcomes.recorded_at IS 'When the run ended.';
+COMMENT ON COLUMN fabric.consolidation_outcomes.through_recorded_at IS 'Cursor: recorded_at of the last candidate the run finished (NULL: the run keeps no cursor).';
+COMMENT ON COLUMN fabric.consolidation_outcomes.through_memory_id IS 'Cursor: memory_id of the last candidate the run finished.';
+COMMENT ON COLUMN fabric.consolidation_outcomes.envelope IS 'The Outcome Envelope (docs/consolidation.md).';
 
 COMMENT ON TABLE fabric.review_flags IS
   'Records derived from a tombstoned record, flagged for the consolidator (os-agt-011) to keep or to request erasure of.';
@@ -302,7 +323,7 @@ COMMENT ON COLUMN fabric.instance_config.regulated_labels IS
 COMMENT ON COLUMN fabric.instance_config.approval_timeout IS 'How long an approval stays usable (default 24 hours).';
 COMMENT ON COLUMN fabric.instance_config.approval_timeouts IS 'Per-action overrides of approval_timeout.';
 COMMENT ON COLUMN fabric.instance_config.checkpoint_retention IS 'How long idle LangGraph threads are kept before decay deletes them (default 7 days).';
-COMMENT ON COLUMN fabric.instance_config.consolidation_budget IS 'Consolidation budget per pass (default 100); stored, not yet read by any rule.';
+COMMENT ON COLUMN fabric.instance_config.consolidation_budget IS 'Consolidation budget per run (default 100): recommendations (deterministic) or episodes (model) a run handles; the rest is deferred to the next run.';
 COMMENT ON COLUMN fabric.instance_config.decay_interval IS 'Interval of scheduled decay (default 1 hour); stored, not yet read by any rule.';
 
 COMMENT ON TABLE fabric.domain_pack_defaults IS
@@ -383,3 +404,24 @@ COMMENT ON FUNCTION fabric._proposals_row_rules(text, text, text, text, jsonb, t
 COMMENT ON FUNCTION fabric._memory_records_row_rules(text, text, text, jsonb, text, text,
   double precision, timestamptz, timestamptz, text, text, text, timestamptz, uuid) IS
   'The CHECK of memory_records_row_rules: true, or raises 23514 with the first broken rule by name (memory_records_*_is_known, memory_records_tombstone_has_approval, ...), as its own constraint did; a NULL rule passes.';
+
+COMMENT ON FUNCTION fabric_api.record_consolidation_outcome(text, uuid, jsonb, timestamptz, uuid) IS
+  'Persist a consolidation run''s Outcome Envelope (once) with its candidate cursor. Consolidator only. '
+  'Example: SELECT fabric_api.record_consolidation_outcome(''acme'', ''<workflow_event_id>'', ''{"counts": {}}'');';
+COMMENT ON FUNCTION fabric_api.consolidation_cursor(text) IS
+  'Where the tenant''s last cursor-keeping consolidation run stopped, and the unusable runs since '
+  '({"recorded_at", "memory_id", "unusable_runs"}). '
+  'Consolidator only. Example: SELECT fabric_api.consolidation_cursor(''acme'');';
+COMMENT ON FUNCTION fabric_api.awaiting_recommendations(text) IS
+  'Recommendations of a tenant waiting for a policy approval, for a run to resume. Committer only. '
+  'Example: SELECT fabric_api.awaiting_recommendations(''acme'');';
+COMMENT ON FUNCTION fabric_api.contradiction_queue(text) IS
+  'Open contradiction flags of a tenant (the standing record and the recommendation against it). '
+  'Consolidator only. Example: SELECT fabric_api.contradiction_queue(''acme'');';
+COMMENT ON FUNCTION fabric_audit.consolidation_outcomes(text, timestamptz) IS
+  'The Outcome Envelopes of a tenant''s consolidation runs since p_since. Auditors only. '
+  'Example: SELECT * FROM fabric_audit.consolidation_outcomes(''acme'', now() - interval ''1 day'');';
+COMMENT ON FUNCTION fabric_api.consolidation_settings(text, text) IS
+  'The instance''s model endpoint, deployment mode and consolidation budget, checked by a '
+  'consolidation worker before it starts. Consolidator only. '
+  'Example: SELECT fabric_api.consolidation_settings(''acme'');';

@@ -228,12 +228,31 @@ def db_reindex_text() -> None:
     typer.echo(f"[reindex-text] {json.dumps(db.reindex_text(Settings.from_env().database_url))}")
 
 
-@app.command(epilog=env_help(*DATABASE_ENV))
-def demo() -> None:
+@app.command(epilog=env_help(*DATABASE_ENV, "MEMFABRIC_LLM_URL", "MEMFABRIC_LLM_MODEL"))
+def demo(
+    formation: bool = typer.Option(
+        False,
+        help="the formation scene instead: a conversation formed into memory by the model "
+        "MEMFABRIC_LLM_URL or MEMFABRIC_LLM_MODEL names (smollm2: the test model), at "
+        "temperature 0",
+    ),
+) -> None:
     """A narrated scenario: tenant, agents with their own logins, a run, proposals, commits."""
-    from memfabric.demo import run_demo
+    from memfabric.demo import run_demo, run_formation_scene
 
-    sys.exit(run_demo(Settings.from_env().database_url))
+    url = Settings.from_env().database_url
+    if formation:
+        from memfabric.llm import from_env
+
+        llm = from_env()
+        if llm is None:
+            raise errors.Misconfigured(
+                "the formation scene needs a model",
+                hint="MEMFABRIC_LLM_MODEL=smollm2 (the test model) or MEMFABRIC_LLM_URL",
+            )
+        run_formation_scene(url, llm)
+        sys.exit(0)
+    sys.exit(run_demo(url))
 
 
 @worker_app.command("commit", epilog=env_help(*COMMITTER_ENV))
@@ -262,7 +281,13 @@ def worker_commit(
 
 @worker_app.command(
     "consolidate",
-    epilog=env_help(*COMMITTER_ENV, "MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"),
+    epilog=env_help(
+        *COMMITTER_ENV,
+        "MEMFABRIC_CONSOLIDATOR_LOGIN",
+        "MEMFABRIC_CONSOLIDATOR_URL",
+        "MEMFABRIC_LLM_URL",
+        "MEMFABRIC_LLM_MODEL",
+    ),
 )
 def worker_consolidate(
     tenant: list[str] = typer.Option(..., help="tenant(s) to consolidate"),
@@ -275,19 +300,37 @@ def worker_consolidate(
     once: bool = typer.Option(False, help="run the workflow once, then exit"),
     interval: float = typer.Option(300.0, min=1.0, help="seconds between scheduled runs"),
     budget: int | None = typer.Option(
-        None, min=0, help="recommendations per run; the rest is deferred"
+        None,
+        min=0,
+        help="recommendations (or, with a model, episodes) per run; the rest is deferred "
+        "(default: the instance's consolidation_budget)",
+    ),
+    subject: str | None = typer.Option(
+        None, help="only this subject's episodes (on demand, e.g. at the end of a run)"
     ),
 ) -> None:
-    """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator, validation, commit."""
+    """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator (deterministic, or
+    reflect-and-revise with the model MEMFABRIC_LLM_URL or MEMFABRIC_LLM_MODEL names),
+    validation, policy gate, commit, Outcome Envelope."""
     import psycopg
 
-    from memfabric.consolidate import run_consolidation
+    from memfabric.consolidate import (
+        ModelConsolidator,
+        require_instance_endpoint,
+        run_consolidation,
+    )
+    from memfabric.llm import from_env
     from memfabric.worker import run_every
 
     settings = Settings.from_env()
     reader_conninfo = settings.conninfo("consolidator", consolidator_login)
     committer_conninfo = settings.conninfo("committer", committer_login)
     _require_known_schema(reader_conninfo)
+    llm = from_env()
+    with psycopg.connect(reader_conninfo, autocommit=True) as reader:
+        for name in tenant:
+            require_instance_endpoint(reader, name, llm)
+    consolidator = ModelConsolidator(llm) if llm is not None else None
 
     def step() -> None:
         with (
@@ -299,7 +342,9 @@ def worker_consolidate(
                     reader,
                     committer,
                     name,
+                    consolidator,
                     budget=budget,
+                    subject_id=subject,
                     progress=lambda line: typer.echo(f"[consolidate] {line}"),
                 )
 

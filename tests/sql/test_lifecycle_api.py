@@ -566,6 +566,7 @@ def test_profile_at_reconstructs_past_profiles(fabric: Fabric, run: uuid.UUID) -
 # --- consolidation ----------------------------------------------------------------------------
 
 
+@pytest.mark.clone  # runs of a tenant take turns: a session advisory lock
 def test_consolidation_workflow_end_to_end_is_idempotent(fabric: Fabric, run: uuid.UUID) -> None:
     for i in range(3):
         fabric.form(run, content={"key": "invoice.currency", "value": "EUR", "n": i})
@@ -594,6 +595,7 @@ def test_consolidation_workflow_end_to_end_is_idempotent(fabric: Fabric, run: uu
     assert len(read) == 2 and "EUR" not in str(read)
 
 
+@pytest.mark.clone  # runs of a tenant take turns: a session advisory lock
 def test_consolidation_budget_defers_never_skips_validation(fabric: Fabric, run: uuid.UUID) -> None:
     for key in ("a", "b", "c"):
         for _ in range(2):

@@ -315,6 +315,8 @@ def test_the_retriever_role_owns_only_functions(fabric: Fabric) -> None:
 # CHECK), UPDATE does both.
 TENANT_POLICIES = {
     "approvals": ("select", "insert", "update"),
+    "consolidation_outcomes": ("select", "insert"),
+    "contradiction_flags": ("select", "insert", "update"),
     "erasure_receipts": ("select", "insert", "update"),
     "instance_config": ("select", "insert", "update", "delete"),
     "mcp_tokens": ("select", "insert", "update"),
