@@ -14,14 +14,14 @@ flags, and the recommendation kinds and states of reflect-and-revise formation.
 The functions are replaced by the sql/ replay that follows every migrate.
 
 Revision ID: 0040_formation
-Revises: 0028_erasure_flags
+Revises: 0029_projection_pseudonyms
 Create Date: 2026-12-04
 """
 
 from alembic import op
 
 revision = "0040_formation"
-down_revision = "0028_erasure_flags"
+down_revision = "0029_projection_pseudonyms"
 branch_labels = None
 depends_on = None
 
