@@ -314,12 +314,15 @@ def test_the_retriever_role_owns_only_functions(fabric: Fabric) -> None:
 # the tenant setting: SELECT and DELETE filter rows (USING), INSERT checks new rows (WITH
 # CHECK), UPDATE does both.
 TENANT_POLICIES = {
+    "agent_lineage_links": ("select", "insert"),
     "approvals": ("select", "insert", "update"),
+    "entities": ("select", "insert", "delete"),
     "erasure_receipts": ("select", "insert", "update"),
     "instance_config": ("select", "insert", "update", "delete"),
     "mcp_tokens": ("select", "insert", "update"),
     "memory_embeddings": ("select", "insert", "update", "delete"),
     "memory_lineage": ("select", "insert", "update"),
+    "memory_mentions": ("select", "insert", "delete"),
     "memory_record_versions": ("select", "insert", "update"),
     "memory_records": ("select", "insert", "update"),
     "proposals": ("select", "insert", "update"),

@@ -1,0 +1,356 @@
+-- The graph tier's sources in PostgreSQL: agent lineage links (which agent caused or
+-- contributed to which outcome), POLE+O entities and the records that mention them. The
+-- graph projection (py/memfabric/graph.py) is rebuilt from these rows alone; names stay
+-- here, the graph holds a person only by an entity id or its subject's pseudonym.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._entity_types: POLE+O, the entity types a record may declare.
+CREATE OR REPLACE FUNCTION fabric._entity_types()
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN ARRAY['person', 'organization', 'location', 'event', 'object'];
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._entity_name_key: the key that deduplicates entities by name: NFKC, trimmed,
+-- inner whitespace collapsed, lower case ('Acme  GmbH' and 'acme gmbh' are one entity).
+CREATE OR REPLACE FUNCTION fabric._entity_name_key(p_name text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN 'name:' || pg_catalog.lower(pg_catalog.regexp_replace(
+    pg_catalog.btrim(normalize(p_name, NFKC)), '\s+', ' ', 'g'));
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._envelope_entities: content.entities, when present, is a list of at most 50
+-- entities {"type", "name", "id"?}: type from POLE+O, a name of 1-200 characters, an
+-- optional external id (an identifier). Anything else is a malformed envelope (22023).
+CREATE OR REPLACE FUNCTION fabric._envelope_entities(p_entities jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v jsonb;
+  v_hint constant text :=
+    'e.g. "entities": [{"type": "organization", "name": "Acme GmbH", "id": "crm:4711"}]; '
+    'types: person, organization, location, event, object';
+BEGIN
+  IF pg_catalog.jsonb_typeof(p_entities) <> 'array' OR pg_catalog.jsonb_array_length(p_entities) > 50 THEN
+    PERFORM fabric._bad_envelope('content.entities must be a list of at most 50 entities', v_hint);
+  END IF;
+  FOR v IN SELECT e FROM pg_catalog.jsonb_array_elements(p_entities) e LOOP
+    IF pg_catalog.jsonb_typeof(v) <> 'object'
+       OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v) k WHERE k NOT IN ('type', 'name', 'id'))
+       OR pg_catalog.jsonb_typeof(v -> 'type') IS DISTINCT FROM 'string'
+       OR NOT (v ->> 'type') = ANY (fabric._entity_types())
+       OR pg_catalog.jsonb_typeof(v -> 'name') IS DISTINCT FROM 'string'
+       OR pg_catalog.length(pg_catalog.btrim(v ->> 'name')) NOT BETWEEN 1 AND 200
+       OR (v ? 'id' AND pg_catalog.jsonb_typeof(v -> 'id') <> 'string') THEN
+      PERFORM fabric._bad_envelope(
+        'each of content.entities is {"type", "name", "id"?} with a POLE+O type and a name '
+        'of 1-200 characters', v_hint);
+    END IF;
+    PERFORM fabric._ident(v ->> 'id', 'content.entities[].id');
+  END LOOP;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._record_entities: the deterministic extractor. The entities a record's content
+-- and subject name, each with the key that deduplicates it and how it was found: declared
+-- in content.entities (keyed by external id, else by name), an @mention in a string of the
+-- content (a person, keyed by the handle), and the record's subject (a person, keyed by
+-- the subject). rank orders the sources when one entity is found several ways.
+CREATE OR REPLACE FUNCTION fabric._record_entities(p_content jsonb, p_subject_id text)
+RETURNS TABLE (entity_type text, entity_key text, name text, external_id text,
+               subject_id text, source text, rank integer)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT d.value ->> 'type',
+         CASE WHEN d.value ? 'id' THEN 'id:' || (d.value ->> 'id')
+              ELSE fabric._entity_name_key(d.value ->> 'name') END,
+         pg_catalog.btrim(d.value ->> 'name'), d.value ->> 'id', NULL::text, 'declared', 1
+  FROM pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(p_content -> 'entities') = 'array'
+                                            THEN p_content -> 'entities' ELSE '[]' END) d
+  UNION ALL
+  SELECT 'person', 'name:@' || pg_catalog.lower(m[2]), '@' || m[2], NULL, NULL, 'mention', 2
+  FROM pg_catalog.jsonb_path_query(coalesce(p_content, '{}') - 'entities',
+                                   'strict $.** ? (@.type() == "string")') s(v)
+  CROSS JOIN LATERAL pg_catalog.regexp_matches(s.v #>> '{}',
+    '(^|[^[:alnum:]_@.])@([[:alpha:]][[:alnum:]_]{0,62})', 'g') m
+  UNION ALL
+  SELECT 'person', 'subject:' || p_subject_id, p_subject_id, NULL, p_subject_id, 'subject', 3
+  WHERE p_subject_id IS NOT NULL AND p_content IS NOT NULL
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__mentions: a formed record's entities exist (one row per
+-- tenant, type and key: a second record naming one finds it) and the record mentions them,
+-- in the transaction that forms it. Two transactions making the same entity meet on its
+-- unique key; the second waits, and its next statement sees the first's row.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__mentions()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, external_id, subject_id)
+  SELECT DISTINCT ON (n.tenant_id, x.entity_type, x.entity_key)
+         n.tenant_id, x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id
+  FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
+  WHERE n.content IS NOT NULL
+  ORDER BY n.tenant_id, x.entity_type, x.entity_key, x.rank, n.memory_id
+  ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
+  INSERT INTO fabric.memory_mentions (tenant_id, memory_id, entity_id, source)
+  SELECT DISTINCT ON (n.tenant_id, n.memory_id, e.entity_id)
+         n.tenant_id, n.memory_id, e.entity_id, x.source
+  FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
+  JOIN fabric.entities e ON e.tenant_id = n.tenant_id AND e.entity_type = x.entity_type
+                        AND e.entity_key = x.entity_key
+  WHERE n.content IS NOT NULL
+  ORDER BY n.tenant_id, n.memory_id, e.entity_id, x.rank
+  ON CONFLICT DO NOTHING;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _710_mentions ON fabric.memory_records;
+CREATE TRIGGER _710_mentions
+  AFTER INSERT ON fabric.memory_records
+  REFERENCING NEW TABLE AS formed_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__mentions();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__forget_mentions: mentions are derived from content, so they go
+-- with it (erasure, the closing of a retention window), and so does every entity no record
+-- mentions any more: its name came from content that is gone. A subject's erasure thus
+-- removes the subject's person entity with the subject's last record.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__forget_mentions()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_gone record;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.content IS NULL) THEN
+    RETURN NULL;
+  END IF;
+  FOR v_gone IN
+    WITH emptied AS (
+      SELECT n.tenant_id, n.memory_id FROM new_rows n
+      JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.memory_id = n.memory_id
+      WHERE n.content IS NULL AND o.content IS NOT NULL),
+    gone AS (
+      DELETE FROM fabric.memory_mentions x USING emptied d
+      WHERE x.tenant_id = d.tenant_id AND x.memory_id = d.memory_id
+      RETURNING x.tenant_id, x.entity_id)
+    SELECT g.tenant_id, pg_catalog.array_agg(DISTINCT g.entity_id) AS entity_ids
+    FROM gone g GROUP BY g.tenant_id
+  LOOP
+    DELETE FROM fabric.entities e
+    WHERE e.tenant_id = v_gone.tenant_id AND e.entity_id = ANY (v_gone.entity_ids)
+      AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                      WHERE x.tenant_id = e.tenant_id AND x.entity_id = e.entity_id);
+  END LOOP;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _710_forget_mentions ON fabric.memory_records;
+CREATE TRIGGER _710_forget_mentions
+  AFTER UPDATE ON fabric.memory_records
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__forget_mentions();
+
+-- ---------------------------------------------------------------------------------------
+-- Agent lineage links are append-only, like the outbox: a link is never changed or removed
+-- (it holds identifiers only, nothing erasure must scrub).
+CREATE OR REPLACE TRIGGER _200_append_only
+  BEFORE UPDATE OR DELETE ON fabric.agent_lineage_links
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_events__append_only();
+CREATE OR REPLACE TRIGGER _200_append_only_truncate
+  BEFORE TRUNCATE ON fabric.agent_lineage_links
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.record_agent_link: a domain workflow (a registered agent login that is a
+-- member of fabric_workflow and enabled in the tenant) records that an agent caused or
+-- contributed to an outcome (a committed record), citing the event it learnt it from and a
+-- correlation id. The agent, the outcome and the event must be of this tenant: an unknown
+-- one is P0002, another tenant's 42501, an erased outcome 55000; a refusal writes nothing.
+-- The same link again (agent, outcome, kind, event) answers the first one.
+CREATE OR REPLACE FUNCTION fabric_api.record_agent_link(p_tenant_id text, p_agent_id text,
+  p_outcome_id uuid, p_kind text, p_source_event_id uuid, p_correlation_id text,
+  p_outcome_envelope_id uuid DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_workflow text := fabric._enter_as('fabric_workflow', 'record agent lineage links',
+                                      'wf-billing-001');
+  v_tenant text;
+  v_state text;
+  v_link fabric.agent_lineage_links;
+BEGIN
+  IF p_tenant_id IS NULL OR p_agent_id IS NULL OR p_outcome_id IS NULL
+     OR p_source_event_id IS NULL OR p_correlation_id IS NULL
+     OR p_kind IS NULL OR p_kind NOT IN ('caused', 'contributed') THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'an agent lineage link names a tenant, an agent, an outcome, a kind (caused or '
+      'contributed), its source event and a correlation id',
+      'e.g. fabric_api.record_agent_link(''acme'', ''com-agt-003'', ''<memory_id>'', '
+      '''contributed'', ''<event_id>'', ''corr-7f2a'')');
+  END IF;
+  PERFORM fabric._ident(p_agent_id, 'agent_id');
+  PERFORM fabric._ident(p_correlation_id, 'correlation_id');
+  PERFORM fabric._require_tenant(p_tenant_id);
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
+                 WHERE e.tenant_id = p_tenant_id AND e.agent_id = v_workflow) THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the workflow is not enabled in this tenant',
+      'an admin enables its agent with fabric_api.enable_agent');
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.agents a WHERE a.agent_id = p_agent_id) THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown agent',
+      'agents are registered with fabric_api.register_agent');
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
+                 WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_agent_id) THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a link names an agent enabled in its tenant',
+      'link agents of the tenant only; an admin enables one with fabric_api.enable_agent');
+  END IF;
+  v_tenant := fabric._tenant_of_known_record(p_outcome_id);    -- P0002 when unknown
+  IF v_tenant <> p_tenant_id THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a link''s outcome is a record of its tenant',
+      'link outcomes of the tenant only');
+  END IF;
+  SELECT e.tenant_id INTO v_tenant FROM fabric.events e WHERE e.event_id = p_source_event_id
+  LIMIT 1;
+  IF NOT FOUND THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown source event',
+      'cite the event_id of an event of the tenant (fabric_audit.events lists them)');
+  ELSIF v_tenant <> p_tenant_id THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a link''s source event is an event of its tenant',
+      'cite events of the tenant only');
+  END IF;
+  PERFORM fabric._set_context('actor', v_workflow);
+  PERFORM fabric._set_context('correlation_id', p_correlation_id);
+  SELECT m.consolidation_state INTO v_state FROM fabric.memory_records m
+  WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_outcome_id
+  FOR SHARE;  -- an erasure racing this call waits, or has already won
+  IF v_state = 'tombstoned' THEN
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'an erased record is no outcome to link',
+      'link outcomes that are not erased');
+  END IF;
+  INSERT INTO fabric.agent_lineage_links AS l (tenant_id, agent_id, outcome_id, link_kind,
+    source_event_id, correlation_id, outcome_envelope_id, recorded_by)
+  VALUES (p_tenant_id, p_agent_id, p_outcome_id, p_kind, p_source_event_id, p_correlation_id,
+          p_outcome_envelope_id, v_workflow)
+  ON CONFLICT ON CONSTRAINT agent_lineage_links_once DO NOTHING
+  RETURNING * INTO v_link;
+  IF v_link.link_id IS NULL THEN
+    SELECT * INTO STRICT v_link FROM fabric.agent_lineage_links l
+    WHERE l.tenant_id = p_tenant_id AND l.agent_id = p_agent_id AND l.outcome_id = p_outcome_id
+      AND l.link_kind = p_kind AND l.source_event_id = p_source_event_id;
+    RETURN pg_catalog.jsonb_build_object('link_id', v_link.link_id, 'recorded', false);
+  END IF;
+  PERFORM fabric._emit('memory.agent_link.recorded', p_tenant_id, p_correlation_id,
+    p_source_event_id::text, p_outcome_id, NULL,
+    pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('link_id', v_link.link_id,
+      'agent_id', p_agent_id, 'kind', p_kind, 'source_event_id', p_source_event_id,
+      'outcome_envelope_id', p_outcome_envelope_id)));
+  RETURN pg_catalog.jsonb_build_object('link_id', v_link.link_id, 'recorded', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_agent_links: the lineage links whose outcome is one of these
+-- records, for the graph projection: tenant by tenant, then by outcome and link id.
+CREATE OR REPLACE FUNCTION fabric_api.projection_agent_links(p_memory_ids uuid[])
+RETURNS TABLE (tenant_id text, link_id uuid, agent_id text, outcome_id uuid, link_kind text,
+  source_event_id uuid, correlation_id text, outcome_envelope_id uuid, recorded_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
+                  WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY
+      SELECT l.tenant_id::text, l.link_id, l.agent_id::text, l.outcome_id, l.link_kind,
+             l.source_event_id, l.correlation_id::text, l.outcome_envelope_id, l.recorded_at
+      FROM fabric.agent_lineage_links l
+      WHERE l.tenant_id = v_tenant AND l.outcome_id = ANY (p_memory_ids)
+      ORDER BY l.outcome_id, l.link_id;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_mentions: the entities these records mention, for the graph
+-- projection, with each record's correlation and validity. A person's name never leaves:
+-- a person is its entity id, and a subject's person also its subject's pseudonym
+-- (subject_ref, as in the record feed). A record without content mentions nothing.
+CREATE OR REPLACE FUNCTION fabric_api.projection_mentions(p_memory_ids uuid[])
+RETURNS TABLE (tenant_id text, memory_id uuid, entity_id uuid, entity_type text, name text,
+  subject_ref text, source text, correlation_id text, valid_from timestamptz,
+  valid_until timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
+                  WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY
+      SELECT x.tenant_id::text, x.memory_id, e.entity_id, e.entity_type,
+             CASE WHEN e.entity_type = 'person' THEN NULL ELSE e.name END,
+             k.subject_ref, x.source, m.correlation_id::text, m.valid_from, m.valid_until
+      FROM fabric.memory_mentions x
+      JOIN fabric.entities e ON e.tenant_id = x.tenant_id AND e.entity_id = x.entity_id
+      JOIN fabric.memory_records m ON m.tenant_id = x.tenant_id AND m.memory_id = x.memory_id
+      LEFT JOIN fabric.subject_keys k ON k.tenant_id = e.tenant_id AND k.subject_id = e.subject_id
+      WHERE x.tenant_id = v_tenant AND x.memory_id = ANY (p_memory_ids)
+        AND m.content IS NOT NULL
+      ORDER BY x.memory_id, e.entity_id;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.agent_links: which agent influenced which outcome in a tenant, recorded in
+-- [p_from, p_to): the links with their source event, correlation and Outcome Envelope.
+CREATE OR REPLACE FUNCTION fabric_audit.agent_links(p_tenant_id text,
+  p_from timestamptz DEFAULT '-infinity', p_to timestamptz DEFAULT 'infinity')
+RETURNS TABLE (link_id uuid, agent_id text, outcome_id uuid, link_kind text,
+  source_event_id uuid, correlation_id text, outcome_envelope_id uuid, recorded_by text,
+  recorded_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  RETURN QUERY
+    SELECT l.link_id, l.agent_id::text, l.outcome_id, l.link_kind, l.source_event_id,
+           l.correlation_id::text, l.outcome_envelope_id, l.recorded_by::text, l.recorded_at
+    FROM fabric.agent_lineage_links l
+    WHERE l.tenant_id = p_tenant_id AND l.recorded_at >= p_from AND l.recorded_at < p_to
+    ORDER BY l.recorded_at, l.link_id;
+END $$;
