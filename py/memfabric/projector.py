@@ -38,7 +38,7 @@ from memfabric.call import Cast, fabric_call, fabric_rows, register_vector
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, EmbeddingError, text_of
 from memfabric.errors import FabricError, OperationalFailure, connection_lost
-from memfabric.graph import ROW_KEYS, GraphStore
+from memfabric.graph import OPTIONAL_ROW_KEYS, ROW_KEYS, GraphStore
 from memfabric.vectors import MemoryPayload, ShardFailure, VectorPoint, VectorStore, WritesLost
 
 Json = dict[str, Any]
@@ -79,8 +79,9 @@ def projection_record(row: Json) -> Json:
 
 
 def graph_row(record: Json) -> Json:
-    """A projection record as a row for GraphStore.upsert_memories (its ROW_KEYS)."""
-    return {k: record[k] for k in ROW_KEYS}
+    """A projection record as a row for GraphStore.upsert_memories (its ROW_KEYS, and the
+    record's correlation id)."""
+    return {k: record[k] for k in ROW_KEYS} | {k: record.get(k) for k in OPTIONAL_ROW_KEYS}
 
 
 # OSErrors that no retry mends: a missing or mistyped path, a permission (a vector directory
@@ -246,15 +247,26 @@ class Projector:
         if flush:
             self.store.flush()
 
-    def apply_graph(self, records: Sequence[Json]) -> None:
+    def apply_graph(self, conn: psycopg.Connection[Any], records: Sequence[Json]) -> None:
+        """The records' nodes and lineage, the agent lineage links whose outcome they are,
+        and the entities they mention (read from PostgreSQL now: current state, so a replay
+        writes the same); a record whose content is gone drops its mentions."""
         assert self.graph is not None
         self.graph.upsert_memories([graph_row(r) for r in records])
+        ids = Cast([r["memory_id"] for r in records], "uuid[]")
+        emptied: dict[str, list[str]] = {}
         erased: dict[str, list[str]] = {}
         for r in records:
+            if r["content"] is None:
+                emptied.setdefault(r["tenant_id"], []).append(r["memory_id"])
             if r["consolidation_state"] == "tombstoned":
                 erased.setdefault(r["tenant_id"], []).append(r["memory_id"])
-        for tenant, ids in erased.items():
-            self.graph.forget(tenant, ids)
+        for tenant, gone in emptied.items():
+            self.graph.drop_mentions(tenant, gone)
+        self.graph.upsert_links(fabric_rows(conn, "fabric_api.projection_agent_links", ids))
+        self.graph.upsert_mentions(fabric_rows(conn, "fabric_api.projection_mentions", ids))
+        for tenant, forgotten in erased.items():
+            self.graph.forget(tenant, forgotten)
 
     def apply(
         self,
@@ -270,7 +282,7 @@ class Projector:
         if projection == "qdrant":
             self.apply_vectors(conn, records, embedded, flush=flush)
         else:
-            self.apply_graph(records)
+            self.apply_graph(conn, records)
 
     def records(self, conn: psycopg.Connection[Any], ids: Sequence[str]) -> list[Json]:
         register_vector(conn)

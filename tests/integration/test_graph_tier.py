@@ -1,0 +1,147 @@
+"""The graph tier projected: agent lineage links as INFLUENCED edges, entities and MENTIONS
+edges from PostgreSQL rows, a correlation id on every node and edge written, persons held
+without names (a subject's only by its pseudonym), subject erasure removing the person's
+nodes and edges, and a rebuild from PostgreSQL giving the same graph."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import Fabric, call, drained, episode
+from memfabric.embedding import MiniLMEmbedder
+from memfabric.graph import GraphStore
+from memfabric.projector import Projector
+from servers import DATABASE, PASSWORD, GraphServer
+
+
+@pytest.fixture
+def graph(graph_server: GraphServer) -> Iterator[GraphStore]:
+    with GraphStore(graph_server.uri, "root", PASSWORD, DATABASE) as g:
+        g.ensure_schema()
+        g.wipe()
+        yield g
+
+
+@pytest.fixture
+def projector(fabric: Fabric, graph: GraphStore, minilm: MiniLMEmbedder) -> Projector:
+    url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    return Projector(url, minilm, None, graph)
+
+
+def drain(fabric: Fabric, projector: Projector) -> int:
+    fabric.settle()
+    return drained(projector, ("graph",))
+
+
+def mentioning(text: str, *declared: dict[str, str]) -> dict[str, Any]:
+    return episode(content={"text": text, "entities": list(declared)})
+
+
+ACME = {"type": "organization", "name": "Acme GmbH"}
+BERLIN = {"type": "location", "name": "Berlin"}
+DANA = {"type": "person", "name": "Dana Scully"}
+
+
+def relationships(graph: GraphStore, tenant: str) -> list[tuple[str, str | None]]:
+    """(type, correlation_id) of every relationship between the tenant's nodes."""
+    with graph._driver.session(database=graph.database) as session:
+        return sorted(
+            (r["type"], r["correlation_id"])
+            for label in ("Agent", "Memory")
+            for r in session.run(
+                f"MATCH (a:{label} {{tenant_id: $t}})-[r]->() "
+                "RETURN type(r) AS type, r.correlation_id AS correlation_id",
+                t=tenant,
+            )
+        )
+
+
+def test_links_and_mentions_are_projected_with_correlation_and_rebuilt_alike(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    run = fabric.open_run()
+    first = fabric.form(run, envelope=mentioning("met @dana at Acme", ACME, DANA))
+    second = fabric.form(run, envelope=mentioning("Acme moved to Berlin", ACME, BERLIN))
+    (event,) = fabric.events(f"memory_id = '{second}' AND event_type = 'memory.record.formed'")
+    with fabric.acting("mf_workflow") as conn:
+        made = call(
+            conn,
+            "fabric_api.record_agent_link",
+            *("acme", "com-agt-003", second, "caused", event["event_id"], "corr-7f2a"),
+        )
+    assert drain(fabric, projector) > 0
+    export = graph.export("acme")
+    entities = [props for label, _, props in export.nodes if label == "Entity"]
+    by_type = sorted((p["entity_type"], p.get("name")) for p in entities)
+    # declared Acme once (deduplicated), Berlin, and three persons without names: the
+    # declared Dana, the @dana handle and the subject
+    assert by_type == [
+        ("location", "Berlin"),
+        ("organization", "Acme GmbH"),
+        ("person", None),
+        ("person", None),
+        ("person", None),
+    ]
+    subject_refs = [p["subject_ref"] for p in entities if p.get("subject_ref")]
+    assert len(subject_refs) == 1 and subject_refs[0].startswith("hmac:")
+    text = export.as_json()
+    for clear in ("user-8842", "Dana", "dana", "sess-1f9c"):
+        assert clear not in text
+    edges = [(t, src, dst) for t, src, dst in export.edges if t in ("INFLUENCED", "MENTIONS")]
+    assert ("INFLUENCED", "acme:com-agt-003", f"acme:{second}") in edges
+    assert sum(1 for t, src, _ in edges if t == "MENTIONS" and src == f"acme:{first}") == 4
+    assert sum(1 for t, src, _ in edges if t == "MENTIONS" and src == f"acme:{second}") == 3
+    # every node and edge written carries the correlation id of what it projects
+    memories = [props for label, _, props in export.nodes if label == "Memory"]
+    assert {m["correlation_id"] for m in memories} == {"corr-9d4a"}
+    assert set(relationships(graph, "acme")) == {
+        ("FORMED", "corr-9d4a"),
+        ("MENTIONS", "corr-9d4a"),
+        ("INFLUENCED", "corr-7f2a"),
+    }
+    with graph._driver.session(database=graph.database) as session:
+        (influenced,) = session.run(
+            "MATCH (:Agent)-[i:INFLUENCED]->(:Memory) RETURN properties(i) AS p"
+        ).data()
+    assert influenced["p"]["link_id"] == made["link_id"]
+    assert influenced["p"]["source_event_id"] == str(event["event_id"])
+    assert influenced["p"]["kind"] == "caused"
+
+    before = export.as_json()
+    assert projector.rebuild("graph") == 2
+    assert graph.export("acme").as_json() == before
+
+
+def test_subject_erasure_removes_the_persons_nodes_and_mentions(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    run = fabric.open_run()
+    fabric.form(run, envelope=mentioning("asked @eve about Berlin", BERLIN))
+    other_run = fabric.open_run(subject="user-9999")
+    kept = fabric.form(other_run, envelope=mentioning("Acme invoices", ACME))
+    drain(fabric, projector)
+    persons = [p for label, _, p in graph.export("acme").nodes if p.get("entity_type") == "person"]
+    assert len(persons) == 3  # @eve, user-8842, user-9999
+
+    with fabric.acting("mf_committer") as conn:
+        approval = call(
+            conn, "fabric_api.request_subject_erasure", "acme", "user-8842", "GDPR art. 17", False
+        )["approval_id"]
+    with fabric.acting("mf_policy") as conn:
+        call(conn, "fabric_api.decide_approval", approval, "approved", "ok")
+    with fabric.acting("mf_committer") as conn:
+        call(conn, "fabric_api.erase", approval)
+    drain(fabric, projector)
+
+    export = graph.export("acme")
+    entities = [p for label, _, p in export.nodes if label == "Entity"]
+    # the subject's person, @eve and Berlin were named only by the erased record
+    assert sorted(p["entity_type"] for p in entities) == ["organization", "person"]
+    assert [src for t, src, _ in export.edges if t == "MENTIONS"] == [f"acme:{kept}"] * 2
+    after = export.as_json()
+    projector.rebuild("graph")
+    assert graph.export("acme").as_json() == after  # the drill's comparison
