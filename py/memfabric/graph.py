@@ -24,7 +24,17 @@ Shape:
 - `(:Memory)-[:DERIVED_FROM]->(:Memory)` and `(:Memory)-[:SUPERSEDES]->(:Memory)`, always
   inside one tenant: the target is MERGEd by (row's tenant, target id), so a child may
   arrive before its parent (the parent is a bare node until its own row arrives).
-- Erasure (`forget`) keeps tenant_id, memory_id, content_hash and the edges, sets
+- `(:Agent)-[:INFLUENCED {link_id, kind, source_event_id, correlation_id,
+  outcome_envelope_id, recorded_at}]->(:Memory)`: an agent lineage link (a row of
+  fabric.agent_lineage_links), one edge per link.
+- `(:Entity {tenant_id, entity_id, entity_type, name | subject_ref})` and
+  `(:Memory)-[:MENTIONS {source, correlation_id, valid_from, valid_until}]->(:Entity)`: the
+  entities a record mentions. A person's node never carries a name (its entity id; a
+  subject's person also its subject's pseudonym); a record whose content is gone mentions
+  nothing, and an entity no record mentions is removed, as in PostgreSQL.
+- Every node and edge written carries the correlation id of what it projects (the record's,
+  or the link's).
+- Erasure (`forget`) keeps tenant_id, memory_id, content_hash, correlation_id and the edges, sets
   consolidation_state 'tombstoned' and removes every other property. A tombstone is final:
   a later (replayed) upsert of the same memory changes nothing but a missing content_hash,
   so "forget, then replay" and "replay, then forget" end in the same graph.
@@ -267,9 +277,11 @@ class GraphExport:
     """One tenant's projection in canonical order, for drills and verification.
 
     nodes: (label, key, properties) sorted by label then key; key is `tenant_id:memory_id`
-    for a Memory and `tenant_id:agent_id` for an Agent; properties with sorted keys.
-    edges: (type, from key, to key), sorted, one entry per relationship. FORMED goes from
-    an Agent key to a Memory key, DERIVED_FROM and SUPERSEDES from Memory to Memory.
+    for a Memory, `tenant_id:agent_id` for an Agent and `tenant_id:entity_id` for an
+    Entity; properties with sorted keys.
+    edges: (type, from key, to key), sorted, one entry per relationship. FORMED and
+    INFLUENCED go from an Agent key to a Memory key, DERIVED_FROM and SUPERSEDES from
+    Memory to Memory, MENTIONS from Memory to Entity.
     """
 
     nodes: list[tuple[str, str, dict[str, Any]]]
