@@ -91,6 +91,26 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._subject_entity: the subject's person entity, made when a run names the subject
+-- (open_run), in a short transaction of its own: the records of the run find it made, so two
+-- commits of a new subject never wait for each other on it (as for its key). Entities named
+-- by content are made with the first record naming them; two transactions making the same
+-- one meet on its unique key, and the second waits for the first.
+CREATE OR REPLACE FUNCTION fabric._subject_entity(p_tenant_id text, p_subject_id text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_subject_id IS NOT NULL THEN
+    INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, subject_id)
+    SELECT p_tenant_id, x.entity_type, x.entity_key, x.name, x.subject_id
+    FROM fabric._record_entities('{}', p_subject_id) x
+    ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__mentions: a formed record's entities exist (one row per
 -- tenant, type and key: a second record naming one finds it) and the record mentions them,
 -- in the transaction that forms it. Two transactions making the same entity meet on its
@@ -353,4 +373,51 @@ BEGIN
     FROM fabric.agent_lineage_links l
     WHERE l.tenant_id = p_tenant_id AND l.recorded_at >= p_from AND l.recorded_at < p_to
     ORDER BY l.recorded_at, l.link_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._graph_seeds: where a graph recall starts: the entities the query names (every run
+-- of 1-4 of its words, normalized as entity names are, and @handles; possessives dropped),
+-- among those mentioned by at least one record in the caller's scope; when the query names
+-- none, the run's subject. Ids only: names never leave the database. An entity declared
+-- with an external id is keyed by it, so a query reaches it through the records that
+-- mention it, not by its name. The caller has set the tenant context.
+CREATE OR REPLACE FUNCTION fabric._graph_seeds(p_tenant_id text, p_query text,
+  p_scope_keys text[], p_subject_id text)
+RETURNS uuid[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_words text[];
+  v_keys text[];
+  v_seeds uuid[];
+BEGIN
+  v_words := ARRAY(
+    SELECT w FROM (
+      SELECT pg_catalog.regexp_replace(pg_catalog.regexp_replace(t.word, '[''’]s$', ''),
+                                       '^[^[:alnum:]@]+|[^[:alnum:]]+$', '', 'g') AS w, t.n
+      FROM pg_catalog.regexp_split_to_table(
+             pg_catalog.lower(normalize(coalesce(p_query, ''), NFKC)), '\s+')
+           WITH ORDINALITY AS t(word, n)) x
+    WHERE x.w <> '' ORDER BY x.n);
+  v_keys := ARRAY(
+    SELECT DISTINCT 'name:' || pg_catalog.array_to_string(v_words[i:i + k], ' ')
+    FROM pg_catalog.generate_subscripts(v_words, 1) i, pg_catalog.generate_series(0, 3) k
+    WHERE i + k <= pg_catalog.cardinality(v_words));
+  SELECT pg_catalog.array_agg(e.entity_id ORDER BY e.entity_id) INTO v_seeds
+  FROM fabric.entities e
+  WHERE e.tenant_id = p_tenant_id AND e.entity_type = ANY (fabric._entity_types())
+    AND e.entity_key = ANY (v_keys)
+    AND EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                JOIN fabric.memory_records m ON m.tenant_id = x.tenant_id AND m.memory_id = x.memory_id
+                WHERE x.tenant_id = e.tenant_id AND x.entity_id = e.entity_id
+                  AND m.scope_key = ANY (p_scope_keys));
+  IF v_seeds IS NULL AND p_subject_id IS NOT NULL THEN
+    SELECT pg_catalog.array_agg(e.entity_id) INTO v_seeds
+    FROM fabric.entities e
+    WHERE e.tenant_id = p_tenant_id AND e.entity_type = 'person'
+      AND e.entity_key = 'subject:' || p_subject_id;
+  END IF;
+  RETURN coalesce(v_seeds, '{}');
 END $$;

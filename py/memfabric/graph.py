@@ -204,6 +204,27 @@ DETACH DELETE e
 RETURN count(*) AS n
 """
 
+# Graph recall, one hop at a time (`walk`): the records in the caller's scope that mention
+# some entities, and the entities some records mention. Only live records in the scope keys
+# and tiers the database resolved are walked through; the database re-checks every
+# candidate anyway. A hop is capped at $limit pairs.
+_WALK_MENTIONING: Final = """
+UNWIND $entity_ids AS id
+MATCH (e:Entity {tenant_id: $tenant_id, entity_id: id})<-[:MENTIONS]-(m:Memory)
+WHERE m.tenant_id = $tenant_id AND m.scope_key IN $scope_keys AND m.tier IN $tiers
+  AND m.consolidation_state IN $live
+RETURN e.entity_id AS entity_id, m.memory_id AS memory_id
+LIMIT $limit
+"""
+# A subject's person is in every record of the subject: the walk starts there when the
+# query names no entity, and never passes through it (it links by scope, not by meaning).
+_WALK_MENTIONED: Final = """
+UNWIND $memory_ids AS id
+MATCH (m:Memory {tenant_id: $tenant_id, memory_id: id})-[:MENTIONS]->(e:Entity)
+WHERE e.subject_ref IS NULL
+RETURN DISTINCT e.entity_id AS entity_id
+"""
+
 _WIPE_MEMORIES: Final = "MATCH (n:Memory) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_AGENTS: Final = "MATCH (n:Agent) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_ENTITIES: Final = "MATCH (n:Entity) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
@@ -672,6 +693,59 @@ class GraphStore:
         with self._driver.session(database=self.database) as session:
             return session.execute_read(read)
 
+    def walk(
+        self,
+        tenant_id: str,
+        seeds: Sequence[str],
+        hops: int,
+        scope_keys: Sequence[str],
+        tiers: Sequence[str],
+        limit: int = 1000,
+    ) -> list[tuple[str, float]]:
+        """Graph recall's candidates: from the seed entities, `hops` hops of entity -> the
+        records that mention it (live, in `scope_keys` and `tiers`) -> the entities those
+        mention, inside the tenant; at most `limit` (memory_id, score) pairs, best first
+        (`rank_walk`). Only records the caller may read are walked through; the database
+        re-checks every candidate."""
+        if isinstance(hops, bool) or not isinstance(hops, int) or not 1 <= hops <= 3:
+            raise ValueError("hops must be 1, 2 or 3")
+
+        def read(tx: ManagedTransaction) -> list[tuple[str, float]]:
+            seen = set(seeds)
+            frontier = sorted(seen)
+            reached: set[str] = set()
+            levels: list[list[tuple[str, str]]] = []
+            for level in range(1, hops + 1):
+                if not frontier:
+                    break
+                pairs = sorted(
+                    (str(r["entity_id"]), str(r["memory_id"]))
+                    for r in tx.run(
+                        _WALK_MENTIONING,
+                        tenant_id=tenant_id,
+                        entity_ids=frontier,
+                        scope_keys=list(scope_keys),
+                        tiers=list(tiers),
+                        live=list(LIVE_STATES),
+                        limit=WALK_PAIRS,
+                    )
+                )
+                levels.append(pairs)
+                new = sorted({m for _, m in pairs} - reached)
+                reached.update(new)
+                if level == hops or not new:
+                    break
+                found = {
+                    str(r["entity_id"])
+                    for r in tx.run(_WALK_MENTIONED, tenant_id=tenant_id, memory_ids=new)
+                }
+                frontier = sorted(found - seen)
+                seen.update(frontier)
+            return rank_walk(levels)[:limit]
+
+        with self._driver.session(database=self.database) as session:
+            return session.execute_read(read)
+
     def lineage(self, tenant_id: str, memory_id: str, depth: int) -> list[str]:
         """Ancestors of a memory through DERIVED_FROM, up to `depth` hops, inside the
         tenant: nearest first, then by memory id; each ancestor once (at its shortest
@@ -695,6 +769,36 @@ class GraphStore:
 
         with self._driver.session(database=self.database) as session:
             return session.execute_read(read)
+
+
+#: The states a graph walk passes through (live records; the database re-checks).
+LIVE_STATES: Final = ("raw", "consolidated", "reflected")
+#: Pairs (entity, record) read per hop at most.
+WALK_PAIRS: Final = 5_000
+
+
+def rank_walk(levels: Sequence[Sequence[tuple[str, str]]]) -> list[tuple[str, float]]:
+    """Graph recall's order, from the (entity, record) pairs found at each hop: a record
+    counts at the first hop that reaches it; nearer hops first; within a hop, records linked
+    by more and rarer entities first (each link weighs 1 / (1 + ln d), d the number of
+    records the entity reached on that hop), then by memory id. Scores fall from the number
+    of records to 1, so a larger score is a better candidate."""
+    import math
+
+    found: dict[str, tuple[int, float]] = {}
+    for level, pairs in enumerate(levels, start=1):
+        degree: dict[str, int] = {}
+        for entity, _ in pairs:
+            degree[entity] = degree.get(entity, 0) + 1
+        weight: dict[str, float] = {}
+        for entity, memory in pairs:
+            if memory in found:
+                continue
+            weight[memory] = weight.get(memory, 0.0) + 1.0 / (1.0 + math.log(degree[entity]))
+        for memory, w in weight.items():
+            found[memory] = (level, w)
+    ranked = sorted(found, key=lambda m: (found[m][0], -found[m][1], m))
+    return [(m, float(len(ranked) - i)) for i, m in enumerate(ranked)]
 
 
 def graph_from_env() -> GraphStore:

@@ -145,3 +145,52 @@ def test_subject_erasure_removes_the_persons_nodes_and_mentions(
     after = export.as_json()
     projector.rebuild("graph")
     assert graph.export("acme").as_json() == after  # the drill's comparison
+
+
+DANA_ = {"type": "person", "name": "Dana Scully"}
+INITECH = {"type": "organization", "name": "Initech"}
+LISBON = {"type": "location", "name": "Lisbon"}
+
+
+def test_graph_recall_walks_two_hops_and_the_database_rechecks(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    from memfabric.recall import recall
+
+    run = fabric.open_run()
+    works = fabric.form(run, envelope=mentioning("Dana Scully works for Initech", DANA_, INITECH))
+    based = fabric.form(run, envelope=mentioning("Initech is based in Lisbon", INITECH, LISBON))
+    fabric.form(run, envelope=mentioning("Lisbon has trams", LISBON))  # three hops away
+    other = fabric.open_run(subject="user-9999")
+    fabric.form(other, envelope=mentioning("Initech is hiring", INITECH))  # out of scope
+    gone = fabric.form(run, envelope=mentioning("Initech owes us", INITECH))
+    approval = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", gone)
+    fabric.call(
+        "mf_policy",
+        "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
+        approval["approval_id"],
+    )
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval["approval_id"])
+    drain(fabric, projector)
+
+    request = {"run_id": str(run), "query": "Where is Dana Scully's employer based?"}
+    with fabric.connect("mf_agent_a") as conn:
+        answer = recall(conn, request | {"mode": "graph"}, graph=graph)
+        assert answer["mode_served"] == "graph"
+        assert [r["memory_id"] for r in answer["records"]] == [works, based]
+        one_hop = recall(conn, request | {"mode": "graph", "expand": {"hops": 1}}, graph=graph)
+        assert [r["memory_id"] for r in one_hop["records"]] == [works]
+
+
+def test_graph_recall_without_a_graph_server_is_unreachable(
+    fabric: Fabric, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memfabric import recall as recall_module
+    from memfabric.errors import Unreachable
+
+    monkeypatch.setenv("NEO4J_URI", "bolt://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("NEO4J_PASSWORD", "x")
+    monkeypatch.setattr(recall_module, "_GRAPH", [])
+    run = fabric.open_run()
+    with fabric.connect("mf_agent_a") as conn, pytest.raises(Unreachable):
+        recall_module.recall(conn, {"run_id": str(run), "query": "Dana", "mode": "graph"})
