@@ -421,3 +421,174 @@ BEGIN
   END IF;
   RETURN coalesce(v_seeds, '{}');
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Reasoning steps are append-only: a step is never changed or removed. (Its touches go only
+-- with an entity that erasure removes: a foreign key's cascade, under no policy of a caller.)
+CREATE OR REPLACE TRIGGER _200_append_only
+  BEFORE UPDATE OR DELETE ON fabric.reasoning_steps
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_events__append_only();
+CREATE OR REPLACE TRIGGER _200_append_only_truncate
+  BEFORE TRUNCATE ON fabric.reasoning_steps
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.record_step: a domain workflow (fabric_workflow, enabled in the run's tenant)
+-- records a step of a run -- the run's agent, a correlation id and, once formation persists
+-- them, its Outcome Envelope -- and the entities it touched (1-100 entity ids of the run's
+-- tenant). An unknown run or entity (or one of another tenant) is P0002; a refusal writes
+-- nothing. One `memory.reasoning_step.recorded` event; the graph gets
+-- (:Agent)-[:TOOK]->(:Step)-[:TOUCHED]->(:Entity).
+CREATE OR REPLACE FUNCTION fabric_api.record_step(p_run_id uuid, p_correlation_id text,
+  p_entity_ids uuid[], p_outcome_envelope_id uuid DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_workflow text := fabric._enter_as('fabric_workflow', 'record reasoning steps',
+                                      'wf-billing-001');
+  v_run fabric.runs;
+  v_step uuid := pg_catalog.gen_random_uuid();
+  v_event uuid;
+  v_entities uuid[];
+BEGIN
+  IF p_run_id IS NULL OR p_correlation_id IS NULL OR p_entity_ids IS NULL
+     OR pg_catalog.cardinality(p_entity_ids) NOT BETWEEN 1 AND 100
+     OR pg_catalog.array_position(p_entity_ids, NULL) IS NOT NULL THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a reasoning step names its run, a correlation id and the 1-100 entities it touched',
+      'e.g. fabric_api.record_step(''<run_id>'', ''corr-7f2a'', ARRAY[''<entity_id>''::uuid])');
+  END IF;
+  PERFORM fabric._ident(p_correlation_id, 'correlation_id');
+  v_run := fabric._run_in_its_tenant(p_run_id);  -- sets the run's tenant
+  IF v_run.run_id IS NULL THEN
+    PERFORM fabric._set_context('tenant_id', NULL);
+    PERFORM fabric._raise_rule('no_data_found', 'unknown run',
+      'runs are opened with fabric_api.open_run');
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
+                 WHERE e.tenant_id = v_run.tenant_id AND e.agent_id = v_workflow) THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the workflow is not enabled in this tenant',
+      'an admin enables its agent with fabric_api.enable_agent');
+  END IF;
+  v_entities := ARRAY(SELECT DISTINCT i FROM pg_catalog.unnest(p_entity_ids) i ORDER BY 1);
+  IF (SELECT pg_catalog.count(*) FROM fabric.entities e
+      WHERE e.tenant_id = v_run.tenant_id AND e.entity_id = ANY (v_entities))
+     < pg_catalog.cardinality(v_entities) THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown entity',
+      'entity ids of the run''s tenant (a graph recall''s seeds, or fabric.entities)');
+  END IF;
+  PERFORM fabric._set_context('actor', v_workflow);
+  PERFORM fabric._set_context('run_id', p_run_id::text);
+  v_event := fabric._emit('memory.reasoning_step.recorded', v_run.tenant_id, p_correlation_id,
+    NULL, NULL, NULL, pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+      'step_id', v_step, 'agent_id', v_run.agent_id, 'entities', pg_catalog.cardinality(v_entities),
+      'outcome_envelope_id', p_outcome_envelope_id)));
+  INSERT INTO fabric.reasoning_steps (tenant_id, step_id, run_id, agent_id, correlation_id,
+    outcome_envelope_id, event_id, recorded_by)
+  VALUES (v_run.tenant_id, v_step, p_run_id, v_run.agent_id, p_correlation_id,
+          p_outcome_envelope_id, v_event, v_workflow);
+  INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+  SELECT v_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  RETURN pg_catalog.jsonb_build_object('step_id', v_step, 'event_id', v_event);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._projection_step_rows: steps of one tenant as the graph sees them (entity ids in
+-- order), by the events that recorded them (p_event_ids) or every step after p_after_step.
+CREATE OR REPLACE FUNCTION fabric._projection_step_rows(p_tenant text, p_event_ids uuid[],
+  p_after_step uuid, p_limit integer)
+RETURNS TABLE (tenant_id text, step_id uuid, run_id uuid, agent_id text, correlation_id text,
+  outcome_envelope_id uuid, recorded_at timestamptz, entity_ids uuid[])
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT s.tenant_id::text, s.step_id, s.run_id, s.agent_id::text, s.correlation_id::text,
+         s.outcome_envelope_id, s.recorded_at,
+         coalesce((SELECT pg_catalog.array_agg(t.entity_id ORDER BY t.entity_id)
+                   FROM fabric.step_touches t
+                   WHERE t.tenant_id = s.tenant_id AND t.step_id = s.step_id), '{}')
+  FROM fabric.reasoning_steps s
+  WHERE s.tenant_id = p_tenant
+    AND (p_event_ids IS NULL OR s.event_id = ANY (p_event_ids))
+    AND (p_after_step IS NULL OR s.step_id > p_after_step)
+  ORDER BY s.step_id
+  LIMIT p_limit
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_steps: the steps these events recorded, for the graph projection.
+CREATE OR REPLACE FUNCTION fabric_api.projection_steps(p_event_ids uuid[])
+RETURNS TABLE (tenant_id text, step_id uuid, run_id uuid, agent_id text, correlation_id text,
+  outcome_envelope_id uuid, recorded_at timestamptz, entity_ids uuid[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT DISTINCT e.tenant_id FROM fabric.events e
+                  WHERE e.event_id = ANY (p_event_ids)
+                    AND e.event_type = 'memory.reasoning_step.recorded' ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY SELECT * FROM fabric._projection_step_rows(v_tenant, p_event_ids, NULL, NULL);
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_steps_snapshot: every step, paged by (tenant_id, step_id), for
+-- rebuilds: the page after (p_after_tenant, p_after_step), at most p_limit.
+CREATE OR REPLACE FUNCTION fabric_api.projection_steps_snapshot(p_after_tenant text,
+  p_after_step uuid, p_limit integer DEFAULT 1000)
+RETURNS TABLE (tenant_id text, step_id uuid, run_id uuid, agent_id text, correlation_id text,
+  outcome_envelope_id uuid, recorded_at timestamptz, entity_ids uuid[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_left integer := greatest(1, least(coalesce(p_limit, 1000), 10000));
+  v_rows integer;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t
+                  WHERE p_after_tenant IS NULL OR t.tenant_id >= p_after_tenant ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY SELECT * FROM fabric._projection_step_rows(v_tenant, NULL,
+      CASE WHEN v_tenant = p_after_tenant THEN p_after_step END, v_left);
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    v_left := v_left - v_rows;
+    EXIT WHEN v_left <= 0;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.entity_touches: which agent step touched an entity, and what outcome
+-- followed: each step with its run, agent, correlation and Outcome Envelope, and the
+-- outcomes the agent lineage links of the same correlation (or Outcome Envelope) name.
+CREATE OR REPLACE FUNCTION fabric_audit.entity_touches(p_tenant_id text, p_entity_id uuid)
+RETURNS TABLE (step_id uuid, run_id uuid, agent_id text, correlation_id text,
+  outcome_envelope_id uuid, recorded_at timestamptz, outcome_ids uuid[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  RETURN QUERY
+    SELECT s.step_id, s.run_id, s.agent_id::text, s.correlation_id::text, s.outcome_envelope_id,
+           s.recorded_at,
+           coalesce((SELECT pg_catalog.array_agg(DISTINCT l.outcome_id ORDER BY l.outcome_id)
+                     FROM fabric.agent_lineage_links l
+                     WHERE l.tenant_id = p_tenant_id
+                       AND (l.correlation_id = s.correlation_id
+                            OR l.outcome_envelope_id = s.outcome_envelope_id)), '{}')
+    FROM fabric.step_touches t
+    JOIN fabric.reasoning_steps s ON s.tenant_id = t.tenant_id AND s.step_id = t.step_id
+    WHERE t.tenant_id = p_tenant_id AND t.entity_id = p_entity_id
+    ORDER BY s.recorded_at, s.step_id;
+END $$;

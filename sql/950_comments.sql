@@ -421,3 +421,27 @@ COMMENT ON COLUMN fabric.memory_mentions.tenant_id IS 'Tenant of the record and 
 COMMENT ON COLUMN fabric.memory_mentions.memory_id IS 'The record that mentions the entity.';
 COMMENT ON COLUMN fabric.memory_mentions.entity_id IS 'The entity mentioned.';
 COMMENT ON COLUMN fabric.memory_mentions.source IS 'How the extractor found it: declared (content.entities), mention (@handle) or subject.';
+COMMENT ON TABLE fabric.reasoning_steps IS
+  'A workflow step of a run: its agent, correlation id and Outcome Envelope; append-only; written by domain workflows through fabric_api.record_step; projected as (:Agent)-[:TOOK]->(:Step).';
+COMMENT ON TABLE fabric.step_touches IS
+  'The entities a reasoning step touched; projected as (:Step)-[:TOUCHED]->(:Entity); gone with an entity erasure removes.';
+COMMENT ON COLUMN fabric.reasoning_steps.tenant_id IS 'Tenant of the step, its run and the entities it touched.';
+COMMENT ON COLUMN fabric.reasoning_steps.step_id IS 'The step''s id.';
+COMMENT ON COLUMN fabric.reasoning_steps.run_id IS 'The run the step belongs to.';
+COMMENT ON COLUMN fabric.reasoning_steps.agent_id IS 'The run''s agent: who took the step.';
+COMMENT ON COLUMN fabric.reasoning_steps.correlation_id IS 'The correlation id of the work (also on its graph node and edges).';
+COMMENT ON COLUMN fabric.reasoning_steps.outcome_envelope_id IS 'The Outcome Envelope of the workflow run, once formation persists them (no foreign key until then).';
+COMMENT ON COLUMN fabric.reasoning_steps.event_id IS 'The memory.reasoning_step.recorded event that recorded it.';
+COMMENT ON COLUMN fabric.reasoning_steps.recorded_by IS 'The workflow''s agent id.';
+COMMENT ON COLUMN fabric.reasoning_steps.recorded_at IS 'When the step was recorded.';
+COMMENT ON COLUMN fabric.step_touches.tenant_id IS 'Tenant of the step and the entity.';
+COMMENT ON COLUMN fabric.step_touches.step_id IS 'The step.';
+COMMENT ON COLUMN fabric.step_touches.entity_id IS 'An entity it touched.';
+COMMENT ON FUNCTION fabric_api.record_step(uuid, text, uuid[], uuid) IS
+  'Record a reasoning step of a run (its agent, a correlation id, optionally the Outcome Envelope) and the 1-100 entities of the run''s tenant it touched. Domain workflows only (fabric_workflow). Example: SELECT fabric_api.record_step(''<run_id>'', ''corr-7f2a'', ARRAY[''<entity_id>''::uuid]);';
+COMMENT ON FUNCTION fabric_api.projection_steps(uuid[]) IS
+  'The reasoning steps these events recorded, with the entities each touched. Projector only. Example: SELECT * FROM fabric_api.projection_steps(ARRAY[''<event_id>''::uuid]);';
+COMMENT ON FUNCTION fabric_api.projection_steps_snapshot(text, uuid, integer) IS
+  'Every reasoning step after (tenant, step_id), one page, for rebuilds. Projector only. Example: SELECT * FROM fabric_api.projection_steps_snapshot(NULL, NULL, 1000);';
+COMMENT ON FUNCTION fabric_audit.entity_touches(text, uuid) IS
+  'Which agent step touched an entity (run, agent, correlation, Outcome Envelope) and the outcomes the agent lineage links of the same correlation or envelope name. Auditor only. Example: SELECT * FROM fabric_audit.entity_touches(''acme'', ''<entity_id>'');';

@@ -12,6 +12,9 @@
   only by its entity id or its subject's pseudonym.
 - `fabric.memory_mentions`: record -> entity links (declared, @mention, subject), deleted
   with the record's content (erasure, window closure), projected as MENTIONS edges.
+- `fabric.reasoning_steps` and `fabric.step_touches`: a workflow step of a run (agent,
+  correlation, Outcome Envelope) and the entities it touched, recorded by domain workflows
+  (`fabric_api.record_step`); projected as `(:Agent)-[:TOOK]->(:Step)-[:TOUCHED]->(:Entity)`.
 
 Tenant-first with composite same-tenant keys (distributable by tenant_id). Row-level
 security, triggers and functions are replayed from sql/ and rls/ after every migrate.
@@ -85,11 +88,40 @@ CREATE TABLE fabric.memory_mentions (
   CONSTRAINT memory_mentions_source_is_known CHECK (source IN ('declared', 'mention', 'subject'))
 );
 CREATE INDEX memory_mentions_by_entity ON fabric.memory_mentions (tenant_id, entity_id);
+
+-- reasoning_steps: a workflow step of a run (its agent, correlation and Outcome Envelope)
+-- and the entities it touched; projected as Step nodes with TOUCHED edges.
+CREATE TABLE fabric.reasoning_steps (
+  tenant_id            fabric.tenant_ident NOT NULL,
+  step_id              uuid NOT NULL DEFAULT gen_random_uuid(),
+  run_id               uuid NOT NULL,
+  agent_id             fabric.ident NOT NULL,
+  correlation_id       fabric.ident NOT NULL,
+  outcome_envelope_id  uuid,
+  event_id             uuid NOT NULL,
+  recorded_by          fabric.ident NOT NULL,
+  recorded_at          timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (tenant_id, step_id),
+  FOREIGN KEY (tenant_id, run_id) REFERENCES fabric.runs (tenant_id, run_id)
+);
+CREATE INDEX reasoning_steps_by_event ON fabric.reasoning_steps (tenant_id, event_id);
+CREATE INDEX reasoning_steps_by_correlation ON fabric.reasoning_steps (tenant_id, correlation_id);
+CREATE TABLE fabric.step_touches (
+  tenant_id  fabric.tenant_ident NOT NULL,
+  step_id    uuid NOT NULL,
+  entity_id  uuid NOT NULL,
+  PRIMARY KEY (tenant_id, step_id, entity_id),
+  FOREIGN KEY (tenant_id, step_id) REFERENCES fabric.reasoning_steps (tenant_id, step_id),
+  FOREIGN KEY (tenant_id, entity_id) REFERENCES fabric.entities (tenant_id, entity_id)
+    ON DELETE CASCADE
+);
+CREATE INDEX step_touches_by_entity ON fabric.step_touches (tenant_id, entity_id);
 """
 
 DOWNGRADE = r"""
 SET LOCAL ROLE fabric_owner;
-DROP TABLE IF EXISTS fabric.memory_mentions, fabric.entities, fabric.agent_lineage_links;
+DROP TABLE IF EXISTS fabric.step_touches, fabric.reasoning_steps, fabric.memory_mentions,
+  fabric.entities, fabric.agent_lineage_links;
 """
 
 

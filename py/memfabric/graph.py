@@ -115,6 +115,8 @@ SCHEMA: Final = (
     "FOR (a:Agent) REQUIRE (a.tenant_id, a.agent_id) IS UNIQUE",
     "CREATE CONSTRAINT entity_key IF NOT EXISTS "
     "FOR (e:Entity) REQUIRE (e.tenant_id, e.entity_id) IS UNIQUE",
+    "CREATE CONSTRAINT step_key IF NOT EXISTS "
+    "FOR (s:Step) REQUIRE (s.tenant_id, s.step_id) IS UNIQUE",
 )
 
 # --- statements (all parameterized; relationship types are literals, never inputs) -------
@@ -185,6 +187,22 @@ MERGE (m)-[r:MENTIONS]->(e)
 SET r += x.props
 """
 
+# A reasoning step (fabric.reasoning_steps): the agent that took it, and the entities it
+# touched (an entity no record mentions is a bare node: it has no properties to give).
+_UPSERT_STEPS: Final = """
+UNWIND $steps AS x
+MERGE (s:Step {tenant_id: x.tenant_id, step_id: x.step_id})
+SET s += x.props
+MERGE (a:Agent {tenant_id: x.tenant_id, agent_id: x.agent_id})
+MERGE (s)<-[t:TOOK]-(a)
+SET t.correlation_id = x.props.correlation_id
+WITH s, x
+UNWIND x.entity_ids AS id
+MERGE (e:Entity {tenant_id: x.tenant_id, entity_id: id})
+MERGE (s)-[r:TOUCHED]->(e)
+SET r.correlation_id = x.props.correlation_id
+"""
+
 # A record whose content is gone (erased, window closed) mentions nothing any more; the
 # entities it mentioned are returned, to remove those no record mentions.
 _DROP_MENTIONS: Final = """
@@ -228,6 +246,7 @@ RETURN DISTINCT e.entity_id AS entity_id
 _WIPE_MEMORIES: Final = "MATCH (n:Memory) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_AGENTS: Final = "MATCH (n:Agent) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_ENTITIES: Final = "MATCH (n:Entity) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
+_WIPE_STEPS: Final = "MATCH (n:Step) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_TENANT_MEMORIES: Final = """
 MATCH (n:Memory {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
 RETURN count(*) AS n
@@ -238,6 +257,10 @@ RETURN count(*) AS n
 """
 _WIPE_TENANT_ENTITIES: Final = """
 MATCH (n:Entity {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
+RETURN count(*) AS n
+"""
+_WIPE_TENANT_STEPS: Final = """
+MATCH (n:Step {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
 RETURN count(*) AS n
 """
 
@@ -252,6 +275,9 @@ MATCH (a:Agent {tenant_id: $tenant_id}) RETURN a.agent_id AS id, properties(a) A
 """
 _EXPORT_ENTITIES: Final = """
 MATCH (e:Entity {tenant_id: $tenant_id}) RETURN e.entity_id AS id, properties(e) AS props
+"""
+_EXPORT_STEPS: Final = """
+MATCH (s:Step {tenant_id: $tenant_id}) RETURN s.step_id AS id, properties(s) AS props
 """
 # One row per relationship (duplicates would show: MERGE must never make them).
 _EXPORT_EDGES: Final = (
@@ -279,6 +305,16 @@ _EXPORT_EDGES: Final = (
         "MENTIONS",
         "MATCH (m:Memory {tenant_id: $tenant_id})-[:MENTIONS]->(e:Entity {tenant_id: $tenant_id}) "
         "RETURN m.memory_id AS src, e.entity_id AS dst",
+    ),
+    (
+        "TOOK",
+        "MATCH (a:Agent {tenant_id: $tenant_id})-[:TOOK]->(s:Step {tenant_id: $tenant_id}) "
+        "RETURN a.agent_id AS src, s.step_id AS dst",
+    ),
+    (
+        "TOUCHED",
+        "MATCH (s:Step {tenant_id: $tenant_id})-[:TOUCHED]->(e:Entity {tenant_id: $tenant_id}) "
+        "RETURN s.step_id AS src, e.entity_id AS dst",
     ),
 )
 
@@ -491,6 +527,22 @@ def _mention_row(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _step_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of fabric_api.projection_steps as a Step node, its TOOK and TOUCHED edges."""
+    return {
+        "tenant_id": _key_text(row, "tenant_id"),
+        "step_id": _string(row["step_id"]),
+        "agent_id": _key_text(row, "agent_id"),
+        "entity_ids": [str(e) for e in row["entity_ids"] or ()],
+        "props": {
+            "run_id": _string(row["run_id"]),
+            "correlation_id": _text(row, "correlation_id"),
+            "outcome_envelope_id": _string(row["outcome_envelope_id"]),
+            "recorded_at": _timestamp(row, "recorded_at"),
+        },
+    }
+
+
 def _drop_mentions(tx: ManagedTransaction, tenant_id: str, memory_ids: list[str]) -> int:
     gone = [
         str(r["entity_id"])
@@ -608,6 +660,16 @@ class GraphStore:
                 session.execute_write(_run_write, _UPSERT_MENTIONS, mentions=list(chunk))
         return len(mentions)
 
+    def upsert_steps(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Project reasoning steps (rows of fabric_api.projection_steps): `(:Agent)-[:TOOK]->
+        (:Step {tenant_id, step_id, run_id, correlation_id, outcome_envelope_id,
+        recorded_at})-[:TOUCHED]->(:Entity)`. Returns the number of steps written."""
+        steps = [_step_row(r) for r in rows]
+        with self._driver.session(database=self.database) as session:
+            for chunk in _chunks(steps, self.batch_size):
+                session.execute_write(_run_write, _UPSERT_STEPS, steps=list(chunk))
+        return len(steps)
+
     def drop_mentions(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
         """Records whose content is gone mention nothing: their MENTIONS edges go, and so
         does every entity they mentioned that no record mentions any more (as in
@@ -643,10 +705,15 @@ class GraphStore:
         tenant_id, only that tenant's) in batches of DETACH DELETE. Returns nodes deleted.
         Other labels in the database are left alone."""
         if tenant_id is None:
-            statements = (_WIPE_MEMORIES, _WIPE_AGENTS, _WIPE_ENTITIES)
+            statements = (_WIPE_MEMORIES, _WIPE_AGENTS, _WIPE_ENTITIES, _WIPE_STEPS)
             params: dict[str, Any] = {}
         else:
-            statements = (_WIPE_TENANT_MEMORIES, _WIPE_TENANT_AGENTS, _WIPE_TENANT_ENTITIES)
+            statements = (
+                _WIPE_TENANT_MEMORIES,
+                _WIPE_TENANT_AGENTS,
+                _WIPE_TENANT_ENTITIES,
+                _WIPE_TENANT_STEPS,
+            )
             params = {"tenant_id": tenant_id}
         total = 0
         with self._driver.session(database=self.database) as session:
@@ -676,6 +743,7 @@ class GraphStore:
                 ("Agent", _EXPORT_AGENTS),
                 ("Entity", _EXPORT_ENTITIES),
                 ("Memory", _EXPORT_MEMORIES),
+                ("Step", _EXPORT_STEPS),
             ):
                 for record in tx.run(query, tenant_id=tenant_id):
                     props = dict(sorted(dict(record["props"]).items()))

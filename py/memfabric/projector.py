@@ -44,6 +44,8 @@ from memfabric.vectors import MemoryPayload, ShardFailure, VectorPoint, VectorSt
 Json = dict[str, Any]
 Progress = Callable[[str], None]
 PROJECTIONS = ("qdrant", "graph")
+# the event of a reasoning step (no memory_id: the graph reads the step by its event)
+STEP_EVENT = "memory.reasoning_step.recorded"
 # after a NOTIFY whose events are still above the horizon: the first look again (seconds)
 HELD_RETRY_SECONDS = 0.05
 
@@ -268,6 +270,18 @@ class Projector:
         for tenant, forgotten in erased.items():
             self.graph.forget(tenant, forgotten)
 
+    def apply_steps(
+        self, projection: str, conn: psycopg.Connection[Any], events: Sequence[Json]
+    ) -> None:
+        """The reasoning steps these events recorded, into the graph (the vector store
+        holds none)."""
+        ids = [e["event_id"] for e in events if e["event_type"] == STEP_EVENT]
+        if projection != "graph" or not ids:
+            return
+        assert self.graph is not None
+        rows = fabric_rows(conn, "fabric_api.projection_steps", Cast(ids, "uuid[]"))
+        self.graph.upsert_steps(rows)
+
     def apply(
         self,
         projection: str,
@@ -379,6 +393,7 @@ class Projector:
                 records = self.records(conn, ids)
                 with self._guarded():
                     self.apply(projection, conn, records, flush=not deferred)
+            self.apply_steps(projection, conn, events)
             self._applied(conn, projection, events[-1], deferred)
             applied += len(events)
             batches += 1
@@ -611,6 +626,7 @@ class Projector:
                             self.apply(
                                 projection, conn, batch.records, batch.embedded, flush=not deferred
                             )
+                    self.apply_steps(projection, conn, batch.events)
                     self._applied(conn, projection, batch.events[-1], deferred)
                     self.progress(f"{projection}: applied {len(batch.events)} events")
                 # stopped, or another stage failed: what was applied was applied in order,
@@ -661,6 +677,25 @@ class Projector:
             yield rows
             after_tenant, after_memory = rows[-1]["tenant_id"], rows[-1]["memory_id"]
 
+    def step_snapshot(
+        self, conn: psycopg.Connection[Any], page: int = 1000
+    ) -> Iterator[list[Json]]:
+        """Every reasoning step, a page at a time (for the graph's rebuild)."""
+        after_tenant: str | None = None
+        after_step: str | None = None
+        while True:
+            rows = fabric_rows(
+                conn,
+                "fabric_api.projection_steps_snapshot",
+                after_tenant,
+                Cast(after_step, "uuid"),
+                page,
+            )
+            if not rows:
+                return
+            yield rows
+            after_tenant, after_step = rows[-1]["tenant_id"], str(rows[-1]["step_id"])
+
     def unfinished_rebuilds(self) -> dict[str, datetime]:
         """This projector's projections whose last rebuild began and did not end (a crash,
         `memfabric serve` stopped), with when it began: they may be incomplete until
@@ -692,6 +727,10 @@ class Projector:
                 self.apply(projection, conn, rows)
                 total += len(rows)
                 on_page(len(rows))
+            if projection == "graph":
+                for steps in self.step_snapshot(conn):
+                    assert self.graph is not None
+                    self.graph.upsert_steps(steps)
             # Every transaction below the horizon is in the snapshot; later events replay.
             below = str(max(int(horizon) - 1, 0))
             self._call(

@@ -194,3 +194,48 @@ def test_graph_recall_without_a_graph_server_is_unreachable(
     run = fabric.open_run()
     with fabric.connect("mf_agent_a") as conn, pytest.raises(Unreachable):
         recall_module.recall(conn, {"run_id": str(run), "query": "Dana", "mode": "graph"})
+
+
+def test_a_reasoning_step_is_projected_with_its_touches_and_rebuilt_alike(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    run = fabric.open_run()
+    fabric.form(run, envelope=mentioning("Acme called", ACME))
+    (acme,) = fabric.session(None).execute(
+        "SELECT entity_id FROM fabric.entities WHERE entity_key = 'name:acme gmbh'"
+    ).fetchone() or (None,)
+    with fabric.acting("mf_workflow") as conn:
+        made = call(conn, "fabric_api.record_step", run, "corr-step-1", [acme], None)
+    drain(fabric, projector)
+    export = graph.export("acme")
+    steps = [(key, props) for label, key, props in export.nodes if label == "Step"]
+    assert steps == [
+        (
+            f"acme:{made['step_id']}",
+            {
+                "correlation_id": "corr-step-1",
+                "recorded_at": steps[0][1]["recorded_at"],
+                "run_id": str(run),
+                "step_id": made["step_id"],
+                "tenant_id": "acme",
+            },
+        )
+    ]
+    assert ("TOOK", "acme:com-agt-003", f"acme:{made['step_id']}") in export.edges
+    assert ("TOUCHED", f"acme:{made['step_id']}", f"acme:{acme}") in export.edges
+    assert ("TOUCHED", "corr-step-1") in relationships(graph, "acme") + [
+        (t, c) for t, c in step_relationships(graph)
+    ]
+    before = export.as_json()
+    projector.rebuild("graph")
+    assert graph.export("acme").as_json() == before
+
+
+def step_relationships(graph: GraphStore) -> list[tuple[str, str | None]]:
+    with graph._driver.session(database=graph.database) as session:
+        return [
+            (r["type"], r["correlation_id"])
+            for r in session.run(
+                "MATCH (s:Step)-[r]->() RETURN type(r) AS type, r.correlation_id AS correlation_id"
+            )
+        ]

@@ -300,3 +300,71 @@ def approve_and_erase(fabric: Fabric, approval: str) -> None:
         call(conn, "fabric_api.decide_approval", approval, "approved", "ok")
     with fabric.acting("mf_committer") as conn:
         call(conn, "fabric_api.erase", approval)
+
+
+# -- reasoning steps ---------------------------------------------------------------------------
+
+
+def step(fabric: Fabric, *args: Any, login: str = "mf_workflow") -> dict[str, Any]:
+    with fabric.acting(login) as conn:
+        return call(conn, "fabric_api.record_step", *args)  # type: ignore[no-any-return]
+
+
+def step_refused(fabric: Fabric, *args: Any, login: str = "mf_workflow") -> str:
+    before = fabric.count("reasoning_steps"), fabric.count("step_touches"), fabric.count("events")
+    with pytest.raises(psycopg.Error) as info:
+        step(fabric, *args, login=login)
+    after = fabric.count("reasoning_steps"), fabric.count("step_touches"), fabric.count("events")
+    assert after == before  # a refusal writes nothing
+    return str(info.value.sqlstate)
+
+
+def entity_of(fabric: Fabric, key: str, tenant: str = "acme") -> uuid.UUID:
+    row = (
+        fabric.session(None)
+        .execute(
+            "SELECT entity_id FROM fabric.entities WHERE tenant_id = %s AND entity_key = %s",
+            (tenant, key),
+        )
+        .fetchone()
+    )
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def test_a_step_records_what_it_touched_and_the_auditor_sees_what_followed(
+    fabric: Fabric, world: dict[str, str]
+) -> None:
+    run = fabric.open_run()
+    fabric.form(run, envelope=episode(content=with_entities("x", DECLARED[:1])))
+    acme = entity_of(fabric, "name:acme gmbh")
+    made = step(fabric, run, "corr-7f2a", [acme, acme], None)
+    link(fabric, "acme", "com-agt-003", world["outcome"], "caused", world["event"], "corr-7f2a")
+    (event,) = fabric.events("event_type = 'memory.reasoning_step.recorded'")
+    assert (event["correlation_id"], event["actor_agent_id"]) == ("corr-7f2a", "wf-billing-001")
+    assert fabric.count("step_touches") == 1
+    with fabric.acting("mf_auditor") as conn:
+        rows = conn.execute(
+            "SELECT step_id::text, agent_id, run_id, outcome_ids"
+            " FROM fabric_audit.entity_touches('acme', %s)",
+            (acme,),
+        ).fetchall()
+    assert rows == [(made["step_id"], "com-agt-003", run, [uuid.UUID(world["outcome"])])]
+
+
+def test_step_refusals_write_nothing(fabric: Fabric, world: dict[str, str]) -> None:
+    run = fabric.open_run()
+    subject = entity_of(fabric, "subject:user-8842")
+    glx_run = fabric.open_run(agent_id="glx-agt-001", tenant="globex")
+    glx_entity = entity_of(fabric, "subject:user-8842", "globex")
+    assert step_refused(fabric, run, "c-1", [subject], login="mf_agent_a") == "42501"
+    assert step_refused(fabric, uuid.uuid4(), "c-1", [subject]) == "P0002"
+    assert step_refused(fabric, run, "c-1", [glx_entity]) == "P0002"  # another tenant's
+    assert step_refused(fabric, run, "c-1", [uuid.uuid4()]) == "P0002"
+    assert step_refused(fabric, run, "c-1", []) == "22023"
+    assert step_refused(fabric, run, "has space", [subject]) == "22023"
+    assert step_refused(fabric, glx_run, "c-1", [glx_entity]) == "42501"  # not enabled there
+    step(fabric, run, "c-1", [subject], None)
+    with pytest.raises(psycopg.Error) as info:
+        fabric.su().execute("DELETE FROM fabric.reasoning_steps")
+    assert info.value.sqlstate == "MF003"
