@@ -1247,8 +1247,10 @@ BEGIN
       -- where a graph walk starts (entity ids only: names stay here) and how far it goes
       || CASE WHEN v_graph_tiers IS NOT NULL THEN pg_catalog.jsonb_build_object('graph',
            pg_catalog.jsonb_build_object(
-             'seeds', pg_catalog.to_jsonb(fabric._graph_seeds(v_run.tenant_id, v_query, v_keys,
-                                                              v_run.subject_id)),
+             -- (the subject only for mode graph: as one fused list among others, a walk from
+        -- the subject reaches every record of it and ranks nothing)
+        'seeds', pg_catalog.to_jsonb(fabric._graph_seeds(v_run.tenant_id, v_query, v_keys,
+                   CASE WHEN v_mode = 'graph' THEN v_run.subject_id END)),
              'hops', coalesce((p_request #>> '{expand,hops}')::integer, 2),
              'tiers', pg_catalog.to_jsonb(v_graph_tiers)))
          ELSE '{}'::jsonb END;

@@ -379,7 +379,7 @@ END $$;
 -- fabric._graph_seeds: where a graph recall starts: the entities the query names (every run
 -- of 1-4 of its words, normalized as entity names are, and @handles; possessives dropped),
 -- among those mentioned by at least one record in the caller's scope; when the query names
--- none, the run's subject. Ids only: names never leave the database. An entity declared
+-- none, p_subject_id's person (recall passes the run's subject for mode graph only). Ids only: names never leave the database. An entity declared
 -- with an external id is keyed by it, so a query reaches it through the records that
 -- mention it, not by its name. The caller has set the tenant context.
 CREATE OR REPLACE FUNCTION fabric._graph_seeds(p_tenant_id text, p_query text,

@@ -65,11 +65,17 @@ def test_a_graph_recall_starts_from_the_querys_entities_as_ids(
     assert expanded["graph"]["hops"] == 3
 
 
-def test_a_query_naming_no_entity_starts_from_the_subject(
+def test_a_query_naming_no_entity_starts_from_the_subject_in_mode_graph_only(
     fabric: Fabric, world: dict[str, Any]
 ) -> None:
     resolved = recall(fabric, {"run_id": world["run"], "query": "what then", "mode": "graph"})
     assert resolved["graph"]["seeds"] == [entity_id(fabric, "subject:user-8842")]
+    # one list among others, the subject would rank nothing: expand starts from nowhere
+    expanded = recall(
+        fabric,
+        {"run_id": world["run"], "query": "what then", "mode": "hybrid", "expand": {"hops": 2}},
+    )
+    assert expanded["graph"]["seeds"] == []
 
 
 def test_an_entity_only_records_out_of_scope_mention_is_no_seed(
