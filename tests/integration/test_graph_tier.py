@@ -239,3 +239,36 @@ def step_relationships(graph: GraphStore) -> list[tuple[str, str | None]]:
                 "MATCH (s:Step)-[r]->() RETURN type(r) AS type, r.correlation_id AS correlation_id"
             )
         ]
+
+
+def test_the_drill_finds_a_leftover_person_and_a_named_one(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    from memfabric import ops
+
+    run = fabric.open_run()
+    fabric.form(run, envelope=mentioning("@eve called about Acme", ACME))
+    drain(fabric, projector)
+    assert ops.drill(projector)["identical"]
+    # a subject erased in PostgreSQL whose graph was not brought up to date: its person
+    # nodes are still there, and the drill says so
+    with fabric.acting("mf_committer") as conn:
+        approval = call(
+            conn, "fabric_api.request_subject_erasure", "acme", "user-8842", "GDPR art. 17", False
+        )["approval_id"]
+    with fabric.acting("mf_policy") as conn:
+        call(conn, "fabric_api.decide_approval", approval, "approved", "ok")
+    with fabric.acting("mf_committer") as conn:
+        call(conn, "fabric_api.erase", approval)
+    stale = ops.drill(projector)
+    assert not stale["identical"] and "acme" in stale["differences"]
+    assert ops.drill(projector)["identical"]  # the rebuild put it right
+    # a person node with a name (an older projector's) fails the drill
+    fabric.form(fabric.open_run(subject="user-9999"), envelope=mentioning("@zed", ACME))
+    drain(fabric, projector)
+    with graph._driver.session(database=graph.database) as session:
+        session.run(
+            "MATCH (e:Entity {tenant_id: 'acme', entity_type: 'person'}) SET e.name = 'Zed'"
+        ).consume()
+    named = ops.drill(projector)
+    assert named["named_persons"] > 0 and not named["identical"]
