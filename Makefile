@@ -12,7 +12,7 @@ export REDIS_PORT ?= 56379
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-consolidation bench-audit bench-recall bench-import worker clean
+.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality bench-graph serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-consolidation bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -147,8 +147,11 @@ bench-feeds: migrate ## the projection feed's database half: 0.3's jsonb feeds v
 bench-projection: migrate graph-up ## projection lag, rebuild rate, semantic and hybrid recall at 100k (printed; ARGS=--only-recall)
 	$(BIN)/python tests/bench/bench_projection.py $(ARGS)
 
-bench-quality: venv db-up ## recall@k, MRR, nDCG per recall mode vs plain BM25 and dense (ARGS=--quick)
+bench-quality: venv db-up graph-up ## recall@k, MRR, nDCG per recall mode (graph too) vs plain BM25 and dense (ARGS=--quick)
 	$(BIN)/python tests/bench/bench_quality.py $(ARGS)
+
+bench-graph: venv db-up graph-up ## graph recall p50/p95 at 100,000 records, 1 and 2 hops
+	$(BIN)/python tests/bench/bench_graph_recall.py $(ARGS)
 
 serve: migrate graph-up ## run memfabric serve (projector + vector broker) on the local servers
 	$(BIN)/memfabric serve

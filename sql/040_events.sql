@@ -12,7 +12,8 @@ BEGIN
   RETURN (SELECT ARRAY['memory.record.formed', 'memory.record.consolidated', 'memory.record.promoted',
                'memory.record.demoted', 'memory.record.superseded', 'memory.record.expired',
                'memory.record.forgotten', 'memory.reflection.completed',
-               'memory.skill.distilled']);
+               'memory.skill.distilled', 'memory.agent_link.recorded',
+               'memory.reasoning_step.recorded']);
 END $$;
 
 -- ---------------------------------------------------------------------------------------

@@ -66,6 +66,8 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  -- the subject's person entity goes with the key (its mentions with it; sql/285_graph_tier.sql)
+  DELETE FROM fabric.entities e WHERE e.tenant_id = p_tenant_id AND e.subject_id = p_subject_id;
   DELETE FROM fabric.subject_keys k WHERE k.tenant_id = p_tenant_id AND k.subject_id = p_subject_id;
   RETURN FOUND;
 END $$;

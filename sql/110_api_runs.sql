@@ -61,6 +61,8 @@ BEGIN
   -- find it made (tg_memory_records__subject_key makes one only for a subject without a
   -- run), so two commits of a new subject never wait for each other on it.
   PERFORM fabric._subject_key(p_tenant_id, p_subject_id);
+  -- and the subject's person entity, for the same reason (sql/285_graph_tier.sql)
+  PERFORM fabric._subject_entity(p_tenant_id, p_subject_id);
   PERFORM fabric._set_context('run_id', v_run_id::text);
   PERFORM fabric._emit('fabric.run.opened', p_tenant_id, p_payload =>
     pg_catalog.jsonb_build_object('agent_id', p_agent_id, 'active_tool_set', p_active_tool_set,

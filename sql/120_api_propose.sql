@@ -231,6 +231,9 @@ BEGIN
     PERFORM fabric._bad_envelope('content must not be empty',
       'a memory says something, e.g. {"assertion": "prefers invoices in EUR"}');
   END IF;
+  IF content ? 'entities' THEN
+    PERFORM fabric._envelope_entities(content -> 'entities');  -- sql/285_graph_tier.sql
+  END IF;
   v_text := content::text;
   IF pg_catalog.octet_length(v_text) > 65536 THEN
     PERFORM fabric._raise_rule('program_limit_exceeded', 'content exceeds 65536 bytes',

@@ -580,12 +580,17 @@ REVOKE EXECUTE ON FUNCTION fabric._search_length(tsvector) FROM fabric_retriever
 DROP FUNCTION IF EXISTS fabric._recall_fused(text, text[], text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer, double precision,
   integer);
+DROP FUNCTION IF EXISTS fabric._recall_fused(text, text[], text[], text[], timestamptz,
+  double precision, text[], text, uuid[], double precision[], integer, double precision,
+  integer, uuid[], double precision[]);  -- before the graph list
 CREATE OR REPLACE FUNCTION fabric._recall_fused(
   p_tenant_id text, p_scope_keys text[], p_vector_tiers text[], p_lexical_tiers text[],
   p_valid_at timestamptz, p_min_confidence double precision, p_excluded_labels text[],
   p_query text, p_candidate_ids uuid[], p_candidate_scores double precision[],
   p_depth integer, p_best double precision, p_limit integer,
-  p_lexical_ids uuid[], p_lexical_ranks double precision[])
+  p_lexical_ids uuid[], p_lexical_ranks double precision[],
+  p_graph_tiers text[] DEFAULT NULL, p_graph_ids uuid[] DEFAULT NULL,
+  p_graph_scores double precision[] DEFAULT NULL)
 RETURNS TABLE (records jsonb, found bigint)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -613,12 +618,20 @@ BEGIN
              p_depth) WITH ORDINALITY AS b(memory_id, score, record, ord)
      WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0
        AND p_lexical_ids IS NOT NULL),
+  gra AS (  -- the graph walk's candidates (expand), re-checked like the vector ones
+    SELECT g.memory_id, g.record, g.ord
+      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_graph_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, NULL, p_graph_ids, p_graph_scores,
+             p_depth) WITH ORDINALITY AS g(memory_id, score, record, ord)
+     WHERE p_graph_ids IS NOT NULL),
   fused AS (
-    SELECT coalesce(v.memory_id, l.memory_id) AS memory_id,
-           coalesce(v.record, l.record) AS record,
-           v.ord AS vector_rank, l.ord AS lexical_rank,
-           coalesce(1.0 / (60 + v.ord), 0) + coalesce(1.0 / (60 + l.ord), 0) AS rrf
-      FROM vec v FULL JOIN lex l ON l.memory_id = v.memory_id),
+    SELECT coalesce(v.memory_id, l.memory_id, g.memory_id) AS memory_id,
+           coalesce(v.record, l.record, g.record) AS record,
+           v.ord AS vector_rank, l.ord AS lexical_rank, g.ord AS graph_rank,
+           coalesce(1.0 / (60 + v.ord), 0) + coalesce(1.0 / (60 + l.ord), 0)
+             + coalesce(1.0 / (60 + g.ord), 0) AS rrf
+      FROM vec v FULL JOIN lex l ON l.memory_id = v.memory_id
+      FULL JOIN gra g ON g.memory_id = coalesce(v.memory_id, l.memory_id)),
   ranked AS (
     SELECT f.*, pg_catalog.row_number() OVER (
              ORDER BY f.rrf DESC, (f.record ->> 'confidence')::double precision DESC,
@@ -628,14 +641,14 @@ BEGIN
            r.record || pg_catalog.jsonb_build_object(
              'score', pg_catalog.round((r.rrf / p_best)::numeric, 6),
              'retrieval', pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
-               'lexical', r.lexical_rank, 'vector', r.vector_rank)))
+               'lexical', r.lexical_rank, 'vector', r.vector_rank, 'graph', r.graph_rank)))
            ORDER BY r.rank) FILTER (WHERE r.rank <= p_limit), '[]'::jsonb),
          pg_catalog.count(*)
     FROM ranked r;
 END $$;
 REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer, double precision,
-  integer, uuid[], double precision[]) FROM PUBLIC;
+  integer, uuid[], double precision[], text[], uuid[], double precision[]) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------
 -- Hybrid recall's lexical list, kept from the first call to the second in the session.
@@ -647,7 +660,8 @@ REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timest
 -- the session made itself is never used; without the privilege to make one (or in a
 -- read-only transaction, which may not), nothing is kept and the second call computes the
 -- list itself, as it does whenever nothing matches its key.
--- the key: the request as the first call has it (the second adds only its candidates)
+-- the key: the request as the first call has it (the second adds only its candidates and
+-- graph candidates)
 -- (PL/pgSQL, not SQL: a SQL function with a SET clause is parsed and planned again in every
 -- statement that calls it, about 0.1 ms here; this one is a simple expression)
 CREATE OR REPLACE FUNCTION fabric._lexical_stash_key(p_request jsonb)
@@ -656,7 +670,7 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RETURN pg_catalog.md5((p_request - 'candidates')::text);
+  RETURN pg_catalog.md5((p_request - ARRAY['candidates', 'graph_candidates'])::text);
 END $$;
 REVOKE ALL ON FUNCTION fabric._lexical_stash_key(jsonb) FROM PUBLIC;
 
@@ -816,7 +830,7 @@ BEGIN
      AND coalesce(pg_catalog.length(p_request ->> 'query'), 0) <= 1000
      -- text (or none), or semantic and hybrid with a query that has words
      AND (CASE WHEN coalesce(p_request ->> 'mode', 'text') = 'text' THEN true
-              WHEN (p_request ->> 'mode') IN ('semantic', 'hybrid')
+              WHEN (p_request ->> 'mode') IN ('semantic', 'hybrid', 'graph')
               THEN pg_catalog.jsonb_typeof(p_request -> 'query') = 'string'
                    AND (p_request ->> 'query') !~ '^[[:space:][:cntrl:]]*$'
               ELSE false END)
@@ -836,18 +850,27 @@ BEGIN
     WHEN EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(p_request) k
                  WHERE k NOT IN ('run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                                  'tiers', 'scope', 'query', 'filters', 'limit', 'allow_partial',
-                                 'candidates', 'mode', 'traceparent')) THEN
+                                 'candidates', 'mode', 'traceparent', 'expand',
+                                 'graph_candidates')) THEN
       'the recall request has unknown keys (see docs/sql.md, Recall)'
     -- (checked only when present: absent is valid, and the check is a function call)
     WHEN CASE WHEN p_request ? 'traceparent'
               THEN fabric._traceparent_problem(p_request -> 'traceparent') END IS NOT NULL THEN
       fabric._traceparent_problem(p_request -> 'traceparent')
-    WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid') THEN
-      'mode must be text, semantic or hybrid'
-    WHEN (p_request ->> 'mode') IN ('semantic', 'hybrid')
+    WHEN p_request ? 'mode' AND (p_request ->> 'mode') NOT IN ('text', 'semantic', 'hybrid', 'graph') THEN
+      'mode must be text, semantic, hybrid or graph'
+    WHEN (p_request ->> 'mode') IN ('semantic', 'hybrid', 'graph')
       AND (pg_catalog.jsonb_typeof(p_request -> 'query') IS DISTINCT FROM 'string'
            OR (p_request ->> 'query') ~ '^[[:space:][:cntrl:]]*$') THEN
-      'semantic and hybrid recall need a query with words (omit mode to list without one)'
+      'semantic, hybrid and graph recall need a query with words (omit mode to list without one)'
+    WHEN p_request ? 'expand' AND (pg_catalog.jsonb_typeof(p_request -> 'expand') <> 'object'
+      OR (p_request -> 'expand') - 'hops' <> '{}'::jsonb
+      OR coalesce((p_request -> 'expand' -> 'hops') NOT IN ('1', '2', '3'), true)
+      OR coalesce(p_request ->> 'mode', '') NOT IN ('semantic', 'hybrid', 'graph')) THEN
+      'expand must be {"hops": 1, 2 or 3}, with mode semantic, hybrid or graph'
+    WHEN p_request ? 'graph_candidates' AND NOT (p_request ? 'expand'
+                                                 OR coalesce(p_request ->> 'mode', '') = 'graph') THEN
+      'graph_candidates come with mode graph or with expand'
     WHEN pg_catalog.jsonb_typeof(p_request -> 'run_id') IS DISTINCT FROM 'string'
       OR (p_request ->> 'run_id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
       'run_id is required and must be the UUID of your open run'
@@ -897,9 +920,9 @@ BEGIN
                          OR (x #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')) THEN
       'filters.memory_ids must be an array of 1 to 100 memory ids (UUIDs)'
     WHEN p_request #> '{filters,memory_ids}' IS NOT NULL
-      AND (p_request ? 'candidates' OR (p_request ->> 'mode') IN ('semantic', 'hybrid')
+      AND (p_request ? 'candidates' OR (p_request ->> 'mode') IN ('semantic', 'hybrid', 'graph')
            OR coalesce(p_request ->> 'query', '') !~ '^[[:space:][:cntrl:]]*$') THEN
-      'filters.memory_ids reads records by id: omit query, candidates and a semantic or hybrid mode'
+      'filters.memory_ids reads records by id: omit query, candidates and a semantic, hybrid or graph mode'
     WHEN p_request #> '{filters,min_confidence}' IS NOT NULL
       AND (pg_catalog.jsonb_typeof(p_request #> '{filters,min_confidence}') <> 'number'
            OR (p_request #> '{filters,min_confidence}')::numeric NOT BETWEEN 0 AND 1
@@ -927,6 +950,22 @@ BEGIN
                     OR pg_catalog.jsonb_typeof(c -> 'score') IS DISTINCT FROM 'number'
                     OR pg_catalog.abs((c -> 'score')::numeric) > 1e300)) THEN
       'candidates must be an array of at most 1000 {"memory_id": uuid, "score": number}'
+    WHEN p_request ? 'graph_candidates' AND (pg_catalog.jsonb_typeof(p_request -> 'graph_candidates') <> 'array'
+      OR pg_catalog.jsonb_array_length(p_request -> 'graph_candidates') > 1000
+      OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_request -> 'graph_candidates') c
+                 WHERE pg_catalog.jsonb_typeof(c) <> 'object'
+                    OR pg_catalog.jsonb_typeof(c -> 'memory_id') IS DISTINCT FROM 'string'
+                    -- the canonical 8-4-4-4-12 form, as the run_id pattern above, without a
+                    -- regular expression per candidate (~10 us each, most of this check's
+                    -- cost): 36 characters, hyphens at 9, 14, 19, 24, and a valid uuid
+                    -- (which then holds 32 hex digits, no braces)
+                    OR pg_catalog.length(c ->> 'memory_id') <> 36
+                    OR pg_catalog.substr(c ->> 'memory_id', 9, 1) || pg_catalog.substr(c ->> 'memory_id', 14, 1)
+                       || pg_catalog.substr(c ->> 'memory_id', 19, 1) || pg_catalog.substr(c ->> 'memory_id', 24, 1) <> '----'
+                    OR NOT pg_catalog.pg_input_is_valid(c ->> 'memory_id', 'uuid')
+                    OR pg_catalog.jsonb_typeof(c -> 'score') IS DISTINCT FROM 'number'
+                    OR pg_catalog.abs((c -> 'score')::numeric) > 1e300)) THEN
+      'graph_candidates must be an array of at most 1000 {"memory_id": uuid, "score": number}'
   END);
 END $$;
 
@@ -1002,18 +1041,27 @@ BEGIN
             'memory_id', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_uuid),
             'score', '{"type": "number", "minimum": -1e300, "maximum": 1e300}'::jsonb)),
         'description', 'vector candidates from a broker (clients fill this, not models)'),
-      'mode', '{"enum": ["text", "semantic", "hybrid", null], "description": "text (lexical), semantic (vectors) or hybrid; omit to let the client choose"}'::jsonb,
+      'graph_candidates', pg_catalog.jsonb_build_object('type', 'array', 'maxItems', 1000,
+        'items', pg_catalog.jsonb_build_object('type', 'object', 'required', '["memory_id", "score"]'::jsonb,
+          'properties', pg_catalog.jsonb_build_object(
+            'memory_id', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_uuid),
+            'score', '{"type": "number", "minimum": -1e300, "maximum": 1e300}'::jsonb)),
+        'description', 'graph candidates from a walk of the graph projection (clients fill this, not models)'),
+      'expand', '{"type": "object", "additionalProperties": false, "required": ["hops"], "properties": {"hops": {"enum": [1, 2, 3]}}, "description": "also walk the graph this many hops from the query''s entities (or the subject) and fuse what it finds"}'::jsonb,
+      'mode', '{"enum": ["text", "semantic", "hybrid", "graph", null], "description": "text (lexical), semantic (vectors), hybrid, or graph (a walk of the graph projection); omit to let the client choose"}'::jsonb,
       'traceparent', '{"anyOf": [{"type": "string", "pattern": "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$"}, {"type": "null"}], "description": "W3C trace context of the caller''s span"}'::jsonb),
     'allOf', pg_catalog.jsonb_build_array(
       pg_catalog.jsonb_build_object(
-        'if', '{"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid"]}}}'::jsonb,
+        'if', '{"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid", "graph"]}}}'::jsonb,
         'then', pg_catalog.jsonb_build_object('required', '["query"]'::jsonb, 'properties', pg_catalog.jsonb_build_object(
           'query', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_words)))),
+      '{"if": {"required": ["expand"]}, "then": {"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid", "graph"]}}}}'::jsonb,
+      '{"if": {"required": ["graph_candidates"]}, "then": {"anyOf": [{"required": ["expand"]}, {"required": ["mode"], "properties": {"mode": {"const": "graph"}}}]}}'::jsonb,
       pg_catalog.jsonb_build_object(
         'if', '{"required": ["filters"], "properties": {"filters": {"required": ["memory_ids"], "properties": {"memory_ids": {"not": {"type": "null"}}}}}}'::jsonb,
         'then', pg_catalog.jsonb_build_object('allOf', pg_catalog.jsonb_build_array(
           '{"not": {"required": ["candidates"]}}'::jsonb,
-          '{"not": {"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid"]}}}}'::jsonb,
+          '{"not": {"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid", "graph"]}}}}'::jsonb,
           v_blank_query)))));
 END $$;
 
@@ -1054,6 +1102,9 @@ DECLARE
   v_max_limit integer;
   v_default_limit integer;
   v_checked text;
+  v_graph_ids uuid[];
+  v_graph_scores double precision[];
+  v_graph_tiers text[];
 BEGIN
   -- (an assignment of its void result, not PERFORM: a simple expression, without a
   -- statement of the executor)
@@ -1139,7 +1190,16 @@ BEGIN
   END IF;
   -- Tiers with a vector collection are searched by the broker in semantic and hybrid
   -- recall; the others the agent may read are served lexically. Text is lexical throughout.
-  IF v_mode = 'text' THEN
+  -- A graph walk (mode graph, or expand) may reach every tier the agent may read.
+  IF v_mode = 'graph' OR p_request ? 'expand' THEN
+    v_graph_tiers := v_tiers;
+  END IF;
+  IF v_mode = 'graph' THEN
+    v_vector_tiers := '{}';
+    v_lexical_tiers := '{}';
+    v_served := pg_catalog.jsonb_build_object('mode_served', v_mode,
+                                              'tiers_served_lexically', '[]'::jsonb);
+  ELSIF v_mode = 'text' THEN
     v_vector_tiers := '{}';
     v_lexical_tiers := v_tiers;
     -- every tier lexically: the resolved tiers as they are (already sorted)
@@ -1159,7 +1219,7 @@ BEGIN
   -- Semantic and hybrid recall come in two steps: first the broker learns the resolved
   -- filter (nothing is retrieved, nothing audited but a denial), then it returns the
   -- vector store's candidates, which are re-checked here against every rule.
-  IF v_mode <> 'text' AND NOT p_request ? 'candidates' THEN
+  IF v_mode <> 'text' AND NOT p_request ? 'candidates' AND NOT p_request ? 'graph_candidates' THEN
     -- Hybrid recall's lexical list needs only the resolved scope and the query: it is
     -- computed now, while the client embeds the query, exactly as the second call would
     -- (same function, tiers and depth), and kept in the session for that call
@@ -1183,7 +1243,26 @@ BEGIN
           JSON_QUERY(v_resolved #> '{scope_applied,visibility}', '$' RETURNING text[])),
         'tiers', pg_catalog.to_jsonb(v_vector_tiers),
         'valid_at', v_valid_at, 'min_confidence', v_min_conf,
-        'excluded_labels', pg_catalog.to_jsonb(v_excluded), 'limit', v_limit)) || v_served;
+        'excluded_labels', pg_catalog.to_jsonb(v_excluded), 'limit', v_limit)) || v_served
+      -- where a graph walk starts (entity ids only: names stay here) and how far it goes
+      || CASE WHEN v_graph_tiers IS NOT NULL THEN pg_catalog.jsonb_build_object('graph',
+           pg_catalog.jsonb_build_object(
+             -- (the subject only for mode graph: as one fused list among others, a walk from
+        -- the subject reaches every record of it and ranks nothing)
+        'seeds', pg_catalog.to_jsonb(fabric._graph_seeds(v_run.tenant_id, v_query, v_keys,
+                   CASE WHEN v_mode = 'graph' THEN v_run.subject_id END)),
+             'hops', coalesce((p_request #>> '{expand,hops}')::integer, 2),
+             'tiers', pg_catalog.to_jsonb(v_graph_tiers)))
+         ELSE '{}'::jsonb END;
+  END IF;
+  IF p_request ? 'graph_candidates' THEN
+    v_graph_ids := ARRAY(SELECT (x ->> 'memory_id')::uuid
+                         FROM pg_catalog.jsonb_array_elements(p_request -> 'graph_candidates') x);
+    v_graph_scores := ARRAY(SELECT (x ->> 'score')::numeric::double precision
+                            FROM pg_catalog.jsonb_array_elements(p_request -> 'graph_candidates') x);
+    IF v_mode <> 'graph' THEN  -- expanded: the graph answered too
+      v_served := pg_catalog.jsonb_set(v_served, '{mode_served}', pg_catalog.to_jsonb(v_mode || '+graph'));
+    END IF;
   END IF;
   IF p_request ? 'candidates' THEN
     v_ids := ARRAY(SELECT (x ->> 'memory_id')::uuid
@@ -1212,7 +1291,21 @@ BEGIN
     END IF;
   END IF;
 
-  IF v_ids IS NULL AND v_query IS NULL THEN
+  IF v_mode = 'graph' THEN
+    -- Graph recall: the walk's candidates alone, each re-checked against every rule like a
+    -- vector candidate, in the walk's order (score and retrieval as for one vector list).
+    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object(
+                      'score', pg_catalog.round(((1.0 / (60 + r.ord))
+                                                 / (1.0 / 61)::double precision)::numeric, 6),
+                      'retrieval', pg_catalog.jsonb_build_object('graph', r.ord)) ORDER BY r.ord)
+                      FILTER (WHERE r.ord <= v_limit), '[]'),
+           pg_catalog.count(*)
+    INTO v_records, v_count
+    FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_graph_tiers, v_valid_at,
+           v_min_conf, v_excluded, NULL, coalesce(v_graph_ids, '{}'), v_graph_scores,
+           GREATEST(v_limit, 10))
+           WITH ORDINALITY AS r(memory_id, score, record, ord);
+  ELSIF v_ids IS NULL AND v_query IS NULL THEN
     -- Nothing to rank by: the readable records (only the ones named by filters.memory_ids,
     -- when given), most confident and most recent first.
     SELECT coalesce(pg_catalog.jsonb_agg(r.record || '{"score": null, "retrieval": {}}'::jsonb
@@ -1238,7 +1331,7 @@ BEGIN
     FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_lexical_tiers, v_valid_at,
            v_min_conf, v_excluded, v_query, NULL, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
-  ELSIF pg_catalog.cardinality(v_lexical_tiers) = 0 THEN
+  ELSIF pg_catalog.cardinality(v_lexical_tiers) = 0 AND v_graph_ids IS NULL THEN
     -- Semantic recall of vector tiers only: the re-checked vector list alone, whose order
     -- is the answer's. Each record's score and retrieval are what fabric._recall_fused
     -- gives a single vector list (fused score 1 / (60 + rank) over the best, 1 / 61), built
@@ -1264,10 +1357,11 @@ BEGIN
       FROM fabric._recall_fused(v_run.tenant_id, v_keys, v_vector_tiers, v_lexical_tiers,
              v_valid_at, v_min_conf, v_excluded, v_query, v_ids, v_scores,
              GREATEST(v_limit, 10),
-             CASE WHEN v_mode = 'hybrid' AND v_query IS NOT NULL
-                       AND pg_catalog.cardinality(v_vector_tiers) > 0
-                  THEN 2.0 / 61 ELSE 1.0 / 61 END,
-             v_limit, v_lex_ids, v_lex_ranks) f;
+             (CASE WHEN v_mode = 'hybrid' AND v_query IS NOT NULL
+                        AND pg_catalog.cardinality(v_vector_tiers) > 0
+                   THEN 2.0 / 61 ELSE 1.0 / 61 END)
+               + CASE WHEN v_graph_ids IS NOT NULL THEN 1.0 / 61 ELSE 0 END,
+             v_limit, v_lex_ids, v_lex_ranks, v_graph_tiers, v_graph_ids, v_graph_scores) f;
   END IF;
 
   RETURN fabric._recall_answer(v_run, p_request, v_status, NULL, v_resolved, v_records,

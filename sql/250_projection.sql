@@ -14,12 +14,16 @@ DROP FUNCTION IF EXISTS fabric_api.projection_events(text, integer);
 DROP FUNCTION IF EXISTS fabric_api.projection_records(uuid[], text, text);
 DROP FUNCTION IF EXISTS fabric_api.projection_snapshot(text, uuid, integer, text, text);
 
--- 0.11's feeds returned the subject and session ids in clear (subject_id, session_id): a
--- return type cannot be replaced, so the three go (once) and are made again below.
+-- 0.11's feeds returned the subject and session ids in clear (subject_id, session_id), and
+-- 0.12's no correlation id: a return type cannot be replaced, so the three go (once) and are
+-- made again below.
 DO $$
 BEGIN
   IF pg_catalog.pg_get_function_result(pg_catalog.to_regprocedure(
-       'fabric._projection_rows(text, uuid[], uuid, integer, text, text)')) LIKE '%subject_id text%' THEN
+       'fabric._projection_rows(text, uuid[], uuid, integer, text, text)')) LIKE '%subject_id text%'
+     -- 0.12's had no correlation_id (the graph writes each record's on its node and edges)
+     OR pg_catalog.pg_get_function_result(pg_catalog.to_regprocedure(
+       'fabric._projection_rows(text, uuid[], uuid, integer, text, text)')) NOT LIKE '%correlation_id text%' THEN
     DROP FUNCTION fabric._projection_rows(text, uuid[], uuid, integer, text, text);
     DROP FUNCTION IF EXISTS fabric_api.projection_records_v2(uuid[], text, text);
     DROP FUNCTION IF EXISTS fabric_api.projection_snapshot_v2(text, uuid, integer, text, text);
@@ -41,7 +45,7 @@ RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope
   valid_until timestamptz, consolidation_state text, retention_class text,
   compliance_labels text[], version text, formation_method text, formed_by text,
   supersedes uuid, recorded_at timestamptz, derived_from uuid[], content jsonb,
-  embedding ext.vector)
+  embedding ext.vector, correlation_id text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -62,7 +66,8 @@ AS $$
          (SELECT e.embedding FROM fabric.memory_embeddings e
           WHERE e.tenant_id = m.tenant_id AND e.memory_id = m.memory_id
             AND e.model = p_model AND e.model_version = p_model_version
-            AND e.content_hash = m.content_hash)
+            AND e.content_hash = m.content_hash),
+         m.correlation_id::text
   FROM fabric.memory_records m
   LEFT JOIN fabric.subject_keys k ON k.tenant_id = m.tenant_id AND k.subject_id = m.subject_id
   CROSS JOIN LATERAL (SELECT fabric._projection_session_ref(k.key, m.subject_id, m.session_id)
@@ -232,7 +237,7 @@ RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope
   valid_until timestamptz, consolidation_state text, retention_class text,
   compliance_labels text[], version text, formation_method text, formed_by text,
   supersedes uuid, recorded_at timestamptz, derived_from uuid[], content jsonb,
-  embedding ext.vector)
+  embedding ext.vector, correlation_id text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -261,7 +266,7 @@ RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope
   valid_until timestamptz, consolidation_state text, retention_class text,
   compliance_labels text[], version text, formation_method text, formed_by text,
   supersedes uuid, recorded_at timestamptz, derived_from uuid[], content jsonb,
-  embedding ext.vector)
+  embedding ext.vector, correlation_id text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$

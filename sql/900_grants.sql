@@ -74,8 +74,18 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.projection_horizon(),
   fabric_api.projection_records_v2(uuid[], text, text),
   fabric_api.projection_snapshot_v2(text, uuid, integer, text, text),
-  fabric_api.deployment_embedder()
+  fabric_api.deployment_embedder(),
+  fabric_api.projection_agent_links(uuid[]),
+  fabric_api.projection_mentions(uuid[]),
+  fabric_api.projection_steps(uuid[]),
+  fabric_api.projection_steps_snapshot(text, uuid, integer)
   TO fabric_projector;
+-- Domain workflows record agent lineage links (sql/285_graph_tier.sql), and nothing else.
+GRANT USAGE ON SCHEMA fabric_api TO fabric_workflow;
+GRANT EXECUTE ON FUNCTION
+  fabric_api.record_agent_link(text, text, uuid, text, uuid, text, uuid),
+  fabric_api.record_step(uuid, text, uuid[], uuid)
+  TO fabric_workflow;
 GRANT EXECUTE ON FUNCTION fabric_api.deployment_embedder() TO fabric_agent;
 -- The schema revision: every service login checks it before it starts, agents may too.
 GRANT EXECUTE ON FUNCTION fabric_api.schema_revision()
@@ -113,7 +123,9 @@ GRANT EXECUTE ON FUNCTION
   fabric_audit.erasures(text, timestamptz, timestamptz),
   fabric_audit.tool_denials(text, timestamptz, timestamptz),
   fabric_audit.recall_history(text, timestamptz, timestamptz),
-  fabric_audit.recalled_records(text, timestamptz, timestamptz)
+  fabric_audit.recalled_records(text, timestamptz, timestamptz),
+  fabric_audit.agent_links(text, timestamptz, timestamptz),
+  fabric_audit.entity_touches(text, uuid)
   TO fabric_auditor;
 -- The narrow cross-tenant check of the deployment embedder runs as fabric_lookup.
 GRANT EXECUTE ON FUNCTION fabric._host_is_local(text, text[]), fabric._uri_host(text)

@@ -425,3 +425,65 @@ COMMENT ON FUNCTION fabric_api.consolidation_settings(text, text) IS
   'The instance''s model endpoint, deployment mode and consolidation budget, checked by a '
   'consolidation worker before it starts. Consolidator only. '
   'Example: SELECT fabric_api.consolidation_settings(''acme'');';
+
+-- The graph tier's sources (sql/285_graph_tier.sql, migration 0042).
+COMMENT ON TABLE fabric.agent_lineage_links IS
+  'Which agent caused or contributed to which outcome (a record of the tenant), with its source event, correlation id and Outcome Envelope; written by domain workflows through fabric_api.record_agent_link; append-only; projected as (:Agent)-[:INFLUENCED]->(:Memory).';
+COMMENT ON TABLE fabric.entities IS
+  'POLE+O entities of a tenant, one row per (type, key): the declared external id, the normalized name, an @handle or the subject. Names stay here; the graph holds a person only by its entity id or its subject''s pseudonym. Gone once no record mentions it.';
+COMMENT ON TABLE fabric.memory_mentions IS
+  'The entities a record mentions (declared in content.entities, an @mention, its subject); deleted with the record''s content (erasure, window closure); projected as MENTIONS edges.';
+COMMENT ON FUNCTION fabric_api.record_agent_link(text, text, uuid, text, uuid, text, uuid) IS
+  'Record that an agent caused or contributed to an outcome (a record of the tenant), citing the source event and a correlation id (and, optionally, the Outcome Envelope); the same link again answers the first. Domain workflows only (fabric_workflow). Example: SELECT fabric_api.record_agent_link(''acme'', ''com-agt-003'', ''<memory_id>'', ''contributed'', ''<event_id>'', ''corr-7f2a'');';
+COMMENT ON FUNCTION fabric_api.projection_agent_links(uuid[]) IS
+  'The agent lineage links whose outcome is one of these records, one row each, by tenant, outcome and link. Projector only. Example: SELECT * FROM fabric_api.projection_agent_links(ARRAY[''<memory_id>''::uuid]);';
+COMMENT ON FUNCTION fabric_api.projection_mentions(uuid[]) IS
+  'The entities these records mention (persons without their names; a subject''s person by its pseudonym), with each record''s correlation and validity. Projector only. Example: SELECT * FROM fabric_api.projection_mentions(ARRAY[''<memory_id>''::uuid]);';
+COMMENT ON FUNCTION fabric_audit.agent_links(text, timestamptz, timestamptz) IS
+  'Agent lineage links of a tenant recorded in [p_from, p_to): agent, outcome, kind, source event, correlation, Outcome Envelope. Auditor only. Example: SELECT * FROM fabric_audit.agent_links(''acme'', ''2026-03-01'', ''2026-04-01'');';
+COMMENT ON COLUMN fabric.agent_lineage_links.tenant_id IS 'Tenant of the link, its agent, its outcome and its source event.';
+COMMENT ON COLUMN fabric.agent_lineage_links.link_id IS 'The link''s id.';
+COMMENT ON COLUMN fabric.agent_lineage_links.agent_id IS 'The agent that caused or contributed (enabled in the tenant).';
+COMMENT ON COLUMN fabric.agent_lineage_links.outcome_id IS 'The outcome: a record of the tenant.';
+COMMENT ON COLUMN fabric.agent_lineage_links.link_kind IS 'caused or contributed.';
+COMMENT ON COLUMN fabric.agent_lineage_links.source_event_id IS 'The event of the tenant the workflow learnt the link from.';
+COMMENT ON COLUMN fabric.agent_lineage_links.correlation_id IS 'The correlation id of the work the link belongs to (also on its graph edge).';
+COMMENT ON COLUMN fabric.agent_lineage_links.outcome_envelope_id IS 'The Outcome Envelope of the workflow run, once formation persists them (no foreign key until then).';
+COMMENT ON COLUMN fabric.agent_lineage_links.recorded_by IS 'The workflow''s agent id.';
+COMMENT ON COLUMN fabric.agent_lineage_links.recorded_at IS 'When the link was recorded.';
+COMMENT ON COLUMN fabric.entities.tenant_id IS 'Tenant of the entity.';
+COMMENT ON COLUMN fabric.entities.entity_id IS 'The entity''s id: how the graph names it.';
+COMMENT ON COLUMN fabric.entities.entity_type IS 'POLE+O: person, organization, location, event or object.';
+COMMENT ON COLUMN fabric.entities.entity_key IS 'What deduplicates it within its type: id:<external id>, name:<normalized name>, name:@<handle> or subject:<subject id>.';
+COMMENT ON COLUMN fabric.entities.name IS 'The name as first declared (never projected for a person).';
+COMMENT ON COLUMN fabric.entities.external_id IS 'The declared external id, if any.';
+COMMENT ON COLUMN fabric.entities.subject_id IS 'The data subject this person entity is (the extractor''s subject rule); erased with the subject.';
+COMMENT ON COLUMN fabric.entities.created_at IS 'When the first record named it.';
+COMMENT ON COLUMN fabric.memory_mentions.tenant_id IS 'Tenant of the record and the entity.';
+COMMENT ON COLUMN fabric.memory_mentions.memory_id IS 'The record that mentions the entity.';
+COMMENT ON COLUMN fabric.memory_mentions.entity_id IS 'The entity mentioned.';
+COMMENT ON COLUMN fabric.memory_mentions.source IS 'How the extractor found it: declared (content.entities), mention (@handle) or subject.';
+COMMENT ON TABLE fabric.reasoning_steps IS
+  'A workflow step of a run: its agent, correlation id and Outcome Envelope; append-only; written by domain workflows through fabric_api.record_step; projected as (:Agent)-[:TOOK]->(:Step).';
+COMMENT ON TABLE fabric.step_touches IS
+  'The entities a reasoning step touched; projected as (:Step)-[:TOUCHED]->(:Entity); gone with an entity erasure removes.';
+COMMENT ON COLUMN fabric.reasoning_steps.tenant_id IS 'Tenant of the step, its run and the entities it touched.';
+COMMENT ON COLUMN fabric.reasoning_steps.step_id IS 'The step''s id.';
+COMMENT ON COLUMN fabric.reasoning_steps.run_id IS 'The run the step belongs to.';
+COMMENT ON COLUMN fabric.reasoning_steps.agent_id IS 'The run''s agent: who took the step.';
+COMMENT ON COLUMN fabric.reasoning_steps.correlation_id IS 'The correlation id of the work (also on its graph node and edges).';
+COMMENT ON COLUMN fabric.reasoning_steps.outcome_envelope_id IS 'The Outcome Envelope of the workflow run, once formation persists them (no foreign key until then).';
+COMMENT ON COLUMN fabric.reasoning_steps.event_id IS 'The memory.reasoning_step.recorded event that recorded it.';
+COMMENT ON COLUMN fabric.reasoning_steps.recorded_by IS 'The workflow''s agent id.';
+COMMENT ON COLUMN fabric.reasoning_steps.recorded_at IS 'When the step was recorded.';
+COMMENT ON COLUMN fabric.step_touches.tenant_id IS 'Tenant of the step and the entity.';
+COMMENT ON COLUMN fabric.step_touches.step_id IS 'The step.';
+COMMENT ON COLUMN fabric.step_touches.entity_id IS 'An entity it touched.';
+COMMENT ON FUNCTION fabric_api.record_step(uuid, text, uuid[], uuid) IS
+  'Record a reasoning step of a run (its agent, a correlation id, optionally the Outcome Envelope) and the 1-100 entities of the run''s tenant it touched. Domain workflows only (fabric_workflow). Example: SELECT fabric_api.record_step(''<run_id>'', ''corr-7f2a'', ARRAY[''<entity_id>''::uuid]);';
+COMMENT ON FUNCTION fabric_api.projection_steps(uuid[]) IS
+  'The reasoning steps these events recorded, with the entities each touched. Projector only. Example: SELECT * FROM fabric_api.projection_steps(ARRAY[''<event_id>''::uuid]);';
+COMMENT ON FUNCTION fabric_api.projection_steps_snapshot(text, uuid, integer) IS
+  'Every reasoning step after (tenant, step_id), one page, for rebuilds. Projector only. Example: SELECT * FROM fabric_api.projection_steps_snapshot(NULL, NULL, 1000);';
+COMMENT ON FUNCTION fabric_audit.entity_touches(text, uuid) IS
+  'Which agent step touched an entity (run, agent, correlation, Outcome Envelope) and the outcomes the agent lineage links of the same correlation or envelope name. Auditor only. Example: SELECT * FROM fabric_audit.entity_touches(''acme'', ''<entity_id>'');';

@@ -275,6 +275,7 @@ LOGINS: dict[str, tuple[str | None, list[str], dict[str, Any], list[str], list[s
     "mf_agent_notools": ("com-agt-009", [], PROFILE_WIDE, [], ["acme"]),
     "mf_agent_r": ("com-agt-005", [], PROFILE_RECALL_SEMANTIC, MEMORY_TOOLS, ["acme"]),
     "mf_stranger": (None, [], {}, [], []),
+    "mf_workflow": ("wf-billing-001", ["fabric_workflow"], {}, [], ["acme"]),
 }
 
 

@@ -91,6 +91,9 @@ class AsyncFabric:
     def mcp_gateway(self, login: str) -> AsyncMcpGateway:
         return AsyncMcpGateway(self, login)
 
+    def workflow(self, login: str) -> AsyncWorkflow:
+        return AsyncWorkflow(self, login)
+
 
 class _AsyncRole:
     """One identity's calls: each is one `afabric_call` on a connection of its pool."""
@@ -579,9 +582,43 @@ class AsyncAuditor(_AsyncRole):
     async def recalled_records(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
         return await self._rows("fabric_audit.recalled_records", tenant_id, start, end)
 
+    async def agent_links(
+        self, tenant_id: str, start: datetime | None = None, end: datetime | None = None
+    ) -> list[Json]:
+        """Which agent caused or contributed to which outcome (recorded in [start, end))."""
+        window = {k: v for k, v in (("p_from", start), ("p_to", end)) if v is not None}
+        return await self._rows("fabric_audit.agent_links", tenant_id, **window)
+
+    async def entity_touches(self, tenant_id: str, entity_id: Id) -> list[Json]:
+        """Which agent step touched an entity, and the outcomes that followed."""
+        return await self._rows(
+            "fabric_audit.entity_touches", tenant_id, Cast(str(entity_id), "uuid")
+        )
+
 
 class AsyncProjector(_AsyncRole):
     """fabric_projector: reads the outbox and records for the vector and graph projections."""
+
+    async def projection_agent_links(self, memory_ids: Sequence[Id]) -> list[Json]:
+        """The agent lineage links whose outcome is one of these records (the graph tier)."""
+        ids = Cast([str(i) for i in memory_ids], "uuid[]")
+        return await self._rows("fabric_api.projection_agent_links", ids)
+
+    async def projection_mentions(self, memory_ids: Sequence[Id]) -> list[Json]:
+        """The entities these records mention (persons without names)."""
+        ids = Cast([str(i) for i in memory_ids], "uuid[]")
+        return await self._rows("fabric_api.projection_mentions", ids)
+
+    async def projection_steps(self, event_ids: Sequence[Id]) -> list[Json]:
+        """The reasoning steps these events recorded, with the entities each touched."""
+        ids = Cast([str(i) for i in event_ids], "uuid[]")
+        return await self._rows("fabric_api.projection_steps", ids)
+
+    async def projection_steps_snapshot(
+        self, after_tenant: str | None = None, after_step: Id | None = None, limit: int = 1000
+    ) -> list[Json]:
+        after = Cast(None if after_step is None else str(after_step), "uuid")
+        return await self._rows("fabric_api.projection_steps_snapshot", after_tenant, after, limit)
 
     async def store_embedding(
         self,
@@ -701,6 +738,51 @@ class AsyncMcpGateway(_AsyncRole):
         return await self._call("fabric_api.resolve_mcp_token", token)  # type: ignore[no-any-return]
 
 
+class AsyncWorkflow(_AsyncRole):
+    """fabric_workflow: a domain workflow's records of the graph tier (agent lineage links,
+    reasoning steps), never memory."""
+
+    async def record_agent_link(
+        self,
+        tenant_id: str,
+        agent_id: str,
+        outcome_id: Id,
+        kind: str,
+        source_event_id: Id,
+        correlation_id: str,
+        outcome_envelope_id: Id | None = None,
+    ) -> Json:
+        """That `agent_id` caused or contributed to the record `outcome_id`, learnt from the
+        event `source_event_id`; {"link_id", "recorded"}."""
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.record_agent_link",
+            tenant_id,
+            agent_id,
+            Cast(str(outcome_id), "uuid"),
+            kind,
+            Cast(str(source_event_id), "uuid"),
+            correlation_id,
+            Cast(None if outcome_envelope_id is None else str(outcome_envelope_id), "uuid"),
+        )
+
+    async def record_step(
+        self,
+        run: Run | Id,
+        correlation_id: str,
+        entity_ids: Sequence[Id],
+        outcome_envelope_id: Id | None = None,
+    ) -> Json:
+        """A reasoning step of `run` and the entities it touched; {"step_id", "event_id"}."""
+        run_id = run.run_id if isinstance(run, Run) else run
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.record_step",
+            Cast(str(run_id), "uuid"),
+            correlation_id,
+            Cast([str(i) for i in entity_ids], "uuid[]"),
+            Cast(None if outcome_envelope_id is None else str(outcome_envelope_id), "uuid"),
+        )
+
+
 ROLES: dict[str, type[_AsyncRole]] = {
     "admin": AsyncAdmin,
     "orchestrator": AsyncOrchestrator,
@@ -712,4 +794,5 @@ ROLES: dict[str, type[_AsyncRole]] = {
     "projector": AsyncProjector,
     "tracer": AsyncTracer,
     "mcp_gateway": AsyncMcpGateway,
+    "workflow": AsyncWorkflow,
 }

@@ -24,7 +24,17 @@ Shape:
 - `(:Memory)-[:DERIVED_FROM]->(:Memory)` and `(:Memory)-[:SUPERSEDES]->(:Memory)`, always
   inside one tenant: the target is MERGEd by (row's tenant, target id), so a child may
   arrive before its parent (the parent is a bare node until its own row arrives).
-- Erasure (`forget`) keeps tenant_id, memory_id, content_hash and the edges, sets
+- `(:Agent)-[:INFLUENCED {link_id, kind, source_event_id, correlation_id,
+  outcome_envelope_id, recorded_at}]->(:Memory)`: an agent lineage link (a row of
+  fabric.agent_lineage_links), one edge per link.
+- `(:Entity {tenant_id, entity_id, entity_type, name | subject_ref})` and
+  `(:Memory)-[:MENTIONS {source, correlation_id, valid_from, valid_until}]->(:Entity)`: the
+  entities a record mentions. A person's node never carries a name (its entity id; a
+  subject's person also its subject's pseudonym); a record whose content is gone mentions
+  nothing, and an entity no record mentions is removed, as in PostgreSQL.
+- Every node and edge written carries the correlation id of what it projects (the record's,
+  or the link's).
+- Erasure (`forget`) keeps tenant_id, memory_id, content_hash, correlation_id and the edges, sets
   consolidation_state 'tombstoned' and removes every other property. A tombstone is final:
   a later (replayed) upsert of the same memory changes nothing but a missing content_hash,
   so "forget, then replay" and "replay, then forget" end in the same graph.
@@ -78,11 +88,23 @@ MEMORY_PROPERTIES: Final = (
     "valid_from",
     "valid_until",
     "confidence",
+    "correlation_id",
 )
-#: What erasure keeps (besides consolidation_state, which becomes 'tombstoned').
-KEPT_ON_FORGET: Final = ("tenant_id", "memory_id", "content_hash")
+#: What erasure keeps (besides consolidation_state, which becomes 'tombstoned'): identity,
+#: the content hash and the provenance's correlation id, as the tombstone in PostgreSQL.
+KEPT_ON_FORGET: Final = ("tenant_id", "memory_id", "content_hash", "correlation_id")
+#: Keys a row given to `upsert_memories` may leave out (None).
+OPTIONAL_ROW_KEYS: Final = ("correlation_id",)
 #: Keys every row given to `upsert_memories` must have (others are ignored).
-ROW_KEYS: Final = ("tenant_id", "memory_id", *MEMORY_PROPERTIES, "derived_from", "supersedes")
+ROW_KEYS: Final = (
+    "tenant_id",
+    "memory_id",
+    *(p for p in MEMORY_PROPERTIES if p not in OPTIONAL_ROW_KEYS),
+    "derived_from",
+    "supersedes",
+)
+#: The POLE+O entity types; a person's node never carries a name.
+ENTITY_TYPES: Final = ("person", "organization", "location", "event", "object")
 
 _TEXT_PROPERTIES: Final = frozenset(MEMORY_PROPERTIES) - {"valid_from", "valid_until", "confidence"}
 
@@ -91,6 +113,10 @@ SCHEMA: Final = (
     "FOR (m:Memory) REQUIRE (m.tenant_id, m.memory_id) IS UNIQUE",
     "CREATE CONSTRAINT agent_key IF NOT EXISTS "
     "FOR (a:Agent) REQUIRE (a.tenant_id, a.agent_id) IS UNIQUE",
+    "CREATE CONSTRAINT entity_key IF NOT EXISTS "
+    "FOR (e:Entity) REQUIRE (e.tenant_id, e.entity_id) IS UNIQUE",
+    "CREATE CONSTRAINT step_key IF NOT EXISTS "
+    "FOR (s:Step) REQUIRE (s.tenant_id, s.step_id) IS UNIQUE",
 )
 
 # --- statements (all parameterized; relationship types are literals, never inputs) -------
@@ -102,26 +128,30 @@ _UPSERT_NODES: Final = """
 UNWIND $rows AS r
 MERGE (m:Memory {tenant_id: r.tenant_id, memory_id: r.memory_id})
 SET m += CASE WHEN m.consolidation_state = 'tombstoned'
-              THEN {content_hash: coalesce(m.content_hash, r.props.content_hash)}
+              THEN {content_hash: coalesce(m.content_hash, r.props.content_hash),
+                    correlation_id: coalesce(m.correlation_id, r.props.correlation_id)}
               ELSE r.props END
 WITH m, r
 WHERE r.formed_by IS NOT NULL
 MERGE (a:Agent {tenant_id: r.tenant_id, agent_id: r.formed_by})
-MERGE (m)<-[:FORMED]-(a)
+MERGE (m)<-[f:FORMED]-(a)
+SET f.correlation_id = r.props.correlation_id
 """
 
 _UPSERT_DERIVED_FROM: Final = """
 UNWIND $links AS l
 MATCH (m:Memory {tenant_id: l.tenant_id, memory_id: l.memory_id})
 MERGE (p:Memory {tenant_id: l.tenant_id, memory_id: l.target_id})
-MERGE (m)-[:DERIVED_FROM]->(p)
+MERGE (m)-[d:DERIVED_FROM]->(p)
+SET d.correlation_id = l.correlation_id
 """
 
 _UPSERT_SUPERSEDES: Final = """
 UNWIND $links AS l
 MATCH (m:Memory {tenant_id: l.tenant_id, memory_id: l.memory_id})
 MERGE (p:Memory {tenant_id: l.tenant_id, memory_id: l.target_id})
-MERGE (m)-[:SUPERSEDES]->(p)
+MERGE (m)-[s:SUPERSEDES]->(p)
+SET s.correlation_id = l.correlation_id
 """
 
 # MERGE, not MATCH: erasure may be projected before the memory itself; the tombstone then
@@ -130,18 +160,107 @@ _FORGET: Final = """
 UNWIND $memory_ids AS id
 MERGE (m:Memory {tenant_id: $tenant_id, memory_id: id})
 SET m = {tenant_id: m.tenant_id, memory_id: m.memory_id, content_hash: m.content_hash,
-         consolidation_state: 'tombstoned'}
+         correlation_id: m.correlation_id, consolidation_state: 'tombstoned'}
 RETURN count(m) AS n
+"""
+
+# An agent lineage link (fabric.agent_lineage_links): one INFLUENCED edge per link_id, from
+# the agent to the outcome, carrying the link's kind, source event, correlation and
+# Outcome Envelope. The outcome may arrive later (a bare node until its row arrives).
+_UPSERT_LINKS: Final = """
+UNWIND $links AS l
+MERGE (m:Memory {tenant_id: l.tenant_id, memory_id: l.outcome_id})
+MERGE (a:Agent {tenant_id: l.tenant_id, agent_id: l.agent_id})
+MERGE (m)<-[i:INFLUENCED {link_id: l.link_id}]-(a)
+SET i += l.props
+"""
+
+# A record's mentions (fabric.memory_mentions): the entity node (no name for a person; a
+# subject's person carries its subject_ref) and a MENTIONS edge with the record's validity
+# and correlation id.
+_UPSERT_MENTIONS: Final = """
+UNWIND $mentions AS x
+MATCH (m:Memory {tenant_id: x.tenant_id, memory_id: x.memory_id})
+MERGE (e:Entity {tenant_id: x.tenant_id, entity_id: x.entity_id})
+SET e += x.entity
+MERGE (m)-[r:MENTIONS]->(e)
+SET r += x.props
+"""
+
+# A reasoning step (fabric.reasoning_steps): the agent that took it, and the entities it
+# touched (an entity no record mentions is a bare node: it has no properties to give).
+_UPSERT_STEPS: Final = """
+UNWIND $steps AS x
+MERGE (s:Step {tenant_id: x.tenant_id, step_id: x.step_id})
+SET s += x.props
+MERGE (a:Agent {tenant_id: x.tenant_id, agent_id: x.agent_id})
+MERGE (s)<-[t:TOOK]-(a)
+SET t.correlation_id = x.props.correlation_id
+WITH s, x
+UNWIND x.entity_ids AS id
+MERGE (e:Entity {tenant_id: x.tenant_id, entity_id: id})
+MERGE (s)-[r:TOUCHED]->(e)
+SET r.correlation_id = x.props.correlation_id
+"""
+
+# A record whose content is gone (erased, window closed) mentions nothing any more; the
+# entities it mentioned are returned, to remove those no record mentions.
+_DROP_MENTIONS: Final = """
+UNWIND $memory_ids AS id
+MATCH (m:Memory {tenant_id: $tenant_id, memory_id: id})-[r:MENTIONS]->(e:Entity)
+DELETE r
+RETURN DISTINCT e.entity_id AS entity_id
+"""
+
+_DROP_UNMENTIONED: Final = """
+UNWIND $entity_ids AS id
+MATCH (e:Entity {tenant_id: $tenant_id, entity_id: id})
+OPTIONAL MATCH (e)<-[r:MENTIONS]-(:Memory)
+WITH e, count(r) AS n
+WHERE n = 0
+DETACH DELETE e
+RETURN count(*) AS n
+"""
+
+# Graph recall, one hop at a time (`walk`): the records in the caller's scope that mention
+# some entities, and the entities some records mention. Only live records in the scope keys
+# and tiers the database resolved are walked through; the database re-checks every
+# candidate anyway. A hop is capped at $limit pairs.
+_WALK_MENTIONING: Final = """
+UNWIND $entity_ids AS id
+MATCH (e:Entity {tenant_id: $tenant_id, entity_id: id})<-[:MENTIONS]-(m:Memory)
+WHERE m.tenant_id = $tenant_id AND m.scope_key IN $scope_keys AND m.tier IN $tiers
+  AND m.consolidation_state IN $live
+RETURN e.entity_id AS entity_id, m.memory_id AS memory_id
+LIMIT $limit
+"""
+# A subject's person is in every record of the subject: the walk starts there when the
+# query names no entity, and never passes through it (it links by scope, not by meaning).
+_WALK_MENTIONED: Final = """
+UNWIND $memory_ids AS id
+MATCH (m:Memory {tenant_id: $tenant_id, memory_id: id})-[:MENTIONS]->(e:Entity)
+WHERE e.subject_ref IS NULL
+RETURN DISTINCT e.entity_id AS entity_id
 """
 
 _WIPE_MEMORIES: Final = "MATCH (n:Memory) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_AGENTS: Final = "MATCH (n:Agent) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
+_WIPE_ENTITIES: Final = "MATCH (n:Entity) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
+_WIPE_STEPS: Final = "MATCH (n:Step) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_TENANT_MEMORIES: Final = """
 MATCH (n:Memory {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
 RETURN count(*) AS n
 """
 _WIPE_TENANT_AGENTS: Final = """
 MATCH (n:Agent {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
+RETURN count(*) AS n
+"""
+_WIPE_TENANT_ENTITIES: Final = """
+MATCH (n:Entity {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
+RETURN count(*) AS n
+"""
+_WIPE_TENANT_STEPS: Final = """
+MATCH (n:Step {tenant_id: $tenant_id}) WITH n LIMIT $limit DETACH DELETE n
 RETURN count(*) AS n
 """
 
@@ -153,6 +272,12 @@ MATCH (m:Memory {tenant_id: $tenant_id}) RETURN m.memory_id AS id, properties(m)
 """
 _EXPORT_AGENTS: Final = """
 MATCH (a:Agent {tenant_id: $tenant_id}) RETURN a.agent_id AS id, properties(a) AS props
+"""
+_EXPORT_ENTITIES: Final = """
+MATCH (e:Entity {tenant_id: $tenant_id}) RETURN e.entity_id AS id, properties(e) AS props
+"""
+_EXPORT_STEPS: Final = """
+MATCH (s:Step {tenant_id: $tenant_id}) RETURN s.step_id AS id, properties(s) AS props
 """
 # One row per relationship (duplicates would show: MERGE must never make them).
 _EXPORT_EDGES: Final = (
@@ -171,7 +296,28 @@ _EXPORT_EDGES: Final = (
         "MATCH (m:Memory {tenant_id: $tenant_id})-[:SUPERSEDES]->"
         "(p:Memory {tenant_id: $tenant_id}) RETURN m.memory_id AS src, p.memory_id AS dst",
     ),
+    (
+        "INFLUENCED",
+        "MATCH (a:Agent {tenant_id: $tenant_id})-[:INFLUENCED]->(m:Memory {tenant_id: $tenant_id}) "
+        "RETURN a.agent_id AS src, m.memory_id AS dst",
+    ),
+    (
+        "MENTIONS",
+        "MATCH (m:Memory {tenant_id: $tenant_id})-[:MENTIONS]->(e:Entity {tenant_id: $tenant_id}) "
+        "RETURN m.memory_id AS src, e.entity_id AS dst",
+    ),
+    (
+        "TOOK",
+        "MATCH (a:Agent {tenant_id: $tenant_id})-[:TOOK]->(s:Step {tenant_id: $tenant_id}) "
+        "RETURN a.agent_id AS src, s.step_id AS dst",
+    ),
+    (
+        "TOUCHED",
+        "MATCH (s:Step {tenant_id: $tenant_id})-[:TOUCHED]->(e:Entity {tenant_id: $tenant_id}) "
+        "RETURN s.step_id AS src, e.entity_id AS dst",
+    ),
 )
+
 
 # One level of lineage; `lineage` walks it breadth first (a variable-length bound cannot
 # be a parameter, and level by level stays linear on wide DAGs).
@@ -188,9 +334,11 @@ class GraphExport:
     """One tenant's projection in canonical order, for drills and verification.
 
     nodes: (label, key, properties) sorted by label then key; key is `tenant_id:memory_id`
-    for a Memory and `tenant_id:agent_id` for an Agent; properties with sorted keys.
-    edges: (type, from key, to key), sorted, one entry per relationship. FORMED goes from
-    an Agent key to a Memory key, DERIVED_FROM and SUPERSEDES from Memory to Memory.
+    for a Memory, `tenant_id:agent_id` for an Agent and `tenant_id:entity_id` for an
+    Entity; properties with sorted keys.
+    edges: (type, from key, to key), sorted, one entry per relationship. FORMED and
+    INFLUENCED go from an Agent key to a Memory key, DERIVED_FROM and SUPERSEDES from
+    Memory to Memory, MENTIONS from Memory to Entity.
     """
 
     nodes: list[tuple[str, str, dict[str, Any]]]
@@ -218,7 +366,7 @@ def _key_text(row: Mapping[str, Any], name: str) -> str:
 
 
 def _text(row: Mapping[str, Any], name: str) -> str | None:
-    value = row[name]
+    value = row.get(name) if name in OPTIONAL_ROW_KEYS else row[name]
     if value is not None and not isinstance(value, str):
         raise ValueError(f"graph row: {name} must be a string or None")
     return value
@@ -266,6 +414,7 @@ def _normalize(row: Mapping[str, Any]) -> _Row:
         # An erased record: only what erasure keeps (None removes a property on SET +=).
         props = {name: None for name in MEMORY_PROPERTIES} | {
             "content_hash": props["content_hash"],
+            "correlation_id": props["correlation_id"],
             "consolidation_state": TOMBSTONED,
         }
     derived = row["derived_from"]
@@ -306,19 +455,106 @@ def _write_batch(tx: ManagedTransaction, batch: Sequence[_Row]) -> None:
     ]
     tx.run(_UPSERT_NODES, rows=rows).consume()
     derived = [
-        {"tenant_id": r.tenant_id, "memory_id": r.memory_id, "target_id": parent}
+        {
+            "tenant_id": r.tenant_id,
+            "memory_id": r.memory_id,
+            "target_id": parent,
+            "correlation_id": r.props["correlation_id"],
+        }
         for r in batch
         for parent in r.derived_from
     ]
     if derived:
         tx.run(_UPSERT_DERIVED_FROM, links=derived).consume()
     supersedes = [
-        {"tenant_id": r.tenant_id, "memory_id": r.memory_id, "target_id": r.supersedes}
+        {
+            "tenant_id": r.tenant_id,
+            "memory_id": r.memory_id,
+            "target_id": r.supersedes,
+            "correlation_id": r.props["correlation_id"],
+        }
         for r in batch
         if r.supersedes is not None
     ]
     if supersedes:
         tx.run(_UPSERT_SUPERSEDES, links=supersedes).consume()
+
+
+def _string(value: Any) -> str | None:
+    """An id as the graph keeps it: a string (uuids as their text), or None."""
+    return None if value is None else str(value)
+
+
+def _link_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of fabric_api.projection_agent_links as an INFLUENCED edge."""
+    return {
+        "tenant_id": _key_text(row, "tenant_id"),
+        "outcome_id": _string(row["outcome_id"]),
+        "agent_id": _key_text(row, "agent_id"),
+        "link_id": _string(row["link_id"]),
+        "props": {
+            "kind": row["link_kind"],
+            "source_event_id": _string(row["source_event_id"]),
+            "correlation_id": _text(row, "correlation_id"),
+            "outcome_envelope_id": _string(row["outcome_envelope_id"]),
+            "recorded_at": _timestamp(row, "recorded_at"),
+        },
+    }
+
+
+def _mention_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of fabric_api.projection_mentions as an Entity node and a MENTIONS edge. A
+    person's node carries no name whatever the row says (the feed sends none)."""
+    entity_type = row["entity_type"]
+    if entity_type not in ENTITY_TYPES:
+        raise ValueError("graph mention: entity_type must be a POLE+O type")
+    person = entity_type == "person"
+    return {
+        "tenant_id": _key_text(row, "tenant_id"),
+        "memory_id": _string(row["memory_id"]),
+        "entity_id": _string(row["entity_id"]),
+        "entity": {
+            "entity_type": entity_type,
+            "name": None if person else _text(row, "name"),
+            "subject_ref": _text(row, "subject_ref") if person else None,
+        },
+        "props": {
+            "source": row["source"],
+            "correlation_id": _text(row, "correlation_id"),
+            "valid_from": _timestamp(row, "valid_from"),
+            "valid_until": _timestamp(row, "valid_until"),
+        },
+    }
+
+
+def _step_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of fabric_api.projection_steps as a Step node, its TOOK and TOUCHED edges."""
+    return {
+        "tenant_id": _key_text(row, "tenant_id"),
+        "step_id": _string(row["step_id"]),
+        "agent_id": _key_text(row, "agent_id"),
+        "entity_ids": [str(e) for e in row["entity_ids"] or ()],
+        "props": {
+            "run_id": _string(row["run_id"]),
+            "correlation_id": _text(row, "correlation_id"),
+            "outcome_envelope_id": _string(row["outcome_envelope_id"]),
+            "recorded_at": _timestamp(row, "recorded_at"),
+        },
+    }
+
+
+def _drop_mentions(tx: ManagedTransaction, tenant_id: str, memory_ids: list[str]) -> int:
+    gone = [
+        str(r["entity_id"])
+        for r in tx.run(_DROP_MENTIONS, tenant_id=tenant_id, memory_ids=memory_ids)
+    ]
+    if not gone:
+        return 0
+    return _single_int(tx, _DROP_UNMENTIONED, tenant_id=tenant_id, entity_ids=gone)
+
+
+def _run_write(tx: ManagedTransaction, query: str, /, **params: Any) -> None:
+    tx.run(query, params).consume()
 
 
 def _single_int(tx: ManagedTransaction, query: str, /, **params: Any) -> int:
@@ -402,6 +638,51 @@ class GraphStore:
                 session.execute_write(_write_batch, batch)
         return len(normalized)
 
+    def upsert_links(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Project agent lineage links (rows of fabric_api.projection_agent_links) as
+        `(:Agent)-[:INFLUENCED {link_id, kind, source_event_id, correlation_id,
+        outcome_envelope_id, recorded_at}]->(:Memory)`, one edge per link (MERGE on
+        link_id). Returns the number of links written."""
+        links = [_link_row(r) for r in rows]
+        with self._driver.session(database=self.database) as session:
+            for chunk in _chunks(links, self.batch_size):
+                session.execute_write(_run_write, _UPSERT_LINKS, links=list(chunk))
+        return len(links)
+
+    def upsert_mentions(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Project mentions (rows of fabric_api.projection_mentions): `(:Entity {tenant_id,
+        entity_id, entity_type, name | subject_ref})` and `(:Memory)-[:MENTIONS {source,
+        correlation_id, valid_from, valid_until}]->(:Entity)`. The memory must be
+        projected first (`upsert_memories`). Returns the number of mentions written."""
+        mentions = [_mention_row(r) for r in rows]
+        with self._driver.session(database=self.database) as session:
+            for chunk in _chunks(mentions, self.batch_size):
+                session.execute_write(_run_write, _UPSERT_MENTIONS, mentions=list(chunk))
+        return len(mentions)
+
+    def upsert_steps(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Project reasoning steps (rows of fabric_api.projection_steps): `(:Agent)-[:TOOK]->
+        (:Step {tenant_id, step_id, run_id, correlation_id, outcome_envelope_id,
+        recorded_at})-[:TOUCHED]->(:Entity)`. Returns the number of steps written."""
+        steps = [_step_row(r) for r in rows]
+        with self._driver.session(database=self.database) as session:
+            for chunk in _chunks(steps, self.batch_size):
+                session.execute_write(_run_write, _UPSERT_STEPS, steps=list(chunk))
+        return len(steps)
+
+    def drop_mentions(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
+        """Records whose content is gone mention nothing: their MENTIONS edges go, and so
+        does every entity they mentioned that no record mentions any more (as in
+        PostgreSQL). Returns the number of entity nodes removed."""
+        if not tenant_id:
+            raise ValueError("tenant_id is required")
+        ids = [str(i) for i in dict.fromkeys(memory_ids)]
+        total = 0
+        with self._driver.session(database=self.database) as session:
+            for chunk in _chunks(ids, self.batch_size):
+                total += session.execute_write(_drop_mentions, tenant_id, list(chunk))
+        return total
+
     def forget(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
         """Erasure: keep tenant_id, memory_id, content_hash and every edge; set
         consolidation_state 'tombstoned'; remove every other property. Returns the number
@@ -420,14 +701,19 @@ class GraphStore:
         return total
 
     def wipe(self, tenant_id: str | None = None) -> int:
-        """Delete the projection (every :Memory and :Agent node and their edges; with
+        """Delete the projection (every :Memory, :Agent and :Entity node and their edges; with
         tenant_id, only that tenant's) in batches of DETACH DELETE. Returns nodes deleted.
         Other labels in the database are left alone."""
         if tenant_id is None:
-            statements = (_WIPE_MEMORIES, _WIPE_AGENTS)
+            statements = (_WIPE_MEMORIES, _WIPE_AGENTS, _WIPE_ENTITIES, _WIPE_STEPS)
             params: dict[str, Any] = {}
         else:
-            statements = (_WIPE_TENANT_MEMORIES, _WIPE_TENANT_AGENTS)
+            statements = (
+                _WIPE_TENANT_MEMORIES,
+                _WIPE_TENANT_AGENTS,
+                _WIPE_TENANT_ENTITIES,
+                _WIPE_TENANT_STEPS,
+            )
             params = {"tenant_id": tenant_id}
         total = 0
         with self._driver.session(database=self.database) as session:
@@ -453,7 +739,12 @@ class GraphStore:
 
         def read(tx: ManagedTransaction) -> GraphExport:
             nodes: list[tuple[str, str, dict[str, Any]]] = []
-            for label, query in (("Agent", _EXPORT_AGENTS), ("Memory", _EXPORT_MEMORIES)):
+            for label, query in (
+                ("Agent", _EXPORT_AGENTS),
+                ("Entity", _EXPORT_ENTITIES),
+                ("Memory", _EXPORT_MEMORIES),
+                ("Step", _EXPORT_STEPS),
+            ):
                 for record in tx.run(query, tenant_id=tenant_id):
                     props = dict(sorted(dict(record["props"]).items()))
                     nodes.append((label, _key(tenant_id, record["id"]), props))
@@ -466,6 +757,59 @@ class GraphStore:
             nodes.sort(key=lambda node: (node[0], node[1]))
             edges.sort()
             return GraphExport(nodes=nodes, edges=edges)
+
+        with self._driver.session(database=self.database) as session:
+            return session.execute_read(read)
+
+    def walk(
+        self,
+        tenant_id: str,
+        seeds: Sequence[str],
+        hops: int,
+        scope_keys: Sequence[str],
+        tiers: Sequence[str],
+        limit: int = 1000,
+    ) -> list[tuple[str, float]]:
+        """Graph recall's candidates: from the seed entities, `hops` hops of entity -> the
+        records that mention it (live, in `scope_keys` and `tiers`) -> the entities those
+        mention, inside the tenant; at most `limit` (memory_id, score) pairs, best first
+        (`rank_walk`). Only records the caller may read are walked through; the database
+        re-checks every candidate."""
+        if isinstance(hops, bool) or not isinstance(hops, int) or not 1 <= hops <= 3:
+            raise ValueError("hops must be 1, 2 or 3")
+
+        def read(tx: ManagedTransaction) -> list[tuple[str, float]]:
+            seen = set(seeds)
+            frontier = sorted(seen)
+            reached: set[str] = set()
+            levels: list[list[tuple[str, str]]] = []
+            for level in range(1, hops + 1):
+                if not frontier:
+                    break
+                pairs = sorted(
+                    (str(r["entity_id"]), str(r["memory_id"]))
+                    for r in tx.run(
+                        _WALK_MENTIONING,
+                        tenant_id=tenant_id,
+                        entity_ids=frontier,
+                        scope_keys=list(scope_keys),
+                        tiers=list(tiers),
+                        live=list(LIVE_STATES),
+                        limit=WALK_PAIRS,
+                    )
+                )
+                levels.append(pairs)
+                new = sorted({m for _, m in pairs} - reached)
+                reached.update(new)
+                if level == hops or not new:
+                    break
+                found = {
+                    str(r["entity_id"])
+                    for r in tx.run(_WALK_MENTIONED, tenant_id=tenant_id, memory_ids=new)
+                }
+                frontier = sorted(found - seen)
+                seen.update(frontier)
+            return rank_walk(levels)[:limit]
 
         with self._driver.session(database=self.database) as session:
             return session.execute_read(read)
@@ -493,6 +837,36 @@ class GraphStore:
 
         with self._driver.session(database=self.database) as session:
             return session.execute_read(read)
+
+
+#: The states a graph walk passes through (live records; the database re-checks).
+LIVE_STATES: Final = ("raw", "consolidated", "reflected")
+#: Pairs (entity, record) read per hop at most.
+WALK_PAIRS: Final = 5_000
+
+
+def rank_walk(levels: Sequence[Sequence[tuple[str, str]]]) -> list[tuple[str, float]]:
+    """Graph recall's order, from the (entity, record) pairs found at each hop: a record
+    counts at the first hop that reaches it; nearer hops first; within a hop, records linked
+    by more and rarer entities first (each link weighs 1 / (1 + ln d), d the number of
+    records the entity reached on that hop), then by memory id. Scores fall from the number
+    of records to 1, so a larger score is a better candidate."""
+    import math
+
+    found: dict[str, tuple[int, float]] = {}
+    for level, pairs in enumerate(levels, start=1):
+        degree: dict[str, int] = {}
+        for entity, _ in pairs:
+            degree[entity] = degree.get(entity, 0) + 1
+        weight: dict[str, float] = {}
+        for entity, memory in pairs:
+            if memory in found:
+                continue
+            weight[memory] = weight.get(memory, 0.0) + 1.0 / (1.0 + math.log(degree[entity]))
+        for memory, w in weight.items():
+            found[memory] = (level, w)
+    ranked = sorted(found, key=lambda m: (found[m][0], -found[m][1], m))
+    return [(m, float(len(ranked) - i)) for i, m in enumerate(ranked)]
 
 
 def graph_from_env() -> GraphStore:

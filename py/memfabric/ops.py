@@ -80,6 +80,12 @@ def probes(projector: Projector) -> Json:
         for tenant in sorted({r["tenant_id"] for r in records}):
             export = graph.export(tenant)
             out["graph"][tenant] = hashlib.sha256(export.as_json().encode()).hexdigest()
+            # the graph holds no names of people: a person node with one is a leak
+            out["graph"][f"{tenant}|named_persons"] = sum(
+                1
+                for label, _, props in export.nodes
+                if label == "Entity" and props.get("entity_type") == "person" and "name" in props
+            )
             derived = sorted(
                 r["memory_id"] for r in records if r["tenant_id"] == tenant and r["derived_from"]
             )
@@ -105,8 +111,9 @@ def never_built(projector: Projector, records: list[Json]) -> list[str]:
 
 
 def drill(projector: Projector, progress: Progress = lambda _d, _t: None) -> Json:
-    """Probes, wipe, rebuild, probes again; `identical` is the verdict (R-PROJ-1).
-    Projections that were never built are named in `never_built` and left untouched."""
+    """Probes, wipe, rebuild, probes again; `identical` is the verdict (R-PROJ-1), and it
+    fails too when the graph held a person node with a name (`named_persons`). Projections
+    that were never built are named in `never_built` and left untouched."""
     records = _all_records(projector)
     unbuilt = never_built(projector, records)
     if unbuilt:
@@ -137,8 +144,10 @@ def drill(projector: Projector, progress: Progress = lambda _d, _t: None) -> Jso
         for k in sorted(set(before["graph"]) | set(after["graph"]))
         if before["graph"].get(k) != after["graph"].get(k)
     ]
+    named = sum(v for k, v in before["graph"].items() if k.endswith("|named_persons"))
     return {
-        "identical": not diffs,
+        "identical": not diffs and not named,
+        "named_persons": named,
         "records": len(records),
         "differences": diffs,
         "rebuilt": rebuilt["rebuilt"],

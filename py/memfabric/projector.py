@@ -38,12 +38,14 @@ from memfabric.call import Cast, fabric_call, fabric_rows, register_vector
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, EmbeddingError, text_of
 from memfabric.errors import FabricError, OperationalFailure, connection_lost
-from memfabric.graph import ROW_KEYS, GraphStore
+from memfabric.graph import OPTIONAL_ROW_KEYS, ROW_KEYS, GraphStore
 from memfabric.vectors import MemoryPayload, ShardFailure, VectorPoint, VectorStore, WritesLost
 
 Json = dict[str, Any]
 Progress = Callable[[str], None]
 PROJECTIONS = ("qdrant", "graph")
+# the event of a reasoning step (no memory_id: the graph reads the step by its event)
+STEP_EVENT = "memory.reasoning_step.recorded"
 # after a NOTIFY whose events are still above the horizon: the first look again (seconds)
 HELD_RETRY_SECONDS = 0.05
 
@@ -79,8 +81,9 @@ def projection_record(row: Json) -> Json:
 
 
 def graph_row(record: Json) -> Json:
-    """A projection record as a row for GraphStore.upsert_memories (its ROW_KEYS)."""
-    return {k: record[k] for k in ROW_KEYS}
+    """A projection record as a row for GraphStore.upsert_memories (its ROW_KEYS, and the
+    record's correlation id)."""
+    return {k: record[k] for k in ROW_KEYS} | {k: record.get(k) for k in OPTIONAL_ROW_KEYS}
 
 
 # OSErrors that no retry mends: a missing or mistyped path, a permission (a vector directory
@@ -246,15 +249,38 @@ class Projector:
         if flush:
             self.store.flush()
 
-    def apply_graph(self, records: Sequence[Json]) -> None:
+    def apply_graph(self, conn: psycopg.Connection[Any], records: Sequence[Json]) -> None:
+        """The records' nodes and lineage, the agent lineage links whose outcome they are,
+        and the entities they mention (read from PostgreSQL now: current state, so a replay
+        writes the same); a record whose content is gone drops its mentions."""
         assert self.graph is not None
         self.graph.upsert_memories([graph_row(r) for r in records])
+        ids = Cast([r["memory_id"] for r in records], "uuid[]")
+        emptied: dict[str, list[str]] = {}
         erased: dict[str, list[str]] = {}
         for r in records:
+            if r["content"] is None:
+                emptied.setdefault(r["tenant_id"], []).append(r["memory_id"])
             if r["consolidation_state"] == "tombstoned":
                 erased.setdefault(r["tenant_id"], []).append(r["memory_id"])
-        for tenant, ids in erased.items():
-            self.graph.forget(tenant, ids)
+        for tenant, gone in emptied.items():
+            self.graph.drop_mentions(tenant, gone)
+        self.graph.upsert_links(fabric_rows(conn, "fabric_api.projection_agent_links", ids))
+        self.graph.upsert_mentions(fabric_rows(conn, "fabric_api.projection_mentions", ids))
+        for tenant, forgotten in erased.items():
+            self.graph.forget(tenant, forgotten)
+
+    def apply_steps(
+        self, projection: str, conn: psycopg.Connection[Any], events: Sequence[Json]
+    ) -> None:
+        """The reasoning steps these events recorded, into the graph (the vector store
+        holds none)."""
+        ids = [e["event_id"] for e in events if e["event_type"] == STEP_EVENT]
+        if projection != "graph" or not ids:
+            return
+        assert self.graph is not None
+        rows = fabric_rows(conn, "fabric_api.projection_steps", Cast(ids, "uuid[]"))
+        self.graph.upsert_steps(rows)
 
     def apply(
         self,
@@ -270,7 +296,7 @@ class Projector:
         if projection == "qdrant":
             self.apply_vectors(conn, records, embedded, flush=flush)
         else:
-            self.apply_graph(records)
+            self.apply_graph(conn, records)
 
     def records(self, conn: psycopg.Connection[Any], ids: Sequence[str]) -> list[Json]:
         register_vector(conn)
@@ -367,6 +393,7 @@ class Projector:
                 records = self.records(conn, ids)
                 with self._guarded():
                     self.apply(projection, conn, records, flush=not deferred)
+            self.apply_steps(projection, conn, events)
             self._applied(conn, projection, events[-1], deferred)
             applied += len(events)
             batches += 1
@@ -599,6 +626,7 @@ class Projector:
                             self.apply(
                                 projection, conn, batch.records, batch.embedded, flush=not deferred
                             )
+                    self.apply_steps(projection, conn, batch.events)
                     self._applied(conn, projection, batch.events[-1], deferred)
                     self.progress(f"{projection}: applied {len(batch.events)} events")
                 # stopped, or another stage failed: what was applied was applied in order,
@@ -649,6 +677,25 @@ class Projector:
             yield rows
             after_tenant, after_memory = rows[-1]["tenant_id"], rows[-1]["memory_id"]
 
+    def step_snapshot(
+        self, conn: psycopg.Connection[Any], page: int = 1000
+    ) -> Iterator[list[Json]]:
+        """Every reasoning step, a page at a time (for the graph's rebuild)."""
+        after_tenant: str | None = None
+        after_step: str | None = None
+        while True:
+            rows = fabric_rows(
+                conn,
+                "fabric_api.projection_steps_snapshot",
+                after_tenant,
+                Cast(after_step, "uuid"),
+                page,
+            )
+            if not rows:
+                return
+            yield rows
+            after_tenant, after_step = rows[-1]["tenant_id"], str(rows[-1]["step_id"])
+
     def unfinished_rebuilds(self) -> dict[str, datetime]:
         """This projector's projections whose last rebuild began and did not end (a crash,
         `memfabric serve` stopped), with when it began: they may be incomplete until
@@ -680,6 +727,10 @@ class Projector:
                 self.apply(projection, conn, rows)
                 total += len(rows)
                 on_page(len(rows))
+            if projection == "graph":
+                for steps in self.step_snapshot(conn):
+                    assert self.graph is not None
+                    self.graph.upsert_steps(steps)
             # Every transaction below the horizon is in the snapshot; later events replay.
             below = str(max(int(horizon) - 1, 0))
             self._call(

@@ -10,11 +10,19 @@ The query is embedded while the database resolves the scope (a worker thread ask
 broker in this process, or `memfabric serve`, for the vector alone): the embedding needs no
 filter, the search waits for it, and nothing is searched before the scope is resolved. A
 `memfabric serve` that cannot embed alone (older than this client) is asked to search with
-the query, as before."""
+the query, as before.
+
+Graph recall (mode `graph`, or `expand` in semantic and hybrid recall) walks the graph
+projection from where the database says it starts (the query's entities, else the subject,
+as entity ids) and sends what it reaches back as `graph_candidates`, which the database
+re-checks like vector candidates and fuses with the other lists. Without a reachable graph
+server, mode `graph` fails (`Unreachable`) and `expand` is served without the graph
+(`mode_served` says which)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +42,7 @@ from memfabric.call import afabric_call, fabric_call
 from memfabric.constants import RECALL_MAX_CANDIDATES
 from memfabric.embedding import has_words
 from memfabric.errors import Unreachable
+from memfabric.graph import GraphStore
 from memfabric.settings import Settings
 from memfabric.tracing import client_span
 
@@ -58,13 +67,16 @@ def recall(
     broker: Broker | None = None,
     *,
     exact: bool = False,
+    graph: GraphStore | None = None,
 ) -> Json:
     """`conn` is the agent's own connection (its login is its identity). With broker=None
-    the broker is found from the environment when one is needed. With an
-    OpenTelemetry tracer provider configured, the call is a client span and the request
-    carries its traceparent, so the span made from the outbox joins the same trace."""
+    the broker is found from the environment when one is needed, and with graph=None the
+    graph server (NEO4J_URI, else the local Bolt server) when a graph walk is asked for.
+    With an OpenTelemetry tracer provider configured, the call is a client span and the
+    request carries its traceparent, so the span made from the outbox joins the same
+    trace."""
     with client_span(request) as traced:
-        return _recall_modes(conn, traced, broker, exact=exact)
+        return _recall_modes(conn, traced, broker, exact=exact, graph=graph)
 
 
 async def arecall(
@@ -73,8 +85,10 @@ async def arecall(
     broker: Broker | None = None,
     *,
     exact: bool = False,
+    graph: GraphStore | None = None,
 ) -> Json:
-    """`recall` on an async connection (the broker's search runs in a worker thread)."""
+    """`recall` on an async connection (the broker's search and the graph walk run in a
+    worker thread)."""
     with client_span(request) as traced:
         plan = _plan(traced, exact)
         reply: Any = None
@@ -90,6 +104,8 @@ async def arecall(
                 reply = await afabric_call(conn, "fabric_api.recall", step.request)
             elif isinstance(step, _FindBroker):
                 reply = broker or await _afind_broker(conn)
+            elif isinstance(step, _FindGraph):
+                reply = graph or await asyncio.to_thread(find_graph)
             elif isinstance(step, _Embed):
                 reply = step.start()
             else:
@@ -107,6 +123,41 @@ def no_broker() -> Unreachable:
         "not set: semantic and hybrid recall need a vector broker",
         hint="start `memfabric serve`, set QDRANT_URL, or omit mode to be served text",
     )
+
+
+def no_graph() -> Unreachable:
+    """Graph recall asked for, and no graph server answers."""
+    return Unreachable(
+        "no graph server answers (NEO4J_URI, or the local Bolt server of `make graph-up`): "
+        "graph recall needs one",
+        hint="start the graph server, set NEO4J_URI, or ask for semantic or hybrid recall",
+    )
+
+
+_GRAPH: list[GraphStore] = []  # the process's graph store, once one answered
+
+
+def find_graph() -> GraphStore | None:
+    """The graph store of the environment (`graph_from_env`) if its server answers, else
+    None. One store per process, kept once it answered and dropped when it stops."""
+    from neo4j.exceptions import Neo4jError, ServiceUnavailable
+
+    from memfabric.errors import Misconfigured
+    from memfabric.graph import graph_from_env
+
+    store = _GRAPH[0] if _GRAPH else None
+    try:
+        if store is None:
+            store = graph_from_env()
+        store.verify()
+    except (ServiceUnavailable, Neo4jError, OSError, Misconfigured, ValueError):
+        if store is not None:
+            store.close()
+        _GRAPH.clear()
+        return None
+    if not _GRAPH:
+        _GRAPH.append(store)
+    return store
 
 
 async def _afind_broker(conn: psycopg.AsyncConnection[Any]) -> Broker | None:
@@ -164,7 +215,38 @@ class _Search:
         return self.broker.search(self.flt, self.query, self.limit, exact=self.exact)
 
 
-_Step = _Database | _FindBroker | _Embed | _Search
+@dataclass(frozen=True)
+class _FindGraph:
+    pass
+
+
+@dataclass(frozen=True)
+class _Walk:
+    graph: GraphStore
+    resolved: Json  # the database's resolution: its filter and where the walk starts
+
+    def run(self) -> list[tuple[str, float]]:
+        """The walk; a lost graph server is a ConnectionError (an OSError), as a lost
+        broker is."""
+        from neo4j.exceptions import ServiceUnavailable, SessionExpired
+
+        flt, start = self.resolved["filter"], self.resolved["graph"]
+        if not start["seeds"] or not flt["scope_keys"] or not start["tiers"]:
+            return []
+        try:
+            return self.graph.walk(
+                flt["tenant_id"],
+                start["seeds"],
+                int(start["hops"]),
+                flt["scope_keys"],
+                start["tiers"],
+                RECALL_MAX_CANDIDATES,
+            )
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise ConnectionError(f"graph server: {exc}") from exc
+
+
+_Step = _Database | _FindBroker | _FindGraph | _Embed | _Search | _Walk
 
 
 def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
@@ -179,6 +261,20 @@ def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
         request = {**request, "mode": "hybrid"}
     if request.get("mode", "text") == "text" or "candidates" in request:
         return (yield _Database(request))
+    if "graph_candidates" in request:
+        return (yield _Database(request))
+    if request["mode"] == "graph":
+        graph = yield _FindGraph()
+        if graph is None:
+            raise no_graph()
+        start: Json = yield _Database(request)
+        if start["status"] != "resolved":
+            return start  # malformed or denied, and audited as such
+        try:
+            walked = yield _Walk(graph, start)
+        except (OSError, RuntimeError) as exc:
+            raise no_graph() from exc
+        return (yield _Database({**request, "graph_candidates": hits_as_candidates(walked)}))
     if broker is None:
         broker = yield _FindBroker()
     if broker is None:
@@ -202,7 +298,14 @@ def _plan(request: Json, exact: bool) -> Generator[_Step, Any, Any]:
                 raise
             # The broker went away between finding it and asking it: serve text instead.
             return (yield _Database({k: v for k, v in request.items() if k != "mode"}))
-    return (yield _Database({**request, "candidates": hits_as_candidates(hits)}))
+    final = {**request, "candidates": hits_as_candidates(hits)}
+    if "expand" in request:
+        graph = yield _FindGraph()
+        if graph is not None:  # else served without the graph: mode_served says so
+            # the graph server going away meanwhile: served without it
+            with contextlib.suppress(OSError, RuntimeError):
+                final["graph_candidates"] = hits_as_candidates((yield _Walk(graph, resolved)))
+    return (yield _Database(final))
 
 
 def _recall_modes(
@@ -211,6 +314,7 @@ def _recall_modes(
     broker: Broker | None = None,
     *,
     exact: bool = False,
+    graph: GraphStore | None = None,
 ) -> Json:
     plan = _plan(request, exact)
     reply: Any = None
@@ -226,6 +330,8 @@ def _recall_modes(
             reply = _recall(conn, step.request)
         elif isinstance(step, _FindBroker):
             reply = broker or find_broker(conn)
+        elif isinstance(step, _FindGraph):
+            reply = graph or find_graph()
         elif isinstance(step, _Embed):
             reply = step.start()
         else:

@@ -101,6 +101,9 @@ class Fabric:
     def mcp_gateway(self, login: str) -> McpGateway:
         return McpGateway(self, login)
 
+    def workflow(self, login: str) -> Workflow:
+        return Workflow(self, login)
+
 
 def _as_run(run: Run | Id, tenant_id: str | None) -> Run:
     if isinstance(run, Run):
@@ -586,9 +589,42 @@ class Auditor(_Role):
     def recalled_records(self, tenant_id: str, start: datetime, end: datetime) -> list[Json]:
         return self._rows("fabric_audit.recalled_records", tenant_id, start, end)
 
+    def agent_links(
+        self, tenant_id: str, start: datetime | None = None, end: datetime | None = None
+    ) -> list[Json]:
+        """Which agent caused or contributed to which outcome (recorded in [start, end))."""
+        window = {k: v for k, v in (("p_from", start), ("p_to", end)) if v is not None}
+        return self._rows("fabric_audit.agent_links", tenant_id, **window)
+
+    def entity_touches(self, tenant_id: str, entity_id: Id) -> list[Json]:
+        """Which agent step touched an entity, and the outcomes that followed."""
+        return self._rows("fabric_audit.entity_touches", tenant_id, Cast(str(entity_id), "uuid"))
+
 
 class Projector(_Role):
     """fabric_projector: reads the outbox and records for the vector and graph projections."""
+
+    def projection_agent_links(self, memory_ids: Sequence[Id]) -> list[Json]:
+        """The agent lineage links whose outcome is one of these records (the graph tier)."""
+        ids = Cast([str(i) for i in memory_ids], "uuid[]")
+        return self._rows("fabric_api.projection_agent_links", ids)
+
+    def projection_mentions(self, memory_ids: Sequence[Id]) -> list[Json]:
+        """The entities these records mention (persons without names)."""
+        ids = Cast([str(i) for i in memory_ids], "uuid[]")
+        return self._rows("fabric_api.projection_mentions", ids)
+
+    def projection_steps(self, event_ids: Sequence[Id]) -> list[Json]:
+        """The reasoning steps these events recorded, with the entities each touched."""
+        return self._rows(
+            "fabric_api.projection_steps", Cast([str(i) for i in event_ids], "uuid[]")
+        )
+
+    def projection_steps_snapshot(
+        self, after_tenant: str | None = None, after_step: Id | None = None, limit: int = 1000
+    ) -> list[Json]:
+        after = Cast(None if after_step is None else str(after_step), "uuid")
+        return self._rows("fabric_api.projection_steps_snapshot", after_tenant, after, limit)
 
     def store_embedding(
         self,
@@ -704,6 +740,51 @@ class McpGateway(_Role):
         return self._call("fabric_api.resolve_mcp_token", token)  # type: ignore[no-any-return]
 
 
+class Workflow(_Role):
+    """fabric_workflow: a domain workflow's records of the graph tier (agent lineage links,
+    reasoning steps), never memory."""
+
+    def record_agent_link(
+        self,
+        tenant_id: str,
+        agent_id: str,
+        outcome_id: Id,
+        kind: str,
+        source_event_id: Id,
+        correlation_id: str,
+        outcome_envelope_id: Id | None = None,
+    ) -> Json:
+        """That `agent_id` caused or contributed to the record `outcome_id`, learnt from the
+        event `source_event_id`; {"link_id", "recorded"}."""
+        return self._call(  # type: ignore[no-any-return]
+            "fabric_api.record_agent_link",
+            tenant_id,
+            agent_id,
+            Cast(str(outcome_id), "uuid"),
+            kind,
+            Cast(str(source_event_id), "uuid"),
+            correlation_id,
+            Cast(None if outcome_envelope_id is None else str(outcome_envelope_id), "uuid"),
+        )
+
+    def record_step(
+        self,
+        run: Run | Id,
+        correlation_id: str,
+        entity_ids: Sequence[Id],
+        outcome_envelope_id: Id | None = None,
+    ) -> Json:
+        """A reasoning step of `run` and the entities it touched; {"step_id", "event_id"}."""
+        run_id = run.run_id if isinstance(run, Run) else run
+        return self._call(  # type: ignore[no-any-return]
+            "fabric_api.record_step",
+            Cast(str(run_id), "uuid"),
+            correlation_id,
+            Cast([str(i) for i in entity_ids], "uuid[]"),
+            Cast(None if outcome_envelope_id is None else str(outcome_envelope_id), "uuid"),
+        )
+
+
 ROLES: dict[str, type[_Role]] = {
     "admin": Admin,
     "orchestrator": Orchestrator,
@@ -715,4 +796,5 @@ ROLES: dict[str, type[_Role]] = {
     "projector": Projector,
     "tracer": Tracer,
     "mcp_gateway": McpGateway,
+    "workflow": Workflow,
 }

@@ -17,7 +17,11 @@ same MiniLM vectors of what the projector embeds (text_of). `text` and `hybrid` 
 second time with the deployment's lexical candidate bounds off (recall_lexical_top and
 recall_lexical_bound 0), in the same rotation, so quality with and without the bounds is
 printed side by side with the number of answers that differ; --lexical-top sets the bound
-of the bounded modes. BENCH_QUALITY_DB names the database (default
+of the bounded modes. With a graph server (NEO4J_URI, or the local Bolt server of `make
+graph-up`), the records are also projected into the graph (this tenant's nodes only: the
+rest of the graph is left alone) and `hybrid+graph` (hybrid with expand {"hops": 2}) is
+asked too; the synthetic set's multi-hop questions (two records linked by a declared
+entity) are then summed up apart from the rest. BENCH_QUALITY_DB names the database (default
 memfabric_bench_quality), dropped at the end unless --keep.
 """
 
@@ -34,6 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from bench_projection import call, connect
@@ -57,8 +62,9 @@ from quality.metrics import (
 from memfabric import db
 from memfabric.broker import LocalBroker
 from memfabric.embedding import Embedder, MiniLMEmbedder, embedder_from_settings, text_of
+from memfabric.graph import GraphStore
 from memfabric.projector import Projector
-from memfabric.recall import recall
+from memfabric.recall import find_graph, recall
 from memfabric.vectors import EdgeVectorStore
 
 DBNAME = os.environ.get("BENCH_QUALITY_DB", "memfabric_bench_quality")
@@ -75,19 +81,27 @@ NO_BOUNDS = Jsonb({"recall_lexical_top": 0, "recall_lexical_bound": 0})
 # Depths of the lists fused by the RRF references (k 60): 10, and recall's vector depth 4 x 10.
 RRF_DEPTHS = (10, 40)
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
-KINDS = ("fact", "current", "before", "list", "third_party", *friendsqa.KINDS)
+KINDS = ("fact", "current", "before", "list", "third_party", "multi_hop", *friendsqa.KINDS)
+# hybrid recall that also walks the graph (asked only when a graph server answers)
+GRAPH_MODE, EXPAND = "hybrid+graph", {"hops": 2}
 
 Ranked = list[str]
 
 
-def content(t: Turn) -> dict[str, str]:
-    """A turn as a record's content: its speaker (if any: stage directions have none) and text."""
-    return {"speaker": t.speaker, "text": t.text} if t.speaker else {"text": t.text}
+def content(t: Turn) -> dict[str, Any]:
+    """A turn as a record's content: its speaker (if any: stage directions have none), text
+    and the entities it declares (if any)."""
+    out: dict[str, Any] = {"speaker": t.speaker, "text": t.text} if t.speaker else {"text": t.text}
+    if t.entities:
+        out["entities"] = [{"type": kind, "name": name} for kind, name in t.entities]
+    return out
 
 
 def words(t: Turn) -> str:
     """Every string value of the content, as the database's search text holds them."""
-    return "\n".join(content(t).values())
+    c = content(t)
+    names = [e["name"] for e in c.get("entities", ())]
+    return "\n".join([v for v in c.values() if isinstance(v, str)] + names)
 
 
 class Primed(MiniLMEmbedder):
@@ -227,10 +241,12 @@ def governed(
     runs: dict[str, uuid.UUID],
     turn_of: dict[str, str],
     broker: LocalBroker,
+    graph: GraphStore | None = None,
 ) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]], dict[str, list[str]]]:
     """Every question through recall() in each mode (and the lexical ones unbounded: the
-    deployment's bounds switched off around the call), modes rotating question by question."""
-    names = (*MODES, *UNBOUNDED)
+    deployment's bounds switched off around the call; hybrid+graph with a graph), modes
+    rotating question by question."""
+    names = (*MODES, *UNBOUNDED, *((GRAPH_MODE,) if graph is not None else ()))
     out: dict[str, dict[str, Ranked]] = {m: {} for m in names}
     took: dict[str, list[float]] = {m: [] for m in names}
     errors: dict[str, list[str]] = {m: [] for m in names}
@@ -240,14 +256,16 @@ def governed(
                         if k in ("recall_lexical_top", "recall_lexical_bound")})  # fmt: skip
         for i, q in enumerate(data.questions[:WARMUP] + data.questions):
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                mode = name.split()[0]
+                mode = "hybrid" if name == GRAPH_MODE else name.split()[0]
                 request = {"run_id": str(runs[q.conversation_id]), "mode": mode,
                            "query": q.text, "tiers": TIERS, "limit": K}  # fmt: skip
+                if name == GRAPH_MODE:
+                    request["expand"] = EXPAND
                 if name in UNBOUNDED:
                     call(admin, configure, NO_BOUNDS)
                 t = time.perf_counter()
                 try:
-                    answer = recall(agent, request, broker)
+                    answer = recall(agent, request, broker, graph=graph)
                 except Exception as exc:  # recorded, not hidden: a mode that fails counts 0
                     answer = {"status": "error", "records": []}
                     state = getattr(exc, "sqlstate", None)
@@ -295,8 +313,9 @@ def report(
         returned = sum(len(r[q.question_id]) for q in qs) / len(qs)
         errs = errors.get(name, [])
         what = f"{len(errs)} ({', '.join(sorted(set(errs)))})" if errs else "0"
-        label = (f"`{name}`" if name in MODES else f"`{name.split()[0]}` {name.split()[1]}"
-                 if name in UNBOUNDED else f"plain {name}")  # fmt: skip
+        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE) else
+                 f"`{name.split()[0]}` {name.split()[1]}" if name in UNBOUNDED
+                 else f"plain {name}")  # fmt: skip
         print(f"| {label} | {' | '.join(cells)} | {returned:.1f} | {ms(took[name])} | {what} |")
     print("\nrecall@10 by question kind (questions):\n")
     kinds = [k for k in KINDS if any(q.kind == k for q in qs)]
@@ -319,6 +338,36 @@ def report(
         differ = sum(ranked[mode][q.question_id] != ranked[f"{mode} unbounded"][q.question_id]
                      for q in qs)  # fmt: skip
         print(f"{mode}: answers that differ with and without the bounds: {differ} of {len(qs)}")
+    hops = [q for q in qs if q.kind == "multi_hop"]
+    rest = [q for q in qs if q.kind != "multi_hop"]
+    if hops:
+        print(f"\nrecall@10 on the multi-hop questions ({len(hops)}) and on the rest"
+              f" ({len(rest)}):")  # fmt: skip
+        for name in (*MODES, GRAPH_MODE):
+            if name in ranked:
+                print(f"  {name}: multi-hop {score(ranked[name], hops, METRICS['recall@10']):.3f};"
+                      f" rest {score(ranked[name], rest, METRICS['recall@10']):.3f}")  # fmt: skip
+
+
+def project_graph(url: str, projector: Projector) -> GraphStore | None:
+    """The tenant's records into the graph of the environment, if a graph server answers:
+    this tenant's nodes wiped and written from the snapshot feed (the rest of the graph is
+    left alone); the store, or None."""
+    graph = find_graph()
+    if graph is None:
+        return None
+    graph.ensure_schema()
+    graph.wipe(TENANT)
+    projector.graph = graph
+    t = time.perf_counter()
+    with connect(db.url_for(url, "benchq_projector")) as conn:
+        n = 0
+        for rows in projector.snapshot(conn):
+            mine = [r for r in rows if r["tenant_id"] == TENANT]
+            projector.apply_graph(conn, mine)
+            n += len(mine)
+    print(f"projected {n} records into the graph in {time.perf_counter() - t:.0f} s", flush=True)
+    return graph
 
 
 def sample(data: Dataset, n: int | None, seed: int) -> Dataset:
@@ -389,8 +438,11 @@ def main() -> int:
                      Jsonb({"recall_lexical_top": args.lexical_top}))  # fmt: skip
         print(f"asking {len(data.questions)} questions x {len(MODES) + len(UNBOUNDED)} modes"
               " ...", flush=True)  # fmt: skip
+        graph = project_graph(url, projector)
         broker = LocalBroker(store, emb, {})
-        got, took_g, errors = governed(url, data, runs, turn_of, broker)
+        print(f"asking {GRAPH_MODE} too" if graph else f"no graph server: no {GRAPH_MODE}",
+              flush=True)  # fmt: skip
+        got, took_g, errors = governed(url, data, runs, turn_of, broker, graph)
         cpu, pg = machine(url)
     finally:
         store.close()

@@ -47,7 +47,14 @@ def test_default_size_and_what_it_covers() -> None:
     data = generate()
     assert sum(len(c.turns) for c in data.conversations) >= 3000
     assert len(data.questions) >= 500
-    assert {q.kind for q in data.questions} == {"fact", "current", "before", "list", "third_party"}
+    assert {q.kind for q in data.questions} == {
+        "fact",
+        "current",
+        "before",
+        "list",
+        "third_party",
+        "multi_hop",
+    }
     for c in data.conversations:
         assert len(set(c.speakers)) == 3
         assert len({t.session for t in c.turns}) > 5
@@ -137,3 +144,16 @@ def test_rrf_by_hand() -> None:
     assert rrf([["a", "b", "c"], ["b", "d", "a"]], 10) == ["b", "a", "d", "c"]
     assert rrf([["a", "b", "c"], ["b", "d", "a"]], 2) == ["b", "a"]
     assert rrf([["x"], ["y"]], 10) == ["x", "y"]  # a tie: by id
+
+
+def test_multi_hop_questions_need_two_turns_linked_by_a_declared_entity() -> None:
+    data = generate(seed=3, conversations=2)
+    turn = {t.turn_id: t for c in data.conversations for t in c.turns}
+    hops = [q for q in data.questions if q.kind == "multi_hop"]
+    assert len(hops) == 8
+    for q in hops:
+        first, second = (turn[e] for e in q.evidence)
+        shared = set(first.entities) & set(second.entities)
+        assert len(shared) == 1, q  # the link
+        (link,) = shared
+        assert link[1] not in q.text, q  # the question never names the entity between them

@@ -43,6 +43,7 @@ GROUP = {
     "projector": "fabric_projector",
     "tracer": "fabric_tracer",
     "mcp_gateway": "fabric_mcp_gateway",
+    "workflow": "fabric_workflow",
 }
 CALLED = re.compile(r'"((?:fabric_api|fabric_audit)\.[a-z_0-9]+)"')
 

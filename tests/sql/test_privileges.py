@@ -35,6 +35,7 @@ ROLES = (
     "fabric_tracer",
     "fabric_checkpointer",
     "fabric_mcp_gateway",
+    "fabric_workflow",
     "fabric_migrator",
     "mf_agent_a",
     "mf_committer",
@@ -42,6 +43,7 @@ ROLES = (
     "mf_tracer",
     "mf_service",
     "mf_stranger",
+    "mf_workflow",
     "public",
 )
 AGENT_LOGINS = ("fabric_agent", "mf_agent_a", "mf_stranger")

@@ -125,10 +125,12 @@ RECALL_GOOD: Values = {
     "candidates": st.sampled_from(
         [[], [{"memory_id": UUID, "score": -0.5}], [{"memory_id": UUID_UPPER, "score": 1}]]
     ),
-    "mode": st.sampled_from(["text", "semantic", "hybrid", None]),
+    "mode": st.sampled_from(["text", "semantic", "hybrid", "graph", None]),
     "traceparent": st.sampled_from(
         ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None]
     ),
+    "expand": st.sampled_from([{"hops": 1}, {"hops": 2.0}, {"hops": 3}]),
+    "graph_candidates": st.sampled_from([[], [{"memory_id": UUID, "score": 2}]]),
 }
 RECALL_BAD: Values = {
     "run_id": st.sampled_from(["x", 1, None]),
@@ -194,6 +196,8 @@ RECALL_BAD: Values = {
         ]
     ),
     "mode": st.sampled_from(["fuzzy", 1]),
+    "expand": st.sampled_from([{}, {"hops": 0}, {"hops": 4}, {"hops": "2"}, {"via": []}, [], None]),
+    "graph_candidates": st.sampled_from([[{"memory_id": "x", "score": 1}], {}, None]),
     "traceparent": st.sampled_from(
         [
             "00-00000000000000000000000000000000-b7ad6b7169203331-01",

@@ -34,6 +34,8 @@ class Turn:
     text: str
     at: datetime  # when it was said: the record's valid_from
     session: int
+    # entities the turn declares (type, name): content.entities of its record
+    entities: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class Question:
     conversation_id: str
     text: str
     evidence: tuple[str, ...]  # turn ids
-    kind: str  # fact, current, before, list, third_party
+    kind: str  # fact, current, before, list, third_party, multi_hop
 
 
 @dataclass(frozen=True)
@@ -515,6 +517,7 @@ class _Chat:
         self.blocks: list[tuple[float, int, list[Line]]] = []
         self.asks: list[tuple[str, tuple[str, ...], str]] = []  # text, evidence keys, kind
         self.keys = 0
+        self.entities: dict[str, tuple[tuple[str, str], ...]] = {}  # key -> declared entities
 
     def other(self, name: str) -> str:
         return self.rng.choice([n for n, _ in self.speakers if n != name])
@@ -550,6 +553,64 @@ class _Chat:
             if self.rng.random() < 0.12:  # typed casually
                 text = text.rstrip("?").lower()
             self.asks.append((text, tuple(keys), kind))
+
+
+# Multi-hop questions: the answer needs two records linked only by an entity (a person's
+# employer's city; a decision's author's team). The linking turns declare their entities,
+# as a formation model (or the speaker's app) would; the question names neither the
+# entity between them nor the second record's words.
+WORK_TEAMS = ["payments", "platform", "design", "growth", "data", "security", "mobile"]
+DECISIONS = ["hiring freeze", "office move", "price increase", "app rewrite", "rebrand",
+             "four-day week", "vendor switch"]  # fmt: skip
+HOP_EMPLOYER = [
+    ("My friend {N} just started working at {company}.",
+     "{company} moved its whole office to {city} last year.",
+     ["Which city is {N}'s employer in?", "Where is the company {N} works for based?"]),
+    ("{N} took a job at {company} in the spring.",
+     "I heard {company} is headquartered in {city}.",
+     ["In what city is {N}'s new employer located?", "Which city is {N}'s company based in?"]),
+]  # fmt: skip
+HOP_DECISION = [
+    ("It was {N} who pushed the {decision} through.",
+     "{N} runs the {team} team these days.",
+     ["Which team does the person behind the {decision} run?",
+      "What team is led by whoever pushed the {decision} through?"]),
+    ("The {decision} was {N}'s call in the end.",
+     "{N} is in charge of the {team} team now.",
+     ["Which team is run by the person who made the call on the {decision}?"]),
+]  # fmt: skip
+
+
+def _multi_hop(c: _Chat, rng: random.Random, names: list[str], chains: int = 4) -> None:
+    """`chains` two-record chains, half employer -> city, half decision -> author -> team,
+    said by different speakers at different times, each with its question."""
+    companies, cities = rng.sample(COMPANIES, chains), rng.sample(CITIES, chains)
+    decisions, teams = rng.sample(DECISIONS, chains), rng.sample(WORK_TEAMS, chains)
+    for k in range(chains):
+        n = names.pop()
+        first_speaker, second_speaker = rng.sample([s for s, _ in c.speakers], 2)
+        if k % 2 == 0:
+            first, second, asks = rng.choice(HOP_EMPLOYER)
+            f = {"N": n, "company": companies[k], "city": cities[k]}
+            ents = ((("person", n), ("organization", companies[k])),
+                    (("organization", companies[k]), ("location", cities[k])))  # fmt: skip
+        else:
+            first, second, asks = rng.choice(HOP_DECISION)
+            f = {"N": n, "decision": decisions[k], "team": teams[k]}
+            ents = ((("event", decisions[k]), ("person", n)),
+                    (("person", n), ("organization", f"{teams[k]} team")))  # fmt: skip
+        keys = []
+        for pos, who, text, declared in (
+            (rng.uniform(0.05, 0.5), first_speaker, first, ents[0]),
+            (rng.uniform(0.5, 0.95), second_speaker, second, ents[1]),
+        ):
+            c.keys += 1
+            key = f"k{c.keys}"
+            c.entities[key] = declared
+            c.at(pos, [(who, text.format(**f), key)])
+            keys.append(key)
+        text = rng.choice(asks).format(**f)
+        c.asks.append((text, tuple(keys), "multi_hop"))
 
 
 def _person(name: str, sex: str) -> F:
@@ -710,6 +771,9 @@ def conversation(seed: int, index: int, turns: int = 300) -> tuple[Conversation,
     used = sum(len(lines) for _, _, lines in c.blocks)
     for _ in range(max(0, turns - used)):
         c.at(rng.random(), [(rng.choice(speakers)[0], _small_talk(rng), None)])
+    # after everything else, with a generator of its own: the other turns and questions stay
+    # as they were (only their ids and times move)
+    _multi_hop(c, random.Random(f"memfabric-quality-{seed}-{index}-multi-hop"), names)
     lines = [line for _, _, block in sorted(c.blocks, key=lambda b: b[:2]) for line in block]
     # Sessions of 12-28 turns, days to weeks apart, evenings mostly; a turn a minute or two.
     when = datetime(2024, 1, 8, tzinfo=UTC) + timedelta(days=rng.randint(0, 200))
@@ -722,7 +786,7 @@ def conversation(seed: int, index: int, turns: int = 300) -> tuple[Conversation,
         when += timedelta(seconds=rng.randint(20, 150))
         left -= 1
         turn_id = f"{cid}-s{session:02d}-t{i:03d}"
-        out.append(Turn(turn_id, speaker, text, when, session))
+        out.append(Turn(turn_id, speaker, text, when, session, c.entities.get(key or "", ())))
         if key:
             by_key[key] = turn_id
     questions = [

@@ -1,0 +1,594 @@
+-- The graph tier's sources in PostgreSQL: agent lineage links (which agent caused or
+-- contributed to which outcome), POLE+O entities and the records that mention them. The
+-- graph projection (py/memfabric/graph.py) is rebuilt from these rows alone; names stay
+-- here, the graph holds a person only by an entity id or its subject's pseudonym.
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._entity_types: POLE+O, the entity types a record may declare.
+CREATE OR REPLACE FUNCTION fabric._entity_types()
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN ARRAY['person', 'organization', 'location', 'event', 'object'];
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._entity_name_key: the key that deduplicates entities by name: NFKC, trimmed,
+-- inner whitespace collapsed, lower case ('Acme  GmbH' and 'acme gmbh' are one entity).
+CREATE OR REPLACE FUNCTION fabric._entity_name_key(p_name text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN 'name:' || pg_catalog.lower(pg_catalog.regexp_replace(
+    pg_catalog.btrim(normalize(p_name, NFKC)), '\s+', ' ', 'g'));
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._envelope_entities: content.entities, when present, is a list of at most 50
+-- entities {"type", "name", "id"?}: type from POLE+O, a name of 1-200 characters, an
+-- optional external id (an identifier). Anything else is a malformed envelope (22023).
+CREATE OR REPLACE FUNCTION fabric._envelope_entities(p_entities jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v jsonb;
+  v_hint constant text :=
+    'e.g. "entities": [{"type": "organization", "name": "Acme GmbH", "id": "crm:4711"}]; '
+    'types: person, organization, location, event, object';
+BEGIN
+  IF pg_catalog.jsonb_typeof(p_entities) <> 'array' OR pg_catalog.jsonb_array_length(p_entities) > 50 THEN
+    PERFORM fabric._bad_envelope('content.entities must be a list of at most 50 entities', v_hint);
+  END IF;
+  FOR v IN SELECT e FROM pg_catalog.jsonb_array_elements(p_entities) e LOOP
+    IF pg_catalog.jsonb_typeof(v) <> 'object'
+       OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(v) k WHERE k NOT IN ('type', 'name', 'id'))
+       OR pg_catalog.jsonb_typeof(v -> 'type') IS DISTINCT FROM 'string'
+       OR NOT (v ->> 'type') = ANY (fabric._entity_types())
+       OR pg_catalog.jsonb_typeof(v -> 'name') IS DISTINCT FROM 'string'
+       OR pg_catalog.length(pg_catalog.btrim(v ->> 'name')) NOT BETWEEN 1 AND 200
+       OR (v ? 'id' AND pg_catalog.jsonb_typeof(v -> 'id') <> 'string') THEN
+      PERFORM fabric._bad_envelope(
+        'each of content.entities is {"type", "name", "id"?} with a POLE+O type and a name '
+        'of 1-200 characters', v_hint);
+    END IF;
+    PERFORM fabric._ident(v ->> 'id', 'content.entities[].id');
+  END LOOP;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._record_entities: the deterministic extractor. The entities a record's content
+-- and subject name, each with the key that deduplicates it and how it was found: declared
+-- in content.entities (keyed by external id, else by name), an @mention in a string of the
+-- content (a person, keyed by the handle), and the record's subject (a person, keyed by
+-- the subject). rank orders the sources when one entity is found several ways.
+CREATE OR REPLACE FUNCTION fabric._record_entities(p_content jsonb, p_subject_id text)
+RETURNS TABLE (entity_type text, entity_key text, name text, external_id text,
+               subject_id text, source text, rank integer)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT d.value ->> 'type',
+         CASE WHEN d.value ? 'id' THEN 'id:' || (d.value ->> 'id')
+              ELSE fabric._entity_name_key(d.value ->> 'name') END,
+         pg_catalog.btrim(d.value ->> 'name'), d.value ->> 'id', NULL::text, 'declared', 1
+  FROM pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(p_content -> 'entities') = 'array'
+                                            THEN p_content -> 'entities' ELSE '[]' END) d
+  UNION ALL
+  SELECT 'person', 'name:@' || pg_catalog.lower(m[2]), '@' || m[2], NULL, NULL, 'mention', 2
+  FROM pg_catalog.jsonb_path_query(coalesce(p_content, '{}') - 'entities',
+                                   'strict $.** ? (@.type() == "string")') s(v)
+  CROSS JOIN LATERAL pg_catalog.regexp_matches(s.v #>> '{}',
+    '(^|[^[:alnum:]_@.])@([[:alpha:]][[:alnum:]_]{0,62})', 'g') m
+  UNION ALL
+  SELECT 'person', 'subject:' || p_subject_id, p_subject_id, NULL, p_subject_id, 'subject', 3
+  WHERE p_subject_id IS NOT NULL AND p_content IS NOT NULL
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._subject_entity: the subject's person entity, made when a run names the subject
+-- (open_run), in a short transaction of its own: the records of the run find it made, so two
+-- commits of a new subject never wait for each other on it (as for its key). Entities named
+-- by content are made with the first record naming them; two transactions making the same
+-- one meet on its unique key, and the second waits for the first.
+CREATE OR REPLACE FUNCTION fabric._subject_entity(p_tenant_id text, p_subject_id text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_subject_id IS NOT NULL THEN
+    INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, subject_id)
+    SELECT p_tenant_id, x.entity_type, x.entity_key, x.name, x.subject_id
+    FROM fabric._record_entities('{}', p_subject_id) x
+    ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__mentions: a formed record's entities exist (one row per
+-- tenant, type and key: a second record naming one finds it) and the record mentions them,
+-- in the transaction that forms it. Two transactions making the same entity meet on its
+-- unique key; the second waits, and its next statement sees the first's row.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__mentions()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, external_id, subject_id)
+  SELECT DISTINCT ON (n.tenant_id, x.entity_type, x.entity_key)
+         n.tenant_id, x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id
+  FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
+  WHERE n.content IS NOT NULL
+  ORDER BY n.tenant_id, x.entity_type, x.entity_key, x.rank, n.memory_id
+  ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
+  INSERT INTO fabric.memory_mentions (tenant_id, memory_id, entity_id, source)
+  SELECT DISTINCT ON (n.tenant_id, n.memory_id, e.entity_id)
+         n.tenant_id, n.memory_id, e.entity_id, x.source
+  FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
+  JOIN fabric.entities e ON e.tenant_id = n.tenant_id AND e.entity_type = x.entity_type
+                        AND e.entity_key = x.entity_key
+  WHERE n.content IS NOT NULL
+  ORDER BY n.tenant_id, n.memory_id, e.entity_id, x.rank
+  ON CONFLICT DO NOTHING;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _710_mentions ON fabric.memory_records;
+CREATE TRIGGER _710_mentions
+  AFTER INSERT ON fabric.memory_records
+  REFERENCING NEW TABLE AS formed_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__mentions();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__forget_mentions: mentions are derived from content, so they go
+-- with it (erasure, the closing of a retention window), and so does every entity no record
+-- mentions any more: its name came from content that is gone. A subject's erasure thus
+-- removes the subject's person entity with the subject's last record.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__forget_mentions()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_gone record;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.content IS NULL) THEN
+    RETURN NULL;
+  END IF;
+  FOR v_gone IN
+    WITH emptied AS (
+      SELECT n.tenant_id, n.memory_id FROM new_rows n
+      JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.memory_id = n.memory_id
+      WHERE n.content IS NULL AND o.content IS NOT NULL),
+    gone AS (
+      DELETE FROM fabric.memory_mentions x USING emptied d
+      WHERE x.tenant_id = d.tenant_id AND x.memory_id = d.memory_id
+      RETURNING x.tenant_id, x.entity_id)
+    SELECT g.tenant_id, pg_catalog.array_agg(DISTINCT g.entity_id) AS entity_ids
+    FROM gone g GROUP BY g.tenant_id
+  LOOP
+    DELETE FROM fabric.entities e
+    WHERE e.tenant_id = v_gone.tenant_id AND e.entity_id = ANY (v_gone.entity_ids)
+      AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                      WHERE x.tenant_id = e.tenant_id AND x.entity_id = e.entity_id);
+  END LOOP;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _710_forget_mentions ON fabric.memory_records;
+CREATE TRIGGER _710_forget_mentions
+  AFTER UPDATE ON fabric.memory_records
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__forget_mentions();
+
+-- ---------------------------------------------------------------------------------------
+-- Agent lineage links are append-only, like the outbox: a link is never changed or removed
+-- (it holds identifiers only, nothing erasure must scrub).
+CREATE OR REPLACE TRIGGER _200_append_only
+  BEFORE UPDATE OR DELETE ON fabric.agent_lineage_links
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_events__append_only();
+CREATE OR REPLACE TRIGGER _200_append_only_truncate
+  BEFORE TRUNCATE ON fabric.agent_lineage_links
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.record_agent_link: a domain workflow (a registered agent login that is a
+-- member of fabric_workflow and enabled in the tenant) records that an agent caused or
+-- contributed to an outcome (a committed record), citing the event it learnt it from and a
+-- correlation id. The agent, the outcome and the event must be of this tenant: an unknown
+-- one is P0002, another tenant's 42501, an erased outcome 55000; a refusal writes nothing.
+-- The same link again (agent, outcome, kind, event) answers the first one.
+CREATE OR REPLACE FUNCTION fabric_api.record_agent_link(p_tenant_id text, p_agent_id text,
+  p_outcome_id uuid, p_kind text, p_source_event_id uuid, p_correlation_id text,
+  p_outcome_envelope_id uuid DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_workflow text := fabric._enter_as('fabric_workflow', 'record agent lineage links',
+                                      'wf-billing-001');
+  v_tenant text;
+  v_state text;
+  v_link fabric.agent_lineage_links;
+BEGIN
+  IF p_tenant_id IS NULL OR p_agent_id IS NULL OR p_outcome_id IS NULL
+     OR p_source_event_id IS NULL OR p_correlation_id IS NULL
+     OR p_kind IS NULL OR p_kind NOT IN ('caused', 'contributed') THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'an agent lineage link names a tenant, an agent, an outcome, a kind (caused or '
+      'contributed), its source event and a correlation id',
+      'e.g. fabric_api.record_agent_link(''acme'', ''com-agt-003'', ''<memory_id>'', '
+      '''contributed'', ''<event_id>'', ''corr-7f2a'')');
+  END IF;
+  PERFORM fabric._ident(p_agent_id, 'agent_id');
+  PERFORM fabric._ident(p_correlation_id, 'correlation_id');
+  PERFORM fabric._require_tenant(p_tenant_id);
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
+                 WHERE e.tenant_id = p_tenant_id AND e.agent_id = v_workflow) THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the workflow is not enabled in this tenant',
+      'an admin enables its agent with fabric_api.enable_agent');
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.agents a WHERE a.agent_id = p_agent_id) THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown agent',
+      'agents are registered with fabric_api.register_agent');
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
+                 WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_agent_id) THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a link names an agent enabled in its tenant',
+      'link agents of the tenant only; an admin enables one with fabric_api.enable_agent');
+  END IF;
+  v_tenant := fabric._tenant_of_known_record(p_outcome_id);    -- P0002 when unknown
+  IF v_tenant <> p_tenant_id THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a link''s outcome is a record of its tenant',
+      'link outcomes of the tenant only');
+  END IF;
+  SELECT e.tenant_id INTO v_tenant FROM fabric.events e WHERE e.event_id = p_source_event_id
+  LIMIT 1;
+  IF NOT FOUND THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown source event',
+      'cite the event_id of an event of the tenant (fabric_audit.events lists them)');
+  ELSIF v_tenant <> p_tenant_id THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'a link''s source event is an event of its tenant',
+      'cite events of the tenant only');
+  END IF;
+  PERFORM fabric._set_context('actor', v_workflow);
+  PERFORM fabric._set_context('correlation_id', p_correlation_id);
+  SELECT m.consolidation_state INTO v_state FROM fabric.memory_records m
+  WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_outcome_id
+  FOR SHARE;  -- an erasure racing this call waits, or has already won
+  IF v_state = 'tombstoned' THEN
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'an erased record is no outcome to link',
+      'link outcomes that are not erased');
+  END IF;
+  INSERT INTO fabric.agent_lineage_links AS l (tenant_id, agent_id, outcome_id, link_kind,
+    source_event_id, correlation_id, outcome_envelope_id, recorded_by)
+  VALUES (p_tenant_id, p_agent_id, p_outcome_id, p_kind, p_source_event_id, p_correlation_id,
+          p_outcome_envelope_id, v_workflow)
+  ON CONFLICT ON CONSTRAINT agent_lineage_links_once DO NOTHING
+  RETURNING * INTO v_link;
+  IF v_link.link_id IS NULL THEN
+    SELECT * INTO STRICT v_link FROM fabric.agent_lineage_links l
+    WHERE l.tenant_id = p_tenant_id AND l.agent_id = p_agent_id AND l.outcome_id = p_outcome_id
+      AND l.link_kind = p_kind AND l.source_event_id = p_source_event_id;
+    RETURN pg_catalog.jsonb_build_object('link_id', v_link.link_id, 'recorded', false);
+  END IF;
+  PERFORM fabric._emit('memory.agent_link.recorded', p_tenant_id, p_correlation_id,
+    p_source_event_id::text, p_outcome_id, NULL,
+    pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('link_id', v_link.link_id,
+      'agent_id', p_agent_id, 'kind', p_kind, 'source_event_id', p_source_event_id,
+      'outcome_envelope_id', p_outcome_envelope_id)));
+  RETURN pg_catalog.jsonb_build_object('link_id', v_link.link_id, 'recorded', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_agent_links: the lineage links whose outcome is one of these
+-- records, for the graph projection: tenant by tenant, then by outcome and link id.
+CREATE OR REPLACE FUNCTION fabric_api.projection_agent_links(p_memory_ids uuid[])
+RETURNS TABLE (tenant_id text, link_id uuid, agent_id text, outcome_id uuid, link_kind text,
+  source_event_id uuid, correlation_id text, outcome_envelope_id uuid, recorded_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
+                  WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY
+      SELECT l.tenant_id::text, l.link_id, l.agent_id::text, l.outcome_id, l.link_kind,
+             l.source_event_id, l.correlation_id::text, l.outcome_envelope_id, l.recorded_at
+      FROM fabric.agent_lineage_links l
+      WHERE l.tenant_id = v_tenant AND l.outcome_id = ANY (p_memory_ids)
+      ORDER BY l.outcome_id, l.link_id;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_mentions: the entities these records mention, for the graph
+-- projection, with each record's correlation and validity. A person's name never leaves:
+-- a person is its entity id, and a subject's person also its subject's pseudonym
+-- (subject_ref, as in the record feed). A record without content mentions nothing.
+CREATE OR REPLACE FUNCTION fabric_api.projection_mentions(p_memory_ids uuid[])
+RETURNS TABLE (tenant_id text, memory_id uuid, entity_id uuid, entity_type text, name text,
+  subject_ref text, source text, correlation_id text, valid_from timestamptz,
+  valid_until timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
+                  WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY
+      SELECT x.tenant_id::text, x.memory_id, e.entity_id, e.entity_type,
+             CASE WHEN e.entity_type = 'person' THEN NULL ELSE e.name END,
+             k.subject_ref, x.source, m.correlation_id::text, m.valid_from, m.valid_until
+      FROM fabric.memory_mentions x
+      JOIN fabric.entities e ON e.tenant_id = x.tenant_id AND e.entity_id = x.entity_id
+      JOIN fabric.memory_records m ON m.tenant_id = x.tenant_id AND m.memory_id = x.memory_id
+      LEFT JOIN fabric.subject_keys k ON k.tenant_id = e.tenant_id AND k.subject_id = e.subject_id
+      WHERE x.tenant_id = v_tenant AND x.memory_id = ANY (p_memory_ids)
+        AND m.content IS NOT NULL
+      ORDER BY x.memory_id, e.entity_id;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.agent_links: which agent influenced which outcome in a tenant, recorded in
+-- [p_from, p_to): the links with their source event, correlation and Outcome Envelope.
+CREATE OR REPLACE FUNCTION fabric_audit.agent_links(p_tenant_id text,
+  p_from timestamptz DEFAULT '-infinity', p_to timestamptz DEFAULT 'infinity')
+RETURNS TABLE (link_id uuid, agent_id text, outcome_id uuid, link_kind text,
+  source_event_id uuid, correlation_id text, outcome_envelope_id uuid, recorded_by text,
+  recorded_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  RETURN QUERY
+    SELECT l.link_id, l.agent_id::text, l.outcome_id, l.link_kind, l.source_event_id,
+           l.correlation_id::text, l.outcome_envelope_id, l.recorded_by::text, l.recorded_at
+    FROM fabric.agent_lineage_links l
+    WHERE l.tenant_id = p_tenant_id AND l.recorded_at >= p_from AND l.recorded_at < p_to
+    ORDER BY l.recorded_at, l.link_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._graph_seeds: where a graph recall starts: the entities the query names (every run
+-- of 1-4 of its words, normalized as entity names are, and @handles; possessives dropped),
+-- among those mentioned by at least one record in the caller's scope; when the query names
+-- none, p_subject_id's person (recall passes the run's subject for mode graph only). Ids only: names never leave the database. An entity declared
+-- with an external id is keyed by it, so a query reaches it through the records that
+-- mention it, not by its name. The caller has set the tenant context.
+CREATE OR REPLACE FUNCTION fabric._graph_seeds(p_tenant_id text, p_query text,
+  p_scope_keys text[], p_subject_id text)
+RETURNS uuid[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_words text[];
+  v_keys text[];
+  v_seeds uuid[];
+BEGIN
+  v_words := ARRAY(
+    SELECT w FROM (
+      SELECT pg_catalog.regexp_replace(pg_catalog.regexp_replace(t.word, '[''’]s$', ''),
+                                       '^[^[:alnum:]@]+|[^[:alnum:]]+$', '', 'g') AS w, t.n
+      FROM pg_catalog.regexp_split_to_table(
+             pg_catalog.lower(normalize(coalesce(p_query, ''), NFKC)), '\s+')
+           WITH ORDINALITY AS t(word, n)) x
+    WHERE x.w <> '' ORDER BY x.n);
+  v_keys := ARRAY(
+    SELECT DISTINCT 'name:' || pg_catalog.array_to_string(v_words[i:i + k], ' ')
+    FROM pg_catalog.generate_subscripts(v_words, 1) i, pg_catalog.generate_series(0, 3) k
+    WHERE i + k <= pg_catalog.cardinality(v_words));
+  SELECT pg_catalog.array_agg(e.entity_id ORDER BY e.entity_id) INTO v_seeds
+  FROM fabric.entities e
+  WHERE e.tenant_id = p_tenant_id AND e.entity_type = ANY (fabric._entity_types())
+    AND e.entity_key = ANY (v_keys)
+    AND EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                JOIN fabric.memory_records m ON m.tenant_id = x.tenant_id AND m.memory_id = x.memory_id
+                WHERE x.tenant_id = e.tenant_id AND x.entity_id = e.entity_id
+                  AND m.scope_key = ANY (p_scope_keys));
+  IF v_seeds IS NULL AND p_subject_id IS NOT NULL THEN
+    SELECT pg_catalog.array_agg(e.entity_id) INTO v_seeds
+    FROM fabric.entities e
+    WHERE e.tenant_id = p_tenant_id AND e.entity_type = 'person'
+      AND e.entity_key = 'subject:' || p_subject_id;
+  END IF;
+  RETURN coalesce(v_seeds, '{}');
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Reasoning steps are append-only: a step is never changed or removed. (Its touches go only
+-- with an entity that erasure removes: a foreign key's cascade, under no policy of a caller.)
+CREATE OR REPLACE TRIGGER _200_append_only
+  BEFORE UPDATE OR DELETE ON fabric.reasoning_steps
+  FOR EACH ROW EXECUTE FUNCTION fabric.tg_events__append_only();
+CREATE OR REPLACE TRIGGER _200_append_only_truncate
+  BEFORE TRUNCATE ON fabric.reasoning_steps
+  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.record_step: a domain workflow (fabric_workflow, enabled in the run's tenant)
+-- records a step of a run -- the run's agent, a correlation id and, once formation persists
+-- them, its Outcome Envelope -- and the entities it touched (1-100 entity ids of the run's
+-- tenant). An unknown run or entity (or one of another tenant) is P0002; a refusal writes
+-- nothing. One `memory.reasoning_step.recorded` event; the graph gets
+-- (:Agent)-[:TOOK]->(:Step)-[:TOUCHED]->(:Entity).
+CREATE OR REPLACE FUNCTION fabric_api.record_step(p_run_id uuid, p_correlation_id text,
+  p_entity_ids uuid[], p_outcome_envelope_id uuid DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_workflow text := fabric._enter_as('fabric_workflow', 'record reasoning steps',
+                                      'wf-billing-001');
+  v_run fabric.runs;
+  v_step uuid := pg_catalog.gen_random_uuid();
+  v_event uuid;
+  v_entities uuid[];
+BEGIN
+  IF p_run_id IS NULL OR p_correlation_id IS NULL OR p_entity_ids IS NULL
+     OR pg_catalog.cardinality(p_entity_ids) NOT BETWEEN 1 AND 100
+     OR pg_catalog.array_position(p_entity_ids, NULL) IS NOT NULL THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a reasoning step names its run, a correlation id and the 1-100 entities it touched',
+      'e.g. fabric_api.record_step(''<run_id>'', ''corr-7f2a'', ARRAY[''<entity_id>''::uuid])');
+  END IF;
+  PERFORM fabric._ident(p_correlation_id, 'correlation_id');
+  v_run := fabric._run_in_its_tenant(p_run_id);  -- sets the run's tenant
+  IF v_run.run_id IS NULL THEN
+    PERFORM fabric._set_context('tenant_id', NULL);
+    PERFORM fabric._raise_rule('no_data_found', 'unknown run',
+      'runs are opened with fabric_api.open_run');
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM fabric.tenant_agents e
+                 WHERE e.tenant_id = v_run.tenant_id AND e.agent_id = v_workflow) THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the workflow is not enabled in this tenant',
+      'an admin enables its agent with fabric_api.enable_agent');
+  END IF;
+  v_entities := ARRAY(SELECT DISTINCT i FROM pg_catalog.unnest(p_entity_ids) i ORDER BY 1);
+  IF (SELECT pg_catalog.count(*) FROM fabric.entities e
+      WHERE e.tenant_id = v_run.tenant_id AND e.entity_id = ANY (v_entities))
+     < pg_catalog.cardinality(v_entities) THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown entity',
+      'entity ids of the run''s tenant (a graph recall''s seeds, or fabric.entities)');
+  END IF;
+  PERFORM fabric._set_context('actor', v_workflow);
+  PERFORM fabric._set_context('run_id', p_run_id::text);
+  v_event := fabric._emit('memory.reasoning_step.recorded', v_run.tenant_id, p_correlation_id,
+    NULL, NULL, NULL, pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+      'step_id', v_step, 'agent_id', v_run.agent_id, 'entities', pg_catalog.cardinality(v_entities),
+      'outcome_envelope_id', p_outcome_envelope_id)));
+  INSERT INTO fabric.reasoning_steps (tenant_id, step_id, run_id, agent_id, correlation_id,
+    outcome_envelope_id, event_id, recorded_by)
+  VALUES (v_run.tenant_id, v_step, p_run_id, v_run.agent_id, p_correlation_id,
+          p_outcome_envelope_id, v_event, v_workflow);
+  INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+  SELECT v_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  RETURN pg_catalog.jsonb_build_object('step_id', v_step, 'event_id', v_event);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._projection_step_rows: steps of one tenant as the graph sees them (entity ids in
+-- order), by the events that recorded them (p_event_ids) or every step after p_after_step.
+CREATE OR REPLACE FUNCTION fabric._projection_step_rows(p_tenant text, p_event_ids uuid[],
+  p_after_step uuid, p_limit integer)
+RETURNS TABLE (tenant_id text, step_id uuid, run_id uuid, agent_id text, correlation_id text,
+  outcome_envelope_id uuid, recorded_at timestamptz, entity_ids uuid[])
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT s.tenant_id::text, s.step_id, s.run_id, s.agent_id::text, s.correlation_id::text,
+         s.outcome_envelope_id, s.recorded_at,
+         coalesce((SELECT pg_catalog.array_agg(t.entity_id ORDER BY t.entity_id)
+                   FROM fabric.step_touches t
+                   WHERE t.tenant_id = s.tenant_id AND t.step_id = s.step_id), '{}')
+  FROM fabric.reasoning_steps s
+  WHERE s.tenant_id = p_tenant
+    AND (p_event_ids IS NULL OR s.event_id = ANY (p_event_ids))
+    AND (p_after_step IS NULL OR s.step_id > p_after_step)
+  ORDER BY s.step_id
+  LIMIT p_limit
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_steps: the steps these events recorded, for the graph projection.
+CREATE OR REPLACE FUNCTION fabric_api.projection_steps(p_event_ids uuid[])
+RETURNS TABLE (tenant_id text, step_id uuid, run_id uuid, agent_id text, correlation_id text,
+  outcome_envelope_id uuid, recorded_at timestamptz, entity_ids uuid[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT DISTINCT e.tenant_id FROM fabric.events e
+                  WHERE e.event_id = ANY (p_event_ids)
+                    AND e.event_type = 'memory.reasoning_step.recorded' ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY SELECT * FROM fabric._projection_step_rows(v_tenant, p_event_ids, NULL, NULL);
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_steps_snapshot: every step, paged by (tenant_id, step_id), for
+-- rebuilds: the page after (p_after_tenant, p_after_step), at most p_limit.
+CREATE OR REPLACE FUNCTION fabric_api.projection_steps_snapshot(p_after_tenant text,
+  p_after_step uuid, p_limit integer DEFAULT 1000)
+RETURNS TABLE (tenant_id text, step_id uuid, run_id uuid, agent_id text, correlation_id text,
+  outcome_envelope_id uuid, recorded_at timestamptz, entity_ids uuid[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_left integer := greatest(1, least(coalesce(p_limit, 1000), 10000));
+  v_rows integer;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t
+                  WHERE p_after_tenant IS NULL OR t.tenant_id >= p_after_tenant ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY SELECT * FROM fabric._projection_step_rows(v_tenant, NULL,
+      CASE WHEN v_tenant = p_after_tenant THEN p_after_step END, v_left);
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    v_left := v_left - v_rows;
+    EXIT WHEN v_left <= 0;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_audit.entity_touches: which agent step touched an entity, and what outcome
+-- followed: each step with its run, agent, correlation and Outcome Envelope, and the
+-- outcomes the agent lineage links of the same correlation (or Outcome Envelope) name.
+CREATE OR REPLACE FUNCTION fabric_audit.entity_touches(p_tenant_id text, p_entity_id uuid)
+RETURNS TABLE (step_id uuid, run_id uuid, agent_id text, correlation_id text,
+  outcome_envelope_id uuid, recorded_at timestamptz, outcome_ids uuid[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._enter_audit(p_tenant_id);
+  RETURN QUERY
+    SELECT s.step_id, s.run_id, s.agent_id::text, s.correlation_id::text, s.outcome_envelope_id,
+           s.recorded_at,
+           coalesce((SELECT pg_catalog.array_agg(DISTINCT l.outcome_id ORDER BY l.outcome_id)
+                     FROM fabric.agent_lineage_links l
+                     WHERE l.tenant_id = p_tenant_id
+                       AND (l.correlation_id = s.correlation_id
+                            OR l.outcome_envelope_id = s.outcome_envelope_id)), '{}')
+    FROM fabric.step_touches t
+    JOIN fabric.reasoning_steps s ON s.tenant_id = t.tenant_id AND s.step_id = t.step_id
+    WHERE t.tenant_id = p_tenant_id AND t.entity_id = p_entity_id
+    ORDER BY s.recorded_at, s.step_id;
+END $$;
