@@ -1050,7 +1050,7 @@ def vectors_status() -> None:
     typer.echo(json.dumps(_vector_op("index_status")))
 
 
-@vectors_app.command("prune", epilog=env_help(*VECTORS_ENV))
+@vectors_app.command("prune", epilog=env_help(*VECTORS_ENV, "QDRANT_API_KEY"))
 def vectors_prune(
     yes: bool = typer.Option(False, "--yes", help="drop them (without it: only list them)"),
 ) -> None:
