@@ -500,16 +500,14 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_until_a_rebuild_ends(
         assert [r["content"] for r in answer["records"]] == [{"text": "invoices in euros please"}]
 
 
-def pruned(proc: subprocess.Popen[str]) -> set[str]:
+def pruned(proc: subprocess.Popen[str], timeout: float = 60) -> set[str]:
     """The collections serve says it dropped after its rebuild (one line each, one per
-    indexed tier)."""
-    assert proc.stdout is not None
-    dropped: set[str] = set()
+    indexed tier); its output is read from here on by `lines_of`."""
+    lines, dropped = lines_of(proc), set()
     while len(dropped) < len(INDEXED_TIERS):
-        line = proc.stdout.readline()
-        assert line and "[prune] failed" not in line, line
-        if line.startswith("[prune] dropped "):
-            dropped.add(line.split()[2])
+        line = line_with(lines, "[prune] ", timeout)[-1]
+        assert line.startswith("[prune] dropped "), line
+        dropped.add(line.split()[2])
     return dropped
 
 
