@@ -1260,6 +1260,27 @@ def kept_stores() -> Iterator[dict[Any, Any]]:
         store.close()
 
 
+def files_holding(root: Path, text: str) -> list[Path]:
+    """The files under `root` whose bytes hold `text` (UTF-8). Only the data of a file is
+    read, never its holes: a vector shard preallocates sparse files of gigabytes."""
+    needle = text.encode()
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        with open(path, "rb") as f:
+            fd, at = f.fileno(), 0
+            while True:
+                try:
+                    start = os.lseek(fd, at, os.SEEK_DATA)
+                except OSError:  # ENXIO: no data after `at`
+                    break
+                end = os.lseek(fd, start, os.SEEK_HOLE)
+                if needle in os.pread(fd, end - start, start):
+                    found.append(path)
+                    break
+                at = end
+    return found
+
+
 @contextmanager
 def lent(kept: dict[Any, Any], key: Any, make: Any) -> Iterator[Any]:
     """The store `kept[key]` (made by `make()` and bound to its contracts on first use) for

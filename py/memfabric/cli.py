@@ -78,7 +78,8 @@ mcp_app = typer.Typer(
 )
 app.add_typer(mcp_app, name="mcp")
 vectors_app = typer.Typer(
-    help="The embedded vector shards: their HNSW index.", no_args_is_help=True
+    help="The vector collections: the embedded shards' HNSW index, superseded collections.",
+    no_args_is_help=True,
 )
 app.add_typer(vectors_app, name="vectors")
 
@@ -721,18 +722,22 @@ def serve(
     metrics_port: int | None = _metrics_port_option(),
     rebuild_on_contract_change: bool = typer.Option(
         True,
-        help="when the embedder's contract changed (its model, version or text rule: an "
-        "upgrade or a new embedder setting), rebuild qdrant at start, in the background; "
-        "so too a projection whose last rebuild did not end",
+        help="when the collection contract changed (the embedder's model, version or text "
+        "rule, or the vector payload version: an upgrade or a new embedder setting), rebuild "
+        "qdrant at start, in the background, then drop the collections no alias points at "
+        "any more; so too a projection whose last rebuild did not end",
     ),
 ) -> None:
     """Own the vector shards, run the projector and answer vector queries on a unix socket;
     seal the audit trail as the committer (MEMFABRIC_COMMITTER_URL or _LOGIN); with
-    OTEL_EXPORTER_OTLP_ENDPOINT set, also export every recall as a span. When the embedder's
-    contract changed since the last start, the new vector collections are filled from
-    PostgreSQL in the background (as `memfabric rebuild qdrant` would; the projector waits,
-    recall is served meanwhile from what is already in them); so is a projection whose last
-    rebuild began and did not end."""
+    OTEL_EXPORTER_OTLP_ENDPOINT set, also export every recall as a span. When the collection
+    contract changed since the last start (the embedder, or the vector payload version), the
+    new vector collections are filled from PostgreSQL in the background (as `memfabric
+    rebuild qdrant` would; the projector waits, recall is served meanwhile from what is
+    already in them); so is a projection whose last rebuild began and did not end. Once that
+    rebuild has ended, the embedded collections no alias points at are dropped (on a Qdrant
+    server they stay until `memfabric vectors prune --yes`: a process of the older version
+    may still be using them)."""
     import threading
 
     from memfabric import ops
@@ -791,8 +796,10 @@ def serve(
     if stop.is_set():  # stopped while starting
         close_projector(projector)
         return
+    vectors = projector.store
+    assert vectors is not None  # serve opens the vector store (start)
     broker = LocalBroker(
-        projector.store,
+        vectors,
         query_embedder,
         {
             # asked through the socket, they too end after their current page on a stop
@@ -801,6 +808,7 @@ def serve(
             "verify": lambda: ops.verify(projector),
             "build_index": lambda tiers=None: _edge_store(projector.store).build_index(tiers),
             "index_status": lambda: _edge_store(projector.store).index_status(),
+            "prune": lambda drop=False: ops.prune(vectors, drop=drop),
         },
     )
     server, rebuilding, maker = None, None, None
@@ -966,10 +974,49 @@ def _rebuild_in_background(projector: Any, lock: Any, targets: list[str], stop: 
                 f"[rebuild] done: {result['rebuilt'][target]:,} records in"
                 f" {time.monotonic() - started:.0f} s"
             )
+            if target in ("qdrant", "all"):
+                _prune_after_rebuild(projector.store)
 
     thread = threading.Thread(target=work, name="memfabric-rebuild", daemon=True)
     thread.start()
     return thread
+
+
+def _prune_after_rebuild(store: Any) -> None:
+    """Once serve's rebuild has filled the collections the aliases point at, drop the
+    embedded collections no alias points at: never read again (serve is the only process
+    that opens the shards), they still hold what was projected into them under an older
+    contract (erased records, raw subject ids before payload version 2). On a Qdrant server
+    a process of the older version may still be bound to them: they are only listed there.
+    A failure is told and left to `memfabric vectors prune --yes`."""
+    from memfabric import ops
+    from memfabric.vectors import EdgeVectorStore
+
+    embedded = isinstance(store, EdgeVectorStore)
+    try:
+        found = ops.prune(store, drop=embedded)
+    except Exception as exc:  # serving goes on
+        typer.echo(
+            f"[prune] failed: {type(exc).__name__}: {exc}; run `memfabric vectors prune --yes`"
+        )
+        return
+    for line in _prune_lines(found):
+        typer.echo(f"[prune] {line}")
+    if found["collections"] and not embedded:
+        typer.echo(
+            "[prune] left on the Qdrant server: run `memfabric vectors prune --yes` once no"
+            " process of an older version uses them"
+        )
+
+
+def _prune_lines(found: dict[str, Any]) -> list[str]:
+    """One line per collection `ops.prune` found."""
+    verb = "dropped" if found["dropped"] else "would drop"
+    return [
+        f"{verb} {c['collection']} ({c['name']}: {c['model']} {c['model_version']},"
+        f" {c['dims']} dims, payload version {c['payload']})"
+        for c in found["collections"]
+    ]
 
 
 VECTORS_ENV = ("MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL")
@@ -1046,6 +1093,49 @@ def vectors_status() -> None:
     """Per tier: points, vectors in an HNSW index (the others are searched exhaustively),
     segments, and whether a build is running."""
     typer.echo(json.dumps(_vector_op("index_status")))
+
+
+@vectors_app.command("prune", epilog=env_help(*VECTORS_ENV, "QDRANT_API_KEY"))
+def vectors_prune(
+    yes: bool = typer.Option(False, "--yes", help="drop them (without it: only list them)"),
+) -> None:
+    """List the vector collections no alias points at, and with --yes drop them: those an
+    alias cutover left behind (an upgrade, a new embedder), never read again, which still
+    hold what was projected into them, erased records and (before payload version 2) raw
+    subject and session ids included. Dropped for good: a projection is rebuilt from
+    PostgreSQL, never restored. The embedded shards are pruned by `memfabric serve` when it
+    runs (it owns them); a Qdrant server (QDRANT_URL) directly."""
+    from memfabric import ops
+    from memfabric.broker import RemoteBroker, serving
+    from memfabric.vectors import VectorStoreLocked, store_from_env
+
+    settings = Settings.from_env()
+    if not settings.qdrant_url and serving(settings.socket):
+        typer.echo(f"[prune] asking memfabric serve ({settings.socket})")
+        found = RemoteBroker(settings.socket, timeout=600.0).run("prune", drop=yes)
+    else:
+        if not settings.qdrant_url and not (settings.vector_dir / "manifest.json").exists():
+            typer.echo(f"[prune] no embedded vector collections in {settings.vector_dir}")
+            return
+        try:
+            store = store_from_env(settings.vector_dir)
+        except VectorStoreLocked as exc:
+            # serve is not running (else it was asked): another process holds the shards
+            raise errors.OperationalFailure(
+                f"nothing pruned: {exc}",
+                hint="while `memfabric serve` runs, this command asks it; any other process"
+                " holding the shards (a `memfabric rebuild` without serve) must end first",
+            ) from None
+        try:
+            found = ops.prune(store, drop=yes)
+        finally:
+            store.close()
+    for line in _prune_lines(found):
+        typer.echo(f"[prune] {line}")
+    if not found["collections"]:
+        typer.echo("[prune] no superseded collections: every collection is aliased")
+    elif not yes:
+        typer.echo("[prune] nothing dropped: run again with --yes to drop them")
 
 
 @app.command("import", epilog=env_help(*COMMITTER_ENV))

@@ -19,6 +19,7 @@ from memfabric.call import fabric_count
 from memfabric.constants import INDEXED_TIERS
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector, projectable, vector_payload
+from memfabric.vectors import CollectionContract, VectorStore
 
 Json = dict[str, Any]
 Progress = Callable[[int, int], None]  # (done, total)
@@ -38,6 +39,19 @@ def rebuild(projector: Projector, target: str, progress: Progress = lambda _d, _
         counted = _Counter(total, progress)
         done[projection] = projector.rebuild(projection, on_page=counted.step)
     return {"rebuilt": done, "records": total}
+
+
+def prune(store: VectorStore, *, drop: bool = False) -> Json:
+    """The vector collections no alias points at (`VectorStore.superseded`), dropped if
+    `drop`: {"dropped": drop, "collections": [{"collection": physical name, its contract}]}."""
+    found = store.drop_superseded() if drop else store.superseded()
+    listed = [{"collection": name, **describe(c)} for name, c in sorted(found.items())]
+    return {"dropped": drop, "collections": listed}
+
+
+def describe(contract: CollectionContract) -> Json:
+    """A contract as `prune` reports it, its payload version always named."""
+    return {**contract.to_dict(), "payload": contract.payload}
 
 
 class _Counter:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -11,7 +12,7 @@ from memfabric.embedding import Embedder, ProcessEmbedder, embedder_from_setting
 from memfabric.graph import GraphStore, graph_from_env
 from memfabric.projector import Projector
 from memfabric.settings import Settings
-from memfabric.vectors import VectorStore, store_from_env
+from memfabric.vectors import CollectionContract, VectorStore, store_from_env
 
 
 def projector_conninfo(login: str | None = None) -> str:
@@ -75,7 +76,7 @@ def open_projector(
             store = store_from_env(vector_dir or default_vector_dir(), serving=serving)
             before = store.aliases()
             store.ensure_collections(embedder.model, embedder.version, embedder.dims)
-            warning = contract_change(before, store.aliases())
+            warning = contract_change(before, store.aliases(), store.collections())
             if warning is not None and kwargs.get("progress") is not None:
                 kwargs["progress"](warning)
         if graph:
@@ -90,19 +91,42 @@ def open_projector(
         raise
 
 
-def contract_change(before: dict[str, str], after: dict[str, str]) -> str | None:
-    """What to tell the operator when binding the embedder moved the collection aliases
-    (the embedder's model, version or dims changed, e.g. an upgrade that changed the text
-    rule): the collections searched now hold only what is projected from here on."""
+def contract_change(
+    before: dict[str, str],
+    after: dict[str, str],
+    contracts: Mapping[str, CollectionContract],
+) -> str | None:
+    """What to tell the operator when binding the embedder moved the collection aliases:
+    what changed (the embedder's model, version or dims, e.g. an upgrade that changed the
+    text rule; or the vector payload version, an upgrade that changed what a point holds),
+    read from `contracts` (physical name -> contract, `VectorStore.collections()`), and
+    that the collections searched now hold only what is projected from here on."""
     moved = sorted(n for n, physical in after.items() if before.get(n) not in (None, physical))
     if not moved:
         return None
+    old, new = before[moved[0]], after[moved[0]]
     return (
-        f"the embedder's contract changed ({before[moved[0]]} -> {after[moved[0]]}): "
-        f"{', '.join(moved)} now search new collections, which hold only the records "
-        "projected from now on until `memfabric rebuild qdrant` embeds every record again "
-        "(`memfabric serve` runs it at start unless --no-rebuild-on-contract-change)"
+        f"{_what_changed(contracts.get(old), contracts.get(new))} "
+        f"({old} -> {new}): {', '.join(moved)} now search new collections, which hold only "
+        "the records projected from now on until `memfabric rebuild qdrant` embeds every "
+        "record again (`memfabric serve` runs it at start unless "
+        "--no-rebuild-on-contract-change); the old collections are never read again: "
+        "`memfabric vectors prune --yes` drops them (on the embedded shards serve does, "
+        "once its rebuild has ended)"
     )
+
+
+def _what_changed(old: CollectionContract | None, new: CollectionContract | None) -> str:
+    if old is None or new is None:
+        return "the collection contract changed"
+    embedder = (old.model, old.model_version, old.dims) != (new.model, new.model_version, new.dims)
+    payload = old.payload != new.payload
+    versions = f"{old.payload} -> {new.payload}"
+    if embedder and payload:
+        return f"the embedder's contract and the vector payload version ({versions}) changed"
+    if payload:
+        return f"the vector payload version changed ({versions})"
+    return "the embedder's contract changed"
 
 
 def close_projector(projector: Projector) -> None:

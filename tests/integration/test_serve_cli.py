@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Fabric, drained
+from conftest import Fabric, drained, files_holding
 from memfabric.broker import RemoteBroker, serving
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import MiniLMEmbedder
@@ -32,7 +32,7 @@ from memfabric.graph import GraphStore
 from memfabric.projector import Projector
 from memfabric.recall import recall
 from memfabric.settings import usable_cpus
-from memfabric.vectors import EdgeVectorStore
+from memfabric.vectors import CollectionContract, EdgeVectorStore
 from servers import PASSWORD, GraphServer, stop_process
 
 # runs memfabric serve and restarts servers under it
@@ -468,6 +468,7 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_until_a_rebuild_ends(
             rest = proc.stdout.read()
             assert "[rebuild] stopped before it ended: qdrant is incomplete" in rest, rest
             assert "[rebuild] done" not in rest, rest
+            assert "[prune]" not in rest, rest  # the old collections stay until it ends
     finally:
         blocker.rollback()
         blocker.close()
@@ -483,6 +484,11 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_until_a_rebuild_ends(
             lines.append(line)
         assert line.startswith(f"[rebuild] done: {len(ids)} records"), line
         assert f"[rebuild] qdrant: {len(ids)} of {len(ids)} records\n" in lines
+        # the rebuild ended: the collections of the older contract are dropped
+        assert pruned(proc) == set(before.values())
+        assert {p.name for p in (tmp_path / "qdrant" / "shards").iterdir()}.isdisjoint(
+            before.values()
+        )
         report = broker.run("verify")
         assert report["unfinished_rebuilds"] == {}, report
         vectors = report["qdrant"]
@@ -492,6 +498,62 @@ def test_a_changed_embedder_contract_is_rebuilt_at_start_until_a_rebuild_ends(
                    "query": "which currency for invoices"}  # fmt: skip
         answer = recall(fabric.connect("mf_agent_a"), request, broker)
         assert [r["content"] for r in answer["records"]] == [{"text": "invoices in euros please"}]
+
+
+def pruned(proc: subprocess.Popen[str], timeout: float = 60) -> set[str]:
+    """The collections serve says it dropped after its rebuild (one line each, one per
+    indexed tier); its output is read from here on by `lines_of`."""
+    lines, dropped = lines_of(proc), set()
+    while len(dropped) < len(INDEXED_TIERS):
+        line = line_with(lines, "[prune] ", timeout)[-1]
+        assert line.startswith("[prune] dropped "), line
+        dropped.add(line.split()[2])
+    return dropped
+
+
+def test_an_upgrade_of_the_payload_version_leaves_no_raw_subject_id_on_disk(
+    fabric: Fabric, graph_server: GraphServer, minilm: MiniLMEmbedder, tmp_path: Path
+) -> None:
+    """Collections of payload version 1 (subject and session ids in clear, as before the
+    projections held pseudonyms), the embedder unchanged: serve says the payload version
+    changed, fills the new collections from PostgreSQL, then drops the old ones, and the
+    subject's and session's ids are in no file under the vector directory any more."""
+    subject, session = "user-prune-5521", "sess-prune-0077"
+    run = fabric.open_run(subject=subject, session=session)
+    ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
+    vector_dir = tmp_path / "qdrant"
+    v1 = {
+        t: CollectionContract(f"mem_{t}", minilm.model, minilm.version, minilm.dims, payload=1)
+        for t in INDEXED_TIERS
+    }
+    store = EdgeVectorStore(vector_dir)
+    try:  # what a deployment of payload version 1 projected
+        for contract in v1.values():
+            store._open_or_create(contract)
+        vector = minilm.embed(["invoices in euros please"])[0]
+        rows = [
+            (i, list(vector), {"tenant_id": "acme", "subject_id": subject, "session_id": session})
+            for i in sorted(ids)
+        ]
+        store._upsert_raw(v1["episodic"].physical_name, rows)
+        store._set_aliases({c.name: c.physical_name for c in v1.values()})
+        store.flush()
+    finally:
+        store.close()
+    assert files_holding(vector_dir, subject) and files_holding(vector_dir, session)
+    with running_serve(fabric, graph_server, vector_dir) as served:
+        proc = served["proc"]
+        said = "".join(served["startup"])
+        assert "[project] the vector payload version changed (1 -> 2) (" in said, said
+        assert "embedder" not in said.split("[project]", 1)[1].split("\n", 1)[0], said
+        while not (line := proc.stdout.readline()).startswith("[rebuild] done"):
+            assert line and "[rebuild] failed" not in line, line
+        assert line.startswith(f"[rebuild] done: {len(ids)} records"), line
+        assert pruned(proc) == {c.physical_name for c in v1.values()}
+        report = RemoteBroker(served["socket"], timeout=60).run("verify")["qdrant"]
+        assert (report["expected"], report["points"], report["missing"]) == (len(ids), len(ids), [])
+        assert files_holding(vector_dir, subject) == []
+        assert files_holding(vector_dir, session) == []
 
 
 def test_a_changed_embedder_contract_is_left_to_the_operator_when_told(

@@ -427,6 +427,12 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("rebuild",): PROJECTION,
     ("vectors", "build-index"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
     ("vectors", "status"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
+    ("vectors", "prune"): {
+        "MEMFABRIC_SOCKET",
+        "MEMFABRIC_VECTOR_DIR",
+        "QDRANT_URL",
+        "QDRANT_API_KEY",
+    },
     ("drill",): PROJECTION,
     ("verify",): PROJECTION,
     ("check",): PROJECTION

@@ -94,15 +94,20 @@ def test_a_changed_embedder_contract_is_told_with_the_rebuild_to_run(tmp_path: P
     try:
         first = store.aliases()
         store.ensure_collections(MINILM_MODEL, "old;text=v1", MINILM_DIMS)
-        assert contract_change(first, store.aliases()) is None  # a first binding moves nothing
+        assert (
+            contract_change(first, store.aliases(), store.collections()) is None
+        )  # a first binding moves nothing
         before = store.aliases()
         store.ensure_collections(MINILM_MODEL, "old;text=v1", MINILM_DIMS)
-        assert contract_change(before, store.aliases()) is None  # the same contract again
+        assert (
+            contract_change(before, store.aliases(), store.collections()) is None
+        )  # the same contract again
         store.ensure_collections(MINILM_MODEL, MINILM_VERSION, MINILM_DIMS)
         after = store.aliases()
+        told = contract_change(before, after, store.collections())
     finally:
         store.close()
-    told = contract_change(before, after)
     assert told is not None and "memfabric rebuild qdrant" in told
+    assert told.startswith("the embedder's contract changed ("), told
     assert all(f"mem_{tier}" in told for tier in INDEXED_TIERS)
     assert before["mem_episodic"] in told and after["mem_episodic"] in told

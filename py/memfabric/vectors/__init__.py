@@ -14,7 +14,9 @@ Cosine, payload version): `mem_semantic__<model>_<version>_<dims>d_<hash>` is th
 collection and the logical name `mem_semantic` an alias to it (a Qdrant alias on a server,
 the manifest of the data directory on Edge). A new model, version, dimension or payload
 version is a new physical collection and an alias cutover, never a change in place; the
-old collection stays until someone drops it.
+old collection is never read again and stays until `VectorStore.drop_superseded()` drops
+it (`memfabric vectors prune`; `memfabric serve` does it once its rebuild into the new
+contract has ended).
 
 Recall filters are always pushed into the vector query (tenant, scope keys, live states,
 validity at an instant, minimum confidence, excluded labels); results go back to Postgres

@@ -227,6 +227,19 @@ class EdgeVectorStore(VectorStore):
         # the manifest keeps the entry: wipe() recreates the shard under the same contract
         shutil.rmtree(self._shard_dir(physical), ignore_errors=True)
 
+    def _forget(self, physical: str) -> None:
+        """Drop the shard and its manifest entry: its directory goes first, so a crash
+        between the two leaves an entry that the next prune drops again, never a directory
+        no entry names."""
+        self._drop(physical)
+        directory = self._shard_dir(physical)
+        if directory.exists():  # _drop ignores errors: a shard left on disk is an error here
+            shutil.rmtree(directory)
+        if directory.parent.is_dir():
+            _fsync_dir(directory.parent)
+        del self._manifest["collections"][physical]
+        self._write_manifest()
+
     def _alias_map(self) -> dict[str, str]:
         return dict(self._manifest["aliases"])
 

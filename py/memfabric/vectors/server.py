@@ -114,6 +114,10 @@ class QdrantServerStore(VectorStore):
             if a.alias_name in logical
         }
 
+    def _aliased(self) -> set[str]:
+        # every alias of the server counts, the fabric's logical names or any other
+        return {a.collection_name for a in self.client.get_aliases().aliases}
+
     def _set_aliases(self, targets: Mapping[str, str]) -> None:
         from qdrant_client.http import models as m
 

@@ -110,6 +110,16 @@ class VectorStore(abc.ABC):
     def _close_raw(self) -> None:
         """A backend primitive."""
 
+    def _forget(self, physical: str) -> None:
+        """Drop a collection and every record of it (a backend whose `_drop` keeps the
+        collection's record, to recreate it, removes that too)."""
+        self._drop(physical)
+
+    def _aliased(self) -> set[str]:
+        """The physical collections an alias points at (a backend may count aliases other
+        than the fabric's logical names)."""
+        return set(self._alias_map().values())
+
     def _release_unbound(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free what only collections other than the bound ones hold (Edge: open shards)."""
 
@@ -171,6 +181,26 @@ class VectorStore(abc.ABC):
                 if contract is not None:
                     out[name] = contract
             return out
+
+    def superseded(self) -> dict[str, CollectionContract]:
+        """The physical fabric collections that no alias points at and this store is not
+        bound to: contracts an alias cutover left behind (a new embedder, a new payload
+        version), never read again, still holding what was projected into them."""
+        with self._mutex:
+            self._check_open()
+            keep = self._aliased() | {c.physical_name for c in (self._bound or {}).values()}
+            return {n: c for n, c in self.collections().items() if n not in keep}
+
+    def drop_superseded(self) -> dict[str, CollectionContract]:
+        """Drop every `superseded()` collection with its data, at once and for good (a
+        projection is rebuilt from PostgreSQL, never restored from one); what was dropped.
+        A collection built beside the live one by another store (`activate=False`) is not
+        aliased yet: cut it over before dropping from elsewhere."""
+        with self._mutex:
+            gone = self.superseded()
+            for physical in gone:
+                self._forget(physical)
+            return gone
 
     def upsert(self, tier: str, points: Sequence[VectorPoint]) -> None:
         contract = self._contract(tier)
