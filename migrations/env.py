@@ -36,6 +36,7 @@ def _citus_before_distribution(connection) -> None:  # type: ignore[no-untyped-d
         text("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus'")
     ).first()
     if citus is None:
+        connection.commit()  # alembic starts from no transaction (autocommit blocks)
         return
     distributed = connection.execute(
         text(
@@ -45,7 +46,7 @@ def _citus_before_distribution(connection) -> None:  # type: ignore[no-untyped-d
     ).first()
     if distributed is None:
         connection.execute(text("SET citus.enable_ddl_propagation TO off"))
-        connection.commit()
+    connection.commit()
 
 
 def run_migrations_online() -> None:
