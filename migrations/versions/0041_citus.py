@@ -10,8 +10,11 @@ so a table added later must be placed here (or in a later revision of the same s
 - REFERENCE_TABLES: registries without a tenant (tenants, agents, tools, ...), copied to
   every node, so a tenant table may point at them;
 - COORDINATOR_TABLES: tables kept on the coordinator and added to Citus's metadata, so
-  every node can reach them (the outbox, read in one global order by the workers; moving
-  it to the workers is part two of the scale-out).
+  every node can reach them (none yet);
+- LOCAL_TABLES: tables left as they are, plain tables of the coordinator: the event outbox
+  and its partitions (one global order read by the workers; Citus refuses to add its
+  partitions to its metadata as they are: where the outbox lives on a cluster is part two
+  of the scale-out).
 
 The revisions before this one build the fabric on the coordinator alone (migrations/env.py
 turns DDL propagation off until the fabric is distributed); distributing a table makes
@@ -68,6 +71,8 @@ REFERENCE_TABLES = (
 
 COORDINATOR_TABLES: tuple[str, ...] = ()
 
+LOCAL_TABLES = ("fabric.events",)
+
 # Unique across the fabric on one node, unique within the tenant on Citus (a distributed
 # table's unique keys include its distribution column): each value is random (a uuid, an
 # event id, the hash of a random token), so the two are the same rule in practice.
@@ -79,10 +84,12 @@ TENANT_UNIQUE = (
 # (table, unique index, column)
 TENANT_UNIQUE_INDEXES = (("fabric.mcp_tokens", "mcp_tokens_by_hash", "token_hash"),)
 
-# Tenant tables whose tenant_id is plain text, not the fabric.tenant_ident domain: Citus
-# colocates tables only when their distribution columns have the same type, so on Citus
-# the column takes the domain (whose check every tenant id already passes).
-TEXT_TENANT_COLUMNS = ("fabric.search_stats", "fabric.temporal_summaries", "fabric.event_seals")
+# On Citus the distribution column is text, not the fabric.tenant_ident domain: Citus
+# prunes shards wrongly on a domain-typed column compared with text (`tenant_id = $1`
+# with a text parameter finds no shard at all), and colocates only columns of one type
+# (search_stats, temporal_summaries and event_seals hold text). The domain's rules stay:
+# a check casts the value to the domain, which raises the domain's own constraint.
+DOMAIN = "fabric.tenant_ident"
 
 # The fabric's functions, created on every node.
 FUNCTION_SCHEMAS = ("fabric", "fabric_api", "fabric_audit")
@@ -101,11 +108,14 @@ def upgrade() -> None:
         return
     op.execute("SET citus.enable_ddl_propagation TO on")
     op.execute("SET citus.enable_create_role_propagation TO on")
+    # This revision's own SET LOCALs (the role above all) stay on the coordinator.
+    op.execute("SET LOCAL citus.propagate_set_commands TO none")
     # The fabric's row triggers run on the shards; Citus asks for this to allow them.
     op.execute("SET LOCAL citus.enable_unsafe_triggers TO on")
     op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
-    # The fabric's group roles and their memberships on every worker (made on the
-    # coordinator alone by the revisions before this one), from the catalog's own names.
+    # The fabric's group roles and their memberships, then its schemas, on every worker
+    # (made on the coordinator alone by the revisions before this one), from the catalog's
+    # own names; Citus finds the schemas there when it distributes the first table.
     failed = bind.execute(
         text(
             """
@@ -127,9 +137,16 @@ def upgrade() -> None:
                 r.rolname, m.rolname, a.admin_option::text, a.inherit_option::text, a.set_option::text)
               FROM pg_catalog.pg_auth_members a
               JOIN fabric_roles r ON r.oid = a.roleid
-              JOIN fabric_roles m ON m.oid = a.member)
+              JOIN fabric_roles m ON m.oid = a.member
+              WHERE m.rolname <> current_user)  -- the migration role's own: the bootstrap's
             SELECT w.nodename, w.nodeport, w.result
-            FROM (SELECT array_agg(command ORDER BY step, command) AS c FROM commands) c,
+            FROM (SELECT array_agg(command ORDER BY step, command) ||
+                         (SELECT array_agg(pg_catalog.format(
+                            'SET citus.enable_ddl_propagation TO off; '
+                            'CREATE SCHEMA IF NOT EXISTS %I AUTHORIZATION fabric_owner', s)
+                            ORDER BY s)
+                          FROM pg_catalog.unnest(ARRAY['fabric', 'fabric_api', 'fabric_audit']) s)
+                         AS c FROM commands) c,
                  LATERAL (SELECT * FROM pg_catalog.unnest(c.c) AS cmd,
                           LATERAL run_command_on_workers(cmd)) w
             WHERE NOT w.success
@@ -158,8 +175,21 @@ def upgrade() -> None:
     ).all()
     for table, name, _ in foreign_keys:
         op.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
-    for table in TEXT_TENANT_COLUMNS:
-        op.execute(f"ALTER TABLE {table} ALTER COLUMN tenant_id TYPE fabric.tenant_ident")
+    domain_typed = bind.execute(
+        text(
+            "SELECT a.attrelid::regclass::text, c.relname FROM pg_catalog.pg_attribute a "
+            "JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+            "WHERE a.attname = 'tenant_id' AND a.atttypid = CAST(:d AS regtype) "
+            "AND a.attrelid::regclass::text = ANY (:t) ORDER BY 1"
+        ),
+        {"d": DOMAIN, "t": [*TENANT_TABLES, *REFERENCE_TABLES]},
+    ).all()
+    for table, name in domain_typed:
+        op.execute(f"ALTER TABLE {table} ALTER COLUMN tenant_id TYPE text")
+        op.execute(
+            f"ALTER TABLE {table} ADD CONSTRAINT {name}_tenant_id_is_a_tenant_ident "
+            f"CHECK (CAST(tenant_id AS {DOMAIN}) IS NOT NULL OR tenant_id IS NULL)"
+        )
     for table, name, column in TENANT_UNIQUE:
         op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
         op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} UNIQUE (tenant_id, {column})")
@@ -206,8 +236,14 @@ def downgrade() -> None:
     for table, name, column in TENANT_UNIQUE:
         op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
         op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} UNIQUE ({column})")
-    for table in TEXT_TENANT_COLUMNS:
-        op.execute(f"ALTER TABLE {table} ALTER COLUMN tenant_id TYPE text")
+    for table, name in bind.execute(
+        text(
+            "SELECT conrelid::regclass::text, conname FROM pg_catalog.pg_constraint "
+            "WHERE conname LIKE '%\\_tenant_id\\_is\\_a\\_tenant\\_ident' ORDER BY 1"
+        )
+    ).all():
+        op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
+        op.execute(f"ALTER TABLE {table} ALTER COLUMN tenant_id TYPE {DOMAIN}")
     for table, index, column in TENANT_UNIQUE_INDEXES:
         op.execute(f"DROP INDEX fabric.{index}")
         op.execute(f"CREATE UNIQUE INDEX {index} ON {table} ({column})")

@@ -165,9 +165,6 @@ def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) ->
                 )
             )
             progress(f"created migration role {MIGRATOR}")
-        if citus_installed(conn):
-            _citus_node_roles(conn)
-            progress("bootstrap: Citus cluster: the owner roles log in between the nodes")
         conn.execute(
             sql.SQL("GRANT CONNECT, CREATE ON DATABASE {} TO {}").format(
                 sql.Identifier(dbname), sql.Identifier(MIGRATOR)
@@ -185,6 +182,13 @@ def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) ->
                 sql.SQL("ALTER DATABASE {} SET {} = {}").format(
                     sql.Identifier(dbname), sql.Identifier(setting), sql.Literal(value)
                 )
+            )
+        if citus_installed(conn):
+            _citus_node_roles(conn)
+            _citus_database_settings(conn, dbname)
+            progress(
+                "bootstrap: Citus cluster: the owner roles log in between the nodes, "
+                "SET LOCAL reaches the workers"
             )
         progress(f"bootstrap: extensions {', '.join(EXTENSIONS)} (schema ext)")
         risks = server_log_risks(conn)
@@ -227,6 +231,59 @@ def _citus_node_roles(conn: psycopg.Connection[Any]) -> None:
     ).fetchall()
     if failed:
         raise SystemExit(f"bootstrap on the Citus workers failed: {failed}")
+    # A role that existed before this database (roles are per node, Citus's metadata is per
+    # database) is not one Citus knows it has on the workers: it would create or alter it
+    # there when the migration distributes an object the role owns, as the migration role,
+    # which may not (ALTER ROLE ... NOSUPERUSER needs a superuser). The superuser makes Citus
+    # take each such role over now: a function it owns, distributed, then dropped.
+    unknown = conn.execute(
+        "SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.rolname LIKE 'fabric\\_%' "
+        "AND NOT EXISTS (SELECT FROM pg_dist_object o WHERE o.classid = "
+        "'pg_catalog.pg_authid'::regclass AND o.objid = r.oid) ORDER BY 1"
+    ).fetchall()
+    probe = sql.SQL("ext.memfabric_role_probe()")
+    for (role,) in unknown:
+        with conn.transaction():
+            conn.execute(
+                sql.SQL("CREATE FUNCTION {} RETURNS int LANGUAGE sql AS 'SELECT 1'").format(probe)
+            )
+            conn.execute(
+                sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(probe, sql.Identifier(role))
+            )
+            conn.execute("SELECT create_distributed_function('ext.memfabric_role_probe()')")
+            conn.execute(sql.SQL("DROP FUNCTION {}").format(probe))
+
+
+# On Citus, the governance context (fabric._set_local) is made of SET LOCAL statements,
+# which the coordinator sends to every worker its transaction reaches with this setting.
+CITUS_DATABASE_SETTINGS = (("citus.propagate_set_commands", "local"),)
+
+
+def _citus_database_settings(conn: psycopg.Connection[Any], dbname: str) -> None:
+    """The database's settings that the fabric needs on Citus (Citus sets them on every node),
+    and on the workers the migration role's privileges on the database, and fabric_owner's
+    CREATE: Citus creates the fabric's schemas there as their owner."""
+    grant = (
+        sql.SQL(
+            "SET citus.enable_ddl_propagation TO off; "
+            "GRANT CONNECT, CREATE ON DATABASE {} TO {}, fabric_owner"
+        )
+        .format(sql.Identifier(dbname), sql.Identifier(MIGRATOR))
+        .as_string(conn)
+    )
+    failed = conn.execute(
+        "SELECT nodename, nodeport, result FROM run_command_on_workers(%s) WHERE NOT success",
+        (grant,),
+    ).fetchall()
+    if failed:
+        raise SystemExit(f"bootstrap on the Citus workers failed: {failed}")
+    for setting, value in CITUS_DATABASE_SETTINGS:
+        statement = (
+            sql.SQL("ALTER DATABASE {} SET {} = {}")
+            .format(sql.Identifier(dbname), sql.Identifier(setting), sql.Literal(value))
+            .as_string(conn)
+        )
+        conn.execute(statement.encode())  # Citus sends ALTER DATABASE ... SET to the workers
 
 
 def schema_dir(name: str) -> Path:
@@ -374,6 +431,7 @@ def replay(url: str, progress: Progress = _quiet) -> None:
 # colocated); every new function is created on every node at once; one connection per
 # node and role, so what a statement created is visible to the next.
 CITUS_REPLAY_SETTINGS = (
+    "SET LOCAL citus.propagate_set_commands TO none",  # the replay's SET LOCAL ROLE stays here
     "SET LOCAL citus.enable_unsafe_triggers TO on",
     "SET LOCAL citus.create_object_propagation TO immediate",
     "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'",

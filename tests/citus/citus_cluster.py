@@ -122,7 +122,7 @@ def _pick_tenants(cluster: Cluster) -> None:
                 "JOIN pg_dist_placement p USING (shardid) "
                 "JOIN pg_dist_node n USING (groupid) "
                 "WHERE s.shardid = get_shard_id_for_distribution_column("
-                "'fabric.memory_records', %s)",
+                "'fabric.memory_records', %s::text)",
                 (tenant,),
             ).fetchone()
             assert row is not None

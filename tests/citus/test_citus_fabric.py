@@ -1,0 +1,216 @@
+"""The fabric on a Citus cluster (`make test-citus`): where its tables live, and the rules
+that matter most across nodes — tenant isolation, governance, lifecycle, erasure, recall
+scope — with tenants on different workers and on the same one.
+
+Skipped unless MEMFABRIC_CITUS_URL names a coordinator (tests/citus/cluster.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from citus_cluster import Cluster, cluster
+from conftest import LOGINS, MEMORY_TOOLS, ROOT
+
+__all__ = ["cluster"]  # the session fixture, used by name
+
+_spec = importlib.util.spec_from_file_location(
+    "m0041", ROOT / "migrations" / "versions" / "0041_citus.py"
+)
+assert _spec and _spec.loader
+layout = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(layout)
+
+_events = itertools.count()
+
+
+def episode(tenant: str, text: str, visibility: str = "subject") -> dict[str, Any]:
+    return {
+        "tier": "episodic",
+        "scope": {"tenant_id": tenant, "visibility": visibility},
+        "content": {"text": text},
+        "provenance": {
+            "source_event_id": f"evt-citus-{next(_events)}-{uuid.uuid4()}",
+            "correlation_id": "corr-citus",
+            "causation_id": "evt-citus",
+            "formation_method": "extraction",
+        },
+        "confidence": 0.9,
+        "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
+        "retention_class": "durable",
+    }
+
+
+def open_run(c: Cluster, tenant: str, agent: str = "com-agt-003") -> uuid.UUID:
+    with c.connect("mf_orchestrator") as conn:
+        row = conn.execute(
+            "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, %s::interval)",
+            (tenant, agent, "user-8842", "sess-1", MEMORY_TOOLS, "1 hour"),
+        ).fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def form(c: Cluster, tenant: str, text: str) -> str:
+    run = open_run(c, tenant)
+    with c.connect("mf_agent_a") as agent:
+        proposed = agent.execute(
+            "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(tenant, text)), run)
+        ).fetchone()
+    assert proposed is not None and proposed[0]["status"] == "validated", proposed
+    with c.connect("mf_committer") as committer:
+        committed = committer.execute(
+            "SELECT fabric_api.commit(%s)", (proposed[0]["proposal_id"],)
+        ).fetchone()
+    assert committed is not None
+    return str(committed[0]["memory_id"])
+
+
+def recall(c: Cluster, tenant: str) -> list[str]:
+    run = open_run(c, tenant)
+    with c.connect("mf_agent_a") as agent:
+        row = agent.execute(
+            "SELECT fabric_api.recall(%s)", (Jsonb({"run_id": str(run), "tiers": ["episodic"]}),)
+        ).fetchone()
+    assert row is not None
+    return [r["memory_id"] for r in row[0]["records"]]
+
+
+# -- where the tables live -------------------------------------------------------------------
+
+
+def test_every_tenant_table_is_distributed_by_tenant_id_in_one_colocation_group(
+    cluster: Cluster,
+) -> None:
+    with cluster.connect() as c:
+        rows = c.execute(
+            "SELECT logicalrelid::regclass::text, partmethod, "
+            "column_to_column_name(logicalrelid, partkey), colocationid "
+            "FROM pg_dist_partition WHERE logicalrelid::regclass::text = ANY (%s)",
+            (list(layout.TENANT_TABLES),),
+        ).fetchall()
+    assert {r[0] for r in rows} == set(layout.TENANT_TABLES)
+    assert {(r[1], r[2]) for r in rows} == {("h", "tenant_id")}
+    assert len({r[3] for r in rows}) == 1
+
+
+def test_the_registries_are_reference_tables(cluster: Cluster) -> None:
+    with cluster.connect() as c:
+        rows = c.execute(
+            "SELECT logicalrelid::regclass::text FROM pg_dist_partition WHERE partmethod = 'n' "
+            "AND repmodel = 't' AND logicalrelid::regclass::text = ANY (%s)",
+            (list(layout.REFERENCE_TABLES),),
+        ).fetchall()
+    assert {r[0] for r in rows} == set(layout.REFERENCE_TABLES)
+
+
+def test_the_tenants_are_placed_as_the_tests_need(cluster: Cluster) -> None:
+    a, b = cluster.same
+    assert cluster.placement[a] == cluster.placement[b]
+    a, b = cluster.apart
+    assert cluster.placement[a] != cluster.placement[b]
+
+
+# -- tenant isolation: every login against every distributed table ------------------------
+
+
+def _rows_seen(c: Cluster, login: str, table: str, tenant: str | None, other: str) -> int:
+    """Rows of tenant `other` that `login` reads in `table` directly, inside a transaction
+    block with the governance setting at `tenant` (as SET LOCAL, which reaches the workers);
+    -1 when the login may not read the table at all."""
+    with c.connect(login, autocommit=False) as conn:
+        try:
+            if tenant is not None:
+                conn.execute(sql.SQL("SET LOCAL fabric.tenant_id = {}").format(sql.Literal(tenant)))
+            row = conn.execute(
+                sql.SQL("SELECT count(*) FROM {} WHERE tenant_id = %s").format(
+                    sql.Identifier(*table.split("."))
+                ),
+                (other,),
+            ).fetchone()
+        except psycopg.errors.InsufficientPrivilege:
+            return -1
+        assert row is not None
+        return int(row[0])
+
+
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_no_login_reads_another_tenants_rows_in_any_distributed_table(
+    cluster: Cluster, pair: str
+) -> None:
+    first, second = getattr(cluster, pair)
+    with cluster.connect() as su:  # the seeded rows are there to be leaked
+        seeded = su.execute(
+            "SELECT count(*) FROM fabric.tenant_agents WHERE tenant_id = %s", (second,)
+        ).fetchone()
+    assert seeded is not None and seeded[0] > 0
+    leaks = {
+        (login, table, tenant): seen
+        for login in LOGINS
+        for table in layout.TENANT_TABLES
+        for tenant in (None, first)
+        if (seen := _rows_seen(cluster, login, table, tenant, second)) > 0
+    }
+    assert leaks == {}
+
+
+# -- governance ------------------------------------------------------------------------------
+
+# What does not hold yet on a cluster (docs/citus.md, "What part one leaves open"): a read
+# outside a transaction block opens no transaction on the worker, so the SET LOCALs of the
+# governance context do not reach it and a shard's policy shows nothing (fail closed); inside
+# a block, several API queries are plans Citus cannot distribute.
+GOVERNANCE_GAP = pytest.mark.xfail(
+    strict=True,
+    reason="the API's calls are not delegated to the tenant's node yet (part one leaves it open)",
+)
+
+
+@GOVERNANCE_GAP
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_a_governed_write_is_recalled_in_its_tenant_only(cluster: Cluster, pair: str) -> None:
+    first, second = getattr(cluster, pair)
+    mine = form(cluster, first, f"{pair} note of {first}")
+    theirs = form(cluster, second, f"{pair} note of {second}")
+    got_first, got_second = recall(cluster, first), recall(cluster, second)
+    assert mine in got_first and theirs not in got_first
+    assert theirs in got_second and mine not in got_second
+
+
+def test_an_orchestrator_opens_a_run_in_each_tenant(cluster: Cluster) -> None:
+    runs = {tenant: open_run(cluster, tenant) for tenant in cluster.tenants}
+    with cluster.connect() as su:
+        rows = dict(
+            su.execute(
+                "SELECT run_id, tenant_id FROM fabric.runs WHERE run_id = ANY (%s)",
+                (list(runs.values()),),
+            ).fetchall()
+        )
+    assert rows == {run: tenant for tenant, run in runs.items()}
+
+
+def test_a_run_in_an_unknown_tenant_is_refused_and_writes_nothing(cluster: Cluster) -> None:
+    with cluster.connect() as su:
+        before = su.execute("SELECT count(*) FROM fabric.runs").fetchone()
+    with pytest.raises(psycopg.errors.NoDataFound):
+        open_run(cluster, "nobody")
+    with cluster.connect() as su:
+        assert su.execute("SELECT count(*) FROM fabric.runs").fetchone() == before
+
+
+@GOVERNANCE_GAP
+def test_an_agent_cannot_name_another_tenant(cluster: Cluster) -> None:
+    first, second = cluster.apart
+    run = open_run(cluster, first)
+    with cluster.connect("mf_agent_a") as agent:
+        answer = agent.execute(
+            "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(second, "x")), run)
+        ).fetchone()
+    assert answer is not None and answer[0]["status"] == "rejected", answer
