@@ -5,6 +5,7 @@
 #   CITUS_SRC=<...> scripts/citus.sh up     build if needed, initdb if needed, start the three
 #                                           nodes, create database memfabric on each, join them
 #   scripts/citus.sh down     stop the three nodes
+#   scripts/citus.sh clean    stop them and remove their data (another CITUS_PORT, a fresh start)
 #   scripts/citus.sh status   which nodes run (exit 0 when all three do, 3 otherwise)
 #   scripts/citus.sh url      the coordinator's URL
 #   scripts/citus.sh ports    the three ports, coordinator first
@@ -143,7 +144,7 @@ cmd_build() {
 
 psql_() { # port, then psql arguments
     local p="$1"; shift
-    "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$p" -U postgres "$@"
+    PGOPTIONS="-c client_min_messages=warning" "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$p" -U postgres "$@"
 }
 
 node_running() { [ -f "$CLUSTER/$1/PG_VERSION" ] && "$WRAP/pg_ctl" -D "$CLUSTER/$1" status >/dev/null 2>&1; }
@@ -180,16 +181,24 @@ EOF
 cmd_up() {
     if ! built; then cmd_build; elif [ -n "${CITUS_SRC:-}" ]; then cmd_build; fi
     mkdir -p "$LOGDIR"
-    local i node p sock
+    local i node p sock rp
     sock="$CLUSTER/run"
     if [ $(( ${#sock} + 16 )) -gt 107 ]; then sock=/tmp; fi
     mkdir -p "$CLUSTER" "$sock"
+    # The workers are registered by port in the cluster's metadata: a cluster keeps its ports.
+    if [ -f "$CLUSTER/port" ] && [ "$(cat "$CLUSTER/port")" != "$PORT" ]; then
+        die "this cluster was made with CITUS_PORT=$(cat "$CLUSTER/port"): use it, or citus.sh clean first"
+    fi
+    echo "$PORT" >"$CLUSTER/port"
     for i in 0 1 2; do
         node="${NODES[$i]}"
         p="$(port_of "$i")"
         [ -f "$CLUSTER/$node/PG_VERSION" ] || init_node "$node"
         if node_running "$node"; then
-            log "$node already running on 127.0.0.1:$(sed -n 4p "$CLUSTER/$node/postmaster.pid")"
+            rp="$(sed -n 4p "$CLUSTER/$node/postmaster.pid")"
+            [ "$rp" = "$p" ] ||
+                die "$node already running on port $rp, not $p (citus.sh down first, or CITUS_PORT=$(( rp - i )))"
+            log "$node already running on 127.0.0.1:$p"
             continue
         fi
         log "starting $node on 127.0.0.1:$p (log $LOGDIR/citus-$node.log)"
@@ -225,6 +234,12 @@ cmd_down() {
     done
 }
 
+cmd_clean() {
+    cmd_down
+    rm -rf "$CLUSTER"
+    log "removed $CLUSTER"
+}
+
 cmd_status() {
     local node n=0
     for node in "${NODES[@]}"; do
@@ -242,8 +257,9 @@ case "${1:-}" in
     build) cmd_build ;;
     up) cmd_up ;;
     down) cmd_down ;;
+    clean) cmd_clean ;;
     status) cmd_status ;;
     url) echo "postgresql://postgres@127.0.0.1:$PORT/$DB" ;;
     ports) echo "$PORT $(port_of 1) $(port_of 2)" ;;
-    *) echo "usage: $0 {build|up|down|status|url|ports}" >&2; exit 2 ;;
+    *) echo "usage: $0 {build|up|down|clean|status|url|ports}" >&2; exit 2 ;;
 esac
