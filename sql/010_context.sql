@@ -13,6 +13,19 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._set_local_statement: SET LOCAL of one fabric setting (fabric._set_local on Citus).
+CREATE OR REPLACE FUNCTION fabric._set_local_statement(p_name text, p_value text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  EXECUTE pg_catalog.format('SET LOCAL %I.%I = %L',
+    pg_catalog.split_part(p_name, '.', 1), pg_catalog.split_part(p_name, '.', 2), p_value);
+  RETURN p_value;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._set_local: set a governance setting for the rest of the transaction, on every
 -- node the transaction reaches. set_config() stays in this backend; on a Citus cluster the
 -- shards' policies and triggers run in the workers' backends, and only SET LOCAL reaches
@@ -27,8 +40,10 @@ BEGIN
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
     RETURN pg_catalog.set_config(p_name, p_value, true);
   END IF;
-  EXECUTE pg_catalog.format('SET LOCAL %I.%I = %L',
-    pg_catalog.split_part(p_name, '.', 1), pg_catalog.split_part(p_name, '.', 2), p_value);
+  -- Citus passes a SET LOCAL on only from inside a query of a function call (or a
+  -- transaction block); a plpgsql assignment is evaluated outside the executor, so the
+  -- statement runs in a query of its own.
+  EXECUTE 'SELECT fabric._set_local_statement($1, $2)' USING p_name, p_value;
   IF p_name = 'fabric.tenant_id' AND p_value <> '' THEN
     -- Citus sends the SET LOCALs to a worker when it opens a transaction block there, and a
     -- plain read outside BEGIN opens none; a row-locking read does, inside a function. So
@@ -51,13 +66,13 @@ DECLARE
 BEGIN
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
     -- a Citus cluster: statements that reach the workers (fabric._set_local)
-    SET LOCAL fabric.tenant_id = '';
-    SET LOCAL fabric.actor = '';
-    SET LOCAL fabric.run_id = '';
-    SET LOCAL fabric.correlation_id = '';
-    SET LOCAL fabric.causation_id = '';
-    SET LOCAL fabric.approval_id = '';
-    SET LOCAL fabric.action = '';
+    v := fabric._set_local('fabric.tenant_id', '');
+    v := fabric._set_local('fabric.actor', '');
+    v := fabric._set_local('fabric.run_id', '');
+    v := fabric._set_local('fabric.correlation_id', '');
+    v := fabric._set_local('fabric.causation_id', '');
+    v := fabric._set_local('fabric.approval_id', '');
+    v := fabric._set_local('fabric.action', '');
     RETURN;
   END IF;
   -- assignments, not PERFORM: simple expressions, evaluated without a statement of the
