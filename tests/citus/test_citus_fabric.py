@@ -168,7 +168,7 @@ def test_no_login_reads_another_tenants_rows_in_any_distributed_table(
 # tables into other distributed tables (and the outbox is the coordinator's).
 GOVERNANCE_GAP = pytest.mark.xfail(
     strict=True,
-    reason="commit's set-based triggers do not run on the shards yet (part one leaves it open)",
+    reason="commit's set-based triggers and the recall query do not run on the shards yet",
 )
 
 
@@ -241,3 +241,32 @@ def test_an_agent_cannot_name_another_tenant_and_nothing_is_written(
     ):
         agent.execute("SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(second, "x")), run))
     assert _proposals(cluster) == before
+
+
+# -- recall scope ----------------------------------------------------------------------------
+
+
+def _recall(c: Cluster, login: str, agent: str, tenant: str, request: dict[str, Any]) -> Any:
+    run = open_run(c, tenant, agent)
+    with c.connect(login) as conn:
+        row = conn.execute(
+            "SELECT fabric_api.recall(%s)", (Jsonb({"run_id": str(run), **request}),)
+        ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_a_tier_outside_the_recall_profile_denies_the_request(cluster: Cluster, pair: str) -> None:
+    for tenant in getattr(cluster, pair):
+        answer = _recall(cluster, "mf_agent_r", "com-agt-005", tenant, {"tiers": ["episodic"]})
+        assert answer["status"] == "denied", answer
+        assert answer["tiers_denied"] == ["episodic"]
+        assert answer["records"] == []
+
+
+@GOVERNANCE_GAP
+def test_a_recall_is_served_on_the_cluster(cluster: Cluster) -> None:
+    first, _ = cluster.apart
+    answer = _recall(cluster, "mf_agent_a", "com-agt-003", first, {"tiers": ["episodic"]})
+    assert answer["status"] == "ok", answer
