@@ -206,7 +206,11 @@ def _citus_node_roles(conn: psycopg.Connection[Any]) -> None:
     INHERIT), on the coordinator and on every worker: a role that existed before this
     database joined the cluster is not one Citus propagates from here, so each node gets
     the same idempotent script. (Citus's deparser also drops an explicit SET TRUE.)"""
-    script = ["SET citus.enable_create_role_propagation TO off"]
+    script = [
+        "SET citus.enable_create_role_propagation TO off",
+        "SET citus.enable_alter_role_propagation TO off",
+        "SET citus.enable_ddl_propagation TO off",
+    ]
     for role, attrs in CITUS_NODE_ROLES:
         script.append(
             sql.SQL(
@@ -222,7 +226,11 @@ def _citus_node_roles(conn: psycopg.Connection[Any]) -> None:
             .format(sql.Identifier(role), sql.Identifier(MIGRATOR))
             .as_string(conn)
         )
-    script.append("RESET citus.enable_create_role_propagation")
+    script += [
+        "RESET citus.enable_create_role_propagation",
+        "RESET citus.enable_alter_role_propagation",
+        "RESET citus.enable_ddl_propagation",
+    ]
     text = "; ".join(script)
     conn.execute(text.encode())  # a fixed script: roles and attributes are constants here
     failed = conn.execute(

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from citus_cluster import Cluster, cluster
 from conftest import LOGINS, MEMORY_TOOLS, ROOT
+from memfabric import db as mfdb
 
 __all__ = ["cluster"]  # the session fixture, used by name
 
@@ -270,3 +271,20 @@ def test_a_recall_is_served_on_the_cluster(cluster: Cluster) -> None:
     first, _ = cluster.apart
     answer = _recall(cluster, "mf_agent_a", "com-agt-003", first, {"tiers": ["episodic"]})
     assert answer["status"] == "ok", answer
+
+
+# -- migrate again -----------------------------------------------------------------------------
+
+
+def test_migrate_runs_again_on_the_cluster_and_keeps_the_layout(cluster: Cluster) -> None:
+    layout_sql = (
+        "SELECT logicalrelid::regclass::text, partmethod, colocationid FROM pg_dist_partition "
+        "WHERE logicalrelid::regclass::text LIKE 'fabric.%' ORDER BY 1"
+    )
+    with cluster.connect() as c:
+        before = c.execute(layout_sql).fetchall()
+    mfdb.migrate(cluster.url)
+    with cluster.connect() as c:
+        assert c.execute(layout_sql).fetchall() == before
+    first, _ = cluster.apart
+    assert open_run(cluster, first) is not None
