@@ -9,10 +9,11 @@ export PGPORT ?= 54329
 export GRAPH_BOLT_PORT ?= 57687
 export GRAPH_HTTP_PORT ?= 52480
 export REDIS_PORT ?= 56379
+export CITUS_PORT ?= 54339
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality bench-graph serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-consolidation bench-audit bench-recall bench-import worker clean
+.PHONY: citus-up citus-down test-citus help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality bench-graph serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-consolidation bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -155,6 +156,17 @@ bench-graph: venv db-up graph-up ## graph recall p50/p95 at 100,000 records, 1 a
 
 serve: migrate graph-up ## run memfabric serve (projector + vector broker) on the local servers
 	$(BIN)/memfabric serve
+
+# Citus (scale-out, docs/citus.md): a test dependency built from its source tarball, never
+# shipped. CITUS_SRC names the tarball (citus-14.x, tag v14.x of citusdata/citus).
+citus-up: venv pg ## build Citus once (CITUS_SRC=<tarball>) and start a coordinator and two workers (127.0.0.1:$CITUS_PORT, +1, +2)
+	@CITUS_SRC="$(CITUS_SRC)" scripts/citus.sh up
+
+citus-down: ## stop the local Citus cluster
+	@scripts/citus.sh down
+
+test-citus: citus-up ## the rules that matter most across nodes, against the local Citus cluster (tests/citus)
+	MEMFABRIC_CITUS_URL="$$(scripts/citus.sh url)" $(PYTEST) -q tests/citus tests/sql/test_citus_layout.py
 
 clean: db-down ## remove the venv, the local server and its data
 	rm -rf $(VENV) .local

@@ -26,12 +26,36 @@ def _conninfo() -> str:
     return conninfo
 
 
+def _citus_before_distribution(connection) -> None:  # type: ignore[no-untyped-def]
+    """On a Citus coordinator whose fabric is not distributed yet (a fresh install, or one
+    from before 0043), the revisions up to the distribution step build the fabric on the
+    coordinator alone, as on plain PostgreSQL: DDL is not propagated. 0043 distributes the
+    tables, and Citus then creates each table's shards, its schema, owner, functions and
+    types on the workers; every later DDL is propagated again (0043 turns it back on)."""
+    citus = connection.execute(
+        text("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus'")
+    ).first()
+    if citus is None:
+        connection.commit()  # alembic starts from no transaction (autocommit blocks)
+        return
+    distributed = connection.execute(
+        text(
+            "SELECT 1 FROM pg_catalog.pg_dist_partition p JOIN pg_catalog.pg_class c "
+            "ON c.oid = p.logicalrelid WHERE c.relnamespace::regnamespace::text = 'fabric'"
+        )
+    ).first()
+    if distributed is None:
+        connection.execute(text("SET citus.enable_ddl_propagation TO off"))
+    connection.commit()
+
+
 def run_migrations_online() -> None:
     conninfo = _conninfo()
     engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(conninfo))
     with engine.connect() as connection:
         connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {VERSION_SCHEMA}"))
         connection.commit()
+        _citus_before_distribution(connection)
         context.configure(
             connection=connection,
             version_table_schema=VERSION_SCHEMA,

@@ -13,6 +13,48 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._set_local_statement: SET LOCAL of one fabric setting (fabric._set_local on Citus).
+CREATE OR REPLACE FUNCTION fabric._set_local_statement(p_name text, p_value text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  EXECUTE pg_catalog.format('SET LOCAL %I.%I = %L',
+    pg_catalog.split_part(p_name, '.', 1), pg_catalog.split_part(p_name, '.', 2), p_value);
+  RETURN p_value;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._set_local: set a governance setting for the rest of the transaction, on every
+-- node the transaction reaches. set_config() stays in this backend; on a Citus cluster the
+-- shards' policies and triggers run in the workers' backends, and only SET LOCAL reaches
+-- them (citus.propagate_set_commands = 'local', which the bootstrap sets there; docs/citus.md).
+-- The name is one of the fabric's own settings, never an input.
+CREATE OR REPLACE FUNCTION fabric._set_local(p_name text, p_value text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
+    RETURN pg_catalog.set_config(p_name, p_value, true);
+  END IF;
+  -- Citus passes a SET LOCAL on only from inside a query of a function call (or a
+  -- transaction block); a plpgsql assignment is evaluated outside the executor, so the
+  -- statement runs in a query of its own.
+  EXECUTE 'SELECT fabric._set_local_statement($1, $2)' USING p_name, p_value;
+  IF p_name = 'fabric.tenant_id' AND p_value <> '' THEN
+    -- Citus sends the SET LOCALs to a worker when it opens a transaction block there, and a
+    -- plain read outside BEGIN opens none; a row-locking read does, inside a function. So
+    -- the tenant's worker joins the transaction now, with the tenant set, and every later
+    -- statement on its shards runs there (colocated: one connection per worker and role).
+    PERFORM 1 FROM fabric.tenant_agents e WHERE e.tenant_id = p_value LIMIT 1 FOR KEY SHARE;
+  END IF;
+  RETURN p_value;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._reset_context: every API function starts from nothing, whatever the caller set.
 CREATE OR REPLACE FUNCTION fabric._reset_context()
 RETURNS void
@@ -22,6 +64,17 @@ AS $$
 DECLARE
   v text;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- a Citus cluster: statements that reach the workers (fabric._set_local)
+    v := fabric._set_local('fabric.tenant_id', '');
+    v := fabric._set_local('fabric.actor', '');
+    v := fabric._set_local('fabric.run_id', '');
+    v := fabric._set_local('fabric.correlation_id', '');
+    v := fabric._set_local('fabric.causation_id', '');
+    v := fabric._set_local('fabric.approval_id', '');
+    v := fabric._set_local('fabric.action', '');
+    RETURN;
+  END IF;
   -- assignments, not PERFORM: simple expressions, evaluated without a statement of the
   -- executor each (every API call starts here)
   v := pg_catalog.set_config('fabric.tenant_id', '', true);
@@ -43,9 +96,13 @@ AS $$
 DECLARE
   v text;
 BEGIN
-  -- an assignment, not PERFORM: a simple expression, evaluated without a statement of the
-  -- executor (about 9 µs less a call)
-  v := pg_catalog.set_config('fabric.' || p_name, coalesce(p_value, ''), true);
+  -- assignments, not PERFORM: simple expressions, evaluated without a statement of the
+  -- executor (about 9 µs less a call); fabric._set_local on a Citus cluster only
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
+    v := pg_catalog.set_config('fabric.' || p_name, coalesce(p_value, ''), true);
+  ELSE
+    v := fabric._set_local('fabric.' || p_name, coalesce(p_value, ''));
+  END IF;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -144,7 +201,7 @@ DECLARE
   v text;
 BEGIN
   IF v_tenant IS NOT NULL THEN
-    v := pg_catalog.set_config('fabric.tenant_id', v_tenant, true);   -- _set_context's
+    v := fabric._set_local('fabric.tenant_id', v_tenant);   -- _set_context's
     SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
   END IF;
   RETURN v_run;

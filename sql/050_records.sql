@@ -385,7 +385,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM pg_catalog.set_config('fabric.tenant_id', NEW.tenant_id, true);
+  PERFORM fabric._set_local('fabric.tenant_id', NEW.tenant_id);
   -- The common case first: a parent that is itself an episode (one index probe per
   -- parent); the walk through derived_from only when none is.
   IF EXISTS (SELECT 1 FROM fabric.memory_lineage l

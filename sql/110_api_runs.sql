@@ -158,8 +158,8 @@ BEGIN
       'ask the orchestrator to open a new run');
   END IF;
   -- fabric._set_context of both, as simple expressions (this runs once per propose)
-  v := pg_catalog.set_config('fabric.actor', v_agent_id, true);
-  v := pg_catalog.set_config('fabric.run_id', p_run_id::text, true);
+  v := fabric._set_local('fabric.actor', v_agent_id);
+  v := fabric._set_local('fabric.run_id', p_run_id::text);
   RETURN v_run;
 END $$;
 

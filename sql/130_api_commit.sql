@@ -83,7 +83,7 @@ DECLARE
   v text;
 BEGIN
   -- fabric._set_context('tenant_id', ...) as a simple expression: this runs once per commit
-  v := pg_catalog.set_config('fabric.tenant_id', coalesce(p_tenant_id, ''), true);
+  v := fabric._set_local('fabric.tenant_id', coalesce(p_tenant_id, ''));
   IF EXISTS (SELECT 1 FROM fabric.tenant_agents e
              WHERE e.tenant_id = p_tenant_id AND e.agent_id = p_committer) THEN
     RETURN true;
@@ -128,12 +128,10 @@ DECLARE
 BEGIN
   -- the context of fabric._set_context, set by simple expressions, not a statement (a
   -- single commit runs this once per transaction: every statement is paid per pair)
-  v := pg_catalog.set_config('fabric.actor', coalesce(p_committer, ''), true);
-  v := pg_catalog.set_config('fabric.run_id', coalesce(p_proposal.run_id::text, ''), true);
-  v := pg_catalog.set_config('fabric.correlation_id', coalesce(p_proposal.correlation_id, ''),
-                             true);
-  v := pg_catalog.set_config('fabric.causation_id', coalesce(p_proposal.causation_id, ''),
-                             true);
+  v := fabric._set_local('fabric.actor', coalesce(p_committer, ''));
+  v := fabric._set_local('fabric.run_id', coalesce(p_proposal.run_id::text, ''));
+  v := fabric._set_local('fabric.correlation_id', coalesce(p_proposal.correlation_id, ''));
+  v := fabric._set_local('fabric.causation_id', coalesce(p_proposal.causation_id, ''));
   INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
     session_id, business_instance_id, content, content_hash, source_event_id, correlation_id,
     causation_id, formed_by, formation_method, confidence, valid_from, valid_until,

@@ -229,7 +229,7 @@ BEGIN
   END IF;
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t ORDER BY t.tenant_id LOOP
     EXIT WHEN v_scopes >= p_limit;
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);
     v_keys := ARRAY(SELECT s.scope_key FROM fabric.search_stats s
                      WHERE s.tenant_id = v_tenant AND s.lexeme = ''
                      GROUP BY s.scope_key HAVING pg_catalog.count(*) > 1
@@ -239,7 +239,7 @@ BEGIN
       v_scopes := v_scopes + pg_catalog.cardinality(v_keys);
     END IF;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
   RETURN pg_catalog.jsonb_build_object('scopes', v_scopes, 'deltas_folded', v_moved);
 END $$;
 COMMENT ON FUNCTION fabric_api.compact_search_stats(integer) IS
@@ -261,7 +261,7 @@ DECLARE
   v_records bigint := 0;
 BEGIN
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t ORDER BY t.tenant_id LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);
     UPDATE fabric.memory_records m SET search_tsv = fabric._search_text(m.content)
      WHERE m.tenant_id = v_tenant AND m.content IS NOT NULL
        AND m.search_tsv IS DISTINCT FROM fabric._search_text(m.content);
@@ -279,7 +279,7 @@ BEGIN
      WHERE m.tenant_id = v_tenant AND m.search_tsv IS NOT NULL AND m.scope_key IS NOT NULL
      GROUP BY m.tenant_id, m.scope_key, u.lexeme;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
   RETURN pg_catalog.jsonb_build_object(
     'text_search_config', fabric._text_search_config()::text, 'records_reindexed', v_records);
 END $$;

@@ -223,7 +223,10 @@ BEGIN
     -- cost more than the whole retrieval in a small scope (backend CPU of a 10-word question
     -- over a 40-record scope: 4.5 ms custom, 1.3 ms generic, same plans; docs/benchmarks.md).
     -- The function's SET clause restores the setting when it returns.
-    v_set := pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
+    v_set := pg_catalog.set_config('plan_cache_mode',
+      -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard
+      CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
+           THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
     SELECT pg_catalog.array_agg(t.lexeme ORDER BY t.lexeme),
            pg_catalog.array_agg(t.df ORDER BY t.lexeme)
       INTO v_lexemes, v_df
@@ -474,7 +477,10 @@ BEGIN
     -- of memory_records_topk, which holds every column it reads, in the order it asks for,
     -- and each winner is a lateral lookup (tests/sql/test_recall_plan.py checks the plan
     -- and the rows it reads). The function's SET clause restores the setting on return.
-    v_set := pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
+    v_set := pg_catalog.set_config('plan_cache_mode',
+      -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard
+      CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
+           THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
     RETURN QUERY
       SELECT (x.m).memory_id, NULL::double precision, fabric._record_envelope(x.m, d.derived_from)
       FROM (SELECT k.key, r.tier, t.memory_id, t.confidence, t.valid_from, t.recorded_at
@@ -500,8 +506,9 @@ BEGIN
       -- winner whatever the estimates (a plain join let a generic plan, which cannot know
       -- p_limit, merge the winners with a scan of the whole tenant). LIMIT 1 keeps the
       -- lookup from being flattened into a join; the primary key allows one row anyway.
+      -- (ROW(m.*) as the table's row type: on a Citus worker m is a row of a shard)
       CROSS JOIN LATERAL (
-        SELECT m FROM fabric.memory_records m
+        SELECT ROW(m.*)::fabric.memory_records AS m FROM fabric.memory_records m
          WHERE m.tenant_id = p_tenant_id AND m.memory_id = w.memory_id
            AND m.scope_key = w.key AND m.tier = w.tier
            AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
@@ -526,7 +533,10 @@ BEGIN
   -- running it (docs/benchmarks.md, "The re-check of semantic recall"). The ids are never
   -- NULL here (the branch above took that case), so the plan needs no NULL alternative,
   -- which would keep the ids out of the index condition of a generic plan.
-  v_set := pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
+  v_set := pg_catalog.set_config('plan_cache_mode',
+      -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard
+      CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
+           THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
   -- The winners' lineage is read in the same statement, for the p_limit winners only.
   RETURN QUERY
     SELECT w.memory_id, w.score, fabric._record_envelope(w.m, d.derived_from)

@@ -89,7 +89,10 @@ BEGIN
         'e.g. {"erase": "3 days"}');
     END IF;
   END LOOP;
-  IF NEW.checkpoint_retention <= fabric._longest_approval_timeout(NEW) THEN
+  -- NEW as a row of fabric.instance_config: on a Citus worker the trigger fires on a shard,
+  -- whose row type is the shard's own.
+  IF NEW.checkpoint_retention <= fabric._longest_approval_timeout(
+       pg_catalog.jsonb_populate_record(NULL::fabric.instance_config, pg_catalog.to_jsonb(NEW))) THEN
     PERFORM fabric._raise_rule('check_violation',
       'checkpoint retention must exceed the longest approval timeout',
       'a checkpoint that expires before its approval leaves an approved action with no run to resume',

@@ -247,11 +247,11 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
                   WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);
     RETURN QUERY SELECT * FROM fabric._projection_rows(v_tenant, coalesce(p_memory_ids, '{}'),
                                                        NULL, NULL, p_model, p_model_version);
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ BEGIN
   FOR v_tenant IN SELECT t FROM fabric._tenants_with_records() t
                   WHERE p_after_tenant IS NULL OR t >= p_after_tenant ORDER BY t LOOP
     CONTINUE WHEN v_tenant = p_after_tenant AND p_after_memory IS NULL;  -- as in 0.3
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);
     RETURN QUERY SELECT * FROM fabric._projection_rows(v_tenant, NULL,
       CASE WHEN p_after_tenant IS NOT NULL AND v_tenant = p_after_tenant THEN p_after_memory END,
       v_left, p_model, p_model_version);
@@ -287,7 +287,7 @@ BEGIN
     v_left := v_left - v_rows;
     EXIT WHEN v_left <= 0;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------

@@ -116,13 +116,13 @@ BEGIN
       'e.g. http://127.0.0.1:4318/v1/traces');
   END IF;
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);
     v_refused := v_refused OR EXISTS (
       SELECT 1 FROM fabric.instance_config c
       WHERE c.tenant_id = v_tenant AND c.deployment_mode = 'air-gapped'
         AND NOT fabric._host_is_local(v_host, c.local_hosts));
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
   IF v_refused THEN
     PERFORM fabric._raise_rule('check_violation',
       'an air-gapped instance cannot export traces to an OTLP endpoint whose host is not local',

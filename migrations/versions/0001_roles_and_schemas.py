@@ -46,8 +46,8 @@ def upgrade() -> None:
             """
         )
     # The migration role becomes the owner and the lookup owner while it migrates.
-    op.execute("GRANT fabric_owner TO CURRENT_USER WITH SET TRUE, INHERIT FALSE")
-    op.execute("GRANT fabric_lookup TO CURRENT_USER WITH SET TRUE, INHERIT FALSE")
+    op.execute("GRANT fabric_owner TO CURRENT_USER WITH INHERIT FALSE, SET TRUE")
+    op.execute("GRANT fabric_lookup TO CURRENT_USER WITH INHERIT FALSE, SET TRUE")
     # register_agent (owned by fabric_owner) makes each agent login a member of fabric_agent.
     op.execute("GRANT fabric_agent TO fabric_owner WITH ADMIN TRUE, INHERIT FALSE, SET FALSE")
     for schema in ("fabric", "fabric_api", "fabric_audit"):

@@ -58,7 +58,7 @@ def upgrade() -> None:
         END $$
         """
     )
-    op.execute("GRANT fabric_retriever TO CURRENT_USER WITH SET TRUE, INHERIT FALSE")
+    op.execute("GRANT fabric_retriever TO CURRENT_USER WITH INHERIT FALSE, SET TRUE")
     op.execute(UPGRADE)
     op.execute("GRANT USAGE, CREATE ON SCHEMA fabric TO fabric_retriever")
     op.execute("RESET ROLE")

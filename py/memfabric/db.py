@@ -11,6 +11,7 @@ importlib.resources, so an installed wheel migrates a database without a checkou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -67,6 +68,25 @@ FROM pg_catalog.pg_settings s WHERE s.name = ANY (%s)
 """
 
 Progress = Callable[[str], None]
+
+# On a Citus cluster the coordinator opens its connections to the workers as the current
+# user, and inside a SECURITY DEFINER function (or under the migration's SET ROLE) that is
+# the function's owner: the roles that own fabric objects log in between the nodes. The
+# bootstrap makes them LOGIN there (attributes as the migrations create them); pg_hba admits
+# them from the nodes only (docs/citus.md). On plain PostgreSQL they stay NOLOGIN.
+CITUS_NODE_ROLES = (
+    ("fabric_owner", ""),
+    ("fabric_lookup", "BYPASSRLS"),
+    ("fabric_retriever", "BYPASSRLS"),
+)
+
+
+def citus_installed(conn: psycopg.Connection[Any]) -> bool:
+    """Whether this database is a Citus cluster's (the extension is installed)."""
+    return (
+        conn.execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus'").fetchone()
+        is not None
+    )
 
 
 def _quiet(_: str) -> None:
@@ -163,6 +183,13 @@ def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) ->
                     sql.Identifier(dbname), sql.Identifier(setting), sql.Literal(value)
                 )
             )
+        if citus_installed(conn):
+            _citus_node_roles(conn)
+            _citus_database_settings(conn, dbname)
+            progress(
+                "bootstrap: Citus cluster: the owner roles log in between the nodes, "
+                "SET LOCAL reaches the workers"
+            )
         progress(f"bootstrap: extensions {', '.join(EXTENSIONS)} (schema ext)")
         risks = server_log_risks(conn)
         if risks:
@@ -172,6 +199,99 @@ def bootstrap(url: str, progress: Progress = _quiet, warn: Progress = _quiet) ->
                 "cluster-wide (postgresql.conf, or ALTER SYSTEM then SELECT pg_reload_conf()): "
                 + ", ".join(risks)
             )
+
+
+def _citus_node_roles(conn: psycopg.Connection[Any]) -> None:
+    """The owner roles as LOGIN, and the migration role a member of each (ADMIN, SET; no
+    INHERIT), on the coordinator and on every worker: a role that existed before this
+    database joined the cluster is not one Citus propagates from here, so each node gets
+    the same idempotent script. (Citus's deparser also drops an explicit SET TRUE.)"""
+    script = [
+        "SET citus.enable_create_role_propagation TO off",
+        "SET citus.enable_alter_role_propagation TO off",
+        "SET citus.enable_ddl_propagation TO off",
+    ]
+    for role, attrs in CITUS_NODE_ROLES:
+        script.append(
+            sql.SQL(
+                "DO $$ BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = {name})"
+                " THEN ALTER ROLE {role} LOGIN; ELSE CREATE ROLE {role} LOGIN {attrs}; END IF;"
+                " END $$"
+            )
+            .format(name=sql.Literal(role), role=sql.Identifier(role), attrs=sql.SQL(attrs))
+            .as_string(conn)
+        )
+        script.append(
+            sql.SQL("GRANT {} TO {} WITH ADMIN OPTION, INHERIT FALSE")
+            .format(sql.Identifier(role), sql.Identifier(MIGRATOR))
+            .as_string(conn)
+        )
+    script += [
+        "RESET citus.enable_create_role_propagation",
+        "RESET citus.enable_alter_role_propagation",
+        "RESET citus.enable_ddl_propagation",
+    ]
+    text = "; ".join(script)
+    conn.execute(text.encode())  # a fixed script: roles and attributes are constants here
+    failed = conn.execute(
+        "SELECT nodename, nodeport, result FROM run_command_on_workers(%s) WHERE NOT success",
+        (text,),
+    ).fetchall()
+    if failed:
+        raise SystemExit(f"bootstrap on the Citus workers failed: {failed}")
+    # A role that existed before this database (roles are per node, Citus's metadata is per
+    # database) is not one Citus knows it has on the workers: it would create or alter it
+    # there when the migration distributes an object the role owns, as the migration role,
+    # which may not (ALTER ROLE ... NOSUPERUSER needs a superuser). The superuser makes Citus
+    # take each such role over now: a function it owns, distributed, then dropped.
+    unknown = conn.execute(
+        "SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.rolname LIKE 'fabric\\_%' "
+        "AND NOT EXISTS (SELECT FROM pg_dist_object o WHERE o.classid = "
+        "'pg_catalog.pg_authid'::regclass AND o.objid = r.oid) ORDER BY 1"
+    ).fetchall()
+    probe = sql.SQL("ext.memfabric_role_probe()")
+    for (role,) in unknown:
+        with conn.transaction():
+            conn.execute(
+                sql.SQL("CREATE FUNCTION {} RETURNS int LANGUAGE sql AS 'SELECT 1'").format(probe)
+            )
+            conn.execute(
+                sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(probe, sql.Identifier(role))
+            )
+            conn.execute("SELECT create_distributed_function('ext.memfabric_role_probe()')")
+            conn.execute(sql.SQL("DROP FUNCTION {}").format(probe))
+
+
+# On Citus, the governance context (fabric._set_local) is made of SET LOCAL statements,
+# which the coordinator sends to every worker its transaction reaches with this setting.
+CITUS_DATABASE_SETTINGS = (("citus.propagate_set_commands", "local"),)
+
+
+def _citus_database_settings(conn: psycopg.Connection[Any], dbname: str) -> None:
+    """The database's settings that the fabric needs on Citus (Citus sets them on every node),
+    and on the workers the migration role's privileges on the database, and fabric_owner's
+    CREATE: Citus creates the fabric's schemas there as their owner."""
+    grant = (
+        sql.SQL(
+            "SET citus.enable_ddl_propagation TO off; "
+            "GRANT CONNECT, CREATE ON DATABASE {} TO {}, fabric_owner"
+        )
+        .format(sql.Identifier(dbname), sql.Identifier(MIGRATOR))
+        .as_string(conn)
+    )
+    failed = conn.execute(
+        "SELECT nodename, nodeport, result FROM run_command_on_workers(%s) WHERE NOT success",
+        (grant,),
+    ).fetchall()
+    if failed:
+        raise SystemExit(f"bootstrap on the Citus workers failed: {failed}")
+    for setting, value in CITUS_DATABASE_SETTINGS:
+        statement = (
+            sql.SQL("ALTER DATABASE {} SET {} = {}")
+            .format(sql.Identifier(dbname), sql.Identifier(setting), sql.Literal(value))
+            .as_string(conn)
+        )
+        conn.execute(statement.encode())  # Citus sends ALTER DATABASE ... SET to the workers
 
 
 def schema_dir(name: str) -> Path:
@@ -288,14 +408,112 @@ def replay_files() -> list[Path]:
 
 
 def replay(url: str, progress: Progress = _quiet) -> None:
-    """Replay sql/ then rls/ in one transaction as fabric_owner (idempotent objects)."""
+    """Replay sql/ then rls/ in one transaction as fabric_owner (idempotent objects).
+
+    On a Citus cluster, one transaction per file, one statement at a time: Citus opens its
+    connections to the workers per role, so an object a file creates as fabric_lookup is not
+    visible to the fabric_owner connection of the same transaction before it commits, and it
+    re-sends a statement's own text to the workers, which must then hold one command."""
     files = replay_files()
     with psycopg.connect(migrator_url(url)) as conn:
-        for path in files:
-            conn.execute("SET LOCAL ROLE fabric_owner")
-            conn.execute(path.read_text())
-        conn.execute("RESET ROLE")
+        if not citus_installed(conn):
+            for path in files:
+                conn.execute("SET LOCAL ROLE fabric_owner")
+                conn.execute(path.read_text())
+            conn.execute("RESET ROLE")
+        else:
+            conn.commit()
+            for path in files:
+                with conn.transaction():
+                    for setting in CITUS_REPLAY_SETTINGS:
+                        conn.execute(setting)
+                    conn.execute("SET LOCAL ROLE fabric_owner")
+                    for statement in split_statements(path.read_text()):
+                        conn.execute(statement.encode())  # the package's own schema files
+                    conn.execute("RESET ROLE")
     progress(f"replayed {len(files)} files from sql/ and rls/")
+
+
+# The replay's settings on Citus: the fabric's triggers run on the shards (Citus calls them
+# unsafe: they may read other shards, which the fabric's do only within the same tenant,
+# colocated); every new function is created on every node at once; one connection per
+# node and role, so what a statement created is visible to the next.
+CITUS_REPLAY_SETTINGS = (
+    "SET LOCAL citus.propagate_set_commands TO none",  # the replay's SET LOCAL ROLE stays here
+    "SET LOCAL citus.enable_unsafe_triggers TO on",
+    "SET LOCAL citus.create_object_propagation TO immediate",
+    "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'",
+)
+
+
+def split_statements(text: str) -> list[str]:
+    """The SQL statements of a script, split at the semicolons outside quotes, dollar-quoted
+    bodies, quoted identifiers and comments (what psql does). Empty statements are dropped."""
+    out: list[str] = []
+    start = i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "-" and text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif c == "/" and text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif c in "'\"":
+            escapes = c == "'" and i > 0 and text[i - 1] in "eE" and not _ident_char(text, i - 2)
+            i += 1
+            while i < n:
+                if escapes and text[i] == "\\":
+                    i += 2
+                elif text[i] == c:
+                    if text.startswith(c * 2, i):
+                        i += 2
+                    else:
+                        break
+                else:
+                    i += 1
+            i += 1
+        elif c == "$" and not _ident_char(text, i - 1):
+            m = _DOLLAR_TAG.match(text, i)
+            if m:
+                end = text.find(m.group(0), m.end())
+                i = n if end < 0 else end + len(m.group(0))
+            else:
+                i += 1
+        elif c == ";":
+            statement = text[start:i].strip()
+            if _has_code(statement):
+                out.append(statement)
+            start = i = i + 1
+        else:
+            i += 1
+    statement = text[start:].strip()
+    if _has_code(statement):
+        out.append(statement)
+    return out
+
+
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_][A-Za-z_0-9]*)?\$")
+
+
+def _ident_char(text: str, i: int) -> bool:
+    return i >= 0 and (text[i].isalnum() or text[i] in "_$")
+
+
+def _has_code(statement: str) -> bool:
+    """Whether a piece of script holds more than comments and blanks."""
+    return bool(split_comments(statement).strip())
+
+
+def split_comments(statement: str) -> str:
+    return re.sub(r"--[^\n]*", "", statement)
 
 
 def analyze_new_tables(url: str, progress: Progress = _quiet) -> list[str]:
