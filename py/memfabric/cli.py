@@ -318,6 +318,7 @@ def worker_consolidate(
         ModelConsolidator,
         require_instance_endpoint,
         run_consolidation,
+        seed_instance_endpoint,
     )
     from memfabric.llm import from_env
     from memfabric.worker import run_every
@@ -328,6 +329,12 @@ def worker_consolidate(
     _require_known_schema(reader_conninfo)
     llm = from_env()
     with psycopg.connect(reader_conninfo, autocommit=True) as reader:
+        if llm is not None and not settings.database_url_set:
+            # a local deployment: the URL seeds the instance's model_uri where it names
+            # none, as the local server's administrator (the database judges the URI)
+            with psycopg.connect(settings.database_url, autocommit=True) as admin:
+                for name in tenant:
+                    seed_instance_endpoint(admin, reader, name, llm)
         for name in tenant:
             require_instance_endpoint(reader, name, llm)
     consolidator = ModelConsolidator(llm) if llm is not None else None
