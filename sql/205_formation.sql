@@ -37,6 +37,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_agent text := fabric._enter_consolidator(p_tenant_id);
+  v_calls jsonb;
 BEGIN
   PERFORM fabric._require_workflow_event(p_tenant_id, p_workflow_event_id);
   IF p_envelope IS NULL OR pg_catalog.jsonb_typeof(p_envelope) <> 'object'
@@ -60,10 +61,38 @@ BEGIN
     through_recorded_at, through_memory_id, envelope)
   VALUES (p_tenant_id, p_workflow_event_id, v_agent, p_through_recorded_at, p_through_memory_id,
           p_envelope);
+  -- The event carries the run's model calls for the trace feed (one span each): only
+  -- metadata of the expected shape (model, prompt hash, tokens, latency), never content.
+  SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+           'stage', CASE WHEN c ->> 'stage' ~ '^[a-z_]{1,40}$' THEN c ->> 'stage' END,
+           'backend', CASE WHEN c ->> 'backend' ~ '^[A-Za-z0-9_.:-]{1,100}$' THEN c ->> 'backend' END,
+           'model', CASE WHEN c ->> 'model' ~ '^[A-Za-z0-9_./:@+-]{1,200}$' THEN c ->> 'model' END,
+           'prompt_sha256', CASE WHEN c ->> 'prompt_sha256' ~ '^sha256:[0-9a-f]{64}$'
+                                 THEN c ->> 'prompt_sha256' END,
+           'prompt_tokens', CASE WHEN pg_catalog.jsonb_typeof(c -> 'prompt_tokens') = 'number'
+                                 THEN c -> 'prompt_tokens' END,
+           'completion_tokens', CASE WHEN pg_catalog.jsonb_typeof(c -> 'completion_tokens') = 'number'
+                                     THEN c -> 'completion_tokens' END,
+           'latency_ms', CASE WHEN pg_catalog.jsonb_typeof(c -> 'latency_ms') = 'number'
+                              THEN c -> 'latency_ms' END,
+           'attempts', CASE WHEN pg_catalog.jsonb_typeof(c -> 'attempts') = 'number'
+                            THEN c -> 'attempts' END,
+           'outcome', CASE WHEN c ->> 'outcome' IN ('ok', 'invalid', 'error') THEN c ->> 'outcome' END,
+           'started_at', CASE WHEN c ->> 'started_at'
+                                   ~ '^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)$'
+                              THEN c ->> 'started_at' END)) ORDER BY n), '[]')
+  INTO v_calls
+  FROM pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(p_envelope #> '{cost,per_call}') = 'array'
+                                            THEN p_envelope #> '{cost,per_call}' ELSE '[]' END)
+       WITH ORDINALITY AS x(c, n)
+  WHERE n <= 1000 AND pg_catalog.jsonb_typeof(c) = 'object';
   PERFORM fabric._emit('memory.consolidation.completed', p_tenant_id,
     p_workflow_event_id::text, p_workflow_event_id::text, NULL, NULL,
     pg_catalog.jsonb_build_object('workflow_event_id', p_workflow_event_id,
-      'counts', coalesce(p_envelope -> 'counts', '{}')));
+      'counts', coalesce(p_envelope -> 'counts', '{}'),
+      'duration_ms', CASE WHEN pg_catalog.jsonb_typeof(p_envelope -> 'duration_ms') = 'number'
+                          THEN p_envelope -> 'duration_ms' END,
+      'model_calls', v_calls));
   RETURN pg_catalog.jsonb_build_object('workflow_event_id', p_workflow_event_id,
                                        'status', 'recorded');
 END $$;
