@@ -107,11 +107,17 @@ BEGIN
     AND (p_record.memory_id = ANY (r.sources) OR r.memory_id = p_record.memory_id)
     AND r.proposal ? 'content';
   GET DIAGNOSTICS v_recommendations = ROW_COUNT;
+  -- Records derived from it, and assertions it corroborated (fabric.memory_corroborations:
+  -- their support shrank the same way), are flagged for review.
   INSERT INTO fabric.review_flags (tenant_id, memory_id, tombstoned_source)
-  SELECT l.tenant_id, l.memory_id, l.derived_from_id FROM fabric.memory_lineage l
+  SELECT l.tenant_id, l.memory_id, l.derived_from_id
+  FROM (SELECT l.tenant_id, l.memory_id, l.derived_from_id FROM fabric.memory_lineage l
+        WHERE l.tenant_id = p_record.tenant_id AND l.derived_from_id = p_record.memory_id
+        UNION
+        SELECT c.tenant_id, c.memory_id, c.episode_id FROM fabric.memory_corroborations c
+        WHERE c.tenant_id = p_record.tenant_id AND c.episode_id = p_record.memory_id) l
   JOIN fabric.memory_records d ON d.tenant_id = l.tenant_id AND d.memory_id = l.memory_id
-  WHERE l.tenant_id = p_record.tenant_id AND l.derived_from_id = p_record.memory_id
-    AND d.consolidation_state <> 'tombstoned' AND l.memory_id <> ALL (p_erasing)
+  WHERE d.consolidation_state <> 'tombstoned' AND l.memory_id <> ALL (p_erasing)
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_flagged = ROW_COUNT;
   -- An open flag asking about this record (raised when a source of it was erased before)

@@ -14,7 +14,7 @@ import pytest
 from psycopg.types.json import Jsonb
 from test_formation import T0, asserted, model, outcomes, said, say, workflow
 
-from conftest import Fabric
+from conftest import Fabric, episode
 from memfabric import consolidate
 from memfabric.consolidate import require_instance_endpoint
 from memfabric.errors import FabricError, Misconfigured
@@ -214,6 +214,19 @@ def test_an_episode_already_in_derived_from_is_not_linked_again(fabric: Fabric) 
     assert fabric.count("memory_corroborations") == 0
 
 
+def test_erasing_a_corroborating_episode_flags_the_assertion_for_review(fabric: Fabric) -> None:
+    extracted, _, again = corroborated(fabric)
+    approval = fabric.call("mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", again)[
+        "approval_id"
+    ]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    assert fabric.record(again)["consolidation_state"] == "tombstoned"
+    queue = fabric.call("mf_consolidator", "SELECT fabric_api.review_queue('acme')")
+    assert [(q["memory_id"], q["tombstoned_source"]) for q in queue] == [(extracted, again)]
+    assert fabric.count("memory_corroborations", f"episode_id = '{again}'") == 1  # ids only
+
+
 # --- 3. contradiction flags are resolved through the API -------------------------------------
 
 
@@ -283,6 +296,31 @@ def test_resolving_a_contradiction_flag_is_refused_without_writing(
     assert fabric.record(flag["memory_id"])["consolidation_state"] == "raw"
     queue = fabric.call("mf_consolidator", "SELECT fabric_api.contradiction_queue('acme')")
     assert [q["flag_id"] for q in queue] == [flag["flag_id"]]
+
+
+def test_a_flag_is_resolved_as_supersede_once_the_declaration_was_superseded(
+    fabric: Fabric,
+) -> None:
+    flag = flagged(fabric)
+    run = fabric.open_run()
+    env = episode(
+        "x",
+        tier="profile",
+        content={"key": "home.city", "value": "Lisbon"},
+        validity_interval={"valid_from": "2026-03-01T08:00:00Z", "valid_until": None},
+    )
+    env["provenance"]["formation_method"] = "declaration"
+    proposal = fabric.proposed(run, envelope=env)
+    successor = fabric.call(
+        "mf_committer", "SELECT fabric_api.supersede(%s, %s)", flag["memory_id"], proposal
+    )["memory_id"]
+    result = resolve(fabric, flag["flag_id"], "supersede")
+    assert (result["decision"], result["successor"]) == ("supersede", successor)
+    (event,) = fabric.events("event_type = 'memory.contradiction.resolved'")
+    assert event["payload"]["successor"] == successor
+    before = world(fabric)  # resolved once; keep is refused now that nothing live stands
+    assert sqlstate(lambda: resolve(fabric, flag["flag_id"], "keep")) == "55000"
+    assert world(fabric) == before
 
 
 def test_an_unknown_contradiction_flag_is_not_found(fabric: Fabric) -> None:
