@@ -268,6 +268,20 @@ BEGIN
                           FILTER (WHERE t.thread_id IS NOT NULL), '[]') AS threads
         FROM fabric._recalled_checkpoint_threads(v_tenant, v_erasing) t
         GROUP BY t.memory_id) g;
+  -- The checkpoint threads of consolidation runs whose candidate read named an erased
+  -- record (their reflect-and-revise state may hold its content) are listed with them.
+  SELECT coalesce(pg_catalog.jsonb_object_agg(k.id, pg_catalog.jsonb_build_object(
+           'runs', coalesce((v_recalled #>> ARRAY[k.id, 'runs'])::integer, 0),
+           'threads', (SELECT coalesce(pg_catalog.jsonb_agg(DISTINCT u ORDER BY u), '[]')
+                       FROM (SELECT pg_catalog.jsonb_array_elements_text(
+                                      coalesce(v_recalled #> ARRAY[k.id, 'threads'], '[]')) u
+                             UNION
+                             SELECT t.thread_id FROM fabric._consolidation_checkpoint_threads(
+                                      v_tenant, v_erasing) t
+                             WHERE t.memory_id::text = k.id) us))), '{}')
+    INTO v_recalled
+  FROM (SELECT pg_catalog.jsonb_object_keys(v_recalled) AS id
+        UNION SELECT t.memory_id::text FROM fabric._consolidation_checkpoint_threads(v_tenant, v_erasing) t) k;
   v_recalled_threads := ARRAY(
     SELECT DISTINCT x FROM pg_catalog.jsonb_each(v_recalled) e,
       LATERAL pg_catalog.jsonb_array_elements_text(e.value -> 'threads') x ORDER BY x);

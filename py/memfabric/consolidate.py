@@ -86,9 +86,9 @@ class ModelConsolidator:
     generate -> critique -> revise graph (memfabric.formation), in order; an episode whose
     answers are unusable ends the run's items there (deferred to the next run)."""
 
-    def __init__(self, llm: LLM) -> None:
+    def __init__(self, llm: LLM, checkpointer: Any = None) -> None:
         self.llm = llm
-        self.graph = ReflectAndRevise(llm)
+        self.graph = ReflectAndRevise(llm, checkpointer)
 
     @property
     def model(self) -> Json:
@@ -421,7 +421,9 @@ def _run_consolidation(
             live = live_by_scope[episode["scope_key"]]
             item_started = time.monotonic()
             try:
-                item = consolidator.graph.run(episode, list(live))
+                item = consolidator.graph.run(
+                    episode, list(live), tenant_id=tenant_id, workflow_event_id=workflow
+                )
             except LLMUnusable:
                 summary.deferred = len(episodes) - n
                 summary.unusable = 1

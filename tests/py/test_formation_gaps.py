@@ -370,3 +370,87 @@ def test_a_consolidation_window_is_whole_and_not_empty(
     before = world(fabric)
     assert sqlstate(lambda: window(fabric, *bounds)) == "23514"
     assert world(fabric) == before
+
+
+# --- 6. reflect and revise checkpointed by the fabric's checkpointer ---------------------------
+
+
+def threads(fabric: Fabric) -> list[tuple[str, str | None, str | None]]:
+    with fabric.su() as su:
+        rows = su.execute(
+            "SELECT DISTINCT thread_id, metadata ->> 'subject_id',"
+            " metadata ->> 'fabric_workflow_event_id' FROM langgraph.checkpoints ORDER BY 1"
+        ).fetchall()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def stages(double: Any) -> list[str]:
+    return [r["response_format"]["json_schema"]["name"] for r in double.requests]
+
+
+def interrupted(fabric: Fabric, saver: Any, double: Any) -> tuple[str, Any]:
+    """An episode whose critique answer is unusable: the run ends there (deferred) and the
+    item's thread keeps what generate produced. Returns (episode, the run's summary)."""
+    run = fabric.open_run()
+    spoken = said(fabric, run, "Please send my invoices in EUR.", T0)
+    double.script([
+        {"stage": "generate", "contains": "invoices in EUR", "answer": {"assertions": [
+            say("billing.currency", "EUR")]}},
+        {"stage": "critique", "raw": "not json", "repeat": True},
+    ])  # fmt: skip
+    summary = workflow(fabric, consolidate.ModelConsolidator(
+        LLM(OpenAICompatible(double.url, "scripted-oracle"), retries=0), saver))  # fmt: skip
+    assert (summary.unusable, summary.deferred, summary.committed) == (1, 1, 0)
+    assert stages(double) == ["generate", "critique"]
+    return spoken, summary
+
+
+def test_an_interrupted_item_resumes_at_the_node_that_stopped_it(fabric: Fabric) -> None:
+    from memfabric.langgraph import checkpointer
+
+    service = psycopg_conninfo(fabric, "mf_service")
+    with checkpointer(service) as saver, scripted_llm([]) as double:
+        spoken, first = interrupted(fabric, saver, double)
+        assert threads(fabric) == [
+            (f"mf_service:consolidate:{spoken}", "user-8842", first.workflow_event_id)
+        ]
+        # the next run resumes: generate is not asked again; the item completes and its
+        # thread is deleted
+        double.script([])
+        double.requests.clear()
+        summary = workflow(fabric, consolidate.ModelConsolidator(
+            LLM(OpenAICompatible(double.url, "scripted-oracle")), saver))  # fmt: skip
+        assert stages(double) == ["critique", "revise"]
+        assert summary.committed == 1
+        assert threads(fabric) == []
+
+
+@pytest.mark.parametrize("subject", [False, True])
+def test_erasing_what_an_interrupted_item_read_deletes_its_thread(
+    fabric: Fabric, subject: bool
+) -> None:
+    from memfabric.langgraph import checkpointer
+
+    service = psycopg_conninfo(fabric, "mf_service")
+    with checkpointer(service) as saver, scripted_llm([]) as double:
+        spoken, _ = interrupted(fabric, saver, double)
+    (thread,) = threads(fabric)
+    if subject:
+        approval = fabric.call(
+            "mf_committer",
+            "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')",
+        )["approval_id"]
+    else:
+        approval = fabric.call(
+            "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", spoken
+        )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    receipt = fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    assert receipt["checkpoint_threads"] == [thread[0]]
+    assert threads(fabric) == []
+
+
+def psycopg_conninfo(fabric: Fabric, login: str) -> str:
+    import psycopg
+
+    return psycopg.conninfo.make_conninfo(fabric.url, user=login)
