@@ -454,3 +454,22 @@ def psycopg_conninfo(fabric: Fabric, login: str) -> str:
     import psycopg
 
     return psycopg.conninfo.make_conninfo(fabric.url, user=login)
+
+
+def test_a_checkpoint_naming_an_unknown_consolidation_run_is_refused(fabric: Fabric) -> None:
+    from memfabric.formation import ReflectAndRevise
+    from memfabric.langgraph import checkpointer
+
+    run = fabric.open_run()
+    spoken = said(fabric, run, "Please send my invoices in EUR.", T0)
+    text = {"text": "Please send my invoices in EUR."}
+    episode_ = {"memory_id": spoken, "subject_id": "user-8842", "scope_key": "s",
+                "content": text, "valid_from": T0}  # fmt: skip
+    before = world(fabric)
+    with checkpointer(psycopg_conninfo(fabric, "mf_service")) as saver, scripted_llm([]) as double:
+        graph = ReflectAndRevise(LLM(OpenAICompatible(double.url)), saver)
+        invented = str(uuid.uuid4())
+        assert sqlstate(lambda: graph.run(episode_, [], tenant_id="acme",
+                                          workflow_event_id=invented)) == "22023"  # fmt: skip
+    assert threads(fabric) == []
+    assert world(fabric) == before
