@@ -210,8 +210,12 @@ RETURNS TABLE (memory_id uuid, thread_id text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+  -- driven by the (few) threads that name a consolidation run, then that run's reads
   SELECT DISTINCT x.id::uuid, c.thread_id
-  FROM fabric.events e
+  FROM langgraph.checkpoints c
+  JOIN fabric.events e
+    ON e.tenant_id = p_tenant_id AND e.event_type = 'memory.consolidation.candidates_read'
+   AND e.correlation_id = c.metadata ->> 'fabric_workflow_event_id'
   CROSS JOIN LATERAL (SELECT i FROM pg_catalog.jsonb_array_elements_text(
                         CASE WHEN pg_catalog.jsonb_typeof(e.payload -> 'memory_ids') = 'array'
                              THEN e.payload -> 'memory_ids' ELSE '[]' END) i
@@ -219,10 +223,7 @@ AS $$
                       SELECT i FROM pg_catalog.jsonb_array_elements_text(
                         CASE WHEN pg_catalog.jsonb_typeof(e.payload -> 'assertion_ids') = 'array'
                              THEN e.payload -> 'assertion_ids' ELSE '[]' END) i) x(id)
-  JOIN langgraph.checkpoints c
-    ON c.metadata ->> 'tenant_id' = p_tenant_id
-   AND c.metadata ->> 'fabric_workflow_event_id' = e.correlation_id
-  WHERE e.tenant_id = p_tenant_id AND e.event_type = 'memory.consolidation.candidates_read'
+  WHERE c.metadata ->> 'tenant_id' = p_tenant_id AND c.metadata ? 'fabric_workflow_event_id'
     AND x.id = ANY (p_memory_ids::text[])
 $$;
 
