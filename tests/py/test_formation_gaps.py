@@ -473,3 +473,27 @@ def test_a_checkpoint_naming_an_unknown_consolidation_run_is_refused(fabric: Fab
                                           workflow_event_id=invented)) == "22023"  # fmt: skip
     assert threads(fabric) == []
     assert world(fabric) == before
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "at", "inside"),
+    [
+        ("09:00", "17:00", "2026-12-04T08:59:59Z", False),
+        ("09:00", "17:00", "2026-12-04T09:00:00Z", True),  # start inclusive
+        ("09:00", "17:00", "2026-12-04T17:00:00Z", False),  # end exclusive
+        ("22:00", "06:00", "2026-12-04T23:30:00Z", True),  # spans midnight
+        ("22:00", "06:00", "2026-12-05T05:59:00Z", True),
+        ("22:00", "06:00", "2026-12-05T12:00:00Z", False),
+        ("22:00", "06:00", "2026-12-05T00:30:00+02:00", True),  # 22:30 UTC
+        (None, None, "2026-12-05T12:00:00Z", True),  # no window: always
+    ],
+)
+def test_the_consolidation_window_is_judged_in_utc(
+    fabric: Fabric, start: str | None, end: str | None, at: str, inside: bool
+) -> None:
+    with fabric.su() as su:
+        row = su.execute(
+            "SELECT fabric._in_consolidation_window(%s::time, %s::time, %s::timestamptz)",
+            (start, end, at),
+        ).fetchone()
+    assert row == (inside,)
