@@ -88,9 +88,11 @@ COMMENT ON FUNCTION fabric_audit.records_as_of(text, timestamptz, timestamptz) I
   'Example: SELECT * FROM fabric_audit.records_as_of(''acme'', ''2026-08-16T10:00Z'', now());';
 
 -- ---------------------------------------------------------------------------------------
--- fabric_audit.lineage: derived_from both ways, recursive, with depth; and the supersession
+-- fabric_audit.lineage: derived_from both ways, recursive, with depth; the supersession
 -- chain both ways ('supersedes': records this one replaced, 'superseded_by': its successors,
--- with derived_from_id naming the record each successor replaced).
+-- with derived_from_id naming the record each successor replaced); and corroboration
+-- ('corroborated_by': episodes that corroborated this assertion after it was formed;
+-- 'corroborates': assertions this episode corroborated, derived_from_id naming the episode).
 CREATE OR REPLACE FUNCTION fabric_audit.lineage(p_tenant_id text, p_memory_id uuid)
 RETURNS TABLE (direction text, depth integer, memory_id uuid, derived_from_id uuid, tier text,
                consolidation_state text)
@@ -136,17 +138,27 @@ BEGIN
       SELECT 'supersedes', o.depth, o.parent, o.child, o.parent FROM older o
       UNION ALL
       SELECT 'superseded_by', n.depth, n.child, n.child, n.parent FROM newer n
+      UNION ALL  -- episodes that corroborated it after it was formed (derived_from stays as formed)
+      SELECT 'corroborated_by', 1, c.episode_id, c.memory_id, c.episode_id
+      FROM fabric.memory_corroborations c
+      WHERE c.tenant_id = p_tenant_id AND c.memory_id = p_memory_id
+      UNION ALL  -- assertions this episode corroborated
+      SELECT 'corroborates', 1, c.memory_id, c.memory_id, c.episode_id
+      FROM fabric.memory_corroborations c
+      WHERE c.tenant_id = p_tenant_id AND c.episode_id = p_memory_id
     )
     SELECT e.direction, e.depth, e.node,
-           CASE WHEN e.direction IN ('ancestor', 'supersedes') THEN NULL ELSE e.parent END,
+           CASE WHEN e.direction IN ('ancestor', 'supersedes', 'corroborated_by') THEN NULL
+                ELSE e.parent END,
            m.tier, m.consolidation_state
     FROM edges e
     JOIN fabric.memory_records m ON m.tenant_id = p_tenant_id AND m.memory_id = e.node
     ORDER BY e.direction, e.depth, e.node;
 END $$;
 COMMENT ON FUNCTION fabric_audit.lineage(text, uuid) IS
-  'Ancestors and descendants of a record through derived_from, and its supersession chain '
-  '(supersedes / superseded_by), with depth. Auditors only. '
+  'Ancestors and descendants of a record through derived_from, its supersession chain '
+  '(supersedes / superseded_by) and its corroborations (corroborated_by / corroborates), '
+  'with depth. Auditors only. '
   'Example: SELECT * FROM fabric_audit.lineage(''acme'', ''<memory_id>'');';
 
 -- ---------------------------------------------------------------------------------------

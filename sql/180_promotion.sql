@@ -21,7 +21,8 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._episodic_ancestors: distinct episodic records in a record's lineage.
+-- fabric._episodic_ancestors: distinct episodic records in a record's lineage, counting
+-- the episodes that corroborated it (or an ancestor) after it was formed.
 CREATE OR REPLACE FUNCTION fabric._episodic_ancestors(p_tenant_id text, p_memory_id uuid)
 RETURNS integer
 LANGUAGE sql STABLE
@@ -32,9 +33,15 @@ AS $$
     WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id
     UNION
     SELECT l.derived_from_id, u.depth + 1 FROM fabric.memory_lineage l
-    JOIN up u ON l.tenant_id = p_tenant_id AND l.memory_id = u.id WHERE u.depth < 64)
+    JOIN up u ON l.tenant_id = p_tenant_id AND l.memory_id = u.id WHERE u.depth < 64),
+  supported(id) AS (
+    SELECT up.id FROM up
+    UNION
+    SELECT c.episode_id FROM fabric.memory_corroborations c
+    WHERE c.tenant_id = p_tenant_id
+      AND (c.memory_id = p_memory_id OR c.memory_id IN (SELECT up.id FROM up)))
   SELECT pg_catalog.count(DISTINCT m.memory_id)::integer
-  FROM up JOIN fabric.memory_records m ON m.tenant_id = p_tenant_id AND m.memory_id = up.id
+  FROM supported s JOIN fabric.memory_records m ON m.tenant_id = p_tenant_id AND m.memory_id = s.id
   WHERE m.tier = 'episodic'
 $$;
 

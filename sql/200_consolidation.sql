@@ -320,6 +320,7 @@ DECLARE
   v_valid_from timestamptz := pg_catalog.now();
   v_target uuid;
   v_needs_approval boolean;
+  v_linked uuid[];
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._raise_rule('no_data_found', 'unknown recommendation',
@@ -383,15 +384,30 @@ BEGIN
                  AND m.tier <> 'episodic') THEN
       RETURN fabric._reject_recommendation(v_rec, 'a corroboration cites episodic records only');
     END IF;
+    -- Lineage grows, derived_from stays as formed: each episode not yet behind the
+    -- assertion (formed from it, or an earlier corroboration) is linked once.
+    WITH linked AS (
+      INSERT INTO fabric.memory_corroborations (tenant_id, memory_id, episode_id, recommendation_id)
+      SELECT v_tenant, v_old.memory_id, s, p_recommendation_id
+      FROM pg_catalog.unnest(v_rec.sources) s
+      WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_lineage l
+                        WHERE l.tenant_id = v_tenant AND l.memory_id = v_old.memory_id
+                          AND l.derived_from_id = s)
+      ON CONFLICT DO NOTHING
+      RETURNING episode_id)
+    SELECT pg_catalog.array_agg(episode_id ORDER BY episode_id) INTO v_linked FROM linked;
     UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
            memory_id = v_old.memory_id
     WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id;
     PERFORM fabric._emit('memory.record.corroborated', v_tenant, v_rec.workflow_event_id::text,
       v_rec.workflow_event_id::text, v_old.memory_id, NULL,
       pg_catalog.jsonb_build_object('recommendation_id', p_recommendation_id,
-                                    'sources', pg_catalog.to_jsonb(v_rec.sources)));
+                                    'sources', pg_catalog.to_jsonb(v_rec.sources),
+                                    'linked', pg_catalog.to_jsonb(coalesce(v_linked, '{}'))));
     RETURN pg_catalog.jsonb_build_object('recommendation_id', p_recommendation_id,
-      'status', 'corroborated', 'memory_id', v_old.memory_id);
+      'status', 'corroborated', 'memory_id', v_old.memory_id,
+      'linked', pg_catalog.to_jsonb(coalesce(v_linked, '{}')),
+      'episodes', fabric._episodic_ancestors(v_tenant, v_old.memory_id));
   END IF;
 
   v_tier := CASE v_rec.kind WHEN 'distillation' THEN 'procedural'

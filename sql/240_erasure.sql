@@ -107,11 +107,17 @@ BEGIN
     AND (p_record.memory_id = ANY (r.sources) OR r.memory_id = p_record.memory_id)
     AND r.proposal ? 'content';
   GET DIAGNOSTICS v_recommendations = ROW_COUNT;
+  -- Records derived from it, and assertions it corroborated (fabric.memory_corroborations:
+  -- their support shrank the same way), are flagged for review.
   INSERT INTO fabric.review_flags (tenant_id, memory_id, tombstoned_source)
-  SELECT l.tenant_id, l.memory_id, l.derived_from_id FROM fabric.memory_lineage l
+  SELECT l.tenant_id, l.memory_id, l.derived_from_id
+  FROM (SELECT l.tenant_id, l.memory_id, l.derived_from_id FROM fabric.memory_lineage l
+        WHERE l.tenant_id = p_record.tenant_id AND l.derived_from_id = p_record.memory_id
+        UNION
+        SELECT c.tenant_id, c.memory_id, c.episode_id FROM fabric.memory_corroborations c
+        WHERE c.tenant_id = p_record.tenant_id AND c.episode_id = p_record.memory_id) l
   JOIN fabric.memory_records d ON d.tenant_id = l.tenant_id AND d.memory_id = l.memory_id
-  WHERE l.tenant_id = p_record.tenant_id AND l.derived_from_id = p_record.memory_id
-    AND d.consolidation_state <> 'tombstoned' AND l.memory_id <> ALL (p_erasing)
+  WHERE d.consolidation_state <> 'tombstoned' AND l.memory_id <> ALL (p_erasing)
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_flagged = ROW_COUNT;
   -- An open flag asking about this record (raised when a source of it was erased before)
@@ -262,6 +268,20 @@ BEGIN
                           FILTER (WHERE t.thread_id IS NOT NULL), '[]') AS threads
         FROM fabric._recalled_checkpoint_threads(v_tenant, v_erasing) t
         GROUP BY t.memory_id) g;
+  -- The checkpoint threads of consolidation runs whose candidate read named an erased
+  -- record (their reflect-and-revise state may hold its content) are listed with them.
+  SELECT coalesce(pg_catalog.jsonb_object_agg(k.id, pg_catalog.jsonb_build_object(
+           'runs', coalesce((v_recalled #>> ARRAY[k.id, 'runs'])::integer, 0),
+           'threads', (SELECT coalesce(pg_catalog.jsonb_agg(DISTINCT u ORDER BY u), '[]')
+                       FROM (SELECT pg_catalog.jsonb_array_elements_text(
+                                      coalesce(v_recalled #> ARRAY[k.id, 'threads'], '[]')) u
+                             UNION
+                             SELECT t.thread_id FROM fabric._consolidation_checkpoint_threads(
+                                      v_tenant, v_erasing) t
+                             WHERE t.memory_id::text = k.id) us))), '{}')
+    INTO v_recalled
+  FROM (SELECT pg_catalog.jsonb_object_keys(v_recalled) AS id
+        UNION SELECT t.memory_id::text FROM fabric._consolidation_checkpoint_threads(v_tenant, v_erasing) t) k;
   v_recalled_threads := ARRAY(
     SELECT DISTINCT x FROM pg_catalog.jsonb_each(v_recalled) e,
       LATERAL pg_catalog.jsonb_array_elements_text(e.value -> 'threads') x ORDER BY x);

@@ -1,4 +1,5 @@
--- Tracing feed: the trace consumer (fabric_tracer) reads recall and tool-denial events from
+-- Tracing feed: the trace consumer (fabric_tracer) reads recall, tool-denial and
+-- consolidation-run events (with the run's model calls: metadata only) from
 -- the outbox after its own cursor and below the snapshot's xmin, like the projections, and
 -- turns each into an OpenTelemetry span. It sees identifiers, tiers, status and timing --
 -- never content, never subject or session ids, never the recall scope.
@@ -9,7 +10,8 @@ CREATE OR REPLACE FUNCTION fabric._traced_event_types()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT ARRAY['memory.recall.served', 'memory.recall.denied', 'agent.tool.unauthorized'] $$;
+AS $$ SELECT ARRAY['memory.recall.served', 'memory.recall.denied', 'agent.tool.unauthorized',
+                   'memory.consolidation.completed'] $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.trace_events: the next traced events after the trace cursor (identifiers only).
@@ -32,7 +34,9 @@ BEGIN
             'tiers_requested', e.payload -> 'tiers_requested',
             'tiers_served', e.payload -> 'tiers_served', 'tiers_denied', e.payload -> 'tiers_denied',
             'memory_ids', e.payload -> 'memory_ids', 'truncated', e.payload -> 'truncated',
-            'duration_ms', e.payload -> 'duration_ms', 'traceparent', e.payload -> 'traceparent'))
+            'duration_ms', e.payload -> 'duration_ms', 'traceparent', e.payload -> 'traceparent',
+            'workflow_event_id', e.payload -> 'workflow_event_id',
+            'model_calls', e.payload -> 'model_calls'))
             ORDER BY e.xid, e.event_id), '[]')
           FROM (SELECT * FROM fabric.events e
                 WHERE (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id)
@@ -42,8 +46,9 @@ BEGIN
                 LIMIT greatest(1, least(coalesce(p_limit, 500), 10000))) e);
 END $$;
 COMMENT ON FUNCTION fabric_api.trace_events(integer) IS
-  'Recall and tool-denial events after the trace cursor, below the snapshot xmin: identifiers, '
-  'tiers, status, timing, never content. Tracer only. Example: SELECT fabric_api.trace_events(500);';
+  'Recall, tool-denial and consolidation-run events (with their model calls) after the trace '
+  'cursor, below the snapshot xmin: identifiers, tiers, status, timing, model metadata, never '
+  'content. Tracer only. Example: SELECT fabric_api.trace_events(500);';
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.set_trace_cursor: advance the trace cursor (never backwards) to an event the

@@ -54,6 +54,20 @@ BEGIN
       'a checkpoint''s fabric_run_id must be a run of the thread''s tenant (its UUID)',
       'pass configurable.fabric_run_id: the run the orchestrator opened for this invocation');
   END IF;
+  -- fabric_workflow_event_id: the consolidation run whose audited candidate read the
+  -- thread's graph state came from (an erasure of any record that read named deletes it).
+  IF pg_catalog.jsonb_typeof(v_meta -> 'fabric_workflow_event_id') IS DISTINCT FROM 'null'
+     AND v_meta ? 'fabric_workflow_event_id'
+     AND (pg_catalog.jsonb_typeof(v_meta -> 'fabric_workflow_event_id') <> 'string'
+          OR (v_meta ->> 'fabric_workflow_event_id') !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+          OR NOT EXISTS (SELECT 1 FROM fabric.events e
+                         WHERE e.event_id = (v_meta ->> 'fabric_workflow_event_id')::uuid
+                           AND e.tenant_id = v_meta ->> 'tenant_id'
+                           AND e.event_type = 'memory.workflow.started')) THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a checkpoint''s fabric_workflow_event_id must be a consolidation run of the thread''s tenant',
+      'pass configurable.fabric_workflow_event_id: the run''s fabric_api.start_workflow_run id');
+  END IF;
   IF TG_OP = 'UPDATE' THEN
     v_first := OLD.metadata || pg_catalog.jsonb_build_object('thread_id', OLD.thread_id);
     v_meta := v_meta || pg_catalog.jsonb_build_object('thread_id', NEW.thread_id);
@@ -184,6 +198,33 @@ AS $$
   LEFT JOIN langgraph.checkpoints c
     ON c.metadata ->> 'tenant_id' = p_tenant_id
    AND c.metadata ->> 'fabric_run_id' = s.run_id::text
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._consolidation_checkpoint_threads: the checkpoint threads of consolidation runs
+-- whose audited candidate read named any of the records (as an episode or as a live
+-- assertion): their graph state may hold its content, so an erasure deletes them.
+CREATE OR REPLACE FUNCTION fabric._consolidation_checkpoint_threads(p_tenant_id text,
+                                                                   p_memory_ids uuid[])
+RETURNS TABLE (memory_id uuid, thread_id text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  -- driven by the (few) threads that name a consolidation run, then that run's reads
+  SELECT DISTINCT x.id::uuid, c.thread_id
+  FROM langgraph.checkpoints c
+  JOIN fabric.events e
+    ON e.tenant_id = p_tenant_id AND e.event_type = 'memory.consolidation.candidates_read'
+   AND e.correlation_id = c.metadata ->> 'fabric_workflow_event_id'
+  CROSS JOIN LATERAL (SELECT i FROM pg_catalog.jsonb_array_elements_text(
+                        CASE WHEN pg_catalog.jsonb_typeof(e.payload -> 'memory_ids') = 'array'
+                             THEN e.payload -> 'memory_ids' ELSE '[]' END) i
+                      UNION
+                      SELECT i FROM pg_catalog.jsonb_array_elements_text(
+                        CASE WHEN pg_catalog.jsonb_typeof(e.payload -> 'assertion_ids') = 'array'
+                             THEN e.payload -> 'assertion_ids' ELSE '[]' END) i) x(id)
+  WHERE c.metadata ->> 'tenant_id' = p_tenant_id AND c.metadata ? 'fabric_workflow_event_id'
+    AND x.id = ANY (p_memory_ids::text[])
 $$;
 
 -- ---------------------------------------------------------------------------------------

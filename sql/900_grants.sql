@@ -104,7 +104,8 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.consolidation_settings(text, text),
   fabric_api.contradiction_queue(text),
   fabric_api.review_queue(text),
-  fabric_api.resolve_review_flag(uuid, text, text)
+  fabric_api.resolve_review_flag(uuid, text, text),
+  fabric_api.resolve_contradiction_flag(uuid, text, text)
   TO fabric_consolidator;
 GRANT EXECUTE ON FUNCTION
   fabric_audit.records_as_of(text, timestamptz, timestamptz),

@@ -245,6 +245,16 @@ COMMENT ON COLUMN fabric.contradiction_flags.recommendation_id IS 'The recommend
 COMMENT ON COLUMN fabric.contradiction_flags.flagged_at IS 'When the contradiction was flagged.';
 COMMENT ON COLUMN fabric.contradiction_flags.resolved_at IS 'When it was resolved (NULL while open).';
 COMMENT ON COLUMN fabric.contradiction_flags.resolution IS 'keep or supersede (NULL while open).';
+COMMENT ON COLUMN fabric.contradiction_flags.resolved_by IS 'The consolidator agent that resolved it (NULL while open).';
+COMMENT ON COLUMN fabric.contradiction_flags.resolution_reason IS 'Why it was resolved so (NULL while open).';
+
+COMMENT ON TABLE fabric.memory_corroborations IS
+  'Episodes that corroborated a live assertion after it was formed (append-only): lineage grows without rewriting derived_from, and promotion thresholds count them.';
+COMMENT ON COLUMN fabric.memory_corroborations.tenant_id IS 'Tenant of the records.';
+COMMENT ON COLUMN fabric.memory_corroborations.memory_id IS 'The corroborated assertion.';
+COMMENT ON COLUMN fabric.memory_corroborations.episode_id IS 'The episodic record that corroborates it.';
+COMMENT ON COLUMN fabric.memory_corroborations.recommendation_id IS 'The committed corroboration recommendation that linked them.';
+COMMENT ON COLUMN fabric.memory_corroborations.corroborated_at IS 'When the corroboration was committed.';
 
 COMMENT ON TABLE fabric.consolidation_outcomes IS
   'The Outcome Envelope of each consolidation run (append-only): what was read, proposed, refused, flagged, approved, committed and deferred, the model and its cost; identifiers and counts, never content.';
@@ -324,6 +334,8 @@ COMMENT ON COLUMN fabric.instance_config.approval_timeout IS 'How long an approv
 COMMENT ON COLUMN fabric.instance_config.approval_timeouts IS 'Per-action overrides of approval_timeout.';
 COMMENT ON COLUMN fabric.instance_config.checkpoint_retention IS 'How long idle LangGraph threads are kept before decay deletes them (default 7 days).';
 COMMENT ON COLUMN fabric.instance_config.consolidation_budget IS 'Consolidation budget per run (default 100): recommendations (deterministic) or episodes (model) a run handles; the rest is deferred to the next run.';
+COMMENT ON COLUMN fabric.instance_config.consolidation_window_start IS 'Start (UTC time of day) of the window in which scheduled consolidation runs; NULL with the end: any time.';
+COMMENT ON COLUMN fabric.instance_config.consolidation_window_end IS 'End (UTC time of day, exclusive) of the consolidation window; before the start: the window spans midnight.';
 COMMENT ON COLUMN fabric.instance_config.decay_interval IS 'Interval of scheduled decay (default 1 hour); stored, not yet read by any rule.';
 
 COMMENT ON TABLE fabric.domain_pack_defaults IS
@@ -422,8 +434,9 @@ COMMENT ON FUNCTION fabric_audit.consolidation_outcomes(text, timestamptz) IS
   'The Outcome Envelopes of a tenant''s consolidation runs since p_since. Auditors only. '
   'Example: SELECT * FROM fabric_audit.consolidation_outcomes(''acme'', now() - interval ''1 day'');';
 COMMENT ON FUNCTION fabric_api.consolidation_settings(text, text) IS
-  'The instance''s model endpoint, deployment mode and consolidation budget, checked by a '
-  'consolidation worker before it starts. Consolidator only. '
+  'The instance''s model endpoint, deployment mode, consolidation budget and schedule window '
+  '(in_window by the database''s clock), checked by a consolidation worker before it starts '
+  'and before each scheduled run. Consolidator only. '
   'Example: SELECT fabric_api.consolidation_settings(''acme'');';
 
 -- The graph tier's sources (sql/285_graph_tier.sql, migration 0042).
@@ -487,3 +500,9 @@ COMMENT ON FUNCTION fabric_api.projection_steps_snapshot(text, uuid, integer) IS
   'Every reasoning step after (tenant, step_id), one page, for rebuilds. Projector only. Example: SELECT * FROM fabric_api.projection_steps_snapshot(NULL, NULL, 1000);';
 COMMENT ON FUNCTION fabric_audit.entity_touches(text, uuid) IS
   'Which agent step touched an entity (run, agent, correlation, Outcome Envelope) and the outcomes the agent lineage links of the same correlation or envelope name. Auditor only. Example: SELECT * FROM fabric_audit.entity_touches(''acme'', ''<entity_id>'');';
+
+COMMENT ON FUNCTION fabric_api.resolve_contradiction_flag(uuid, text, text) IS
+  'Resolve a contradiction flag once: keep the standing record (still live), or supersede '
+  '(the standing record was superseded since; the resolution retires nothing). Consolidator only. '
+  'Example: SELECT fabric_api.resolve_contradiction_flag(''<flag_id>'', ''keep'', '
+  '''the customer confirmed Berlin'');';

@@ -478,6 +478,11 @@ class AsyncConsolidator(_AsyncRole):
     async def contradiction_queue(self, tenant_id: str) -> list[Json]:
         return await self._call("fabric_api.contradiction_queue", tenant_id)  # type: ignore[no-any-return]
 
+    async def resolve_contradiction_flag(self, flag_id: Id, decision: str, reason: str) -> Json:
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.resolve_contradiction_flag", flag_id, decision, reason
+        )
+
     async def consolidation_cursor(self, tenant_id: str) -> Json | None:
         return await self._call("fabric_api.consolidation_cursor", tenant_id)  # type: ignore[no-any-return]
 

@@ -8,6 +8,7 @@ environment variables it reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -309,6 +310,11 @@ def worker_consolidate(
     subject: str | None = typer.Option(
         None, help="only this subject's episodes (on demand, e.g. at the end of a run)"
     ),
+    checkpoint_login: str | None = typer.Option(
+        None,
+        help="with a model: checkpoint the reflect-and-revise graph as this login (member of "
+        "fabric_checkpointer), so an interrupted item resumes where it stopped",
+    ),
 ) -> None:
     """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator (deterministic, or
     reflect-and-revise with the model MEMFABRIC_LLM_URL or MEMFABRIC_LLM_MODEL names),
@@ -319,6 +325,7 @@ def worker_consolidate(
         ModelConsolidator,
         require_instance_endpoint,
         run_consolidation,
+        seed_instance_endpoint,
     )
     from memfabric.llm import from_env
     from memfabric.worker import run_every
@@ -329,9 +336,22 @@ def worker_consolidate(
     _require_known_schema(reader_conninfo)
     llm = from_env()
     with psycopg.connect(reader_conninfo, autocommit=True) as reader:
+        if llm is not None and not settings.database_url_set:
+            # a local deployment: the URL seeds the instance's model_uri where it names
+            # none, as the local server's administrator (the database judges the URI)
+            with psycopg.connect(settings.database_url, autocommit=True) as admin:
+                for name in tenant:
+                    seed_instance_endpoint(admin, reader, name, llm)
         for name in tenant:
             require_instance_endpoint(reader, name, llm)
-    consolidator = ModelConsolidator(llm) if llm is not None else None
+    stack = contextlib.ExitStack()
+    saver = None
+    if llm is not None and checkpoint_login:
+        from memfabric.db import url_for
+        from memfabric.langgraph import checkpointer
+
+        saver = stack.enter_context(checkpointer(url_for(settings.database_url, checkpoint_login)))
+    consolidator = ModelConsolidator(llm, saver) if llm is not None else None
 
     def step() -> None:
         with (
@@ -349,14 +369,15 @@ def worker_consolidate(
                     progress=lambda line: typer.echo(f"[consolidate] {line}"),
                 )
 
-    run_every(
-        step,
-        name="consolidation",
-        interval=interval,
-        conninfo=reader_conninfo,
-        once=once,
-        progress=lambda line: typer.echo(f"[consolidate] {line}"),
-    )
+    with stack:
+        run_every(
+            step,
+            name="consolidation",
+            interval=interval,
+            conninfo=reader_conninfo,
+            once=once,
+            progress=lambda line: typer.echo(f"[consolidate] {line}"),
+        )
 
 
 MAINTAINER_HELP = (

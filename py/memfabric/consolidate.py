@@ -86,9 +86,9 @@ class ModelConsolidator:
     generate -> critique -> revise graph (memfabric.formation), in order; an episode whose
     answers are unusable ends the run's items there (deferred to the next run)."""
 
-    def __init__(self, llm: LLM) -> None:
+    def __init__(self, llm: LLM, checkpointer: Any = None) -> None:
         self.llm = llm
-        self.graph = ReflectAndRevise(llm)
+        self.graph = ReflectAndRevise(llm, checkpointer)
 
     @property
     def model(self) -> Json:
@@ -120,6 +120,27 @@ def require_instance_endpoint(
         )
 
 
+def seed_instance_endpoint(
+    admin_conn: psycopg.Connection[Any],
+    consolidator_conn: psycopg.Connection[Any],
+    tenant_id: str,
+    llm: LLM | None,
+) -> bool:
+    """A local deployment's MEMFABRIC_LLM_URL seeds the instance's `model_uri` when it names
+    none: through the admin's `fabric_api.configure_instance`, so the database judges it like
+    any configuration (an air-gapped instance refuses an endpoint whose host is not local,
+    and nothing is written). An instance that names a model keeps it; `require_instance_endpoint`
+    then refuses a worker whose URL differs. Returns whether it seeded."""
+    url = getattr(llm.backend, "url", "") if llm is not None else ""
+    if not url:
+        return False
+    settings = fabric_call(consolidator_conn, "fabric_api.consolidation_settings", tenant_id)
+    if (settings or {}).get("model_uri"):
+        return False
+    fabric_call(admin_conn, "fabric_api.configure_instance", tenant_id, None, {"model_uri": url})
+    return True
+
+
 MAX_UNUSABLE = 3  # runs in a row without a usable answer for one episode before it is abandoned
 
 
@@ -146,6 +167,7 @@ class RunSummary:
     reasons: list[str] = field(default_factory=list)
     item_ms: list[float] = field(default_factory=list)
     envelope: Json = field(default_factory=dict)
+    outside_window: bool = False  # deferred whole: the instance's schedule window is closed
 
 
 class _Run:
@@ -324,7 +346,16 @@ def run_consolidation(
     `consolidation_budget`) bounds the recommendations (deterministic) or the episodes
     (model) of a run; the surplus is deferred to the next run, never skipped past
     validation or the policy gate. Runs of one tenant take turns (a session advisory lock on
-    the consolidator's connection), so two workers never form from the same episodes."""
+    the consolidator's connection), so two workers never form from the same episodes.
+    Outside the instance's schedule window (`consolidation_window_start`/`_end`) a scheduled
+    run is deferred whole; a run for one subject (on demand) is not scheduled and runs."""
+    if subject_id is None:
+        settings = fabric_call(consolidator_conn, "fabric_api.consolidation_settings", tenant_id)
+        if settings is not None and settings.get("in_window") is False:
+            # the instance's schedule window (its configuration, judged by the database's
+            # clock) is closed: the whole run is deferred, nothing is read or written
+            progress(f"{tenant_id}: outside the consolidation window {settings['window']}")
+            return RunSummary(workflow_event_id="", outside_window=True)
     lock = ("SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended(%s, 0))",
             "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))")  # fmt: skip
     key = f"memfabric.consolidation:{tenant_id}"
@@ -390,7 +421,9 @@ def _run_consolidation(
             live = live_by_scope[episode["scope_key"]]
             item_started = time.monotonic()
             try:
-                item = consolidator.graph.run(episode, list(live))
+                item = consolidator.graph.run(
+                    episode, list(live), tenant_id=tenant_id, workflow_event_id=workflow
+                )
             except LLMUnusable:
                 summary.deferred = len(episodes) - n
                 summary.unusable = 1

@@ -158,7 +158,7 @@ def _rfc3339(value: str) -> str | None:
 class ReflectAndRevise:
     """The graph of one item (an episode and the live assertions of its scope)."""
 
-    def __init__(self, llm: LLM) -> None:
+    def __init__(self, llm: LLM, checkpointer: Any = None) -> None:
         try:
             from langgraph.graph import END, START, StateGraph
         except ImportError as exc:  # pragma: no cover - the extra is missing
@@ -179,7 +179,12 @@ class ReflectAndRevise:
             "critique", lambda s: "revise" if s["kept"] else END, ["revise", END]
         )
         graph.add_edge("revise", END)
-        self.graph = graph.compile()
+        # With the fabric's checkpointer (memfabric.langgraph.checkpointer), an item
+        # interrupted between nodes (an unusable answer, a restart) resumes at the node that
+        # stopped it; its thread names the subject and the consolidation run, so a subject
+        # erasure and every erasure of a record the run read delete it.
+        self.checkpointer = checkpointer
+        self.graph = graph.compile(checkpointer=checkpointer)
 
     # -- prompts ---------------------------------------------------------------------------
 
@@ -296,21 +301,40 @@ class ReflectAndRevise:
 
     # -- the item --------------------------------------------------------------------------
 
-    def run(self, episode: Json, live: list[Json]) -> ItemResult:
+    def run(
+        self, episode: Json, live: list[Json], *, tenant_id: str = "", workflow_event_id: str = ""
+    ) -> ItemResult:
         """Form what one episode says; `LLMUnusable` when the model gave no usable answer
-        (the item is deferred: nothing of it is recommended)."""
+        (the item is deferred: nothing of it is recommended). With a checkpointer the item
+        runs in the thread `consolidate:<episode id>`: an earlier interrupted attempt resumes
+        at the node that stopped (its finished nodes are not asked again), and the thread is
+        deleted once the item is done."""
         counters = Counters()
-        state = self.graph.invoke(
-            {
-                "episode": episode,
-                "live": live,
-                "drafts": [],
-                "kept": [],
-                "notes": [],
-                "final": [],
-                "counters": counters,
+        start: Any = {
+            "episode": episode,
+            "live": live,
+            "drafts": [],
+            "kept": [],
+            "notes": [],
+            "final": [],
+            "counters": counters,
+        }
+        if self.checkpointer is None:
+            state = self.graph.invoke(start)
+        else:
+            thread = f"consolidate:{episode['memory_id']}"
+            config: Any = {
+                "configurable": {
+                    "thread_id": thread,
+                    "tenant_id": tenant_id,
+                    "subject_id": episode.get("subject_id"),
+                    "fabric_workflow_event_id": workflow_event_id or None,
+                }
             }
-        )
+            waiting = self.graph.get_state(config)
+            state = self.graph.invoke(None if waiting.next else start, config)
+            self.checkpointer.delete_thread(thread)
+            counters = state.get("counters") or counters
         result = ItemResult(counters=counters)
         for a in state.get("final", []):
             formed = reconcile(a, episode, live, counters)

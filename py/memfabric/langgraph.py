@@ -404,12 +404,14 @@ class _ServiceThreads:
         checkpointer's defaults."""
         conf = config.get("configurable") or {}
         meta = dict(metadata)
-        for key in ("tenant_id", "subject_id", "business_instance_id", "fabric_run_id"):
+        for key in ("tenant_id", "subject_id", "business_instance_id", "fabric_run_id",
+                    "fabric_workflow_event_id"):  # fmt: skip
             if key not in meta and conf.get(key, self.defaults.get(key)) is not None:
                 meta[key] = conf.get(key, self.defaults.get(key))
         meta.setdefault("subject_id", None)
-        if meta.get("fabric_run_id") is not None:
-            meta["fabric_run_id"] = str(meta["fabric_run_id"])
+        for key in ("fabric_run_id", "fabric_workflow_event_id"):
+            if meta.get(key) is not None:
+                meta[key] = str(meta[key])
         meta["service"] = self.service
         if not isinstance(meta.get("tenant_id"), str):
             raise ValueError(

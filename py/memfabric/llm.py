@@ -27,6 +27,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 Json = dict[str, Any]
@@ -56,6 +57,7 @@ class CallRecord:
     latency_ms: float
     attempts: int
     outcome: str  # ok | invalid | error
+    started_at: str = ""  # RFC 3339, UTC: where the call's span starts
 
     def as_json(self) -> Json:
         return asdict(self)
@@ -274,6 +276,7 @@ class LLM:
 
     def complete_json(self, stage: str, messages: Sequence[Message], schema: Json) -> Json:
         digest = prompt_sha256(messages, schema)
+        started_at = datetime.now(UTC).isoformat()
         started = time.monotonic()
         prompt_tokens = completion_tokens = attempts = 0
         outcome = "invalid"
@@ -314,6 +317,7 @@ class LLM:
                 latency_ms=round((time.monotonic() - started) * 1000, 3),
                 attempts=attempts,
                 outcome=outcome,
+                started_at=started_at,
             )
             self.calls.append(record)
             log.debug("llm call %s", json.dumps(record.as_json()))

@@ -487,6 +487,11 @@ class Consolidator(_Role):
     def contradiction_queue(self, tenant_id: str) -> list[Json]:
         return self._call("fabric_api.contradiction_queue", tenant_id)  # type: ignore[no-any-return]
 
+    def resolve_contradiction_flag(self, flag_id: Id, decision: str, reason: str) -> Json:
+        return self._call(  # type: ignore[no-any-return]
+            "fabric_api.resolve_contradiction_flag", flag_id, decision, reason
+        )
+
     def consolidation_cursor(self, tenant_id: str) -> Json | None:
         return self._call("fabric_api.consolidation_cursor", tenant_id)  # type: ignore[no-any-return]
 

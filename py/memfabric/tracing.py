@@ -1,4 +1,5 @@
 """Recall tracing: outbox events become OpenTelemetry spans, exported over OTLP/HTTP.
+A consolidation run's event becomes a span with one child span per model call it made.
 
 The spans are made from the outbox by a consumer with its own cursor (a member of
 fabric_tracer, which never sees content), so a recall made from psql is traced like one
@@ -86,6 +87,41 @@ def _attributes(ev: Json) -> dict[str, Any]:
         attrs["memfabric.truncated"] = bool(ev["truncated"])
     if ev.get("duration_ms") is not None:
         attrs["memfabric.duration_ms"] = float(ev["duration_ms"])
+    if ev.get("workflow_event_id") is not None:
+        attrs["memfabric.workflow_event_id"] = str(ev["workflow_event_id"])
+    if ev.get("model_calls") is not None:
+        attrs["memfabric.model_calls"] = len(ev["model_calls"])
+    return attrs
+
+
+def _call_attributes(ev: Json, call: Json) -> dict[str, Any]:
+    """A model call's span attributes: the model, the prompt's hash, token counts, latency,
+    attempts, outcome (OpenTelemetry's gen_ai names where they exist); never content."""
+    attrs: dict[str, Any] = {
+        "memfabric.tenant_id": ev["tenant_id"],
+        "memfabric.workflow_event_id": str(ev.get("workflow_event_id") or ""),
+        "gen_ai.operation.name": "chat",
+    }
+    named = {
+        "stage": "memfabric.llm.stage",
+        "backend": "gen_ai.system",
+        "model": "gen_ai.request.model",
+        "prompt_sha256": "memfabric.llm.prompt_sha256",
+        "outcome": "memfabric.llm.outcome",
+    }
+    for key, attr in named.items():
+        if call.get(key) is not None:
+            attrs[attr] = str(call[key])
+    counted = {
+        "prompt_tokens": "gen_ai.usage.input_tokens",
+        "completion_tokens": "gen_ai.usage.output_tokens",
+        "attempts": "memfabric.llm.attempts",
+    }
+    for key, attr in counted.items():
+        if call.get(key) is not None:
+            attrs[attr] = int(call[key])
+    if call.get("latency_ms") is not None:
+        attrs["memfabric.llm.latency_ms"] = float(call["latency_ms"])
     return attrs
 
 
@@ -150,7 +186,10 @@ class SpanMaker:
                 trace_flags=TraceFlags(int(m[3], 16)),
             )
             context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+        length = int(float(ev.get("duration_ms") or 0) * 1_000_000)
         start = _ns(ev["occurred_at"])
+        if ev["event_type"] == "memory.consolidation.completed":
+            start -= length  # recorded when the run ended
         span = self._tracer.start_span(
             ev["event_type"],
             context=context,
@@ -160,7 +199,29 @@ class SpanMaker:
         )
         if ev.get("status") == "denied" or ev["event_type"] == "agent.tool.unauthorized":
             span.set_status(Status(StatusCode.ERROR, "denied"))
-        span.end(end_time=start + int(float(ev.get("duration_ms") or 0) * 1_000_000))
+        if ev["event_type"] == "memory.consolidation.completed":
+            self._model_calls(ev, span)
+        span.end(end_time=start + length)
+
+    def _model_calls(self, ev: Json, run_span: Any) -> None:
+        """One child span of the consolidation run's span per model call it made."""
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        context = trace.set_span_in_context(run_span)
+        fallback = _ns(ev["occurred_at"])
+        for call in ev.get("model_calls") or []:
+            start = _ns(call["started_at"]) if call.get("started_at") else fallback
+            span = self._tracer.start_span(
+                f"memfabric.llm.{call.get('stage') or 'call'}",
+                context=context,
+                kind=SpanKind.CLIENT,
+                attributes=_call_attributes(ev, call),
+                start_time=start,
+            )
+            if call.get("outcome") not in (None, "ok"):
+                span.set_status(Status(StatusCode.ERROR, str(call["outcome"])))
+            span.end(end_time=start + int(float(call.get("latency_ms") or 0) * 1_000_000))
 
     def drain_once(self, conn: psycopg.Connection[Any], limit: int = 500) -> int:
         """Export the next batch; returns how many events it traced."""

@@ -405,3 +405,70 @@ def test_the_trace_worker_exports_as_recalls_happen_and_serves_metrics(
     finally:
         code = stop_process(proc)
     assert code == 0, code  # SIGTERM stops the worker through its own shutdown
+
+
+def test_each_model_call_of_a_consolidation_run_becomes_a_span_without_content(
+    fabric: Fabric, receiver: Receiver
+) -> None:
+    from memfabric.consolidate import ModelConsolidator, run_consolidation
+    from memfabric.llm import LLM, OpenAICompatible
+    from scripted_llm import scripted_llm
+
+    run = fabric.open_run("com-agt-003")
+    fabric.form(run, f"Please invoice me in EUR. {CANARY}")
+    answer = {"key": "billing.currency", "value": "EUR", "tier": "semantic",
+              "decision": "new", "evidence": ["E1"], "confidence": 0.9}  # fmt: skip
+    with scripted_llm([{"contains": "invoice me", "answer": {"assertions": [answer]}}]) as double:
+        fabric.call("mf_admin", "SELECT fabric_api.configure_instance('acme', NULL, %s)",
+                    Jsonb({"model_uri": double.url}))  # fmt: skip
+        summary = run_consolidation(
+            fabric.connect("mf_consolidator"), fabric.connect("mf_committer"), "acme",
+            ModelConsolidator(LLM(OpenAICompatible(double.url, "scripted-oracle"))),
+        )  # fmt: skip
+    calls = summary.envelope["cost"]["per_call"]
+    assert summary.committed == 1 and len(calls) >= 3
+
+    export(fabric, receiver)
+    [run_span] = [s for s in receiver.spans if s["name"] == "memory.consolidation.completed"]
+    assert run_span["attrs"]["memfabric.workflow_event_id"] == summary.workflow_event_id
+    assert run_span["attrs"]["memfabric.model_calls"] == len(calls)
+    spans = [s for s in receiver.spans if s["name"].startswith("memfabric.llm.")]
+    assert [s["name"] for s in spans] == [f"memfabric.llm.{c['stage']}" for c in calls]
+    for span, call in zip(spans, calls, strict=True):
+        assert (span["trace_id"], span["parent_span_id"]) == (
+            run_span["trace_id"], run_span["span_id"]
+        )  # fmt: skip
+        attrs = span["attrs"]
+        assert attrs["gen_ai.request.model"] == "scripted-oracle"
+        assert attrs["gen_ai.system"] == "openai-compatible"
+        assert attrs["memfabric.llm.prompt_sha256"] == call["prompt_sha256"]
+        assert attrs["gen_ai.usage.input_tokens"] == call["prompt_tokens"] > 0
+        assert attrs["gen_ai.usage.output_tokens"] == call["completion_tokens"]
+        assert attrs["memfabric.llm.latency_ms"] == call["latency_ms"]
+        assert attrs["memfabric.llm.outcome"] == "ok"
+        assert span["end"] - span["start"] == int(call["latency_ms"] * 1_000_000)
+        assert run_span["start"] <= span["start"]
+    wire = b"".join(receiver.raw)
+    for secret in (CANARY, b"invoice me", b"billing.currency"):
+        assert (secret if isinstance(secret, bytes) else secret.encode()) not in wire
+
+
+def test_a_consolidation_event_carries_only_model_call_metadata(fabric: Fabric) -> None:
+    """An envelope's per-call list is the consolidator's report: the event (and so the span)
+    keeps only metadata of the expected shape, whatever else the list holds."""
+    wf = fabric.call("mf_consolidator", "SELECT fabric_api.start_workflow_run('acme')")
+    good = {"stage": "generate", "backend": "openai-compatible", "model": "qwen2.5:7b",
+            "prompt_sha256": "sha256:" + "a" * 64, "prompt_tokens": 12, "completion_tokens": 3,
+            "latency_ms": 4.5, "attempts": 1, "outcome": "ok",
+            "started_at": "2026-12-04T10:00:00.123456+00:00"}  # fmt: skip
+    smuggled = {"stage": f"generate {CANARY}", "model": f"my model {CANARY}",
+                "prompt": CANARY, "prompt_sha256": CANARY, "outcome": CANARY,
+                "started_at": CANARY}  # fmt: skip
+    envelope = {"counts": {}, "duration_ms": 9.0,
+                "cost": {"per_call": [good, smuggled, CANARY]}}  # fmt: skip
+    fabric.call("mf_consolidator",
+                "SELECT fabric_api.record_consolidation_outcome('acme', %s, %s)",
+                wf, Jsonb(envelope))  # fmt: skip
+    (event,) = fabric.events("event_type = 'memory.consolidation.completed'")
+    assert event["payload"]["model_calls"] == [good, {}]
+    assert event["payload"]["duration_ms"] == 9.0

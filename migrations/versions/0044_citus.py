@@ -23,16 +23,16 @@ the workers. Every function of the fabric's schemas is then distributed as well 
 on every node), because a trigger or policy on a shard calls helpers that no catalog
 dependency names. DDL propagation is on again after this revision.
 
-Revision ID: 0043_citus
-Revises: 0042_graph_tier
+Revision ID: 0044_citus
+Revises: 0043_formation_gaps
 Create Date: 2026-12-04
 """
 
 from alembic import op
 from sqlalchemy import text
 
-revision = "0043_citus"
-down_revision = "0042_graph_tier"
+revision = "0044_citus"
+down_revision = "0043_formation_gaps"
 branch_labels = None
 depends_on = None
 
@@ -64,6 +64,7 @@ TENANT_TABLES = (
     "fabric.agent_lineage_links",
     "fabric.reasoning_steps",
     "fabric.step_touches",
+    "fabric.memory_corroborations",
 )
 
 REFERENCE_TABLES = (
