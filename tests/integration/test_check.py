@@ -51,8 +51,14 @@ def results(fabric: Fabric, env: dict[str, str] | None = None, **kw: float) -> l
     return found
 
 
+# A test's clone inherits the template's events, made when the session started: on a long or
+# loaded run they are older than the sealing item's 300 s, with no sealer running. Tests that
+# are not about sealing give it a day.
+NOT_ABOUT_SEALING = 24 * 3600
+
+
 def statuses(fabric: Fabric, env: dict[str, str] | None = None) -> dict[str, str]:
-    return {r.key: r.status for r in results(fabric, env)}
+    return {r.key: r.status for r in results(fabric, env, seal_max_age=NOT_ABOUT_SEALING)}
 
 
 def failing(found: dict[str, str]) -> set[str]:
@@ -192,7 +198,11 @@ def test_check_on_the_demo_database(fabric: Fabric) -> None:
         env=env, capture_output=True, text=True, cwd=ROOT, check=False, timeout=600,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
-    result = CliRunner().invoke(app, ["check"], env={"DATABASE_URL": fabric.url, **ENV})
+    result = CliRunner().invoke(
+        app,
+        ["check", "--seal-max-age", str(NOT_ABOUT_SEALING)],
+        env={"DATABASE_URL": fabric.url, **ENV},
+    )
     lines = [line for line in result.output.splitlines() if line[:3].strip().rstrip(".").isdigit()]
     assert len(lines) == 16, result.output
     failing_lines = [line for line in lines if f" {check.FAIL} " in line]
@@ -213,7 +223,7 @@ def test_unsealed_events_older_than_the_threshold_fail_the_sealing_item(live: Fa
     assert stalled.status == check.FAIL
     assert stalled.evidence.startswith(f"{unsealed} events unsealed, the oldest ")
     assert "sealing has stopped" in stalled.evidence
-    assert statuses(live)["audit-trail-sealed"] == check.PASS  # young enough for 300 s
+    assert statuses(live)["audit-trail-sealed"] == check.PASS  # young enough for a day
     live.call("mf_committer", "SELECT fabric_api.seal_events()")
     (sealed,) = [r for r in results(live, seal_max_age=0) if r.key == "audit-trail-sealed"]
     assert (sealed.status, sealed.evidence) == (
