@@ -1,7 +1,8 @@
 -- Tracing feed: the trace consumer (fabric_tracer) reads recall and tool-denial events from
 -- the outbox after its own cursor and below the snapshot's xmin, like the projections, and
--- turns each into an OpenTelemetry span. It sees identifiers, tiers, status and timing --
--- never content, never subject or session ids, never the recall scope.
+-- turns each into an OpenTelemetry span. It sees identifiers, tiers, status, mode and timing,
+-- and the subject and session only as the event's keyed pseudonyms -- never content, never
+-- subject or session ids, never the recall scope.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._traced_event_types: the event types that become spans.
@@ -12,7 +13,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ARRAY['memory.recall.served', 'memory.recall.denied', 'agent.tool.unauthorized'] $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.trace_events: the next traced events after the trace cursor (identifiers only).
+-- fabric_api.trace_events: the next traced events after the trace cursor (identifiers only;
+-- the subject and session as the pseudonyms the event holds, unlinkable once erased).
 CREATE OR REPLACE FUNCTION fabric_api.trace_events(p_limit integer DEFAULT 500)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -32,7 +34,10 @@ BEGIN
             'tiers_requested', e.payload -> 'tiers_requested',
             'tiers_served', e.payload -> 'tiers_served', 'tiers_denied', e.payload -> 'tiers_denied',
             'memory_ids', e.payload -> 'memory_ids', 'truncated', e.payload -> 'truncated',
-            'duration_ms', e.payload -> 'duration_ms', 'traceparent', e.payload -> 'traceparent'))
+            'duration_ms', e.payload -> 'duration_ms', 'traceparent', e.payload -> 'traceparent',
+            'mode', e.payload -> 'mode_served',
+            'subject_ref', e.payload #> '{scope,subject_ref}',
+            'session_ref', e.payload #> '{scope,session_ref}'))
             ORDER BY e.xid, e.event_id), '[]')
           FROM (SELECT * FROM fabric.events e
                 WHERE (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id)
