@@ -506,6 +506,9 @@ def test_the_trace_worker_exports_as_recalls_happen_and_serves_metrics(
             text = r.read().decode()
         assert "memfabric_events_traced_total 1\n" in text
         assert "memfabric_trace_errors_total 0\n" in text
+        # the per-tenant recall counters, on the worker's own endpoint
+        assert 'memfabric_recalls_total{tenant="acme",outcome="empty",mode="text"} 1\n' in text
+        assert 'memfabric_recall_duration_seconds_count{tenant="acme"} 1\n' in text
     finally:
         code = stop_process(proc)
     assert code == 0, code  # SIGTERM stops the worker through its own shutdown
