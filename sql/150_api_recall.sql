@@ -789,6 +789,7 @@ BEGIN
                                  pg_catalog.convert_to(v_request, 'UTF8')), 'hex')),
       'memory_ids', pg_catalog.jsonb_path_query_array(p_records, '$[*].memory_id'),
       'truncated', p_truncated, 'traceparent', p_request -> 'traceparent',
+      'mode_served', p_served -> 'mode_served',
       'duration_ms', pg_catalog.round(EXTRACT(epoch FROM
         pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp()) * 1000, 3))));
   RETURN pg_catalog.jsonb_build_object(

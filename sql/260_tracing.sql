@@ -1,8 +1,9 @@
 -- Tracing feed: the trace consumer (fabric_tracer) reads recall, tool-denial and
 -- consolidation-run events (with the run's model calls: metadata only) from
 -- the outbox after its own cursor and below the snapshot's xmin, like the projections, and
--- turns each into an OpenTelemetry span. It sees identifiers, tiers, status and timing --
--- never content, never subject or session ids, never the recall scope.
+-- turns each into an OpenTelemetry span. It sees identifiers, tiers, status, mode and timing,
+-- and the subject and session only as the event's keyed pseudonyms -- never content, never
+-- subject or session ids, never the recall scope.
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._traced_event_types: the event types that become spans.
@@ -14,7 +15,8 @@ AS $$ SELECT ARRAY['memory.recall.served', 'memory.recall.denied', 'agent.tool.u
                    'memory.consolidation.completed'] $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.trace_events: the next traced events after the trace cursor (identifiers only).
+-- fabric_api.trace_events: the next traced events after the trace cursor (identifiers only;
+-- the subject and session as the pseudonyms the event holds, unlinkable once erased).
 CREATE OR REPLACE FUNCTION fabric_api.trace_events(p_limit integer DEFAULT 500)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -36,7 +38,10 @@ BEGIN
             'memory_ids', e.payload -> 'memory_ids', 'truncated', e.payload -> 'truncated',
             'duration_ms', e.payload -> 'duration_ms', 'traceparent', e.payload -> 'traceparent',
             'workflow_event_id', e.payload -> 'workflow_event_id',
-            'model_calls', e.payload -> 'model_calls'))
+            'model_calls', e.payload -> 'model_calls',
+            'mode', e.payload -> 'mode_served',
+            'subject_ref', e.payload #> '{scope,subject_ref}',
+            'session_ref', e.payload #> '{scope,session_ref}'))
             ORDER BY e.xid, e.event_id), '[]')
           FROM (SELECT * FROM fabric.events e
                 WHERE (e.xid, e.event_id) > (v_cursor.last_xid, v_cursor.last_event_id)

@@ -41,6 +41,7 @@ COMMIT_FUNCTIONS = ("commit", "commit_pending", "promote", "demote", "supersede"
 INTERNAL_ROLES = ("fabric_retriever", "fabric_lookup")
 LANGSMITH_SWITCHES = ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGCHAIN_TRACING")
 NAMS_DEVIATION = "docs/checklist.md#13-the-graph-library"
+DECIDED_DEVIATIONS = "docs/concepts.md#decided-deviations"
 
 
 @dataclass(frozen=True)
@@ -547,6 +548,28 @@ def audit_trail_sealed(ctx: Context) -> tuple[str, str]:
     return PASS, f"{evidence} (at most {ctx.seal_max_age:.0f}s allowed)"
 
 
+def decided_deviations(ctx: Context) -> tuple[str, str]:
+    """The decisions that stay deviations, each read from the deployment it is about."""
+    promote_tenant = ctx.value(
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = 'fabric_api' AND p.proname IN ('promote', 'demote') "
+        "AND EXISTS (SELECT 1 FROM unnest(p.proargnames) a WHERE strpos(a, 'tenant') > 0)"
+    )
+    if promote_tenant:
+        return FAIL, "a promotion or demotion names a tenant: a cross-tenant path exists"
+    demote_rule = ctx.value(
+        "SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = 'fabric.memory_records'::regclass "
+        "AND t.tgname = '_510_tier_change' AND t.tgenabled <> 'D'"
+    )
+    if not demote_rule:
+        return FAIL, "the tier-change trigger (_510_tier_change) is missing or disabled"
+    return DEVIATION, (
+        "demotion only to a tier held before; valid_at serves live records only; no "
+        "cross-tenant promotion; consolidation scheduled by the worker (or the n8n "
+        f"workflow); os-agt-012 is the scope-resolution path ({DECIDED_DEVIATIONS})"
+    )
+
+
 ITEMS: tuple[tuple[int, str, Check], ...] = (
     (1, "store-five-methods", store_methods),
     (2, "namespace-tenant-first", namespaces),
@@ -564,6 +587,7 @@ ITEMS: tuple[tuple[int, str, Check], ...] = (
     (14, "mcp-server", mcp_server),
     (15, "audit-agent-unbound", audit_agent_unbound),
     (16, "audit-trail-sealed", audit_trail_sealed),
+    (17, "decided-deviations", decided_deviations),
 )
 
 

@@ -678,6 +678,9 @@ def worker_trace(
     once: bool = typer.Option(False, help="export what is in the outbox now, then exit"),
     poll: float = typer.Option(1.0, min=0.05, help="seconds between polls when idle"),
     metrics_port: int | None = _metrics_port_option(),
+    console: bool = typer.Option(
+        False, help="print the spans on standard output instead of exporting them (OTLP)"
+    ),
 ) -> None:
     """Export every recall and tool denial in the outbox as an OpenTelemetry span (OTLP/HTTP)."""
     import psycopg
@@ -685,7 +688,11 @@ def worker_trace(
     from memfabric.tracing import SpanMaker, tracer_conninfo
 
     _require_known_schema(tracer_conninfo(login))
-    maker = SpanMaker(tracer_conninfo(login), progress=lambda line: typer.echo(f"[trace] {line}"))
+    maker = SpanMaker(
+        tracer_conninfo(login),
+        progress=lambda line: typer.echo(f"[trace] {line}"),
+        console=console,
+    )
     _start_metrics(metrics_port, maker)
     _stop_on_sigterm()
     try:
@@ -733,7 +740,8 @@ def _start_metrics(
         from memfabric.worker import sealing_gauges
 
         gauges.update(sealing_gauges(sealer))
-    server = serve_metrics(port, gauges)
+    families = [maker.recalls.exposition] if maker is not None else []
+    server = serve_metrics(port, gauges, families)
     typer.echo(f"[metrics] http://127.0.0.1:{server.server_address[1]}/metrics")
 
 

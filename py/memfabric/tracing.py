@@ -21,6 +21,7 @@ import psycopg
 
 from memfabric.call import Cast, fabric_call
 from memfabric.errors import FabricError, paused_line
+from memfabric.metrics import RecallCounters
 from memfabric.settings import Settings
 
 if TYPE_CHECKING:
@@ -67,14 +68,46 @@ def _ns(occurred_at: str) -> int:
     return int(datetime.fromisoformat(occurred_at).timestamp() * 1_000_000_000)
 
 
+# The memory tool each traced event is a call of (the denial events name their own tool).
+RECALL_TOOL = "tool:memory-recall"
+
+
+def _tool(ev: Json) -> str:
+    return str(ev.get("tool") or RECALL_TOOL)
+
+
+# A consolidation run's event is a span of its own (with a child span per model call), not a
+# memory tool call.
+CONSOLIDATION_EVENT = "memory.consolidation.completed"
+
+
+def span_name(ev: Json) -> str:
+    """OpenTelemetry's GenAI convention for a tool call: `execute_tool {gen_ai.tool.name}`;
+    a consolidation run keeps its event type."""
+    if ev["event_type"] == CONSOLIDATION_EVENT:
+        return CONSOLIDATION_EVENT
+    return f"execute_tool {_tool(ev)}"
+
+
+def outcome(ev: Json) -> str:
+    """served, partial, empty (served or partial, no record) or denied."""
+    if ev["event_type"] == "agent.tool.unauthorized" or ev.get("status") == "denied":
+        return "denied"
+    if not ev.get("memory_ids"):
+        return "empty"
+    return str(ev.get("status") or "served")
+
+
 def _attributes(ev: Json) -> dict[str, Any]:
-    """Span attributes: identifiers, tiers, status, counts, latency (no content)."""
+    """Span attributes: identifiers, tiers, status, counts, latency (no content); the GenAI
+    tool-call attributes; the attributes Langfuse maps to its trace name, session, user and
+    tags. The user and session are the event's keyed pseudonyms, never the ids."""
     attrs: dict[str, Any] = {
         "memfabric.event_id": ev["event_id"],
         "memfabric.event_type": ev["event_type"],
         "memfabric.tenant_id": ev["tenant_id"],
     }
-    for key in ("agent_id", "run_id", "status", "reason", "tool"):
+    for key in ("agent_id", "run_id", "status", "reason", "tool", "mode"):
         if ev.get(key) is not None:
             attrs[f"memfabric.{key}"] = str(ev[key])
     for key in ("tiers_requested", "tiers_served", "tiers_denied", "missing_layers"):
@@ -91,6 +124,32 @@ def _attributes(ev: Json) -> dict[str, Any]:
         attrs["memfabric.workflow_event_id"] = str(ev["workflow_event_id"])
     if ev.get("model_calls") is not None:
         attrs["memfabric.model_calls"] = len(ev["model_calls"])
+    if ev["event_type"] != CONSOLIDATION_EVENT:
+        result = outcome(ev)
+        # OpenTelemetry GenAI semantic conventions: a memory read is a datastore tool call
+        attrs.update(
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": _tool(ev),
+                "gen_ai.tool.type": "datastore",
+                "gen_ai.tool.call.id": str(ev["event_id"]),
+            }
+        )
+        if ev.get("agent_id") is not None:
+            attrs["gen_ai.agent.id"] = attrs["gen_ai.agent.name"] = str(ev["agent_id"])
+        session = ev.get("session_ref") or (f"run:{ev['run_id']}" if ev.get("run_id") else None)
+        if session is not None:
+            attrs["gen_ai.conversation.id"] = attrs["session.id"] = str(session)
+        if ev.get("subject_ref") is not None:
+            attrs["user.id"] = str(ev["subject_ref"])
+        if result == "denied":
+            attrs["error.type"] = str(ev.get("reason") or "denied")
+        # Langfuse: the trace's name and tags (its session and user come from session.id, user.id)
+        attrs["langfuse.trace.name"] = "memory recall" if _tool(ev) == RECALL_TOOL else _tool(ev)
+        tags = ["memfabric", f"tenant:{ev['tenant_id']}", f"outcome:{result}"]
+        if ev.get("mode") is not None and result != "denied":  # a denial served no mode
+            tags.append(f"mode:{ev['mode']}")
+        attrs["langfuse.trace.tags"] = tags
     return attrs
 
 
@@ -136,6 +195,7 @@ class SpanMaker:
         endpoint: str | None = None,
         exporter: SpanExporter | None = None,
         progress: Callable[[str], None] = lambda _line: None,
+        console: bool = False,
     ) -> None:
         try:
             from opentelemetry.sdk.resources import Resource
@@ -151,9 +211,18 @@ class SpanMaker:
             ) from exc
         self.conninfo = conninfo
         self.progress = progress
-        self.endpoint = endpoint or otlp_traces_endpoint()
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            check_endpoint(conn, self.endpoint)
+        if console:
+            # spans printed as JSON on standard output: nothing leaves the machine
+            import sys
+
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+            self.endpoint = "console"
+            exporter = ConsoleSpanExporter(out=sys.stdout)
+        else:
+            self.endpoint = endpoint or otlp_traces_endpoint()
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                check_endpoint(conn, self.endpoint)
         if exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -171,6 +240,7 @@ class SpanMaker:
         self._tracer = provider.get_tracer("memfabric.trace")
         self.traced = 0
         self.errors = 0
+        self.recalls = RecallCounters()
 
     def _span(self, ev: Json) -> None:
         from opentelemetry import trace
@@ -191,7 +261,7 @@ class SpanMaker:
         if ev["event_type"] == "memory.consolidation.completed":
             start -= length  # recorded when the run ended
         span = self._tracer.start_span(
-            ev["event_type"],
+            span_name(ev),
             context=context,
             kind=SpanKind.SERVER,
             attributes=_attributes(ev),
@@ -245,6 +315,11 @@ class SpanMaker:
             Cast(last["event_id"], "uuid"),
         )
         self.traced += len(events)
+        for ev in events:  # counted once, after the receiver accepted them
+            if ev["event_type"].startswith("memory.recall."):
+                result = outcome(ev)
+                mode = "none" if result == "denied" else str(ev.get("mode") or "none")
+                self.recalls.observe(str(ev["tenant_id"]), result, mode, ev.get("duration_ms"))
         return len(events)
 
     def drain(self, conn: psycopg.Connection[Any], limit: int = 500) -> int:

@@ -47,7 +47,7 @@ def live(fabric: Fabric) -> Fabric:
 
 def results(fabric: Fabric, env: dict[str, str] | None = None, **kw: float) -> list[check.Result]:
     found = check.run(fabric.su(), env=ENV if env is None else env, **kw)  # type: ignore[arg-type]
-    assert [r.number for r in found] == list(range(1, 17))
+    assert [r.number for r in found] == list(range(1, 18))
     return found
 
 
@@ -87,6 +87,7 @@ def test_a_sound_fabric_passes_what_it_holds_and_fails_what_is_not_built(live: F
     found = statuses(live)
     assert {key for key in HOLDING if found[key] != check.PASS} == set()
     assert found["graph-library"] == check.DEVIATION  # NAMS not bound: a documented decision
+    assert found["decided-deviations"] == check.DEVIATION  # docs/concepts.md
     assert found["projection-rebuild-drill"] == check.FAIL  # no drill asked for
     # the LangGraph store and checkpointer and the MCP server are built
     for key in ("store-five-methods", "namespace-tenant-first", "checkpoint-retention"):
@@ -127,6 +128,16 @@ def test_breaking_one_item_fails_exactly_that_item(live: Fabric, item: str) -> N
     assert failing(after) == failing(before) | {item}
 
 
+def test_the_decided_deviations_fail_once_their_rule_is_off(live: Fabric) -> None:
+    """The deviation item reads the rules it reports: with the tier-change trigger (the
+    demotion rule) switched off it is a fail, not a deviation."""
+    before = statuses(live)
+    assert before["decided-deviations"] == check.DEVIATION
+    live.su().execute("ALTER TABLE fabric.memory_records DISABLE TRIGGER _510_tier_change")
+    after = statuses(live)
+    assert failing(after) == failing(before) | {"decided-deviations"}
+
+
 def test_the_forbidden_binding_is_refused_by_the_database_itself(live: Fabric) -> None:
     with pytest.raises(psycopg.errors.CheckViolation) as caught:
         live.su().execute(
@@ -155,7 +166,7 @@ def test_runtime_settings_fail_their_item(live: Fabric, item: str, env: dict[str
 def test_the_command_prints_one_line_per_item_and_exits_non_zero_on_a_fail(live: Fabric) -> None:
     result = CliRunner().invoke(app, ["check"], env={"DATABASE_URL": live.url, **ENV})
     lines = [line for line in result.output.splitlines() if line[:3].strip().rstrip(".").isdigit()]
-    assert len(lines) == 16, result.output
+    assert len(lines) == 17, result.output
     assert all(
         any(
             f" {s} " in line
@@ -204,7 +215,7 @@ def test_check_on_the_demo_database(fabric: Fabric) -> None:
         env={"DATABASE_URL": fabric.url, **ENV},
     )
     lines = [line for line in result.output.splitlines() if line[:3].strip().rstrip(".").isdigit()]
-    assert len(lines) == 16, result.output
+    assert len(lines) == 17, result.output
     failing_lines = [line for line in lines if f" {check.FAIL} " in line]
     assert [line.split()[1] for line in failing_lines] == ["projection-rebuild-drill"], (
         result.output

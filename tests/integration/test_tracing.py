@@ -135,7 +135,9 @@ def test_recalls_from_raw_sql_become_spans_without_content(
     assert [r["memory_id"] for r in answer["records"]] == [memory_id]
 
     maker = export(fabric, receiver)
-    [span] = [s for s in receiver.spans if s["name"] == "memory.recall.served"]
+    [span] = [
+        s for s in receiver.spans if s["attrs"]["memfabric.event_type"] == "memory.recall.served"
+    ]
     attrs = span["attrs"]
     assert attrs["memfabric.tenant_id"] == "acme"
     assert attrs["memfabric.agent_id"] == "com-agt-003"
@@ -151,7 +153,12 @@ def test_recalls_from_raw_sql_become_spans_without_content(
     wire = b"".join(receiver.raw)
     for secret in (CANARY, "invoices", "user-8842", "sess-1f9c"):
         assert secret.encode() not in wire
-    assert not any("scope" in k or "subject" in k or "session" in k for k in attrs)
+    # The session and user Langfuse groups by are keyed pseudonyms, never the ids.
+    pseudonymous = {"session.id", "gen_ai.conversation.id", "user.id"}
+    assert not any(
+        "scope" in k or "subject" in k or "session" in k for k in set(attrs) - pseudonymous
+    )
+    assert all(str(attrs[k]).startswith("hmac:") for k in pseudonymous)
     assert maker.traced == 1 and maker.lag() == 0
 
     # The cursor moved: a second consumer run exports nothing again.
@@ -171,7 +178,10 @@ def test_denied_recall_and_unauthorized_tool_become_spans(
     assert refused["status"] == "denied"
 
     export(fabric, receiver)
-    by_run = {(s["name"], s["attrs"]["memfabric.run_id"]): s for s in receiver.spans}
+    by_run = {
+        (s["attrs"]["memfabric.event_type"], s["attrs"]["memfabric.run_id"]): s
+        for s in receiver.spans
+    }
     tier_denial = by_run[("memory.recall.denied", str(run_b))]
     assert tier_denial["attrs"]["memfabric.tiers_denied"] == ["semantic"]
     assert tier_denial["attrs"]["memfabric.record_count"] == 0
@@ -181,6 +191,100 @@ def test_denied_recall_and_unauthorized_tool_become_spans(
     assert tool["attrs"]["memfabric.agent_id"] == "com-agt-009"
     assert "tools_allowed" in tool["attrs"]["memfabric.missing_layers"]
     assert ("memory.recall.denied", str(run_n)) in by_run
+
+
+def test_spans_follow_the_genai_conventions_and_carry_langfuse_trace_fields(
+    fabric: Fabric, receiver: Receiver
+) -> None:
+    """A recall is a datastore tool call in OpenTelemetry's GenAI conventions; Langfuse reads
+    its trace name, tags, session and (pseudonymous) user from the span's attributes."""
+    run = fabric.open_run("com-agt-003")
+    fabric.form(run, "the invoice address moved")
+    fabric.recall("mf_agent_a", {"run_id": str(run), "query": "invoice", "tiers": ["episodic"]})
+    again = fabric.open_run("com-agt-003")  # the same subject and session, another run
+    fabric.recall("mf_agent_a", {"run_id": str(again), "query": "nothing like it"})
+    other = fabric.open_run("com-agt-003", subject="user-1234", session="sess-2")
+    fabric.recall("mf_agent_a", {"run_id": str(other), "tiers": ["episodic"]})
+    denied = fabric.open_run("com-agt-004")
+    fabric.recall("mf_agent_b", {"run_id": str(denied), "tiers": ["semantic"]})
+
+    export(fabric, receiver)
+    by_run = {s["attrs"]["memfabric.run_id"]: s for s in receiver.spans}
+    span = by_run[str(run)]
+    attrs = span["attrs"]
+    assert span["name"] == "execute_tool tool:memory-recall"
+    assert attrs["gen_ai.operation.name"] == "execute_tool"
+    assert attrs["gen_ai.tool.name"] == "tool:memory-recall"
+    assert attrs["gen_ai.tool.type"] == "datastore"
+    assert attrs["gen_ai.tool.call.id"] == attrs["memfabric.event_id"]
+    assert attrs["gen_ai.agent.id"] == attrs["gen_ai.agent.name"] == "com-agt-003"
+    assert attrs["memfabric.mode"] == "text"
+    assert attrs["langfuse.trace.name"] == "memory recall"
+    assert attrs["langfuse.trace.tags"] == [
+        "memfabric", "tenant:acme", "outcome:served", "mode:text",
+    ]  # fmt: skip
+    assert attrs["session.id"] == attrs["gen_ai.conversation.id"]
+    assert attrs["session.id"].startswith("hmac:") and attrs["user.id"].startswith("hmac:")
+    # one subject and session: one Langfuse user and session across runs; another subject
+    # is another user and session
+    assert by_run[str(again)]["attrs"]["user.id"] == attrs["user.id"]
+    assert by_run[str(again)]["attrs"]["session.id"] == attrs["session.id"]
+    assert "outcome:empty" in by_run[str(again)]["attrs"]["langfuse.trace.tags"]
+    assert by_run[str(other)]["attrs"]["user.id"] != attrs["user.id"]
+    assert by_run[str(other)]["attrs"]["session.id"] != attrs["session.id"]
+    refused = by_run[str(denied)]["attrs"]
+    assert refused["error.type"] == refused["memfabric.reason"]
+    assert "outcome:denied" in refused["langfuse.trace.tags"]
+    wire = b"".join(receiver.raw)
+    for secret in (b"user-8842", b"sess-1f9c", b"user-1234", b"invoice address"):
+        assert secret not in wire
+
+
+def test_recall_counters_per_tenant_by_outcome_and_mode(fabric: Fabric, receiver: Receiver) -> None:
+    """Live recall counters from the audit: what the tracer exported, per tenant, by
+    outcome (served, empty, denied) and mode, with a latency histogram per tenant."""
+    run = fabric.open_run("com-agt-003")
+    fabric.form(run, "the invoice address moved")
+    fabric.recall("mf_agent_a", {"run_id": str(run), "query": "invoice", "tiers": ["episodic"]})
+    fabric.recall("mf_agent_a", {"run_id": str(run), "query": "invoice", "tiers": ["episodic"]})
+    fabric.recall("mf_agent_a", {"run_id": str(run), "query": "zebra", "tiers": ["episodic"]})
+    denied = fabric.open_run("com-agt-004", tenant="globex")
+    fabric.recall("mf_agent_b", {"run_id": str(denied), "tiers": ["semantic"]})
+    maker = export(fabric, receiver)
+    server = serve_metrics(0, {}, [maker.recalls.exposition])
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+            text = r.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    samples = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    assert samples['memfabric_recalls_total{tenant="acme",outcome="served",mode="text"}'] == "2"
+    assert samples['memfabric_recalls_total{tenant="acme",outcome="empty",mode="text"}'] == "1"
+    assert samples['memfabric_recalls_total{tenant="globex",outcome="denied",mode="none"}'] == "1"
+    assert samples['memfabric_recall_duration_seconds_count{tenant="acme"}'] == "3"
+    assert samples['memfabric_recall_duration_seconds_bucket{tenant="acme",le="+Inf"}'] == "3"
+    assert samples['memfabric_recall_duration_seconds_count{tenant="globex"}'] == "1"
+    assert "# TYPE memfabric_recall_duration_seconds histogram" in text
+    assert samples["memfabric_metric_read_errors"] == "0"
+
+
+def test_the_console_exporter_prints_spans_and_sends_nothing(
+    fabric: Fabric, receiver: Receiver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = fabric.open_run("com-agt-003")
+    fabric.recall("mf_agent_a", {"run_id": str(run)})
+    fabric.settle()
+    maker = SpanMaker(tracer_url(fabric), console=True)
+    with psycopg.connect(maker.conninfo, autocommit=True) as conn:
+        assert maker.drain(conn) == 1
+    printed = capsys.readouterr().out
+    assert '"name": "execute_tool tool:memory-recall"' in printed
+    assert str(run) in printed and '"gen_ai.tool.type": "datastore"' in printed
+    assert receiver.spans == []
 
 
 def test_a_traceparent_joins_the_callers_trace(fabric: Fabric, receiver: Receiver) -> None:
@@ -402,6 +506,9 @@ def test_the_trace_worker_exports_as_recalls_happen_and_serves_metrics(
             text = r.read().decode()
         assert "memfabric_events_traced_total 1\n" in text
         assert "memfabric_trace_errors_total 0\n" in text
+        # the per-tenant recall counters, on the worker's own endpoint
+        assert 'memfabric_recalls_total{tenant="acme",outcome="empty",mode="text"} 1\n' in text
+        assert 'memfabric_recall_duration_seconds_count{tenant="acme"} 1\n' in text
     finally:
         code = stop_process(proc)
     assert code == 0, code  # SIGTERM stops the worker through its own shutdown
