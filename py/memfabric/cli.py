@@ -680,6 +680,14 @@ def serve(
         "upgrade or a new embedder setting), rebuild qdrant at start, in the background; "
         "so too a projection whose last rebuild did not end",
     ),
+    graph: bool = typer.Option(
+        True, help="project to the graph server too (--no-graph: the vector broker alone)"
+    ),
+    while_users: Path | None = typer.Option(
+        None,
+        help="run only while some process uses this broker (holds the shared lock in this "
+        "run directory, as memfabric.Memory does): the broker started on demand",
+    ),
 ) -> None:
     """Own the vector shards, run the projector and answer vector queries on a unix socket;
     seal the audit trail as the committer (MEMFABRIC_COMMITTER_URL or _LOGIN); with
@@ -725,6 +733,7 @@ def serve(
             embed_in_child=in_child,
             serving=True,
             guard=lock,
+            graph=graph,
             progress=lambda line: typer.echo(f"[project] {line}"),
             flush_seconds=settings.projector_flush_ms / 1000,
         )
@@ -797,7 +806,7 @@ def serve(
                 "in child processes" if projector.store.shard_processes else "inline"
             )
         typer.echo(
-            f"[serve] listening on {socket}; projecting to qdrant and graph"
+            f"[serve] listening on {socket}; projecting to qdrant{' and graph' if graph else ''}"
             f" ({settings.projector_pipeline}, embedding {where}{shards})"
         )
         if settings.otlp_endpoint or settings.otlp_traces_endpoint:
@@ -814,10 +823,16 @@ def serve(
             typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
         _start_metrics(metrics_port, maker, projector, sealer)
         _start_index_builder(projector.store, settings, stop)
+        if while_users is not None:
+            _stop_without_users(while_users, stop)
         run = (
             projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run
         )
-        run(poll_seconds=poll, should_stop=stop.is_set)
+        run(
+            poll_seconds=poll,
+            should_stop=stop.is_set,
+            projections=("qdrant", "graph") if graph else ("qdrant",),
+        )
     except KeyboardInterrupt:  # a SIGINT whose handler was not ours
         pass
     finally:
@@ -830,6 +845,23 @@ def serve(
             server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+
+
+def _stop_without_users(run_dir: Path, stop: Any) -> None:
+    """Set `stop` once no process uses this broker (memfabric.broker.users_gone); the locks
+    stay held until the process ends, so no user finds a broker that is going away."""
+    import threading
+
+    from memfabric.broker import users_gone
+
+    def watch() -> None:
+        while not stop.wait(1.0):
+            if users_gone(run_dir) is not None:
+                typer.echo("[serve] no user left: stopping")
+                stop.set()
+                return
+
+    threading.Thread(target=watch, name="memfabric-users", daemon=True).start()
 
 
 def _when_the_database_answers(start: Any, stop: Any) -> Any:

@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -37,10 +41,12 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from memfabric.aio import AsyncFabric
+from memfabric.broker import Broker, RemoteBroker, serving, starting_broker, use_broker
 from memfabric.call import afabric_call, afabric_rows, fabric_call, fabric_rows
-from memfabric.errors import FabricError, Misconfigured, NotAuthorized
+from memfabric.errors import FabricError, Misconfigured, NotAuthorized, Unreachable
 from memfabric.recall import arecall, recall
 from memfabric.sdk import Fabric
+from memfabric.settings import Settings
 
 Json = dict[str, Any]
 LOCAL_DEVELOPMENT = "local-development"
@@ -60,6 +66,12 @@ _EVENTS = {
     "erased": "DELETE",
 }
 _LOOPBACK = {"localhost", "127.0.0.1", "::1", ""}
+# The logins `memfabric serve` acts as besides the committer (the facade's own): the
+# projector and the maintenance login.
+SERVICE_GROUPS: dict[Any, str] = {
+    "projector": "fabric_projector",
+    "maintainer": "fabric_maintainer",
+}
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,11 @@ class MemoryConfig:
     run_ttl: timedelta = timedelta(hours=1)
     llm: Mapping[str, Any] | None = None
     vector_store: Mapping[str, Any] | None = None
+    # the vector broker: started on demand when none answers (unless QDRANT_URL or
+    # MEMFABRIC_SOCKET names the deployment's own), one per state directory
+    broker: bool = True
+    state_dir: str | None = None
+    broker_start_timeout: float = 120.0
 
     def __post_init__(self) -> None:
         if self.profile not in (None, LOCAL_DEVELOPMENT):
@@ -215,6 +232,8 @@ class _Core:
             }
             if self.local_development:
                 logins[login.policy] = ("fabric_policy",)
+            for service, group in SERVICE_GROUPS.items():  # the broker's own logins
+                logins.setdefault(Settings.from_env().login(service), (group,))
             yield _Provision(logins)
         yield _Call(login.admin, "fabric_api.create_tenant", (c.tenant_id,))
         yield _Call(
@@ -556,9 +575,92 @@ def _not_found(memory_id: str) -> FabricError:
 def _url(config: MemoryConfig) -> str:
     if config.database_url:
         return config.database_url
-    from memfabric.settings import Settings
-
     return Settings.from_env().database_url
+
+
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@dataclass
+class _BrokerUse:
+    """The broker this facade recalls through, and the lock that makes it one of its users."""
+
+    broker: Broker | None = None
+    fd: int | None = None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _open_broker(config: MemoryConfig, url: str) -> _BrokerUse:
+    """The broker of the state directory, started when none answers (`memfabric serve
+    --no-graph --while-users`, a child that outlives no user: it stops when the last
+    process using it ends); none when the deployment names its own (QDRANT_URL,
+    MEMFABRIC_SOCKET) or `broker` is off (recall then finds the deployment's)."""
+    settings = Settings.from_env()
+    if not config.broker or settings.qdrant_url:
+        return _BrokerUse()
+    if config.state_dir is not None:
+        state = Path(config.state_dir)
+        sock, vector_dir = state / "run" / "memfabric.sock", state / "qdrant"
+    elif "MEMFABRIC_SOCKET" in os.environ:
+        return _BrokerUse()
+    else:
+        state, sock, vector_dir = (
+            settings.socket.parent.parent,
+            settings.socket,
+            settings.vector_dir,
+        )
+    run_dir = sock.parent
+    use = _BrokerUse(RemoteBroker(sock), use_broker(run_dir))
+    start = starting_broker(run_dir)
+    try:
+        if serving(sock):
+            return use
+        log_dir = state / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "MEMFABRIC_SOCKET": str(sock),
+            "MEMFABRIC_VECTOR_DIR": str(vector_dir),
+            "MEMFABRIC_COMMITTER_LOGIN": config.logins.committer,
+        }
+        env.pop("MEMFABRIC_COMMITTER_URL", None)
+        with open(log_dir / "broker.log", "ab") as log:
+            child = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "memfabric.cli",
+                    "serve",
+                    "--no-graph",
+                    "--poll",
+                    "0.2",
+                    "--while-users",
+                    str(run_dir),
+                ],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        _STARTED.append(child)  # never waited for: it outlives no user, not this process
+        deadline = time.monotonic() + config.broker_start_timeout
+        while not serving(sock):
+            if child.poll() is not None or time.monotonic() > deadline:
+                use.release()
+                raise Unreachable(
+                    f"the vector broker did not start (memfabric serve, exit {child.poll()})",
+                    hint=f"see {log_dir / 'broker.log'}; broker=False serves text recall only",
+                )
+            time.sleep(0.1)
+        return use
+    finally:
+        os.close(start)
 
 
 def _loopback(url: str) -> bool:
@@ -630,6 +732,7 @@ class Memory:
         self._core = _Core(config)
         self._fabric = Fabric(self._url, min_size=0, max_size=4)
         self._setup_lock = threading.Lock()
+        self._broker = _BrokerUse()
 
     @classmethod
     def from_config(cls, config_dict: Mapping[str, Any]) -> Memory:
@@ -641,6 +744,7 @@ class Memory:
             if not self._core.ready:
                 _migrate_if_needed(self._url)
                 self._drive(self._core.setup(self.config.provision is not False))
+                self._broker = _open_broker(self.config, self._url)
 
     def add(
         self,
@@ -699,6 +803,7 @@ class Memory:
 
     def close(self) -> None:
         self._fabric.close()
+        self._broker.release()
 
     def __enter__(self) -> Memory:
         return self
@@ -732,7 +837,7 @@ class Memory:
             return _provision(self._url, step.logins, self.config.provision)
         with self._fabric.pool(step.login).connection() as conn:
             if isinstance(step, _Recall):
-                return recall(conn, step.request)
+                return recall(conn, step.request, self._broker.broker)
             if step.rows:
                 return fabric_rows(conn, step.name, *step.args)
             return fabric_call(conn, step.name, *step.args)
@@ -751,6 +856,7 @@ class AsyncMemory:
         self._core = _Core(config)
         self._fabric = AsyncFabric(self._url, min_size=0, max_size=4)
         self._setup_lock = asyncio.Lock()
+        self._broker = _BrokerUse()
 
     @classmethod
     def from_config(cls, config_dict: Mapping[str, Any]) -> AsyncMemory:
@@ -761,6 +867,7 @@ class AsyncMemory:
             if not self._core.ready:
                 await asyncio.to_thread(_migrate_if_needed, self._url)
                 await self._drive(self._core.setup(self.config.provision is not False))
+                self._broker = await asyncio.to_thread(_open_broker, self.config, self._url)
 
     async def add(
         self,
@@ -819,6 +926,7 @@ class AsyncMemory:
 
     async def close(self) -> None:
         await self._fabric.close()
+        self._broker.release()
 
     async def __aenter__(self) -> AsyncMemory:
         return self
@@ -854,7 +962,7 @@ class AsyncMemory:
         pool = await self._fabric.pool(step.login)
         async with pool.connection() as conn:
             if isinstance(step, _Recall):
-                return await arecall(conn, step.request)
+                return await arecall(conn, step.request, self._broker.broker)
             if step.rows:
                 return await afabric_rows(conn, step.name, *step.args)
             return await afabric_call(conn, step.name, *step.args)

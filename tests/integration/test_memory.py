@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import Fabric
 from memfabric import AsyncMemory, Memory, errors
+from memfabric.broker import serving
 from memfabric.memory import LOCAL_DEVELOPMENT, MemoryConfig
 
 MEM0_KEYS = {"id", "memory", "hash", "metadata", "score", "created_at", "user_id"}
@@ -19,7 +21,8 @@ FABRIC_KEYS = {"provenance", "valid_from", "valid_until", "tier", "state", "conf
 
 
 def memory(fabric: Fabric, **options: Any) -> Memory:
-    return Memory(MemoryConfig(database_url=fabric.url, **options))
+    """A facade on the test's database; text recall (the broker on demand has its test)."""
+    return Memory(MemoryConfig(database_url=fabric.url, broker=False, **options))
 
 
 def test_three_lines_add_and_search_in_mem0_shapes(fabric: Fabric) -> None:
@@ -148,7 +151,7 @@ def test_runs_are_renewed_before_they_expire(fabric: Fabric) -> None:
 
 def test_async_memory_runs_the_same_plans(fabric: Fabric) -> None:
     async def flow() -> tuple[Any, Any, Any]:
-        async with AsyncMemory(MemoryConfig(database_url=fabric.url)) as m:
+        async with AsyncMemory(MemoryConfig(database_url=fabric.url, broker=False)) as m:
             (item,) = (await m.add("ships to Rotterdam", user_id="alice"))["results"]
             found = await m.search("Rotterdam", user_id="alice")
             got = await m.get(item["id"], user_id="alice")
@@ -168,3 +171,35 @@ def test_a_refused_memory_writes_nothing(fabric: Fabric) -> None:
         with pytest.raises(ValueError, match="agent_id"):
             m.add("agent memory", user_id="alice", agent_id="other")
     assert fabric.counts() == before
+
+
+@pytest.mark.slow
+def test_search_is_hybrid_from_the_first_call_and_the_broker_stops_with_its_last_user(
+    fabric: Fabric, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("QDRANT_URL", "MEMFABRIC_SOCKET"):
+        monkeypatch.delenv(name, raising=False)
+    config = MemoryConfig(database_url=fabric.url, state_dir=str(tmp_path))
+    sock = tmp_path / "run" / "memfabric.sock"
+    first = Memory(config)
+    first.add("I live in Rotterdam", user_id="alice")
+    assert serving(sock)  # started on demand
+    first.add("My favourite drink is green tea", user_id="alice")
+    answer = first.search("what beverage do I like?", user_id="alice", limit=1)
+    assert answer["mode_served"] == "hybrid"
+    # the paraphrase shares no word with the memory: the vector found it
+    deadline = time.monotonic() + 30
+    while [r["memory"] for r in answer["results"]] != ["My favourite drink is green tea"]:
+        if time.monotonic() > deadline:
+            print((tmp_path / "log" / "broker.log").read_text())
+            raise AssertionError(answer)
+        time.sleep(0.2)  # the projector's first batch
+        answer = first.search("what beverage do I like?", user_id="alice", limit=1)
+    with Memory(config) as second:  # a second user finds the same broker
+        assert second.search("beverage", user_id="alice")["mode_served"] == "hybrid"
+    assert serving(sock)  # the first user still holds it
+    first.close()
+    deadline = time.monotonic() + 30
+    while serving(sock) or sock.exists():
+        assert time.monotonic() < deadline, "the broker outlived its last user"
+        time.sleep(0.2)

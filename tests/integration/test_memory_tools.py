@@ -52,7 +52,7 @@ def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
 def test_a_react_agent_writes_and_searches_memories_through_the_governed_path(
     fabric: Fabric,
 ) -> None:
-    with Memory(MemoryConfig(database_url=fabric.url)) as memory:
+    with Memory(MemoryConfig(database_url=fabric.url, broker=False)) as memory:
         tools = [create_manage_memory_tool(memory), create_search_memory_tool(memory)]
         schemas = {t.name: set(t.args) for t in tools}
         assert schemas == {  # only what the model knows: no user, tenant or run
@@ -82,7 +82,7 @@ def test_a_react_agent_writes_and_searches_memories_through_the_governed_path(
 
 
 def test_manage_memory_updates_by_supersession(fabric: Fabric) -> None:
-    with Memory(MemoryConfig(database_url=fabric.url)) as memory:
+    with Memory(MemoryConfig(database_url=fabric.url, broker=False)) as memory:
         (old,) = memory.add("alice lives in Rotterdam", user_id="alice")["results"]
         tool = create_manage_memory_tool(memory)
         model = ScriptedChatModel(
