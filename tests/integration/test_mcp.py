@@ -112,6 +112,18 @@ def envelope(text: str, tenant: str = "acme", **extra: Any) -> dict[str, Any]:
     }
 
 
+def property_names(schema: Any) -> set[str]:
+    """Every property name a JSON schema declares, at any depth."""
+    if isinstance(schema, list):
+        return set().union(set(), *(property_names(s) for s in schema))
+    if not isinstance(schema, dict):
+        return set()
+    names = (
+        set(schema.get("properties", {})) if isinstance(schema.get("properties"), dict) else set()
+    )
+    return names.union(*(property_names(v) for v in schema.values()))
+
+
 def answer(result: Any) -> dict[str, Any]:
     assert result.structured_content is not None, result
     return dict(result.structured_content)
@@ -214,9 +226,16 @@ def test_stdio_lists_the_three_tools_with_the_database_schemas(agent_a: StdioSer
         assert "run_id" not in recall_schema["properties"]
         assert "run_id" not in recall_schema.get("required", [])
         assert recall_schema["properties"] == {
-            k: v for k, v in published[0]["properties"].items() if k != "run_id"
+            k: v for k, v in published[0]["properties"].items() if k not in ("run_id", "scope")
         }
-        assert listed["memory_propose"].input_schema == published[1]
+        propose_schema = listed["memory_propose"].input_schema
+        assert propose_schema["required"] == ["content"]
+        assert propose_schema["properties"]["content"] == published[1]["properties"]["content"]
+        # nothing the run knows better than the model: no tenant, subject, session, agent,
+        # run or formation method is a property anywhere in the tools' schemas
+        asked = set().union(*(property_names(t.input_schema) for t in listed.values()))
+        run_fields = {"tenant_id", "subject_id", "session_id", "agent_id", "run_id", "scope"}
+        assert asked & (run_fields | {"provenance", "formation_method"}) == set()
         assert listed["memory_get"].annotations.read_only_hint is True
         for tool in listed.values():
             assert tool.description and len(tool.description) > 80
@@ -257,6 +276,36 @@ def test_stdio_propose_then_recall_and_get_as_the_agent(agent_a: StdioServer) ->
     recalls = fabric.events(served)[earlier:]
     assert len(recalls) == 2  # memory_get is audited as a recall
     assert all(e["correlation_id"] for e in recalls)
+
+
+def test_stdio_propose_takes_only_what_the_model_knows(agent_a: StdioServer) -> None:
+    """The model sends content (and optional tier, visibility, confidence); the tenant comes
+    from the run, the formation method is extraction, the request is the source event."""
+    fabric, client = agent_a.fabric, agent_a.client
+
+    ids: list[str] = []
+
+    async def go() -> None:
+        proposed = answer(
+            await client.call_tool("memory_propose", {"content": {"text": "prefers tea"}})
+        )
+        assert proposed["status"] == "validated", proposed
+        ids.append(str(proposed["proposal_id"]))
+
+    agent_a.run_async(go)
+    (proposal_id,) = ids
+    row = (
+        fabric.session(None)
+        .execute(
+            "SELECT tenant_id, subject_id, visibility, formation_method, source_event_id, tier"
+            " FROM fabric.proposals WHERE proposal_id = %s",
+            (proposal_id,),
+        )
+        .fetchone()
+    )
+    assert row is not None
+    assert row[:4] == ("acme", "user-8842", "subject", "extraction")
+    assert row[4].startswith("mcp:") and row[5] == "episodic"
 
 
 def test_stdio_answers_an_unreadable_line_with_a_json_rpc_error_and_serves_on(
