@@ -1128,19 +1128,38 @@ _PASSFILE_HELP = (
 
 @mcp_app.command("stdio", epilog=env_help(*MCP_STDIO_ENV))
 def mcp_stdio(
-    login: str = typer.Option(
-        ..., envvar="MEMFABRIC_AGENT_LOGIN", help="the agent's PostgreSQL login (not its agent id)"
+    login: str | None = typer.Option(
+        None, envvar="MEMFABRIC_AGENT_LOGIN", help="the agent's PostgreSQL login (not its agent id)"
     ),
-    run_id: str = typer.Option(
-        ..., "--run", envvar="MEMFABRIC_RUN_ID", help="the agent's open run"
+    run_id: str | None = typer.Option(
+        None, "--run", envvar="MEMFABRIC_RUN_ID", help="the agent's open run"
+    ),
+    token: str | None = typer.Option(
+        None,
+        envvar="MEMFABRIC_AGENT_TOKEN",
+        help="an agent token (fabric_api.issue_agent_token): runs are opened and renewed from "
+        "its template by the gateway's login, so no run id is configured",
+    ),
+    gateway_login: str = typer.Option(
+        DEFAULT_MCP_GATEWAY_LOGIN,
+        envvar="MEMFABRIC_MCP_GATEWAY_LOGIN",
+        help="with --token: the gateway's own login, a member of fabric_mcp_gateway",
     ),
     passfile: str | None = typer.Option(None, envvar="MEMFABRIC_MCP_PASSFILE", help=_PASSFILE_HELP),
 ) -> None:
     """Serve one agent over stdin/stdout: connects to DATABASE_URL's server and database as
-    LOGIN itself (its password from the libpq sources) and calls the fabric inside RUN."""
-    from memfabric.mcp_server import serve_stdio
+    LOGIN itself (its password from the libpq sources) and calls the fabric inside RUN; or,
+    with --token, as the login of the token's agent, in runs the gateway's login opens and
+    renews from the token's template."""
+    from memfabric.mcp_server import serve_stdio, serve_stdio_token
 
-    serve_stdio(Settings.from_env().database_url, login, run_id, passfile)
+    url = Settings.from_env().database_url
+    if token is not None:
+        serve_stdio_token(url, token, gateway_login, passfile)
+        return
+    if login is None or run_id is None:
+        raise typer.BadParameter("give --login and --run, or --token (MEMFABRIC_AGENT_TOKEN)")
+    serve_stdio(url, login, run_id, passfile)
 
 
 @mcp_app.command("http", epilog=env_help(*MCP_GATEWAY_ENV))

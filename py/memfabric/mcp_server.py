@@ -16,11 +16,14 @@ import copy
 import hashlib
 import hmac
 import json
+import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -324,6 +327,55 @@ def serve_stdio(database_url: str, login: str, run_id: str, passfile: str | None
         schemas = read_schemas(conn)
     caller = Caller(login, run_id, str(uuid.uuid4()))  # this process is the session
     server = build_server(schemas, lambda _ctx: caller, connection)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(_Answering(read, write), write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+class TokenRuns:
+    """The runs of one agent token: opened by the gateway's own login from the token's
+    template (`fabric_api.open_token_run`), renewed before they expire (a fifth of the run's
+    length, at most a minute, before its end). The agent never opens its own runs."""
+
+    def __init__(self, gateway_conninfo: str, token: str) -> None:
+        self.gateway = _OneConnection(gateway_conninfo)
+        self.token = token
+        self.session = str(uuid.uuid4())  # this process is the MCP session
+        self.caller: Caller | None = None
+        self.renew_at = 0.0
+        self.lock = threading.Lock()
+
+    def current(self, _ctx: Any = None) -> Caller:
+        """The open run's caller; a new run when the current one is about to expire (a
+        revoked or expired token is the database's refusal, answered as a tool error)."""
+        with self.lock:
+            if self.caller is None or time.monotonic() >= self.renew_at:
+                with self.gateway(Caller("", "", "")) as conn:
+                    run: Json = fabric_call(conn, "fabric_api.open_token_run", self.token)
+                expires = datetime.fromisoformat(str(run["expires_at"]))
+                left = (expires - datetime.now(UTC)).total_seconds()
+                self.renew_at = time.monotonic() + left - min(left / 5, 60.0)
+                self.caller = Caller(str(run["login"]), str(run["run_id"]), self.session)
+            return self.caller
+
+
+def serve_stdio_token(
+    database_url: str, token: str, gateway_login: str, passfile: str | None = None
+) -> None:
+    """Serve one agent over stdin/stdout from an agent token: the gateway's login opens and
+    renews the agent's runs from the token's template; the calls are the agent's own login's
+    (the one the template names)."""
+    from mcp.server.stdio import stdio_server
+
+    runs = TokenRuns(agent_conninfo(database_url, gateway_login, passfile), token)
+    first = runs.current()
+    connection = _OneConnection(agent_conninfo(database_url, first.login, passfile))
+    with connection(first) as conn:
+        schemas = read_schemas(conn)
+    server = build_server(schemas, runs.current, connection)
 
     async def main() -> None:
         async with stdio_server() as (read, write):

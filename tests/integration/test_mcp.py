@@ -502,6 +502,64 @@ def test_the_documented_stdio_configuration_recalls_and_proposes(
     run_async(go)
 
 
+def test_a_desktop_config_with_an_agent_token_keeps_working_across_runs(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    """docs/mcp.md's token configuration, launched as a desktop client would: no run id; the
+    gateway's login opens a run from the token, renews it when it expires, and revoking the
+    token closes its runs and ends the calls."""
+    text = (ROOT / "docs" / "mcp.md").read_text()
+    blocks = re.findall(r"```json\n(\{\n  \"mcpServers\".*?)```", text, re.S)
+    (server,) = [
+        json.loads(b)["mcpServers"]["memory"] for b in blocks if "MEMFABRIC_AGENT_TOKEN" in b
+    ]
+    assert "MEMFABRIC_RUN_ID" not in server["env"] and "MEMFABRIC_AGENT_LOGIN" not in server["env"]
+    issued = fabric.call(
+        "mf_orchestrator",
+        "SELECT fabric_api.issue_agent_token('acme', 'com-agt-003', 'user-8842', NULL, %s,"
+        " '2 seconds')",
+        MEMORY_TOOLS,
+    )
+    passfile = tmp_path / "agent.pgpass"
+    passfile.write_text("*:*:*:mf_agent_a:unused\n*:*:*:mf_gateway:unused\n")
+    passfile.chmod(0o600)
+    env = {
+        **env_for(fabric),
+        "MEMFABRIC_AGENT_TOKEN": issued["token"],
+        "MEMFABRIC_MCP_GATEWAY_LOGIN": "mf_gateway",
+        "MEMFABRIC_MCP_PASSFILE": str(passfile),
+    }
+    assert set(server["env"]) == set(env) - set(env_for(fabric)) | {"DATABASE_URL"}
+    command = Path(sys.executable).parent / Path(server["command"]).name
+    params = StdioServerParameters(command=str(command), args=server["args"], env=env)
+    token_runs = f"token_id = '{issued['token_id']}'"
+
+    async def go() -> None:
+        async with Client(params) as client:
+            proposed = answer(
+                await client.call_tool("memory_propose", {"content": {"text": "likes tea"}})
+            )
+            assert proposed["status"] == "validated", proposed
+            fabric.commit(proposed["proposal_id"])
+            await anyio.sleep(2.2)  # the first run has expired
+            recalled = answer(await client.call_tool("memory_recall", {"query": "tea"}))
+            assert [r["content"] for r in recalled["records"]] == [{"text": "likes tea"}]
+            assert fabric.count("runs", token_runs) == 2
+            fabric.call(
+                "mf_orchestrator",
+                "SELECT fabric_api.revoke_agent_token('acme', %s)",
+                issued["token_id"],
+            )
+            refused = await client.call_tool("memory_recall", {"query": "tea"})
+            assert refused.is_error and answer(refused)["sqlstate"] == "42501"
+
+    run_async(go)
+    assert fabric.count("runs", token_runs + " AND opened_by = 'mf_gateway'") == 2
+    assert fabric.count("runs", token_runs + " AND closed_at IS NULL") == 0
+    audited = "event_type = 'fabric.run.opened' AND payload->>'token_id' = '{}'"
+    assert fabric.count("events", audited.format(issued["token_id"])) == 2
+
+
 # --- streamable HTTP -----------------------------------------------------------------------
 
 

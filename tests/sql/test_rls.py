@@ -318,6 +318,7 @@ TENANT_POLICIES = {
     "erasure_receipts": ("select", "insert", "update"),
     "instance_config": ("select", "insert", "update", "delete"),
     "mcp_tokens": ("select", "insert", "update"),
+    "agent_tokens": ("select", "insert", "update"),
     "memory_embeddings": ("select", "insert", "update", "delete"),
     "memory_lineage": ("select", "insert", "update"),
     "memory_record_versions": ("select", "insert", "update"),
