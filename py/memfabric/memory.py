@@ -196,7 +196,15 @@ class _Clock:
     """The driver's monotonic clock (runs are renewed before they expire)."""
 
 
-_Step = _Call | _Recall | _Provision | _Clock
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+_Step = _Call | _Recall | _Provision | _Clock | _Sleep
+# How long `add` waits, with the broker on demand, for its memories to be searchable by
+# meaning (read your writes, as Mem0's add is); the memories are committed either way.
+PROJECTION_WAIT = 10.0
 Plan = Generator[_Step, Any, Any]
 
 
@@ -212,6 +220,7 @@ class _Core:
     def __init__(self, config: MemoryConfig) -> None:
         self.config = config
         self.ready = False
+        self.await_projection = False  # set by a driver that started the broker on demand
         self.runs: dict[tuple[str, str | None], _Open] = {}
         self.lock = threading.Lock()  # guards `runs` between threads of one Memory
 
@@ -333,7 +342,30 @@ class _Core:
         if ids:
             records = yield _Call(c.logins.committer, "fabric_api.commit_many", (ids,))
         del infer  # formation of assertions is the consolidation workflow's (the `llm` config)
+        if records and self.await_projection:
+            yield from self._projected(subject, run_id, records)
         return {"results": [_item(r, event="ADD") for r in records]}
+
+    def _projected(self, subject: str, session: str | None, records: list[Json]) -> Plan:
+        """Wait (at most PROJECTION_WAIT) until the vector retriever finds the last new
+        record (the projector applies commits in order: the others are there by then): a
+        hybrid recall of its own text every 0.1 s."""
+        last = records[-1]
+        text = (last.get("content") or {}).get("text") or ""
+        request: Json = {"query": text, "mode": "hybrid", "limit": 5}
+        deadline = (yield _Clock()) + PROJECTION_WAIT
+        while True:
+            answer = yield from self._recall(subject, session, request)
+            if (
+                any(
+                    str(r["memory_id"]) == str(last["memory_id"])
+                    and "vector" in (r.get("retrieval") or {})
+                    for r in answer.get("records") or []
+                )
+                or (yield _Clock()) > deadline
+            ):
+                return
+            yield _Sleep(0.1)
 
     def search(
         self,
@@ -767,6 +799,7 @@ class Memory:
                 _migrate_if_needed(self._url)
                 self._drive(self._core.setup(self.config.provision is not False))
                 self._broker = _open_broker(self.config, self._url)
+                self._core.await_projection = self._broker.fd is not None
 
     def add(
         self,
@@ -855,6 +888,8 @@ class Memory:
     def _do(self, step: _Step) -> Any:
         if isinstance(step, _Clock):
             return time.monotonic()
+        if isinstance(step, _Sleep):
+            return time.sleep(step.seconds)
         if isinstance(step, _Provision):
             return _provision(self._url, step.logins, self.config.provision)
         with self._fabric.pool(step.login).connection() as conn:
@@ -892,6 +927,7 @@ class AsyncMemory:
                 await asyncio.to_thread(_migrate_if_needed, self._url)
                 await self._drive(self._core.setup(self.config.provision is not False))
                 self._broker = await asyncio.to_thread(_open_broker, self.config, self._url)
+                self._core.await_projection = self._broker.fd is not None
 
     async def add(
         self,
@@ -979,6 +1015,8 @@ class AsyncMemory:
     async def _do(self, step: _Step) -> Any:
         if isinstance(step, _Clock):
             return time.monotonic()
+        if isinstance(step, _Sleep):
+            return await asyncio.sleep(step.seconds)
         if isinstance(step, _Provision):
             return await asyncio.to_thread(
                 _provision, self._url, step.logins, self.config.provision
