@@ -83,6 +83,7 @@ class Logins:
     agent: str = "mf_app_agent"
     committer: str = "mf_app_committer"
     auditor: str = "mf_app_auditor"
+    consolidator: str = "mf_app_consolidator"
     policy: str = "mf_app_policy"  # provisioned under the local development profile only
 
 
@@ -99,6 +100,7 @@ class MemoryConfig:
     tenant_id: str = "default"
     agent_id: str = "app-agt-001"
     committer_id: str = "app-os-agt-010"
+    consolidator_id: str = "app-os-agt-011"
     logins: Logins = field(default_factory=Logins)
     profile: str | None = None
     provision: bool | None = None
@@ -238,6 +240,7 @@ class _Core:
                 login.agent: (),
                 login.committer: ("fabric_committer",),
                 login.auditor: ("fabric_auditor",),
+                login.consolidator: ("fabric_consolidator",),
             }
             if self.local_development:
                 logins[login.policy] = ("fabric_policy",)
@@ -253,6 +256,10 @@ class _Core:
         yield _Call(login.admin, "fabric_api.enable_agent", (c.tenant_id, c.agent_id, list(TOOLS)))
         yield _Call(login.admin, "fabric_api.register_agent", (c.committer_id, login.committer))
         yield _Call(login.admin, "fabric_api.enable_agent", (c.tenant_id, c.committer_id, []))
+        yield _Call(
+            login.admin, "fabric_api.register_agent", (c.consolidator_id, login.consolidator)
+        )
+        yield _Call(login.admin, "fabric_api.enable_agent", (c.tenant_id, c.consolidator_id, []))
         self.ready = True
 
     # -- runs --------------------------------------------------------------------------------
@@ -536,6 +543,44 @@ class _Core:
                 }
             )
         return entries
+
+
+def consolidator_for(llm: Mapping[str, Any] | None) -> Any:
+    """The consolidator the facade's `llm` config names: Mem0's `{"provider": ..., "config":
+    {"model": ..., "openai_base_url" | "vllm_base_url" | "base_url": ..., "api_key": ...}}`
+    for an OpenAI-compatible endpoint, else (None) the deterministic consolidator. This is
+    the seam the consolidation workflow's model-backed formation plugs into."""
+    from memfabric.consolidate import DeterministicConsolidator, LLMConsolidator
+
+    if not llm:
+        return DeterministicConsolidator()
+    options = dict(llm.get("config") or {})
+    base_url = next(
+        (options[k] for k in ("openai_base_url", "vllm_base_url", "base_url") if options.get(k)),
+        None,
+    )
+    if base_url is None or not options.get("model"):
+        raise Misconfigured(
+            "the llm config names an OpenAI-compatible endpoint: config.model and "
+            "config.openai_base_url (or vllm_base_url, base_url)",
+            hint="memory content never leaves for a hosted model unless you name its URL",
+        )
+    return LLMConsolidator(str(base_url), str(options["model"]), api_key=options.get("api_key"))
+
+
+def _consolidate(fabric: Fabric, config: MemoryConfig) -> Any:
+    """One run of the consolidation workflow for the facade's tenant, as its consolidator
+    and committer logins, with the consolidator the `llm` config names."""
+    from memfabric.consolidate import run_consolidation
+
+    logins = config.logins
+    with (
+        fabric.pool(logins.consolidator).connection() as consolidator,
+        fabric.pool(logins.committer).connection() as committer,
+    ):
+        return run_consolidation(
+            consolidator, committer, config.tenant_id, consolidator_for(config.llm)
+        )
 
 
 def _subject(user_id: str | None) -> str:
@@ -874,6 +919,13 @@ class Memory:
     def history(self, memory_id: str, *, user_id: str | None = None) -> list[Json]:
         return self._run(self._core.history(str(memory_id), user_id))  # type: ignore[no-any-return]
 
+    def consolidate(self) -> Any:
+        """One run of the consolidation workflow over the raw episodes (assertions formed
+        from them, each through the same governance as an agent's proposal), with the
+        model `llm` names; a scheduled `memfabric worker` does the same in production."""
+        self.setup()
+        return _consolidate(self._fabric, self.config)
+
     def close(self) -> None:
         self._fabric.close()
         self._broker.release()
@@ -1001,6 +1053,16 @@ class AsyncMemory:
 
     async def history(self, memory_id: str, *, user_id: str | None = None) -> list[Json]:
         return await self._run(self._core.history(str(memory_id), user_id))  # type: ignore[no-any-return]
+
+    async def consolidate(self) -> Any:
+        """`Memory.consolidate` (in a worker thread, on a sync pool of its own)."""
+        await self.setup()
+
+        def run() -> Any:
+            with Fabric(self._url, min_size=0, max_size=2) as fabric:
+                return _consolidate(fabric, self.config)
+
+        return await asyncio.to_thread(run)
 
     async def close(self) -> None:
         await self._fabric.close()

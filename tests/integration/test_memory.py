@@ -230,3 +230,29 @@ def test_without_a_database_url_memory_starts_its_own_server_and_the_next_one_re
     finally:
         localpg.stop(state)
     assert not localpg.answers(port)
+
+
+def test_consolidate_runs_the_workflow_as_the_consolidator_with_the_configured_model(
+    fabric: Fabric,
+) -> None:
+    """The seam for formation: `Memory.consolidate()` runs one consolidation workflow over
+    the raw episodes as the facade's consolidator login; `llm` names the model-backed
+    consolidator (an OpenAI-compatible endpoint), never called here."""
+    from memfabric.consolidate import DeterministicConsolidator, LLMConsolidator
+    from memfabric.memory import consolidator_for
+
+    with memory(fabric) as m:
+        m.add("I live in Rotterdam", user_id="alice")
+        summary = m.consolidate()
+    assert summary.candidates >= 1
+    started = fabric.count(
+        "events", "event_type LIKE 'memory.workflow.%' OR event_type LIKE '%consolidat%'"
+    )
+    assert started >= 1
+    assert isinstance(consolidator_for(None), DeterministicConsolidator)
+    llm = consolidator_for(
+        {"provider": "vllm", "config": {"model": "qwen", "vllm_base_url": "http://127.0.0.1:8000"}}
+    )
+    assert isinstance(llm, LLMConsolidator) and llm.base_url == "http://127.0.0.1:8000"
+    with pytest.raises(errors.Misconfigured, match="OpenAI-compatible"):
+        consolidator_for({"provider": "openai", "config": {"model": "gpt-4o"}})
