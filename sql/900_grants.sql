@@ -33,6 +33,12 @@ GRANT USAGE ON SCHEMA fabric_api TO fabric_mcp_gateway;
 GRANT EXECUTE ON FUNCTION fabric_api.issue_mcp_token(uuid, interval),
   fabric_api.revoke_mcp_token(text) TO fabric_orchestrator;
 GRANT EXECUTE ON FUNCTION fabric_api.resolve_mcp_token(text) TO fabric_mcp_gateway;
+-- Agent tokens: the orchestrator issues and revokes run templates; the gateway's own login
+-- opens runs from them (and no other run).
+GRANT EXECUTE ON FUNCTION
+  fabric_api.issue_agent_token(text, text, text, text, text[], interval, interval),
+  fabric_api.revoke_agent_token(text, uuid) TO fabric_orchestrator;
+GRANT EXECUTE ON FUNCTION fabric_api.open_token_run(text) TO fabric_mcp_gateway;
 GRANT EXECUTE ON FUNCTION fabric_api.request_schema(text)
   TO fabric_agent, fabric_orchestrator, fabric_mcp_gateway;
 GRANT EXECUTE ON FUNCTION fabric_api.working_erasure_scope(uuid),

@@ -53,6 +53,23 @@ COMMENT ON COLUMN fabric.runs.opened_at IS 'When the run was opened.';
 COMMENT ON COLUMN fabric.runs.expires_at IS 'When the run stops being usable.';
 COMMENT ON COLUMN fabric.runs.closed_at IS 'When the run was closed (NULL while open).';
 
+COMMENT ON COLUMN fabric.runs.token_id IS 'The agent token whose template the run was opened from (fabric_api.open_token_run); NULL for a run an orchestrator opened.';
+
+COMMENT ON TABLE fabric.agent_tokens IS
+  'Agent tokens: a run template an orchestrator fixed (tenant, agent, subject, session, tools, run ttl), from which the MCP gateway opens and renews runs; only a SHA-256 of each token is stored (docs/mcp.md).';
+COMMENT ON COLUMN fabric.agent_tokens.tenant_id IS 'Tenant of every run the token opens.';
+COMMENT ON COLUMN fabric.agent_tokens.token_id IS 'The token''s id: named by its runs (runs.token_id) and their events, and by revoke_agent_token.';
+COMMENT ON COLUMN fabric.agent_tokens.token_hash IS 'SHA-256 of the token (32 bytes); the token itself is never stored.';
+COMMENT ON COLUMN fabric.agent_tokens.agent_id IS 'The agent every run of the token binds.';
+COMMENT ON COLUMN fabric.agent_tokens.subject_id IS 'The subject every run of the token binds (NULL: runs without a subject).';
+COMMENT ON COLUMN fabric.agent_tokens.session_id IS 'The session of every run (NULL: each run its own session).';
+COMMENT ON COLUMN fabric.agent_tokens.active_tool_set IS 'The tools of every run, within the agent''s enablement when issued.';
+COMMENT ON COLUMN fabric.agent_tokens.run_ttl IS 'How long each run the token opens lasts (at most 7 days; never past the token).';
+COMMENT ON COLUMN fabric.agent_tokens.issued_by IS 'Database login (an orchestrator) that issued the token; only it revokes it.';
+COMMENT ON COLUMN fabric.agent_tokens.issued_at IS 'When the token was issued.';
+COMMENT ON COLUMN fabric.agent_tokens.expires_at IS 'When the token stops opening runs.';
+COMMENT ON COLUMN fabric.agent_tokens.revoked_at IS 'When the token was revoked (its open runs closed then); NULL while live.';
+
 COMMENT ON TABLE fabric.mcp_tokens IS
   'Bearer tokens the orchestrator issues for a run, resolved by the MCP gateway to the run''s agent and run; only a SHA-256 of each token is stored (docs/mcp.md).';
 COMMENT ON COLUMN fabric.mcp_tokens.tenant_id IS 'Tenant of the run.';
@@ -506,3 +523,17 @@ COMMENT ON FUNCTION fabric_api.resolve_contradiction_flag(uuid, text, text) IS
   '(the standing record was superseded since; the resolution retires nothing). Consolidator only. '
   'Example: SELECT fabric_api.resolve_contradiction_flag(''<flag_id>'', ''keep'', '
   '''the customer confirmed Berlin'');';
+
+COMMENT ON FUNCTION fabric_api.issue_agent_token(text, text, text, text, text[], interval, interval) IS
+  'Issue an agent token bound to a run template: tenant, agent, subject, session (NULL: each run '
+  'its own), a tool set within the agent''s enablement, the run ttl (at most 7 days). Returned once '
+  'with its token_id; only a SHA-256 is stored. Orchestrator only. Example: SELECT '
+  'fabric_api.issue_agent_token(''acme'', ''com-agt-003'', ''user-8842'', NULL, '
+  'ARRAY[''tool:memory-propose'', ''tool:memory-recall''], ''1 hour'', ''90 days'');';
+COMMENT ON FUNCTION fabric_api.open_token_run(text) IS
+  'Open a run from a live agent token''s template (the run names the token). MCP gateway only '
+  '(fabric_mcp_gateway); answers run_id, the agent''s login, tenant, expiry and token_id. '
+  'Example: SELECT fabric_api.open_token_run(''mfa_...'');';
+COMMENT ON FUNCTION fabric_api.revoke_agent_token(text, uuid) IS
+  'Revoke an agent token this orchestrator issued and close its open runs (idempotent). '
+  'Orchestrator only. Example: SELECT fabric_api.revoke_agent_token(''acme'', ''<token_id>'');';

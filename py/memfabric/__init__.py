@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from memfabric.envelope import Envelope, assertion, episode
     from memfabric.errors import FabricError
     from memfabric.hashing import content_hash
+    from memfabric.memory import AsyncMemory, Memory
     from memfabric.results import Approval, Proposal, RecallAnswer, Receipt, Record, Run
     from memfabric.sdk import Fabric
 
@@ -40,6 +41,8 @@ _LAZY = {
     "Record": "memfabric.results",
     "Run": "memfabric.results",
     "Fabric": "memfabric.sdk",
+    "Memory": "memfabric.memory",
+    "AsyncMemory": "memfabric.memory",
 }
 
 
@@ -52,10 +55,12 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Approval",
     "AsyncFabric",
+    "AsyncMemory",
     "Cast",
     "Envelope",
     "Fabric",
     "FabricError",
+    "Memory",
     "Proposal",
     "RecallAnswer",
     "Receipt",

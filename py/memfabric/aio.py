@@ -182,6 +182,29 @@ class AsyncOrchestrator(_AsyncRole):
     async def revoke_mcp_token(self, token: str) -> Json:
         return await self._call("fabric_api.revoke_mcp_token", token)  # type: ignore[no-any-return]
 
+    async def issue_agent_token(
+        self,
+        tenant_id: str,
+        agent_id: str,
+        subject_id: str | None,
+        session_id: str | None,
+        active_tool_set: Sequence[str],
+        run_ttl: timedelta | str = timedelta(hours=1),
+        ttl: timedelta | str = timedelta(days=90),
+    ) -> Json:
+        """An agent token bound to a run template (`{"token", "token_id", "expires_at"}`;
+        the token is returned once): `memfabric mcp stdio --token` opens and renews runs
+        from it with the gateway's login."""
+        return await self._call(  # type: ignore[no-any-return]
+            "fabric_api.issue_agent_token",
+            *(tenant_id, agent_id, subject_id, session_id, list(active_tool_set)),
+            *(_ttl(run_ttl), _ttl(ttl)),
+        )
+
+    async def revoke_agent_token(self, tenant_id: str, token_id: Id) -> Json:
+        """Revoke a token this login issued; its open runs are closed."""
+        return await self._call("fabric_api.revoke_agent_token", tenant_id, token_id)  # type: ignore[no-any-return]
+
     async def request_schema(self, name: str) -> Json:
         """The JSON Schema of a request (`recall`, `propose`), as the database validates it."""
         return await self._call("fabric_api.request_schema", name)  # type: ignore[no-any-return]
@@ -741,6 +764,11 @@ class AsyncMcpGateway(_AsyncRole):
 
     async def resolve_mcp_token(self, token: str) -> Json:
         return await self._call("fabric_api.resolve_mcp_token", token)  # type: ignore[no-any-return]
+
+    async def open_token_run(self, token: str) -> Json:
+        """A run from an agent token's template: `{"run_id", "login", "tenant_id",
+        "agent_id", "expires_at", "token_id"}`."""
+        return await self._call("fabric_api.open_token_run", token)  # type: ignore[no-any-return]
 
 
 class AsyncWorkflow(_AsyncRole):

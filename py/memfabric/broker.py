@@ -259,3 +259,55 @@ def locate_broker(embedder_of_deployment: Callable[[], Embedder]) -> Broker | No
 
 def hits_as_candidates(hits: Sequence[tuple[str, float]]) -> list[Json]:
     return [{"memory_id": memory_id, "score": score} for memory_id, score in hits]
+
+
+# -- the broker on demand: one per state directory, shared by its users ---------------------
+# A process that uses a broker it may have started holds a shared lock on `broker.users` in
+# the run directory for as long as it uses it; whoever starts the broker holds `broker.start`
+# exclusively while it checks and starts. A broker started with `--while-users` takes both
+# exclusively once a second (never waiting): when it gets them, nobody uses it any more, so
+# it stops, holding them until it has exited (a user that comes meanwhile starts a new one).
+USERS_LOCK = "broker.users"
+START_LOCK = "broker.start"
+
+
+def use_broker(run_dir: Path) -> int:
+    """Become a user of the broker of `run_dir`: an open descriptor holding the shared lock
+    (close it to stop being one; the kernel closes it when the process ends)."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / USERS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def starting_broker(run_dir: Path) -> int:
+    """The start lock of `run_dir`, held (waits for a broker that is stopping to end)."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / START_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def users_gone(run_dir: Path) -> tuple[int, int] | None:
+    """Both locks of `run_dir`, held, if no process uses the broker and none is starting
+    one; else None (nothing held)."""
+    import fcntl
+
+    start = os.open(run_dir / START_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(start, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(start)
+        return None
+    users = os.open(run_dir / USERS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(users)
+        os.close(start)
+        return None
+    return start, users

@@ -756,6 +756,14 @@ def serve(
         "qdrant at start, in the background, then drop the collections no alias points at "
         "any more; so too a projection whose last rebuild did not end",
     ),
+    graph: bool = typer.Option(
+        True, help="project to the graph server too (--no-graph: the vector broker alone)"
+    ),
+    while_users: Path | None = typer.Option(
+        None,
+        help="run only while some process uses this broker (holds the shared lock in this "
+        "run directory, as memfabric.Memory does): the broker started on demand",
+    ),
 ) -> None:
     """Own the vector shards, run the projector and answer vector queries on a unix socket;
     seal the audit trail as the committer (MEMFABRIC_COMMITTER_URL or _LOGIN); with
@@ -804,6 +812,7 @@ def serve(
             embed_in_child=in_child,
             serving=True,
             guard=lock,
+            graph=graph,
             progress=lambda line: typer.echo(f"[project] {line}"),
             flush_seconds=settings.projector_flush_ms / 1000,
         )
@@ -879,7 +888,7 @@ def serve(
                 "in child processes" if projector.store.shard_processes else "inline"
             )
         typer.echo(
-            f"[serve] listening on {socket}; projecting to qdrant and graph"
+            f"[serve] listening on {socket}; projecting to qdrant{' and graph' if graph else ''}"
             f" ({settings.projector_pipeline}, embedding {where}{shards})"
         )
         if settings.otlp_endpoint or settings.otlp_traces_endpoint:
@@ -896,10 +905,16 @@ def serve(
             typer.echo(f"[serve] exporting recall spans to {maker.endpoint}")
         _start_metrics(metrics_port, maker, projector, sealer)
         _start_index_builder(projector.store, settings, stop)
+        if while_users is not None:
+            _stop_without_users(while_users, stop)
         run = (
             projector.run_pipelined if settings.projector_pipeline == "pipelined" else projector.run
         )
-        run(poll_seconds=poll, should_stop=stop.is_set)
+        run(
+            poll_seconds=poll,
+            should_stop=stop.is_set,
+            projections=("qdrant", "graph") if graph else ("qdrant",),
+        )
     except KeyboardInterrupt:  # a SIGINT whose handler was not ours
         pass
     finally:
@@ -912,6 +927,23 @@ def serve(
             server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+
+
+def _stop_without_users(run_dir: Path, stop: Any) -> None:
+    """Set `stop` once no process uses this broker (memfabric.broker.users_gone); the locks
+    stay held until the process ends, so no user finds a broker that is going away."""
+    import threading
+
+    from memfabric.broker import users_gone
+
+    def watch() -> None:
+        while not stop.wait(1.0):
+            if users_gone(run_dir) is not None:
+                typer.echo("[serve] no user left: stopping")
+                stop.set()
+                return
+
+    threading.Thread(target=watch, name="memfabric-users", daemon=True).start()
 
 
 def _when_the_database_answers(start: Any, stop: Any) -> Any:
@@ -1260,19 +1292,38 @@ _PASSFILE_HELP = (
 
 @mcp_app.command("stdio", epilog=env_help(*MCP_STDIO_ENV))
 def mcp_stdio(
-    login: str = typer.Option(
-        ..., envvar="MEMFABRIC_AGENT_LOGIN", help="the agent's PostgreSQL login (not its agent id)"
+    login: str | None = typer.Option(
+        None, envvar="MEMFABRIC_AGENT_LOGIN", help="the agent's PostgreSQL login (not its agent id)"
     ),
-    run_id: str = typer.Option(
-        ..., "--run", envvar="MEMFABRIC_RUN_ID", help="the agent's open run"
+    run_id: str | None = typer.Option(
+        None, "--run", envvar="MEMFABRIC_RUN_ID", help="the agent's open run"
+    ),
+    token: str | None = typer.Option(
+        None,
+        envvar="MEMFABRIC_AGENT_TOKEN",
+        help="an agent token (fabric_api.issue_agent_token): runs are opened and renewed from "
+        "its template by the gateway's login, so no run id is configured",
+    ),
+    gateway_login: str = typer.Option(
+        DEFAULT_MCP_GATEWAY_LOGIN,
+        envvar="MEMFABRIC_MCP_GATEWAY_LOGIN",
+        help="with --token: the gateway's own login, a member of fabric_mcp_gateway",
     ),
     passfile: str | None = typer.Option(None, envvar="MEMFABRIC_MCP_PASSFILE", help=_PASSFILE_HELP),
 ) -> None:
     """Serve one agent over stdin/stdout: connects to DATABASE_URL's server and database as
-    LOGIN itself (its password from the libpq sources) and calls the fabric inside RUN."""
-    from memfabric.mcp_server import serve_stdio
+    LOGIN itself (its password from the libpq sources) and calls the fabric inside RUN; or,
+    with --token, as the login of the token's agent, in runs the gateway's login opens and
+    renews from the token's template."""
+    from memfabric.mcp_server import serve_stdio, serve_stdio_token
 
-    serve_stdio(Settings.from_env().database_url, login, run_id, passfile)
+    url = Settings.from_env().database_url
+    if token is not None:
+        serve_stdio_token(url, token, gateway_login, passfile)
+        return
+    if login is None or run_id is None:
+        raise typer.BadParameter("give --login and --run, or --token (MEMFABRIC_AGENT_TOKEN)")
+    serve_stdio(url, login, run_id, passfile)
 
 
 @mcp_app.command("http", epilog=env_help(*MCP_GATEWAY_ENV))

@@ -21,8 +21,8 @@ from rich.table import Table
 
 from memfabric import db
 from memfabric.call import Cast, fabric_call, fabric_rows
-from memfabric.client import FabricClient
 from memfabric.errors import FabricError
+from memfabric.sdk import Fabric
 from memfabric.settings import Identity, Settings
 
 console = Console(highlight=False, width=110)
@@ -101,6 +101,26 @@ def ensure_logins(url: str, logins: dict[str, str | None]) -> None:
                 )
 
 
+class _Login:
+    """One identity of the demo: `login.open_run(...)` is `fabric_api.open_run` called once
+    as that login on the SDK's call path, its JSON answered as is (the narration shows it)."""
+
+    def __init__(self, fabric: Fabric, login: str) -> None:
+        self.fabric = fabric
+        self.login = login
+
+    def __getattr__(self, function: str) -> Any:
+        def call(*args: Any) -> Any:
+            with self.fabric.pool(self.login).connection() as conn:
+                if function == "recall":  # hybrid when a vector broker answers, else text
+                    from memfabric.recall import recall
+
+                    return recall(conn, *args)
+                return fabric_call(conn, f"fabric_api.{function}", *args)
+
+        return call
+
+
 def run_demo(url: str) -> int:
     step("0. the superuser creates one login per identity (nothing else)")
     services = service_logins(Settings.from_env())
@@ -110,10 +130,11 @@ def run_demo(url: str) -> int:
     for login, group in services.items():
         say(f"login [cyan]{login}[/cyan] member of {group} (for `memfabric serve`)")
 
-    admin = FabricClient(db.url_for(url, "mf_demo_admin"))
-    orchestrator = FabricClient(db.url_for(url, "mf_demo_orchestrator"))
-    agent = FabricClient(db.url_for(url, "mf_demo_agent"))
-    committer = FabricClient(db.url_for(url, "mf_demo_committer"))
+    fabric = Fabric(url, min_size=0, max_size=2)
+    admin = _Login(fabric, "mf_demo_admin")
+    orchestrator = _Login(fabric, "mf_demo_orchestrator")
+    agent = _Login(fabric, "mf_demo_agent")
+    committer = _Login(fabric, "mf_demo_committer")
 
     step(f"1. the admin creates tenant {TENANT} and registers the agents")
     show("create_tenant →", admin.create_tenant(TENANT))
@@ -247,7 +268,7 @@ def run_demo(url: str) -> int:
     )
 
     step("9. a contradiction is resolved by supersession, never by deletion")
-    policy = FabricClient(db.url_for(url, "mf_demo_policy"))
+    policy = _Login(fabric, "mf_demo_policy")
     newer = agent.propose(
         {
             **assertion,
@@ -300,8 +321,7 @@ def run_demo(url: str) -> int:
             )
 
     orchestrator.close_run(run_id)
-    for client in (admin, orchestrator, agent, committer, policy):
-        client.close()
+    fabric.close()
     step("done: every row above was written by a database rule, not by this script")
     return 0
 

@@ -14,9 +14,11 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.base import (  # the pinned package's prune, see _governed
@@ -633,3 +635,87 @@ async def async_checkpointer(
             {"tenant_id": tenant_id, "subject_id": subject_id, "fabric_run_id": fabric_run_id},
         )
         yield saver
+
+
+# -- memory tools for existing agents, in LangMem's shape --------------------------------------
+# `create_manage_memory_tool` and `create_search_memory_tool` answer the calls an agent built
+# with LangMem makes (manage_memory: create/update/delete; search_memory: query), through
+# `memfabric.Memory`: every write is a proposal the committer decides, an update is a
+# supersession and a delete an erasure request. The user is the run's subject, read from the
+# graph's config (`configurable.user_id`, or LangGraph's `langgraph_user_id`), never from the
+# model's arguments.
+
+
+def _user_of(config: Any, default: str | None) -> str:
+    configurable = (config or {}).get("configurable") or {}
+    user = configurable.get("user_id") or configurable.get("langgraph_user_id") or default
+    if not user:
+        raise ValueError(
+            "the memory tools need the user: pass config={'configurable': {'user_id': ...}} "
+            "to the graph (or user_id= when creating the tool)"
+        )
+    return str(user)
+
+
+def create_manage_memory_tool(
+    memory: Any,
+    *,
+    user_id: str | None = None,
+    name: str = "manage_memory",
+    instructions: str = "Proactively call this tool when you learn something worth remembering "
+    "about the user: a preference, a fact, a decision. Update a memory that is no longer "
+    "true; delete one the user asks you to forget.",
+) -> Any:
+    """LangMem's manage-memory tool over a `memfabric.Memory`: `create` proposes the content
+    as a raw episode of the user, `update` supersedes memory `id`, `delete` requests its
+    erasure. Usable by `create_react_agent` as is."""
+
+    def manage_memory(
+        config: RunnableConfig,
+        content: str | None = None,
+        action: Literal["create", "update", "delete"] = "create",
+        id: str | None = None,
+    ) -> str:
+        user = _user_of(config, user_id)
+        if action == "create":
+            if not content:
+                raise ValueError("content is required to create a memory")
+            added = memory.add(content, user_id=user)["results"]
+            return f"created memory {added[0]['id']}" if added else "nothing to remember"
+        if not id:
+            raise ValueError(f"id is required to {action} a memory")
+        if action == "update":
+            if not content:
+                raise ValueError("content is required to update a memory")
+            updated = memory.update(id, content, user_id=user)
+            return f"updated memory {id}: now {updated['id']}"
+        deleted = memory.delete(id)
+        return f"memory {id}: erasure {deleted['status']}"
+
+    return StructuredTool.from_function(
+        manage_memory,
+        name=name,
+        description=f"Create, update, or delete a memory of the user. {instructions}",
+    )
+
+
+def create_search_memory_tool(
+    memory: Any,
+    *,
+    user_id: str | None = None,
+    name: str = "search_memory",
+) -> Any:
+    """LangMem's search-memory tool over a `memfabric.Memory`: the user's memories that
+    match `query`, best first (hybrid when a vector broker answers, else text)."""
+
+    def search_memory(config: RunnableConfig, query: str, limit: int = 10) -> list[Json]:
+        user = _user_of(config, user_id)
+        found = memory.search(query, user_id=user, limit=limit)["results"]
+        return [{"id": m["id"], "memory": m["memory"], "score": m["score"]} for m in found]
+
+    return StructuredTool.from_function(
+        search_memory,
+        name=name,
+        description="Search the user's long-term memory for facts, preferences and past "
+        "events relevant to the conversation.",
+    )

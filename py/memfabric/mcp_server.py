@@ -16,11 +16,14 @@ import copy
 import hashlib
 import hmac
 import json
+import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -54,14 +57,13 @@ DESCRIPTIONS = {
         "memory_recall). Read-only; records you may not read are simply absent from the answer."
     ),
     PROPOSE: (
-        "Propose a new memory for durable storage. Send the envelope: `tier` (episodic for "
-        "what happened, semantic for a fact, procedural for how to do something, profile for "
-        "facts about the subject), `scope` ({tenant_id: your run's tenant, visibility: "
-        'subject | session | agent | tenant}), `content` (a JSON object, e.g. {"assertion": '
-        '"prefers invoices in EUR"}), `provenance.formation_method` (extraction when you '
-        "took it from the conversation, declaration when the user stated it) and "
-        "`confidence` in [0, 1]. Leave out provenance.source_event_id unless you know the "
-        "event that caused the memory: this MCP request is recorded as its source. The "
+        "Propose a new memory for durable storage. Send `content` (a JSON object, e.g. "
+        '{"assertion": "prefers invoices in EUR"}; put a stable `key` in it for a fact that '
+        "may later change), and optionally `tier` (episodic for what happened, the default; "
+        "semantic for a fact, procedural for how to do something, profile for facts about "
+        "the user), `visibility` (subject, the default: this user; session; agent; tenant), "
+        "`confidence` in [0, 1] (default 0.8) and `derived_from` (the memory ids a fact was "
+        "taken from). Who the user is, the tenant and the session come from your run. The "
         "answer says validated (a committer will store it), rejected (with the reason) or "
         "denied."
     ),
@@ -95,7 +97,9 @@ def tools(schemas: dict[str, Json]) -> list[types.Tool]:
     recall_schema = copy.deepcopy(schemas["recall"])
     recall_schema["properties"].pop("run_id", None)
     recall_schema["required"] = [k for k in recall_schema.get("required", []) if k != "run_id"]
-    recall_schema["description"] = "fabric_api.recall's request without run_id (the run is yours)"
+    recall_schema["description"] = (
+        "fabric_api.recall's request without run_id and scope (the run and its scope are yours)"
+    )
     props = schemas["recall"]["properties"]
     get_schema: Json = {
         "type": "object",
@@ -106,6 +110,8 @@ def tools(schemas: dict[str, Json]) -> list[types.Tool]:
             "correlation_id": props["correlation_id"],
         },
     }
+    propose_schema = model_propose_schema(schemas["propose"])
+    recall_schema["properties"].pop("scope", None)  # the run's scope; a request only narrows
     return [
         types.Tool(
             name=RECALL,
@@ -122,12 +128,65 @@ def tools(schemas: dict[str, Json]) -> list[types.Tool]:
         types.Tool(
             name=PROPOSE,
             description=DESCRIPTIONS[PROPOSE],
-            input_schema=schemas["propose"],
+            input_schema=propose_schema,
             annotations=types.ToolAnnotations(
                 read_only_hint=False, destructive_hint=False, open_world_hint=False
             ),
         ),
     ]
+
+
+# What the model gives of an envelope; the rest (tenant, formation method, source event)
+# is the run's and the server's.
+MODEL_FIELDS = ("content", "tier", "visibility", "confidence", "derived_from", "source_event_id")
+MODEL_CONFIDENCE = 0.8
+
+
+def model_propose_schema(envelope: Json) -> Json:
+    """The propose tool's input: the envelope's fields a model knows, each with the
+    database's own schema (the one `fabric_api.request_schema('propose')` publishes)."""
+    props = envelope["properties"]
+    scope = props["scope"]["properties"]
+    provenance = props["provenance"]["properties"]
+    tiers = [t for t in props["tier"]["enum"] if t != "relational"]  # never an agent's
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["content"],
+        "properties": {
+            "content": props["content"],
+            "tier": {**props["tier"], "enum": tiers, "default": "episodic"},
+            "visibility": {**scope["visibility"], "default": "subject"},
+            "confidence": {**props["confidence"], "default": MODEL_CONFIDENCE},
+            "derived_from": props["derived_from"],
+            "source_event_id": {
+                **provenance["source_event_id"],
+                "description": "the event that caused this memory, if you know its id; "
+                "omitted: this request is recorded as the source",
+            },
+        },
+    }
+
+
+def model_envelope(args: Json, tenant_id: str, source_event_id: str) -> Json:
+    """The envelope of a model's propose arguments: scope from the run's tenant, formation
+    by extraction (an agent's inference never outranks a declaration), the MCP request as
+    the source event unless the model names one. Unknown fields are left for the database
+    to refuse."""
+    envelope: Json = {
+        "tier": args.get("tier", "episodic"),
+        "scope": {"tenant_id": tenant_id, "visibility": args.get("visibility", "subject")},
+        "content": args.get("content"),
+        "provenance": {
+            "source_event_id": args.get("source_event_id") or source_event_id,
+            "formation_method": "extraction",
+        },
+        "confidence": args.get("confidence", MODEL_CONFIDENCE),
+    }
+    if "derived_from" in args:
+        envelope["derived_from"] = args["derived_from"]
+    envelope.update({k: v for k, v in args.items() if k not in MODEL_FIELDS})
+    return envelope
 
 
 def _result(answer: Json, *, error: bool = False) -> types.CallToolResult:
@@ -158,13 +217,20 @@ def _answer(conn: psycopg.Connection[Any], caller: Caller, name: str, args: Json
         if isinstance(ids, list) and ids:
             request["limit"] = len(ids)
         return recall(conn, request)
+    source = f"mcp:{caller.session}:{rid}"
+    if "scope" not in args and "provenance" not in args:  # the model's fields (the schema's)
+        tenant = fabric_call(conn, "fabric_api.working_key", caller.run_id)["tenant_id"]
+        envelope = model_envelope(args, tenant, source)
+        answer: Json = fabric_call(conn, "fabric_api.propose", envelope, caller.run_id)
+        return answer
+    # a full envelope, as clients written before 0.12 send it: still governed the same way
     envelope = copy.deepcopy(args)
     provenance = envelope.get("provenance")
     if isinstance(provenance, dict) and provenance.get("source_event_id") is None:
         # Provenance is never invented: without the caller's event, the MCP request is it.
-        provenance["source_event_id"] = f"mcp:{caller.session}:{rid}"
-    answer: Json = fabric_call(conn, "fabric_api.propose", envelope, caller.run_id)
-    return answer
+        provenance["source_event_id"] = source
+    answered: Json = fabric_call(conn, "fabric_api.propose", envelope, caller.run_id)
+    return answered
 
 
 def call(
@@ -261,6 +327,55 @@ def serve_stdio(database_url: str, login: str, run_id: str, passfile: str | None
         schemas = read_schemas(conn)
     caller = Caller(login, run_id, str(uuid.uuid4()))  # this process is the session
     server = build_server(schemas, lambda _ctx: caller, connection)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(_Answering(read, write), write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+class TokenRuns:
+    """The runs of one agent token: opened by the gateway's own login from the token's
+    template (`fabric_api.open_token_run`), renewed before they expire (a fifth of the run's
+    length, at most a minute, before its end). The agent never opens its own runs."""
+
+    def __init__(self, gateway_conninfo: str, token: str) -> None:
+        self.gateway = _OneConnection(gateway_conninfo)
+        self.token = token
+        self.session = str(uuid.uuid4())  # this process is the MCP session
+        self.caller: Caller | None = None
+        self.renew_at = 0.0
+        self.lock = threading.Lock()
+
+    def current(self, _ctx: Any = None) -> Caller:
+        """The open run's caller; a new run when the current one is about to expire (a
+        revoked or expired token is the database's refusal, answered as a tool error)."""
+        with self.lock:
+            if self.caller is None or time.monotonic() >= self.renew_at:
+                with self.gateway(Caller("", "", "")) as conn:
+                    run: Json = fabric_call(conn, "fabric_api.open_token_run", self.token)
+                expires = datetime.fromisoformat(str(run["expires_at"]))
+                left = (expires - datetime.now(UTC)).total_seconds()
+                self.renew_at = time.monotonic() + left - min(left / 5, 60.0)
+                self.caller = Caller(str(run["login"]), str(run["run_id"]), self.session)
+            return self.caller
+
+
+def serve_stdio_token(
+    database_url: str, token: str, gateway_login: str, passfile: str | None = None
+) -> None:
+    """Serve one agent over stdin/stdout from an agent token: the gateway's login opens and
+    renews the agent's runs from the token's template; the calls are the agent's own login's
+    (the one the template names)."""
+    from mcp.server.stdio import stdio_server
+
+    runs = TokenRuns(agent_conninfo(database_url, gateway_login, passfile), token)
+    first = runs.current()
+    connection = _OneConnection(agent_conninfo(database_url, first.login, passfile))
+    with connection(first) as conn:
+        schemas = read_schemas(conn)
+    server = build_server(schemas, runs.current, connection)
 
     async def main() -> None:
         async with stdio_server() as (read, write):

@@ -105,7 +105,10 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMORY_API_KEY": "the graph library's hosted-service key: must stay unset (memfabric check)",
     "MEMFABRIC_AGENT_LOGIN": "memfabric mcp stdio: the agent's PostgreSQL login (--login)",
     "MEMFABRIC_RUN_ID": "memfabric mcp stdio: the agent's open run (--run)",
-    "MEMFABRIC_MCP_GATEWAY_LOGIN": "memfabric mcp http: the gateway's own login, member of "
+    "MEMFABRIC_AGENT_TOKEN": "memfabric mcp stdio: an agent token whose template the gateway's "
+    "login opens and renews runs from (--token; no run id then)",
+    "MEMFABRIC_MCP_GATEWAY_LOGIN": "memfabric mcp http, stdio --token: the gateway's own "
+    "login, member of "
     f"fabric_mcp_gateway (default {DEFAULT_MCP_GATEWAY_LOGIN})",
     "MEMFABRIC_MCP_PASSFILE": "memfabric mcp: a libpq password file with the logins' passwords",
     "MEMFABRIC_LLM_URL": "worker consolidate: an OpenAI-compatible endpoint (vLLM, Ollama, a "
@@ -149,6 +152,8 @@ MCP_STDIO_ENV: Final = (
     *RECALL_ENV,
     "MEMFABRIC_AGENT_LOGIN",
     "MEMFABRIC_RUN_ID",
+    "MEMFABRIC_AGENT_TOKEN",
+    "MEMFABRIC_MCP_GATEWAY_LOGIN",
     "MEMFABRIC_MCP_PASSFILE",
 )
 MCP_GATEWAY_ENV: Final = (*RECALL_ENV, "MEMFABRIC_MCP_GATEWAY_LOGIN", "MEMFABRIC_MCP_PASSFILE")

@@ -54,7 +54,6 @@ def test_a_refused_login_is_named_in_the_sealers_line(fabric: Fabric, serve_logi
     assert "no sqlstate" not in line
 
 
-@pytest.mark.filterwarnings("ignore:FabricClient is deprecated:DeprecationWarning")  # the demo's
 def test_serve_seals_right_after_the_demo(fabric: Fabric, serve_login: str) -> None:
     assert run_demo(fabric.url) == 0
     fabric.settle()

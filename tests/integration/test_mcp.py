@@ -112,6 +112,18 @@ def envelope(text: str, tenant: str = "acme", **extra: Any) -> dict[str, Any]:
     }
 
 
+def property_names(schema: Any) -> set[str]:
+    """Every property name a JSON schema declares, at any depth."""
+    if isinstance(schema, list):
+        return set().union(set(), *(property_names(s) for s in schema))
+    if not isinstance(schema, dict):
+        return set()
+    names = (
+        set(schema.get("properties", {})) if isinstance(schema.get("properties"), dict) else set()
+    )
+    return names.union(*(property_names(v) for v in schema.values()))
+
+
 def answer(result: Any) -> dict[str, Any]:
     assert result.structured_content is not None, result
     return dict(result.structured_content)
@@ -214,9 +226,16 @@ def test_stdio_lists_the_three_tools_with_the_database_schemas(agent_a: StdioSer
         assert "run_id" not in recall_schema["properties"]
         assert "run_id" not in recall_schema.get("required", [])
         assert recall_schema["properties"] == {
-            k: v for k, v in published[0]["properties"].items() if k != "run_id"
+            k: v for k, v in published[0]["properties"].items() if k not in ("run_id", "scope")
         }
-        assert listed["memory_propose"].input_schema == published[1]
+        propose_schema = listed["memory_propose"].input_schema
+        assert propose_schema["required"] == ["content"]
+        assert propose_schema["properties"]["content"] == published[1]["properties"]["content"]
+        # nothing the run knows better than the model: no tenant, subject, session, agent,
+        # run or formation method is a property anywhere in the tools' schemas
+        asked = set().union(*(property_names(t.input_schema) for t in listed.values()))
+        run_fields = {"tenant_id", "subject_id", "session_id", "agent_id", "run_id", "scope"}
+        assert asked & (run_fields | {"provenance", "formation_method"}) == set()
         assert listed["memory_get"].annotations.read_only_hint is True
         for tool in listed.values():
             assert tool.description and len(tool.description) > 80
@@ -257,6 +276,36 @@ def test_stdio_propose_then_recall_and_get_as_the_agent(agent_a: StdioServer) ->
     recalls = fabric.events(served)[earlier:]
     assert len(recalls) == 2  # memory_get is audited as a recall
     assert all(e["correlation_id"] for e in recalls)
+
+
+def test_stdio_propose_takes_only_what_the_model_knows(agent_a: StdioServer) -> None:
+    """The model sends content (and optional tier, visibility, confidence); the tenant comes
+    from the run, the formation method is extraction, the request is the source event."""
+    fabric, client = agent_a.fabric, agent_a.client
+
+    ids: list[str] = []
+
+    async def go() -> None:
+        proposed = answer(
+            await client.call_tool("memory_propose", {"content": {"text": "prefers tea"}})
+        )
+        assert proposed["status"] == "validated", proposed
+        ids.append(str(proposed["proposal_id"]))
+
+    agent_a.run_async(go)
+    (proposal_id,) = ids
+    row = (
+        fabric.session(None)
+        .execute(
+            "SELECT tenant_id, subject_id, visibility, formation_method, source_event_id, tier"
+            " FROM fabric.proposals WHERE proposal_id = %s",
+            (proposal_id,),
+        )
+        .fetchone()
+    )
+    assert row is not None
+    assert row[:4] == ("acme", "user-8842", "subject", "extraction")
+    assert row[4].startswith("mcp:") and row[5] == "episodic"
 
 
 def test_stdio_answers_an_unreadable_line_with_a_json_rpc_error_and_serves_on(
@@ -451,6 +500,64 @@ def test_the_documented_stdio_configuration_recalls_and_proposes(
             assert [r["content"] for r in recalled["records"]] == [{"text": "likes tea"}]
 
     run_async(go)
+
+
+def test_a_desktop_config_with_an_agent_token_keeps_working_across_runs(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    """docs/mcp.md's token configuration, launched as a desktop client would: no run id; the
+    gateway's login opens a run from the token, renews it when it expires, and revoking the
+    token closes its runs and ends the calls."""
+    text = (ROOT / "docs" / "mcp.md").read_text()
+    blocks = re.findall(r"```json\n(\{\n  \"mcpServers\".*?)```", text, re.S)
+    (server,) = [
+        json.loads(b)["mcpServers"]["memory"] for b in blocks if "MEMFABRIC_AGENT_TOKEN" in b
+    ]
+    assert "MEMFABRIC_RUN_ID" not in server["env"] and "MEMFABRIC_AGENT_LOGIN" not in server["env"]
+    issued = fabric.call(
+        "mf_orchestrator",
+        "SELECT fabric_api.issue_agent_token('acme', 'com-agt-003', 'user-8842', NULL, %s,"
+        " '2 seconds')",
+        MEMORY_TOOLS,
+    )
+    passfile = tmp_path / "agent.pgpass"
+    passfile.write_text("*:*:*:mf_agent_a:unused\n*:*:*:mf_gateway:unused\n")
+    passfile.chmod(0o600)
+    env = {
+        **env_for(fabric),
+        "MEMFABRIC_AGENT_TOKEN": issued["token"],
+        "MEMFABRIC_MCP_GATEWAY_LOGIN": "mf_gateway",
+        "MEMFABRIC_MCP_PASSFILE": str(passfile),
+    }
+    assert set(server["env"]) == set(env) - set(env_for(fabric)) | {"DATABASE_URL"}
+    command = Path(sys.executable).parent / Path(server["command"]).name
+    params = StdioServerParameters(command=str(command), args=server["args"], env=env)
+    token_runs = f"token_id = '{issued['token_id']}'"
+
+    async def go() -> None:
+        async with Client(params) as client:
+            proposed = answer(
+                await client.call_tool("memory_propose", {"content": {"text": "likes tea"}})
+            )
+            assert proposed["status"] == "validated", proposed
+            fabric.commit(proposed["proposal_id"])
+            await anyio.sleep(2.2)  # the first run has expired
+            recalled = answer(await client.call_tool("memory_recall", {"query": "tea"}))
+            assert [r["content"] for r in recalled["records"]] == [{"text": "likes tea"}]
+            assert fabric.count("runs", token_runs) == 2
+            fabric.call(
+                "mf_orchestrator",
+                "SELECT fabric_api.revoke_agent_token('acme', %s)",
+                issued["token_id"],
+            )
+            refused = await client.call_tool("memory_recall", {"query": "tea"})
+            assert refused.is_error and answer(refused)["sqlstate"] == "42501"
+
+    run_async(go)
+    assert fabric.count("runs", token_runs + " AND opened_by = 'mf_gateway'") == 2
+    assert fabric.count("runs", token_runs + " AND closed_at IS NULL") == 0
+    audited = "event_type = 'fabric.run.opened' AND payload->>'token_id' = '{}'"
+    assert fabric.count("events", audited.format(issued["token_id"])) == 2
 
 
 # --- streamable HTTP -----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The Python layer: one client call = one fabric_api call; SQLSTATEs become exceptions."""
+"""The Python layer: one SDK call = one fabric_api call; SQLSTATEs become exceptions; the
+workers and the CLI against DATABASE_URL."""
 
 from __future__ import annotations
 
@@ -13,35 +14,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import MEMORY_TOOLS, Fabric, episode
+from conftest import Fabric, episode
 from memfabric import db as mfdb
 from memfabric import errors
-from memfabric.client import FabricClient
+from memfabric.sdk import Fabric as SdkFabric
 from memfabric.worker import run_committer
 
-# FabricClient is deprecated (it warns on use) and kept working one release: its tests stay.
-pytestmark = pytest.mark.filterwarnings("ignore:FabricClient is deprecated:DeprecationWarning")
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def client(fabric: Fabric, login: str) -> FabricClient:
-    return FabricClient(mfdb.url_for(fabric.url, login), max_size=2)
-
-
-def test_client_flow_forms_a_record(fabric: Fabric) -> None:
-    with (
-        client(fabric, "mf_orchestrator") as orch,
-        client(fabric, "mf_agent_a") as agent,
-        client(fabric, "mf_committer") as committer,
-    ):
-        run = orch.open_run("acme", "com-agt-003", "user-8842", "sess-1", MEMORY_TOOLS)
-        proposal = agent.propose(episode(), run)
-        assert proposal["status"] == "validated"
-        record = committer.commit(proposal["proposal_id"])
-        assert record["consolidation_state"] == "raw"
-        assert uuid.UUID(record["memory_id"])
-        assert orch.close_run(run)["closed_at"] is not None
 
 
 @pytest.mark.parametrize(
@@ -59,22 +38,25 @@ def test_sqlstates_map_to_exceptions(
     fabric: Fabric, call: str, expected: type[errors.FabricError], sqlstate: str
 ) -> None:
     run = fabric.open_run()
-    with client(fabric, "mf_agent_a") as agent, client(fabric, "mf_committer") as committer:
+    with SdkFabric(fabric.url, max_size=2) as mf:
+        agent = mf.agent("mf_agent_a", run, tenant_id="acme")
+        committer = mf.committer("mf_committer")
         with pytest.raises(expected) as caught:
             if call == "unknown_run":
-                agent.propose(episode(), uuid.uuid4())
+                mf.agent("mf_agent_a", uuid.uuid4(), tenant_id="acme").propose(episode())
             elif call == "bad_envelope":
-                agent.propose({"tier": 42}, run)
+                agent.propose({"tier": 42})
             elif call == "unknown_proposal":
                 committer.commit(uuid.uuid4())
             elif call == "commit_twice":
-                proposal = agent.propose(episode(), run)
-                committer.commit(proposal["proposal_id"])
-                committer.commit(proposal["proposal_id"])
+                proposal = agent.propose(episode())
+                assert proposal.proposal_id is not None
+                committer.commit(proposal.proposal_id)
+                committer.commit(proposal.proposal_id)
             elif call == "non_double_number":
-                agent.propose(episode(**{"content": {"n": 2**53 + 1}}), run)
+                agent.propose(episode(**{"content": {"n": 2**53 + 1}}))
             elif call == "too_large":
-                agent.propose(episode(**{"content": {"blob": "x" * 70_000}}), run)
+                agent.propose(episode(**{"content": {"blob": "x" * 70_000}}))
     assert caught.value.sqlstate == sqlstate
     assert isinstance(caught.value, errors.FabricError)
 
@@ -148,7 +130,7 @@ def test_cli_migrate_and_worker_run_against_database_url(fabric: Fabric) -> None
     assert fabric.count("proposals", "status = 'committed'") == len(ids)
 
 
-def test_client_recall_without_a_broker_is_served_text(
+def test_recall_without_a_broker_is_served_text(
     fabric: Fabric, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("QDRANT_URL", raising=False)
@@ -156,9 +138,9 @@ def test_client_recall_without_a_broker_is_served_text(
     run = fabric.open_run()
     proposal = fabric.propose("mf_agent_a", episode("asked for invoices in EUR"), run)
     fabric.commit(proposal["proposal_id"])
-    with client(fabric, "mf_agent_a") as agent:
-        answer = agent.recall(
-            {"run_id": str(run), "tiers": ["episodic"], "query": "which currency for invoices?"}
+    with SdkFabric(fabric.url, max_size=1) as mf:
+        answer = mf.agent("mf_agent_a", run, tenant_id="acme").recall_request(
+            {"tiers": ["episodic"], "query": "which currency for invoices?"}
         )
-    assert answer["mode_served"] == "text"
-    assert len(answer["records"]) == 1
+    assert answer.mode_served == "text"
+    assert len(answer.records) == 1

@@ -323,6 +323,7 @@ TENANT_POLICIES = {
     "instance_config": ("select", "insert", "update", "delete"),
     "mcp_tokens": ("select", "insert", "update"),
     "memory_corroborations": ("select", "insert"),
+    "agent_tokens": ("select", "insert", "update"),
     "memory_embeddings": ("select", "insert", "update", "delete"),
     "memory_lineage": ("select", "insert", "update"),
     "memory_mentions": ("select", "insert", "delete"),

@@ -23,16 +23,16 @@ the workers. Every function of the fabric's schemas is then distributed as well 
 on every node), because a trigger or policy on a shard calls helpers that no catalog
 dependency names. DDL propagation is on again after this revision.
 
-Revision ID: 0044_citus
-Revises: 0043_formation_gaps
+Revision ID: 0045_citus
+Revises: 0044_agent_tokens
 Create Date: 2026-12-04
 """
 
 from alembic import op
 from sqlalchemy import text
 
-revision = "0044_citus"
-down_revision = "0043_formation_gaps"
+revision = "0045_citus"
+down_revision = "0044_agent_tokens"
 branch_labels = None
 depends_on = None
 
@@ -41,6 +41,7 @@ COLOCATE_WITH = "fabric.tenant_agents"
 TENANT_TABLES = (
     "fabric.tenant_agents",
     "fabric.tenant_agent_tools",
+    "fabric.agent_tokens",
     "fabric.runs",
     "fabric.proposals",
     "fabric.memory_records",
@@ -90,7 +91,10 @@ TENANT_UNIQUE = (
     ("fabric.event_seals", "event_seals_one_per_event", "event_id"),
 )
 # (table, unique index, column)
-TENANT_UNIQUE_INDEXES = (("fabric.mcp_tokens", "mcp_tokens_by_hash", "token_hash"),)
+TENANT_UNIQUE_INDEXES = (
+    ("fabric.mcp_tokens", "mcp_tokens_by_hash", "token_hash"),
+    ("fabric.agent_tokens", "agent_tokens_by_hash", "token_hash"),
+)
 
 # On Citus the distribution column is text, not the fabric.tenant_ident domain: Citus
 # prunes shards wrongly on a domain-typed column compared with text (`tenant_id = $1`
