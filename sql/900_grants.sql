@@ -25,6 +25,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION fabric_api.close_run(uuid) TO fabric_admin;
 GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.propose_many(jsonb, uuid),
   fabric_api.recall(jsonb) TO fabric_agent;
+GRANT EXECUTE ON FUNCTION fabric_api.recall_procedure_as_of(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.handoff(jsonb, uuid), fabric_api.working_key(uuid)
   TO fabric_agent;
 -- MCP: the orchestrator issues and revokes bearer tokens of its runs; the gateway resolves
