@@ -64,6 +64,7 @@ TENANT_TABLES = (
     "fabric.agent_lineage_links",
     "fabric.reasoning_steps",
     "fabric.step_touches",
+    "fabric.measurements",  # created and distributed by 0048_ops_temporal
 )
 
 REFERENCE_TABLES = (
@@ -204,6 +205,8 @@ def upgrade() -> None:
         op.execute(f"DROP INDEX fabric.{index}")
         op.execute(f"CREATE UNIQUE INDEX {index} ON {table} (tenant_id, {column})")
     for table in TENANT_TABLES:
+        if bind.execute(text("SELECT to_regclass(:t)"), {"t": table}).scalar() is None:
+            continue  # a table of a later revision, which distributes it itself
         bind.execute(
             text(
                 "SELECT create_distributed_table(CAST(:t AS regclass), 'tenant_id', "
@@ -234,6 +237,8 @@ def downgrade() -> None:
         return
     op.execute("SET LOCAL ROLE fabric_owner")
     for table in (*reversed(TENANT_TABLES), *COORDINATOR_TABLES, *REFERENCE_TABLES):
+        if bind.execute(text("SELECT to_regclass(:t)"), {"t": table}).scalar() is None:
+            continue
         bind.execute(
             text(
                 "SELECT undistribute_table(CAST(:t AS regclass), cascade_via_foreign_keys => true)"

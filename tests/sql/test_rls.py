@@ -322,6 +322,7 @@ TENANT_POLICIES = {
     "erasure_receipts": ("select", "insert", "update"),
     "instance_config": ("select", "insert", "update", "delete"),
     "mcp_tokens": ("select", "insert", "update"),
+    "measurements": ("select", "insert", "delete"),
     "memory_embeddings": ("select", "insert", "update", "delete"),
     "memory_lineage": ("select", "insert", "update"),
     "memory_mentions": ("select", "insert", "delete"),
