@@ -8,9 +8,10 @@ guarantees about them:
 
 - `point_id`: the one point identity, a UUIDv5 under `OPS_NS` of tenant, business instance
   ('' for a tenant-level record) and the domain key, joined by U+001F;
-- `EdgeOperationalStore`: a collection on Qdrant Edge with idempotent upserts on that id, the
-  tenant (and business-instance) filter on every query (a query without it fails closed),
-  readiness flags, and `rebuild()` from the declared source;
+- `EdgeOperationalStore` (Qdrant Edge) and `ServerOperationalStore` (a Qdrant server): a
+  collection with idempotent upserts on that id, the tenant (and business-instance) filter on
+  every query (a query without it fails closed), readiness flags, and `rebuild()` from the
+  declared source;
 - `OpsBroker`: the per-login collection allowlist that stands in for credentials on Qdrant
   Edge; `collection_jwt`: the collection-scoped credential of a Qdrant server;
 - `OperationalGraph`: an operational graph read only through allowlisted, parameterised
@@ -160,19 +161,129 @@ def _check_scope(c: OpsCollection, tenant_id: str | None, business_instance_id: 
     return business_instance_id or ""
 
 
-# --- Qdrant Edge ---------------------------------------------------------------------------
+# --- the stores ----------------------------------------------------------------------------
+
+Hit = tuple[str, float, Json]
 
 
-class EdgeOperationalStore:
-    """One operational collection on Qdrant Edge, in `<root>/<name>`; its readiness flags in
-    `<root>/<name>.flags.json`. Only this process may open it (Qdrant Edge's rule)."""
+class OperationalStore:
+    """What both backends share: scoped, idempotent writes, scoped reads, readiness flags
+    (in `<flags_dir>/<name>.flags.json`, beside the data they describe) and the rebuild."""
+
+    def __init__(self, collection: OpsCollection, flags_dir: str | Path) -> None:
+        self.collection = collection
+        Path(flags_dir).mkdir(parents=True, exist_ok=True)
+        self._flags_file = Path(flags_dir) / f"{collection.name}.flags.json"
+
+    # the backend's part
+    def _write(self, points: list[tuple[str, list[float], Json]]) -> None:
+        raise NotImplementedError
+
+    def _nearest(self, vector: list[float], scope: Json, limit: int) -> list[Hit]:
+        raise NotImplementedError
+
+    def count(self) -> int:
+        raise NotImplementedError
+
+    def wipe(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> OperationalStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # readiness flags
+    def flags(self) -> set[str]:
+        if not self._flags_file.exists():
+            return set()
+        return set(json.loads(self._flags_file.read_text()))
+
+    def _write_flags(self, flags: set[str]) -> None:
+        tmp = self._flags_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(flags)))
+        tmp.replace(self._flags_file)
+
+    def set_ready(self, flag: str) -> None:
+        self._write_flags(self.flags() | {flag})
+
+    def clear_ready(self, flags: Iterable[str]) -> None:
+        self._write_flags(self.flags() - set(flags))
+
+    # writes and reads
+    def upsert(self, rows: Iterable[OpsRow]) -> list[str]:
+        """Idempotent: a row's point id comes from its scope and domain key only."""
+        points: list[tuple[str, list[float], Json]] = []
+        c = self.collection
+        for row in rows:
+            instance = _check_scope(c, row.tenant_id, row.business_instance_id)
+            if len(row.key) != len(c.domain_key):
+                raise OperationalError(f"{c.name}: the domain key is {c.domain_key}")
+            payload = {
+                **row.payload,
+                **dict(zip(c.domain_key, row.key, strict=True)),
+                "tenant_id": row.tenant_id,
+                "business_instance_id": instance,
+            }
+            points.append((point_id(row.tenant_id, instance, row.key), list(row.vector), payload))
+        if points:
+            self._write(points)
+        return [p[0] for p in points]
+
+    def search(
+        self,
+        tenant_id: str | None,
+        business_instance_id: str | None,
+        vector: Sequence[float],
+        limit: int = 10,
+        *,
+        ready: str | None = None,
+    ) -> list[Hit]:
+        """The nearest points of this tenant (and business instance): (id, score, payload),
+        best first, ties by id. `ready` gates the read on a readiness flag."""
+        instance = _check_scope(self.collection, tenant_id, business_instance_id)
+        if ready is not None and ready not in self.flags():
+            raise NotReady(f"{self.collection.name}: {ready} is not set (rebuild in progress?)")
+        scope: Json = {"tenant_id": tenant_id}
+        if self.collection.instance_owned:
+            scope["business_instance_id"] = instance
+        hits = self._nearest(list(vector), scope, limit)
+        return sorted(hits, key=lambda h: (-h[1], h[0]))
+
+    def rebuild(self) -> Json:
+        """Clear the readiness flags of the source's versions, wipe, re-upsert every row of
+        the declared source, then set each flag again once all of its points are written.
+        Never reads memory_records."""
+        rows = list(self.collection.read_source())
+        affected = {f for f in (self.collection.flag_of(r.key) for r in rows) if f}
+        self.clear_ready(affected | self.flags())
+        self.wipe()
+        self.upsert(rows)
+        self._flush()
+        for flag in sorted(affected):
+            self.set_ready(flag)
+        return {
+            "collection": self.collection.name,
+            "source": self.collection.source,
+            "points": self.count(),
+            "flags": sorted(affected),
+        }
+
+    def _flush(self) -> None:
+        """Make the written points durable (a server acknowledges them durable already)."""
+
+
+class EdgeOperationalStore(OperationalStore):
+    """One operational collection on Qdrant Edge, in `<root>/<name>`, its flags beside it.
+    Only this process may open it (Qdrant Edge's rule)."""
 
     def __init__(self, root: str | Path, collection: OpsCollection) -> None:
-        self.collection = collection
-        self.root = Path(root)
-        self.directory = self.root / collection.name
-        self._flags_file = self.root / f"{collection.name}.flags.json"
-        self.root.mkdir(parents=True, exist_ok=True)
+        super().__init__(collection, root)
+        self.directory = Path(root) / collection.name
         self._shard: Any = None
         self._open()
 
@@ -203,85 +314,28 @@ class EdgeOperationalStore:
             self._shard.close()
             self._shard = None
 
-    def __enter__(self) -> EdgeOperationalStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # readiness flags
-    def flags(self) -> set[str]:
-        if not self._flags_file.exists():
-            return set()
-        return set(json.loads(self._flags_file.read_text()))
-
-    def _write_flags(self, flags: set[str]) -> None:
-        tmp = self._flags_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(sorted(flags)))
-        tmp.replace(self._flags_file)
-
-    def set_ready(self, flag: str) -> None:
-        self._write_flags(self.flags() | {flag})
-
-    def clear_ready(self, flags: Iterable[str]) -> None:
-        self._write_flags(self.flags() - set(flags))
-
-    # writes and reads
-    def upsert(self, rows: Iterable[OpsRow]) -> list[str]:
-        """Idempotent: a row's point id comes from its scope and domain key only."""
+    def _write(self, points: list[tuple[str, list[float], Json]]) -> None:
         import qdrant_edge as qe
 
-        points, ids = [], []
-        c = self.collection
-        for row in rows:
-            instance = _check_scope(c, row.tenant_id, row.business_instance_id)
-            if len(row.key) != len(c.domain_key):
-                raise OperationalError(f"{c.name}: the domain key is {c.domain_key}")
-            pid = point_id(row.tenant_id, instance, row.key)
-            payload = {
-                **row.payload,
-                **dict(zip(c.domain_key, row.key, strict=True)),
-                "tenant_id": row.tenant_id,
-                "business_instance_id": instance,
-            }
-            points.append(qe.Point(pid, list(row.vector), payload))
-            ids.append(pid)
-        if points:
-            self._shard.update(qe.UpdateOperation.upsert_points(points))
-        return ids
+        self._shard.update(
+            qe.UpdateOperation.upsert_points([qe.Point(i, v, p) for i, v, p in points])
+        )
 
-    def search(
-        self,
-        tenant_id: str | None,
-        business_instance_id: str | None,
-        vector: Sequence[float],
-        limit: int = 10,
-        *,
-        ready: str | None = None,
-    ) -> list[tuple[str, float, Json]]:
-        """The nearest points of this tenant (and business instance): (id, score, payload),
-        best first, ties by id. `ready` gates the read on a readiness flag."""
+    def _nearest(self, vector: list[float], scope: Json, limit: int) -> list[Hit]:
         import qdrant_edge as qe
 
-        instance = _check_scope(self.collection, tenant_id, business_instance_id)
-        if ready is not None and ready not in self.flags():
-            raise NotReady(f"{self.collection.name}: {ready} is not set (rebuild in progress?)")
-        assert tenant_id is not None  # _check_scope refused it otherwise
-        must: list[Any] = [qe.FieldCondition("tenant_id", match=qe.MatchValue(tenant_id))]
-        if self.collection.instance_owned:
-            must.append(qe.FieldCondition("business_instance_id", match=qe.MatchValue(instance)))
+        must: list[Any] = [qe.FieldCondition(k, match=qe.MatchValue(v)) for k, v in scope.items()]
         request = qe.QueryRequest(
             limit=limit,
-            query=qe.Query.Nearest(list(vector)),
+            query=qe.Query.Nearest(vector),
             filter=qe.Filter(must=must),
             with_payload=True,
             with_vector=False,
             params=qe.SearchParams(exact=True),
         )
-        hits = [
+        return [
             (str(p.id), float(p.score), dict(p.payload or {})) for p in self._shard.query(request)
         ]
-        return sorted(hits, key=lambda h: (-h[1], h[0]))
 
     def count(self) -> int:
         import qdrant_edge as qe
@@ -293,24 +347,111 @@ class EdgeOperationalStore:
         shutil.rmtree(self.directory, ignore_errors=True)
         self._open()
 
-    def rebuild(self) -> Json:
-        """Clear the readiness flags of the source's versions, wipe, re-upsert every row of
-        the declared source, then set each flag again once all of its points are written.
-        Never reads memory_records."""
-        rows = list(self.collection.read_source())
-        affected = {f for f in (self.collection.flag_of(r.key) for r in rows) if f}
-        self.clear_ready(affected | self.flags())
-        self.wipe()
-        self.upsert(rows)
+    def _flush(self) -> None:
         self._shard.flush()
-        for flag in sorted(affected):
-            self.set_ready(flag)
-        return {
-            "collection": self.collection.name,
-            "source": self.collection.source,
-            "points": self.count(),
-            "flags": sorted(affected),
-        }
+
+
+class ServerOperationalStore(OperationalStore):
+    """One operational collection on a Qdrant server through `qdrant-client`, reached with
+    the caller's own credential: a collection-scoped JWT (`collection_jwt`) as `api_key`.
+    Everything a writer does (upsert, the rebuild's wipe, which deletes the points rather
+    than the collection) needs only `rw` on this collection; `ensure()` (creating the
+    collection and its payload indexes) is the operator's, with the server's key."""
+
+    def __init__(
+        self,
+        collection: OpsCollection,
+        flags_dir: str | Path,
+        *,
+        url: str | None = None,
+        api_key: str | None = None,
+        location: str | None = None,
+        client: Any = None,
+    ) -> None:
+        super().__init__(collection, flags_dir)
+        if client is None:
+            from qdrant_client import QdrantClient
+
+            client = QdrantClient(url=url, api_key=api_key, location=location)
+        self.client = client
+        self._local = location is not None
+
+    def ensure(self) -> None:
+        from qdrant_client.http import models as m
+
+        name = self.collection.name
+        if not self.client.collection_exists(name):
+            self.client.create_collection(
+                name,
+                vectors_config=m.VectorParams(
+                    size=self.collection.dims, distance=m.Distance.COSINE
+                ),
+                metadata={
+                    "memfabric_ops": {
+                        "source": self.collection.source,
+                        "model": self.collection.model,
+                        "model_version": self.collection.model_version,
+                        "dims": self.collection.dims,
+                    }
+                },
+            )
+            if not self._local:  # local mode has no payload indexes
+                self.client.create_payload_index(
+                    name,
+                    "tenant_id",
+                    field_schema=m.KeywordIndexParams(
+                        type=m.KeywordIndexType.KEYWORD, is_tenant=True
+                    ),
+                    wait=True,
+                )
+                self.client.create_payload_index(
+                    name,
+                    "business_instance_id",
+                    field_schema=m.PayloadSchemaType.KEYWORD,
+                    wait=True,
+                )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _write(self, points: list[tuple[str, list[float], Json]]) -> None:
+        from qdrant_client.http import models as m
+
+        self.client.upsert(
+            self.collection.name,
+            points=[m.PointStruct(id=i, vector=v, payload=p) for i, v, p in points],
+            wait=True,
+        )
+
+    def _nearest(self, vector: list[float], scope: Json, limit: int) -> list[Hit]:
+        from qdrant_client.http import models as m
+
+        flt = m.Filter(
+            must=[m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in scope.items()]
+        )
+        response = self.client.query_points(
+            self.collection.name,
+            query=vector,
+            query_filter=flt,
+            # exact search on a server; local mode is exact anyway (and warns about params)
+            search_params=None if self._local else m.SearchParams(exact=True),
+            limit=limit,
+            with_payload=True,
+            with_vectors=False,
+        )
+        return [(str(p.id), float(p.score), dict(p.payload or {})) for p in response.points]
+
+    def count(self) -> int:
+        return int(self.client.count(self.collection.name, exact=True).count)
+
+    def wipe(self) -> None:
+        from qdrant_client.http import models as m
+
+        self.client.delete(
+            self.collection.name,
+            points_selector=m.FilterSelector(filter=m.Filter(must=[])),
+            wait=True,
+        )
 
 
 # --- authorization -------------------------------------------------------------------------
@@ -334,7 +475,7 @@ class OpsBroker:
 
     def __init__(
         self,
-        stores: Iterable[EdgeOperationalStore],
+        stores: Iterable[OperationalStore],
         allowlist: Mapping[str, Mapping[str, str]],
     ) -> None:
         self._stores = {s.collection.name: s for s in stores}
@@ -345,7 +486,7 @@ class OpsBroker:
                 raise OperationalError(f"{login}: no such operational collection {sorted(unknown)}")
         self._allow = {login: dict(grants) for login, grants in allowlist.items()}
 
-    def _store(self, login: str, name: str, write: bool) -> EdgeOperationalStore:
+    def _store(self, login: str, name: str, write: bool) -> OperationalStore:
         access = self._allow.get(login, {}).get(name)
         if access is None or (write and access != "rw"):
             raise CollectionNotAllowed(f"{login} may not {'write' if write else 'read'} {name}")
@@ -455,7 +596,7 @@ class OperationalGraph:
 # --- the drill -----------------------------------------------------------------------------
 
 
-def _probe(store: EdgeOperationalStore, rows: Sequence[OpsRow]) -> list[Any]:
+def _probe(store: OperationalStore, rows: Sequence[OpsRow]) -> list[Any]:
     answers = []
     for row in rows:
         hits = store.search(row.tenant_id, row.business_instance_id, row.vector, 5)
@@ -511,7 +652,7 @@ def open_declared(env: Mapping[str, str] | None = None) -> list[EdgeOperationalS
     return stores
 
 
-def drill(stores: Iterable[EdgeOperationalStore]) -> list[Json]:
+def drill(stores: Iterable[OperationalStore]) -> list[Json]:
     """For each store: answer a probe per source row, wipe, rebuild from the declared source,
     answer again; `identical` is whether every answer is the same."""
     results = []

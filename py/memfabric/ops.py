@@ -22,7 +22,7 @@ from memfabric.projector import Projector, projectable, vector_payload
 from memfabric.vectors import CollectionContract, VectorStore
 
 if TYPE_CHECKING:
-    from memfabric.operational import EdgeOperationalStore
+    from memfabric.operational import OperationalStore
 
 Json = dict[str, Any]
 Progress = Callable[[int, int], None]  # (done, total)
@@ -143,7 +143,7 @@ def drill_declared(projector: Projector, progress: Progress = lambda _d, _t: Non
 def drill(
     projector: Projector,
     progress: Progress = lambda _d, _t: None,
-    operational: Sequence[EdgeOperationalStore] = (),
+    operational: Sequence[OperationalStore] = (),
 ) -> Json:
     """Probes, wipe, rebuild, probes again; `identical` is the verdict (R-PROJ-1), and it
     fails too when the graph held a person node with a name (`named_persons`). Projections

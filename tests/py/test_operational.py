@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,12 @@ from memfabric.operational import (
     GraphQuery,
     NotReady,
     OperationalError,
+    OperationalStore,
     OpsBroker,
     OpsCollection,
     OpsRow,
     ScopeRequired,
+    ServerOperationalStore,
     collection_jwt,
     collection_name,
     drill,
@@ -110,14 +113,23 @@ def declared(rows: list[OpsRow]) -> OpsCollection:
     )
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> EdgeOperationalStore:
-    s = EdgeOperationalStore(tmp_path / "ops", declared(SOURCE))
+@pytest.fixture(params=["edge", "server"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OperationalStore]:
+    """The collection on Qdrant Edge, or through qdrant-client (its local mode: the same
+    client calls a server receives)."""
+    s: OperationalStore
+    if request.param == "edge":
+        s = EdgeOperationalStore(tmp_path / "ops", declared(SOURCE))
+    else:
+        server = ServerOperationalStore(declared(SOURCE), tmp_path / "flags", location=":memory:")
+        server.ensure()
+        s = server
     s.rebuild()
-    return s
+    yield s
+    s.close()
 
 
-def test_every_query_is_scoped_to_its_tenant_and_instance(store: EdgeOperationalStore) -> None:
+def test_every_query_is_scoped_to_its_tenant_and_instance(store: OperationalStore) -> None:
     hits = store.search("acme", "bi-eu", [1, 0, 0, 0])
     assert [h[2]["label"] for h in hits] == ["calm", "trend"]
     assert {h[2]["tenant_id"] for h in hits} == {"acme"}
@@ -127,7 +139,7 @@ def test_every_query_is_scoped_to_its_tenant_and_instance(store: EdgeOperational
 
 @pytest.mark.parametrize(("tenant", "instance"), [(None, "bi-eu"), ("", "bi-eu"), ("acme", None)])
 def test_a_query_or_write_without_its_scope_fails_closed(
-    store: EdgeOperationalStore, tenant: str | None, instance: str | None
+    store: OperationalStore, tenant: str | None, instance: str | None
 ) -> None:
     with pytest.raises(ScopeRequired):
         store.search(tenant, instance, [1, 0, 0, 0])
@@ -137,7 +149,7 @@ def test_a_query_or_write_without_its_scope_fails_closed(
     assert store.count() == before
 
 
-def test_upserts_are_idempotent_on_the_point_id(store: EdgeOperationalStore) -> None:
+def test_upserts_are_idempotent_on_the_point_id(store: OperationalStore) -> None:
     before = store.count()
     ids = store.upsert([OpsRow("acme", "bi-eu", ("v1",), [0, 0, 1, 0], {"label": "calm 2"})])
     assert ids == [point_id("acme", "bi-eu", ["v1"])]
@@ -174,7 +186,7 @@ def test_readiness_flags_are_cleared_during_a_rebuild_and_restored_after(
 
 
 def test_the_drill_rebuilds_from_the_declared_source_with_identical_answers(
-    store: EdgeOperationalStore,
+    store: OperationalStore,
 ) -> None:
     # a point the source does not hold (written around the source) is gone after the drill
     store.upsert([OpsRow("acme", "bi-eu", ("stray",), [0, 1, 0, 0])])
@@ -188,7 +200,7 @@ def test_the_drill_rebuilds_from_the_declared_source_with_identical_answers(
 
 
 def test_the_broker_serves_a_login_only_its_allowlisted_collections(
-    store: EdgeOperationalStore,
+    store: OperationalStore,
 ) -> None:
     name = store.collection.name
     broker = OpsBroker([store], {"wf_trd_writer": {name: "rw"}, "trd_reader": {name: "r"}})
