@@ -94,16 +94,26 @@ BEGIN
   -- 3. The chain, both ways along supersedes, inside the run's tenant; every version is
   -- checked against the resolved scope, so a version the agent may not read is never
   -- served, and a chain the agent cannot see answers nothing.
-  WITH RECURSIVE chain(memory_id, supersedes) AS (
+  -- (the chain is a line: a record is superseded at most once; its ancestors are found by
+  -- primary key, its descendants by memory_records_by_supersedes)
+  WITH RECURSIVE start AS (
     SELECT m.memory_id, m.supersedes FROM fabric.memory_records m
      WHERE m.tenant_id = v_run.tenant_id AND m.memory_id = v_memory_id
        AND m.tier = 'procedural' AND m.scope_key = ANY (v_keys)
+  ), older(memory_id, supersedes) AS (
+    SELECT s.memory_id, s.supersedes FROM start s
     UNION
-    SELECT m.memory_id, m.supersedes FROM chain c
-      JOIN fabric.memory_records m
-        ON m.tenant_id = v_run.tenant_id
-       AND (m.memory_id = c.supersedes OR m.supersedes = c.memory_id)
+    SELECT m.memory_id, m.supersedes FROM older o
+      JOIN fabric.memory_records m ON m.tenant_id = v_run.tenant_id AND m.memory_id = o.supersedes
      WHERE m.tier = 'procedural'
+  ), newer(memory_id) AS (
+    SELECT s.memory_id FROM start s
+    UNION
+    SELECT m.memory_id FROM newer n
+      JOIN fabric.memory_records m ON m.tenant_id = v_run.tenant_id AND m.supersedes = n.memory_id
+     WHERE m.tier = 'procedural'
+  ), chain(memory_id) AS (
+    SELECT o.memory_id FROM older o UNION SELECT n.memory_id FROM newer n
   )
   SELECT coalesce(pg_catalog.jsonb_agg(fabric._record_envelope(m, d.derived_from)), '[]')
     INTO v_records

@@ -1,4 +1,5 @@
-"""The temporal tier's measurements and the tool agents read them with.
+"""The temporal tier's measurements and the tool agents read them with; an index of
+supersession for replaying a procedure as it was.
 
 `fabric.measurements` holds time series (what the intelligence agents consume): tenant
 first, range-partitioned on the measurement's time, each point with its retention class.
@@ -53,6 +54,11 @@ CREATE TABLE fabric.measurements (
 CREATE TABLE fabric.measurements_default PARTITION OF fabric.measurements DEFAULT;
 CREATE INDEX measurements_by_series ON fabric.measurements (tenant_id, series, at);
 
+-- A procedure's successors, for fabric_api.recall_procedure_as_of (its ancestors are
+-- reached by primary key).
+CREATE INDEX memory_records_by_supersedes ON fabric.memory_records (tenant_id, supersedes)
+  WHERE supersedes IS NOT NULL;
+
 INSERT INTO fabric.tools (tool_id, agent_id, description) VALUES
   ('tool:temporal-read', 'os-agt-012',
    'read time-series measurements of the run''s tenant and subject, aggregated by window')
@@ -85,6 +91,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("SET LOCAL ROLE fabric_owner")
     op.execute("DROP TABLE IF EXISTS fabric.measurements CASCADE")
+    op.execute("DROP INDEX IF EXISTS fabric.memory_records_by_supersedes")
     op.execute("DELETE FROM fabric.tenant_agent_tools WHERE tool_id = 'tool:temporal-read'")
     op.execute("DELETE FROM fabric.tools WHERE tool_id = 'tool:temporal-read'")
     op.execute("RESET ROLE")

@@ -173,3 +173,32 @@ def test_a_foreign_run_is_refused_and_writes_nothing(
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         as_of(fabric, "mf_agent_r", {"run_id": str(run), "memory_id": v1, "valid_at": V1_FROM})
     assert fabric.counts() == before
+
+
+def test_a_longer_chain_is_walked_both_ways_from_the_middle(
+    fabric: Fabric, run: uuid.UUID, chain: tuple[str, str]
+) -> None:
+    v1, v2 = chain
+    env = episode(
+        "x",
+        tier="procedural",
+        content={"key": "skill.refund", "value": "steps of 2.0.0"},
+        derived_from=[fabric.form(run)],
+        version="2.0.0",
+        validity_interval={"valid_from": "2026-10-15T00:00:00Z"},
+    )
+    proposal = fabric.propose("mf_agent_a", env, run)["proposal_id"]
+    v3 = str(
+        fabric.call("mf_committer", "SELECT fabric_api.supersede(%s, %s)", v2, proposal)[
+            "memory_id"
+        ]
+    )
+    for valid_at, expected in (
+        (AUG, v1),
+        ("2026-09-15T00:00:00Z", v2),
+        ("2026-11-01T00:00:00Z", v3),
+    ):
+        answer = as_of(
+            fabric, "mf_agent_a", {"run_id": str(run), "memory_id": v2, "valid_at": valid_at}
+        )
+        assert [r["memory_id"] for r in answer["records"]] == [expected], valid_at
