@@ -155,14 +155,24 @@ def regime_graph(graph_server: GraphServer) -> Iterator[Any]:
         with driver.session(database=DATABASE) as s:
             s.run(
                 "UNWIND $rows AS r "
-                "CREATE (a:TrdRegime {tenant_id: r.t, business_instance_id: r.bi, "
+                "CREATE (a:TrdRegime {ops_id: r.a_id, tenant_id: r.t, business_instance_id: r.bi, "
                 "regime_version: r.a, marker: $marker}) "
-                "CREATE (b:TrdRegime {tenant_id: r.t, business_instance_id: r.bi, "
+                "CREATE (b:TrdRegime {ops_id: r.b_id, tenant_id: r.t, business_instance_id: r.bi, "
                 "regime_version: r.b, marker: $marker}) "
                 "CREATE (a)-[:TRD_FOLLOWED_BY]->(b)",
                 rows=[
-                    {"t": "acme", "bi": "bi-eu", "a": "v1", "b": "v2"},
-                    {"t": "globex", "bi": "bi-eu", "a": "v1", "b": "v9"},
+                    {
+                        "t": t,
+                        "bi": bi,
+                        "a": a,
+                        "b": b,
+                        "a_id": point_id(t, bi, [a]),
+                        "b_id": point_id(t, bi, [b]),
+                    }
+                    for t, bi, a, b in (
+                        ("acme", "bi-eu", "v1", "v2"),
+                        ("globex", "bi-eu", "v1", "v9"),
+                    )
                 ],
                 marker=MARKER,
             ).consume()
