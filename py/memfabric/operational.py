@@ -278,14 +278,41 @@ class OperationalStore:
 
 
 class EdgeOperationalStore(OperationalStore):
-    """One operational collection on Qdrant Edge, in `<root>/<name>`, its flags beside it.
-    Only this process may open it (Qdrant Edge's rule)."""
+    """One operational collection on Qdrant Edge, in `<root>/<name>`, its flags and its
+    contract (source, model, model version, dims) beside it. Only this process may open it
+    (Qdrant Edge's rule). Opened with another contract than the one it was built with, it
+    starts empty with its flags cleared (`contract_changed`): points embedded by another
+    model are never searched; the next rebuild fills it from the source."""
 
     def __init__(self, root: str | Path, collection: OpsCollection) -> None:
         super().__init__(collection, root)
         self.directory = Path(root) / collection.name
+        self._contract_file = Path(root) / f"{collection.name}.contract.json"
         self._shard: Any = None
+        self.contract_changed = False
+        contract = self._contract()
+        if self.directory.exists() and self._stored_contract() != contract:
+            self.contract_changed = True
+            self.clear_ready(self.flags())
+            shutil.rmtree(self.directory)
         self._open()
+        self._contract_file.write_text(json.dumps(contract, sort_keys=True))
+
+    def _contract(self) -> Json:
+        c = self.collection
+        return {
+            "source": c.source,
+            "model": c.model,
+            "model_version": c.model_version,
+            "dims": c.dims,
+            "domain_key": list(c.domain_key),
+        }
+
+    def _stored_contract(self) -> Json | None:
+        if not self._contract_file.exists():
+            return None
+        stored: Json = json.loads(self._contract_file.read_text())
+        return stored
 
     def _open(self) -> None:
         import qdrant_edge as qe

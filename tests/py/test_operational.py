@@ -260,3 +260,18 @@ def test_packs_declare_their_collections_through_the_environment(tmp_path: Path)
     with pytest.raises(OperationalError):  # one collection declared twice
         declared_from({"MEMFABRIC_OPS_PACKS": f"{__name__}:PACK,{__name__}:PACK"})
     assert declared_collection.name == "ops_trd_regime_fingerprints"
+
+
+def test_a_changed_embedding_contract_is_never_searched_until_rebuilt(tmp_path: Path) -> None:
+    with EdgeOperationalStore(tmp_path / "ops", declared(SOURCE)) as s:
+        s.rebuild()
+        assert s.count() == len(SOURCE) and not s.contract_changed
+    with EdgeOperationalStore(tmp_path / "ops", declared(SOURCE)) as s:  # same contract
+        assert s.count() == len(SOURCE) and not s.contract_changed
+    upgraded = OpsCollection(**{**declared(SOURCE).__dict__, "model_version": "2"})
+    with EdgeOperationalStore(tmp_path / "ops", upgraded) as s:
+        assert s.contract_changed and s.count() == 0 and s.flags() == set()
+        with pytest.raises(NotReady):
+            s.search("acme", "bi-eu", [1, 0, 0, 0], ready="scenario_vectors_ready:v1")
+        s.rebuild()
+        assert s.count() == len(SOURCE) and "scenario_vectors_ready:v1" in s.flags()
