@@ -248,6 +248,8 @@ BEGIN
     WHERE r.tenant_id = v_tenant AND r.subject_id = v_subject;
     UPDATE fabric.temporal_summaries s SET subject_id = NULL
     WHERE s.tenant_id = v_tenant AND s.subject_id = v_subject;
+    -- The subject's time series (measurements about the person) go whole.
+    DELETE FROM fabric.measurements m WHERE m.tenant_id = v_tenant AND m.subject_id = v_subject;
     -- The subject's LangGraph checkpoint threads (graph state, not memory) go whole.
     v_threads := fabric._erase_checkpoints(v_tenant, v_subject);
     -- Crypto-shredding: without the key no event or approval can be linked to the subject.
@@ -306,7 +308,7 @@ BEGIN
                      fabric._subject_key_receipt() -> 'subject_key' END,
     'vacuum', pg_catalog.jsonb_build_array('fabric.memory_records', 'fabric.proposals',
       'fabric.memory_embeddings', 'fabric.runs', 'fabric.temporal_summaries',
-      'fabric.subject_keys', 'langgraph.checkpoints', 'langgraph.checkpoint_blobs',
+      'fabric.measurements', 'fabric.subject_keys', 'langgraph.checkpoints', 'langgraph.checkpoint_blobs',
       'langgraph.checkpoint_writes'));
 END $$;
 COMMENT ON FUNCTION fabric_api.erase(uuid) IS

@@ -25,6 +25,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION fabric_api.close_run(uuid) TO fabric_admin;
 GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.propose_many(jsonb, uuid),
   fabric_api.recall(jsonb) TO fabric_agent;
+GRANT EXECUTE ON FUNCTION fabric_api.recall_procedure_as_of(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.handoff(jsonb, uuid), fabric_api.working_key(uuid)
   TO fabric_agent;
 -- MCP: the orchestrator issues and revokes bearer tokens of its runs; the gateway resolves
@@ -67,6 +68,7 @@ GRANT EXECUTE ON FUNCTION
 -- never holds it: fabric_maintainer holds it on these tables only, and nothing else.
 GRANT MAINTAIN ON fabric.memory_records, fabric.proposals, fabric.memory_embeddings,
   fabric.runs, fabric.temporal_summaries, fabric.temporal_summaries_default,
+  fabric.measurements, fabric.measurements_default,
   fabric.subject_keys TO fabric_maintainer;
 GRANT USAGE ON SCHEMA fabric TO fabric_maintainer;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_projector;
@@ -92,6 +94,12 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.record_agent_link(text, text, uuid, text, uuid, text, uuid),
   fabric_api.record_step(uuid, text, uuid[], uuid)
   TO fabric_workflow;
+-- The temporal tier (sql/290_temporal.sql): producers write, agents read, the committer
+-- runs retention.
+GRANT EXECUTE ON FUNCTION fabric_api.record_measurements(text, jsonb) TO fabric_workflow;
+GRANT EXECUTE ON FUNCTION fabric_api.read_measurements(jsonb) TO fabric_agent;
+GRANT EXECUTE ON FUNCTION fabric_api.run_temporal_retention(timestamptz, integer)
+  TO fabric_committer;
 GRANT EXECUTE ON FUNCTION fabric_api.deployment_embedder() TO fabric_agent;
 -- The schema revision: every service login checks it before it starts, agents may too.
 GRANT EXECUTE ON FUNCTION fabric_api.schema_revision()

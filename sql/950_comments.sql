@@ -206,6 +206,17 @@ COMMENT ON COLUMN fabric.temporal_summaries.subject_id IS 'Data subject of the s
 COMMENT ON COLUMN fabric.temporal_summaries.retention_class IS 'Retention class of the summarised records.';
 COMMENT ON COLUMN fabric.temporal_summaries.records IS 'How many records were summarised.';
 COMMENT ON COLUMN fabric.temporal_summaries.summarized_at IS 'When decay wrote the summary.';
+COMMENT ON TABLE fabric.measurements IS
+  'The temporal tier: time-series points (what intelligence agents consume), written by producers (fabric_api.record_measurements), read aggregated by window (fabric_api.read_measurements). Range-partitioned on at.';
+COMMENT ON COLUMN fabric.measurements.tenant_id IS 'Tenant the point belongs to.';
+COMMENT ON COLUMN fabric.measurements.series IS 'What is measured: a dotted name such as trading.fill_latency_ms.';
+COMMENT ON COLUMN fabric.measurements.at IS 'When the value was measured (the partition key).';
+COMMENT ON COLUMN fabric.measurements.value IS 'The measured value (finite).';
+COMMENT ON COLUMN fabric.measurements.business_instance_id IS 'Business instance of the point (NULL = the tenant''s default instance).';
+COMMENT ON COLUMN fabric.measurements.subject_id IS 'Data subject the point is about (NULL = a tenant-level series).';
+COMMENT ON COLUMN fabric.measurements.retention_class IS 'operational (removed once the instance''s operational_window has passed since at) or durable (kept).';
+COMMENT ON COLUMN fabric.measurements.producer IS 'Agent id of the producer login that wrote the point.';
+COMMENT ON COLUMN fabric.measurements.recorded_at IS 'When the fabric stored the point.';
 
 -- ---------------------------------------------------------------------------------------
 -- Lifecycle: approvals, promotion, consolidation, retention, erasure

@@ -66,6 +66,7 @@ TENANT_TABLES = (
     "fabric.reasoning_steps",
     "fabric.step_touches",
     "fabric.memory_corroborations",
+    "fabric.measurements",  # created and distributed by 0048_ops_temporal
 )
 
 REFERENCE_TABLES = (
@@ -209,6 +210,8 @@ def upgrade() -> None:
         op.execute(f"DROP INDEX fabric.{index}")
         op.execute(f"CREATE UNIQUE INDEX {index} ON {table} (tenant_id, {column})")
     for table in TENANT_TABLES:
+        if bind.execute(text("SELECT to_regclass(:t)"), {"t": table}).scalar() is None:
+            continue  # a table of a later revision, which distributes it itself
         bind.execute(
             text(
                 "SELECT create_distributed_table(CAST(:t AS regclass), 'tenant_id', "
@@ -239,6 +242,8 @@ def downgrade() -> None:
         return
     op.execute("SET LOCAL ROLE fabric_owner")
     for table in (*reversed(TENANT_TABLES), *COORDINATOR_TABLES, *REFERENCE_TABLES):
+        if bind.execute(text("SELECT to_regclass(:t)"), {"t": table}).scalar() is None:
+            continue
         bind.execute(
             text(
                 "SELECT undistribute_table(CAST(:t AS regclass), cascade_via_foreign_keys => true)"

@@ -454,9 +454,14 @@ def projection_drill(ctx: Context) -> tuple[str, str]:
         return FAIL, f"projections never built: {', '.join(outcome['never_built'])}"
     if not outcome.get("identical"):
         return FAIL, "drill: answers differ after wipe and rebuild"
+    stores = outcome.get("operational") or []
     return PASS, (
-        f"drill identical after wipe and rebuild ({outcome.get('records')} records); no "
-        "operational stores are declared"
+        f"drill identical after wipe and rebuild ({outcome.get('records')} records); "
+        + (
+            f"{len(stores)} operational store(s) rebuilt from their declared sources"
+            if stores
+            else "no operational stores are declared"
+        )
     )
 
 

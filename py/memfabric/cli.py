@@ -591,7 +591,7 @@ def _operate(op: str, **kwargs: Any) -> dict[str, Any]:
             progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
             if op == "rebuild":
                 return ops.rebuild(projector, kwargs["target"], progress)
-            return ops.drill(projector, progress)
+            return ops.drill_declared(projector, progress)
     finally:
         close_projector(projector)
 
@@ -842,7 +842,7 @@ def serve(
         {
             # asked through the socket, they too end after their current page on a stop
             "rebuild": lambda target="all": ops.rebuild(projector, target, _until(stop)),
-            "drill": lambda: ops.drill(projector, _until(stop)),
+            "drill": lambda: ops.drill_declared(projector, _until(stop)),
             "verify": lambda: ops.verify(projector),
             "build_index": lambda tiers=None: _edge_store(projector.store).build_index(tiers),
             "index_status": lambda: _edge_store(projector.store).index_status(),

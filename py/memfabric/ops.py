@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -20,6 +20,9 @@ from memfabric.constants import INDEXED_TIERS
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector, projectable, vector_payload
 from memfabric.vectors import CollectionContract, VectorStore
+
+if TYPE_CHECKING:
+    from memfabric.operational import OperationalStore
 
 Json = dict[str, Any]
 Progress = Callable[[int, int], None]  # (done, total)
@@ -124,10 +127,29 @@ def never_built(projector: Projector, records: list[Json]) -> list[str]:
     return unbuilt
 
 
-def drill(projector: Projector, progress: Progress = lambda _d, _t: None) -> Json:
+def drill_declared(projector: Projector, progress: Progress = lambda _d, _t: None) -> Json:
+    """The full-store drill: the fabric's projections and every operational store the
+    deployment declares (MEMFABRIC_OPS_PACKS), each rebuilt from its own source."""
+    from memfabric import operational
+
+    stores = operational.open_declared()
+    try:
+        return drill(projector, progress, operational=stores)
+    finally:
+        for store in stores:
+            store.close()
+
+
+def drill(
+    projector: Projector,
+    progress: Progress = lambda _d, _t: None,
+    operational: Sequence[OperationalStore] = (),
+) -> Json:
     """Probes, wipe, rebuild, probes again; `identical` is the verdict (R-PROJ-1), and it
     fails too when the graph held a person node with a name (`named_persons`). Projections
-    that were never built are named in `never_built` and left untouched."""
+    that were never built are named in `never_built` and left untouched. Each operational
+    store is wiped and rebuilt from its declared source in the same drill (`operational`,
+    one result each); any difference there fails the verdict too."""
     records = _all_records(projector)
     unbuilt = never_built(projector, records)
     if unbuilt:
@@ -159,8 +181,12 @@ def drill(projector: Projector, progress: Progress = lambda _d, _t: None) -> Jso
         if before["graph"].get(k) != after["graph"].get(k)
     ]
     named = sum(v for k, v in before["graph"].items() if k.endswith("|named_persons"))
+    from memfabric import operational as operational_stores
+
+    stores = operational_stores.drill(operational)
     return {
-        "identical": not diffs and not named,
+        "identical": not diffs and not named and all(s["identical"] for s in stores),
+        "operational": stores,
         "named_persons": named,
         "records": len(records),
         "differences": diffs,

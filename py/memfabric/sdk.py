@@ -256,6 +256,43 @@ class Agent(_Role):
         body = {**request, "run_id": str(self.run.run_id)}
         return RecallAnswer.from_json(self._call("fabric_api.recall", body))
 
+    def recall_procedure_as_of(
+        self, memory_id: Id, valid_at: datetime | str, **request: Any
+    ) -> RecallAnswer:
+        """`fabric_api.recall_procedure_as_of` in this run: the version of the procedure
+        `memory_id` belongs to (any version of its chain) that was current at `valid_at`,
+        to replay a run against it; none when no version was valid then."""
+        at = valid_at.isoformat() if isinstance(valid_at, datetime) else valid_at
+        body = {
+            **request,
+            "run_id": str(self.run.run_id),
+            "memory_id": str(memory_id),
+            "valid_at": at,
+        }
+        return RecallAnswer.from_json(self._call("fabric_api.recall_procedure_as_of", body))
+
+    def read_measurements(
+        self,
+        series: str,
+        start: datetime | str,
+        end: datetime | str,
+        window: str,
+        aggregate: str = "avg",
+        **request: Any,
+    ) -> Json:
+        """`fabric_api.read_measurements` in this run (tool:temporal-read): one series of
+        the run's tenant and subject in [start, end), aggregated by `window` ("1 hour")."""
+        body = {
+            **request,
+            "run_id": str(self.run.run_id),
+            "series": series,
+            "window": window,
+            "aggregate": aggregate,
+            "from": start.isoformat() if isinstance(start, datetime) else start,
+            "until": end.isoformat() if isinstance(end, datetime) else end,
+        }
+        return self._call("fabric_api.read_measurements", body)  # type: ignore[no-any-return]
+
     def recall_request(self, request: Mapping[str, Any]) -> RecallAnswer:
         """`fabric_api.recall` with a request of your own (its run_id is this run); semantic
         and hybrid modes find the vector broker (`memfabric serve`'s socket or QDRANT_URL)."""
@@ -418,6 +455,11 @@ class Committer(_Role):
     def run_decay(self, now: datetime | None = None, batch: int = 1000) -> Json:
         at = {} if now is None else {"p_now": now}
         return self._call("fabric_api.run_decay", p_batch=batch, **at)  # type: ignore[no-any-return]
+
+    def run_temporal_retention(self, now: datetime | None = None, batch: int = 10000) -> int:
+        """Remove the temporal tier's operational points past their instance's window."""
+        at = {} if now is None else {"p_now": now}
+        return self._call("fabric_api.run_temporal_retention", p_batch=batch, **at)  # type: ignore[no-any-return]
 
     def request_erasure(self, memory_id: Id, reason: str, legal: bool = False) -> Approval:
         return Approval.from_json(
@@ -798,6 +840,14 @@ class Workflow(_Role):
             Cast(str(source_event_id), "uuid"),
             correlation_id,
             Cast(None if outcome_envelope_id is None else str(outcome_envelope_id), "uuid"),
+        )
+
+    def record_measurements(self, tenant_id: str, points: Sequence[Mapping[str, Any]]) -> int:
+        """Time-series points of the tenant (the temporal tier), all or nothing: each
+        {"series", "at", "value"} and optionally subject_id, business_instance_id,
+        retention_class; the number written."""
+        return self._call(  # type: ignore[no-any-return]
+            "fabric_api.record_measurements", tenant_id, Jsonb([dict(p) for p in points])
         )
 
     def record_step(

@@ -83,6 +83,11 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "supervised child process, restarted if it dies, so one recall searches its tiers' "
     "shards at once), inline (in the opening process), or auto (the default: child in "
     "memfabric serve on a machine with at least 2 CPUs, inline everywhere else)",
+    "MEMFABRIC_OPS_PACKS": "the operational stores the domain packs declare, rebuilt in the "
+    "full-store drill: comma-separated module:attribute entries, each a list of "
+    "memfabric.operational.OpsCollection or a callable returning one (default: none)",
+    "MEMFABRIC_OPS_DIR": "the data directory of the operational collections on Qdrant Edge "
+    "(default: beside the vector directory, <vector dir>-ops)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
     "MEMFABRIC_PROJECTOR_EMBED": "where memfabric serve's projector embeds: inline (in the "
     "serve process, the default) or child (a child process at lower priority)",

@@ -208,6 +208,7 @@ ERASURE_VACUUM = (
     "fabric.memory_embeddings",
     "fabric.runs",
     "fabric.temporal_summaries",
+    "fabric.measurements",
     "fabric.subject_keys",
     "langgraph.checkpoints",
     "langgraph.checkpoint_blobs",

@@ -21,6 +21,7 @@ from memfabric import ops
 from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import GraphStore
+from memfabric.operational import EdgeOperationalStore, OpsCollection, OpsRow
 from memfabric.projector import Projector
 from memfabric.recall import arecall, recall
 from memfabric.vectors import EdgeVectorStore, QdrantServerStore, VectorStore
@@ -550,3 +551,44 @@ def test_the_projections_never_hold_the_subject_or_session_id(
     for raw in (subject, session):
         assert raw not in nodes and raw.encode() not in disk
     assert subject_ref not in nodes  # the tombstones keep no scope key
+
+
+# One operational store of a pack, declared for the drill through MEMFABRIC_OPS_PACKS.
+OPS_ROWS = [
+    OpsRow("acme", "bi-eu", ("v1",), [1.0, 0.0, 0.0, 0.0], {"label": "calm"}),
+    OpsRow("acme", "bi-eu", ("v2",), [0.8, 0.2, 0.0, 0.0], {"label": "trending"}),
+]
+OPS_PACK = [
+    OpsCollection(
+        pack="trd",
+        store="regime_fingerprints",
+        domain_key=("regime_version",),
+        source="trd.regime_fingerprints",
+        read_source=lambda: list(OPS_ROWS),
+        model="trd-fingerprint",
+        model_version="1",
+        dims=4,
+    )
+]
+
+
+def test_the_full_store_drill_rebuilds_the_declared_operational_stores_too(
+    fabric: Fabric,
+    projector: Projector,
+    seeded: dict[str, Any],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    drain(projector)
+    monkeypatch.setenv("MEMFABRIC_OPS_PACKS", f"{__name__}:OPS_PACK")
+    monkeypatch.setenv("MEMFABRIC_OPS_DIR", str(tmp_path / "ops"))
+    with EdgeOperationalStore(tmp_path / "ops", OPS_PACK[0]) as store:
+        store.rebuild()
+        # written around the declared source: the drill's rebuild drops it, so answers differ
+        store.upsert([OpsRow("acme", "bi-eu", ("stray",), [0.9, 0.1, 0.0, 0.0])])
+    drilled = ops.drill_declared(projector)
+    (operational,) = drilled["operational"]
+    assert operational["collection"] == "ops_trd_regime_fingerprints"
+    assert operational["identical"] is False and drilled["identical"] is False
+    again = ops.drill_declared(projector)
+    assert again["identical"] is True and again["operational"][0]["points"] == 2

@@ -324,6 +324,7 @@ TENANT_POLICIES = {
     "mcp_tokens": ("select", "insert", "update"),
     "memory_corroborations": ("select", "insert"),
     "agent_tokens": ("select", "insert", "update"),
+    "measurements": ("select", "insert", "delete"),
     "memory_embeddings": ("select", "insert", "update", "delete"),
     "memory_lineage": ("select", "insert", "update"),
     "memory_mentions": ("select", "insert", "delete"),

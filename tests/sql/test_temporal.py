@@ -1,0 +1,294 @@
+"""The temporal tier: time-series measurements in a tenant-first, partitioned table
+(fabric.measurements), written by producers, read by agents through an authorized, audited
+call aggregated by window, kept by retention class; decay's window-closure summaries are one
+more producer's series."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from conftest import PROFILE_WIDE, Fabric
+from memfabric.worker import erase
+
+pytestmark = pytest.mark.rollback
+
+TOOLS = ["tool:memory-propose", "tool:memory-recall", "tool:temporal-read"]
+DAY = {"from": "2026-08-16T00:00:00Z", "until": "2026-08-17T00:00:00Z"}
+
+
+def record(fabric: Fabric, points: Any, tenant: str = "acme", login: str = "mf_workflow") -> Any:
+    return fabric.call(
+        login, "SELECT fabric_api.record_measurements(%s, %s)", tenant, Jsonb(points)
+    )
+
+
+def read(fabric: Fabric, request: dict[str, Any], login: str = "mf_agent_a") -> dict[str, Any]:
+    return fabric.call(login, "SELECT fabric_api.read_measurements(%s)", Jsonb(request))  # type: ignore[no-any-return]
+
+
+def point(at: str, value: float, **extra: Any) -> dict[str, Any]:
+    return {"series": "trading.fill_latency_ms", "at": at, "value": value, **extra}
+
+
+@pytest.fixture
+def reader(fabric: Fabric) -> uuid.UUID:
+    """com-agt-003 allowed tool:temporal-read in all three layers; its run for user-8842."""
+    fabric.call(
+        "mf_admin",
+        "SELECT fabric_api.register_agent('com-agt-003', 'mf_agent_a', %s, %s)",
+        Jsonb(PROFILE_WIDE),
+        TOOLS,
+    )
+    fabric.call("mf_admin", "SELECT fabric_api.enable_agent('acme', 'com-agt-003', %s)", TOOLS)
+    return fabric.open_run(tools=TOOLS)
+
+
+@pytest.fixture
+def series(fabric: Fabric) -> None:
+    record(
+        fabric,
+        [
+            point("2026-08-16T10:05:00Z", 10),
+            point("2026-08-16T10:35:00Z", 20),
+            point("2026-08-16T11:10:00Z", 40),
+            point("2026-08-16T11:20:00Z", 60, subject_id="user-8842"),
+            point("2026-08-16T11:30:00Z", 1000, subject_id="user-9999"),  # another subject's
+            point("2026-08-16T11:40:00Z", 5000, business_instance_id="bi-eu"),  # another instance
+            point("2026-08-17T00:00:00Z", 7),  # outside [from, until)
+        ],
+    )
+    enable_in_globex(fabric)
+    record(fabric, [point("2026-08-16T10:06:00Z", 999)], tenant="globex")
+
+
+def enable_in_globex(fabric: Fabric) -> None:
+    """The acme producer (wf-billing-001) enabled in globex as well."""
+    fabric.call("mf_admin", "SELECT fabric_api.enable_agent('globex', 'wf-billing-001', '{}')")
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "values"),
+    [
+        ("avg", [15.0, 50.0]),
+        ("min", [10.0, 40.0]),
+        ("max", [20.0, 60.0]),
+        ("sum", [30.0, 100.0]),
+        ("count", [2.0, 2.0]),
+        ("first", [10.0, 40.0]),
+        ("last", [20.0, 60.0]),
+    ],
+)
+def test_an_agent_reads_its_tenant_and_subject_aggregated_by_window(
+    fabric: Fabric, reader: uuid.UUID, series: None, aggregate: str, values: list[float]
+) -> None:
+    answer = read(
+        fabric,
+        {
+            "run_id": str(reader),
+            "series": "trading.fill_latency_ms",
+            "window": "1 hour",
+            "aggregate": aggregate,
+            **DAY,
+        },
+    )
+    assert answer["status"] == "served"
+    points = answer["points"]
+    assert [p["window_start"] for p in points] == [
+        "2026-08-16T10:00:00+00:00",
+        "2026-08-16T11:00:00+00:00",
+    ]
+    assert [p["value"] for p in points] == values
+    assert [p["samples"] for p in points] == [2, 2]
+
+
+def test_a_business_instance_is_read_only_when_named(
+    fabric: Fabric, reader: uuid.UUID, series: None
+) -> None:
+    answer = read(
+        fabric,
+        {
+            "run_id": str(reader),
+            "series": "trading.fill_latency_ms",
+            "window": "1 day",
+            "aggregate": "sum",
+            "business_instance_id": "bi-eu",
+            **DAY,
+        },
+    )
+    assert [p["value"] for p in answer["points"]] == [5000.0]
+
+
+def test_every_read_is_audited_without_values(
+    fabric: Fabric, reader: uuid.UUID, series: None
+) -> None:
+    read(
+        fabric,
+        {"run_id": str(reader), "series": "trading.fill_latency_ms", "window": "1 hour", **DAY},
+    )
+    (event,) = fabric.events("event_type = 'memory.temporal.read'")
+    payload = event["payload"]
+    assert payload["agent_id"] == "com-agt-003" and payload["windows_served"] == 2
+    assert payload["series"] == "trading.fill_latency_ms" and "points" not in payload
+    assert event["tenant_id"] == "acme"
+
+
+def test_a_read_without_the_tool_is_denied_and_reads_nothing(fabric: Fabric, series: None) -> None:
+    run = fabric.open_run()  # memory tools only
+    before = len(fabric.events("event_type = 'memory.temporal.read'"))
+    answer = read(
+        fabric, {"run_id": str(run), "series": "trading.fill_latency_ms", "window": "1 hour", **DAY}
+    )
+    assert answer["status"] == "denied" and answer["points"] == []
+    assert "tool:temporal-read" in answer["reason"]
+    assert len(fabric.events("event_type = 'memory.temporal.read'")) == before
+    (denial,) = fabric.events("event_type = 'agent.tool.unauthorized'")
+    assert denial["payload"]["tool"] == "tool:temporal-read"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"window": "1 fortnight"},
+        {"window": "0 hours"},
+        {"aggregate": "median"},
+        {"from": "2026-08-17T00:00:00Z"},  # until not after from
+        {"window": "1 second", "until": "2026-09-16T00:00:00Z"},  # too many windows
+        {"series": 7},
+        {"values": True},
+    ],
+    ids=["window-unit", "window-zero", "aggregate", "empty-range", "too-many", "series", "key"],
+)
+def test_a_malformed_read_is_refused_and_writes_nothing(
+    fabric: Fabric, reader: uuid.UUID, change: dict[str, Any]
+) -> None:
+    request = {"run_id": str(reader), "series": "trading.fill_latency_ms", "window": "1 hour"}
+    before = fabric.counts()
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        read(fabric, {**request, **DAY, **change})
+    assert fabric.counts() == before
+
+
+@pytest.mark.parametrize(
+    ("points", "sqlstate"),
+    [
+        (
+            [point("2026-08-16T10:00:00Z", 1), {"series": "x.y", "at": "yesterday", "value": 1}],
+            "22023",
+        ),
+        (
+            [
+                point("2026-08-16T10:00:00Z", 1),
+                {"series": "x.y", "at": "2026-08-16T10:00Z", "value": "1"},
+            ],
+            "22023",
+        ),
+        ([point("2026-08-16T10:00:00Z", 1, colour="red")], "22023"),
+        ([{"series": "NoDots", "at": "2026-08-16T10:00:00Z", "value": 1}], "23514"),
+        ([point("2026-08-16T10:00:00Z", 1, retention_class="forever")], "23514"),
+        ([], "22023"),
+    ],
+    ids=["at", "value", "key", "series-name", "retention", "empty"],
+)
+def test_a_bad_point_refuses_the_whole_write(
+    fabric: Fabric, points: list[Any], sqlstate: str
+) -> None:
+    with pytest.raises(psycopg.Error) as caught:
+        record(fabric, points)
+    assert caught.value.sqlstate == sqlstate
+    assert fabric.count("measurements") == 0
+
+
+def test_only_an_enabled_producer_writes_a_tenants_series(fabric: Fabric) -> None:
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        record(fabric, [point("2026-08-16T10:00:00Z", 1)], tenant="globex")  # not enabled there
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        record(fabric, [point("2026-08-16T10:00:00Z", 1)], login="mf_agent_a")  # not a producer
+    assert fabric.count("measurements") == 0
+
+
+def test_the_table_is_tenant_first_partitioned_and_row_level_secured(fabric: Fabric) -> None:
+    row = (
+        fabric.session(None)
+        .execute(
+            "SELECT c.relkind::text, c.relforcerowsecurity, "
+            "(SELECT attname FROM pg_attribute WHERE attrelid = c.oid AND attnum = 1) "
+            "FROM pg_class c WHERE c.oid = 'fabric.measurements'::regclass"
+        )
+        .fetchone()
+    )
+    assert row == ("p", True, "tenant_id")
+
+
+def test_retention_keeps_durable_points_and_drops_operational_ones_after_the_window(
+    fabric: Fabric,
+) -> None:
+    fabric.call(
+        "mf_admin",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
+        Jsonb({"operational_window": "30 days"}),
+    )
+    record(
+        fabric,
+        [
+            point("2026-08-01T00:00:00Z", 1),
+            point("2026-08-20T00:00:00Z", 2),
+            point("2026-08-01T00:00:00Z", 3, retention_class="durable"),
+        ],
+    )
+    enable_in_globex(fabric)
+    record(fabric, [point("2026-08-01T00:00:00Z", 9)], tenant="globex")
+    removed = fabric.call(
+        "mf_committer", "SELECT fabric_api.run_temporal_retention('2026-09-05T00:00:00Z')"
+    )
+    assert removed == 1  # acme's 08-01 operational point; globex keeps its 90-day default
+    kept = (
+        fabric.session(None)
+        .execute("SELECT value FROM fabric.measurements ORDER BY value")
+        .fetchall()
+    )
+    assert [v for (v,) in kept] == [2.0, 3.0, 9.0]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        fabric.call("mf_agent_a", "SELECT fabric_api.run_temporal_retention()")
+
+
+def test_decay_summaries_are_a_series_agents_read(fabric: Fabric, reader: uuid.UUID) -> None:
+    with fabric.su() as su:
+        su.execute(
+            "INSERT INTO fabric.temporal_summaries "
+            "(tenant_id, day, tier, subject_id, retention_class, records) VALUES "
+            "('acme', '2026-08-16', 'episodic', 'user-8842', 'operational', 3), "
+            "('acme', '2026-08-16', 'episodic', 'user-9999', 'operational', 5), "
+            "('globex', '2026-08-16', 'episodic', NULL, 'operational', 7)"
+        )
+    answer = read(
+        fabric,
+        {
+            "run_id": str(reader),
+            "series": "memory.episodic.window_closed",
+            "window": "1 day",
+            "aggregate": "sum",
+            **DAY,
+        },
+    )
+    assert [(p["window_start"], p["value"]) for p in answer["points"]] == [
+        ("2026-08-16T00:00:00+00:00", 3.0)
+    ]
+
+
+@pytest.mark.clone  # erasure reads now() (one value in a transaction)
+def test_a_subject_erasure_removes_the_subjects_series(fabric: Fabric, series: None) -> None:
+    fabric.form(fabric.open_run(subject="user-9999"), "an episode of the subject")
+    approval = fabric.call(
+        "mf_committer",
+        "SELECT fabric_api.request_subject_erasure('acme', 'user-9999', 'art. 17')",
+    )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    result = erase(fabric.connect("mf_committer"), str(approval))
+    assert fabric.count("measurements", "subject_id = 'user-9999'") == 0
+    assert fabric.count("measurements", "subject_id = 'user-8842'") == 1  # another subject's
+    assert "fabric.measurements" in result["vacuum"]
