@@ -94,6 +94,9 @@ KINDS = ("fact", "current", "before", "list", "third_party", "multi_hop", "tempo
 HELD = "temporal_held"
 # hybrid recall that also walks the graph (asked only when a graph server answers)
 GRAPH_MODE, EXPAND = "hybrid+graph", {"hops": 2}
+# hybrid recall narrowed to the valid time the question names (recall(..., temporal=True)),
+# relative to the end of the question's conversation
+TIME_MODE = "hybrid+time"
 
 Ranked = list[str]
 
@@ -269,7 +272,8 @@ def governed(
     """Every question through recall() in each mode (and the lexical ones unbounded: the
     deployment's bounds switched off around the call; hybrid+graph with a graph), modes
     rotating question by question."""
-    names = (*MODES, *UNBOUNDED, *((GRAPH_MODE,) if graph is not None else ()))
+    names = (*MODES, *UNBOUNDED, TIME_MODE, *((GRAPH_MODE,) if graph is not None else ()))
+    ends = {c.conversation_id: c.turns[-1].at for c in data.conversations}
     out: dict[str, dict[str, Ranked]] = {m: {} for m in names}
     took: dict[str, list[float]] = {m: [] for m in names}
     errors: dict[str, list[str]] = {m: [] for m in names}
@@ -279,7 +283,7 @@ def governed(
                         if k in ("recall_lexical_top", "recall_lexical_bound")})  # fmt: skip
         for i, q in enumerate(data.questions[:WARMUP] + data.questions):
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                mode = "hybrid" if name == GRAPH_MODE else name.split()[0]
+                mode = "hybrid" if name in (GRAPH_MODE, TIME_MODE) else name.split()[0]
                 request = {"run_id": str(runs[q.conversation_id]), "mode": mode,
                            "query": q.text, "tiers": TIERS, "limit": K}  # fmt: skip
                 if name == GRAPH_MODE:
@@ -288,7 +292,9 @@ def governed(
                     call(admin, configure, NO_BOUNDS)
                 t = time.perf_counter()
                 try:
-                    answer = recall(agent, request, broker, graph=graph)
+                    now = ends[q.conversation_id]
+                    temporal = name == TIME_MODE
+                    answer = recall(agent, request, broker, graph=graph, temporal=temporal, now=now)
                 except Exception as exc:  # recorded, not hidden: a mode that fails counts 0
                     answer = {"status": "error", "records": []}
                     state = getattr(exc, "sqlstate", None)
@@ -337,7 +343,7 @@ def report(
         returned = sum(len(r[q.question_id]) for q in qs) / len(qs)
         errs = errors.get(name, [])
         what = f"{len(errs)} ({', '.join(sorted(set(errs)))})" if errs else "0"
-        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE) else
+        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE, TIME_MODE) else
                  f"`{name.split()[0]}` {name.split()[1]}" if name in UNBOUNDED
                  else f"plain {name}")  # fmt: skip
         print(f"| {label} | {' | '.join(cells)} | {returned:.1f} | {ms(took[name])} | {what} |")
@@ -470,7 +476,7 @@ def main() -> int:
             with connect(url, "benchq_admin") as admin:
                 call(admin, "SELECT fabric_api.configure_deployment(%s)",
                      Jsonb({"recall_lexical_top": args.lexical_top}))  # fmt: skip
-        print(f"asking {len(data.questions)} questions x {len(MODES) + len(UNBOUNDED)} modes"
+        print(f"asking {len(data.questions)} questions x {len(MODES) + len(UNBOUNDED) + 1} modes"
               " ...", flush=True)  # fmt: skip
         graph = project_graph(url, projector)
         broker = LocalBroker(store, emb, {})
