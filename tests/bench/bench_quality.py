@@ -57,6 +57,7 @@ from quality.metrics import (
     recall_at,
     reciprocal_rank,
     rrf,
+    with_neighbours,
 )
 
 from memfabric import db
@@ -86,6 +87,15 @@ UNBOUNDED = ("text unbounded", "hybrid unbounded")
 NO_BOUNDS = Jsonb({"recall_lexical_top": 0, "recall_lexical_bound": 0})
 # Depths of the lists fused by the RRF references (k 60): 10, and recall's vector depth 4 x 10.
 RRF_DEPTHS = (10, 40)
+# Fusion weights of the legs (BM25, dense), RRF of top 10 each: a learned-free weighting,
+# measured on the synthetic set only. With k 60 and lists of 10, a ratio of weights above
+# 70/61 (1.15) puts every record of one list above every record found by the other alone.
+WEIGHTED = {
+    f"RRF(BM25 x{w:g}, dense x{2 - w:g}) of top 10": (w, 2 - w) for w in (0.94, 0.97, 1.03, 1.06)
+}
+# the fused top 10 with the same-session neighbours of its first NEIGHBOUR_TOP
+NEIGHBOUR_TOP = 3
+NEIGHBOURS = f"RRF of top 10 + same-session neighbours of the first {NEIGHBOUR_TOP}"
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
 KINDS = ("fact", "current", "before", "list", "third_party", "multi_hop", "temporal",
          *friendsqa.KINDS)  # fmt: skip
@@ -198,6 +208,7 @@ def baselines(
     more embedders ranked the same way (dense and RRF rows of their own) beside MiniLM."""
     fused = {d: f"RRF(BM25, dense) of top {d}" for d in RRF_DEPTHS}
     out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, **{f: {} for f in fused.values()}}
+    out |= {name: {} for name in (*WEIGHTED, NEIGHBOURS)}
     for name in also or {}:
         out |= {f"dense ({name})": {}}
         out |= {f"RRF(BM25, dense ({name})) of top {d}": {} for d in RRF_DEPTHS}
@@ -207,6 +218,12 @@ def baselines(
         by_conv[q.conversation_id].append(q)
     for c in data.conversations:
         ids = [t.turn_id for t in c.turns]
+        # the turns just before and after each one in its session (a bounded expansion)
+        near: dict[str, list[str]] = {
+            t.turn_id: [u.turn_id for u in c.turns[max(0, i - 1) : i + 2]
+                        if u is not t and u.session == t.session]
+            for i, t in enumerate(c.turns)
+        }  # fmt: skip
         # dense reads what the projector embeds (text_of: the turn's text); BM25 every string
         # value, as the database's search text does (the speaker's name too)
         texts = [text_of(content(t)) for t in c.turns]
@@ -229,6 +246,14 @@ def baselines(
                 t3 = time.perf_counter()
                 out[name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
                 took[name].append(t2 - t0 + time.perf_counter() - t3)
+            for name, weights in WEIGHTED.items():
+                t3 = time.perf_counter()
+                out[name][q.question_id] = rrf([lexical[:K], dense[:K]], K, weights=weights)
+                took[name].append(t2 - t0 + time.perf_counter() - t3)
+            t3 = time.perf_counter()
+            top10 = rrf([lexical[:K], dense[:K]], K)
+            out[NEIGHBOURS][q.question_id] = with_neighbours(top10, near, K, NEIGHBOUR_TOP)
+            took[NEIGHBOURS].append(t2 - t0 + time.perf_counter() - t3)
         for name, other in (also or {}).items():
             t = time.perf_counter()
             vecs = np.asarray(other.embed(texts), dtype=np.float32)
