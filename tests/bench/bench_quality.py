@@ -298,6 +298,7 @@ def governed(
     deployment's bounds switched off around the call; hybrid+graph with a graph), modes
     rotating question by question."""
     names = (*MODES, *UNBOUNDED, TIME_MODE, *((GRAPH_MODE,) if graph is not None else ()))
+    walks = Walks(graph) if graph is not None else None
     ends = {c.conversation_id: c.turns[-1].at for c in data.conversations}
     out: dict[str, dict[str, Ranked]] = {m: {} for m in names}
     took: dict[str, list[float]] = {m: [] for m in names}
@@ -319,7 +320,9 @@ def governed(
                 try:
                     now = ends[q.conversation_id]
                     temporal = name == TIME_MODE
-                    answer = recall(agent, request, broker, graph=graph, temporal=temporal, now=now)
+                    if walks is not None:
+                        walks.last = []
+                    answer = recall(agent, request, broker, graph=walks, temporal=temporal, now=now)  # type: ignore[arg-type]
                 except Exception as exc:  # recorded, not hidden: a mode that fails counts 0
                     answer = {"status": "error", "records": []}
                     state = getattr(exc, "sqlstate", None)
@@ -333,7 +336,46 @@ def governed(
                     errors[name].append(f"status {answer['status']}")
                 took[name].append(took_s)
                 out[name][q.question_id] = [turn_of[r["memory_id"]] for r in answer["records"]]
+                if name == GRAPH_MODE and walks is not None:
+                    WALKED[q.question_id] = [turn_of[m] for m, _ in walks.last if m in turn_of]
     return out, took, errors
+
+
+WALKED: dict[str, Ranked] = {}  # question -> the graph walk's list (hybrid+graph)
+
+
+class Walks:
+    """The graph store, keeping the list each walk answered (memory ids, best first): the
+    graph leg alone, for the plain references of its weight (`graph_weights`)."""
+
+    def __init__(self, graph: GraphStore) -> None:
+        self.graph, self.last = graph, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.graph, name)
+
+    def walk(self, *args: Any, **kwargs: Any) -> list[tuple[str, float]]:
+        self.last = self.graph.walk(*args, **kwargs)
+        return self.last
+
+
+# Weights of the graph leg beside BM25 and dense (each 1), RRF of top 10 each
+GRAPH_WEIGHTS = (0.5, 1.0, 1.5, 2.0)
+
+
+def graph_weights(
+    ranked: dict[str, dict[str, Ranked]], walked: dict[str, Ranked]
+) -> dict[str, dict[str, Ranked]]:
+    """Plain RRF of BM25, dense and the graph walk's list (top 10 each), the graph weighted
+    by each of GRAPH_WEIGHTS; questions the walk did not answer (no seeds) keep BM25 + dense."""
+    out: dict[str, dict[str, Ranked]] = {}
+    for w in GRAPH_WEIGHTS:
+        name = f"RRF(BM25, dense, graph x{w:g}) of top 10"
+        out[name] = {}
+        for qid, lexical in ranked["BM25"].items():
+            lists = [lexical[:K], ranked["dense"][qid][:K], walked.get(qid, [])[:K]]
+            out[name][qid] = rrf(lists, K, weights=(1.0, 1.0, w))
+    return out
 
 
 Metric = Callable[[Ranked, Sequence[str]], float]
@@ -520,6 +562,10 @@ def main() -> int:
     print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cpu}; {pg}; load average {loadavg}")
     print(f"{source}, {len(data.conversations)} conversations, {n_turns} turns,"
           f" {len(data.questions)} questions; limit {K}; embedder {emb.model}\n")  # fmt: skip
+    if WALKED:
+        weighted = graph_weights(ranked, WALKED)
+        ranked |= weighted
+        took |= {name: [0.0] for name in weighted}
     report(data, {**got, **ranked}, {**took_g, **took}, errors)
     if also:
         embedding_rates(n_turns)
