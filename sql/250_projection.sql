@@ -393,7 +393,7 @@ AS $$ SELECT pg_catalog.jsonb_build_object('embedder', s.embedder, 'url', s.embe
                                            'model', s.embedder_model)
       FROM fabric.deployment_settings s $$;
 COMMENT ON FUNCTION fabric_api.deployment_embedder() IS
-  'The deployment''s embedder (minilm, minilm-static or an OpenAI-compatible http endpoint). '
+  'The deployment''s embedder (minilm, minilm-static, e5 or an OpenAI-compatible http endpoint). '
   'Example: SELECT fabric_api.deployment_embedder();';
 
 -- ---------------------------------------------------------------------------------------

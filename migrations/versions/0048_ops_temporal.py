@@ -11,7 +11,7 @@ migrate. On Citus the table is distributed by tenant_id, colocated with the othe
 tables (as revision 0045_citus distributes the ones before it).
 
 Revision ID: 0048_ops_temporal
-Revises: 0045_citus
+Revises: 0046_e5_embedder
 Create Date: 2026-12-04
 """
 
@@ -19,7 +19,7 @@ from alembic import op
 from sqlalchemy import text
 
 revision = "0048_ops_temporal"
-down_revision = "0045_citus"
+down_revision = "0046_e5_embedder"
 branch_labels = None
 depends_on = None
 

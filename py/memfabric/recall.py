@@ -26,6 +26,7 @@ import contextlib
 from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -44,6 +45,7 @@ from memfabric.embedding import has_words
 from memfabric.errors import Unreachable
 from memfabric.graph import GraphStore
 from memfabric.settings import Settings
+from memfabric.timeparse import parse_time
 from memfabric.tracing import client_span
 
 Json = dict[str, Any]
@@ -61,6 +63,35 @@ def _recall(conn: psycopg.Connection[Any], request: Json) -> Json:
     return answer
 
 
+def time_filtered(request: Json, now: datetime | None = None) -> tuple[Json, Json | None]:
+    """The request narrowed to the valid time its question names, and what was read.
+
+    A question that names a window ending before `now` ("in May 2024", "3 months ago",
+    "before March 2024"; memfabric.timeparse) is asked with `filters.valid_at` set to the
+    window's last instant: only records valid then are candidates, so what was said after
+    it drops out (a turn of a conversation is valid from when it was said). It only adds a
+    filter the database enforces, so no scope is ever widened; a request that sets its own
+    `valid_at`, reads by id, or names no window ending in the past is left as it is. The
+    second value says what was read (`said`, `since`, `until`, `valid_at`), else None."""
+    query, filters = request.get("query"), request.get("filters")
+    if not has_words(query) or (filters is not None and not isinstance(filters, dict)):
+        return request, None
+    if filters and ("valid_at" in filters or "memory_ids" in filters):
+        return request, None
+    now = now or datetime.now(UTC)
+    window = parse_time(query, now)
+    if window is None or window.until is None or window.until > now:
+        return request, None
+    valid_at = (window.until - timedelta(microseconds=1)).isoformat()
+    read: Json = {
+        "said": window.said,
+        "since": window.since.isoformat() if window.since else None,
+        "until": window.until.isoformat(),
+        "valid_at": valid_at,
+    }
+    return {**request, "filters": {**(filters or {}), "valid_at": valid_at}}, read
+
+
 def recall(
     conn: psycopg.Connection[Any],
     request: Json,
@@ -68,15 +99,25 @@ def recall(
     *,
     exact: bool = False,
     graph: GraphStore | None = None,
+    temporal: bool = False,
+    now: datetime | None = None,
 ) -> Json:
     """`conn` is the agent's own connection (its login is its identity). With broker=None
     the broker is found from the environment when one is needed, and with graph=None the
     graph server (NEO4J_URI, else the local Bolt server) when a graph walk is asked for.
-    With an OpenTelemetry tracer provider configured, the call is a client span and the
-    request carries its traceparent, so the span made from the outbox joins the same
-    trace."""
+    With `temporal`, a question that names a time in the past is narrowed to it
+    (`time_filtered`, relative to `now`, default the current time) and the answer says so
+    in `time_filter`. With an OpenTelemetry tracer provider configured, the call is a
+    client span and the request carries its traceparent, so the span made from the outbox
+    joins the same trace."""
+    read = None
+    if temporal:
+        request, read = time_filtered(request, now)
     with client_span(request) as traced:
-        return _recall_modes(conn, traced, broker, exact=exact, graph=graph)
+        answer = _recall_modes(conn, traced, broker, exact=exact, graph=graph)
+    if read is not None:
+        answer["time_filter"] = read
+    return answer
 
 
 async def arecall(
@@ -86,9 +127,28 @@ async def arecall(
     *,
     exact: bool = False,
     graph: GraphStore | None = None,
+    temporal: bool = False,
+    now: datetime | None = None,
 ) -> Json:
     """`recall` on an async connection (the broker's search and the graph walk run in a
     worker thread)."""
+    read = None
+    if temporal:
+        request, read = time_filtered(request, now)
+    answer = await _arecall(conn, request, broker, exact=exact, graph=graph)
+    if read is not None:
+        answer["time_filter"] = read
+    return answer
+
+
+async def _arecall(
+    conn: psycopg.AsyncConnection[Any],
+    request: Json,
+    broker: Broker | None,
+    *,
+    exact: bool,
+    graph: GraphStore | None,
+) -> Json:
     with client_span(request) as traced:
         plan = _plan(traced, exact)
         reply: Any = None

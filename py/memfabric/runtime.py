@@ -38,8 +38,8 @@ def embedder_for(found: dict[str, Any] | None, *, child: bool = False) -> Embedd
     process at lower priority if `child`: a ProcessEmbedder, same vectors)."""
     settings: dict[str, Any] = found if found is not None else {"embedder": "minilm"}
     kind, kwargs = "minilm", {}
-    if settings["embedder"] == "minilm-static":
-        kind = "minilm-static"
+    if settings["embedder"] in ("minilm-static", "e5"):
+        kind = settings["embedder"]
     elif settings["embedder"] == "http":
         kind = "http"
         kwargs = {

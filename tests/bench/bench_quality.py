@@ -57,11 +57,18 @@ from quality.metrics import (
     recall_at,
     reciprocal_rank,
     rrf,
+    with_neighbours,
 )
 
 from memfabric import db
 from memfabric.broker import LocalBroker
-from memfabric.embedding import Embedder, MiniLMEmbedder, embedder_from_settings, text_of
+from memfabric.embedding import (
+    Embedder,
+    MiniLMEmbedder,
+    embed_query,
+    embedder_from_settings,
+    text_of,
+)
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector
 from memfabric.recall import find_graph, recall
@@ -80,10 +87,26 @@ UNBOUNDED = ("text unbounded", "hybrid unbounded")
 NO_BOUNDS = Jsonb({"recall_lexical_top": 0, "recall_lexical_bound": 0})
 # Depths of the lists fused by the RRF references (k 60): 10, and recall's vector depth 4 x 10.
 RRF_DEPTHS = (10, 40)
+# Fusion weights of the legs (BM25, dense), RRF of top 10 each: a learned-free weighting,
+# measured on the synthetic set only. With k 60 and lists of 10, a ratio of weights above
+# 70/61 (1.15) puts every record of one list above every record found by the other alone.
+WEIGHTED = {
+    f"RRF(BM25 x{w:g}, dense x{2 - w:g}) of top 10": (w, 2 - w) for w in (0.94, 0.97, 1.03, 1.06)
+}
+# the fused top 10 with the same-session neighbours of its first NEIGHBOUR_TOP
+NEIGHBOUR_TOP = 3
+NEIGHBOURS = f"RRF of top 10 + same-session neighbours of the first {NEIGHBOUR_TOP}"
 OPEN_RUN = "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, '12 hours'::interval)"
-KINDS = ("fact", "current", "before", "list", "third_party", "multi_hop", *friendsqa.KINDS)
+KINDS = ("fact", "current", "before", "list", "third_party", "multi_hop", "temporal",
+         *friendsqa.KINDS)  # fmt: skip
+# The held half of the temporal questions' phrasings: scored only for the temporal goal,
+# apart from every other figure (quality/generate.py)
+HELD = "temporal_held"
 # hybrid recall that also walks the graph (asked only when a graph server answers)
 GRAPH_MODE, EXPAND = "hybrid+graph", {"hops": 2}
+# hybrid recall narrowed to the valid time the question names (recall(..., temporal=True)),
+# relative to the end of the question's conversation
+TIME_MODE = "hybrid+time"
 
 Ranked = list[str]
 
@@ -185,14 +208,22 @@ def baselines(
     more embedders ranked the same way (dense and RRF rows of their own) beside MiniLM."""
     fused = {d: f"RRF(BM25, dense) of top {d}" for d in RRF_DEPTHS}
     out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, **{f: {} for f in fused.values()}}
+    out |= {name: {} for name in (*WEIGHTED, NEIGHBOURS)}
     for name in also or {}:
-        out |= {f"dense ({name})": {}, f"RRF(BM25, dense ({name})) of top {max(RRF_DEPTHS)}": {}}
+        out |= {f"dense ({name})": {}}
+        out |= {f"RRF(BM25, dense ({name})) of top {d}": {} for d in RRF_DEPTHS}
     took: dict[str, list[float]] = {name: [] for name in out}
     by_conv: dict[str, list[Question]] = defaultdict(list)
     for q in data.questions:
         by_conv[q.conversation_id].append(q)
     for c in data.conversations:
         ids = [t.turn_id for t in c.turns]
+        # the turns just before and after each one in its session (a bounded expansion)
+        near: dict[str, list[str]] = {
+            t.turn_id: [u.turn_id for u in c.turns[max(0, i - 1) : i + 2]
+                        if u is not t and u.session == t.session]
+            for i, t in enumerate(c.turns)
+        }  # fmt: skip
         # dense reads what the projector embeds (text_of: the turn's text); BM25 every string
         # value, as the database's search text does (the speaker's name too)
         texts = [text_of(content(t)) for t in c.turns]
@@ -202,7 +233,7 @@ def baselines(
         bm25 = BM25([words(t) for t in c.turns])
         vectors = np.asarray([known[t] for t in texts], dtype=np.float32)
         qs = by_conv[c.conversation_id]
-        for q, qv in zip(qs, emb.embed([q.text for q in qs]), strict=True):
+        for q, qv in zip(qs, queries(emb, [q.text for q in qs], "minilm"), strict=True):
             t0 = time.perf_counter()
             lexical = [ids[i] for i in bm25.rank(q.text, max(RRF_DEPTHS))]
             t1 = time.perf_counter()
@@ -215,24 +246,44 @@ def baselines(
                 t3 = time.perf_counter()
                 out[name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
                 took[name].append(t2 - t0 + time.perf_counter() - t3)
+            for name, weights in WEIGHTED.items():
+                t3 = time.perf_counter()
+                out[name][q.question_id] = rrf([lexical[:K], dense[:K]], K, weights=weights)
+                took[name].append(t2 - t0 + time.perf_counter() - t3)
+            t3 = time.perf_counter()
+            top10 = rrf([lexical[:K], dense[:K]], K)
+            out[NEIGHBOURS][q.question_id] = with_neighbours(top10, near, K, NEIGHBOUR_TOP)
+            took[NEIGHBOURS].append(t2 - t0 + time.perf_counter() - t3)
         for name, other in (also or {}).items():
             t = time.perf_counter()
             vecs = np.asarray(other.embed(texts), dtype=np.float32)
             EMBED_RATE[name] = EMBED_RATE.get(name, 0.0) + time.perf_counter() - t
-            for q, qv in zip(qs, other.embed([q.text for q in qs]), strict=True):
+            for q, qv in zip(qs, queries(other, [q.text for q in qs], name), strict=True):
                 t0 = time.perf_counter()
                 lexical = [ids[i] for i in bm25.rank(q.text, max(RRF_DEPTHS))]
                 dense = [ids[i] for i in dense_rank(vecs, qv, max(RRF_DEPTHS))]
                 took[f"dense ({name})"].append(time.perf_counter() - t0)
                 out[f"dense ({name})"][q.question_id] = dense[:K]
-                depth = max(RRF_DEPTHS)
-                fused_name = f"RRF(BM25, dense ({name})) of top {depth}"
-                out[fused_name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
-                took[fused_name].append(time.perf_counter() - t0)
+                for depth in RRF_DEPTHS:
+                    fused_name = f"RRF(BM25, dense ({name})) of top {depth}"
+                    out[fused_name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
+                    took[fused_name].append(time.perf_counter() - t0)
     return out, took
 
 
 EMBED_RATE: dict[str, float] = {}  # embedder -> seconds spent embedding the turns
+QUERY_TIME: dict[str, list[float]] = defaultdict(list)  # embedder -> seconds per question
+
+
+def queries(emb: Embedder, texts: Sequence[str], name: str) -> list[list[float]]:
+    """Each question embedded alone, as recall embeds it (embed_query: e5's ``query:``
+    prefix), timed one by one: the query latency of the embedder."""
+    out = []
+    for text in texts:
+        t = time.perf_counter()
+        out.append(embed_query(emb, text))
+        QUERY_TIME[name].append(time.perf_counter() - t)
+    return out
 
 
 def governed(
@@ -246,7 +297,9 @@ def governed(
     """Every question through recall() in each mode (and the lexical ones unbounded: the
     deployment's bounds switched off around the call; hybrid+graph with a graph), modes
     rotating question by question."""
-    names = (*MODES, *UNBOUNDED, *((GRAPH_MODE,) if graph is not None else ()))
+    names = (*MODES, *UNBOUNDED, TIME_MODE, *((GRAPH_MODE,) if graph is not None else ()))
+    walks = Walks(graph) if graph is not None else None
+    ends = {c.conversation_id: c.turns[-1].at for c in data.conversations}
     out: dict[str, dict[str, Ranked]] = {m: {} for m in names}
     took: dict[str, list[float]] = {m: [] for m in names}
     errors: dict[str, list[str]] = {m: [] for m in names}
@@ -256,7 +309,7 @@ def governed(
                         if k in ("recall_lexical_top", "recall_lexical_bound")})  # fmt: skip
         for i, q in enumerate(data.questions[:WARMUP] + data.questions):
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                mode = "hybrid" if name == GRAPH_MODE else name.split()[0]
+                mode = "hybrid" if name in (GRAPH_MODE, TIME_MODE) else name.split()[0]
                 request = {"run_id": str(runs[q.conversation_id]), "mode": mode,
                            "query": q.text, "tiers": TIERS, "limit": K}  # fmt: skip
                 if name == GRAPH_MODE:
@@ -265,7 +318,11 @@ def governed(
                     call(admin, configure, NO_BOUNDS)
                 t = time.perf_counter()
                 try:
-                    answer = recall(agent, request, broker, graph=graph)
+                    now = ends[q.conversation_id]
+                    temporal = name == TIME_MODE
+                    if walks is not None:
+                        walks.last = []
+                    answer = recall(agent, request, broker, graph=walks, temporal=temporal, now=now)  # type: ignore[arg-type]
                 except Exception as exc:  # recorded, not hidden: a mode that fails counts 0
                     answer = {"status": "error", "records": []}
                     state = getattr(exc, "sqlstate", None)
@@ -279,7 +336,46 @@ def governed(
                     errors[name].append(f"status {answer['status']}")
                 took[name].append(took_s)
                 out[name][q.question_id] = [turn_of[r["memory_id"]] for r in answer["records"]]
+                if name == GRAPH_MODE and walks is not None:
+                    WALKED[q.question_id] = [turn_of[m] for m, _ in walks.last if m in turn_of]
     return out, took, errors
+
+
+WALKED: dict[str, Ranked] = {}  # question -> the graph walk's list (hybrid+graph)
+
+
+class Walks:
+    """The graph store, keeping the list each walk answered (memory ids, best first): the
+    graph leg alone, for the plain references of its weight (`graph_weights`)."""
+
+    def __init__(self, graph: GraphStore) -> None:
+        self.graph, self.last = graph, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.graph, name)
+
+    def walk(self, *args: Any, **kwargs: Any) -> list[tuple[str, float]]:
+        self.last = self.graph.walk(*args, **kwargs)
+        return self.last
+
+
+# Weights of the graph leg beside BM25 and dense (each 1), RRF of top 10 each
+GRAPH_WEIGHTS = (0.5, 1.0, 1.5, 2.0)
+
+
+def graph_weights(
+    ranked: dict[str, dict[str, Ranked]], walked: dict[str, Ranked]
+) -> dict[str, dict[str, Ranked]]:
+    """Plain RRF of BM25, dense and the graph walk's list (top 10 each), the graph weighted
+    by each of GRAPH_WEIGHTS; questions the walk did not answer (no seeds) keep BM25 + dense."""
+    out: dict[str, dict[str, Ranked]] = {}
+    for w in GRAPH_WEIGHTS:
+        name = f"RRF(BM25, dense, graph x{w:g}) of top 10"
+        out[name] = {}
+        for qid, lexical in ranked["BM25"].items():
+            lists = [lexical[:K], ranked["dense"][qid][:K], walked.get(qid, [])[:K]]
+            out[name][qid] = rrf(lists, K, weights=(1.0, 1.0, w))
+    return out
 
 
 Metric = Callable[[Ranked, Sequence[str]], float]
@@ -305,7 +401,8 @@ def report(
     took: dict[str, list[float]],
     errors: dict[str, list[str]],
 ) -> None:
-    qs = data.questions
+    qs = [q for q in data.questions if q.kind != HELD]
+    held = [q for q in data.questions if q.kind == HELD]
     print("| retriever | " + " | ".join(METRICS) + " | returned | p50 / p95 | errors |")
     print("|---" * (len(METRICS) + 4) + "|")
     for name, r in ranked.items():
@@ -313,7 +410,7 @@ def report(
         returned = sum(len(r[q.question_id]) for q in qs) / len(qs)
         errs = errors.get(name, [])
         what = f"{len(errs)} ({', '.join(sorted(set(errs)))})" if errs else "0"
-        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE) else
+        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE, TIME_MODE) else
                  f"`{name.split()[0]}` {name.split()[1]}" if name in UNBOUNDED
                  else f"plain {name}")  # fmt: skip
         print(f"| {label} | {' | '.join(cells)} | {returned:.1f} | {ms(took[name])} | {what} |")
@@ -338,6 +435,11 @@ def report(
         differ = sum(ranked[mode][q.question_id] != ranked[f"{mode} unbounded"][q.question_id]
                      for q in qs)  # fmt: skip
         print(f"{mode}: answers that differ with and without the bounds: {differ} of {len(qs)}")
+    if held:
+        print(f"\nrecall@10 on the held temporal phrasings ({len(held)}), for the temporal goal"
+              " only:")  # fmt: skip
+        for name, r in ranked.items():
+            print(f"  {name}: {score(r, held, METRICS['recall@10']):.3f}")
     hops = [q for q in qs if q.kind == "multi_hop"]
     rest = [q for q in qs if q.kind != "multi_hop"]
     if hops:
@@ -390,6 +492,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help=f"keep the database {DBNAME}")
     ap.add_argument("--also", default="", help="more embedder kinds as plain dense baselines,"
                     " e.g. minilm-static (memfabric.embedding.embedder_from_settings)")  # fmt: skip
+    ap.add_argument("--baselines-only", action="store_true", help="the plain retrievers"
+                    " only (no database): compare embedders (--also) quickly")  # fmt: skip
     ap.add_argument("--lexical-top", type=int, default=None, help="the deployment's"
                     " recall_lexical_top for the bounded modes (default: its default)")  # fmt: skip
     ap.add_argument("--friendsqa", type=Path, default=None, metavar="DIR", help="a checkout of"
@@ -415,6 +519,9 @@ def main() -> int:
     for other in (emb, *also.values()):
         other.embed(["warm up"])  # loads (or derives) its model outside the timing
     ranked, took = baselines(data, known, emb, also)
+    if args.baselines_only:
+        report_baselines(data, ranked, n_turns)
+        return 0
     print(f"fresh database {DBNAME}: migrate ...", flush=True)
     url = fresh_database(server)
     tmp = Path(tempfile.mkdtemp(prefix="bench-quality-"))
@@ -436,7 +543,7 @@ def main() -> int:
             with connect(url, "benchq_admin") as admin:
                 call(admin, "SELECT fabric_api.configure_deployment(%s)",
                      Jsonb({"recall_lexical_top": args.lexical_top}))  # fmt: skip
-        print(f"asking {len(data.questions)} questions x {len(MODES) + len(UNBOUNDED)} modes"
+        print(f"asking {len(data.questions)} questions x {len(MODES) + len(UNBOUNDED) + 1} modes"
               " ...", flush=True)  # fmt: skip
         graph = project_graph(url, projector)
         broker = LocalBroker(store, emb, {})
@@ -455,12 +562,36 @@ def main() -> int:
     print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cpu}; {pg}; load average {loadavg}")
     print(f"{source}, {len(data.conversations)} conversations, {n_turns} turns,"
           f" {len(data.questions)} questions; limit {K}; embedder {emb.model}\n")  # fmt: skip
+    if WALKED:
+        weighted = graph_weights(ranked, WALKED)
+        ranked |= weighted
+        took |= {name: [0.0] for name in weighted}
     report(data, {**got, **ranked}, {**took_g, **took}, errors)
     if also:
-        print(f"\nembedding the {n_turns} turns, one batch per conversation:")
-        for name, sec in EMBED_RATE.items():
-            print(f"  {name}: {n_turns / sec:.0f} texts/s")
+        embedding_rates(n_turns)
     return 0
+
+
+def embedding_rates(n_turns: int) -> None:
+    print(f"\nembedding the {n_turns} turns, one batch per conversation; each question alone:")
+    for name, sec in EMBED_RATE.items():
+        print(f"  {name}: {n_turns / sec:.0f} texts/s; query {ms(QUERY_TIME[name])} p50 / p95")
+
+
+def report_baselines(data: Dataset, ranked: dict[str, dict[str, Ranked]], n_turns: int) -> None:
+    """recall@10 of each plain retriever, overall and by kind, and the embedders' speed."""
+    qs = [q for q in data.questions if q.kind != HELD]
+    kinds = [k for k in KINDS if any(q.kind == k for q in qs)]
+    print("| retriever | recall@10 | MRR@10 | " + " | ".join(kinds) + " |")
+    print("|---" * (len(kinds) + 3) + "|")
+    for name, r in ranked.items():
+        cells = [f"{score(r, [q for q in qs if q.kind == k], METRICS['recall@10']):.3f}"
+                 for k in kinds]  # fmt: skip
+        overall = (
+            f"{score(r, qs, METRICS['recall@10']):.3f} | {score(r, qs, METRICS['MRR@10']):.3f}"
+        )
+        print(f"| {name} | {overall} | " + " | ".join(cells) + " |")
+    embedding_rates(n_turns)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.quality.generate import Question, generate
+from bench.quality.generate import TEMPORAL_DEV, TEMPORAL_HELD, Question, generate
 from bench.quality.metrics import (
     BM25,
     dense_rank,
@@ -18,7 +18,9 @@ from bench.quality.metrics import (
     reciprocal_rank,
     rrf,
     tokens,
+    with_neighbours,
 )
+from memfabric.timeparse import parse_time
 
 
 def test_same_seed_same_data_other_seed_other_data() -> None:
@@ -54,6 +56,8 @@ def test_default_size_and_what_it_covers() -> None:
         "list",
         "third_party",
         "multi_hop",
+        "temporal",
+        "temporal_held",
     }
     for c in data.conversations:
         assert len(set(c.speakers)) == 3
@@ -157,3 +161,28 @@ def test_multi_hop_questions_need_two_turns_linked_by_a_declared_entity() -> Non
         assert len(shared) == 1, q  # the link
         (link,) = shared
         assert link[1] not in q.text, q  # the question never names the entity between them
+
+
+def test_temporal_questions_name_the_month_their_evidence_was_said_in() -> None:
+    """Each names one month (absolute, or relative to the conversation's end), its evidence
+    was said in it, and the held phrasings share no template with the developed ones."""
+    data = generate()
+    turns = {t.turn_id: t for c in data.conversations for t in c.turns}
+    ends = {c.conversation_id: c.turns[-1].at for c in data.conversations}
+    temporal = [q for q in data.questions if q.kind in ("temporal", "temporal_held")]
+    assert {q.kind for q in temporal} == {"temporal", "temporal_held"}
+    for q in temporal:
+        (evidence,) = q.evidence
+        window = parse_time(q.text, ends[q.conversation_id])
+        assert window is not None and window.since is not None and window.until is not None
+        assert window.since <= turns[evidence].at < window.until, q
+        assert turns[evidence].speaker in q.text
+    assert not set(TEMPORAL_DEV) & set(TEMPORAL_HELD)
+
+
+def test_weighted_rrf_and_neighbours_by_hand() -> None:
+    # a: 2 / 61; b: 1 / 61 + 2 / 62; c: 1 / 62
+    assert rrf([["b", "c"], ["a", "b"]], 3, weights=(1.0, 2.0)) == ["b", "a", "c"]
+    near = {"a": ["a0", "a1"], "b": ["b0"], "c": ["c0"]}
+    assert with_neighbours(["a", "b", "c"], near, 5, top=2) == ["a", "a0", "a1", "b", "b0"]
+    assert with_neighbours(["a", "a0", "c"], near, 10, top=1) == ["a", "a0", "a1", "c"]

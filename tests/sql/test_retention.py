@@ -550,6 +550,18 @@ def test_the_static_embedder_is_a_known_deployment_embedder(fabric: Fabric) -> N
     assert embedder.model == "memfabric/minilm-static"  # another model: another collection
 
 
+@pytest.mark.clone
+def test_e5_is_a_known_deployment_embedder_with_its_own_contract(fabric: Fabric) -> None:
+    from memfabric.embedding import MINILM_MODEL, E5Embedder
+    from memfabric.runtime import deployment_embedder
+
+    assert deploy(fabric, {"embedder": "e5"})["embedder"] == "e5"
+    with fabric.su() as su:
+        embedder = deployment_embedder(su)
+    assert isinstance(embedder, E5Embedder)
+    assert embedder.model == "intfloat/multilingual-e5-small" != MINILM_MODEL
+
+
 def test_deployment_settings_are_validated(fabric: Fabric) -> None:
     assert sqlstate(lambda: deploy(fabric, {"embedder": "http"})) == "23514"  # needs url+model
     assert sqlstate(lambda: deploy(fabric, {"recall_max_limit": 5000})) == "23514"

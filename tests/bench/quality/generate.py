@@ -44,7 +44,8 @@ class Question:
     conversation_id: str
     text: str
     evidence: tuple[str, ...]  # turn ids
-    kind: str  # fact, current, before, list, third_party, multi_hop
+    # fact, current, before, list, third_party, multi_hop, temporal, temporal_held
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -518,6 +519,9 @@ class _Chat:
         self.asks: list[tuple[str, tuple[str, ...], str]] = []  # text, evidence keys, kind
         self.keys = 0
         self.entities: dict[str, tuple[tuple[str, str], ...]] = {}  # key -> declared entities
+        # successive states of a person's job or home: (topic, person, keys in order), the
+        # ground of the temporal questions (asked once the turns have their times)
+        self.states: list[tuple[str, F, list[str]]] = []
 
     def other(self, name: str) -> str:
         return self.rng.choice([n for n, _ in self.speakers if n != name])
@@ -638,6 +642,7 @@ def _job(c: _Chat, p: F) -> None:
         f.update(a_other_job=_a(jobs[n]), other_company=companies[n])
         c.distract(s, JOB_DISTRACT, f, rng.choice([1, 2]))
     c.ask(JOB_NOW, p, keys[-1:], "current", 2)
+    c.states.append(("job", p, keys))
     for k in range(1, n):
         if k == n - 1 or rng.random() < 0.5:
             f = {**p, "a_job": _a(jobs[k]), "company": companies[k]}
@@ -657,6 +662,7 @@ def _home(c: _Chat, p: F) -> None:
         )
         c.distract(s, HOME_DISTRACT, f, 1)
     c.ask(HOME_NOW, p, keys[-1:], "current", 2)
+    c.states.append(("home", p, keys))
     c.ask(HOME_BEFORE, {**p, "city": cities[n - 1]}, keys[n - 2 : n - 1], "before")
     if rng.random() < 0.6:
         c.at(rng.uniform(0.975, 1.0), [(s, HOME_MISS.format(city=cities[n - 2]), None)])
@@ -789,11 +795,69 @@ def conversation(seed: int, index: int, turns: int = 300) -> tuple[Conversation,
         out.append(Turn(turn_id, speaker, text, when, session, c.entities.get(key or "", ())))
         if key:
             by_key[key] = turn_id
+    # after the times are known, with a generator of their own (the rest stays as it was)
+    _temporal(c, random.Random(f"memfabric-quality-{seed}-{index}-temporal"), out, by_key)
     questions = [
         Question(f"{cid}-q{n:03d}", cid, text, tuple(by_key[k] for k in keys), kind)
         for n, (text, keys, kind) in enumerate(c.asks)
     ]
     return Conversation(cid, tuple(n for n, _ in speakers), tuple(out)), questions
+
+
+# Temporal questions: which of a person's successive jobs or homes they spoke of in a given
+# month. Every state is said in the same words ("I started at ... as ..."), so only the time
+# tells them apart. Their phrasings come in two halves: `temporal` is what the question
+# parser (memfabric.timeparse) is developed on; `temporal_held` is held out, scored only
+# for the temporal goal (docs/benchmarks.md), and was written before the parser.
+TOPICS = {"job": ["work", "{their} job"], "home": ["where {they} lived", "{their} home"]}
+TEMPORAL_DEV = [
+    "What did {S} say about {topic} in {Month} {year}?",
+    "In {Month} {year}, what was {Ss} news about {topic}?",
+    "What was {S} telling us about {topic} back in {Month} {year}?",
+    "What did {S} say about {topic} {ago}?",
+]
+TEMPORAL_HELD = [
+    "During {Month} of {year}, what did {S} mention about {topic}?",
+    "What did {S} share regarding {topic} around {Mon} {year}?",
+    "{Ss} update on {topic} from {Month} {year}: what was it?",
+    "Which news about {topic} did {S} give us {ago}?",
+]
+TEMPORAL_PER_STATE = 0.5  # the share of states asked about
+
+
+def _ago(when: datetime, now: datetime) -> str | None:
+    """The month of `when` said relative to `now` ("last month", "3 months ago"), when
+    that names exactly that calendar month."""
+    months = (now.year - when.year) * 12 + now.month - when.month
+    if months == 1:
+        return "last month"
+    if 2 <= months <= 11:
+        return f"{months} months ago"
+    return None
+
+
+def _temporal(c: _Chat, rng: random.Random, turns: list[Turn], by_key: dict[str, str]) -> None:
+    """A temporal question for some states of each job and home: the month the state was
+    said in, absolute ("in May 2024") or relative to the conversation's end ("3 months
+    ago"); only when no other state of the same topic and person was said that month."""
+    at = {t.turn_id: t.at for t in turns}
+    now = turns[-1].at  # questions are asked after the conversation
+    for topic, p, keys in c.states:
+        months = [(at[by_key[k]].year, at[by_key[k]].month) for k in keys]
+        for k, key in enumerate(keys):
+            if months.count(months[k]) > 1 or rng.random() > TEMPORAL_PER_STATE:
+                continue
+            when = at[by_key[key]]
+            held = rng.random() < 0.5
+            templates = TEMPORAL_HELD if held else TEMPORAL_DEV
+            template = rng.choice(templates)
+            ago = _ago(when, now)
+            if "{ago}" in template and ago is None:
+                template = templates[0]
+            f = {**p, "Month": when.strftime("%B"), "Mon": when.strftime("%b"),
+                 "year": str(when.year), "ago": ago or ""}  # fmt: skip
+            f["topic"] = rng.choice(TOPICS[topic]).format(**f)
+            c.asks.append((template.format(**f), (key,), "temporal_held" if held else "temporal"))
 
 
 def generate(

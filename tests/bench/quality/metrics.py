@@ -214,14 +214,33 @@ def dense_rank(doc_vectors: np.ndarray, query_vector: Sequence[float], k: int) -
     return [int(i) for i in order[:k]]
 
 
-def rrf(rankings: Sequence[Sequence[str]], k: int, c: int = 60) -> list[str]:
-    """Reciprocal rank fusion: each id scores the sum of 1 / (c + rank) over the lists it is
-    in; the k best, ties by id."""
+def rrf(
+    rankings: Sequence[Sequence[str]],
+    k: int,
+    c: int = 60,
+    weights: Sequence[float] | None = None,
+) -> list[str]:
+    """Reciprocal rank fusion: each id scores the sum of weight / (c + rank) over the lists
+    it is in (every weight 1 unless given); the k best, ties by id."""
     score: dict[str, float] = {}
-    for ranking in rankings:
+    for n, ranking in enumerate(rankings):
+        w = 1.0 if weights is None else weights[n]
         for rank, doc in enumerate(ranking, 1):
-            score[doc] = score.get(doc, 0.0) + 1 / (c + rank)
+            score[doc] = score.get(doc, 0.0) + w / (c + rank)
     return sorted(score, key=lambda d: (-score[d], d))[:k]
+
+
+def with_neighbours(
+    ranked: Sequence[str], neighbours: dict[str, Sequence[str]], k: int, top: int = 3
+) -> list[str]:
+    """`ranked` with the neighbours of each of its first `top` (the turns just before and
+    after it in the same session) placed right after it, cut at k: a bounded expansion."""
+    out: list[str] = []
+    for rank, doc in enumerate(ranked):
+        for d in (doc, *(neighbours.get(doc, ()) if rank < top else ())):
+            if d not in out:
+                out.append(d)
+    return out[:k]
 
 
 def recall_at(ranked: Sequence[str], evidence: Sequence[str], k: int) -> float:
