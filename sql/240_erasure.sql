@@ -248,6 +248,12 @@ BEGIN
     WHERE r.tenant_id = v_tenant AND r.subject_id = v_subject;
     UPDATE fabric.temporal_summaries s SET subject_id = NULL
     WHERE s.tenant_id = v_tenant AND s.subject_id = v_subject;
+    -- An agent token whose run template names the subject could open new runs for the
+    -- erased person and keeps the id: it is revoked and forgets the subject and session.
+    UPDATE fabric.agent_tokens t
+    SET subject_id = NULL, session_id = NULL,
+        revoked_at = COALESCE(t.revoked_at, GREATEST(pg_catalog.now(), t.issued_at))
+    WHERE t.tenant_id = v_tenant AND t.subject_id = v_subject;
     -- The subject's time series (measurements about the person) go whole.
     DELETE FROM fabric.measurements m WHERE m.tenant_id = v_tenant AND m.subject_id = v_subject;
     -- The subject's LangGraph checkpoint threads (graph state, not memory) go whole.
@@ -307,8 +313,8 @@ BEGIN
     'subject_key', CASE WHEN v_approval.action = 'erase_subject' THEN
                      fabric._subject_key_receipt() -> 'subject_key' END,
     'vacuum', pg_catalog.jsonb_build_array('fabric.memory_records', 'fabric.proposals',
-      'fabric.memory_embeddings', 'fabric.runs', 'fabric.temporal_summaries',
-      'fabric.measurements', 'fabric.subject_keys', 'langgraph.checkpoints', 'langgraph.checkpoint_blobs',
+      'fabric.memory_embeddings', 'fabric.runs', 'fabric.agent_tokens',
+      'fabric.temporal_summaries', 'fabric.measurements', 'fabric.subject_keys', 'langgraph.checkpoints', 'langgraph.checkpoint_blobs',
       'langgraph.checkpoint_writes'));
 END $$;
 COMMENT ON FUNCTION fabric_api.erase(uuid) IS

@@ -67,8 +67,8 @@ GRANT EXECUTE ON FUNCTION
 -- VACUUM cannot run inside a function). MAINTAIN also allows LOCK TABLE, so the committer
 -- never holds it: fabric_maintainer holds it on these tables only, and nothing else.
 GRANT MAINTAIN ON fabric.memory_records, fabric.proposals, fabric.memory_embeddings,
-  fabric.runs, fabric.temporal_summaries, fabric.temporal_summaries_default,
-  fabric.measurements, fabric.measurements_default,
+  fabric.runs, fabric.agent_tokens, fabric.temporal_summaries,
+  fabric.temporal_summaries_default, fabric.measurements, fabric.measurements_default,
   fabric.subject_keys TO fabric_maintainer;
 GRANT USAGE ON SCHEMA fabric TO fabric_maintainer;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_projector;

@@ -207,6 +207,7 @@ ERASURE_VACUUM = (
     "fabric.proposals",
     "fabric.memory_embeddings",
     "fabric.runs",
+    "fabric.agent_tokens",
     "fabric.temporal_summaries",
     "fabric.measurements",
     "fabric.subject_keys",

@@ -20,13 +20,13 @@ def issue(
     login: str = "mf_orchestrator",
     run_ttl: str = "1 hour",
     session: str | None = None,
+    subject: str = "user-8842",
 ) -> dict[str, Any]:
     row = (
         fabric.connect(login)
         .execute(
-            "SELECT fabric_api.issue_agent_token('acme', 'com-agt-003', 'user-8842', %s, %s,"
-            " %s::interval)",
-            (session, MEMORY_TOOLS if tools is None else tools, run_ttl),
+            "SELECT fabric_api.issue_agent_token('acme', 'com-agt-003', %s, %s, %s, %s::interval)",
+            (subject, session, MEMORY_TOOLS if tools is None else tools, run_ttl),
         )
         .fetchone()
     )
@@ -121,6 +121,37 @@ def test_revoking_closes_the_tokens_runs_and_opens_no_more(fabric: Fabric) -> No
     )
     assert dict(closed) == {run["run_id"]: True, str(other): False}
     assert refused(open_run, fabric, issued["token"]) == "42501"
+
+
+def test_a_subject_erasure_revokes_the_subjects_tokens_and_forgets_the_subject(
+    fabric: Fabric,
+) -> None:
+    """A token whose template names an erased subject would open new runs for that person
+    and keep the id: the erasure revokes it and clears its subject and session; another
+    subject's token is untouched."""
+    erased = issue(fabric, session="sess-1f9c")
+    kept = issue(fabric, subject="user-9999")
+    approval = fabric.call(
+        "mf_committer",
+        "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')",
+    )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    answer = fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    assert "fabric.agent_tokens" in answer["vacuum"]
+    rows = dict(
+        fabric.session(None)
+        .execute(
+            "SELECT token_id::text, jsonb_build_array(subject_id, session_id,"
+            " revoked_at IS NOT NULL) FROM fabric.agent_tokens"
+        )
+        .fetchall()
+    )
+    assert rows == {
+        erased["token_id"]: [None, None, True],
+        kept["token_id"]: ["user-9999", None, False],
+    }
+    assert refused(open_run, fabric, erased["token"]) == "42501"
+    assert open_run(fabric, kept["token"])["login"] == "mf_agent_a"
 
 
 def test_a_run_never_outlives_its_template_ttl(fabric: Fabric) -> None:
