@@ -28,10 +28,10 @@ def _conninfo() -> str:
 
 def _citus_before_distribution(connection) -> None:  # type: ignore[no-untyped-def]
     """On a Citus coordinator whose fabric is not distributed yet (a fresh install, or one
-    from before 0045), the revisions up to the distribution step build the fabric on the
-    coordinator alone, as on plain PostgreSQL: DDL is not propagated. 0045 distributes the
+    from before 0049), the revisions up to the distribution step build the fabric on the
+    coordinator alone, as on plain PostgreSQL: DDL is not propagated. 0049 distributes the
     tables, and Citus then creates each table's shards, its schema, owner, functions and
-    types on the workers; every later DDL is propagated again (0045 turns it back on)."""
+    types on the workers; every later DDL is propagated again (0049 turns it back on)."""
     citus = connection.execute(
         text("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus'")
     ).first()

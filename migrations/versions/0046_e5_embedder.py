@@ -7,22 +7,27 @@ Only the list of known embedders changes. A deployment that switches embedder ge
 collections and a cutover (rebuild), as for any other change of model or version.
 
 Revision ID: 0046_e5_embedder
-Revises: 0045_citus
+Revises: 0044_agent_tokens
 Create Date: 2026-12-04
 """
 
 from alembic import op
 
 revision = "0046_e5_embedder"
-down_revision = "0045_citus"
+down_revision = "0044_agent_tokens"
 branch_labels = None
 depends_on = None
 
 
-def _known(embedders: str) -> str:
-    return (
+def _known(embedders: str) -> None:
+    # Two statements: Citus refuses ADD CONSTRAINT with other subcommands on a distributed or
+    # reference table (deployment_settings is one on a cluster).
+    op.execute(
         "ALTER TABLE fabric.deployment_settings "
-        "DROP CONSTRAINT deployment_settings_embedder_is_known, "
+        "DROP CONSTRAINT deployment_settings_embedder_is_known"
+    )
+    op.execute(
+        "ALTER TABLE fabric.deployment_settings "
         "ADD CONSTRAINT deployment_settings_embedder_is_known "
         f"CHECK (embedder IN ({embedders}))"
     )
@@ -30,12 +35,12 @@ def _known(embedders: str) -> str:
 
 def upgrade() -> None:
     op.execute("SET LOCAL ROLE fabric_owner")
-    op.execute(_known("'minilm', 'minilm-static', 'e5', 'http'"))
+    _known("'minilm', 'minilm-static', 'e5', 'http'")
     op.execute("RESET ROLE")
 
 
 def downgrade() -> None:
     # Refused (23514) while the deployment uses e5: switch embedder first.
     op.execute("SET LOCAL ROLE fabric_owner")
-    op.execute(_known("'minilm', 'minilm-static', 'http'"))
+    _known("'minilm', 'minilm-static', 'http'")
     op.execute("RESET ROLE")

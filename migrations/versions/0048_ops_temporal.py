@@ -7,8 +7,8 @@ Agents read it only through `fabric_api.read_measurements` (tool `tool:temporal-
 authorized in three layers like every tool); producers write it through
 `fabric_api.record_measurements`; `fabric_api.run_temporal_retention` removes what its
 class no longer keeps. The functions are created by the sql/ replay that follows every
-migrate. On Citus the table is distributed by tenant_id, colocated with the other tenant
-tables (as revision 0045_citus distributes the ones before it).
+migrate. On Citus the table is distributed by tenant_id with the other tenant tables by the
+distribution step that follows (revision 0049_citus).
 
 Revision ID: 0048_ops_temporal
 Revises: 0046_e5_embedder
@@ -16,14 +16,11 @@ Create Date: 2026-12-04
 """
 
 from alembic import op
-from sqlalchemy import text
 
 revision = "0048_ops_temporal"
 down_revision = "0046_e5_embedder"
 branch_labels = None
 depends_on = None
-
-TENANT_TABLES = ("fabric.measurements",)
 
 UPGRADE = """
 SET LOCAL ROLE fabric_owner;
@@ -66,25 +63,8 @@ ON CONFLICT (tool_id) DO NOTHING;
 """
 
 
-def _citus(bind) -> bool:  # type: ignore[no-untyped-def]
-    row = bind.execute(
-        text("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus'")
-    ).first()
-    return row is not None
-
-
 def upgrade() -> None:
-    bind = op.get_bind()
     op.execute(UPGRADE)
-    if _citus(bind):
-        for table in TENANT_TABLES:
-            bind.execute(
-                text(
-                    "SELECT create_distributed_table(CAST(:t AS regclass), 'tenant_id', "
-                    "colocate_with => 'fabric.tenant_agents')"
-                ),
-                {"t": table},
-            )
     op.execute("RESET ROLE")
 
 

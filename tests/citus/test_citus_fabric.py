@@ -23,7 +23,7 @@ from memfabric import db as mfdb
 __all__ = ["cluster"]  # the session fixture, used by name
 
 _spec = importlib.util.spec_from_file_location(
-    "m0045", ROOT / "migrations" / "versions" / "0045_citus.py"
+    "m0049", ROOT / "migrations" / "versions" / "0049_citus.py"
 )
 assert _spec and _spec.loader
 layout = importlib.util.module_from_spec(_spec)

@@ -1,4 +1,4 @@
-"""Every table of schema fabric has its place on a Citus cluster (migration 0045's lists),
+"""Every table of schema fabric has its place on a Citus cluster (migration 0049's lists),
 checked on plain PostgreSQL, so a table added later fails here until it is placed: a tenant
 table (one that starts with tenant_id, but the tenants' own registry) is distributed by it,
 a registry is a reference
@@ -11,7 +11,7 @@ import importlib.util
 from conftest import ROOT, Fabric
 
 _spec = importlib.util.spec_from_file_location(
-    "m0045", ROOT / "migrations" / "versions" / "0045_citus.py"
+    "m0049", ROOT / "migrations" / "versions" / "0049_citus.py"
 )
 assert _spec and _spec.loader
 layout = importlib.util.module_from_spec(_spec)
@@ -36,7 +36,7 @@ def test_every_fabric_table_has_a_place_on_citus(fabric: Fabric) -> None:
         *layout.COORDINATOR_TABLES,
         *layout.LOCAL_TABLES,
     }
-    assert sorted(set(tables) - placed) == [], "add each to a list of migration 0045"
+    assert sorted(set(tables) - placed) == [], "add each to a list of migration 0049"
     assert sorted(placed - set(tables)) == []
 
 

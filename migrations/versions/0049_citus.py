@@ -23,16 +23,16 @@ the workers. Every function of the fabric's schemas is then distributed as well 
 on every node), because a trigger or policy on a shard calls helpers that no catalog
 dependency names. DDL propagation is on again after this revision.
 
-Revision ID: 0045_citus
-Revises: 0044_agent_tokens
+Revision ID: 0049_citus
+Revises: 0048_ops_temporal
 Create Date: 2026-12-04
 """
 
 from alembic import op
 from sqlalchemy import text
 
-revision = "0045_citus"
-down_revision = "0044_agent_tokens"
+revision = "0049_citus"
+down_revision = "0048_ops_temporal"
 branch_labels = None
 depends_on = None
 
@@ -66,7 +66,7 @@ TENANT_TABLES = (
     "fabric.reasoning_steps",
     "fabric.step_touches",
     "fabric.memory_corroborations",
-    "fabric.measurements",  # created and distributed by 0048_ops_temporal
+    "fabric.measurements",
 )
 
 REFERENCE_TABLES = (
