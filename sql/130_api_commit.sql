@@ -159,6 +159,9 @@ BEGIN
     SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
     SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
   END IF;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(v_record.tenant_id);  -- Citus: the shard triggers' events
+  END IF;
   RETURN v_record;
 END $$;
 
@@ -340,6 +343,9 @@ BEGIN
   END LOOP;
   SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
   SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(p_tenant_id);  -- Citus: the shard triggers' events
+  END IF;
 END $$;
 
 -- ---------------------------------------------------------------------------------------

@@ -118,6 +118,7 @@ AS $$
       valid_until = CASE WHEN p_until > m.valid_from AND (m.valid_until IS NULL OR m.valid_until > p_until)
                          THEN p_until ELSE m.valid_until END
   WHERE m.tenant_id = p_old.tenant_id AND m.memory_id = p_old.memory_id;
+  SELECT fabric._flush_shard_events(p_old.tenant_id);  -- Citus: the shard triggers' events
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -160,6 +161,9 @@ BEGIN
     PERFORM fabric._contradiction();
   END;
   PERFORM fabric._set_context('action', NULL);
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(p_record.tenant_id);  -- Citus: the shard triggers' events
+  END IF;
   RETURN v;
 END $$;
 

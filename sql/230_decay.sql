@@ -105,6 +105,9 @@ BEGIN
     FROM due WHERE m.tenant_id = v_tenant AND m.memory_id = due.memory_id;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_expired := v_expired + v_n;
+    IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+      PERFORM fabric._flush_shard_events(v_tenant);  -- Citus: the shard triggers' events
+    END IF;
 
     -- 3. Regulated records at their ceiling: an erasure request for approval, never silent.
     FOR v_rec IN

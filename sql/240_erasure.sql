@@ -92,6 +92,9 @@ BEGIN
       consolidation_state = 'tombstoned', erased_at = pg_catalog.now(),
       erasure_approval_id = p_approval.approval_id
   WHERE m.tenant_id = p_record.tenant_id AND m.memory_id = p_record.memory_id;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(p_record.tenant_id);  -- Citus: the shard triggers' events
+  END IF;
   DELETE FROM fabric.memory_embeddings e
   WHERE e.tenant_id = p_record.tenant_id AND e.memory_id = p_record.memory_id;
   GET DIAGNOSTICS v_embeddings = ROW_COUNT;
