@@ -108,9 +108,16 @@ RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v fabric.memory_records;
 BEGIN
-  RETURN (SELECT fabric._record_json(m) FROM fabric.memory_records m
-          WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_memory_id);
+  -- the row read first, then made JSON here (on Citus a shard's row is of the shard's type)
+  SELECT * INTO v FROM fabric.memory_records m
+  WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_memory_id;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  RETURN fabric._record_json(v);
 END $$;
 
 -- ---------------------------------------------------------------------------------------

@@ -119,7 +119,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_moved bigint;
+  v_rows jsonb;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus (from a shard's trigger too): the deltas deleted by one statement on the
+    -- tenant's shard, folded here, inserted by another (a modifying CTE feeding another
+    -- statement is planned through the coordinator, which a shard's trigger cannot reach)
+    WITH moved AS (
+      DELETE FROM fabric.search_stats s
+       WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
+      RETURNING s.*)
+    SELECT pg_catalog.jsonb_agg(m), pg_catalog.count(*) INTO v_rows, v_moved FROM moved m;
+    INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+    SELECT m.tenant_id, m.scope_key, m.lexeme, pg_catalog.sum(m.docs), pg_catalog.sum(m.length)
+      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.search_stats, v_rows) m
+     GROUP BY m.tenant_id, m.scope_key, m.lexeme
+    HAVING pg_catalog.sum(m.docs) > 0;
+    RETURN v_moved;
+  END IF;
   WITH moved AS (
     DELETE FROM fabric.search_stats s
      WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)

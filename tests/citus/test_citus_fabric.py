@@ -270,13 +270,14 @@ def test_an_approved_erasure_tombstones_the_record_in_its_tenant_only(
     with cluster.connect("mf_committer") as committer:
         committer.execute("SELECT fabric_api.erase(%s)", (approval_id,))
     with cluster.connect() as su:
-        rows = dict(
-            su.execute(
-                "SELECT memory_id::text, (consolidation_state, content IS NULL) "
+        rows = {
+            r[0]: (r[1], r[2])
+            for r in su.execute(
+                "SELECT memory_id::text, consolidation_state, content IS NULL "
                 "FROM fabric.memory_records WHERE memory_id = ANY (%s::uuid[])",
                 ([gone, kept],),
-            ).fetchall()
-        )
+            )
+        }
     assert rows == {gone: ("tombstoned", True), kept: ("raw", False)}
     assert ("memory.record.forgotten", first) in _outbox(cluster, gone)
     assert _staged(cluster) == 0
