@@ -285,6 +285,37 @@ def test_an_approved_erasure_tombstones_the_record_in_its_tenant_only(
     assert kept in recall(cluster, second)
 
 
+def test_decay_expires_a_lapsed_record_with_its_event_in_each_tenant(cluster: Cluster) -> None:
+    first, second = cluster.apart
+    lapsed = {}
+    for tenant in (first, second):
+        record = episode(tenant, f"a lapsed note of {tenant}")
+        record["validity_interval"] = {
+            "valid_from": "2026-07-02T09:14:00Z",
+            "valid_until": "2026-07-03T09:14:00Z",
+        }
+        proposal = _propose(cluster, tenant, record)
+        with cluster.connect("mf_committer") as committer:
+            row = committer.execute("SELECT fabric_api.commit(%s)", (proposal,)).fetchone()
+        assert row is not None
+        lapsed[tenant] = str(row[0]["memory_id"])
+    with cluster.connect("mf_committer") as committer:
+        report = committer.execute("SELECT fabric_api.run_decay()").fetchone()
+    assert report is not None and report[0]["expired"] >= 2, report
+    with cluster.connect() as su:
+        states = dict(
+            su.execute(
+                "SELECT memory_id::text, consolidation_state FROM fabric.memory_records "
+                "WHERE memory_id = ANY (%s::uuid[])",
+                (list(lapsed.values()),),
+            ).fetchall()
+        )
+    assert set(states.values()) == {"expired"}
+    for tenant, memory_id in lapsed.items():
+        assert ("memory.record.expired", tenant) in _outbox(cluster, memory_id)
+    assert _staged(cluster) == 0
+
+
 def test_a_commit_refused_on_the_cluster_writes_nothing(cluster: Cluster) -> None:
     first, _ = cluster.apart
     run = open_run(cluster, first)
