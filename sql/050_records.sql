@@ -526,7 +526,14 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+  v text;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard (the
+    -- function's SET clause restores the setting when it returns)
+    v := pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+  END IF;
   RETURN (SELECT EXISTS (SELECT 1 FROM fabric.memory_records m
                  WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (p_ids)
                    AND (m.tier = 'episodic'

@@ -285,6 +285,52 @@ def test_an_approved_erasure_tombstones_the_record_in_its_tenant_only(
     assert kept in recall(cluster, second)
 
 
+# What does not hold yet on a cluster (docs/citus.md, "What part one leaves open"): a
+# semantic record's commit fails at the workers' commit ("could not commit transaction for
+# shard"), where its deferred rule (_950_semantic_needs_episode) runs; so promotion and
+# demotion, which start from a semantic record, are not exercised yet.
+SEMANTIC_GAP = pytest.mark.xfail(
+    strict=True,
+    reason="a semantic record's deferred rule fails at the workers' commit (left open)",
+)
+
+
+@SEMANTIC_GAP
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_a_semantic_record_is_promoted_and_demoted_with_its_events(
+    cluster: Cluster, pair: str
+) -> None:
+    first, _ = getattr(cluster, pair)
+    source = form(cluster, first, f"{pair} prefers answers in french")
+    record = episode(first, "x")
+    record.update(
+        tier="semantic",
+        content={"key": f"pref.lang.{uuid.uuid4()}", "value": "fr"},
+        derived_from=[source],
+    )
+    with cluster.connect("mf_committer") as committer:
+        row = committer.execute(
+            "SELECT fabric_api.commit(%s)", (_propose(cluster, first, record),)
+        ).fetchone()
+        assert row is not None
+        memory_id = str(row[0]["memory_id"])
+        promoted = committer.execute(
+            "SELECT fabric_api.promote(%s, 'profile')", (memory_id,)
+        ).fetchone()
+        demoted = committer.execute(
+            "SELECT fabric_api.demote(%s, 'semantic')", (memory_id,)
+        ).fetchone()
+    assert promoted is not None and promoted[0]["tier"] == "profile"
+    assert demoted is not None and demoted[0]["tier"] == "semantic"
+    events = [e for e, _ in _outbox(cluster, memory_id)]
+    assert sorted(events) == [
+        "memory.record.demoted",
+        "memory.record.formed",
+        "memory.record.promoted",
+    ]
+    assert _staged(cluster) == 0
+
+
 def test_decay_expires_a_lapsed_record_with_its_event_in_each_tenant(cluster: Cluster) -> None:
     first, second = cluster.apart
     lapsed = {}
