@@ -70,15 +70,22 @@ SET LOCAL ROLE fabric_lookup;
 -- fabric._tenant_of_approval / fabric._tenant_of_recommendation: tenant keys by id.
 CREATE OR REPLACE FUNCTION fabric._tenant_of_approval(p_approval_id uuid)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT a.tenant_id FROM fabric.approvals a WHERE a.approval_id = p_approval_id $$;
+AS $$
+BEGIN
+  RETURN (SELECT a.tenant_id FROM fabric.approvals a WHERE a.approval_id = p_approval_id);
+END $$;
 
 CREATE OR REPLACE FUNCTION fabric._tenant_of_recommendation(p_recommendation_id uuid)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT r.tenant_id FROM fabric.recommendations r WHERE r.recommendation_id = p_recommendation_id $$;
+AS $$
+BEGIN
+  RETURN (SELECT r.tenant_id FROM fabric.recommendations r
+          WHERE r.recommendation_id = p_recommendation_id);
+END $$;
 
 REVOKE ALL ON FUNCTION fabric._tenant_of_approval(uuid), fabric._tenant_of_recommendation(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._tenant_of_approval(uuid), fabric._tenant_of_recommendation(uuid)

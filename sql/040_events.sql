@@ -45,6 +45,40 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._flush_shard_events: on a Citus cluster, move the events the tenant's shard
+-- triggers staged in fabric.shard_events (they cannot reach this outbox from a worker) into
+-- fabric.events, in the order they were staged, in the calling transaction. Each API
+-- function that writes memory_records calls it after the write; on plain PostgreSQL the
+-- triggers write the outbox themselves and this returns at once. The caller has set the
+-- tenant context.
+CREATE OR REPLACE FUNCTION fabric._flush_shard_events(p_tenant_id text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_staged jsonb;
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
+    RETURN;
+  END IF;
+  -- one statement on the tenant's shard, then the outbox of this node
+  WITH moved AS (
+    DELETE FROM fabric.shard_events s WHERE s.tenant_id = p_tenant_id RETURNING s.*)
+  SELECT pg_catalog.jsonb_agg(m) INTO v_staged FROM moved m;
+  IF v_staged IS NULL THEN
+    RETURN;
+  END IF;
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
+                             actor_agent_id, run_id, memory_id, proposal_id, payload)
+  SELECT s.event_id, s.tenant_id, s.event_type, s.correlation_id, s.causation_id,
+         s.actor_agent_id, s.run_id, s.memory_id, s.proposal_id, s.payload
+    FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.shard_events, v_staged) s
+   ORDER BY s.staged_at, s.event_id;
+END $$;
+REVOKE ALL ON FUNCTION fabric._flush_shard_events(text) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_events__append_only: the audit trail (and the record history) is never
 -- rewritten, not even by its owner.
 CREATE OR REPLACE FUNCTION fabric.tg_events__append_only()

@@ -84,7 +84,25 @@ RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_s record;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: this runs on the tenant's shard, where a statement on another distributed
+    -- table cannot read the transition table: the subjects are read from it first, then
+    -- each key is made by a statement of its own (docs/citus.md).
+    FOR v_s IN SELECT DISTINCT n.tenant_id::text AS tenant_id, n.subject_id::text AS subject_id
+               FROM formed_rows n WHERE n.subject_id IS NOT NULL LOOP
+      CONTINUE WHEN EXISTS (SELECT 1 FROM fabric.subject_keys k
+                            WHERE k.tenant_id = v_s.tenant_id AND k.subject_id = v_s.subject_id);
+      INSERT INTO fabric.subject_keys (tenant_id, subject_id, subject_ref, key)
+      SELECT v_s.tenant_id, v_s.subject_id, fabric._pseudonym(k.key, 'subject', v_s.subject_id),
+             k.key
+      FROM (SELECT ext.gen_random_bytes(32) AS key) k
+      ON CONFLICT (tenant_id, subject_id) DO NOTHING;
+    END LOOP;
+    RETURN NULL;
+  END IF;
   INSERT INTO fabric.subject_keys (tenant_id, subject_id, subject_ref, key)
   SELECT s.tenant_id, s.subject_id, fabric._pseudonym(s.key, 'subject', s.subject_id), s.key
   FROM (SELECT d.tenant_id, d.subject_id, ext.gen_random_bytes(32) AS key

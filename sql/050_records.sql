@@ -253,7 +253,32 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_actor text;
+  v_old jsonb;
+  v_new jsonb;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: this runs on the tenant's shard, where a statement on another distributed
+    -- table cannot read the transition tables; they are read here first (docs/citus.md).
+    v_old := (SELECT pg_catalog.jsonb_agg(o) FROM old_rows o);
+    v_new := (SELECT pg_catalog.jsonb_agg(n) FROM new_rows n);
+    IF EXISTS (SELECT 1
+                 FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_old) o
+                 JOIN pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n
+                   ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
+                WHERE n.revision <> o.revision) THEN
+      v_actor := fabric._require_actor();
+      INSERT INTO fabric.memory_record_versions
+        (tenant_id, memory_id, revision, tier, consolidation_state, valid_until, known_during,
+         ended_by)
+      SELECT o.tenant_id, o.memory_id, o.revision, o.tier, o.consolidation_state,
+             o.valid_until, pg_catalog.tstzrange(o.known_since, pg_catalog.now(), '[)'), v_actor
+        FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_old) o
+        JOIN pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n
+          ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
+       WHERE n.revision <> o.revision;
+    END IF;
+    RETURN NULL;
+  END IF;
   IF EXISTS (SELECT 1 FROM old_rows o
                JOIN new_rows n ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
               WHERE n.revision <> o.revision) THEN
@@ -289,7 +314,31 @@ AS $$
 DECLARE
   v_actor text := fabric._setting('fabric.actor');
   v_run_id uuid := fabric._setting('fabric.run_id')::uuid;
+  v_formed jsonb;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: this runs on the tenant's shard, which cannot reach the coordinator's outbox:
+    -- the events wait in the colocated fabric.shard_events, and the API function that
+    -- formed the records moves them into fabric.events (fabric._flush_shard_events).
+    v_formed := (SELECT pg_catalog.jsonb_agg(n) FROM formed_rows n);
+    INSERT INTO fabric.shard_events (event_id, tenant_id, event_type, correlation_id,
+                                     causation_id, actor_agent_id, run_id, memory_id,
+                                     proposal_id, payload)
+    SELECT pg_catalog.gen_random_uuid(), n.tenant_id,
+           CASE
+             WHEN n.tier = 'procedural' AND n.formation_method = 'consolidation'
+               THEN 'memory.skill.distilled'
+             WHEN n.consolidation_state = 'raw' THEN 'memory.record.formed'
+             WHEN n.consolidation_state = 'consolidated' THEN 'memory.record.consolidated'
+             WHEN n.consolidation_state = 'reflected' THEN 'memory.reflection.completed'
+           END,
+           n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id, n.proposal_id,
+           pg_catalog.jsonb_build_object('tier', n.tier, 'visibility', n.visibility,
+             'state', n.consolidation_state, 'formation_method', n.formation_method,
+             'content_hash', n.content_hash, 'retention_class', n.retention_class)
+      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_formed) n;
+    RETURN NULL;
+  END IF;
   -- the columns and payload fabric._emit writes, for every formed row at once
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
@@ -332,7 +381,49 @@ DECLARE
                          WHEN 'promote' THEN 'memory.record.promoted'
                          ELSE 'memory.record.demoted'
                        END;
+  v_old jsonb;
+  v_new jsonb;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: on the tenant's shard, as tg_memory_records__emit_formed (the transition
+    -- tables read here first, the events staged for the coordinator's outbox)
+    v_old := (SELECT pg_catalog.jsonb_agg(o) FROM old_rows o);
+    v_new := (SELECT pg_catalog.jsonb_agg(n) FROM new_rows n);
+    INSERT INTO fabric.shard_events (event_id, tenant_id, event_type, correlation_id,
+                                     causation_id, actor_agent_id, run_id, memory_id,
+                                     proposal_id, payload)
+    SELECT pg_catalog.gen_random_uuid(), n.tenant_id, e.event_type, n.correlation_id,
+           n.causation_id, v_actor, v_run_id, n.memory_id, NULL, e.payload
+      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_old) o
+      JOIN pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n
+        ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
+      CROSS JOIN LATERAL (VALUES
+        (1, CASE WHEN n.consolidation_state <> o.consolidation_state THEN
+              CASE n.consolidation_state
+                WHEN 'consolidated' THEN 'memory.record.consolidated'
+                WHEN 'reflected' THEN 'memory.reflection.completed'
+                WHEN 'superseded' THEN 'memory.record.superseded'
+                WHEN 'expired' THEN 'memory.record.expired'
+                WHEN 'tombstoned' THEN 'memory.record.forgotten'
+              END END,
+         pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', n.tier,
+           'from_state', o.consolidation_state, 'to_state', n.consolidation_state,
+           'valid_until', n.valid_until,
+           'content_removed', n.content IS NULL AND o.content IS NOT NULL,
+           'approval_id', n.erasure_approval_id))),
+        -- an expired record's retention window closed
+        (2, CASE WHEN n.consolidation_state = o.consolidation_state AND n.content IS NULL
+                      AND o.content IS NOT NULL THEN 'memory.record.expired' END,
+         pg_catalog.jsonb_build_object('tier', n.tier, 'from_state', o.consolidation_state,
+           'to_state', n.consolidation_state, 'content_removed', true)),
+        (3, CASE WHEN n.tier <> o.tier THEN v_tier_event END,
+         pg_catalog.jsonb_build_object('from_tier', o.tier, 'to_tier', n.tier,
+           'state', n.consolidation_state))
+      ) AS e(ord, event_type, payload)
+     WHERE e.event_type IS NOT NULL
+     ORDER BY n.memory_id, e.ord;
+    RETURN NULL;
+  END IF;
   -- the columns and payloads fabric._emit writes, per changed row in the order above
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
@@ -435,7 +526,14 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+  v text;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard (the
+    -- function's SET clause restores the setting when it returns)
+    v := pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+  END IF;
   RETURN (SELECT EXISTS (SELECT 1 FROM fabric.memory_records m
                  WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (p_ids)
                    AND (m.tier = 'episodic'

@@ -108,9 +108,16 @@ RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v fabric.memory_records;
 BEGIN
-  RETURN (SELECT fabric._record_json(m) FROM fabric.memory_records m
-          WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_memory_id);
+  -- the row read first, then made JSON here (on Citus a shard's row is of the shard's type)
+  SELECT * INTO v FROM fabric.memory_records m
+  WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_memory_id;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  RETURN fabric._record_json(v);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -125,6 +132,7 @@ AS $$
 DECLARE
   v_record fabric.memory_records;
   v text;
+  v_source uuid;
 BEGIN
   -- the context of fabric._set_context, set by simple expressions, not a statement (a
   -- single commit runs this once per transaction: every statement is paid per pair)
@@ -144,7 +152,15 @@ BEGIN
     p_proposal.valid_until, p_proposal.retention_class, p_proposal.compliance_labels,
     p_proposal.version, p_proposal.proposal_id, p_proposal.run_id, p_supersedes)
   RETURNING * INTO v_record;
-  IF pg_catalog.cardinality(p_proposal.derived_from) > 0 THEN
+  IF pg_catalog.cardinality(p_proposal.derived_from) > 0
+     AND pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: an INSERT ... SELECT of values becomes a COPY into the shard, which row-level
+    -- security refuses; one INSERT ... VALUES per source
+    FOREACH v_source IN ARRAY p_proposal.derived_from LOOP
+      INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+      VALUES (v_record.tenant_id, v_record.memory_id, v_source);
+    END LOOP;
+  ELSIF pg_catalog.cardinality(p_proposal.derived_from) > 0 THEN
     INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
     SELECT v_record.tenant_id, v_record.memory_id, d
       FROM pg_catalog.unnest(p_proposal.derived_from) d;
@@ -158,6 +174,9 @@ BEGIN
   IF v_record.tier = 'semantic' THEN
     SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
     SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+  END IF;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(v_record.tenant_id);  -- Citus: the shard triggers' events
   END IF;
   RETURN v_record;
 END $$;
@@ -340,6 +359,9 @@ BEGIN
   END LOOP;
   SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
   SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(p_tenant_id);  -- Citus: the shard triggers' events
+  END IF;
 END $$;
 
 -- ---------------------------------------------------------------------------------------

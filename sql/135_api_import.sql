@@ -426,6 +426,9 @@ BEGIN
           FROM (SELECT c.position, c.sqlstate, c.refusal FROM checked c
                 WHERE c.refusal IS NOT NULL ORDER BY c.position LIMIT 100) r)
   INTO v_formed, v_refused, v_refusals;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(p_tenant_id);  -- Citus: the shard triggers' events
+  END IF;
 
   v_result := pg_catalog.jsonb_build_object('import_id', p_import_id, 'records', v_count,
     'formed', v_formed, 'refused', v_refused, 'refusals', v_refusals);

@@ -119,7 +119,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_moved bigint;
+  v_rows jsonb;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus (from a shard's trigger too): the deltas deleted by one statement on the
+    -- tenant's shard, folded here, inserted by another (a modifying CTE feeding another
+    -- statement is planned through the coordinator, which a shard's trigger cannot reach)
+    WITH moved AS (
+      DELETE FROM fabric.search_stats s
+       WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
+      RETURNING s.*)
+    SELECT pg_catalog.jsonb_agg(m), pg_catalog.count(*) INTO v_rows, v_moved FROM moved m;
+    INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+    SELECT m.tenant_id, m.scope_key, m.lexeme, pg_catalog.sum(m.docs), pg_catalog.sum(m.length)
+      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.search_stats, v_rows) m
+     GROUP BY m.tenant_id, m.scope_key, m.lexeme
+    HAVING pg_catalog.sum(m.docs) > 0;
+    RETURN v_moved;
+  END IF;
   WITH moved AS (
     DELETE FROM fabric.search_stats s
      WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
@@ -148,7 +165,66 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_group record;
+  v_old jsonb;
+  v_new jsonb;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: this runs on the tenant's shard, where a statement on another distributed
+    -- table cannot read the transition tables: they are read here first (docs/citus.md)
+    v_new := (SELECT pg_catalog.jsonb_agg(n) FROM new_rows n);
+    IF TG_OP = 'UPDATE' THEN
+      v_old := (SELECT pg_catalog.jsonb_agg(o) FROM old_rows o);
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+      -- each record's lexemes unnested once and grouped once: a lexeme's row counts the
+      -- records holding it; the scope's row sums the records' stored search lengths
+      INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+      SELECT n.tenant_id, n.scope_key, '', pg_catalog.count(*), pg_catalog.sum(n.search_length)
+        FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n
+       WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
+       GROUP BY n.tenant_id, n.scope_key
+      UNION ALL
+      SELECT n.tenant_id, n.scope_key, u.lexeme, pg_catalog.count(*), 0
+        FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n CROSS JOIN LATERAL pg_catalog.unnest(n.search_tsv) u
+       WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
+       GROUP BY n.tenant_id, n.scope_key, u.lexeme;
+      RETURN NULL;
+    END IF;
+
+    INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+    WITH changed AS (
+      SELECT o.tenant_id, o.scope_key AS old_key, o.search_tsv AS old_tsv,
+             o.search_length AS old_length, n.scope_key AS new_key, n.search_tsv AS new_tsv,
+             n.search_length AS new_length
+        FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_old) o
+        JOIN pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n USING (memory_id)
+       WHERE (o.search_tsv, o.scope_key) IS DISTINCT FROM (n.search_tsv, n.scope_key)),
+    delta AS (
+      SELECT c.tenant_id, c.old_key AS scope_key, c.old_tsv AS search_tsv,
+             c.old_length AS search_length, -1 AS sign
+        FROM changed c WHERE c.old_tsv IS NOT NULL AND c.old_key IS NOT NULL
+      UNION ALL
+      SELECT c.tenant_id, c.new_key, c.new_tsv, c.new_length, 1
+        FROM changed c WHERE c.new_tsv IS NOT NULL AND c.new_key IS NOT NULL)
+    SELECT d.tenant_id, d.scope_key, '', pg_catalog.sum(d.sign),
+           pg_catalog.sum(d.sign * d.search_length)
+      FROM delta d GROUP BY d.tenant_id, d.scope_key
+    UNION ALL
+    SELECT d.tenant_id, d.scope_key, u.lexeme, pg_catalog.sum(d.sign), 0
+      FROM delta d CROSS JOIN LATERAL pg_catalog.unnest(d.search_tsv) u
+     GROUP BY d.tenant_id, d.scope_key, u.lexeme;
+    FOR v_group IN
+      SELECT o.tenant_id, pg_catalog.array_agg(DISTINCT o.scope_key) AS scope_keys
+        FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_old) o
+        JOIN pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n USING (memory_id)
+       WHERE o.search_tsv IS NOT NULL AND o.scope_key IS NOT NULL
+         AND (o.search_tsv, o.scope_key) IS DISTINCT FROM (n.search_tsv, n.scope_key)
+       GROUP BY o.tenant_id
+    LOOP
+      PERFORM fabric._compact_search_stats(v_group.tenant_id, v_group.scope_keys);
+    END LOOP;
+    RETURN NULL;
+  END IF;
   IF TG_OP = 'INSERT' THEN
     -- each record's lexemes unnested once and grouped once: a lexeme's row counts the
     -- records holding it; the scope's row sums the records' stored search lengths

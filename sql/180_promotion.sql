@@ -117,15 +117,20 @@ END $$;
 -- shrunk to p_until when that is a shrink).
 CREATE OR REPLACE FUNCTION fabric._close_for_successor(p_old fabric.memory_records, p_until timestamptz)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+  -- plpgsql, not sql: Citus plans no statement of an SQL function that has parameters
   UPDATE fabric.memory_records m
   SET consolidation_state = 'superseded',
       valid_until = CASE WHEN p_until > m.valid_from AND (m.valid_until IS NULL OR m.valid_until > p_until)
                          THEN p_until ELSE m.valid_until END
   WHERE m.tenant_id = p_old.tenant_id AND m.memory_id = p_old.memory_id;
-$$;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(p_old.tenant_id);  -- Citus: the shard triggers' events
+  END IF;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._contradiction: re-raise an EXCLUDE violation without its DETAIL (which carries
@@ -167,6 +172,9 @@ BEGIN
     PERFORM fabric._contradiction();
   END;
   PERFORM fabric._set_context('action', NULL);
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(p_record.tenant_id);  -- Citus: the shard triggers' events
+  END IF;
   RETURN v;
 END $$;
 

@@ -518,6 +518,9 @@ BEGIN
   UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
          memory_id = v_record.memory_id
   WHERE r.tenant_id = v_tenant AND r.recommendation_id = p_recommendation_id;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(v_tenant);  -- Citus: the shard triggers' events
+  END IF;
   RETURN pg_catalog.jsonb_build_object('recommendation_id', p_recommendation_id,
     'status', 'committed', 'record', fabric._record_json_now(v_tenant, v_record.memory_id));
 END $$;

@@ -50,6 +50,8 @@ DECLARE
   v_n integer;
   v_rec fabric.memory_records;
   v_ceiling interval;
+  v_due uuid[];
+  v_close record;
 BEGIN
   -- -infinity would pass "not in the future" and decay nothing, silently: refused too
   IF p_now IS NULL OR NOT pg_catalog.isfinite(p_now)
@@ -68,29 +70,62 @@ BEGIN
     PERFORM fabric._set_context('actor', v_committer);
 
     -- 1. Operational window closure: summarise, then remove content, set valid_until, expire.
-    WITH due AS (
-      SELECT m.memory_id FROM fabric.memory_records m
-      WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
-        AND m.content IS NOT NULL AND m.consolidation_state IN ('raw', 'consolidated', 'reflected', 'expired')
-        AND m.recorded_at + (fabric._instance_config(v_tenant, m.business_instance_id)).operational_window <= p_now
-      ORDER BY m.recorded_at, m.memory_id LIMIT p_batch
-      FOR UPDATE SKIP LOCKED
-    ), summary AS (
+    IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+      -- Citus: the same steps as the statement below, one statement each (Citus pushes no
+      -- UPDATE down whose CASE calls a function that is not immutable), the new valid_until
+      -- computed first and written row by row
+      v_due := ARRAY(
+        SELECT m.memory_id FROM fabric.memory_records m
+        WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+          AND m.content IS NOT NULL
+          AND m.consolidation_state IN ('raw', 'consolidated', 'reflected', 'expired')
+          AND m.recorded_at + (fabric._instance_config(v_tenant, m.business_instance_id)).operational_window <= p_now
+        ORDER BY m.recorded_at, m.memory_id LIMIT p_batch
+        FOR UPDATE SKIP LOCKED);
       INSERT INTO fabric.temporal_summaries (tenant_id, day, tier, subject_id, retention_class, records)
       SELECT m.tenant_id, (m.valid_from AT TIME ZONE 'UTC')::date, m.tier, m.subject_id,
              m.retention_class, pg_catalog.count(*)
-      FROM fabric.memory_records m JOIN due USING (memory_id)
-      WHERE m.tenant_id = v_tenant
-      GROUP BY 1, 2, 3, 4, 5
-    )
-    UPDATE fabric.memory_records m
-    SET content = NULL, consolidation_state = 'expired',
-        valid_until = CASE WHEN m.valid_until IS NULL OR m.valid_until > p_now
-                           THEN greatest(p_now, m.valid_from + interval '1 microsecond')
-                           ELSE m.valid_until END
-    FROM due WHERE m.tenant_id = v_tenant AND m.memory_id = due.memory_id;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    v_closed := v_closed + v_n;
+      FROM fabric.memory_records m
+      WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_due)
+      GROUP BY 1, 2, 3, 4, 5;
+      FOR v_close IN
+        SELECT m.memory_id,
+               CASE WHEN m.valid_until IS NULL OR m.valid_until > p_now
+                    THEN greatest(p_now, m.valid_from + interval '1 microsecond')
+                    ELSE m.valid_until END AS valid_until
+        FROM fabric.memory_records m
+        WHERE m.tenant_id = v_tenant AND m.memory_id = ANY (v_due)
+      LOOP
+        UPDATE fabric.memory_records m
+        SET content = NULL, consolidation_state = 'expired', valid_until = v_close.valid_until
+        WHERE m.tenant_id = v_tenant AND m.memory_id = v_close.memory_id;
+        v_closed := v_closed + 1;
+      END LOOP;
+    ELSE
+      WITH due AS (
+        SELECT m.memory_id FROM fabric.memory_records m
+        WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+          AND m.content IS NOT NULL AND m.consolidation_state IN ('raw', 'consolidated', 'reflected', 'expired')
+          AND m.recorded_at + (fabric._instance_config(v_tenant, m.business_instance_id)).operational_window <= p_now
+        ORDER BY m.recorded_at, m.memory_id LIMIT p_batch
+        FOR UPDATE SKIP LOCKED
+      ), summary AS (
+        INSERT INTO fabric.temporal_summaries (tenant_id, day, tier, subject_id, retention_class, records)
+        SELECT m.tenant_id, (m.valid_from AT TIME ZONE 'UTC')::date, m.tier, m.subject_id,
+               m.retention_class, pg_catalog.count(*)
+        FROM fabric.memory_records m JOIN due USING (memory_id)
+        WHERE m.tenant_id = v_tenant
+        GROUP BY 1, 2, 3, 4, 5
+      )
+      UPDATE fabric.memory_records m
+      SET content = NULL, consolidation_state = 'expired',
+          valid_until = CASE WHEN m.valid_until IS NULL OR m.valid_until > p_now
+                             THEN greatest(p_now, m.valid_from + interval '1 microsecond')
+                             ELSE m.valid_until END
+      FROM due WHERE m.tenant_id = v_tenant AND m.memory_id = due.memory_id;
+      GET DIAGNOSTICS v_n = ROW_COUNT;
+      v_closed := v_closed + v_n;
+    END IF;
 
     -- 2. Interval expiry: valid_until has passed (end exclusive: at valid_until it is over).
     --    Audit records never decay.
@@ -105,6 +140,9 @@ BEGIN
     FROM due WHERE m.tenant_id = v_tenant AND m.memory_id = due.memory_id;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_expired := v_expired + v_n;
+    IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+      PERFORM fabric._flush_shard_events(v_tenant);  -- Citus: the shard triggers' events
+    END IF;
 
     -- 3. Regulated records at their ceiling: an erasure request for approval, never silent.
     FOR v_rec IN

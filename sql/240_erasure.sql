@@ -92,6 +92,9 @@ BEGIN
       consolidation_state = 'tombstoned', erased_at = pg_catalog.now(),
       erasure_approval_id = p_approval.approval_id
   WHERE m.tenant_id = p_record.tenant_id AND m.memory_id = p_record.memory_id;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._flush_shard_events(p_record.tenant_id);  -- Citus: the shard triggers' events
+  END IF;
   DELETE FROM fabric.memory_embeddings e
   WHERE e.tenant_id = p_record.tenant_id AND e.memory_id = p_record.memory_id;
   GET DIAGNOSTICS v_embeddings = ROW_COUNT;
@@ -187,6 +190,8 @@ DECLARE
   v_threads text[] := '{}';
   v_recalled jsonb;
   v_recalled_threads text[];
+  v_receipt jsonb;
+  v_receipts jsonb;
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._refuse_approval('no such approval');
@@ -260,8 +265,9 @@ BEGIN
     v_threads := fabric._erase_checkpoints(v_tenant, v_subject);
     -- Crypto-shredding: without the key no event or approval can be linked to the subject.
     v_shredded := fabric._shred_subject_key(v_tenant, v_subject);
+    v_receipt := fabric._subject_key_receipt();  -- a value, not a call per row (Citus)
     UPDATE fabric.erasure_receipts r
-    SET destroyed = r.destroyed || fabric._subject_key_receipt()
+    SET destroyed = r.destroyed || v_receipt
     WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
   END IF;
   -- The checkpoint threads of every run that recall served an erased record: their graph
@@ -296,13 +302,19 @@ BEGIN
   PERFORM fabric._delete_checkpoint_threads(v_recalled_threads);
   -- Each receipt: how many runs recall served the record, and the checkpoint threads the
   -- erasure deleted for it (its runs' threads, and for a subject the subject's threads).
-  UPDATE fabric.erasure_receipts r
-  SET destroyed = r.destroyed || pg_catalog.jsonb_build_object(
+  -- made first, by record, then written with immutable operators only (Citus calls no
+  -- STABLE function with a column of the updated row)
+  SELECT coalesce(pg_catalog.jsonb_object_agg(r.memory_id::text, pg_catalog.jsonb_build_object(
     'recalled_in_runs', coalesce((v_recalled #>> ARRAY[r.memory_id::text, 'runs'])::integer, 0),
     'checkpoint_threads', (SELECT coalesce(pg_catalog.jsonb_agg(DISTINCT u.thread_id ORDER BY u.thread_id), '[]')
       FROM (SELECT pg_catalog.jsonb_array_elements_text(
                      coalesce(v_recalled #> ARRAY[r.memory_id::text, 'threads'], '[]')) AS thread_id
-            UNION SELECT pg_catalog.unnest(v_threads)) u))
+            UNION SELECT pg_catalog.unnest(v_threads)) u))), '{}')
+    INTO v_receipts
+  FROM fabric.erasure_receipts r
+  WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
+  UPDATE fabric.erasure_receipts r
+  SET destroyed = r.destroyed || (v_receipts -> r.memory_id::text)
   WHERE r.tenant_id = v_tenant AND r.approval_id = p_approval_id;
   v_threads := ARRAY(SELECT DISTINCT t FROM pg_catalog.unnest(v_threads || v_recalled_threads) t
                      ORDER BY t);
@@ -387,9 +399,12 @@ COMMENT ON FUNCTION fabric_api.review_queue(text) IS
 SET LOCAL ROLE fabric_lookup;
 CREATE OR REPLACE FUNCTION fabric._tenant_of_review_flag(p_flag_id uuid)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT f.tenant_id FROM fabric.review_flags f WHERE f.flag_id = p_flag_id $$;
+AS $$
+BEGIN
+  RETURN (SELECT f.tenant_id FROM fabric.review_flags f WHERE f.flag_id = p_flag_id);
+END $$;
 REVOKE ALL ON FUNCTION fabric._tenant_of_review_flag(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._tenant_of_review_flag(uuid) TO fabric_owner;
 SET LOCAL ROLE fabric_owner;

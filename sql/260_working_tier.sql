@@ -193,6 +193,19 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: on the tenant's shard, staged for the coordinator's outbox (as the records'
+    -- events; fabric._flush_shard_events)
+    INSERT INTO fabric.shard_events (event_id, tenant_id, event_type, correlation_id,
+                                     causation_id, actor_agent_id, run_id, memory_id,
+                                     proposal_id, payload)
+    VALUES (pg_catalog.gen_random_uuid(), NEW.tenant_id, 'memory.record.promoted',
+            NEW.correlation_id, NEW.causation_id, fabric._setting('fabric.actor'),
+            fabric._setting('fabric.run_id')::uuid, NEW.memory_id, NEW.proposal_id,
+            pg_catalog.jsonb_build_object('from_tier', 'working', 'to_tier', NEW.tier,
+              'state', 'raw', 'source_event_id', NEW.source_event_id));
+    RETURN NULL;
+  END IF;
   PERFORM fabric._emit('memory.record.promoted', NEW.tenant_id, NEW.correlation_id,
     NEW.causation_id, NEW.memory_id, NEW.proposal_id,
     pg_catalog.jsonb_build_object('from_tier', 'working', 'to_tier', NEW.tier, 'state', 'raw',

@@ -75,6 +75,19 @@ BEGIN
       SELECT m.revision, m.tier, m.consolidation_state, m.valid_until, m.known_since, NULL, true
       FROM fabric.memory_records m
       WHERE m.tenant_id = p_tenant_id AND m.memory_id = p_memory_id
+    ),
+    -- the record's events by transaction time, read on their own (on Citus the outbox is a
+    -- table of the coordinator, which a distributed query joins only through a CTE)
+    acts AS MATERIALIZED (
+      SELECT e.occurred_at,
+             pg_catalog.string_agg(pg_catalog.substr(e.event_type, 8),
+                                   ', ' ORDER BY e.event_type) AS action,
+             pg_catalog.min(e.actor_agent_id) AS actor, pg_catalog.min(e.actor_login::text)::name AS login
+      FROM fabric.events e
+      WHERE e.memory_id = p_memory_id AND e.tenant_id = p_tenant_id
+        AND (e.event_type LIKE 'memory.record.%'
+             OR e.event_type IN ('memory.reflection.completed', 'memory.skill.distilled'))
+      GROUP BY e.occurred_at
     )
     SELECT p_memory_id, x.revision, x.tier, x.consolidation_state, x.valid_until, x.known_from,
            x.known_until, c.action,
@@ -87,16 +100,7 @@ BEGIN
            r.formed_by::text, r.formation_method
     FROM versions x
     JOIN fabric.memory_records r ON r.tenant_id = p_tenant_id AND r.memory_id = p_memory_id
-    LEFT JOIN LATERAL (
-      SELECT pg_catalog.string_agg(pg_catalog.substr(e.event_type, 8),
-                                   ', ' ORDER BY e.event_type) AS action,
-             pg_catalog.min(e.actor_agent_id) AS actor, pg_catalog.min(e.actor_login::text)::name AS login
-      FROM fabric.events e
-      WHERE e.memory_id = p_memory_id AND e.tenant_id = p_tenant_id
-        AND e.occurred_at = x.known_from
-        AND (e.event_type LIKE 'memory.record.%'
-             OR e.event_type IN ('memory.reflection.completed', 'memory.skill.distilled'))
-    ) c ON true
+    LEFT JOIN acts c ON c.occurred_at = x.known_from
     ORDER BY x.revision;
 END $$;
 COMMENT ON FUNCTION fabric_audit.record_history(text, uuid) IS

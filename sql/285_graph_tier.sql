@@ -120,7 +120,41 @@ RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_formed jsonb;
+  v_m record;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: this runs on the tenant's shard, where a statement on another distributed
+    -- table cannot read the transition table: it is read here first, and each mention
+    -- finds its entity by a query of its own (docs/citus.md).
+    v_formed := (SELECT pg_catalog.jsonb_agg(n) FROM formed_rows n);
+    INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, external_id,
+                                 subject_id)
+    SELECT DISTINCT ON (n.tenant_id, x.entity_type, x.entity_key)
+           n.tenant_id, x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id
+    FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_formed) n
+    CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
+    WHERE n.content IS NOT NULL
+    ORDER BY n.tenant_id, x.entity_type, x.entity_key, x.rank, n.memory_id
+    ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
+    FOR v_m IN
+      SELECT DISTINCT ON (n.tenant_id, n.memory_id, x.entity_type, x.entity_key)
+             n.tenant_id, n.memory_id, x.entity_type, x.entity_key, x.source
+      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_formed) n
+      CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
+      WHERE n.content IS NOT NULL
+      ORDER BY n.tenant_id, n.memory_id, x.entity_type, x.entity_key, x.rank
+    LOOP
+      INSERT INTO fabric.memory_mentions (tenant_id, memory_id, entity_id, source)
+      SELECT e.tenant_id, v_m.memory_id, e.entity_id, v_m.source
+      FROM fabric.entities e
+      WHERE e.tenant_id = v_m.tenant_id AND e.entity_type = v_m.entity_type
+        AND e.entity_key = v_m.entity_key
+      ON CONFLICT DO NOTHING;
+    END LOOP;
+    RETURN NULL;
+  END IF;
   INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, external_id, subject_id)
   SELECT DISTINCT ON (n.tenant_id, x.entity_type, x.entity_key)
          n.tenant_id, x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id
@@ -158,8 +192,31 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_gone record;
+  v_entity_ids uuid[];
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.content IS NULL) THEN
+    RETURN NULL;
+  END IF;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: the emptied records read from the transition tables first, then a statement
+    -- per tenant on its shards (as tg_memory_records__mentions)
+    FOR v_gone IN
+      SELECT n.tenant_id, pg_catalog.array_agg(n.memory_id) AS memory_ids
+      FROM new_rows n
+      JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.memory_id = n.memory_id
+      WHERE n.content IS NULL AND o.content IS NOT NULL
+      GROUP BY n.tenant_id
+    LOOP
+      WITH gone AS (
+        DELETE FROM fabric.memory_mentions x
+        WHERE x.tenant_id = v_gone.tenant_id AND x.memory_id = ANY (v_gone.memory_ids)
+        RETURNING x.entity_id)
+      SELECT pg_catalog.array_agg(DISTINCT g.entity_id) INTO v_entity_ids FROM gone g;
+      DELETE FROM fabric.entities e
+      WHERE e.tenant_id = v_gone.tenant_id AND e.entity_id = ANY (v_entity_ids)
+        AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                        WHERE x.tenant_id = e.tenant_id AND x.entity_id = e.entity_id);
+    END LOOP;
     RETURN NULL;
   END IF;
   FOR v_gone IN

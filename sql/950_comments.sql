@@ -189,6 +189,19 @@ COMMENT ON COLUMN fabric.memory_embeddings.embedding IS 'The vector.';
 COMMENT ON COLUMN fabric.memory_embeddings.content_hash IS 'Hash of the content the vector was computed from.';
 COMMENT ON COLUMN fabric.memory_embeddings.created_at IS 'When the vector was stored.';
 
+COMMENT ON TABLE fabric.shard_events IS
+  'On a Citus cluster, events formed by a trigger on a tenant''s shard, waiting (in the same transaction) for the API function to move them into the coordinator''s outbox; always empty on a single node (docs/citus.md).';
+COMMENT ON COLUMN fabric.shard_events.tenant_id IS 'Tenant of the event (the distribution column).';
+COMMENT ON COLUMN fabric.shard_events.event_id IS 'The event''s id, kept in fabric.events.';
+COMMENT ON COLUMN fabric.shard_events.staged_at IS 'When the trigger staged it: the order of the move into the outbox.';
+COMMENT ON COLUMN fabric.shard_events.event_type IS 'As fabric.events.event_type.';
+COMMENT ON COLUMN fabric.shard_events.correlation_id IS 'As fabric.events.correlation_id.';
+COMMENT ON COLUMN fabric.shard_events.causation_id IS 'As fabric.events.causation_id.';
+COMMENT ON COLUMN fabric.shard_events.actor_agent_id IS 'As fabric.events.actor_agent_id (the context''s fabric.actor).';
+COMMENT ON COLUMN fabric.shard_events.run_id IS 'As fabric.events.run_id (the context''s fabric.run_id).';
+COMMENT ON COLUMN fabric.shard_events.memory_id IS 'As fabric.events.memory_id.';
+COMMENT ON COLUMN fabric.shard_events.proposal_id IS 'As fabric.events.proposal_id.';
+COMMENT ON COLUMN fabric.shard_events.payload IS 'As fabric.events.payload (identifiers, never content).';
 COMMENT ON TABLE fabric.search_stats IS
   'Append-only per-scope deltas of document and lexeme counts for lexical (BM25) recall; compaction folds them into one row per lexeme (docs/recall.md).';
 COMMENT ON COLUMN fabric.search_stats.tenant_id IS 'Tenant of the scope.';

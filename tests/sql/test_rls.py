@@ -336,6 +336,7 @@ TENANT_POLICIES = {
     "review_flags": ("select", "insert", "update"),
     "runs": ("select", "insert", "update"),
     "search_stats": ("select", "insert", "delete"),
+    "shard_events": ("select", "insert", "delete"),
     "step_touches": ("select", "insert"),
     "subject_keys": ("select", "insert", "delete"),
     "temporal_summaries": ("select", "insert", "update"),
