@@ -15,6 +15,20 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._graph_walk_kinds: the edge kinds a graph recall's walk may follow from the
+-- records it reached (recall's expand.via): MENTIONS (the records mentioning the entities
+-- they mention), DERIVED_FROM and SUPERSEDES (the records linked either way) and INFLUENCED
+-- (the other outcomes of the agents that influenced them).
+CREATE OR REPLACE FUNCTION fabric._graph_walk_kinds()
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN ARRAY['MENTIONS', 'DERIVED_FROM', 'SUPERSEDES', 'INFLUENCED'];
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._entity_name_key: the key that deduplicates entities by name: NFKC, trimmed,
 -- inner whitespace collapsed, lower case ('Acme  GmbH' and 'acme gmbh' are one entity).
 CREATE OR REPLACE FUNCTION fabric._entity_name_key(p_name text)

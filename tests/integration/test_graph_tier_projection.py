@@ -182,6 +182,38 @@ def test_graph_recall_walks_two_hops_and_the_database_rechecks(
         assert [r["memory_id"] for r in one_hop["records"]] == [works]
 
 
+def test_expand_via_follows_the_edge_kinds_it_names(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    from memfabric.recall import recall
+
+    run = fabric.open_run()
+    signed = fabric.form(run, envelope=mentioning("Dana Scully signed the order", DANA_))
+    report = fabric.form(run, text="Quarterly numbers are up")  # no entity in common
+    with fabric.acting("mf_workflow") as conn:
+        for outcome in (signed, report):
+            (event,) = fabric.events(
+                f"memory_id = '{outcome}' AND event_type = 'memory.record.formed'"
+            )
+            call(
+                conn,
+                "fabric_api.record_agent_link",
+                *("acme", "com-agt-003", outcome, "caused", event["event_id"], "corr-via"),
+            )
+    drain(fabric, projector)
+
+    request = {"run_id": str(run), "query": "What did Dana Scully sign?", "mode": "graph"}
+    with fabric.connect("mf_agent_a") as conn:
+        plain = recall(conn, request | {"expand": {"hops": 2}}, graph=graph)
+        assert [r["memory_id"] for r in plain["records"]] == [signed]
+        # the agent that caused the signed order also caused the report: one hop more
+        influenced = {"hops": 2, "via": ["MENTIONS", "INFLUENCED"]}
+        answer = recall(conn, request | {"expand": influenced}, graph=graph)
+        assert [r["memory_id"] for r in answer["records"]] == [signed, report]
+        one_hop = recall(conn, request | {"expand": influenced | {"hops": 1}}, graph=graph)
+        assert [r["memory_id"] for r in one_hop["records"]] == [signed]
+
+
 def test_graph_recall_without_a_graph_server_is_unreachable(
     fabric: Fabric, monkeypatch: pytest.MonkeyPatch
 ) -> None:

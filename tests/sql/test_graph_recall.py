@@ -58,11 +58,23 @@ def test_a_graph_recall_starts_from_the_querys_entities_as_ids(
     assert resolved["graph"] == {
         "seeds": [entity_id(fabric, "name:dana scully")],
         "hops": 2,
+        "via": ["MENTIONS"],
         "tiers": ["episodic", "procedural", "profile", "semantic"],
     }
     assert "Dana" not in str(resolved)
     expanded = recall(fabric, request | {"mode": "hybrid", "expand": {"hops": 3}})
     assert expanded["graph"]["hops"] == 3
+
+
+def test_expand_via_names_the_edge_kinds_the_walk_follows(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    request = {"run_id": world["run"], "query": "Dana Scully", "mode": "hybrid"}
+    via = ["SUPERSEDES", "INFLUENCED", "DERIVED_FROM", "SUPERSEDES"]
+    resolved = recall(fabric, request | {"expand": {"hops": 2, "via": via}})
+    assert resolved["graph"]["via"] == ["DERIVED_FROM", "INFLUENCED", "SUPERSEDES"]
+    graph = recall(fabric, request | {"mode": "graph", "expand": {"hops": 1, "via": ["MENTIONS"]}})
+    assert graph["graph"]["via"] == ["MENTIONS"]
 
 
 def test_a_query_naming_no_entity_starts_from_the_subject_in_mode_graph_only(
@@ -132,7 +144,14 @@ def test_hybrid_fuses_the_graph_list_and_says_so(fabric: Fabric, world: dict[str
         {"mode": "hybrid", "expand": {"hops": 4}},
         {"mode": "hybrid", "expand": {"hops": "2"}},
         {"mode": "hybrid", "expand": {}},
-        {"mode": "hybrid", "expand": {"hops": 1, "via": ["MENTIONS"]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": ["LIKES"]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": ["MENTIONS", "mentions"]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": []}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": "MENTIONS"}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": [1]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": ["TOUCHED"]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": ["MENTIONS"] * 5}},
+        {"mode": "hybrid", "expand": {"hops": 1, "depth": 1}},
         {"mode": "hybrid", "graph_candidates": []},
         {"graph_candidates": []},
         {"mode": "graph", "graph_candidates": [{"memory_id": "x", "score": 1}]},
