@@ -820,7 +820,11 @@ class GraphStore:
         kinds = set(via)
         if not kinds or not kinds <= set(WALK_KINDS):
             raise ValueError(f"via must name edge kinds of {', '.join(WALK_KINDS)}")
-        scope = {"scope_keys": list(scope_keys), "tiers": list(tiers), "live": list(LIVE_STATES)}
+        scope: dict[str, Any] = {
+            "scope_keys": list(scope_keys),
+            "tiers": list(tiers),
+            "live": list(LIVE_STATES),
+        }
 
         def mentioning(tx: ManagedTransaction, entity_ids: list[str]) -> list[tuple[str, str]]:
             if not entity_ids:
