@@ -1387,6 +1387,14 @@ BEGIN
              v_limit, v_lex_ids, v_lex_ranks, v_graph_tiers, v_graph_ids, v_graph_scores) f;
   END IF;
 
+  -- A recall that walked the graph is a reasoning step of its run: the entities it started
+  -- from are the ones it touched (fabric_audit.entity_touches answers for it, and the
+  -- projector writes its TOUCHED edges as for a workflow's step).
+  IF v_graph_ids IS NOT NULL THEN
+    PERFORM fabric._record_recall_step(v_run, p_request ->> 'correlation_id',
+      fabric._graph_seeds(v_run.tenant_id, v_query, v_keys,
+                          CASE WHEN v_mode = 'graph' THEN v_run.subject_id END));
+  END IF;
   RETURN fabric._recall_answer(v_run, p_request, v_status, NULL, v_resolved, v_records,
                                v_count > v_limit, v_served);
 END $$;

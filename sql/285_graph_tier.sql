@@ -510,6 +510,41 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._record_recall_step: a served recall that walked the graph records itself as a
+-- step of its run, taken by the run's agent, touching the entities the walk started from
+-- (none: no step). Its correlation id is the recall's, else one of its own ('recall:<step>').
+-- One `memory.reasoning_step.recorded` event, as for a workflow's step. The caller (recall)
+-- has entered the run and set its tenant.
+CREATE OR REPLACE FUNCTION fabric._record_recall_step(p_run fabric.runs, p_correlation_id text,
+  p_entity_ids uuid[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_step uuid := pg_catalog.gen_random_uuid();
+  v_correlation text := CASE WHEN p_correlation_id ~ '^[^[:space:][:cntrl:]]{1,200}$'
+                             THEN p_correlation_id ELSE 'recall:' || v_step::text END;
+  v_entities uuid[] := ARRAY(SELECT DISTINCT i FROM pg_catalog.unnest(p_entity_ids) i
+                             WHERE i IS NOT NULL ORDER BY 1 LIMIT 100);
+  v_event uuid;
+BEGIN
+  IF pg_catalog.cardinality(v_entities) = 0 THEN
+    RETURN;
+  END IF;
+  v_event := fabric._emit('memory.reasoning_step.recorded', p_run.tenant_id, v_correlation,
+    NULL, NULL, NULL, pg_catalog.jsonb_build_object('step_id', v_step,
+      'agent_id', p_run.agent_id, 'entities', pg_catalog.cardinality(v_entities),
+      'source', 'recall'));
+  INSERT INTO fabric.reasoning_steps (tenant_id, step_id, run_id, agent_id, correlation_id,
+    event_id, recorded_by)
+  VALUES (p_run.tenant_id, v_step, p_run.run_id, p_run.agent_id, v_correlation, v_event,
+          p_run.agent_id);
+  INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+  SELECT p_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._projection_step_rows: steps of one tenant as the graph sees them (entity ids in
 -- order), by the events that recorded them (p_event_ids) or every step after p_after_step.
 CREATE OR REPLACE FUNCTION fabric._projection_step_rows(p_tenant text, p_event_ids uuid[],

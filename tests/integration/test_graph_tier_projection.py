@@ -212,6 +212,13 @@ def test_expand_via_follows_the_edge_kinds_it_names(
         assert [r["memory_id"] for r in answer["records"]] == [signed, report]
         one_hop = recall(conn, request | {"expand": influenced | {"hops": 1}}, graph=graph)
         assert [r["memory_id"] for r in one_hop["records"]] == [signed]
+    # each of these recalls is a step of the run that touched Dana, projected as one
+    drain(fabric, projector)
+    export = graph.export("acme")
+    steps = [key for label, key, _ in export.nodes if label == "Step"]
+    assert len(steps) == 3
+    touched = {dst for t, _, dst in export.edges if t == "TOUCHED"}
+    assert len(touched) == 1
 
 
 def test_graph_recall_without_a_graph_server_is_unreachable(

@@ -166,3 +166,37 @@ def test_malformed_graph_requests_are_refused(
         recall(fabric, {"run_id": world["run"], "query": "Dana"} | change)
     assert info.value.sqlstate == "22023"
     assert fabric.count("events") == before
+
+
+def touches(fabric: Fabric, entity: str) -> list[tuple[Any, ...]]:
+    with fabric.acting("mf_auditor") as conn:
+        return conn.execute(
+            "SELECT agent_id, run_id::text, correlation_id"
+            " FROM fabric_audit.entity_touches('acme', %s)",
+            (entity,),
+        ).fetchall()
+
+
+def test_a_recall_that_walked_the_graph_records_the_entities_it_touched(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    dana, initech = entity_id(fabric, "name:dana scully"), entity_id(fabric, "name:initech")
+    steps = fabric.count("reasoning_steps")
+    request = {"run_id": world["run"], "query": "Where does Dana Scully work?", "mode": "hybrid"}
+    recall(fabric, request)  # resolving touches nothing
+    recall(fabric, request | {"candidates": []})  # nor does a recall without the graph
+    assert fabric.count("reasoning_steps") == steps
+    expanded = request | {"expand": {"hops": 2}, "correlation_id": "corr-recall-1"}
+    recall(fabric, expanded)
+    answer = recall(fabric, expanded | {"candidates": [], "graph_candidates": []})
+    assert answer["status"] == "served"
+    assert touches(fabric, dana) == [("com-agt-003", world["run"], "corr-recall-1")]
+    assert touches(fabric, initech) == []  # reached, not started from
+    (event,) = fabric.events("event_type = 'memory.reasoning_step.recorded'")
+    assert event["correlation_id"] == "corr-recall-1"
+    # mode graph without a correlation id: the step gets one of its own
+    graph = {"mode": "graph", "graph_candidates": []}
+    recall(fabric, {"run_id": world["run"], "query": "Initech"} | graph)
+    ((agent, run, correlation),) = touches(fabric, initech)
+    assert (agent, run) == ("com-agt-003", world["run"])
+    assert correlation.startswith("recall:")
