@@ -420,7 +420,9 @@ BEGIN
     SELECT DISTINCT 'name:' || pg_catalog.array_to_string(v_words[i:i + k], ' ')
     FROM pg_catalog.generate_subscripts(v_words, 1) i, pg_catalog.generate_series(0, 3) k
     WHERE i + k <= pg_catalog.cardinality(v_words));
-  SELECT pg_catalog.array_agg(e.entity_id ORDER BY e.entity_id) INTO v_seeds
+  -- (an entity merged by a reviewed same-as merge starts the walk at the one it was merged
+  -- into, whose mentions include its own)
+  SELECT pg_catalog.array_agg(DISTINCT coalesce(e.merged_into, e.entity_id)) INTO v_seeds
   FROM fabric.entities e
   WHERE e.tenant_id = p_tenant_id AND e.entity_type = ANY (fabric._entity_types())
     AND e.entity_key = ANY (v_keys)

@@ -118,3 +118,34 @@ def test_merge_refusals_write_nothing(fabric: Fabric, world: dict[str, Any]) -> 
     assert refused(world["ag"], world["berlin"]) == "22023"  # an organization is no place
     assert refused(world["ag"], "00000000-0000-4000-8000-000000000000") == "P0002"
     assert refused(world["ag"], world["gmbh"], login="mf_agent_a") == "42501"
+
+
+def test_a_graph_recall_naming_a_merged_entity_starts_at_the_one_it_was_merged_into(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    proposed = propose(fabric, world["ag"], world["gmbh"])
+    fabric.call(
+        "mf_policy",
+        "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
+        proposed["approval_id"],
+    )
+    fabric.call("mf_consolidator", "SELECT fabric_api.merge_entities(%s)", proposed["approval_id"])
+    request = {"run_id": str(world["run"]), "query": "Acme AG", "mode": "graph"}
+    assert fabric.recall("mf_agent_a", request)["graph"]["seeds"] == [world["gmbh"]]
+
+
+def test_applying_what_is_no_approved_merge_writes_nothing(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    proposed = propose(fabric, world["ag"], world["gmbh"])
+    fabric.call(
+        "mf_policy",
+        "SELECT fabric_api.decide_approval(%s, 'denied', 'no')",
+        proposed["approval_id"],
+    )
+    for approval, state in ((proposed["approval_id"], "55000"), (str(world["ag"]), "P0002")):
+        before = (fabric.count("events"), fabric.count("memory_mentions"))
+        with pytest.raises(psycopg.Error) as info:
+            fabric.call("mf_consolidator", "SELECT fabric_api.merge_entities(%s)", approval)
+        assert info.value.sqlstate == state
+        assert (fabric.count("events"), fabric.count("memory_mentions")) == before
