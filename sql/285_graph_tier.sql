@@ -761,9 +761,17 @@ BEGIN
   WHERE x.tenant_id = v_tenant AND x.entity_id = v_from
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_mentions = ROW_COUNT;
-  PERFORM fabric._emit('memory.entity.merged', v_tenant, NULL, NULL, NULL, NULL,
+  -- one event per record that mentions it now (the projector writes its MENTIONS again),
+  -- or one without a record when none does
+  PERFORM fabric._emit('memory.entity.merged', v_tenant, NULL, NULL, r.memory_id, NULL,
     pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
-                                  'into_entity_id', v_into, 'mentions', v_mentions));
+                                  'into_entity_id', v_into))
+  FROM (SELECT x.memory_id FROM fabric.memory_mentions x
+        WHERE x.tenant_id = v_tenant AND x.entity_id = v_from
+        UNION ALL SELECT NULL::uuid
+        WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                          WHERE x.tenant_id = v_tenant AND x.entity_id = v_from)
+        ORDER BY 1) r;
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
                                        'into_entity_id', v_into, 'mentions', v_mentions);
 END $$;

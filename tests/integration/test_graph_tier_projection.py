@@ -311,3 +311,45 @@ def test_the_drill_finds_a_leftover_person_and_a_named_one(
         ).consume()
     named = ops.drill(projector)
     assert named["named_persons"] > 0 and not named["identical"]
+
+
+def test_an_applied_entity_merge_reaches_the_graph(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    run = fabric.open_run()
+    acme_ag = {"type": "organization", "name": "Acme AG"}
+    old = fabric.form(run, envelope=mentioning("Acme AG called", acme_ag))
+    fabric.form(run, envelope=mentioning("Acme GmbH called", ACME))
+    drain(fabric, projector)
+    ids = dict(
+        fabric.session(None)
+        .execute("SELECT entity_key, entity_id::text FROM fabric.entities WHERE tenant_id = 'acme'")
+        .fetchall()
+    )
+    ag, gmbh = ids["name:acme ag"], ids["name:acme gmbh"]
+
+    def mentioning_records(entity: str) -> int:
+        return sum(
+            1
+            for t, _, dst in graph.export("acme").edges
+            if t == "MENTIONS" and dst == f"acme:{entity}"
+        )
+
+    assert mentioning_records(gmbh) == 1
+    proposed = fabric.call(
+        "mf_consolidator",
+        "SELECT fabric_api.propose_entity_merge('acme', %s, %s, 'renamed')",
+        ag,
+        gmbh,
+    )
+    fabric.call(
+        "mf_policy",
+        "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
+        proposed["approval_id"],
+    )
+    fabric.call("mf_consolidator", "SELECT fabric_api.merge_entities(%s)", proposed["approval_id"])
+    drain(fabric, projector)
+    assert mentioning_records(gmbh) == 2
+    assert mentioning_records(ag) == 1  # the history stays
+    (event,) = fabric.events("event_type = 'memory.entity.merged'")
+    assert str(event["memory_id"]) == old
