@@ -13,7 +13,7 @@ BEGIN
                'memory.record.demoted', 'memory.record.superseded', 'memory.record.expired',
                'memory.record.forgotten', 'memory.reflection.completed',
                'memory.skill.distilled', 'memory.agent_link.recorded',
-               'memory.reasoning_step.recorded']);
+               'memory.reasoning_step.recorded', 'memory.entity.merged']);
 END $$;
 
 -- ---------------------------------------------------------------------------------------

@@ -875,10 +875,17 @@ BEGIN
            OR (p_request ->> 'query') ~ '^[[:space:][:cntrl:]]*$') THEN
       'semantic, hybrid and graph recall need a query with words (omit mode to list without one)'
     WHEN p_request ? 'expand' AND (pg_catalog.jsonb_typeof(p_request -> 'expand') <> 'object'
-      OR (p_request -> 'expand') - 'hops' <> '{}'::jsonb
+      OR (p_request -> 'expand') - 'hops' - 'via' <> '{}'::jsonb
       OR coalesce((p_request -> 'expand' -> 'hops') NOT IN ('1', '2', '3'), true)
       OR coalesce(p_request ->> 'mode', '') NOT IN ('semantic', 'hybrid', 'graph')) THEN
-      'expand must be {"hops": 1, 2 or 3}, with mode semantic, hybrid or graph'
+      'expand must be {"hops": 1, 2 or 3, "via"?: [edge kinds]}, with mode semantic, hybrid or graph'
+    -- the edge kinds a walk may follow from the records it reached (fabric._graph_walk_kinds)
+    WHEN p_request -> 'expand' ? 'via' AND (pg_catalog.jsonb_typeof(p_request #> '{expand,via}') <> 'array'
+      OR pg_catalog.jsonb_array_length(p_request #> '{expand,via}') NOT BETWEEN 1 AND 4
+      OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(p_request #> '{expand,via}') k
+                 WHERE pg_catalog.jsonb_typeof(k) <> 'string'
+                    OR NOT (k #>> '{}') = ANY (fabric._graph_walk_kinds()))) THEN
+      'expand.via must be a list of the edge kinds MENTIONS, DERIVED_FROM, SUPERSEDES, INFLUENCED'
     WHEN p_request ? 'graph_candidates' AND NOT (p_request ? 'expand'
                                                  OR coalesce(p_request ->> 'mode', '') = 'graph') THEN
       'graph_candidates come with mode graph or with expand'
@@ -1058,7 +1065,7 @@ BEGIN
             'memory_id', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_uuid),
             'score', '{"type": "number", "minimum": -1e300, "maximum": 1e300}'::jsonb)),
         'description', 'graph candidates from a walk of the graph projection (clients fill this, not models)'),
-      'expand', '{"type": "object", "additionalProperties": false, "required": ["hops"], "properties": {"hops": {"enum": [1, 2, 3]}}, "description": "also walk the graph this many hops from the query''s entities (or the subject) and fuse what it finds"}'::jsonb,
+      'expand', '{"type": "object", "additionalProperties": false, "required": ["hops"], "properties": {"hops": {"enum": [1, 2, 3]}, "via": {"type": "array", "minItems": 1, "maxItems": 4, "items": {"enum": ["MENTIONS", "DERIVED_FROM", "SUPERSEDES", "INFLUENCED"]}, "description": "the edge kinds the walk follows from the records it reached (default MENTIONS)"}}, "description": "also walk the graph this many hops from the query''s entities (or the subject) and fuse what it finds"}'::jsonb,
       'mode', '{"enum": ["text", "semantic", "hybrid", "graph", null], "description": "text (lexical), semantic (vectors), hybrid, or graph (a walk of the graph projection); omit to let the client choose"}'::jsonb,
       'traceparent', '{"anyOf": [{"type": "string", "pattern": "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$"}, {"type": "null"}], "description": "W3C trace context of the caller''s span"}'::jsonb),
     'allOf', pg_catalog.jsonb_build_array(
@@ -1263,6 +1270,11 @@ BEGIN
         'seeds', pg_catalog.to_jsonb(fabric._graph_seeds(v_run.tenant_id, v_query, v_keys,
                    CASE WHEN v_mode = 'graph' THEN v_run.subject_id END)),
              'hops', coalesce((p_request #>> '{expand,hops}')::integer, 2),
+             -- the edge kinds it follows from the records it reached (MENTIONS by default)
+             'via', pg_catalog.to_jsonb(CASE WHEN p_request -> 'expand' ? 'via' THEN ARRAY(
+                      SELECT DISTINCT k FROM pg_catalog.jsonb_array_elements_text(
+                        p_request #> '{expand,via}') k ORDER BY 1)
+                      ELSE ARRAY['MENTIONS'] END),
              'tiers', pg_catalog.to_jsonb(v_graph_tiers)))
          ELSE '{}'::jsonb END;
   END IF;
@@ -1375,6 +1387,14 @@ BEGIN
              v_limit, v_lex_ids, v_lex_ranks, v_graph_tiers, v_graph_ids, v_graph_scores) f;
   END IF;
 
+  -- A recall that walked the graph is a reasoning step of its run: the entities it started
+  -- from are the ones it touched (fabric_audit.entity_touches answers for it, and the
+  -- projector writes its TOUCHED edges as for a workflow's step).
+  IF v_graph_ids IS NOT NULL THEN
+    PERFORM fabric._record_recall_step(v_run, p_request ->> 'correlation_id',
+      fabric._graph_seeds(v_run.tenant_id, v_query, v_keys,
+                          CASE WHEN v_mode = 'graph' THEN v_run.subject_id END));
+  END IF;
   RETURN fabric._recall_answer(v_run, p_request, v_status, NULL, v_resolved, v_records,
                                v_count > v_limit, v_served);
 END $$;

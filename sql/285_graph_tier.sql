@@ -15,6 +15,20 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._graph_walk_kinds: the edge kinds a graph recall's walk may follow from the
+-- records it reached (recall's expand.via): MENTIONS (the records mentioning the entities
+-- they mention), DERIVED_FROM and SUPERSEDES (the records linked either way) and INFLUENCED
+-- (the other outcomes of the agents that influenced them).
+CREATE OR REPLACE FUNCTION fabric._graph_walk_kinds()
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN ARRAY['MENTIONS', 'DERIVED_FROM', 'SUPERSEDES', 'INFLUENCED'];
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._entity_name_key: the key that deduplicates entities by name: NFKC, trimmed,
 -- inner whitespace collapsed, lower case ('Acme  GmbH' and 'acme gmbh' are one entity).
 CREATE OR REPLACE FUNCTION fabric._entity_name_key(p_name text)
@@ -163,13 +177,14 @@ BEGIN
   ORDER BY n.tenant_id, x.entity_type, x.entity_key, x.rank, n.memory_id
   ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
   INSERT INTO fabric.memory_mentions (tenant_id, memory_id, entity_id, source)
-  SELECT DISTINCT ON (n.tenant_id, n.memory_id, e.entity_id)
-         n.tenant_id, n.memory_id, e.entity_id, x.source
+  SELECT DISTINCT ON (n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id))
+         n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.source
   FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
   JOIN fabric.entities e ON e.tenant_id = n.tenant_id AND e.entity_type = x.entity_type
                         AND e.entity_key = x.entity_key
   WHERE n.content IS NOT NULL
-  ORDER BY n.tenant_id, n.memory_id, e.entity_id, x.rank
+  -- (an entity merged by a reviewed same-as merge resolves to the one it was merged into)
+  ORDER BY n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.rank
   ON CONFLICT DO NOTHING;
   RETURN NULL;
 END $$;
@@ -462,7 +477,9 @@ BEGIN
     SELECT DISTINCT 'name:' || pg_catalog.array_to_string(v_words[i:i + k], ' ')
     FROM pg_catalog.generate_subscripts(v_words, 1) i, pg_catalog.generate_series(0, 3) k
     WHERE i + k <= pg_catalog.cardinality(v_words));
-  SELECT pg_catalog.array_agg(e.entity_id ORDER BY e.entity_id) INTO v_seeds
+  -- (an entity merged by a reviewed same-as merge starts the walk at the one it was merged
+  -- into, whose mentions include its own)
+  SELECT pg_catalog.array_agg(DISTINCT coalesce(e.merged_into, e.entity_id)) INTO v_seeds
   FROM fabric.entities e
   WHERE e.tenant_id = p_tenant_id AND e.entity_type = ANY (fabric._entity_types())
     AND e.entity_key = ANY (v_keys)
@@ -550,6 +567,41 @@ BEGIN
   INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
   SELECT v_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
   RETURN pg_catalog.jsonb_build_object('step_id', v_step, 'event_id', v_event);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._record_recall_step: a served recall that walked the graph records itself as a
+-- step of its run, taken by the run's agent, touching the entities the walk started from
+-- (none: no step). Its correlation id is the recall's, else one of its own ('recall:<step>').
+-- One `memory.reasoning_step.recorded` event, as for a workflow's step. The caller (recall)
+-- has entered the run and set its tenant.
+CREATE OR REPLACE FUNCTION fabric._record_recall_step(p_run fabric.runs, p_correlation_id text,
+  p_entity_ids uuid[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_step uuid := pg_catalog.gen_random_uuid();
+  v_correlation text := CASE WHEN p_correlation_id ~ '^[^[:space:][:cntrl:]]{1,200}$'
+                             THEN p_correlation_id ELSE 'recall:' || v_step::text END;
+  v_entities uuid[] := ARRAY(SELECT DISTINCT i FROM pg_catalog.unnest(p_entity_ids) i
+                             WHERE i IS NOT NULL ORDER BY 1 LIMIT 100);
+  v_event uuid;
+BEGIN
+  IF pg_catalog.cardinality(v_entities) = 0 THEN
+    RETURN;
+  END IF;
+  v_event := fabric._emit('memory.reasoning_step.recorded', p_run.tenant_id, v_correlation,
+    NULL, NULL, NULL, pg_catalog.jsonb_build_object('step_id', v_step,
+      'agent_id', p_run.agent_id, 'entities', pg_catalog.cardinality(v_entities),
+      'source', 'recall'));
+  INSERT INTO fabric.reasoning_steps (tenant_id, step_id, run_id, agent_id, correlation_id,
+    event_id, recorded_by)
+  VALUES (p_run.tenant_id, v_step, p_run.run_id, p_run.agent_id, v_correlation, v_event,
+          p_run.agent_id);
+  INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+  SELECT p_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -648,4 +700,135 @@ BEGIN
     JOIN fabric.reasoning_steps s ON s.tenant_id = t.tenant_id AND s.step_id = t.step_id
     WHERE t.tenant_id = p_tenant_id AND t.entity_id = p_entity_id
     ORDER BY s.recorded_at, s.step_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.propose_entity_merge: a same-as merge is a reviewed proposal, never silent.
+-- The consolidator proposes that p_entity_id is the same as p_into_entity_id (both of the
+-- tenant, of one type, neither merged already): a pending approval of action
+-- merge_entities, which policy decides (fabric_api.decide_approval) and the consolidator
+-- then applies (fabric_api.merge_entities). A refusal writes nothing: two ids that are one,
+-- or of different types, 22023; an unknown entity P0002; one merged already 55000.
+CREATE OR REPLACE FUNCTION fabric_api.propose_entity_merge(p_tenant_id text, p_entity_id uuid,
+  p_into_entity_id uuid, p_reason text)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_from fabric.entities;
+  v_into fabric.entities;
+  v_id uuid := pg_catalog.gen_random_uuid();
+  v_target jsonb;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_consolidator', 'propose entity merges');
+  IF p_tenant_id IS NULL OR p_entity_id IS NULL OR p_into_entity_id IS NULL
+     OR p_entity_id = p_into_entity_id OR coalesce(pg_catalog.btrim(p_reason), '') = '' THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a merge proposal names a tenant, two different entities and a reason',
+      'e.g. fabric_api.propose_entity_merge(''acme'', ''<entity_id>'', ''<into_entity_id>'', '
+      '''same company, renamed'')');
+  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  PERFORM fabric._set_context('actor', fabric._actor_id());
+  SELECT * INTO v_from FROM fabric.entities e
+  WHERE e.tenant_id = p_tenant_id AND e.entity_id = p_entity_id;
+  SELECT * INTO v_into FROM fabric.entities e
+  WHERE e.tenant_id = p_tenant_id AND e.entity_id = p_into_entity_id;
+  IF v_from.entity_id IS NULL OR v_into.entity_id IS NULL THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown entity',
+      'entity ids of the tenant (fabric.entities, a graph recall''s seeds)');
+  END IF;
+  IF v_from.entity_type <> v_into.entity_type THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'only entities of one type can be the same',
+      pg_catalog.format('%s is a %s, %s a %s', p_entity_id, v_from.entity_type,
+                        p_into_entity_id, v_into.entity_type));
+  END IF;
+  IF v_from.merged_into IS NOT NULL OR v_into.merged_into IS NOT NULL THEN
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'an entity merged already is merged no further',
+      'propose the merge into the entity it was merged into');
+  END IF;
+  v_target := pg_catalog.jsonb_build_object('entity_id', p_entity_id,
+                                            'into_entity_id', p_into_entity_id);
+  INSERT INTO fabric.approvals (tenant_id, approval_id, action, target, reason, requested_by,
+                                expires_at)
+  VALUES (p_tenant_id, v_id, 'merge_entities', v_target, p_reason, fabric._actor_id(),
+          pg_catalog.now() + fabric._approval_timeout(p_tenant_id, 'merge_entities'));
+  PERFORM fabric._emit('memory.approval.requested', p_tenant_id, NULL, NULL, NULL, NULL,
+    pg_catalog.jsonb_build_object('approval_id', v_id, 'action', 'merge_entities',
+                                  'target', v_target));
+  RETURN pg_catalog.jsonb_build_object('approval_id', v_id, 'status', 'pending');
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.merge_entities: the consolidator applies an approved merge_entities approval
+-- (once: it is consumed). The merged entity stays, marked merged_into, with its mentions
+-- (the history); every record that mentions it now mentions the entity it was merged into
+-- too, and records formed later that name it mention that one only. Not approved (pending,
+-- denied, consumed) or not a merge: 55000; unknown: P0002.
+CREATE OR REPLACE FUNCTION fabric_api.merge_entities(p_approval_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v fabric.approvals;
+  v_from uuid;
+  v_into uuid;
+  v_mentions integer;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_consolidator', 'apply entity merges');
+  v_tenant := fabric._tenant_of_approval(p_approval_id);
+  IF v_tenant IS NULL THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown approval',
+      'approval ids come from fabric_api.propose_entity_merge');
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('actor', fabric._actor_id());
+  SELECT * INTO v FROM fabric.approvals a
+  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id FOR UPDATE;
+  IF v.action <> 'merge_entities' OR v.status <> 'approved' OR v.consumed_at IS NOT NULL THEN
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      pg_catalog.format('the approval is a %s, %s: only an approved entity merge is applied',
+                        v.action, v.status),
+      'policy decides merge proposals with fabric_api.decide_approval');
+  END IF;
+  v_from := (v.target ->> 'entity_id')::uuid;
+  v_into := (v.target ->> 'into_entity_id')::uuid;
+  IF EXISTS (SELECT 1 FROM fabric.entities e WHERE e.tenant_id = v_tenant
+               AND e.entity_id IN (v_from, v_into) AND e.merged_into IS NOT NULL)
+     OR (SELECT pg_catalog.count(*) FROM fabric.entities e
+         WHERE e.tenant_id = v_tenant AND e.entity_id IN (v_from, v_into)) < 2 THEN
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'the entities of this merge are gone or merged since it was proposed',
+      'propose the merge again');
+  END IF;
+  UPDATE fabric.approvals a SET status = 'consumed', consumed_at = pg_catalog.now()
+  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id;
+  UPDATE fabric.entities e SET merged_into = v_into
+  WHERE e.tenant_id = v_tenant AND e.entity_id = v_from;
+  INSERT INTO fabric.memory_mentions (tenant_id, memory_id, entity_id, source)
+  SELECT x.tenant_id, x.memory_id, v_into, x.source FROM fabric.memory_mentions x
+  WHERE x.tenant_id = v_tenant AND x.entity_id = v_from
+  ON CONFLICT DO NOTHING;
+  GET DIAGNOSTICS v_mentions = ROW_COUNT;
+  -- one event per record that mentions it now (the projector writes its MENTIONS again),
+  -- or one without a record when none does
+  PERFORM fabric._emit('memory.entity.merged', v_tenant, NULL, NULL, r.memory_id, NULL,
+    pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
+                                  'into_entity_id', v_into))
+  FROM (SELECT x.memory_id FROM fabric.memory_mentions x
+        WHERE x.tenant_id = v_tenant AND x.entity_id = v_from
+        UNION ALL SELECT NULL::uuid
+        WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                          WHERE x.tenant_id = v_tenant AND x.entity_id = v_from)
+        ORDER BY 1) r;
+  RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
+                                       'into_entity_id', v_into, 'mentions', v_mentions);
 END $$;

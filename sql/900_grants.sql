@@ -119,7 +119,9 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.contradiction_queue(text),
   fabric_api.review_queue(text),
   fabric_api.resolve_review_flag(uuid, text, text),
-  fabric_api.resolve_contradiction_flag(uuid, text, text)
+  fabric_api.resolve_contradiction_flag(uuid, text, text),
+  fabric_api.propose_entity_merge(text, uuid, uuid, text),
+  fabric_api.merge_entities(uuid)
   TO fabric_consolidator;
 GRANT EXECUTE ON FUNCTION
   fabric_audit.records_as_of(text, timestamptz, timestamptz),

@@ -507,6 +507,11 @@ COMMENT ON COLUMN fabric.agent_lineage_links.recorded_by IS 'The workflow''s age
 COMMENT ON COLUMN fabric.agent_lineage_links.recorded_at IS 'When the link was recorded.';
 COMMENT ON COLUMN fabric.entities.tenant_id IS 'Tenant of the entity.';
 COMMENT ON COLUMN fabric.entities.entity_id IS 'The entity''s id: how the graph names it.';
+COMMENT ON COLUMN fabric.entities.merged_into IS 'The entity an approved same-as merge resolved this one into (fabric_api.merge_entities); NULL if none.';
+COMMENT ON FUNCTION fabric_api.propose_entity_merge(text, uuid, uuid, text) IS
+  'Propose that two entities of a tenant are the same (a pending merge_entities approval that policy decides). Consolidator only. Example: SELECT fabric_api.propose_entity_merge(''acme'', ''<entity_id>'', ''<into_entity_id>'', ''same company, renamed'');';
+COMMENT ON FUNCTION fabric_api.merge_entities(uuid) IS
+  'Apply an approved entity merge once: the entity is marked merged_into, its records mention the other too. Consolidator only. Example: SELECT fabric_api.merge_entities(''<approval_id>'');';
 COMMENT ON COLUMN fabric.entities.entity_type IS 'POLE+O: person, organization, location, event or object.';
 COMMENT ON COLUMN fabric.entities.entity_key IS 'What deduplicates it within its type: id:<external id>, name:<normalized name>, name:@<handle> or subject:<subject id>.';
 COMMENT ON COLUMN fabric.entities.name IS 'The name as first declared (never projected for a person).';

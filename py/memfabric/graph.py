@@ -243,6 +243,43 @@ WHERE e.subject_ref IS NULL
 RETURN DISTINCT e.entity_id AS entity_id
 """
 
+# The hops after the first follow the edge kinds recall's expand.via names, from the records
+# the last hop reached to the live records in scope they link to: DERIVED_FROM and
+# SUPERSEDES either way, INFLUENCED through the agents that influenced them. Each pair is
+# (what links them, the record reached), ranked by `rank_walk` as an entity's pairs are.
+_WALK_DERIVED_FROM: Final = """
+UNWIND $memory_ids AS id
+MATCH (m:Memory {tenant_id: $tenant_id, memory_id: id})-[:DERIVED_FROM]-(n:Memory)
+WHERE n.tenant_id = $tenant_id AND n.scope_key IN $scope_keys AND n.tier IN $tiers
+  AND n.consolidation_state IN $live
+RETURN m.memory_id AS via_id, n.memory_id AS memory_id
+LIMIT $limit
+"""
+_WALK_SUPERSEDES: Final = """
+UNWIND $memory_ids AS id
+MATCH (m:Memory {tenant_id: $tenant_id, memory_id: id})-[:SUPERSEDES]-(n:Memory)
+WHERE n.tenant_id = $tenant_id AND n.scope_key IN $scope_keys AND n.tier IN $tiers
+  AND n.consolidation_state IN $live
+RETURN m.memory_id AS via_id, n.memory_id AS memory_id
+LIMIT $limit
+"""
+_WALK_INFLUENCED: Final = """
+UNWIND $memory_ids AS id
+MATCH (m:Memory {tenant_id: $tenant_id, memory_id: id})<-[:INFLUENCED]-(a:Agent)
+MATCH (a)-[:INFLUENCED]->(n:Memory)
+WHERE n.tenant_id = $tenant_id AND n.scope_key IN $scope_keys AND n.tier IN $tiers
+  AND n.consolidation_state IN $live
+RETURN a.agent_id AS via_id, n.memory_id AS memory_id
+LIMIT $limit
+"""
+_WALK_EDGES: Final = {
+    "DERIVED_FROM": _WALK_DERIVED_FROM,
+    "SUPERSEDES": _WALK_SUPERSEDES,
+    "INFLUENCED": _WALK_INFLUENCED,
+}
+#: The edge kinds a walk may follow after its first hop (recall's expand.via).
+WALK_KINDS: Final = ("MENTIONS", "DERIVED_FROM", "SUPERSEDES", "INFLUENCED")
+
 _WIPE_MEMORIES: Final = "MATCH (n:Memory) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_AGENTS: Final = "MATCH (n:Agent) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
 _WIPE_ENTITIES: Final = "MATCH (n:Entity) WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n"
@@ -769,46 +806,72 @@ class GraphStore:
         scope_keys: Sequence[str],
         tiers: Sequence[str],
         limit: int = 1000,
+        via: Sequence[str] = ("MENTIONS",),
     ) -> list[tuple[str, float]]:
-        """Graph recall's candidates: from the seed entities, `hops` hops of entity -> the
-        records that mention it (live, in `scope_keys` and `tiers`) -> the entities those
-        mention, inside the tenant; at most `limit` (memory_id, score) pairs, best first
-        (`rank_walk`). Only records the caller may read are walked through; the database
-        re-checks every candidate."""
+        """Graph recall's candidates: from the seed entities to the records that mention
+        them (live, in `scope_keys` and `tiers`), then `hops` - 1 more hops along the edge
+        kinds of `via` (MENTIONS: the records mentioning the entities those mention;
+        DERIVED_FROM, SUPERSEDES: the records linked either way; INFLUENCED: the other
+        outcomes of their agents), inside the tenant; at most `limit` (memory_id, score)
+        pairs, best first (`rank_walk`). Only records the caller may read are walked
+        through; the database re-checks every candidate."""
         if isinstance(hops, bool) or not isinstance(hops, int) or not 1 <= hops <= 3:
             raise ValueError("hops must be 1, 2 or 3")
+        kinds = set(via)
+        if not kinds or not kinds <= set(WALK_KINDS):
+            raise ValueError(f"via must name edge kinds of {', '.join(WALK_KINDS)}")
+        scope: dict[str, Any] = {
+            "scope_keys": list(scope_keys),
+            "tiers": list(tiers),
+            "live": list(LIVE_STATES),
+        }
+
+        def mentioning(tx: ManagedTransaction, entity_ids: list[str]) -> list[tuple[str, str]]:
+            if not entity_ids:
+                return []
+            return [
+                (str(r["entity_id"]), str(r["memory_id"]))
+                for r in tx.run(
+                    _WALK_MENTIONING,
+                    tenant_id=tenant_id,
+                    entity_ids=entity_ids,
+                    limit=WALK_PAIRS,
+                    **scope,
+                )
+            ]
 
         def read(tx: ManagedTransaction) -> list[tuple[str, float]]:
             seen = set(seeds)
-            frontier = sorted(seen)
             reached: set[str] = set()
             levels: list[list[tuple[str, str]]] = []
+            pairs = sorted(mentioning(tx, sorted(seen)))
             for level in range(1, hops + 1):
-                if not frontier:
-                    break
-                pairs = sorted(
-                    (str(r["entity_id"]), str(r["memory_id"]))
-                    for r in tx.run(
-                        _WALK_MENTIONING,
-                        tenant_id=tenant_id,
-                        entity_ids=frontier,
-                        scope_keys=list(scope_keys),
-                        tiers=list(tiers),
-                        live=list(LIVE_STATES),
-                        limit=WALK_PAIRS,
-                    )
-                )
                 levels.append(pairs)
                 new = sorted({m for _, m in pairs} - reached)
                 reached.update(new)
                 if level == hops or not new:
                     break
-                found = {
-                    str(r["entity_id"])
-                    for r in tx.run(_WALK_MENTIONED, tenant_id=tenant_id, memory_ids=new)
-                }
-                frontier = sorted(found - seen)
-                seen.update(frontier)
+                pairs = []
+                if "MENTIONS" in kinds:
+                    found = {
+                        str(r["entity_id"])
+                        for r in tx.run(_WALK_MENTIONED, tenant_id=tenant_id, memory_ids=new)
+                    }
+                    frontier = sorted(found - seen)
+                    seen.update(frontier)
+                    pairs.extend(mentioning(tx, frontier))
+                for kind in sorted(kinds - {"MENTIONS"}):
+                    pairs.extend(
+                        (f"{kind}:{r['via_id']}", str(r["memory_id"]))
+                        for r in tx.run(
+                            _WALK_EDGES[kind],
+                            tenant_id=tenant_id,
+                            memory_ids=new,
+                            limit=WALK_PAIRS,
+                            **scope,
+                        )
+                    )
+                pairs = sorted(set(pairs))
             return rank_walk(levels)[:limit]
 
         with self._driver.session(database=self.database) as session:

@@ -301,6 +301,7 @@ class _Walk:
                 flt["scope_keys"],
                 start["tiers"],
                 RECALL_MAX_CANDIDATES,
+                start.get("via", ["MENTIONS"]),
             )
         except (ServiceUnavailable, SessionExpired) as exc:
             raise ConnectionError(f"graph server: {exc}") from exc

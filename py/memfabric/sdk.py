@@ -557,6 +557,18 @@ class Consolidator(_Role):
             "fabric_api.resolve_contradiction_flag", flag_id, decision, reason
         )
 
+    def propose_entity_merge(
+        self, tenant_id: str, entity_id: Id, into_entity_id: Id, reason: str
+    ) -> Json:
+        """Propose that two entities are the same: a merge_entities approval policy decides."""
+        return self._call(  # type: ignore[no-any-return]
+            "fabric_api.propose_entity_merge", tenant_id, entity_id, into_entity_id, reason
+        )
+
+    def merge_entities(self, approval_id: Id) -> Json:
+        """Apply an approved entity merge (once)."""
+        return self._call("fabric_api.merge_entities", approval_id)  # type: ignore[no-any-return]
+
     def consolidation_cursor(self, tenant_id: str) -> Json | None:
         return self._call("fabric_api.consolidation_cursor", tenant_id)  # type: ignore[no-any-return]
 

@@ -182,6 +182,45 @@ def test_graph_recall_walks_two_hops_and_the_database_rechecks(
         assert [r["memory_id"] for r in one_hop["records"]] == [works]
 
 
+def test_expand_via_follows_the_edge_kinds_it_names(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    from memfabric.recall import recall
+
+    run = fabric.open_run()
+    signed = fabric.form(run, envelope=mentioning("Dana Scully signed the order", DANA_))
+    report = fabric.form(run, text="Quarterly numbers are up")  # no entity in common
+    with fabric.acting("mf_workflow") as conn:
+        for outcome in (signed, report):
+            (event,) = fabric.events(
+                f"memory_id = '{outcome}' AND event_type = 'memory.record.formed'"
+            )
+            call(
+                conn,
+                "fabric_api.record_agent_link",
+                *("acme", "com-agt-003", outcome, "caused", event["event_id"], "corr-via"),
+            )
+    drain(fabric, projector)
+
+    request = {"run_id": str(run), "query": "What did Dana Scully sign?", "mode": "graph"}
+    with fabric.connect("mf_agent_a") as conn:
+        plain = recall(conn, request | {"expand": {"hops": 2}}, graph=graph)
+        assert [r["memory_id"] for r in plain["records"]] == [signed]
+        # the agent that caused the signed order also caused the report: one hop more
+        influenced = {"hops": 2, "via": ["MENTIONS", "INFLUENCED"]}
+        answer = recall(conn, request | {"expand": influenced}, graph=graph)
+        assert [r["memory_id"] for r in answer["records"]] == [signed, report]
+        one_hop = recall(conn, request | {"expand": influenced | {"hops": 1}}, graph=graph)
+        assert [r["memory_id"] for r in one_hop["records"]] == [signed]
+    # each of these recalls is a step of the run that touched Dana, projected as one
+    drain(fabric, projector)
+    export = graph.export("acme")
+    steps = [key for label, key, _ in export.nodes if label == "Step"]
+    assert len(steps) == 3
+    touched = {dst for t, _, dst in export.edges if t == "TOUCHED"}
+    assert len(touched) == 1
+
+
 def test_graph_recall_without_a_graph_server_is_unreachable(
     fabric: Fabric, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -272,3 +311,45 @@ def test_the_drill_finds_a_leftover_person_and_a_named_one(
         ).consume()
     named = ops.drill(projector)
     assert named["named_persons"] > 0 and not named["identical"]
+
+
+def test_an_applied_entity_merge_reaches_the_graph(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    run = fabric.open_run()
+    acme_ag = {"type": "organization", "name": "Acme AG"}
+    old = fabric.form(run, envelope=mentioning("Acme AG called", acme_ag))
+    fabric.form(run, envelope=mentioning("Acme GmbH called", ACME))
+    drain(fabric, projector)
+    ids = dict(
+        fabric.session(None)
+        .execute("SELECT entity_key, entity_id::text FROM fabric.entities WHERE tenant_id = 'acme'")
+        .fetchall()
+    )
+    ag, gmbh = ids["name:acme ag"], ids["name:acme gmbh"]
+
+    def mentioning_records(entity: str) -> int:
+        return sum(
+            1
+            for t, _, dst in graph.export("acme").edges
+            if t == "MENTIONS" and dst == f"acme:{entity}"
+        )
+
+    assert mentioning_records(gmbh) == 1
+    proposed = fabric.call(
+        "mf_consolidator",
+        "SELECT fabric_api.propose_entity_merge('acme', %s, %s, 'renamed')",
+        ag,
+        gmbh,
+    )
+    fabric.call(
+        "mf_policy",
+        "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
+        proposed["approval_id"],
+    )
+    fabric.call("mf_consolidator", "SELECT fabric_api.merge_entities(%s)", proposed["approval_id"])
+    drain(fabric, projector)
+    assert mentioning_records(gmbh) == 2
+    assert mentioning_records(ag) == 1  # the history stays
+    (event,) = fabric.events("event_type = 'memory.entity.merged'")
+    assert str(event["memory_id"]) == old

@@ -58,11 +58,23 @@ def test_a_graph_recall_starts_from_the_querys_entities_as_ids(
     assert resolved["graph"] == {
         "seeds": [entity_id(fabric, "name:dana scully")],
         "hops": 2,
+        "via": ["MENTIONS"],
         "tiers": ["episodic", "procedural", "profile", "semantic"],
     }
     assert "Dana" not in str(resolved)
     expanded = recall(fabric, request | {"mode": "hybrid", "expand": {"hops": 3}})
     assert expanded["graph"]["hops"] == 3
+
+
+def test_expand_via_names_the_edge_kinds_the_walk_follows(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    request = {"run_id": world["run"], "query": "Dana Scully", "mode": "hybrid"}
+    via = ["SUPERSEDES", "INFLUENCED", "DERIVED_FROM", "SUPERSEDES"]
+    resolved = recall(fabric, request | {"expand": {"hops": 2, "via": via}})
+    assert resolved["graph"]["via"] == ["DERIVED_FROM", "INFLUENCED", "SUPERSEDES"]
+    graph = recall(fabric, request | {"mode": "graph", "expand": {"hops": 1, "via": ["MENTIONS"]}})
+    assert graph["graph"]["via"] == ["MENTIONS"]
 
 
 def test_a_query_naming_no_entity_starts_from_the_subject_in_mode_graph_only(
@@ -132,7 +144,14 @@ def test_hybrid_fuses_the_graph_list_and_says_so(fabric: Fabric, world: dict[str
         {"mode": "hybrid", "expand": {"hops": 4}},
         {"mode": "hybrid", "expand": {"hops": "2"}},
         {"mode": "hybrid", "expand": {}},
-        {"mode": "hybrid", "expand": {"hops": 1, "via": ["MENTIONS"]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": ["LIKES"]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": ["MENTIONS", "mentions"]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": []}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": "MENTIONS"}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": [1]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": ["TOUCHED"]}},
+        {"mode": "hybrid", "expand": {"hops": 1, "via": ["MENTIONS"] * 5}},
+        {"mode": "hybrid", "expand": {"hops": 1, "depth": 1}},
         {"mode": "hybrid", "graph_candidates": []},
         {"graph_candidates": []},
         {"mode": "graph", "graph_candidates": [{"memory_id": "x", "score": 1}]},
@@ -147,3 +166,37 @@ def test_malformed_graph_requests_are_refused(
         recall(fabric, {"run_id": world["run"], "query": "Dana"} | change)
     assert info.value.sqlstate == "22023"
     assert fabric.count("events") == before
+
+
+def touches(fabric: Fabric, entity: str) -> list[tuple[Any, ...]]:
+    with fabric.acting("mf_auditor") as conn:
+        return conn.execute(
+            "SELECT agent_id, run_id::text, correlation_id"
+            " FROM fabric_audit.entity_touches('acme', %s)",
+            (entity,),
+        ).fetchall()
+
+
+def test_a_recall_that_walked_the_graph_records_the_entities_it_touched(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    dana, initech = entity_id(fabric, "name:dana scully"), entity_id(fabric, "name:initech")
+    steps = fabric.count("reasoning_steps")
+    request = {"run_id": world["run"], "query": "Where does Dana Scully work?", "mode": "hybrid"}
+    recall(fabric, request)  # resolving touches nothing
+    recall(fabric, request | {"candidates": []})  # nor does a recall without the graph
+    assert fabric.count("reasoning_steps") == steps
+    expanded = request | {"expand": {"hops": 2}, "correlation_id": "corr-recall-1"}
+    recall(fabric, expanded)
+    answer = recall(fabric, expanded | {"candidates": [], "graph_candidates": []})
+    assert answer["status"] == "served"
+    assert touches(fabric, dana) == [("com-agt-003", world["run"], "corr-recall-1")]
+    assert touches(fabric, initech) == []  # reached, not started from
+    (event,) = fabric.events("event_type = 'memory.reasoning_step.recorded'")
+    assert event["correlation_id"] == "corr-recall-1"
+    # mode graph without a correlation id: the step gets one of its own
+    graph = {"mode": "graph", "graph_candidates": []}
+    recall(fabric, {"run_id": world["run"], "query": "Initech"} | graph)
+    ((agent, run, correlation),) = touches(fabric, initech)
+    assert (agent, run) == ("com-agt-003", world["run"])
+    assert correlation.startswith("recall:")

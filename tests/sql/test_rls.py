@@ -318,7 +318,7 @@ TENANT_POLICIES = {
     "approvals": ("select", "insert", "update"),
     "consolidation_outcomes": ("select", "insert"),
     "contradiction_flags": ("select", "insert", "update"),
-    "entities": ("select", "insert", "delete"),
+    "entities": ("select", "insert", "update", "delete"),
     "erasure_receipts": ("select", "insert", "update"),
     "instance_config": ("select", "insert", "update", "delete"),
     "mcp_tokens": ("select", "insert", "update"),
