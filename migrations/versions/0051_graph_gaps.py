@@ -4,15 +4,15 @@ entity an approved merge resolved one into. The merged entity stays (its mention
 history); the functions are created by the sql/ replay that follows every migrate. No new
 table: on Citus both tables are already placed by 0049_citus.
 
-Revision ID: 0050_graph_gaps
-Revises: 0049_citus
+Revision ID: 0051_graph_gaps
+Revises: 0050_citus_shard_events
 Create Date: 2026-12-04
 """
 
 from alembic import op
 
-revision = "0050_graph_gaps"
-down_revision = "0049_citus"
+revision = "0051_graph_gaps"
+down_revision = "0050_citus_shard_events"
 branch_labels = None
 depends_on = None
 
