@@ -67,6 +67,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   -- the subject's person entity goes with the key (its mentions with it; sql/285_graph_tier.sql)
+  UPDATE fabric.entities m SET merged_into = NULL
+  WHERE m.tenant_id = p_tenant_id AND m.merged_into IN (
+    SELECT e.entity_id FROM fabric.entities e
+    WHERE e.tenant_id = p_tenant_id AND e.subject_id = p_subject_id);
   DELETE FROM fabric.entities e WHERE e.tenant_id = p_tenant_id AND e.subject_id = p_subject_id;
   DELETE FROM fabric.subject_keys k WHERE k.tenant_id = p_tenant_id AND k.subject_id = p_subject_id;
   RETURN FOUND;

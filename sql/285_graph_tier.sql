@@ -227,6 +227,11 @@ BEGIN
         WHERE x.tenant_id = v_gone.tenant_id AND x.memory_id = ANY (v_gone.memory_ids)
         RETURNING x.entity_id)
       SELECT pg_catalog.array_agg(DISTINCT g.entity_id) INTO v_entity_ids FROM gone g;
+      -- what was merged into an entity that goes forgets it first (entities_merged_into_same_tenant)
+      UPDATE fabric.entities m SET merged_into = NULL
+      WHERE m.tenant_id = v_gone.tenant_id AND m.merged_into = ANY (v_entity_ids)
+        AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                        WHERE x.tenant_id = m.tenant_id AND x.entity_id = m.merged_into);
       DELETE FROM fabric.entities e
       WHERE e.tenant_id = v_gone.tenant_id AND e.entity_id = ANY (v_entity_ids)
         AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
@@ -246,6 +251,10 @@ BEGIN
     SELECT g.tenant_id, pg_catalog.array_agg(DISTINCT g.entity_id) AS entity_ids
     FROM gone g GROUP BY g.tenant_id
   LOOP
+    UPDATE fabric.entities m SET merged_into = NULL
+    WHERE m.tenant_id = v_gone.tenant_id AND m.merged_into = ANY (v_gone.entity_ids)
+      AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                      WHERE x.tenant_id = m.tenant_id AND x.entity_id = m.merged_into);
     DELETE FROM fabric.entities e
     WHERE e.tenant_id = v_gone.tenant_id AND e.entity_id = ANY (v_gone.entity_ids)
       AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x

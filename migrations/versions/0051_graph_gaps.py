@@ -16,26 +16,28 @@ down_revision = "0050_citus_shard_events"
 branch_labels = None
 depends_on = None
 
-UPGRADE = """
-SET LOCAL ROLE fabric_owner;
-
-ALTER TABLE fabric.approvals DROP CONSTRAINT approvals_action_is_known;
-ALTER TABLE fabric.approvals ADD CONSTRAINT approvals_action_is_known
-  CHECK (action IN ('promote', 'supersede', 'erase', 'erase_subject', 'merge_entities'));
-
--- merged_into: the entity an approved same-as merge resolved this one into (same tenant);
--- cleared if that entity goes (erasure), never pointing at itself.
-ALTER TABLE fabric.entities ADD COLUMN merged_into uuid;
-ALTER TABLE fabric.entities ADD CONSTRAINT entities_merged_into_same_tenant
-  FOREIGN KEY (tenant_id, merged_into) REFERENCES fabric.entities (tenant_id, entity_id)
-  ON DELETE SET NULL (merged_into);
-ALTER TABLE fabric.entities ADD CONSTRAINT entities_not_merged_into_itself
-  CHECK (merged_into IS DISTINCT FROM entity_id);
-"""
+# One statement each: Citus sends a distributed table's DDL to its shards as prepared
+# statements, which hold one command.
+UPGRADE = (
+    "ALTER TABLE fabric.approvals DROP CONSTRAINT approvals_action_is_known",
+    "ALTER TABLE fabric.approvals ADD CONSTRAINT approvals_action_is_known"
+    " CHECK (action IN ('promote', 'supersede', 'erase', 'erase_subject', 'merge_entities'))",
+    # merged_into: the entity an approved same-as merge resolved this one into (same
+    # tenant); cleared before that entity goes (erasure), never pointing at itself.
+    "ALTER TABLE fabric.entities ADD COLUMN merged_into uuid",
+    # No ON DELETE SET NULL (Citus refuses it on a key with the distribution column): the
+    # statements that delete entities clear what was merged into them first.
+    "ALTER TABLE fabric.entities ADD CONSTRAINT entities_merged_into_same_tenant"
+    " FOREIGN KEY (tenant_id, merged_into) REFERENCES fabric.entities (tenant_id, entity_id)",
+    "ALTER TABLE fabric.entities ADD CONSTRAINT entities_not_merged_into_itself"
+    " CHECK (merged_into IS DISTINCT FROM entity_id)",
+)
 
 
 def upgrade() -> None:
-    op.execute(UPGRADE)
+    op.execute("SET LOCAL ROLE fabric_owner")
+    for statement in UPGRADE:
+        op.execute(statement)
     op.execute("RESET ROLE")
 
 

@@ -149,3 +149,40 @@ def test_applying_what_is_no_approved_merge_writes_nothing(
             fabric.call("mf_consolidator", "SELECT fabric_api.merge_entities(%s)", approval)
         assert info.value.sqlstate == state
         assert (fabric.count("events"), fabric.count("memory_mentions")) == before
+
+
+def test_an_entity_merged_into_one_that_erasure_removes_forgets_it(fabric: Fabric) -> None:
+    """Erasing a subject removes its person entity; an entity merged into that one stays
+    (another subject's record mentions it) and forgets where it was merged (no dangling
+    reference, no refused erasure)."""
+    fabric.open_run()  # makes user-8842's person entity
+    other = fabric.open_run(subject="user-9999")
+    max_ = {"type": "person", "name": "Max Mustermann"}
+    fabric.form(other, envelope=episode(content={"text": "Max called", "entities": [max_]}))
+    row = (
+        fabric.session(None)
+        .execute(
+            "SELECT entity_id::text FROM fabric.entities"
+            " WHERE tenant_id = 'acme' AND subject_id = 'user-8842'"
+        )
+        .fetchone()
+    )
+    assert row is not None
+    person = str(row[0])
+    merging = entity(fabric, "name:max mustermann")
+    proposed = propose(fabric, merging, person)
+    fabric.call(
+        "mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'same')",
+        proposed["approval_id"],
+    )  # fmt: skip
+    fabric.call("mf_consolidator", "SELECT fabric_api.merge_entities(%s)", proposed["approval_id"])
+    approval = fabric.call(
+        "mf_committer", "SELECT fabric_api.request_subject_erasure('acme', 'user-8842', 'art. 17')"
+    )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", approval)
+    rows = fabric.session(None).execute(
+        "SELECT entity_id::text, merged_into FROM fabric.entities WHERE entity_id IN (%s, %s)",
+        (person, merging),
+    )
+    assert dict(rows.fetchall()) == {merging: None}
