@@ -196,6 +196,26 @@ CREATE TRIGGER _710_mentions
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__mentions();
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._forget_entities: of these entities of a tenant, those no record mentions any more
+-- go; what was merged into one of them forgets it first (entities_merged_into_same_tenant
+-- has no ON DELETE action: Citus refuses SET NULL on a key with the distribution column).
+CREATE OR REPLACE FUNCTION fabric._forget_entities(p_tenant_id text, p_entity_ids uuid[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  UPDATE fabric.entities m SET merged_into = NULL
+  WHERE m.tenant_id = p_tenant_id AND m.merged_into = ANY (p_entity_ids)
+    AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                    WHERE x.tenant_id = m.tenant_id AND x.entity_id = m.merged_into);
+  DELETE FROM fabric.entities e
+  WHERE e.tenant_id = p_tenant_id AND e.entity_id = ANY (p_entity_ids)
+    AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                    WHERE x.tenant_id = e.tenant_id AND x.entity_id = e.entity_id);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__forget_mentions: mentions are derived from content, so they go
 -- with it (erasure, the closing of a retention window), and so does every entity no record
 -- mentions any more: its name came from content that is gone. A subject's erasure thus
@@ -227,15 +247,7 @@ BEGIN
         WHERE x.tenant_id = v_gone.tenant_id AND x.memory_id = ANY (v_gone.memory_ids)
         RETURNING x.entity_id)
       SELECT pg_catalog.array_agg(DISTINCT g.entity_id) INTO v_entity_ids FROM gone g;
-      -- what was merged into an entity that goes forgets it first (entities_merged_into_same_tenant)
-      UPDATE fabric.entities m SET merged_into = NULL
-      WHERE m.tenant_id = v_gone.tenant_id AND m.merged_into = ANY (v_entity_ids)
-        AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
-                        WHERE x.tenant_id = m.tenant_id AND x.entity_id = m.merged_into);
-      DELETE FROM fabric.entities e
-      WHERE e.tenant_id = v_gone.tenant_id AND e.entity_id = ANY (v_entity_ids)
-        AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
-                        WHERE x.tenant_id = e.tenant_id AND x.entity_id = e.entity_id);
+      PERFORM fabric._forget_entities(v_gone.tenant_id, v_entity_ids);
     END LOOP;
     RETURN NULL;
   END IF;
@@ -251,14 +263,7 @@ BEGIN
     SELECT g.tenant_id, pg_catalog.array_agg(DISTINCT g.entity_id) AS entity_ids
     FROM gone g GROUP BY g.tenant_id
   LOOP
-    UPDATE fabric.entities m SET merged_into = NULL
-    WHERE m.tenant_id = v_gone.tenant_id AND m.merged_into = ANY (v_gone.entity_ids)
-      AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
-                      WHERE x.tenant_id = m.tenant_id AND x.entity_id = m.merged_into);
-    DELETE FROM fabric.entities e
-    WHERE e.tenant_id = v_gone.tenant_id AND e.entity_id = ANY (v_gone.entity_ids)
-      AND NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
-                      WHERE x.tenant_id = e.tenant_id AND x.entity_id = e.entity_id);
+    PERFORM fabric._forget_entities(v_gone.tenant_id, v_gone.entity_ids);
   END LOOP;
   RETURN NULL;
 END $$;
