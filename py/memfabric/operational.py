@@ -35,6 +35,7 @@ import shutil
 import time
 import unicodedata
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,7 +167,7 @@ def _check_scope(c: OpsCollection, tenant_id: str | None, business_instance_id: 
 Hit = tuple[str, float, Json]
 
 
-class OperationalStore:
+class OperationalStore(ABC):
     """What both backends share: scoped, idempotent writes, scoped reads, readiness flags
     (in `<flags_dir>/<name>.flags.json`, beside the data they describe) and the rebuild."""
 
@@ -175,21 +176,26 @@ class OperationalStore:
         Path(flags_dir).mkdir(parents=True, exist_ok=True)
         self._flags_file = Path(flags_dir) / f"{collection.name}.flags.json"
 
-    # the backend's part
+    # the backend's part (EdgeOperationalStore, ServerOperationalStore)
+    @abstractmethod
     def _write(self, points: list[tuple[str, list[float], Json]]) -> None:
-        raise NotImplementedError
+        """Upsert the points (id, vector, payload) into the backend."""
 
+    @abstractmethod
     def _nearest(self, vector: list[float], scope: Json, limit: int) -> list[Hit]:
-        raise NotImplementedError
+        """The nearest points inside the scope filter."""
 
+    @abstractmethod
     def count(self) -> int:
-        raise NotImplementedError
+        """How many points the collection holds."""
 
+    @abstractmethod
     def wipe(self) -> None:
-        raise NotImplementedError
+        """Remove every point (the rebuild refills from the source)."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release the backend."""
 
     def __enter__(self) -> OperationalStore:
         return self
@@ -273,7 +279,7 @@ class OperationalStore:
             "flags": sorted(affected),
         }
 
-    def _flush(self) -> None:
+    def _flush(self) -> None:  # noqa: B027 - a no-op unless the backend buffers (Edge does)
         """Make the written points durable (a server acknowledges them durable already)."""
 
 
