@@ -100,11 +100,14 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 # (tests/conftest.py); TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 
+# tests/citus need a Citus cluster: make test-citus starts one and runs them (.ci/run does).
+NOT_CITUS := --ignore=tests/citus
+
 test: venv pg graph ## run the whole suite against real servers it starts itself
-	$(PYTEST) -q -n $(TEST_WORKERS) --durations=25
+	$(PYTEST) -q -n $(TEST_WORKERS) $(NOT_CITUS) --durations=25
 
 test-fast: venv pg graph ## the suite without the tests marked slow (over 5 s each)
-	$(PYTEST) -q -n $(TEST_WORKERS) -m 'not slow' --durations=25
+	$(PYTEST) -q -n $(TEST_WORKERS) $(NOT_CITUS) -m 'not slow' --durations=25
 
 test-budget: venv pg graph ## time the tests the time goals apply to (tests/budget.txt) as test and test-fast run them
 	@grep -v '^#' tests/budget.txt > .local/test-budget.args
