@@ -164,6 +164,25 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._tool_layers_missing: the three layers' verdict as the names of the ones that miss
+-- (empty when the tool holds in all three). The one place the layers become a denial:
+-- fabric._tool_denial reads them, and recall reads them in the statement that reads the
+-- agent's profile (one statement less a recall).
+CREATE OR REPLACE FUNCTION fabric._tool_layers_missing(p_allowed boolean, p_enabled boolean,
+                                                       p_run fabric.runs, p_tool text)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN pg_catalog.array_remove(ARRAY[
+    CASE WHEN NOT coalesce(p_allowed, false) THEN 'tools_allowed' END,
+    CASE WHEN NOT coalesce(p_enabled, false) THEN 'tenant_enablement' END,
+    CASE WHEN NOT p_tool = ANY (p_run.active_tool_set) THEN 'active_tool_set' END
+  ], NULL);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._tool_denial: NULL if the tool holds in all three layers, else which ones miss.
 CREATE OR REPLACE FUNCTION fabric._tool_denial(p_run fabric.runs, p_tool text)
 RETURNS text[]
@@ -171,14 +190,11 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RETURN (SELECT pg_catalog.array_remove(ARRAY[
-    CASE WHEN NOT EXISTS (SELECT 1 FROM fabric.agents a
-                          WHERE a.agent_id = p_run.agent_id AND p_tool = ANY (a.tools_allowed))
-         THEN 'tools_allowed' END,
-    CASE WHEN NOT EXISTS (SELECT 1 FROM fabric.tenant_agent_tools t
-                          WHERE t.tenant_id = p_run.tenant_id AND t.agent_id = p_run.agent_id
-                            AND t.tool_id = p_tool)
-         THEN 'tenant_enablement' END,
-    CASE WHEN NOT p_tool = ANY (p_run.active_tool_set) THEN 'active_tool_set' END
-  ], NULL));
+  RETURN (SELECT fabric._tool_layers_missing(
+    EXISTS (SELECT 1 FROM fabric.agents a
+            WHERE a.agent_id = p_run.agent_id AND p_tool = ANY (a.tools_allowed)),
+    EXISTS (SELECT 1 FROM fabric.tenant_agent_tools t
+            WHERE t.tenant_id = p_run.tenant_id AND t.agent_id = p_run.agent_id
+              AND t.tool_id = p_tool),
+    p_run, p_tool));
 END $$;

@@ -157,6 +157,45 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._recall_envelope: a record as filter-only recall answers it, built once: the
+-- envelope (fabric._record_envelope's fields, its one definition kept equal to this one by
+-- tests/sql/test_recall_audit_cost.py) with "score": null and "retrieval": {}, which recall
+-- appended to each envelope with || before (a second encoding of every record it served:
+-- about a sixth of governed recall's own CPU, docs/benchmarks.md).
+CREATE OR REPLACE FUNCTION fabric._recall_envelope(p_record fabric.memory_records,
+                                                   p_derived_from jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN pg_catalog.jsonb_build_object(
+    'memory_id', p_record.memory_id,
+    'tier', p_record.tier,
+    'scope', pg_catalog.jsonb_build_object('tenant_id', p_record.tenant_id,
+      'subject_id', p_record.subject_id, 'agent_id', p_record.agent_id,
+      'session_id', p_record.session_id, 'visibility', p_record.visibility),
+    'content', p_record.content,
+    'content_hash', p_record.content_hash,
+    'provenance', pg_catalog.jsonb_build_object('source_event_id', p_record.source_event_id,
+      'correlation_id', p_record.correlation_id, 'causation_id', p_record.causation_id,
+      'formed_by', p_record.formed_by, 'formation_method', p_record.formation_method),
+    'derived_from', p_derived_from,
+    'confidence', p_record.confidence,
+    'validity_interval', pg_catalog.jsonb_build_object('valid_from', p_record.valid_from,
+                                                       'valid_until', p_record.valid_until),
+    'recorded_at', p_record.recorded_at,
+    'consolidation_state', p_record.consolidation_state,
+    'supersedes', p_record.supersedes,
+    'retention_class', p_record.retention_class,
+    'compliance_labels', pg_catalog.to_jsonb(p_record.compliance_labels),
+    'version', p_record.version,
+    'business_instance_id', p_record.business_instance_id,
+    'score', NULL,
+    'retrieval', '{}'::jsonb);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._recall_candidates: the one retrieval query. Owned by fabric_retriever (BYPASSRLS,
 -- owns nothing else) so full-text matching can use its GIN index; tenant, scope keys,
 -- tiers, validity, confidence and label exclusions are explicit predicates of the query,
@@ -481,8 +520,10 @@ BEGIN
       -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard
       CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
            THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
+    -- (each record as filter-only recall answers it, score and retrieval included:
+    -- fabric._recall_envelope)
     RETURN QUERY
-      SELECT (x.m).memory_id, NULL::double precision, fabric._record_envelope(x.m, d.derived_from)
+      SELECT (x.m).memory_id, NULL::double precision, fabric._recall_envelope(x.m, d.derived_from)
       FROM (SELECT k.key, r.tier, t.memory_id, t.confidence, t.valid_from, t.recorded_at
               FROM (SELECT DISTINCT k.key FROM pg_catalog.unnest(p_scope_keys) AS k(key)) k
               CROSS JOIN (SELECT DISTINCT r.tier FROM pg_catalog.unnest(p_tiers) AS r(tier)) r
@@ -574,7 +615,8 @@ SET LOCAL ROLE fabric_owner;
 GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_settings,
   fabric.search_stats TO fabric_retriever;
 GRANT EXECUTE ON FUNCTION fabric._record_json(fabric.memory_records),
-  fabric._record_envelope(fabric.memory_records, jsonb), fabric._text_search_config(), fabric._any_term_query(text[]),
+  fabric._record_envelope(fabric.memory_records, jsonb),
+  fabric._recall_envelope(fabric.memory_records, jsonb), fabric._text_search_config(), fabric._any_term_query(text[]),
   fabric._search_keys(text, text[], text[]) TO fabric_retriever;
 -- BM25 reads the stored length (memory_records.search_length): the retriever no longer
 -- counts it, so it loses the grant it had before 0.4.0.
@@ -744,18 +786,24 @@ REVOKE ALL ON FUNCTION fabric._lexical_unstash(jsonb) FROM PUBLIC;
 -- fabric._recall_answer: the response and its one audit event (identifiers, never content).
 -- The event names the run's subject and session only by pseudonyms under the subject's key,
 -- and hashes the request without them, under that key: erasing the key unlinks the event.
--- It takes the run recall entered (no second read); p_served (mode_served,
+-- It takes the run recall entered (no second read) and the subject's key recall read with
+-- the agent's profile (p_key: no statement of its own); p_served (mode_served,
 -- tiers_served_lexically) joins the answer in the same object.
 DROP FUNCTION IF EXISTS fabric._recall_answer(text, jsonb, text, text, jsonb, jsonb, boolean);
+DROP FUNCTION IF EXISTS fabric._recall_answer(fabric.runs, jsonb, text, text, jsonb, jsonb,
+                                              boolean, jsonb);
 CREATE OR REPLACE FUNCTION fabric._recall_answer(
   p_run fabric.runs, p_request jsonb, p_status text, p_reason text, p_resolved jsonb,
-  p_records jsonb, p_truncated boolean, p_served jsonb)
+  p_records jsonb, p_truncated boolean, p_served jsonb,
+  p_key fabric.subject_keys DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_key fabric.subject_keys := fabric._subject_key(p_run.tenant_id, p_run.subject_id);
+  -- the subject's key as the caller read it, else read (or made, on first use) here
+  v_key fabric.subject_keys := CASE WHEN p_key.key IS NOT NULL THEN p_key
+    ELSE fabric._subject_key(p_run.tenant_id, p_run.subject_id) END;
   v_scope jsonb;
   v_request text;
   v_event uuid;
@@ -1123,6 +1171,9 @@ DECLARE
   v_graph_ids uuid[];
   v_graph_scores double precision[];
   v_graph_tiers text[];
+  v_key fabric.subject_keys;
+  v_key_ref text;
+  v_key_key bytea;
 BEGIN
   -- (an assignment of its void result, not PERFORM: a simple expression, without a
   -- statement of the executor)
@@ -1147,11 +1198,27 @@ BEGIN
   v_query := CASE WHEN v_query IS NOT NULL THEN p_request ->> 'query' END;
 
   v_run := fabric._enter_run((p_request ->> 'run_id')::uuid);
-  -- the agent's profile and the deployment's limits in one statement
-  SELECT (SELECT a.memory_profile FROM fabric.agents a WHERE a.agent_id = v_run.agent_id),
-         s.recall_max_limit, s.recall_default_limit
-    INTO v_profile, v_max_limit, v_default_limit
-    FROM fabric.deployment_settings s;
+  -- One statement: the agent's profile, the deployment's limits, the three tool layers (as
+  -- fabric._tool_denial reads them) and the subject's key for the audit event (NULL until
+  -- the subject's first use: fabric._recall_answer makes it then).
+  SELECT a.memory_profile, s.recall_max_limit, s.recall_default_limit,
+         fabric._tool_layers_missing('tool:memory-recall' = ANY (a.tools_allowed),
+           EXISTS (SELECT 1 FROM fabric.tenant_agent_tools t
+                   WHERE t.tenant_id = v_run.tenant_id AND t.agent_id = v_run.agent_id
+                     AND t.tool_id = 'tool:memory-recall'),
+           v_run, 'tool:memory-recall'),
+         k.subject_ref, k.key
+    INTO v_profile, v_max_limit, v_default_limit, v_missing, v_key_ref, v_key_key
+    FROM fabric.deployment_settings s
+    LEFT JOIN fabric.agents a ON a.agent_id = v_run.agent_id
+    LEFT JOIN fabric.subject_keys k ON k.tenant_id = v_run.tenant_id
+                                   AND k.subject_id = v_run.subject_id;
+  IF v_key_key IS NOT NULL THEN
+    v_key.tenant_id := v_run.tenant_id;
+    v_key.subject_id := v_run.subject_id;
+    v_key.subject_ref := v_key_ref;
+    v_key.key := v_key_key;
+  END IF;
   IF (p_request ->> 'limit')::numeric > v_max_limit THEN
     PERFORM fabric._bad_envelope(pg_catalog.format('limit must be at most %s', v_max_limit),
                                  'the deployment''s recall_max_limit caps every recall');
@@ -1163,8 +1230,7 @@ BEGIN
   END IF;
   v_valid_at := coalesce(v_valid_at, pg_catalog.now());
 
-  -- 1. Tool authorization, three layers.
-  v_missing := fabric._tool_denial(v_run, 'tool:memory-recall');
+  -- 1. Tool authorization, three layers (read above).
   IF pg_catalog.cardinality(v_missing) > 0 THEN
     v_reason := 'tool:memory-recall is not authorized: missing from '
                 || pg_catalog.array_to_string(v_missing, ', ');
@@ -1172,7 +1238,8 @@ BEGIN
       pg_catalog.jsonb_build_object('tool', 'tool:memory-recall', 'agent_id', v_run.agent_id,
                                     'missing_layers', v_missing));
     RETURN fabric._recall_answer(v_run, p_request, 'denied', v_reason, NULL, '[]', false,
-             pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb));
+             pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb),
+             v_key);
   END IF;
 
   -- 2. Scope before retrieval (os-agt-012).
@@ -1190,7 +1257,8 @@ BEGIN
   END IF;
   IF v_reason IS NOT NULL THEN
     RETURN fabric._recall_answer(v_run, p_request, 'denied', v_reason, v_resolved, '[]', false,
-             pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb));
+             pg_catalog.jsonb_build_object('mode_served', v_mode, 'tiers_served_lexically', '[]'::jsonb),
+             v_key);
   END IF;
   v_status := CASE WHEN pg_catalog.jsonb_array_length(v_resolved -> 'tiers_denied') > 0
                    THEN 'partial' ELSE 'served' END;
@@ -1330,8 +1398,11 @@ BEGIN
            WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSIF v_ids IS NULL AND v_query IS NULL THEN
     -- Nothing to rank by: the readable records (only the ones named by filters.memory_ids,
-    -- when given), most confident and most recent first.
-    SELECT coalesce(pg_catalog.jsonb_agg(r.record || '{"score": null, "retrieval": {}}'::jsonb
+    -- when given), most confident and most recent first. The top k come with their score
+    -- (null) and retrieval ({}) already (fabric._recall_envelope); records read by id get
+    -- them here.
+    SELECT coalesce(pg_catalog.jsonb_agg(CASE WHEN r.record ? 'retrieval' THEN r.record
+                      ELSE r.record || '{"score": null, "retrieval": {}}'::jsonb END
                       ORDER BY r.ord)
                       FILTER (WHERE r.ord <= v_limit), '[]'),
            pg_catalog.count(*)
@@ -1396,7 +1467,7 @@ BEGIN
                           CASE WHEN v_mode = 'graph' THEN v_run.subject_id END));
   END IF;
   RETURN fabric._recall_answer(v_run, p_request, v_status, NULL, v_resolved, v_records,
-                               v_count > v_limit, v_served);
+                               v_count > v_limit, v_served, v_key);
 END $$;
 COMMENT ON FUNCTION fabric_api.recall(jsonb) IS
   'Recall memory inside your open run (docs/sql.md, Recall): authorized, scope-first, filters pushed '

@@ -365,10 +365,13 @@ def tombstones(ctx: Context) -> tuple[str, str]:
 def recall_provenance(ctx: Context) -> tuple[str, str]:
     # the envelope is built by fabric._record_envelope, which fabric._record_json calls with
     # the lineage it reads (recall reads its winners' lineage itself)
-    shape = _source(ctx, "fabric._record_envelope")
-    missing = [k for k in ("'provenance'", "'validity_interval'") if k not in shape]
-    if missing:
-        return FAIL, f"fabric._record_envelope lacks {', '.join(missing)}"
+    # (filter-only recall builds its top k by fabric._recall_envelope: the same fields with
+    # score and retrieval, held equal by tests/sql/test_recall_audit_cost.py)
+    for shaper in ("fabric._record_envelope", "fabric._recall_envelope"):
+        shape = _source(ctx, shaper)
+        missing = [k for k in ("'provenance'", "'validity_interval'") if k not in shape]
+        if missing:
+            return FAIL, f"{shaper} lacks {', '.join(missing)}"
     if "_record_envelope" not in _source(ctx, "fabric._record_json"):
         return FAIL, "fabric._record_json does not build its envelope by fabric._record_envelope"
     candidates = _source(ctx, "fabric._recall_candidates")
