@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import Any
 
 from bench_projection import call, connect, pct
 from bench_write import machine
@@ -152,11 +153,20 @@ SELECT m.tenant_id || '.' || m.tier || '.' || CASE m.visibility WHEN 'tenant' TH
        m.recorded_at, m.valid_from
   FROM fabric.memory_records m
 """
+# The baseline's audit table: fabric.events' columns, defaults (a random version-4 id),
+# indexes and partitioning by time. With --baseline trail (the default) it holds a copy of
+# the trail's rows, so the baseline's one INSERT lands in indexes as large as those the
+# governed event lands in; with --baseline empty (the only baseline before 2026-12-05) it
+# starts empty and stays small, which leaves the cost of a large trail to governed recall
+# alone (docs/benchmarks.md, "Recall at the cost of its audit row").
 AUDIT_DDL = """
 DROP SCHEMA IF EXISTS bench_baseline CASCADE;
 CREATE SCHEMA bench_baseline;
-CREATE TABLE bench_baseline.events (LIKE fabric.events INCLUDING DEFAULTS INCLUDING INDEXES);
+CREATE TABLE bench_baseline.events (LIKE fabric.events INCLUDING DEFAULTS INCLUDING INDEXES)
+  PARTITION BY RANGE (occurred_at);
+CREATE TABLE bench_baseline.events_default PARTITION OF bench_baseline.events DEFAULT;
 """
+AUDIT_COPY = "INSERT INTO bench_baseline.events SELECT * FROM fabric.events"
 BASE_SELECT = """SELECT memory_id, record FROM fabric._recall_candidates(%s, %s, ARRAY['episodic'],
   now(), 0, '{}', %s, NULL, NULL, %s)"""
 BASE_AUDIT = """INSERT INTO bench_baseline.events (tenant_id, event_type, correlation_id,
@@ -175,7 +185,7 @@ def fresh_database(url: str, dbname: str) -> str:
     return burl
 
 
-def load(url: str, tenants: list[str], subjects: int, per_tenant: int) -> float:
+def load(url: str, tenants: list[str], subjects: int, per_tenant: int, baseline: str) -> float:
     """Tenants, the agent and the committer governed (admin API); the episodic records
     through the governed import, two connections at once; the semantic records, their
     statistics and the peer's items set-based (the fixture shortcut). Returns the seconds."""
@@ -236,9 +246,17 @@ def load(url: str, tenants: list[str], subjects: int, per_tenant: int) -> float:
         su.execute(STATS_SQL)
         su.execute(SUBJECT_KEYS)
         su.execute(STORE_SQL)
-        su.execute(AUDIT_DDL)
+        audit_table(su, baseline)
         su.execute("VACUUM ANALYZE")
     return time.perf_counter() - t0
+
+
+def audit_table(su: Any, baseline: str) -> None:
+    """(Re)make the baseline's audit table: empty, or a copy of the trail (see AUDIT_DDL)."""
+    su.execute(AUDIT_DDL)
+    if baseline == "trail":
+        su.execute(AUDIT_COPY)
+    su.execute("VACUUM ANALYZE bench_baseline.events")
 
 
 def measure(url: str, tenants: list[str], subjects: int, queries: int, seed: int) -> Sample:
@@ -370,9 +388,17 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=300, help="per measure and shape")
     ap.add_argument("--shape", choices=["many", "big", "both"], default="both")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--keep", action="store_true", help=f"keep the databases {DBNAME}_*")
+    ap.add_argument("--keep", action="store_true", help="keep the databases DBNAME_*")
     ap.add_argument("--reuse", action="store_true", help="measure on the kept databases")
     ap.add_argument("--profile", action="store_true", help="also profile function by function")
+    ap.add_argument(
+        "--baseline",
+        choices=["trail", "empty"],
+        default=None,
+        help="the baseline's audit table: a copy of the trail (default) or empty;"
+        " with --reuse, given explicitly, it is made again",
+    )
+    ap.add_argument("--dbname", default=DBNAME, help=f"the databases' prefix ({DBNAME})")
     args = ap.parse_args()
     server = db.database_url()
     shapes = {
@@ -384,15 +410,18 @@ def main() -> int:
     ratios: list[str] = []
     for shape, (tenants, subjects, per_tenant) in shapes.items():
         records = len(tenants) * per_tenant
-        dbname = f"{DBNAME}_{shape.split()[0]}"
+        dbname = f"{args.dbname}_{shape.split()[0]}"
         print(f"{shape}: {len(tenants)} tenants x {subjects} subjects x"
               f" {per_tenant // subjects} records = {records}; database {dbname} ...",
               flush=True)  # fmt: skip
         url = make_conninfo(server, dbname=dbname) if args.reuse else fresh_database(server, dbname)
         try:
             if not args.reuse:
-                took_s = load(url, tenants, subjects, per_tenant)
+                took_s = load(url, tenants, subjects, per_tenant, args.baseline or "trail")
                 print(f"  loaded in {took_s:.0f} s", flush=True)
+            elif args.baseline:
+                with connect(url) as su:
+                    audit_table(su, args.baseline)
             took = measure(url, tenants, subjects, args.queries, args.seed)
             if args.profile:
                 profile(url, tenants, subjects, min(args.queries, 200), args.seed)
