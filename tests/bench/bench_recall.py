@@ -259,7 +259,22 @@ def audit_table(su: Any, baseline: str) -> None:
     su.execute("VACUUM ANALYZE bench_baseline.events")
 
 
-def measure(url: str, tenants: list[str], subjects: int, queries: int, seed: int) -> Sample:
+def server_cpu_ms(conn: Any) -> float | None:
+    """CPU time the connection's server process has used, in ms (nanoseconds from
+    /proc/<pid>/schedstat: a call's own CPU, which moves much less than its wall time on a
+    shared machine), or None when the server is not on this machine."""
+    try:
+        with open(f"/proc/{conn.info.backend_pid}/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def measure(
+    url: str, tenants: list[str], subjects: int, queries: int, seed: int
+) -> tuple[Sample, Sample]:
+    """Wall ms per call of each measure, and the server's CPU ms per call of the governed
+    and baseline measures (their one connection each)."""
     rng = random.Random(seed)
     pairs = [(rng.choice(tenants), f"user-{rng.randrange(subjects)}") for _ in range(50)]
     with connect(url, "benchr_orchestrator") as orch:
@@ -267,6 +282,7 @@ def measure(url: str, tenants: list[str], subjects: int, queries: int, seed: int
     from langgraph.store.postgres import PostgresStore
 
     took: Sample = {}
+    cpu: Sample = {}
     with (
         connect(url, "benchr_agent") as agent,
         connect(url) as base,
@@ -305,11 +321,15 @@ def measure(url: str, tenants: list[str], subjects: int, queries: int, seed: int
             query = {"": None, "word": word, "question": QUESTION.format(topic=word)}
             turn = measures[n % len(measures) :] + measures[: n % len(measures)]
             for name, fn, kind in turn:
+                conn = {governed: agent, baseline: base}.get(fn)
+                c = server_cpu_ms(conn) if conn else None
                 t = time.perf_counter()
                 fn(pair, query[kind])
                 if n >= 5:
                     took.setdefault(name, []).append((time.perf_counter() - t) * 1000)
-    return took
+                    if conn and c is not None and (c2 := server_cpu_ms(conn)) is not None:
+                        cpu.setdefault(name, []).append(c2 - c)
+    return took, cpu
 
 
 KINDS = {"filter": None, "text": "{topic}", "question": QUESTION}
@@ -360,14 +380,29 @@ def profile(url: str, tenants: list[str], subjects: int, queries: int, seed: int
             su.execute("ALTER ROLE benchr_agent RESET track_functions")
 
 
-def report(shape: str, took: Sample) -> list[str]:
+def report(shape: str, took: Sample, cpu: Sample) -> list[str]:
     print(f"\n{shape}: {len(next(iter(took.values())))} queries per measure, limit {LIMIT}")
-    print(f"  {'measure':<22} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+    print(f"  {'measure':<22} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean ms':>8}"
+          f" {'server CPU ms':>14}")  # fmt: skip
     for name, xs in took.items():
+        used = f"{statistics.fmean(cpu[name]):14.3f}" if cpu.get(name) else f"{'':>14}"
         print(f"  {name:<22} {pct(xs, 50):8.2f} {pct(xs, 95):8.2f} {pct(xs, 99):8.2f}"
-              f" {statistics.fmean(xs):8.2f}")  # fmt: skip
+              f" {statistics.fmean(xs):8.2f} {used}")  # fmt: skip
     p95 = {name: pct(xs, 95) for name, xs in took.items()}
+    p50 = {name: pct(xs, 50) for name, xs in took.items()}
+    # Governance's own work per call, in the server (the wall-time ratios above carry the
+    # commit's WAL flush, which both sides pay and which dominates p95 on a shared machine).
+    extra = []
+    for kind in ("filter", "text"):
+        gov, base = f"governed {kind}", f"select+audit {kind}"
+        if cpu.get(gov) and cpu.get(base):
+            us = (statistics.fmean(cpu[gov]) - statistics.fmean(cpu[base])) * 1000
+            extra.append(
+                f"{shape}: governed - select+audit server CPU per call, {kind}: {us:.0f} us"
+                f" (governed / select+audit p50 {p50[gov] / p50[base]:.2f}x)"
+            )
     return [
+        *extra,
         f"{shape}: governed / select+audit p95, filter-only: "
         f"{p95['governed filter'] / p95['select+audit filter']:.2f}x",
         f"{shape}: governed / select+audit p95, full text: "
@@ -422,7 +457,7 @@ def main() -> int:
             elif args.baseline:
                 with connect(url) as su:
                     audit_table(su, args.baseline)
-            took = measure(url, tenants, subjects, args.queries, args.seed)
+            took, used = measure(url, tenants, subjects, args.queries, args.seed)
             if args.profile:
                 profile(url, tenants, subjects, min(args.queries, 200), args.seed)
             cpu, pg = machine(url)
@@ -431,7 +466,7 @@ def main() -> int:
                 with connect(server) as su:
                     su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                         sql.Identifier(dbname)))  # fmt: skip
-        ratios += report(f"{shape} ({records} records)", took)
+        ratios += report(f"{shape} ({records} records)", took, used)
     loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cpu}; {pg}; load average {loadavg}")
     print("\n".join(ratios))
