@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -368,10 +368,14 @@ class StoreWithFault:
         self.inner.upsert(tier, points)
 
 
-def run_for(projector: Projector, seconds: float) -> None:
-    """Projector.run until it returns, raises, or `seconds` pass."""
+def run_for(
+    projector: Projector, seconds: float, until: Callable[[], bool] = lambda: False
+) -> None:
+    """Projector.run until it returns, raises, `until()` holds, or `seconds` pass."""
     deadline = time.monotonic() + seconds
-    projector.run(("qdrant",), poll_seconds=0.1, should_stop=lambda: time.monotonic() > deadline)
+    projector.run(
+        ("qdrant",), poll_seconds=0.1, should_stop=lambda: until() or time.monotonic() > deadline
+    )
 
 
 def test_the_projector_loop_lets_a_programming_error_surface(
@@ -392,7 +396,12 @@ def test_the_projector_loop_outlives_a_lost_connection(
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     flaky = StoreWithFault(edge, ConnectionResetError("the store went away"), once=True)
     rid = fabric.form(fabric.open_run(), "applied after the store came back")
-    run_for(Projector(url, minilm, flaky, None), 5)  # type: ignore[arg-type]
+    # until the record is applied after the fault (it ran the whole 5 s before)
+    run_for(
+        Projector(url, minilm, flaky, None),  # type: ignore[arg-type]
+        5,
+        until=lambda: flaky.raised == 1 and rid in point_ids(edge, "episodic"),
+    )
     assert flaky.raised == 1
     assert point_ids(edge, "episodic") == {rid}
 
