@@ -31,11 +31,15 @@ Measured from one connection each, interleaved query by query (order rotated eac
   10-word question (QUESTION: four stop words, "customer" and "invoice" held by every
   record through the filler, one topic word held by a few, three words held by none);
 - same SELECT + audit: `fabric._recall_candidates` with the scope governed recall resolves,
-  then one INSERT of an audit row into a plain table, in one transaction, as the superuser
-  (no run, tool check, scope resolution, pseudonyms or JSON answer);
+  then one INSERT of an audit row into a table like fabric.events holding a copy of the
+  trail (--baseline empty: an empty one), in one transaction, as the superuser (no run,
+  tool check, scope resolution, pseudonyms or JSON answer);
 - PostgresStore: `PostgresStore.search((tenant, tier, subject), limit=8)` over the same
   items loaded into its `store` table (set-based, same shortcut). It has no full-text
   search without an embedding index, so it is measured filter-only.
+Each governed and baseline call's server CPU (its backend's /proc schedstat) is printed too,
+and governed - baseline per call: the work governance adds, which moves much less than the
+wall-time ratios on a shared machine (the commit's WAL flush dominates their p95).
 """
 
 from __future__ import annotations
