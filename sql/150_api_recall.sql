@@ -1200,19 +1200,22 @@ BEGIN
   v_run := fabric._enter_run((p_request ->> 'run_id')::uuid);
   -- One statement: the agent's profile, the deployment's limits, the three tool layers (as
   -- fabric._tool_denial reads them) and the subject's key for the audit event (NULL until
-  -- the subject's first use: fabric._recall_answer makes it then).
+  -- the subject's first use: fabric._recall_answer makes it then). The tenant's rows are
+  -- read by subqueries on the tenant (on Citus each goes to the tenant's shard; an outer
+  -- join of the registries with a distributed table would not).
   SELECT a.memory_profile, s.recall_max_limit, s.recall_default_limit,
          fabric._tool_layers_missing('tool:memory-recall' = ANY (a.tools_allowed),
            EXISTS (SELECT 1 FROM fabric.tenant_agent_tools t
                    WHERE t.tenant_id = v_run.tenant_id AND t.agent_id = v_run.agent_id
                      AND t.tool_id = 'tool:memory-recall'),
            v_run, 'tool:memory-recall'),
-         k.subject_ref, k.key
+         (SELECT k.subject_ref FROM fabric.subject_keys k
+           WHERE k.tenant_id = v_run.tenant_id AND k.subject_id = v_run.subject_id),
+         (SELECT k.key FROM fabric.subject_keys k
+           WHERE k.tenant_id = v_run.tenant_id AND k.subject_id = v_run.subject_id)
     INTO v_profile, v_max_limit, v_default_limit, v_missing, v_key_ref, v_key_key
     FROM fabric.deployment_settings s
-    LEFT JOIN fabric.agents a ON a.agent_id = v_run.agent_id
-    LEFT JOIN fabric.subject_keys k ON k.tenant_id = v_run.tenant_id
-                                   AND k.subject_id = v_run.subject_id;
+    LEFT JOIN fabric.agents a ON a.agent_id = v_run.agent_id;
   IF v_key_key IS NOT NULL THEN
     v_key.tenant_id := v_run.tenant_id;
     v_key.subject_id := v_run.subject_id;
