@@ -1201,8 +1201,8 @@ BEGIN
   -- One statement: the agent's profile, the deployment's limits, the three tool layers (as
   -- fabric._tool_denial reads them) and the subject's key for the audit event (NULL until
   -- the subject's first use: fabric._recall_answer makes it then). The tenant's rows are
-  -- read by subqueries on the tenant (on Citus each goes to the tenant's shard; an outer
-  -- join of the registries with a distributed table would not).
+  -- read by subqueries on the tenant, as fabric._tool_denial and fabric._subject_key read
+  -- them (on Citus each goes to the tenant's shard; tests/citus).
   SELECT a.memory_profile, s.recall_max_limit, s.recall_default_limit,
          fabric._tool_layers_missing('tool:memory-recall' = ANY (a.tools_allowed),
            EXISTS (SELECT 1 FROM fabric.tenant_agent_tools t
