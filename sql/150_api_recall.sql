@@ -157,13 +157,17 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._recall_envelope: a record as filter-only recall answers it, built once: the
--- envelope (fabric._record_envelope's fields, its one definition kept equal to this one by
--- tests/sql/test_recall_audit_cost.py) with "score": null and "retrieval": {}, which recall
--- appended to each envelope with || before (a second encoding of every record it served:
--- about a sixth of governed recall's own CPU, docs/benchmarks.md).
+-- fabric._recall_envelope: a record as filter-only and text recall answer it, built once:
+-- the envelope (fabric._record_envelope's fields, its one definition kept equal to this one
+-- by tests/sql/test_recall_audit_cost.py) with its score (null without a ranking) and
+-- retrieval ({} without one), which recall appended to each envelope with || before (a
+-- second encoding of every record it served: about a sixth of governed recall's own CPU,
+-- docs/benchmarks.md). Fused lists (semantic, hybrid, graph) still append theirs.
+DROP FUNCTION IF EXISTS fabric._recall_envelope(fabric.memory_records, jsonb);
 CREATE OR REPLACE FUNCTION fabric._recall_envelope(p_record fabric.memory_records,
-                                                   p_derived_from jsonb)
+                                                   p_derived_from jsonb,
+                                                   p_score numeric DEFAULT NULL,
+                                                   p_retrieval jsonb DEFAULT '{}')
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -191,8 +195,8 @@ BEGIN
     'compliance_labels', pg_catalog.to_jsonb(p_record.compliance_labels),
     'version', p_record.version,
     'business_instance_id', p_record.business_instance_id,
-    'score', NULL,
-    'retrieval', '{}'::jsonb);
+    'score', p_score,
+    'retrieval', p_retrieval);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -345,7 +349,13 @@ BEGIN
       -- p_limit winners are read whole (by their row address, within this one statement:
       -- the same row version) and built.
       RETURN QUERY
-        SELECT m.memory_id, w.score, fabric._record_envelope(m, d.derived_from)
+        -- (each record as text recall answers it, given its rank in this order: score
+        -- 1 / (60 + rank) over the best, 1 / 61, and retrieval {"lexical": rank}, what
+        -- fabric._recall_fused gives a single lexical list; a fused list replaces both)
+        SELECT m.memory_id, w.score, fabric._recall_envelope(m, d.derived_from,
+                 pg_catalog.round(((1.0 / (60 + pg_catalog.row_number() OVER o))
+                                   / (1.0 / 61)::double precision)::numeric, 6),
+                 pg_catalog.jsonb_build_object('lexical', pg_catalog.row_number() OVER o))
         FROM (SELECT m.row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
                      m.recorded_at
         -- The postings of the matched lexemes in exactly these scope keys, read through
@@ -404,6 +414,8 @@ BEGIN
                           '[]') AS derived_from
             FROM fabric.memory_lineage l
            WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id) d
+        WINDOW o AS (ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC,
+                     w.recorded_at DESC, w.memory_id)
         ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
       RETURN;
     END IF;
@@ -421,7 +433,10 @@ BEGIN
     -- the same row version) and built. A record both read from postings and met by a
     -- walk (or by two walks) is one candidate (UNION).
     RETURN QUERY
-      SELECT m.memory_id, w.score, fabric._record_envelope(m, d.derived_from)
+      SELECT m.memory_id, w.score, fabric._recall_envelope(m, d.derived_from,  -- as above
+               pg_catalog.round(((1.0 / (60 + pg_catalog.row_number() OVER o))
+                                 / (1.0 / 61)::double precision)::numeric, 6),
+               pg_catalog.jsonb_build_object('lexical', pg_catalog.row_number() OVER o))
       FROM (SELECT m.row_id, m.memory_id, bm.score, m.confidence, m.valid_from,
                    m.recorded_at
       FROM (
@@ -499,6 +514,8 @@ BEGIN
                         '[]') AS derived_from
           FROM fabric.memory_lineage l
          WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id) d
+      WINDOW o AS (ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC,
+                   w.recorded_at DESC, w.memory_id)
       ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC, w.memory_id;
     RETURN;
   END IF;
@@ -616,7 +633,7 @@ GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_
   fabric.search_stats TO fabric_retriever;
 GRANT EXECUTE ON FUNCTION fabric._record_json(fabric.memory_records),
   fabric._record_envelope(fabric.memory_records, jsonb),
-  fabric._recall_envelope(fabric.memory_records, jsonb), fabric._text_search_config(), fabric._any_term_query(text[]),
+  fabric._recall_envelope(fabric.memory_records, jsonb, numeric, jsonb), fabric._text_search_config(), fabric._any_term_query(text[]),
   fabric._search_keys(text, text[], text[]) TO fabric_retriever;
 -- BM25 reads the stored length (memory_records.search_length): the retriever no longer
 -- counts it, so it loses the grant it had before 0.4.0.
@@ -1416,12 +1433,10 @@ BEGIN
   ELSIF v_ids IS NULL THEN
     -- Text recall: the lexical list alone, whose order is the answer's. Each record's score
     -- and retrieval are what fabric._recall_fused gives a single lexical list (fused score
-    -- 1 / (60 + rank) over the best, 1 / 61), built here in the same one jsonb_agg, without
-    -- the fusion's join and ranking. limit + 1 records: the one more tells truncation.
-    SELECT coalesce(pg_catalog.jsonb_agg(r.record || pg_catalog.jsonb_build_object(
-                      'score', pg_catalog.round(((1.0 / (60 + r.ord))
-                                                 / (1.0 / 61)::double precision)::numeric, 6),
-                      'retrieval', pg_catalog.jsonb_build_object('lexical', r.ord)) ORDER BY r.ord)
+    -- 1 / (60 + rank) over the best, 1 / 61), built with the record by the retrieval itself
+    -- (fabric._recall_envelope), without the fusion's join and ranking. limit + 1 records:
+    -- the one more tells truncation.
+    SELECT coalesce(pg_catalog.jsonb_agg(r.record ORDER BY r.ord)
                       FILTER (WHERE r.ord <= v_limit), '[]'),
            pg_catalog.count(*)
     INTO v_records, v_count

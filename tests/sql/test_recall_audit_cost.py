@@ -87,9 +87,9 @@ def test_a_recall_event_has_a_time_ordered_id(fabric: Fabric) -> None:
 def test_the_recall_envelope_is_the_record_envelope_with_score_and_retrieval(
     fabric: Fabric,
 ) -> None:
-    """fabric._recall_envelope (filter-only recall's records, built once) has exactly the
-    fields of fabric._record_envelope, plus "score": null and "retrieval": {}; a field added
-    to one and not to the other fails here."""
+    """fabric._recall_envelope (the records of filter-only and text recall, built once) has
+    exactly the fields of fabric._record_envelope, plus "score" and "retrieval" (null and {}
+    unless given); a field added to one and not to the other fails here."""
     run = fabric.open_run()
     episode = fabric.form(run, "invoices in EUR please", compliance_labels=["pci"])
     fabric.form(run, "billing entity", tier="semantic", derived_from=[episode],
@@ -101,6 +101,26 @@ def test_the_recall_envelope_is_the_record_envelope_with_score_and_retrieval(
         "   WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id) l"
         " WHERE fabric._recall_envelope(m, l.d) IS DISTINCT FROM"
         '       fabric._record_envelope(m, l.d) || \'{"score": null, "retrieval": {}}\''
+        "    OR fabric._recall_envelope(m, l.d, 0.983871, '{\"lexical\": 2}') IS DISTINCT FROM"
+        "       fabric._record_envelope(m, l.d)"
+        '       || \'{"score": 0.983871, "retrieval": {"lexical": 2}}\''
     )
     assert differing.fetchall() == []
     assert fabric.count("memory_records") == 2
+
+
+def test_text_recall_answers_each_record_with_its_rank(fabric: Fabric) -> None:
+    """Text recall's records carry what a single lexical list is given by the fusion: score
+    1 / (60 + rank) over 1 / 61, rounded to 6 places, and retrieval {"lexical": rank}; the
+    retrieval builds them with the record now (fabric._recall_envelope), in its own order."""
+    run = fabric.open_run()
+    for n in range(3):
+        fabric.form(run, "invoice " * (3 - n) + f"note {n}")
+    answer = fabric.recall("mf_agent_a", {"run_id": str(run), "query": "invoice", "limit": 2})
+    assert [r["retrieval"] for r in answer["records"]] == [{"lexical": 1}, {"lexical": 2}]
+    assert [r["score"] for r in answer["records"]] == [1.0, round(61 / 62, 6)]
+    assert answer["truncated"] is True
+    assert [r["content"]["text"] for r in answer["records"]] == [
+        "invoice invoice invoice note 0",
+        "invoice invoice note 1",
+    ]
