@@ -68,14 +68,17 @@ def form(c: Cluster, tenant: str, text: str) -> str:
     return str(committed[0]["memory_id"])
 
 
-def recall(c: Cluster, tenant: str) -> list[str]:
+def recall_answer(c: Cluster, tenant: str, query: str | None = None) -> dict[str, Any]:
     run = open_run(c, tenant)
+    request = {"run_id": str(run), "tiers": ["episodic"], **({"query": query} if query else {})}
     with c.connect("mf_agent_a") as agent:
-        row = agent.execute(
-            "SELECT fabric_api.recall(%s)", (Jsonb({"run_id": str(run), "tiers": ["episodic"]}),)
-        ).fetchone()
+        row = agent.execute("SELECT fabric_api.recall(%s)", (Jsonb(request),)).fetchone()
     assert row is not None
-    return [r["memory_id"] for r in row[0]["records"]]
+    return row[0]  # type: ignore[no-any-return]
+
+
+def recall(c: Cluster, tenant: str) -> list[str]:
+    return [r["memory_id"] for r in recall_answer(c, tenant)["records"]]
 
 
 # -- where the tables live -------------------------------------------------------------------
@@ -167,6 +170,25 @@ def test_a_governed_write_is_recalled_in_its_tenant_only(cluster: Cluster, pair:
     got_first, got_second = recall(cluster, first), recall(cluster, second)
     assert mine in got_first and theirs not in got_first
     assert theirs in got_second and mine not in got_second
+
+
+# Found while checking text recall's ranks on Citus, on main as well: the lexical statement
+# that reads the query's document frequencies calls fabric._text_search_config() (a read of
+# the reference table deployment_settings) inside a query Citus pushes to the tenant's shard,
+# and Citus refuses the nested distributed read (XX000). Left open.
+@pytest.mark.xfail(strict=True, reason="text recall's df statement nests a distributed read")
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_a_text_recall_is_ranked_in_its_tenant_only(cluster: Cluster, pair: str) -> None:
+    """The lexical statements on the tenant's shard, each record with its rank and score."""
+    first, second = getattr(cluster, pair)
+    mine = form(cluster, first, f"quarterly statement {pair} of {first}")
+    theirs = form(cluster, second, f"quarterly statement {pair} of {second}")
+    answer = recall_answer(cluster, first, "quarterly statement")
+    ids = [r["memory_id"] for r in answer["records"]]
+    assert mine in ids and theirs not in ids, answer
+    ranks = [r["retrieval"] for r in answer["records"]]
+    assert ranks == [{"lexical": n} for n in range(1, len(ids) + 1)]
+    assert answer["records"][0]["score"] == 1.0
 
 
 def _outbox(c: Cluster, memory_id: str) -> list[tuple[str, str]]:
