@@ -7,6 +7,7 @@ Skipped unless MEMFABRIC_CITUS_URL names a coordinator (tests/citus/cluster.py).
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from typing import Any
 
@@ -606,6 +607,91 @@ def test_decay_expires_a_lapsed_record_with_its_event_in_each_tenant(cluster: Cl
     assert set(states.values()) == {"expired"}
     for tenant, memory_id in lapsed.items():
         assert ("memory.record.expired", tenant) in _outbox(cluster, memory_id)
+    assert _staged(cluster) == 0
+
+
+def _configure(c: Cluster, tenant: str, window: str) -> None:
+    """The tenant's operational window, as its administrator sets it; read back from the
+    shard (the configuration is kept, not only answered)."""
+    with c.connect("mf_admin") as admin:
+        admin.execute(
+            "SELECT fabric_api.configure_instance(%s, NULL, %s)",
+            (tenant, Jsonb({"operational_window": window})),
+        )
+    with c.connect() as su:
+        row = su.execute(
+            "SELECT operational_window = %s::interval FROM fabric.instance_config "
+            "WHERE tenant_id = %s AND business_instance_id = ''",
+            (window, tenant),
+        ).fetchone()
+    assert row == (True,)
+
+
+def test_decay_closes_the_window_of_due_operational_records_in_each_tenant(
+    cluster: Cluster,
+) -> None:
+    """Window closure with due records, a tenant on each worker: the records are summarised
+    into the temporal tier, their content removed and their window closed, each with its
+    event in the outbox; a durable record of the same tenant is kept."""
+    tenants = cluster.apart
+    due: dict[str, list[str]] = {}
+    kept = {}
+    try:
+        for tenant in tenants:
+            _configure(cluster, tenant, "1 millisecond")
+            due[tenant] = []
+            for n in range(2):
+                record = episode(tenant, f"an operational note {n} of {tenant}")
+                record["retention_class"] = "operational"
+                with cluster.connect("mf_committer") as committer:
+                    row = committer.execute(
+                        "SELECT fabric_api.commit(%s)", (_propose(cluster, tenant, record),)
+                    ).fetchone()
+                assert row is not None
+                due[tenant].append(str(row[0]["memory_id"]))
+            kept[tenant] = form(cluster, tenant, f"a durable note of {tenant}")
+        time.sleep(0.05)
+        with cluster.connect() as su:
+            summarised_before = dict(
+                su.execute(
+                    "SELECT tenant_id, sum(records) FROM fabric.temporal_summaries "
+                    "WHERE retention_class = 'operational' GROUP BY 1"
+                ).fetchall()
+            )
+        with cluster.connect("mf_committer") as committer:
+            report = committer.execute("SELECT fabric_api.run_decay()").fetchone()
+    finally:
+        for tenant in tenants:
+            _configure(cluster, tenant, "90 days")
+    assert report is not None and report[0]["windows_closed"] == 4, report
+    closed = [m for ids in due.values() for m in ids]
+    with cluster.connect() as su:
+        rows = {
+            r[0]: tuple(r[1:])
+            for r in su.execute(
+                "SELECT memory_id::text, consolidation_state, content IS NULL, "
+                "valid_until IS NOT NULL FROM fabric.memory_records "
+                "WHERE memory_id = ANY (%s::uuid[])",
+                ([*closed, *kept.values()],),
+            )
+        }
+        summarised = dict(
+            su.execute(
+                "SELECT tenant_id, sum(records) FROM fabric.temporal_summaries "
+                "WHERE retention_class = 'operational' GROUP BY 1"
+            ).fetchall()
+        )
+    assert rows == {
+        **{m: ("expired", True, True) for m in closed},
+        **{m: ("raw", False, False) for m in kept.values()},
+    }
+    for tenant in tenants:
+        assert summarised[tenant] - summarised_before.get(tenant, 0) == 2
+        for memory_id in due[tenant]:
+            assert _outbox(cluster, memory_id) == [
+                ("memory.record.formed", tenant),
+                ("memory.record.expired", tenant),
+            ]
     assert _staged(cluster) == 0
 
 
