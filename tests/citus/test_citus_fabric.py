@@ -639,17 +639,24 @@ def test_decay_closes_the_window_of_due_operational_records_in_each_tenant(
     try:
         for tenant in tenants:
             _configure(cluster, tenant, "1 millisecond")
-            due[tenant] = []
-            for n in range(2):
-                record = episode(tenant, f"an operational note {n} of {tenant}")
+            run = open_run(cluster, tenant)
+            records = [episode(tenant, f"an operational note {n} of {tenant}") for n in range(2)]
+            for record in records:
                 record["retention_class"] = "operational"
-                with cluster.connect("mf_committer") as committer:
-                    row = committer.execute(
-                        "SELECT fabric_api.commit(%s)", (_propose(cluster, tenant, record),)
-                    ).fetchone()
-                assert row is not None
-                due[tenant].append(str(row[0]["memory_id"]))
-            kept[tenant] = form(cluster, tenant, f"a durable note of {tenant}")
+            records.append(episode(tenant, f"a durable note of {tenant}"))
+            with cluster.connect("mf_agent_a") as agent:
+                proposals = [
+                    agent.execute(
+                        "SELECT fabric_api.propose(%s, %s)", (Jsonb(record), run)
+                    ).fetchone()[0]["proposal_id"]  # type: ignore[index]
+                    for record in records
+                ]
+            with cluster.connect("mf_committer") as committer:
+                row = committer.execute(
+                    "SELECT fabric_api.commit_many(%s::uuid[])", (proposals,)
+                ).fetchone()
+            assert row is not None
+            *due[tenant], kept[tenant] = [str(r["memory_id"]) for r in row[0]]
         time.sleep(0.05)
         with cluster.connect() as su:
             summarised_before = dict(
