@@ -610,6 +610,54 @@ def test_decay_expires_a_lapsed_record_with_its_event_in_each_tenant(cluster: Cl
     assert _staged(cluster) == 0
 
 
+def test_a_corroboration_counts_toward_the_promotion_of_an_assertion(cluster: Cluster) -> None:
+    """An assertion formed from one episode falls short of the promotion threshold; a
+    corroborating episode, recommended and committed through the workflow, links it
+    (memory_corroborations) and the promotion passes."""
+    _, second = cluster.apart
+    first_episode, again = (form(cluster, second, f"corroboration {n}") for n in range(2))
+    with cluster.connect("mf_committer") as committer:
+        row = committer.execute(
+            "SELECT fabric_api.commit(%s)",
+            (_propose(cluster, second, semantic(second, [first_episode])),),
+        ).fetchone()
+        assert row is not None
+        assertion = str(row[0]["memory_id"])
+        with pytest.raises(psycopg.errors.CheckViolation):
+            committer.execute("SELECT fabric_api.promote(%s, 'profile')", (assertion,))
+    with cluster.connect("mf_consolidator") as reader:
+        workflow = reader.execute("SELECT fabric_api.start_workflow_run(%s)", (second,)).fetchone()
+        assert workflow is not None
+        recommended = reader.execute(
+            "SELECT fabric_api.recommend(%s)",
+            (
+                Jsonb(
+                    {
+                        "tenant_id": second,
+                        "kind": "corroboration",
+                        "workflow_event_id": str(workflow[0]),
+                        "sources": [again],
+                        "proposal": {"corroborates": assertion},
+                    }
+                ),
+            ),
+        ).fetchone()
+    assert recommended is not None
+    with cluster.connect("mf_committer") as committer:
+        committed = committer.execute(
+            "SELECT fabric_api.commit_recommendation(%s)",
+            (recommended[0]["recommendation_id"],),
+        ).fetchone()
+        promoted = committer.execute(
+            "SELECT fabric_api.promote(%s, 'profile')", (assertion,)
+        ).fetchone()
+    assert committed is not None and committed[0]["status"] == "corroborated"
+    assert (committed[0]["linked"], committed[0]["episodes"]) == ([again], 2)
+    assert promoted is not None and promoted[0]["tier"] == "profile"
+    assert ("memory.record.corroborated", second) in _outbox(cluster, assertion)
+    assert _staged(cluster) == 0
+
+
 def _configure(c: Cluster, tenant: str, window: str) -> None:
     """The tenant's operational window, as its administrator sets it; read back from the
     shard (the configuration is kept, not only answered)."""
