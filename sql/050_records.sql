@@ -470,6 +470,9 @@ CREATE TRIGGER _900_emit
 -- episodic ancestor through derived_from; checked at commit, after the lineage rows exist.
 -- A deferred trigger fires outside the API function that caused it, as the login, so it is
 -- a definer (the owner) and reads under the record's own tenant.
+-- On Citus it fires on the tenant's worker when the coordinator commits there, where no
+-- query may reach another node: the walk runs one single-shard statement at a time
+-- (fabric._require_episodic_source), each on the tenant's colocated shards of that worker.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__semantic_needs_episode()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -477,6 +480,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM fabric._set_local('fabric.tenant_id', NEW.tenant_id);
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._require_episodic_source(NEW.tenant_id, NEW.memory_id);
+    RETURN NULL;
+  END IF;
   -- The common case first: a parent that is itself an episode (one index probe per
   -- parent); the walk through derived_from only when none is.
   IF EXISTS (SELECT 1 FROM fabric.memory_lineage l
@@ -526,18 +533,76 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
-DECLARE
-  v text;
 BEGIN
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
-    -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard (the
-    -- function's SET clause restores the setting when it returns)
-    v := pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+    -- Citus: the walk one single-shard statement at a time (the recursive read below,
+    -- called from a query on a shard, would be a distributed query nested in it)
+    RETURN fabric._ids_reach_an_episode(p_tenant_id, p_ids);
   END IF;
   RETURN (SELECT EXISTS (SELECT 1 FROM fabric.memory_records m
                  WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (p_ids)
                    AND (m.tier = 'episodic'
                         OR fabric._has_episodic_ancestor(p_tenant_id, m.memory_id))));
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._ids_reach_an_episode: fabric._ids_have_episodic_ancestor on a Citus cluster. The
+-- same rule (an id is an episode, or one of its ancestors within 64 generations is),
+-- walked one generation per statement, each statement on one table of the tenant: Citus
+-- plans none of them as a query that leaves the tenant's shard, so the walk runs on the
+-- coordinator (an API call) and inside a trigger on the tenant's worker alike.
+CREATE OR REPLACE FUNCTION fabric._ids_reach_an_episode(p_tenant_id text, p_ids uuid[])
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+  v_generation uuid[] := p_ids;
+  v_seen uuid[] := pg_catalog.array_remove(p_ids, NULL);
+BEGIN
+  FOR v_depth IN 0 .. 64 LOOP
+    EXIT WHEN coalesce(pg_catalog.cardinality(v_generation), 0) = 0;
+    PERFORM 1 FROM fabric.memory_records m
+    WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (v_generation) AND m.tier = 'episodic'
+    LIMIT 1;
+    IF FOUND THEN
+      RETURN true;
+    END IF;
+    SELECT pg_catalog.array_agg(DISTINCT l.derived_from_id) INTO v_generation
+    FROM fabric.memory_lineage l
+    WHERE l.tenant_id = p_tenant_id AND l.memory_id = ANY (v_generation)
+      AND l.derived_from_id <> ALL (v_seen);
+    v_seen := v_seen || v_generation;
+  END LOOP;
+  RETURN false;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._require_episodic_source: the semantic-needs-episode rule for one formed record,
+-- raised as the deferred trigger raises it. On a Citus cluster the API functions that form
+-- a semantic record call it before they return (SET CONSTRAINTS does not reach the
+-- workers, and a refusal at the workers' commit reaches the client only as "could not
+-- commit transaction", without the rule's SQLSTATE); the shard's deferred trigger calls
+-- it again at commit.
+CREATE OR REPLACE FUNCTION fabric._require_episodic_source(p_tenant_id text, p_memory_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+  v_parents uuid[];
+BEGIN
+  SELECT pg_catalog.array_agg(l.derived_from_id) INTO v_parents
+  FROM fabric.memory_lineage l
+  WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id;
+  IF NOT fabric._ids_reach_an_episode(p_tenant_id, v_parents) THEN
+    PERFORM fabric._raise_rule('check_violation',
+      'semantic record needs at least one episodic source',
+      'pass derived_from with the episodes it was extracted from',
+      p_constraint => 'memory_records_semantic_needs_episode');
+  END IF;
 END $$;
 
 DROP TRIGGER IF EXISTS _950_semantic_needs_episode ON fabric.memory_records;
