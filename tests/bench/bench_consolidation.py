@@ -324,15 +324,15 @@ def hot_path(url: str, tenant: str, pairs: int) -> dict[str, list[float]]:
 
 
 def print_hot_path(pairs: int, sides: list[tuple[str, dict[str, list[float]]]]) -> None:
-    """Propose and recall p95 per side, in the order measured (idle, a worker setup, idle,
-    …); a worker side's ratio is over the mean of the idle sides either side of it (the
-    goal: <= 1.10)."""
+    """Propose and recall p95 per side, in the order measured (no worker, a worker setup, no
+    worker, …); a worker side's ratio is over the mean of the sides with no worker either
+    side of it (the goal: <= 1.10)."""
     print(f"\n== hot path, {pairs} each, load average {os.getloadavg()[0]:.1f}")
     for op in ("propose", "recall"):
         cells = [f"{name} {p95(fig[op]):.1f} ms" for name, fig in sides]
         print(f"  {op:<8} p95: " + ", ".join(cells))
         for i, (name, fig) in enumerate(sides):
-            if name == "idle":
+            if name == "no worker":
                 continue
             calm = statistics.mean([p95(sides[i - 1][1][op]), p95(sides[i + 1][1][op])])
             print(f"  {op:<8} with the worker at {name}: ratio {p95(fig[op]) / calm:.2f}")
@@ -350,7 +350,7 @@ def background_worker(url: str, tenant: str, setup: str) -> AbstractContextManag
            "--consolidator-login", "bench_cons_consolidator",
            "--committer-login", "bench_cons_committer",
            "--interval", "1", "--budget", "5"]  # fmt: skip
-    cmd = ["nice", "-n", "10", *cmd] if setup == "nice 10" else [*cmd, "--priority", "idle"]
+    cmd = ["nice", "-n", "10", *cmd] if setup == "nice10" else [*cmd, "--priority", "idle"]
 
     def cpu_seconds(pid: int) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -411,9 +411,9 @@ def main() -> int:
     parser.add_argument("--model-episodes", type=int, default=24)
     parser.add_argument("--hot", type=int, default=200, help="hot-path pairs per side")
     parser.add_argument("--no-hot", action="store_true")
-    parser.add_argument("--worker-priorities", default="nice 10,idle",
+    parser.add_argument("--worker-priorities", default="nice10,sched-idle",
                         help="the worker setups the hot path is measured beside, in order:"
-                             " 'nice 10' (nice -n 10) and 'idle' (--priority idle)")  # fmt: skip
+                             " nice10 (nice -n 10), sched-idle (--priority idle)")  # fmt: skip
     args = parser.parse_args()
     url = db.database_url()
     truth = generate(args.subjects, args.seed)
@@ -438,11 +438,11 @@ def main() -> int:
         load(url, tenant, generate(args.subjects, args.seed + 1))
         # idle, a worker setup, idle, the other setup, idle: each worker side is compared
         # with the idle sides around it (the machine's drift in between)
-        sides = [("idle", hot_path(url, tenant, args.hot))]
+        sides = [("no worker", hot_path(url, tenant, args.hot))]
         for worker_setup in args.worker_priorities.split(","):
             with background_worker(url, tenant, worker_setup):
                 sides.append((worker_setup, hot_path(url, tenant, args.hot)))
-            sides.append(("idle", hot_path(url, tenant, args.hot)))
+            sides.append(("no worker", hot_path(url, tenant, args.hot)))
         print_hot_path(args.hot, sides)
     return 0
 
