@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from memfabric import db, errors
+from memfabric.priority import Priority
 from memfabric.settings import (
     COMMITTER_ENV,
     DATABASE_ENV,
@@ -289,6 +290,7 @@ def worker_commit(
         "MEMFABRIC_CONSOLIDATOR_URL",
         "MEMFABRIC_LLM_URL",
         "MEMFABRIC_LLM_MODEL",
+        "MEMFABRIC_WORKER_PRIORITY",
     ),
 )
 def worker_consolidate(
@@ -315,11 +317,26 @@ def worker_consolidate(
         help="with a model: checkpoint the reflect-and-revise graph as this login (member of "
         "fabric_checkpointer), so an interrupted item resumes where it stopped",
     ),
+    priority: Priority = typer.Option(
+        Priority.normal,
+        envvar="MEMFABRIC_WORKER_PRIORITY",
+        case_sensitive=False,
+        help="idle: run only on cores that would otherwise idle (Linux SCHED_IDLE), so an "
+        "in-process model never delays the hot path; on a saturated host it then forms nothing "
+        "until load drops",
+    ),
 ) -> None:
     """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator (deterministic, or
     reflect-and-revise with the model MEMFABRIC_LLM_URL or MEMFABRIC_LLM_MODEL names),
     validation, policy gate, commit, Outcome Envelope."""
     import psycopg
+
+    from memfabric.priority import PriorityUnavailable, apply
+
+    try:
+        apply(priority)  # before the model loads: its threads inherit the policy
+    except PriorityUnavailable as exc:
+        raise typer.BadParameter(str(exc), param_hint="--priority") from exc
 
     from memfabric.consolidate import (
         ModelConsolidator,

