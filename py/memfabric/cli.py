@@ -836,13 +836,27 @@ def serve(
         return
     vectors = projector.store
     assert vectors is not None  # serve opens the vector store (start)
+    # The declared operational stores (Qdrant Edge): this process owns their shards and
+    # serves each login its allowlist (MEMFABRIC_OPS_GRANTS) over the socket.
+    try:
+        gate = _ops_gate(projector_conninfo())
+    except BaseException:
+        close_projector(projector)
+        raise
+
+    def drill() -> dict[str, Any]:
+        if gate is None:
+            return ops.drill_declared(projector, _until(stop))
+        with gate.lock:
+            return ops.drill(projector, _until(stop), operational=gate.stores)
+
     broker = LocalBroker(
         vectors,
         query_embedder,
         {
             # asked through the socket, they too end after their current page on a stop
             "rebuild": lambda target="all": ops.rebuild(projector, target, _until(stop)),
-            "drill": lambda: ops.drill_declared(projector, _until(stop)),
+            "drill": drill,
             "verify": lambda: ops.verify(projector),
             "build_index": lambda tiers=None: _edge_store(projector.store).build_index(tiers),
             "index_status": lambda: _edge_store(projector.store).index_status(),
@@ -851,7 +865,7 @@ def serve(
     )
     server, rebuilding, maker = None, None, None
     try:
-        server = serve_socket(broker, socket, lock)
+        server = serve_socket(broker, socket, lock, gate)
         targets = ["qdrant"] if projector.contract_change is not None else []
         for projection, began in sorted(unfinished.items()):
             typer.echo(
@@ -927,6 +941,26 @@ def serve(
             server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+        for store in gate.stores if gate is not None else ():
+            store.close()
+
+
+def _ops_gate(conninfo: str) -> Any:
+    """The operational stores serve holds and the allowlist it serves them by, or None
+    when the deployment declares none (MEMFABRIC_OPS_PACKS)."""
+    from memfabric import operational
+
+    stores = operational.open_declared()
+    if not stores:
+        return None
+    try:
+        return operational.OpsGate(
+            stores, operational.allowlist(), operational.redeem_with(conninfo)
+        )
+    except BaseException:
+        for store in stores:
+            store.close()
+        raise
 
 
 def _stop_without_users(run_dir: Path, stop: Any) -> None:
