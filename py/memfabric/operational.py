@@ -686,7 +686,8 @@ class RemoteOpsBroker:
     Refusals raise the memfabric.errors class of their SQLSTATE (42501 `NotAuthorized`)."""
 
     def __init__(self, path: str | Path, conn: Any, timeout: float = 60.0) -> None:
-        row = conn.execute("SELECT fabric_api.issue_broker_ticket()").fetchone()
+        with conn.transaction():  # committed before serve looks for it
+            row = conn.execute("SELECT fabric_api.issue_broker_ticket()").fetchone()
         self._socket = socket.socket(socket.AF_UNIX)
         self._socket.settimeout(timeout)
         self._socket.connect(str(path))

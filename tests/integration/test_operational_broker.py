@@ -22,6 +22,7 @@ from memfabric.broker import LocalBroker, serve_socket
 from memfabric.errors import NotAuthorized
 from memfabric.operational import (
     EdgeOperationalStore,
+    OperationalError,
     OpsCollection,
     OpsGate,
     OpsRow,
@@ -194,3 +195,45 @@ def test_only_serve_redeems_a_ticket_and_a_refusal_consumes_nothing(fabric: Fabr
     assert fabric.count("broker_tickets") == 0
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         projector.execute("SELECT fabric_api.redeem_broker_ticket(%s)", (token,))
+
+
+PACK = [
+    OpsCollection(
+        pack="trd",
+        store="regime_fingerprints",
+        domain_key=("regime_version",),
+        source="trd.regime_fingerprints",
+        read_source=lambda: list(SOURCE),
+        model="test-static",
+        model_version="1",
+        dims=4,
+    )
+]
+
+
+def test_serve_holds_the_declared_stores_with_the_configured_allowlist(
+    fabric: Fabric, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memfabric.cli import _ops_gate
+
+    projector = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
+    monkeypatch.setenv("MEMFABRIC_OPS_DIR", str(tmp_path / "ops"))
+    assert _ops_gate(projector) is None  # no pack declared: serve holds no store
+    monkeypatch.setenv("MEMFABRIC_OPS_PACKS", f"{__name__}:PACK")
+    grants = tmp_path / "grants.json"
+    grants.write_text(json.dumps(GRANTS))
+    monkeypatch.setenv("MEMFABRIC_OPS_GRANTS", str(grants))
+    gate = _ops_gate(projector)
+    try:
+        assert [s.collection.name for s in gate.stores] == [COLLECTION]
+        assert gate.broker.grants("mf_agent_b") == {COLLECTION: "r"}
+        ticket = fabric.connect("mf_agent_b").execute("SELECT fabric_api.issue_broker_ticket()")
+        assert gate.hello(ticket.fetchone()[0]) == "mf_agent_b"  # type: ignore[index]
+    finally:
+        for store in gate.stores:
+            store.close()
+    # one login, an operational and a mem_* collection: serve does not start
+    mixed = {"mf_agent_b": {COLLECTION: "r", "mem_semantic": "r"}}
+    monkeypatch.setenv("MEMFABRIC_OPS_GRANTS", json.dumps(mixed))
+    with pytest.raises(OperationalError):
+        _ops_gate(projector)
