@@ -121,6 +121,7 @@ class _Handler(socketserver.StreamRequestHandler):
                             "55000", "this memfabric serve holds no operational stores"
                         )
                     if request["op"] == "ops_hello":
+                        login = None  # a refused hello leaves the connection unauthenticated
                         login = self.ops.hello(request.get("ticket"))
                         answer: Json = {"ok": True, "login": login}
                     else:

@@ -574,13 +574,24 @@ def _row_of(data: Mapping[str, Any]) -> OpsRow:
         "payload",
     }:
         raise OperationalError("a row is {tenant_id, business_instance_id, key, vector, payload?}")
-    return OpsRow(
-        data.get("tenant_id"),  # type: ignore[arg-type] # checked by upsert (ScopeRequired)
-        data.get("business_instance_id"),  # type: ignore[arg-type]
-        tuple(data.get("key") or ()),
-        [float(x) for x in data.get("vector") or ()],
-        dict(data.get("payload") or {}),
-    )
+    try:
+        return OpsRow(
+            data.get("tenant_id"),  # type: ignore[arg-type] # checked by upsert (ScopeRequired)
+            data.get("business_instance_id"),  # type: ignore[arg-type]
+            tuple(data.get("key") or ()),
+            _vector(data.get("vector")),
+            dict(data.get("payload") or {}),
+        )
+    except (TypeError, ValueError) as exc:
+        raise OperationalError(f"a malformed row: {exc}") from None
+
+
+def _vector(value: Any) -> list[float]:
+    if not isinstance(value, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in value
+    ):
+        raise OperationalError("a vector is a list of numbers")
+    return [float(x) for x in value]
 
 
 def _row_data(row: OpsRow) -> Json:
@@ -644,13 +655,17 @@ class OpsGate:
             raise CollectionNotAllowed(f"{login} may reach operational collections only")
         with self.lock:
             if op == "ops_search":
+                self.broker._store(login, name, write=False)  # the grant before the request's
+                limit = request.get("limit", 10)
+                if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+                    raise OperationalError("limit is an integer from 1 to 1000")
                 hits = self.broker.search(
                     login,
                     name,
                     request.get("tenant_id"),
                     request.get("business_instance_id"),
-                    [float(x) for x in request.get("vector") or ()],
-                    int(request.get("limit", 10)),
+                    _vector(request.get("vector")),
+                    limit,
                     ready=request.get("ready"),
                 )
                 return {"hits": [[i, score, payload] for i, score, payload in hits]}

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import Fabric
 from memfabric.broker import LocalBroker, serve_socket
-from memfabric.errors import NotAuthorized
+from memfabric.errors import InvalidEnvelope, NotAuthorized
 from memfabric.operational import (
     EdgeOperationalStore,
     OperationalError,
@@ -163,6 +163,30 @@ def test_a_claimed_login_is_not_the_authenticated_one(fabric: Fabric, served: Se
     first, _ = raw(served.socket, {"op": "ops_hello", "ticket": once}, search)
     (again,) = raw(served.socket, {"op": "ops_hello", "ticket": once})
     assert first["ok"] is True and again["code"] == "42501"
+    assert served.store.count() == len(SOURCE)
+
+
+def test_a_malformed_request_is_refused_with_its_sqlstate_and_writes_nothing(
+    fabric: Fabric, served: Served
+) -> None:
+    with as_login(fabric, served, "mf_workflow") as writer:
+        row = {"tenant_id": "acme", "business_instance_id": "bi-eu", "key": ["v9"]}
+        with pytest.raises(InvalidEnvelope):
+            writer.ask({"op": "ops_upsert", "collection": COLLECTION,
+                        "rows": [{**row, "vector": ["x", 1, 0, 0]}]})  # fmt: skip
+        for bad in (
+            OpsRow("", "bi-eu", ("v9",), [0, 1, 0, 0]),  # no tenant
+            OpsRow("acme", "bi-eu", ("v9", "extra"), [0, 1, 0, 0]),  # not the domain key
+        ):
+            with pytest.raises(InvalidEnvelope) as refused:
+                writer.upsert(COLLECTION, [ROW, bad])  # all or nothing
+            assert refused.value.sqlstate == "22023"
+        with pytest.raises(InvalidEnvelope):
+            writer.search(COLLECTION, "acme", "bi-eu", [1, 0, 0, 0], 0)
+        with pytest.raises(NotAuthorized):  # a refused hello leaves no login behind
+            writer.ask({"op": "ops_hello", "ticket": "mfb_" + "1" * 64})
+        with pytest.raises(NotAuthorized):
+            writer.collections()
     assert served.store.count() == len(SOURCE)
 
 
