@@ -304,9 +304,10 @@ END $$;
 -- fabric._empty_due_measurement_partitions: retention by whole months. A monthly partition
 -- that ended by p_now, in which every point is operational and past its instance's window
 -- (and whose tenants all enable the committer), is emptied with TRUNCATE instead of deleted
--- row by row; answers the points it removed. A partition another session holds is left to
--- the row deletes (NOWAIT), and the exclusive lock taken before the check keeps a late point
--- from slipping in between the check and the TRUNCATE.
+-- row by row; answers the points it removed. The check holds a SHARE lock (reads go on, no
+-- point slips in between the check and the TRUNCATE); a partition another session holds is
+-- left to the row deletes (NOWAIT). Empty partitions and those holding a durable point are
+-- passed over before the full check.
 CREATE OR REPLACE FUNCTION fabric._empty_due_measurement_partitions(p_now timestamptz,
                                                                    p_committer text)
 RETURNS integer
@@ -316,6 +317,7 @@ AS $$
 DECLARE
   v_part regclass;
   v_group record;
+  v_skip boolean;
   v_due boolean;
   v_n bigint;
   v_total integer := 0;
@@ -330,19 +332,22 @@ BEGIN
      ORDER BY c.relname
   LOOP
     BEGIN
-      EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_part);
+      EXECUTE pg_catalog.format('LOCK TABLE %s IN SHARE MODE NOWAIT', v_part);
     EXCEPTION WHEN lock_not_available THEN
       CONTINUE;
     END;
+    EXECUTE pg_catalog.format(
+      'SELECT NOT EXISTS (SELECT 1 FROM %1$s) '
+      'OR EXISTS (SELECT 1 FROM %1$s p WHERE p.retention_class <> ''operational'')', v_part)
+      INTO v_skip;
+    CONTINUE WHEN v_skip;
     v_due := true;
     v_n := 0;
     FOR v_group IN EXECUTE pg_catalog.format(
-        'SELECT p.tenant_id, p.business_instance_id, max(p.at) AS last_at, '
-        'bool_or(p.retention_class <> ''operational'') AS kept, count(*) AS points '
+        'SELECT p.tenant_id, p.business_instance_id, max(p.at) AS last_at, count(*) AS points '
         'FROM %s p GROUP BY 1, 2', v_part)
     LOOP
-      IF v_group.kept
-         OR NOT fabric._committer_enabled_in(v_group.tenant_id, p_committer, false)
+      IF NOT fabric._committer_enabled_in(v_group.tenant_id, p_committer, false)
          OR v_group.last_at + (fabric._instance_config(v_group.tenant_id,
                                  v_group.business_instance_id)).operational_window > p_now THEN
         v_due := false;
@@ -350,10 +355,14 @@ BEGIN
       END IF;
       v_n := v_n + v_group.points;
     END LOOP;
-    IF v_due AND v_n > 0 THEN
+    CONTINUE WHEN NOT v_due;
+    BEGIN
+      EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_part);
       EXECUTE pg_catalog.format('TRUNCATE %s', v_part);
       v_total := v_total + v_n;
-    END IF;
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;  -- a reader holds the month: the row deletes take its points
+    END;
   END LOOP;
   PERFORM fabric._reset_context();
   RETURN v_total;
