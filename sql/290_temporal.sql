@@ -281,9 +281,8 @@ BEGIN
       'partitions are made from a finite time for 0 to 24 months ahead',
       'e.g. fabric.ensure_measurement_partitions(now(), 3)');
   END IF;
-  -- One maker at a time; writers of the default partition wait for the move (they are rare:
-  -- a point outside every partition).
-  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('fabric.measurements partitions'));
+  -- One maker at a time (the lock conflicts with itself); writers of the default partition
+  -- wait for the move (they are rare: a point outside every partition).
   LOCK TABLE fabric.measurements_default IN SHARE ROW EXCLUSIVE MODE;
   PERFORM pg_catalog.set_config('fabric.partition_maintenance', 'measurements', true);
   FOR v_month IN

@@ -5,6 +5,7 @@ more producer's series."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -414,6 +415,27 @@ def test_retention_does_not_wait_for_a_reader_of_a_due_month(fabric: Fabric) -> 
     assert removed == (2,)  # row by row: the month was not emptied under its reader
     assert partitions(fabric)["measurements_2026_05"] == before
     assert placed(fabric) == []
+
+
+@pytest.mark.clone  # two sessions
+def test_two_retention_passes_make_a_months_partition_once(fabric: Fabric) -> None:
+    record(fabric, [point("2026-04-01T00:00:00Z", 1, retention_class="durable")])
+    first = fabric.connect("mf_committer", autocommit=False)
+    first.execute("SELECT fabric_api.run_temporal_retention()").fetchone()  # not committed yet
+    second = fabric.connect("mf_committer")
+    answers: list[Any] = []
+    racer = threading.Thread(
+        target=lambda: answers.append(
+            second.execute("SELECT fabric_api.run_temporal_retention()").fetchone()
+        )
+    )
+    racer.start()
+    racer.join(1.0)
+    assert racer.is_alive()  # it waits for the first pass's partitions
+    first.commit()
+    racer.join(30)
+    assert answers == [(0,)]  # and finds the month made, its point moved
+    assert placed(fabric) == [("fabric.measurements_2026_04", 1.0)]
 
 
 def test_retention_leaves_a_month_of_a_tenant_the_committer_may_not_prune(
