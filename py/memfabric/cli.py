@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
@@ -37,6 +37,9 @@ from memfabric.settings import (
     TRACE_ENV,
     Settings,
 )
+
+if TYPE_CHECKING:
+    from memfabric.operational import OpsGate
 
 
 class FabricGroup(TyperGroup):
@@ -905,6 +908,11 @@ def serve(
             f"[serve] listening on {socket}; projecting to qdrant{' and graph' if graph else ''}"
             f" ({settings.projector_pipeline}, embedding {where}{shards})"
         )
+        if gate is not None:
+            typer.echo(
+                f"[serve] operational stores {', '.join(s.collection.name for s in gate.stores)}"
+                f" served to {len(gate.broker.logins())} allowlisted login(s)"
+            )
         if settings.otlp_endpoint or settings.otlp_traces_endpoint:
             from memfabric.tracing import SpanMaker, tracer_conninfo
 
@@ -945,7 +953,7 @@ def serve(
             store.close()
 
 
-def _ops_gate(conninfo: str) -> Any:
+def _ops_gate(conninfo: str) -> OpsGate | None:
     """The operational stores serve holds and the allowlist it serves them by, or None
     when the deployment declares none (MEMFABRIC_OPS_PACKS)."""
     from memfabric import operational

@@ -550,6 +550,10 @@ class OpsBroker:
     def upsert(self, login: str, name: str, rows: Iterable[OpsRow]) -> list[str]:
         return self._store(login, name, write=True).upsert(rows)
 
+    def logins(self) -> list[str]:
+        """The logins the allowlist names."""
+        return sorted(self._allow)
+
     def grants(self, login: str) -> dict[str, str]:
         """The collections `login` may reach and how ('r' or 'rw')."""
         return dict(self._allow.get(login, {}))
