@@ -101,6 +101,11 @@ GRANT EXECUTE ON FUNCTION fabric_api.read_measurements(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.run_temporal_retention(timestamptz, integer)
   TO fabric_committer;
 GRANT EXECUTE ON FUNCTION fabric_api.deployment_embedder() TO fabric_agent;
+-- Broker tickets (sql/295_broker_tickets.sql): agents and domain workflows take one for
+-- their own login; the serve process (a projector login) redeems it.
+GRANT EXECUTE ON FUNCTION fabric_api.issue_broker_ticket(interval)
+  TO fabric_agent, fabric_workflow;
+GRANT EXECUTE ON FUNCTION fabric_api.redeem_broker_ticket(text) TO fabric_projector;
 -- The schema revision: every service login checks it before it starts, agents may too.
 GRANT EXECUTE ON FUNCTION fabric_api.schema_revision()
   TO fabric_agent, fabric_committer, fabric_consolidator, fabric_projector, fabric_tracer;

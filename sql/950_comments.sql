@@ -559,6 +559,19 @@ COMMENT ON FUNCTION fabric_api.issue_agent_token(text, text, text, text, text[],
   'with its token_id; only a SHA-256 is stored. Orchestrator only. Example: SELECT '
   'fabric_api.issue_agent_token(''acme'', ''com-agt-003'', ''user-8842'', NULL, '
   'ARRAY[''tool:memory-propose'', ''tool:memory-recall''], ''1 hour'', ''90 days'');';
+COMMENT ON TABLE fabric.broker_tickets IS
+  'One-use tickets that tell memfabric serve which login is behind a socket connection; only the hash is kept.';
+COMMENT ON COLUMN fabric.broker_tickets.ticket_hash IS 'SHA-256 of the ticket (32 bytes); the ticket itself is never stored.';
+COMMENT ON COLUMN fabric.broker_tickets.login IS 'The login (session_user) that took the ticket.';
+COMMENT ON COLUMN fabric.broker_tickets.issued_at IS 'When the ticket was issued.';
+COMMENT ON COLUMN fabric.broker_tickets.expires_at IS 'When the ticket expires unredeemed.';
+COMMENT ON FUNCTION fabric_api.issue_broker_ticket(interval) IS
+  'A one-use ticket naming your login (session_user) for memfabric serve''s socket, valid for the '
+  'ttl (at most an hour). Agents and domain workflows. Example: SELECT fabric_api.issue_broker_ticket();';
+COMMENT ON FUNCTION fabric_api.redeem_broker_ticket(text) IS
+  'The login a live broker ticket names, consuming the ticket; 42501 for an unknown, used or '
+  'expired one. The serve process only (fabric_projector). Example: SELECT '
+  'fabric_api.redeem_broker_ticket(''mfb_...'');';
 COMMENT ON FUNCTION fabric_api.open_token_run(text) IS
   'Open a run from a live agent token''s template (the run names the token). MCP gateway only '
   '(fabric_mcp_gateway); answers run_id, the agent''s login, tenant, expiry and token_id. '

@@ -446,7 +446,8 @@ class AsyncCommitter(_AsyncRole):
         return await self._call("fabric_api.run_decay", p_batch=batch, **at)  # type: ignore[no-any-return]
 
     async def run_temporal_retention(self, now: datetime | None = None, batch: int = 10000) -> int:
-        """Remove the temporal tier's operational points past their instance's window."""
+        """Remove the temporal tier's operational points past their instance's window (whole
+        past months at once where every point is due), after making its monthly partitions."""
         at = {} if now is None else {"p_now": now}
         return await self._call("fabric_api.run_temporal_retention", p_batch=batch, **at)  # type: ignore[no-any-return]
 

@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
@@ -38,6 +38,9 @@ from memfabric.settings import (
     TRACE_ENV,
     Settings,
 )
+
+if TYPE_CHECKING:
+    from memfabric.operational import OpsGate
 
 
 class FabricGroup(TyperGroup):
@@ -853,13 +856,27 @@ def serve(
         return
     vectors = projector.store
     assert vectors is not None  # serve opens the vector store (start)
+    # The declared operational stores (Qdrant Edge): this process owns their shards and
+    # serves each login its allowlist (MEMFABRIC_OPS_GRANTS) over the socket.
+    try:
+        gate = _ops_gate(projector_conninfo())
+    except BaseException:
+        close_projector(projector)
+        raise
+
+    def drill() -> dict[str, Any]:
+        if gate is None:
+            return ops.drill_declared(projector, _until(stop))
+        with gate.lock:
+            return ops.drill(projector, _until(stop), operational=gate.stores)
+
     broker = LocalBroker(
         vectors,
         query_embedder,
         {
             # asked through the socket, they too end after their current page on a stop
             "rebuild": lambda target="all": ops.rebuild(projector, target, _until(stop)),
-            "drill": lambda: ops.drill_declared(projector, _until(stop)),
+            "drill": drill,
             "verify": lambda: ops.verify(projector),
             "build_index": lambda tiers=None: _edge_store(projector.store).build_index(tiers),
             "index_status": lambda: _edge_store(projector.store).index_status(),
@@ -868,7 +885,7 @@ def serve(
     )
     server, rebuilding, maker = None, None, None
     try:
-        server = serve_socket(broker, socket, lock)
+        server = serve_socket(broker, socket, lock, gate)
         targets = ["qdrant"] if projector.contract_change is not None else []
         for projection, began in sorted(unfinished.items()):
             typer.echo(
@@ -908,6 +925,11 @@ def serve(
             f"[serve] listening on {socket}; projecting to qdrant{' and graph' if graph else ''}"
             f" ({settings.projector_pipeline}, embedding {where}{shards})"
         )
+        if gate is not None:
+            typer.echo(
+                f"[serve] operational stores {', '.join(s.collection.name for s in gate.stores)}"
+                f" served to {len(gate.broker.logins())} allowlisted login(s)"
+            )
         if settings.otlp_endpoint or settings.otlp_traces_endpoint:
             from memfabric.tracing import SpanMaker, tracer_conninfo
 
@@ -944,6 +966,26 @@ def serve(
             server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+        for store in gate.stores if gate is not None else ():
+            store.close()
+
+
+def _ops_gate(conninfo: str) -> OpsGate | None:
+    """The operational stores serve holds and the allowlist it serves them by, or None
+    when the deployment declares none (MEMFABRIC_OPS_PACKS)."""
+    from memfabric import operational
+
+    stores = operational.open_declared()
+    if not stores:
+        return None
+    try:
+        return operational.OpsGate(
+            stores, operational.allowlist(), operational.redeem_with(conninfo)
+        )
+    except BaseException:
+        for store in stores:
+            store.close()
+        raise
 
 
 def _stop_without_users(run_dir: Path, stop: Any) -> None:

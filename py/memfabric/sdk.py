@@ -457,7 +457,8 @@ class Committer(_Role):
         return self._call("fabric_api.run_decay", p_batch=batch, **at)  # type: ignore[no-any-return]
 
     def run_temporal_retention(self, now: datetime | None = None, batch: int = 10000) -> int:
-        """Remove the temporal tier's operational points past their instance's window."""
+        """Remove the temporal tier's operational points past their instance's window (whole
+        past months at once where every point is due), after making its monthly partitions."""
         at = {} if now is None else {"p_now": now}
         return self._call("fabric_api.run_temporal_retention", p_batch=batch, **at)  # type: ignore[no-any-return]
 
