@@ -86,7 +86,9 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.projection_agent_links(uuid[]),
   fabric_api.projection_mentions(uuid[]),
   fabric_api.projection_steps(uuid[]),
-  fabric_api.projection_steps_snapshot(text, uuid, integer)
+  fabric_api.projection_steps_snapshot(text, uuid, integer),
+  fabric_api.projection_same_as(uuid[]),
+  fabric_api.projection_same_as_snapshot(text, uuid, integer)
   TO fabric_projector;
 -- Domain workflows record agent lineage links (sql/285_graph_tier.sql), and nothing else.
 GRANT USAGE ON SCHEMA fabric_api TO fabric_workflow;
