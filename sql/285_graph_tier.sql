@@ -949,3 +949,74 @@ BEGIN
   END LOOP;
   PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.entity_merge_proposals: what policy reads to decide a same-as merge: the
+-- tenant's merge_entities approvals of status p_status (all of them with NULL), newest
+-- first, each with both entities as PostgreSQL holds them (type and name: the decider must
+-- see what would become one; names never leave for the graph) and the proposal's reason.
+-- An entity erased since it was proposed has no type or name any more. Policy only (42501);
+-- an unknown tenant P0002; a status that is none of an approval's 22023.
+CREATE OR REPLACE FUNCTION fabric_api.entity_merge_proposals(p_tenant_id text,
+  p_status text DEFAULT 'pending')
+RETURNS TABLE (approval_id uuid, status text, entity_id uuid, entity_type text,
+  entity_name text, into_entity_id uuid, into_entity_name text, reason text,
+  requested_by text, requested_at timestamptz, expires_at timestamptz, decided_by text,
+  decided_at timestamptz, decision_reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_policy', 'read entity merge proposals');
+  IF p_status IS NOT NULL AND p_status NOT IN ('pending', 'approved', 'denied', 'consumed') THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'an approval''s status is pending, approved, denied or consumed',
+      'e.g. fabric_api.entity_merge_proposals(''acme'', ''pending''), or NULL for all');
+  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  RETURN QUERY
+    SELECT a.approval_id, a.status, (a.target ->> 'entity_id')::uuid, e.entity_type, e.name,
+           (a.target ->> 'into_entity_id')::uuid, i.name, a.reason, a.requested_by::text,
+           a.requested_at, a.expires_at, a.decided_by::text, a.decided_at, a.decision_reason
+    FROM fabric.approvals a
+    LEFT JOIN fabric.entities e ON e.tenant_id = a.tenant_id
+                               AND e.entity_id = (a.target ->> 'entity_id')::uuid
+    LEFT JOIN fabric.entities i ON i.tenant_id = a.tenant_id
+                               AND i.entity_id = (a.target ->> 'into_entity_id')::uuid
+    WHERE a.tenant_id = p_tenant_id AND a.action = 'merge_entities'
+      AND (p_status IS NULL OR a.status = p_status)
+    ORDER BY a.requested_at DESC, a.approval_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.decide_entity_merge: policy decides a same-as merge proposal
+-- (fabric_api.decide_approval, for an approval of action merge_entities only: an id of
+-- another kind of approval is refused with 55000 before anything is written, so a merge
+-- decision never approves an erasure or a promotion by mistake).
+CREATE OR REPLACE FUNCTION fabric_api.decide_entity_merge(p_approval_id uuid, p_decision text,
+  p_reason text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_action text;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_policy', 'decide entity merges');
+  v_tenant := fabric._tenant_of_approval(p_approval_id);
+  IF v_tenant IS NOT NULL THEN
+    PERFORM fabric._set_context('tenant_id', v_tenant);
+    SELECT a.action INTO v_action FROM fabric.approvals a
+    WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id;
+    IF v_action <> 'merge_entities' THEN
+      PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+        pg_catalog.format('the approval is a %s, not an entity merge', v_action),
+        'decide other approvals with fabric_api.decide_approval');
+    END IF;
+  END IF;
+  RETURN fabric_api.decide_approval(p_approval_id, p_decision, p_reason);  -- P0002 if unknown
+END $$;

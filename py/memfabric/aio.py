@@ -511,6 +511,21 @@ class AsyncPolicy(_AsyncRole):
             await self._call("fabric_api.decide_approval", approval_id, decision, reason)
         )
 
+    async def entity_merge_proposals(
+        self, tenant_id: str, status: str | None = "pending"
+    ) -> list[Json]:
+        """The tenant's same-as merge proposals of `status` (None: all), newest first, with
+        both entities' type and name: what `decide_entity_merge` decides."""
+        return await self._rows("fabric_api.entity_merge_proposals", tenant_id, status)
+
+    async def decide_entity_merge(
+        self, approval_id: Id, decision: str, reason: str | None = None
+    ) -> Approval:
+        """Approve or deny a same-as merge proposal (any other approval is refused)."""
+        return Approval.from_json(
+            await self._call("fabric_api.decide_entity_merge", approval_id, decision, reason)
+        )
+
 
 class AsyncConsolidator(_AsyncRole):
     """fabric_consolidator (os-agt-011): reads candidates, files recommendations, reviews."""
