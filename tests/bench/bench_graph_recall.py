@@ -166,6 +166,8 @@ def main() -> int:
             su.execute(sql.SQL("CREATE DATABASE {}").format(name))
     try:
         if args.reuse:
+            db.migrate(url)  # this checkout's SQL
+            graph.ensure_schema()  # and its graph schema
             runs, entity_pools = reopen(url, args.subjects, args.seed)
         else:
             runs, entity_pools = build(url, args, graph)
