@@ -256,8 +256,9 @@ LIMIT $limit
 # The same pairs, found from the other end: the records of the caller's scope keys (the
 # memory_scope index) and the entities they mention. An entity many records of the whole
 # tenant mention (a city) costs the walk above one edge read per record; this one reads the
-# scope's records and their MENTIONS, whatever the entities' degree. `walk` takes the
-# cheaper of the two (`_DEGREE`, `_SCOPE_SIZE`); both give the same pairs.
+# scope's records and their MENTIONS, whatever the entities' degree. After the first hop
+# (the seeds), `walk` takes the cheaper of the two (`_DEGREE`, `_SCOPE_SIZE`); both give
+# the same pairs.
 _WALK_SCOPE_MENTIONING: Final = """
 UNWIND $scope_keys AS k
 MATCH (m:Memory {tenant_id: $tenant_id, scope_key: k})-[:MENTIONS]->(e:Entity)
@@ -931,10 +932,15 @@ class GraphStore:
                 )
             return scope_size[0] * SCOPE_READ_COST < edges
 
-        def mentioning(tx: ManagedTransaction, entity_ids: list[str]) -> list[tuple[str, str]]:
+        def mentioning(
+            tx: ManagedTransaction, entity_ids: list[str], choose: bool = True
+        ) -> list[tuple[str, str]]:
+            """The pairs of a hop; from the scope's end when `choose` finds it cheaper (not
+            for the seeds: the query's own few entities, read from their edges at once)."""
             if not entity_ids:
                 return []
-            query = _WALK_SCOPE_MENTIONING if from_scope(tx, entity_ids) else _WALK_MENTIONING
+            scoped = choose and from_scope(tx, entity_ids)
+            query = _WALK_SCOPE_MENTIONING if scoped else _WALK_MENTIONING
             return [
                 (str(r["entity_id"]), str(r["memory_id"]))
                 for r in tx.run(
@@ -950,7 +956,7 @@ class GraphStore:
             seen = set(seeds)
             reached: set[str] = set()
             levels: list[list[tuple[str, str]]] = []
-            pairs = sorted(mentioning(tx, sorted(seen)))
+            pairs = sorted(mentioning(tx, sorted(seen), choose=False))
             for level in range(1, hops + 1):
                 levels.append(pairs)
                 new = sorted({m for _, m in pairs} - reached)
