@@ -717,6 +717,19 @@ class AsyncProjector(_AsyncRole):
         after = Cast(None if after_step is None else str(after_step), "uuid")
         return await self._rows("fabric_api.projection_steps_snapshot", after_tenant, after, limit)
 
+    async def projection_same_as(self, event_ids: Sequence[Id]) -> list[Json]:
+        """The same-as merges these memory.entity.merged events applied, as they stand now."""
+        ids = Cast([str(i) for i in event_ids], "uuid[]")
+        return await self._rows("fabric_api.projection_same_as", ids)
+
+    async def projection_same_as_snapshot(
+        self, after_tenant: str | None = None, after_entity: Id | None = None, limit: int = 1000
+    ) -> list[Json]:
+        after = Cast(None if after_entity is None else str(after_entity), "uuid")
+        return await self._rows(
+            "fabric_api.projection_same_as_snapshot", after_tenant, after, limit
+        )
+
     async def store_embedding(
         self,
         memory_id: Id,

@@ -721,6 +721,17 @@ class Projector(_Role):
         after = Cast(None if after_step is None else str(after_step), "uuid")
         return self._rows("fabric_api.projection_steps_snapshot", after_tenant, after, limit)
 
+    def projection_same_as(self, event_ids: Sequence[Id]) -> list[Json]:
+        """The same-as merges these memory.entity.merged events applied, as they stand now."""
+        ids = Cast([str(i) for i in event_ids], "uuid[]")
+        return self._rows("fabric_api.projection_same_as", ids)
+
+    def projection_same_as_snapshot(
+        self, after_tenant: str | None = None, after_entity: Id | None = None, limit: int = 1000
+    ) -> list[Json]:
+        after = Cast(None if after_entity is None else str(after_entity), "uuid")
+        return self._rows("fabric_api.projection_same_as_snapshot", after_tenant, after, limit)
+
     def store_embedding(
         self,
         memory_id: Id,
