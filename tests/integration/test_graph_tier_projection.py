@@ -483,3 +483,25 @@ def test_graph_recall_counts_merged_entities_as_one(
     # counted twice, the Acme AG record would rank first
     assert found[:2] == [first, berlin]
     assert sorted(found[2:]) == sorted([ag_only, gmbh_only])
+
+
+def test_a_merge_no_record_mentions_is_projected_from_its_event_alone(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    """Two subjects' persons made by their runs, before any record: the merge's one event has
+    no memory id, and the projector still writes the SAME_AS edge (and the rebuild too)."""
+    fabric.open_run()
+    fabric.open_run(subject="user-9999")
+    ids = entity_ids(fabric)
+    approval = merge(fabric, ids["subject:user-9999"], ids["subject:user-8842"])
+    (event,) = fabric.events("event_type = 'memory.entity.merged'")
+    assert event["memory_id"] is None
+    drain(fabric, projector)
+    assert same_as(graph) == [
+        (ids["subject:user-9999"], ids["subject:user-8842"], f"merge:{approval}")
+    ]
+    refs = [p.get("subject_ref") for label, _, p in graph.export("acme").nodes if label == "Entity"]
+    assert len(refs) == 2 and all(r and r.startswith("hmac:") for r in refs)
+    before = graph.export("acme").as_json()
+    projector.rebuild("graph")
+    assert graph.export("acme").as_json() == before
