@@ -730,9 +730,11 @@ class GraphStore:
     # -- schema ----------------------------------------------------------------------------
 
     def ensure_schema(self) -> None:
-        """Composite uniqueness on (:Memory) (tenant_id, memory_id) and (:Agent) (tenant_id,
-        agent_id). Idempotent (IF NOT EXISTS). Each constraint is backed by an index, which
-        is what makes MERGE on the key fast."""
+        """Composite uniqueness on each label's key ((:Memory) (tenant_id, memory_id),
+        (:Agent), (:Entity), (:Step)), and the range index `memory_scope` on (:Memory)
+        (tenant_id, scope_key) that graph recall's walk from a scope reads. Idempotent (IF
+        NOT EXISTS). Each constraint is backed by an index, which is what makes MERGE on the
+        key fast."""
         with self._driver.session(database=self.database) as session:
             for statement in SCHEMA:
                 session.run(statement).consume()
