@@ -210,6 +210,7 @@ DECLARE
   v_walk_reads integer[];
   v_post_keys text[];
   v_post_lexemes text[];
+  v_scores jsonb;
   v_set text;  -- (set_config as an assignment: a simple expression, without a statement)
 BEGIN
   IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL
@@ -537,14 +538,21 @@ BEGIN
       -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard
       CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
            THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
+  -- Each candidate's score (the best one given for its id) is looked up in a jsonb object
+  -- keyed by id, made once here: a join with the candidate list ran, on the generic plan
+  -- (which cannot know how many candidates come), as a nested loop that read the whole list
+  -- again for every record found (1,000 graph candidates: 0.25 s instead of 20 ms).
+  v_scores := (SELECT pg_catalog.jsonb_object_agg(u.id, u.score)
+                 FROM (SELECT u.id, pg_catalog.max(u.score) AS score
+                         FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
+                        GROUP BY u.id) u);
   -- The winners' lineage is read in the same statement, for the p_limit winners only.
   RETURN QUERY
     SELECT w.memory_id, w.score, fabric._record_envelope(w.m, d.derived_from)
-    FROM (SELECT m.memory_id, c.score, m, m.confidence, m.valid_from, m.recorded_at
+    FROM (SELECT m.memory_id,
+                 (v_scores ->> m.memory_id::text)::double precision AS score,
+                 m, m.confidence, m.valid_from, m.recorded_at
             FROM fabric.memory_records m
-            LEFT JOIN (SELECT u.id, pg_catalog.max(u.score) AS score
-                       FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
-                       GROUP BY u.id) c ON c.id = m.memory_id
            WHERE m.tenant_id = p_tenant_id
              AND m.memory_id = ANY (p_candidate_ids)
              AND m.scope_key = ANY (p_scope_keys)

@@ -833,8 +833,10 @@ BEGIN
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_mentions = ROW_COUNT;
   -- one event per record that mentions it now (the projector writes its MENTIONS again),
-  -- or one without a record when none does
-  PERFORM fabric._emit('memory.entity.merged', v_tenant, NULL, NULL, r.memory_id, NULL,
+  -- or one without a record when none does; the merge's correlation id is its approval's
+  -- ('merge:<approval_id>', fabric._merge_correlation), which its SAME_AS edge carries
+  PERFORM fabric._emit('memory.entity.merged', v_tenant,
+    fabric._merge_correlation(p_approval_id), NULL, r.memory_id, NULL,
     pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
                                   'into_entity_id', v_into))
   FROM (SELECT x.memory_id FROM fabric.memory_mentions x
@@ -845,4 +847,176 @@ BEGIN
         ORDER BY 1) r;
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
                                        'into_entity_id', v_into, 'mentions', v_mentions);
+END $$;
+
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._merge_correlation: the correlation id of a same-as merge, made of the approval
+-- that decided it, so the merge's events and its SAME_AS edge in the graph (written live
+-- or by a rebuild) carry the same one.
+CREATE OR REPLACE FUNCTION fabric._merge_correlation(p_approval_id uuid)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT 'merge:' || p_approval_id::text
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._projection_same_as_rows: the applied same-as merges of one tenant as the graph
+-- sees them: each merged entity and the one it was merged into, as entity nodes are (a
+-- person without a name, a subject's person with its pseudonym), and the merge's
+-- correlation id (of the approval consumed by it). Current state: a merge an erasure undid
+-- (either entity gone) is no row. The merged entities p_entity_ids, or every one after
+-- p_after_entity (at most p_limit).
+CREATE OR REPLACE FUNCTION fabric._projection_same_as_rows(p_tenant text, p_entity_ids uuid[],
+  p_after_entity uuid, p_limit integer)
+RETURNS TABLE (tenant_id text, entity_id uuid, entity_type text, name text, subject_ref text,
+  into_entity_id uuid, into_name text, into_subject_ref text, correlation_id text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT e.tenant_id::text, e.entity_id, e.entity_type,
+         CASE WHEN e.entity_type = 'person' THEN NULL ELSE e.name END, ke.subject_ref,
+         i.entity_id, CASE WHEN i.entity_type = 'person' THEN NULL ELSE i.name END,
+         ki.subject_ref,
+         (SELECT fabric._merge_correlation(a.approval_id) FROM fabric.approvals a
+          WHERE a.tenant_id = e.tenant_id AND a.action = 'merge_entities'
+            AND a.status = 'consumed'
+            AND a.target = pg_catalog.jsonb_build_object('entity_id', e.entity_id,
+                                                         'into_entity_id', e.merged_into)
+          ORDER BY a.consumed_at DESC, a.approval_id LIMIT 1)
+  FROM fabric.entities e
+  JOIN fabric.entities i ON i.tenant_id = e.tenant_id AND i.entity_id = e.merged_into
+  LEFT JOIN fabric.subject_keys ke ON ke.tenant_id = e.tenant_id AND ke.subject_id = e.subject_id
+  LEFT JOIN fabric.subject_keys ki ON ki.tenant_id = i.tenant_id AND ki.subject_id = i.subject_id
+  WHERE e.tenant_id = p_tenant AND e.merged_into IS NOT NULL
+    AND (p_entity_ids IS NULL OR e.entity_id = ANY (p_entity_ids))
+    AND (p_after_entity IS NULL OR e.entity_id > p_after_entity)
+  ORDER BY e.entity_id
+  LIMIT p_limit
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_same_as: the same-as merges these `memory.entity.merged` events
+-- applied, for the graph projection, as they stand now (fabric._projection_same_as_rows).
+CREATE OR REPLACE FUNCTION fabric_api.projection_same_as(p_event_ids uuid[])
+RETURNS TABLE (tenant_id text, entity_id uuid, entity_type text, name text, subject_ref text,
+  into_entity_id uuid, into_name text, into_subject_ref text, correlation_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v record;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v IN SELECT e.tenant_id,
+                  pg_catalog.array_agg(DISTINCT (e.payload ->> 'entity_id')::uuid) AS entity_ids
+           FROM fabric.events e
+           WHERE e.event_id = ANY (p_event_ids) AND e.event_type = 'memory.entity.merged'
+           GROUP BY e.tenant_id ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v.tenant_id, true);
+    RETURN QUERY SELECT * FROM fabric._projection_same_as_rows(v.tenant_id, v.entity_ids,
+                                                               NULL, NULL);
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_same_as_snapshot: every applied same-as merge, paged by (tenant_id,
+-- entity_id), for rebuilds: the page after (p_after_tenant, p_after_entity), at most p_limit.
+CREATE OR REPLACE FUNCTION fabric_api.projection_same_as_snapshot(p_after_tenant text,
+  p_after_entity uuid, p_limit integer DEFAULT 1000)
+RETURNS TABLE (tenant_id text, entity_id uuid, entity_type text, name text, subject_ref text,
+  into_entity_id uuid, into_name text, into_subject_ref text, correlation_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_left integer := greatest(1, least(coalesce(p_limit, 1000), 10000));
+  v_rows integer;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t
+                  WHERE p_after_tenant IS NULL OR t.tenant_id >= p_after_tenant ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY SELECT * FROM fabric._projection_same_as_rows(v_tenant, NULL,
+      CASE WHEN v_tenant = p_after_tenant THEN p_after_entity END, v_left);
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    v_left := v_left - v_rows;
+    EXIT WHEN v_left <= 0;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.entity_merge_proposals: what policy reads to decide a same-as merge: the
+-- tenant's merge_entities approvals of status p_status (all of them with NULL), newest
+-- first, each with both entities as PostgreSQL holds them (type and name: the decider must
+-- see what would become one; names never leave for the graph) and the proposal's reason.
+-- An entity erased since it was proposed has no type or name any more. Policy only (42501);
+-- an unknown tenant P0002; a status that is none of an approval's 22023.
+CREATE OR REPLACE FUNCTION fabric_api.entity_merge_proposals(p_tenant_id text,
+  p_status text DEFAULT 'pending')
+RETURNS TABLE (approval_id uuid, status text, entity_id uuid, entity_type text,
+  entity_name text, into_entity_id uuid, into_entity_name text, reason text,
+  requested_by text, requested_at timestamptz, expires_at timestamptz, decided_by text,
+  decided_at timestamptz, decision_reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_policy', 'read entity merge proposals');
+  IF p_status IS NOT NULL AND p_status NOT IN ('pending', 'approved', 'denied', 'consumed') THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'an approval''s status is pending, approved, denied or consumed',
+      'e.g. fabric_api.entity_merge_proposals(''acme'', ''pending''), or NULL for all');
+  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  RETURN QUERY
+    SELECT a.approval_id, a.status, (a.target ->> 'entity_id')::uuid, e.entity_type, e.name,
+           (a.target ->> 'into_entity_id')::uuid, i.name, a.reason, a.requested_by::text,
+           a.requested_at, a.expires_at, a.decided_by::text, a.decided_at, a.decision_reason
+    FROM fabric.approvals a
+    LEFT JOIN fabric.entities e ON e.tenant_id = a.tenant_id
+                               AND e.entity_id = (a.target ->> 'entity_id')::uuid
+    LEFT JOIN fabric.entities i ON i.tenant_id = a.tenant_id
+                               AND i.entity_id = (a.target ->> 'into_entity_id')::uuid
+    WHERE a.tenant_id = p_tenant_id AND a.action = 'merge_entities'
+      AND (p_status IS NULL OR a.status = p_status)
+    ORDER BY a.requested_at DESC, a.approval_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.decide_entity_merge: policy decides a same-as merge proposal
+-- (fabric_api.decide_approval, for an approval of action merge_entities only: an id of
+-- another kind of approval is refused with 55000 before anything is written, so a merge
+-- decision never approves an erasure or a promotion by mistake).
+CREATE OR REPLACE FUNCTION fabric_api.decide_entity_merge(p_approval_id uuid, p_decision text,
+  p_reason text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_action text;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_policy', 'decide entity merges');
+  v_tenant := fabric._tenant_of_approval(p_approval_id);
+  IF v_tenant IS NOT NULL THEN
+    PERFORM fabric._set_context('tenant_id', v_tenant);
+    SELECT a.action INTO v_action FROM fabric.approvals a
+    WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id;
+    IF v_action <> 'merge_entities' THEN
+      PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+        pg_catalog.format('the approval is a %s, not an entity merge', v_action),
+        'decide other approvals with fabric_api.decide_approval');
+    END IF;
+  END IF;
+  RETURN fabric_api.decide_approval(p_approval_id, p_decision, p_reason);  -- P0002 if unknown
 END $$;

@@ -510,6 +510,14 @@ COMMENT ON COLUMN fabric.entities.entity_id IS 'The entity''s id: how the graph 
 COMMENT ON COLUMN fabric.entities.merged_into IS 'The entity an approved same-as merge resolved this one into (fabric_api.merge_entities); NULL if none.';
 COMMENT ON FUNCTION fabric_api.propose_entity_merge(text, uuid, uuid, text) IS
   'Propose that two entities of a tenant are the same (a pending merge_entities approval that policy decides). Consolidator only. Example: SELECT fabric_api.propose_entity_merge(''acme'', ''<entity_id>'', ''<into_entity_id>'', ''same company, renamed'');';
+COMMENT ON FUNCTION fabric_api.projection_same_as(uuid[]) IS
+  'The same-as merges these memory.entity.merged events applied, as they stand now (both entities as their graph nodes are, persons without names), with the merge''s correlation id. Projector only. Example: SELECT * FROM fabric_api.projection_same_as(ARRAY[''<event_id>''::uuid]);';
+COMMENT ON FUNCTION fabric_api.projection_same_as_snapshot(text, uuid, integer) IS
+  'Every applied same-as merge after (tenant, entity_id), one page, for rebuilds. Projector only. Example: SELECT * FROM fabric_api.projection_same_as_snapshot(NULL, NULL, 1000);';
+COMMENT ON FUNCTION fabric_api.entity_merge_proposals(text, text) IS
+  'The tenant''s same-as merge proposals of a status (default pending; NULL: all), newest first, with both entities'' type and name and the reason, for policy to decide. Policy only. Example: SELECT * FROM fabric_api.entity_merge_proposals(''acme'', ''pending'');';
+COMMENT ON FUNCTION fabric_api.decide_entity_merge(uuid, text, text) IS
+  'Approve or deny a same-as merge proposal (decide_approval for merge_entities approvals only; any other approval 55000). Policy only. Example: SELECT fabric_api.decide_entity_merge(''<approval_id>'', ''approved'', ''same company, renamed'');';
 COMMENT ON FUNCTION fabric_api.merge_entities(uuid) IS
   'Apply an approved entity merge once: the entity is marked merged_into, its records mention the other too. Consolidator only. Example: SELECT fabric_api.merge_entities(''<approval_id>'');';
 COMMENT ON COLUMN fabric.entities.entity_type IS 'POLE+O: person, organization, location, event or object.';

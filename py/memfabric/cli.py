@@ -22,6 +22,7 @@ from memfabric import db, errors
 from memfabric.priority import Priority
 from memfabric.settings import (
     COMMITTER_ENV,
+    CONSOLIDATOR_ENV,
     DATABASE_ENV,
     DEFAULT_COMMITTER_LOGIN,
     DEFAULT_CONSOLIDATOR_LOGIN,
@@ -87,6 +88,12 @@ vectors_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(vectors_app, name="vectors")
+entities_app = typer.Typer(
+    help="Entities of the graph tier: same-as merges, proposed by the consolidator, decided "
+    "by policy, then applied.",
+    no_args_is_help=True,
+)
+app.add_typer(entities_app, name="entities")
 
 
 @app.callback()
@@ -1342,6 +1349,113 @@ def recall_command(
         request["tiers"] = tier
     with psycopg.connect(db.url_for(Settings.from_env().database_url, login), autocommit=True) as c:
         typer.echo(json.dumps(recall(c, request), indent=2, default=str))
+
+
+def _consolidator_login_option() -> Any:
+    return typer.Option(
+        DEFAULT_CONSOLIDATOR_LOGIN,
+        envvar="MEMFABRIC_CONSOLIDATOR_LOGIN",
+        help="the consolidator's login (a member of fabric_consolidator)",
+    )
+
+
+def _policy_login_option() -> Any:
+    return typer.Option(..., help="the policy login (a member of fabric_policy, os-agt-002)")
+
+
+def _echo_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str))
+
+
+@entities_app.command("merge-propose", epilog=env_help(*CONSOLIDATOR_ENV))
+def entities_merge_propose(
+    entity_id: str = typer.Argument(..., help="the entity that is the same as another"),
+    into_entity_id: str = typer.Argument(..., help="the entity it is the same as (it stays)"),
+    tenant: str = typer.Option(..., help="the tenant of both entities"),
+    reason: str = typer.Option(..., help="why they are one (policy reads it)"),
+    login: str = _consolidator_login_option(),
+) -> None:
+    """Propose that ENTITY_ID is the same as INTO_ENTITY_ID, as the consolidator
+    (fabric_api.propose_entity_merge): a pending merge_entities approval, nothing merged
+    until policy approves it (`entities merge-decide`) and it is applied (`entities
+    merge-apply`)."""
+    import psycopg
+
+    from memfabric.call import Cast, fabric_call
+
+    conninfo = Settings.from_env().conninfo("consolidator", login)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        _echo_json(
+            fabric_call(
+                conn,
+                "fabric_api.propose_entity_merge",
+                tenant,
+                Cast(entity_id, "uuid"),
+                Cast(into_entity_id, "uuid"),
+                reason,
+            )
+        )
+
+
+@entities_app.command("merges", epilog=env_help(*DATABASE_ENV))
+def entities_merges(
+    tenant: str = typer.Option(..., help="the tenant whose merge proposals are listed"),
+    status: str = typer.Option(
+        "pending", help="pending, approved, denied, consumed (applied) or all"
+    ),
+    login: str = _policy_login_option(),
+) -> None:
+    """List a tenant's same-as merge proposals, newest first, with both entities' type and
+    name and the reason, as policy (fabric_api.entity_merge_proposals): what
+    `entities merge-decide` decides. JSON lines, one proposal each."""
+    import psycopg
+
+    from memfabric.call import fabric_rows
+
+    with psycopg.connect(db.url_for(Settings.from_env().database_url, login), autocommit=True) as c:
+        rows = fabric_rows(
+            c, "fabric_api.entity_merge_proposals", tenant, None if status == "all" else status
+        )
+    for row in rows:
+        typer.echo(json.dumps(row, default=str))
+
+
+@entities_app.command("merge-decide", epilog=env_help(*DATABASE_ENV))
+def entities_merge_decide(
+    approval_id: str = typer.Argument(..., help="the merge proposal's approval id"),
+    decision: str = typer.Argument(..., help="approved or denied"),
+    reason: str = typer.Option(..., help="why (kept with the decision)"),
+    login: str = _policy_login_option(),
+) -> None:
+    """Approve or deny a merge proposal, as policy (fabric_api.decide_entity_merge: a
+    decision is final; an approval that is no merge proposal is refused, 55000)."""
+    import psycopg
+
+    from memfabric.call import Cast, fabric_call
+
+    with psycopg.connect(db.url_for(Settings.from_env().database_url, login), autocommit=True) as c:
+        _echo_json(
+            fabric_call(
+                c, "fabric_api.decide_entity_merge", Cast(approval_id, "uuid"), decision, reason
+            )
+        )
+
+
+@entities_app.command("merge-apply", epilog=env_help(*CONSOLIDATOR_ENV))
+def entities_merge_apply(
+    approval_id: str = typer.Argument(..., help="an approved merge proposal"),
+    login: str = _consolidator_login_option(),
+) -> None:
+    """Apply an approved merge once, as the consolidator (fabric_api.merge_entities): the
+    merged entity stays with its mentions, its records mention the other too, and the graph
+    gets a SAME_AS edge."""
+    import psycopg
+
+    from memfabric.call import Cast, fabric_call
+
+    conninfo = Settings.from_env().conninfo("consolidator", login)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        _echo_json(fabric_call(conn, "fabric_api.merge_entities", Cast(approval_id, "uuid")))
 
 
 _PASSFILE_HELP = (

@@ -424,6 +424,12 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("working", "grant-tenant"): DATABASE | REDIS,
     ("working", "cap-ttl"): REDIS,
     ("import",): COMMITTER,
+    ("entities", "merge-propose"): DATABASE
+    | {"MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"},
+    ("entities", "merges"): DATABASE,
+    ("entities", "merge-decide"): DATABASE,
+    ("entities", "merge-apply"): DATABASE
+    | {"MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"},
     ("rebuild",): PROJECTION,
     ("vectors", "build-index"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
     ("vectors", "status"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
