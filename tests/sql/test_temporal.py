@@ -467,6 +467,11 @@ REFUSED_THROUGH_THE_MARK = [
     " FOR VALUES FROM ('2031-01-01Z') TO ('2031-02-01Z')",
     "CREATE TABLE fabric.events_2031_01 PARTITION OF fabric.events"
     " FOR VALUES FROM ('2031-01-01Z') TO ('2031-02-01Z')",
+    # a month's name over other bounds: the month's own partition could not be made after it
+    "CREATE TABLE fabric.measurements_2031_01 PARTITION OF fabric.measurements"
+    " FOR VALUES FROM ('2031-01-01Z') TO ('2031-06-01Z')",
+    "CREATE TABLE fabric.measurements_2031_01 PARTITION OF fabric.measurements"
+    " FOR VALUES FROM ('2030-12-31Z') TO ('2031-02-01Z')",
 ]
 
 
@@ -496,3 +501,19 @@ def test_the_ddl_guard_lets_only_measurement_partitions_through_the_mark(fabric:
         " FOR VALUES FROM ('2031-01-01Z') TO ('2031-02-01Z')",
     )
     assert fabric.call(None, "SELECT to_regclass('fabric.measurements_2031_01')::text")
+
+
+@pytest.mark.clone  # the session's time zone
+def test_partitions_are_made_whatever_the_callers_time_zone(fabric: Fabric) -> None:
+    """The guard compares the partition's bounds with its month's as text, in the session's
+    time zone on both sides: a committer far from UTC still gets its months made."""
+    with fabric.connect("mf_committer") as committer:
+        committer.execute("SET TimeZone = 'Pacific/Kiritimati'")  # UTC+14
+        committer.execute("SELECT fabric_api.run_temporal_retention('2032-11-30T23:00:00Z')")
+    made = fabric.call(
+        None,
+        "SELECT array_agg(relname::text ORDER BY relname) FROM pg_class"
+        " WHERE relname ~ '^measurements_203[23]_[0-9]{2}$'",
+    )
+    assert made[:4] == ["measurements_2032_11", "measurements_2032_12", "measurements_2033_01",
+                        "measurements_2033_02"]  # fmt: skip
