@@ -89,7 +89,8 @@ BEGIN
   GET DIAGNOSTICS v_stack = PG_CONTEXT;
   IF v_stack !~ ('\nPL/pgSQL function (fabric_api\.import_records\(text,text,jsonb\)'
                  '|fabric\._commit_set\(text,uuid\[\],text\)) line [0-9]+ at SQL statement'
-                 '(\nPL/pgSQL function fabric_api\.(commit_many\(uuid\[\]\)'
+                 '(\nSQL statement "SELECT fabric\._commit_set\(v_tenant, v_ids, v_committer\)"'
+                 '\nPL/pgSQL function fabric_api\.(commit_many\(uuid\[\]\)'
                  '|commit_pending\(integer\)) line [0-9]+ at PERFORM)?$') THEN
     v := pg_catalog.set_config('fabric.bulk_rows', '', true);
   END IF;
