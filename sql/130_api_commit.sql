@@ -319,7 +319,8 @@ DECLARE
   v_proposals uuid[];
   v_records uuid[];
   v_formed uuid[] := '{}';
-  v_bulk boolean := true;
+  v_bulk boolean := pg_catalog.current_setting('citus.propagate_set_commands', true)
+                    IS DISTINCT FROM 'local';
   v text;
 BEGIN
   PERFORM fabric._set_context('actor', p_committer);
@@ -332,7 +333,9 @@ BEGIN
     PERFORM fabric._set_context('run_id', v_run::text);
     -- A bulk statement (fabric.tg_bulk_rows__gate, sql/050_records.sql): the hash and the
     -- search text derived here, the row rules met as a set.
-    v := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+    IF v_bulk THEN   -- (not on Citus: the shards' row triggers run there, docs/citus.md)
+      v := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+    END IF;
     WITH formed AS (
       INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
         session_id, business_instance_id, content, content_hash, source_event_id,
@@ -356,7 +359,9 @@ BEGIN
     INTO v_proposals, v_records FROM formed f;
     -- the gate kept the setting only for the statement of this function
     v_bulk := v_bulk AND pg_catalog.current_setting('fabric.bulk_rows', true) = 'on';
-    v := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+    IF v_bulk THEN
+      v := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+    END IF;
     INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
     SELECT p_tenant_id, f.memory_id, d
     FROM ROWS FROM (pg_catalog.unnest(v_proposals), pg_catalog.unnest(v_records)) WITH ORDINALITY AS f(proposal_id, memory_id, ord)

@@ -361,7 +361,10 @@ BEGIN
   PERFORM fabric._set_context('actor', v_committer);
   -- A bulk statement (fabric.tg_bulk_rows__gate, sql/050_records.sql): the hash and the
   -- search text derived here, the row rules met as a set.
-  v_bulk := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+  -- (not on Citus: the shards' row triggers run there, docs/citus.md)
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
+    v_bulk := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+  END IF;
   WITH elements AS (
     SELECT e.o_position AS position, e.o_sqlstate, e.o_reason, e.o_visibility, e.o_subject_id,
       e.o_agent_id, e.o_session_id, e.o_instance, e.o_content, e.o_content_hash,
