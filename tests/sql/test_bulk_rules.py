@@ -34,6 +34,7 @@ TRIGGERS = (
     "fabric.tg_memory_lineage__bulk_fixed_at_formation",
     "fabric.tg_memory_records__semantic_needs_episode",
     "fabric._semantic_without_episode",
+    "fabric._records_entities",
 )
 # The same call made from a function of the caller's: the gate sees another frame around
 # the statement, so every row meets the row triggers.
@@ -114,6 +115,7 @@ def test_an_import_meets_the_record_rules_once_per_statement(fabric: Fabric) -> 
         n = calls(conn)
         assert n["tg_memory_records__normalise"] == 0
         assert n["tg_memory_records__bulk_formed"] == 1
+        assert n["_records_entities"] == 2  # the mentions: entities, then mentions
         hashes = conn.execute(
             "SELECT count(*) FILTER (WHERE content_hash = fabric.content_hash(content)"
             " AND search_tsv = fabric._search_text(content)"
