@@ -99,7 +99,8 @@ END $$;
 
 CREATE OR REPLACE TRIGGER _010_bulk_gate
   BEFORE INSERT ON fabric.memory_records
-  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_bulk_rows__gate();
+  FOR EACH STATEMENT WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_bulk_rows__gate();
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__bulk_formed: what _100_normalise checks of each row, for the
@@ -714,7 +715,8 @@ CREATE TRIGGER _200_fixed_at_formation
   EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
 CREATE OR REPLACE TRIGGER _010_bulk_gate
   BEFORE INSERT ON fabric.memory_lineage
-  FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_bulk_rows__gate();
+  FOR EACH STATEMENT WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_bulk_rows__gate();
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_lineage__bulk_fixed_at_formation: _200_fixed_at_formation for the rows
