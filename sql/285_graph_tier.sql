@@ -168,6 +168,14 @@ DECLARE
   v_ids uuid[];
   v_contents jsonb[];
   v_subjects text[];
+  v_x_ord integer[];
+  v_x_type text[];
+  v_x_key text[];
+  v_x_name text[];
+  v_x_external text[];
+  v_x_subject text[];
+  v_x_source text[];
+  v_x_rank integer[];
 BEGIN
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
     -- Citus: this runs on the tenant's shard, where a statement on another distributed
@@ -201,6 +209,7 @@ BEGIN
     RETURN NULL;
   END IF;
   -- the formed records with content, by position; the extractor runs once over all of them
+  -- and its rows serve both statements
   SELECT pg_catalog.array_agg(n.tenant_id::text ORDER BY n.memory_id),
          pg_catalog.array_agg(n.memory_id ORDER BY n.memory_id),
          pg_catalog.array_agg(n.content ORDER BY n.memory_id),
@@ -210,12 +219,25 @@ BEGIN
   IF v_ids IS NULL THEN
     RETURN NULL;
   END IF;
+  SELECT pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.entity_type),
+         pg_catalog.array_agg(x.entity_key), pg_catalog.array_agg(x.name),
+         pg_catalog.array_agg(x.external_id), pg_catalog.array_agg(x.subject_id),
+         pg_catalog.array_agg(x.source), pg_catalog.array_agg(x.rank)
+  INTO v_x_ord, v_x_type, v_x_key, v_x_name, v_x_external, v_x_subject, v_x_source, v_x_rank
+  FROM fabric._records_entities(v_contents, v_subjects) x;
+  IF v_x_ord IS NULL THEN
+    RETURN NULL;
+  END IF;
   INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, external_id, subject_id)
   SELECT DISTINCT ON (n.tenant_id, x.entity_type, x.entity_key)
          n.tenant_id, x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id
   FROM ROWS FROM (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids))
        WITH ORDINALITY AS n(tenant_id, memory_id, ord)
-  JOIN fabric._records_entities(v_contents, v_subjects) x ON x.ord = n.ord
+  JOIN ROWS FROM (pg_catalog.unnest(v_x_ord), pg_catalog.unnest(v_x_type),
+                  pg_catalog.unnest(v_x_key), pg_catalog.unnest(v_x_name),
+                  pg_catalog.unnest(v_x_external), pg_catalog.unnest(v_x_subject),
+                  pg_catalog.unnest(v_x_rank))
+       AS x(ord, entity_type, entity_key, name, external_id, subject_id, rank) ON x.ord = n.ord
   ORDER BY n.tenant_id, x.entity_type, x.entity_key, x.rank, n.memory_id
   ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
   INSERT INTO fabric.memory_mentions (tenant_id, memory_id, entity_id, source)
@@ -223,7 +245,10 @@ BEGIN
          n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.source
   FROM ROWS FROM (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids))
        WITH ORDINALITY AS n(tenant_id, memory_id, ord)
-  JOIN fabric._records_entities(v_contents, v_subjects) x ON x.ord = n.ord
+  JOIN ROWS FROM (pg_catalog.unnest(v_x_ord), pg_catalog.unnest(v_x_type),
+                  pg_catalog.unnest(v_x_key), pg_catalog.unnest(v_x_source),
+                  pg_catalog.unnest(v_x_rank))
+       AS x(ord, entity_type, entity_key, source, rank) ON x.ord = n.ord
   JOIN fabric.entities e ON e.tenant_id = n.tenant_id AND e.entity_type = x.entity_type
                         AND e.entity_key = x.entity_key
   -- (an entity merged by a reviewed same-as merge resolves to the one it was merged into)

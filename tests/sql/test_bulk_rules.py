@@ -115,7 +115,7 @@ def test_an_import_meets_the_record_rules_once_per_statement(fabric: Fabric) -> 
         n = calls(conn)
         assert n["tg_memory_records__normalise"] == 0
         assert n["tg_memory_records__bulk_formed"] == 1
-        assert n["_records_entities"] == 2  # the mentions: entities, then mentions
+        assert n["_records_entities"] == 1  # the mentions, extracted once a statement
         hashes = conn.execute(
             "SELECT count(*) FILTER (WHERE content_hash = fabric.content_hash(content)"
             " AND search_tsv = fabric._search_text(content)"
