@@ -129,8 +129,8 @@ typecheck: venv ## mypy --strict on py/
 
 check: lint typecheck test ## what CI runs: lint, types, tests
 
-bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted)
-	$(BIN)/python tests/bench/bench_write.py
+bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted; ARGS=--sealer: the unsealed tail under batches of 50)
+	$(BIN)/python tests/bench/bench_write.py $(ARGS)
 
 bench-consolidation: migrate ## formation on 220 generated episodes: oracle endpoint, SmolLM2, any MEMFABRIC_LLM_*; hot path p95 with the worker (ARGS=--no-hot)
 	$(BIN)/python tests/bench/bench_consolidation.py $(ARGS)

@@ -41,6 +41,117 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._formed_content_hash: the content hash a formed record holds, computed by the
+-- database; a hash the writer gave must be that one.
+CREATE OR REPLACE FUNCTION fabric._formed_content_hash(p_content jsonb, p_given text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_hash text := fabric.content_hash(p_content);
+BEGIN
+  IF p_given IS NOT NULL AND p_given <> v_hash THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'content_hash does not match the content',
+      'omit content_hash and let the database compute it (RFC 8785, SHA-256)');
+  END IF;
+  RETURN v_hash;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Rules as sets on the bulk paths. The set-based statements of fabric_api.import_records
+-- and fabric._commit_set (commit_many, commit_pending) derive a formed record's hash and
+-- search text in the INSERT itself, and their rows meet the per-row rules of the records
+-- and the lineage as one query per statement (the _200_bulk_* statement triggers, and the
+-- episodic-ancestor rule in fabric._commit_set) instead of one trigger call per row. Such a
+-- statement sets fabric.bulk_rows to 'on' just before it and clears it after. Any session can
+-- set that setting, so it never skips a rule alone: the gate below, once per statement,
+-- keeps it only when the statement runs directly in one of those functions as the call
+-- stack shows (its innermost caller, and at most the API function that called it: what a
+-- statement's own text says cannot reach past its frame). Anything else -- a direct write
+-- by the owner with the setting made by hand, an API function called with it set, a call
+-- from another function, messages in another language -- clears it, and every row meets
+-- the row triggers as before. On a Citus cluster the setting stays on the coordinator
+-- (set_config, not fabric._set_local): the shards' row triggers always run.
+CREATE OR REPLACE FUNCTION fabric.tg_bulk_rows__gate()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_stack text;
+  v text;
+BEGIN
+  IF pg_catalog.current_setting('fabric.bulk_rows', true) IS DISTINCT FROM 'on' THEN
+    RETURN NULL;
+  END IF;
+  GET DIAGNOSTICS v_stack = PG_CONTEXT;
+  IF v_stack !~ ('\nPL/pgSQL function (fabric_api\.import_records\(text,text,jsonb\)'
+                 '|fabric\._commit_set\(text,uuid\[\],text\)) line [0-9]+ at SQL statement'
+                 '(\nSQL statement "SELECT fabric\._commit_set\(v_tenant, v_ids, v_committer\)"'
+                 '\nPL/pgSQL function fabric_api\.(commit_many\(uuid\[\]\)'
+                 '|commit_pending\(integer\)) line [0-9]+ at PERFORM)?$') THEN
+    v := pg_catalog.set_config('fabric.bulk_rows', '', true);
+  END IF;
+  RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER _010_bulk_gate
+  BEFORE INSERT ON fabric.memory_records
+  FOR EACH STATEMENT WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_bulk_rows__gate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__bulk_formed: what _100_normalise checks of each row, for the
+-- rows of a bulk statement at once (the statement derived the hash, the search text and its
+-- length; the defaults stamp the times, the revision and the state): the acting agent, the
+-- state at formation, the content, the database's stamps. The same refusals.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__bulk_formed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_actor text := fabric._require_actor();
+  v_broken text;
+BEGIN
+  SELECT CASE
+           WHEN n.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN 'state'
+           WHEN n.content IS NULL THEN 'content'
+           ELSE 'stamps' END
+    INTO v_broken
+    FROM formed_rows n
+   WHERE n.consolidation_state NOT IN ('raw', 'consolidated', 'reflected')
+      OR n.content IS NULL OR n.search_length IS NULL
+      OR n.recorded_at <> pg_catalog.now() OR n.known_since <> pg_catalog.now()
+      OR n.revision <> 1 OR n.erased_at IS NOT NULL OR n.erasure_approval_id IS NOT NULL
+   ORDER BY 1 DESC LIMIT 1;
+  IF v_broken = 'state' THEN
+    PERFORM fabric._raise_rule('MF002',
+      'a memory record is formed raw, consolidated or reflected',
+      'later states are reached by governed transitions, never at formation');
+  ELSIF v_broken = 'content' THEN
+    PERFORM fabric._raise_rule('not_null_violation',
+      'a memory record is formed with content',
+      'content is removed only by erasure or retention-window closure');
+  ELSIF v_broken IS NOT NULL THEN
+    PERFORM fabric._raise_rule('MF002',
+      'a bulk statement formed a record without the database''s derived values',
+      'form records through fabric_api functions');
+  END IF;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _200_bulk_formed ON fabric.memory_records;
+CREATE TRIGGER _200_bulk_formed
+  AFTER INSERT ON fabric.memory_records
+  REFERENCING NEW TABLE AS formed_rows
+  FOR EACH STATEMENT
+  WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_memory_records__bulk_formed();
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__normalise: a record is born raw (or consolidated/reflected by
 -- a workflow), stamped with the transaction time, its hash and its search text (and the
 -- search text's length, for BM25) computed by the database. One trigger does all of a formation's per-row work (the search text's
@@ -51,7 +162,6 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_hash text;
   v_actor text;
 BEGIN
   v_actor := fabric._require_actor();   -- an expression, not a statement: runs for every row
@@ -65,13 +175,7 @@ BEGIN
       'a memory record is formed with content',
       'content is removed only by erasure or retention-window closure');
   END IF;
-  v_hash := fabric.content_hash(NEW.content);
-  IF NEW.content_hash IS NOT NULL AND NEW.content_hash <> v_hash THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'content_hash does not match the content',
-      'omit content_hash and let the database compute it (RFC 8785, SHA-256)');
-  END IF;
-  NEW.content_hash := v_hash;
+  NEW.content_hash := fabric._formed_content_hash(NEW.content, NEW.content_hash);
   NEW.search_tsv := fabric._search_text(NEW.content);
   NEW.search_length := fabric._search_length(NEW.search_tsv);
   NEW.recorded_at := pg_catalog.now();
@@ -82,9 +186,12 @@ BEGIN
   RETURN NEW;
 END $$;
 
-CREATE OR REPLACE TRIGGER _100_normalise
+-- (the rows of a bulk statement meet it as a set: _200_bulk_formed, above)
+DROP TRIGGER IF EXISTS _100_normalise ON fabric.memory_records;
+CREATE TRIGGER _100_normalise
   BEFORE INSERT ON fabric.memory_records
-  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__normalise();
+  FOR EACH ROW WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) IS DISTINCT FROM 'on')
+  EXECUTE FUNCTION fabric.tg_memory_records__normalise();
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__immutable_envelope: content, scope and provenance never change
@@ -606,11 +713,37 @@ BEGIN
 END $$;
 
 DROP TRIGGER IF EXISTS _950_semantic_needs_episode ON fabric.memory_records;
+-- (the records of a bulk statement meet it as a set in fabric._commit_set:
+-- fabric._semantic_without_episode)
 CREATE CONSTRAINT TRIGGER _950_semantic_needs_episode
   AFTER INSERT ON fabric.memory_records
   DEFERRABLE INITIALLY DEFERRED
-  FOR EACH ROW WHEN (NEW.tier = 'semantic')
+  FOR EACH ROW WHEN (NEW.tier = 'semantic'
+                     AND pg_catalog.current_setting('fabric.bulk_rows', true) IS DISTINCT FROM 'on')
   EXECUTE FUNCTION fabric.tg_memory_records__semantic_needs_episode();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._semantic_without_episode: of these records of a tenant, whether a semantic one
+-- has no episodic ancestor (the rule of _950_semantic_needs_episode for a set: a parent that
+-- is an episode first, the walk through derived_from only for a record without one).
+CREATE OR REPLACE FUNCTION fabric._semantic_without_episode(p_tenant_id text,
+                                                            p_memory_ids uuid[])
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN EXISTS (
+    SELECT 1 FROM fabric.memory_records m
+    WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (p_memory_ids)
+      AND m.tier = 'semantic'
+      AND NOT EXISTS (SELECT 1 FROM fabric.memory_lineage l
+                      JOIN fabric.memory_records p ON p.tenant_id = l.tenant_id
+                                                  AND p.memory_id = l.derived_from_id
+                      WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id
+                        AND p.tier = 'episodic')
+      AND NOT fabric._has_episodic_ancestor(m.tenant_id, m.memory_id));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_lineage__append_only: derived_from is part of the immutable envelope;
@@ -640,9 +773,43 @@ END $$;
 CREATE OR REPLACE TRIGGER _200_append_only
   BEFORE UPDATE OR DELETE ON fabric.memory_lineage
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
-CREATE OR REPLACE TRIGGER _200_fixed_at_formation
+DROP TRIGGER IF EXISTS _200_fixed_at_formation ON fabric.memory_lineage;
+CREATE TRIGGER _200_fixed_at_formation
   BEFORE INSERT ON fabric.memory_lineage
-  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
+  FOR EACH ROW WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) IS DISTINCT FROM 'on')
+  EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
+CREATE OR REPLACE TRIGGER _010_bulk_gate
+  BEFORE INSERT ON fabric.memory_lineage
+  FOR EACH STATEMENT WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_bulk_rows__gate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_lineage__bulk_fixed_at_formation: _200_fixed_at_formation for the rows
+-- of a bulk statement, one query: each names a record formed in this transaction.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_lineage__bulk_fixed_at_formation()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM new_lineage l
+             WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
+                               WHERE m.tenant_id = l.tenant_id AND m.memory_id = l.memory_id
+                                 AND m.recorded_at = pg_catalog.now())) THEN
+    PERFORM fabric._raise_rule('MF001',
+      'derived_from is fixed when a record is formed',
+      'lineage rows are written only in the transaction that forms the record');
+  END IF;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _200_bulk_fixed_at_formation ON fabric.memory_lineage;
+CREATE TRIGGER _200_bulk_fixed_at_formation
+  AFTER INSERT ON fabric.memory_lineage
+  REFERENCING NEW TABLE AS new_lineage
+  FOR EACH STATEMENT
+  WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_memory_lineage__bulk_fixed_at_formation();
 CREATE OR REPLACE TRIGGER _200_append_only_truncate
   BEFORE TRUNCATE ON fabric.memory_lineage
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();

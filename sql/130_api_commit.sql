@@ -334,6 +334,10 @@ DECLARE
   v_source uuid;
   v_tier text;
   v_semantic uuid[] := '{}';
+  v_formed uuid[] := '{}';
+  v_bulk boolean := pg_catalog.current_setting('citus.propagate_set_commands', true)
+                    IS DISTINCT FROM 'local';
+  v text;
 BEGIN
   PERFORM fabric._set_context('actor', p_committer);
   FOR v_run IN
@@ -343,18 +347,26 @@ BEGIN
     GROUP BY p.run_id ORDER BY pg_catalog.min(u.ord)
   LOOP
     PERFORM fabric._set_context('run_id', v_run::text);
+    -- A bulk statement (fabric.tg_bulk_rows__gate, sql/050_records.sql): the hash and the
+    -- search text derived here, the row rules met as a set.
+    IF v_bulk THEN   -- (not on Citus: the shards' row triggers run there, docs/citus.md)
+      v := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+    END IF;
     WITH formed AS (
       INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
         session_id, business_instance_id, content, content_hash, source_event_id,
         correlation_id, causation_id, formed_by, formation_method, confidence, valid_from,
-        valid_until, retention_class, compliance_labels, version, proposal_id, run_id)
+        valid_until, retention_class, compliance_labels, version, proposal_id, run_id,
+        search_tsv, search_length)
       SELECT p.tenant_id, p.tier, p.visibility, p.subject_id, p.agent_id, p.session_id,
-        p.business_instance_id, p.content, p.content_hash, p.source_event_id,
+        p.business_instance_id, p.content,
+        fabric._formed_content_hash(p.content, p.content_hash), p.source_event_id,
         p.correlation_id, p.causation_id, p_committer, p.formation_method, p.confidence,
         p.valid_from, p.valid_until, p.retention_class, p.compliance_labels, p.version,
-        p.proposal_id, p.run_id
+        p.proposal_id, p.run_id, x.tsv, fabric._search_length(x.tsv)
       FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord)
       JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = u.proposal_id
+      CROSS JOIN LATERAL (SELECT fabric._search_text(p.content) AS tsv OFFSET 0) x
       WHERE p.run_id = v_run
       ORDER BY u.ord
       RETURNING memory_records.proposal_id, memory_records.memory_id
@@ -380,13 +392,20 @@ BEGIN
         END IF;
       END LOOP;
     ELSE
+      -- the gate kept the setting only for the statement of this function
+      v_bulk := v_bulk AND pg_catalog.current_setting('fabric.bulk_rows', true) = 'on';
+      IF v_bulk THEN
+        v := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+      END IF;
       INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
       SELECT p_tenant_id, f.memory_id, d
       FROM ROWS FROM (pg_catalog.unnest(v_proposals), pg_catalog.unnest(v_records)) WITH ORDINALITY AS f(proposal_id, memory_id, ord)
       JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = f.proposal_id
       CROSS JOIN LATERAL pg_catalog.unnest(p.derived_from) d
       ORDER BY f.ord;
+      v := pg_catalog.set_config('fabric.bulk_rows', '', true);
     END IF;
+    v_formed := v_formed || v_records;
     UPDATE fabric.proposals p
     SET status = 'committed', decided_at = pg_catalog.now(), committed_by = p_committer,
         memory_id = f.memory_id
@@ -401,6 +420,14 @@ BEGIN
     END LOOP;
     PERFORM fabric._flush_shard_events(p_tenant_id);
   ELSE
+    -- the rule every semantic record meets, for the records of the bulk statements at once;
+    -- a record the gate sent to the row triggers queued the deferred check, fired here
+    IF v_bulk AND fabric._semantic_without_episode(p_tenant_id, v_formed) THEN
+      PERFORM fabric._raise_rule('check_violation',
+        'semantic record needs at least one episodic source',
+        'pass derived_from with the episodes it was extracted from',
+        p_constraint => 'memory_records_semantic_needs_episode');
+    END IF;
     SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
     SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
   END IF;

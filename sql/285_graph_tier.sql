@@ -76,32 +76,59 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._record_entities: the deterministic extractor. The entities a record's content
--- and subject name, each with the key that deduplicates it and how it was found: declared
--- in content.entities (keyed by external id, else by name), an @mention in a string of the
--- content (a person, keyed by the handle), and the record's subject (a person, keyed by
--- the subject). rank orders the sources when one entity is found several ways.
+-- fabric._records_entities: the deterministic extractor, for many records at once (one
+-- query for all the records a statement formed, not one per record). The entities each
+-- record's content and subject
+-- name, by the record's position (ord, from 1) in the arrays, each with the key that
+-- deduplicates it and how it was found: declared in content.entities (keyed by external id,
+-- else by name), an @mention in a string of the content (a person, keyed by the handle),
+-- and the record's subject (a person, keyed by the subject). rank orders the sources when
+-- one entity is found several ways.
+CREATE OR REPLACE FUNCTION fabric._records_entities(p_contents jsonb[], p_subject_ids text[])
+RETURNS TABLE (ord integer, entity_type text, entity_key text, name text, external_id text,
+               subject_id text, source text, rank integer)
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- PL/pgSQL keeps the query's plan for the session (a SQL function with a SET clause is
+  -- planned again by every statement that calls it)
+  RETURN QUERY
+  WITH r AS MATERIALIZED (
+    SELECT u.ord::integer AS ord, u.content, u.subject_id
+    FROM ROWS FROM (pg_catalog.unnest(p_contents), pg_catalog.unnest(p_subject_ids))
+         WITH ORDINALITY AS u(content, subject_id, ord)
+  )
+  SELECT r.ord, d.value ->> 'type',
+         CASE WHEN d.value ? 'id' THEN 'id:' || (d.value ->> 'id')
+              ELSE fabric._entity_name_key(d.value ->> 'name') END,
+         pg_catalog.btrim(d.value ->> 'name'), d.value ->> 'id', NULL::text, 'declared', 1
+  FROM r CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(
+         CASE WHEN pg_catalog.jsonb_typeof(r.content -> 'entities') = 'array'
+              THEN r.content -> 'entities' ELSE '[]' END) d
+  UNION ALL
+  SELECT r.ord, 'person', 'name:@' || pg_catalog.lower(m[2]), '@' || m[2], NULL, NULL, 'mention', 2
+  FROM r CROSS JOIN LATERAL pg_catalog.jsonb_path_query(coalesce(r.content, '{}') - 'entities',
+                                   'strict $.** ? (@.type() == "string")') s(v)
+  CROSS JOIN LATERAL pg_catalog.regexp_matches(s.v #>> '{}',
+    '(^|[^[:alnum:]_@.])@([[:alpha:]][[:alnum:]_]{0,62})', 'g') m
+  -- (the expression runs only on strings with an @: its counted repetition is slow to try)
+  WHERE pg_catalog.strpos(s.v #>> '{}', '@') > 0
+  UNION ALL
+  SELECT r.ord, 'person', 'subject:' || r.subject_id, r.subject_id, NULL, r.subject_id, 'subject', 3
+  FROM r WHERE r.subject_id IS NOT NULL AND r.content IS NOT NULL;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._record_entities: the extractor for one record (fabric._records_entities).
 CREATE OR REPLACE FUNCTION fabric._record_entities(p_content jsonb, p_subject_id text)
 RETURNS TABLE (entity_type text, entity_key text, name text, external_id text,
                subject_id text, source text, rank integer)
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT d.value ->> 'type',
-         CASE WHEN d.value ? 'id' THEN 'id:' || (d.value ->> 'id')
-              ELSE fabric._entity_name_key(d.value ->> 'name') END,
-         pg_catalog.btrim(d.value ->> 'name'), d.value ->> 'id', NULL::text, 'declared', 1
-  FROM pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(p_content -> 'entities') = 'array'
-                                            THEN p_content -> 'entities' ELSE '[]' END) d
-  UNION ALL
-  SELECT 'person', 'name:@' || pg_catalog.lower(m[2]), '@' || m[2], NULL, NULL, 'mention', 2
-  FROM pg_catalog.jsonb_path_query(coalesce(p_content, '{}') - 'entities',
-                                   'strict $.** ? (@.type() == "string")') s(v)
-  CROSS JOIN LATERAL pg_catalog.regexp_matches(s.v #>> '{}',
-    '(^|[^[:alnum:]_@.])@([[:alpha:]][[:alnum:]_]{0,62})', 'g') m
-  UNION ALL
-  SELECT 'person', 'subject:' || p_subject_id, p_subject_id, NULL, p_subject_id, 'subject', 3
-  WHERE p_subject_id IS NOT NULL AND p_content IS NOT NULL
+  SELECT x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id, x.source, x.rank
+  FROM fabric._records_entities(ARRAY[p_content], ARRAY[p_subject_id]) x
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -137,6 +164,18 @@ AS $$
 DECLARE
   v_formed jsonb;
   v_m record;
+  v_tenants text[];
+  v_ids uuid[];
+  v_contents jsonb[];
+  v_subjects text[];
+  v_x_ord integer[];
+  v_x_type text[];
+  v_x_key text[];
+  v_x_name text[];
+  v_x_external text[];
+  v_x_subject text[];
+  v_x_source text[];
+  v_x_rank integer[];
 BEGIN
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
     -- Citus: this runs on the tenant's shard, where a statement on another distributed
@@ -169,20 +208,49 @@ BEGIN
     END LOOP;
     RETURN NULL;
   END IF;
+  -- the formed records with content, by position; the extractor runs once over all of them
+  -- and its rows serve both statements
+  SELECT pg_catalog.array_agg(n.tenant_id::text ORDER BY n.memory_id),
+         pg_catalog.array_agg(n.memory_id ORDER BY n.memory_id),
+         pg_catalog.array_agg(n.content ORDER BY n.memory_id),
+         pg_catalog.array_agg(n.subject_id::text ORDER BY n.memory_id)
+  INTO v_tenants, v_ids, v_contents, v_subjects
+  FROM formed_rows n WHERE n.content IS NOT NULL;
+  IF v_ids IS NULL THEN
+    RETURN NULL;
+  END IF;
+  SELECT pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.entity_type),
+         pg_catalog.array_agg(x.entity_key), pg_catalog.array_agg(x.name),
+         pg_catalog.array_agg(x.external_id), pg_catalog.array_agg(x.subject_id),
+         pg_catalog.array_agg(x.source), pg_catalog.array_agg(x.rank)
+  INTO v_x_ord, v_x_type, v_x_key, v_x_name, v_x_external, v_x_subject, v_x_source, v_x_rank
+  FROM fabric._records_entities(v_contents, v_subjects) x;
+  IF v_x_ord IS NULL THEN
+    RETURN NULL;
+  END IF;
   INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, external_id, subject_id)
   SELECT DISTINCT ON (n.tenant_id, x.entity_type, x.entity_key)
          n.tenant_id, x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id
-  FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
-  WHERE n.content IS NOT NULL
+  FROM ROWS FROM (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids))
+       WITH ORDINALITY AS n(tenant_id, memory_id, ord)
+  JOIN ROWS FROM (pg_catalog.unnest(v_x_ord), pg_catalog.unnest(v_x_type),
+                  pg_catalog.unnest(v_x_key), pg_catalog.unnest(v_x_name),
+                  pg_catalog.unnest(v_x_external), pg_catalog.unnest(v_x_subject),
+                  pg_catalog.unnest(v_x_rank))
+       AS x(ord, entity_type, entity_key, name, external_id, subject_id, rank) ON x.ord = n.ord
   ORDER BY n.tenant_id, x.entity_type, x.entity_key, x.rank, n.memory_id
   ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
   INSERT INTO fabric.memory_mentions (tenant_id, memory_id, entity_id, source)
   SELECT DISTINCT ON (n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id))
          n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.source
-  FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
+  FROM ROWS FROM (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids))
+       WITH ORDINALITY AS n(tenant_id, memory_id, ord)
+  JOIN ROWS FROM (pg_catalog.unnest(v_x_ord), pg_catalog.unnest(v_x_type),
+                  pg_catalog.unnest(v_x_key), pg_catalog.unnest(v_x_source),
+                  pg_catalog.unnest(v_x_rank))
+       AS x(ord, entity_type, entity_key, source, rank) ON x.ord = n.ord
   JOIN fabric.entities e ON e.tenant_id = n.tenant_id AND e.entity_type = x.entity_type
                         AND e.entity_key = x.entity_key
-  WHERE n.content IS NOT NULL
   -- (an entity merged by a reviewed same-as merge resolves to the one it was merged into)
   ORDER BY n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.rank
   ON CONFLICT DO NOTHING;
