@@ -88,6 +88,9 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "memfabric.operational.OpsCollection or a callable returning one (default: none)",
     "MEMFABRIC_OPS_DIR": "the data directory of the operational collections on Qdrant Edge "
     "(default: beside the vector directory, <vector dir>-ops)",
+    "MEMFABRIC_OPS_GRANTS": "which login memfabric serve lets reach which operational collection "
+    'on Qdrant Edge: a JSON object `{"<login>": {"<collection>": "r" | "rw"}}` or the path of a '
+    "file holding one (default: none, so no login reaches any)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
     "MEMFABRIC_PROJECTOR_EMBED": "where memfabric serve's projector embeds: inline (in the "
     "serve process, the default) or child (a child process at lower priority)",
