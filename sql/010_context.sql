@@ -188,8 +188,9 @@ END $$;
 -- ---------------------------------------------------------------------------------------
 -- fabric._run_in_its_tenant: the run with this id, read under its own tenant, which becomes
 -- the transaction's tenant; a row of NULLs (and no tenant) when no run has the id. The one
--- run lookup of the entry points that take a run id: each then checks whose run it is (its
--- agent's, or the orchestrator's that opened it) and fabric._run_is_live.
+-- run lookup of the entry points that take a run id: fabric._live_run (agents entering a
+-- run, MCP tokens) then checks whose run it is and that it is live; close_run, which also
+-- closes a closed run, checks whose it is itself.
 CREATE OR REPLACE FUNCTION fabric._run_in_its_tenant(p_run_id uuid)
 RETURNS fabric.runs
 LANGUAGE plpgsql

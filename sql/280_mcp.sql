@@ -50,18 +50,10 @@ BEGIN
     PERFORM fabric._raise_rule('invalid_parameter_value', 'an MCP token''s ttl must be positive',
       'omit the ttl to let the token expire with its run');
   END IF;
-  v_run := fabric._run_in_its_tenant(p_run_id);
-  IF v_run.run_id IS NULL OR v_run.opened_by <> session_user THEN
-    PERFORM fabric._set_context('tenant_id', NULL);
-    PERFORM fabric._raise_rule('insufficient_privilege',
-      'an MCP token is issued only for a run the calling orchestrator opened',
-      'open the run with fabric_api.open_run under this login, then issue its token');
-  END IF;
-  IF NOT fabric._run_is_live(v_run) THEN
-    PERFORM fabric._set_context('tenant_id', NULL);
-    PERFORM fabric._raise_rule('insufficient_privilege', 'the run is closed or expired',
-      'open a new run and issue a token for it');
-  END IF;
+  v_run := fabric._live_run(p_run_id, NULL, session_user,
+    'an MCP token is issued only for a run the calling orchestrator opened',
+    'open the run with fabric_api.open_run under this login, then issue its token',
+    'open a new run and issue a token for it');
   PERFORM fabric._set_context('run_id', p_run_id::text);
   -- 244 random bits from two version-4 UUIDs (the server's strong random source).
   v_token := 'mft_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '')
@@ -146,7 +138,7 @@ BEGIN
       JOIN fabric.agents a ON a.agent_id = t.agent_id
      WHERE t.tenant_id = v_tenant AND t.token_hash = v_hash
        AND t.revoked_at IS NULL AND t.expires_at > pg_catalog.now()
-       AND r.closed_at IS NULL AND r.expires_at > pg_catalog.now();
+       AND fabric._run_is_live(r);
   END IF;
   PERFORM fabric._set_context('tenant_id', NULL);
   IF v_answer IS NULL THEN

@@ -87,6 +87,42 @@ def test_no_token_for_an_unknown_closed_or_expired_run(fabric: Fabric) -> None:
     assert fabric.count("mcp_tokens") == 0
 
 
+def refusal(fabric: Fabric, run: uuid.UUID, login: str) -> tuple[str, str, str]:
+    """The SQLSTATE, message and hint of a refused issue, which wrote nothing."""
+    before = (fabric.counts(), fabric.count("mcp_tokens"))
+    with pytest.raises(psycopg.Error) as info:
+        issue(fabric, run, login=login)
+    assert (fabric.counts(), fabric.count("mcp_tokens")) == before
+    diag = info.value.diag
+    return (str(info.value.sqlstate), str(diag.message_primary), str(diag.message_hint))
+
+
+def test_a_token_only_for_a_live_run_this_orchestrator_opened_each_refusal_named(
+    fabric: Fabric,
+) -> None:
+    """Another orchestrator's run, an unknown run and a closed run: the refusal names the
+    rule and says what to do (the run lookup agents enter by, with the token's words)."""
+    other = f"mf_orch_{uuid.uuid4().hex[:8]}"
+    fabric.session().execute(f"CREATE ROLE {other} LOGIN")
+    fabric.session().execute(f"GRANT fabric_orchestrator TO {other}")
+    foreign = (
+        "42501",
+        "an MCP token is issued only for a run the calling orchestrator opened",
+        "open the run with fabric_api.open_run under this login, then issue its token",
+    )
+    run = fabric.open_run()
+    assert refusal(fabric, run, other) == foreign
+    assert refusal(fabric, uuid.uuid4(), "mf_orchestrator") == foreign
+    fabric.session("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (run,))
+    assert refusal(fabric, run, "mf_orchestrator") == (
+        "42501",
+        "the run is closed or expired",
+        "open a new run and issue a token for it",
+    )
+    # the closed run of another orchestrator is refused as not its own, before it is judged
+    assert refusal(fabric, run, other) == foreign
+
+
 def test_a_ttl_must_be_positive(fabric: Fabric) -> None:
     run = fabric.open_run()
     for ttl in ("0 seconds", "-1 hour"):
