@@ -28,8 +28,7 @@ RETURNS bytea
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT CASE WHEN p_token ~ '^mft_[0-9a-f]{64}$'
-              THEN pg_catalog.sha256(pg_catalog.convert_to(p_token, 'UTF8')) END
+  SELECT fabric._secret_hash('mft_', p_token)
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -55,9 +54,7 @@ BEGIN
     'open the run with fabric_api.open_run under this login, then issue its token',
     'open a new run and issue a token for it');
   PERFORM fabric._set_context('run_id', p_run_id::text);
-  -- 244 random bits from two version-4 UUIDs (the server's strong random source).
-  v_token := 'mft_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '')
-                    || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '');
+  v_token := fabric._new_secret('mft_');
   v_expires := CASE WHEN p_ttl IS NULL THEN v_run.expires_at
                     ELSE LEAST(v_run.expires_at, pg_catalog.now() + p_ttl) END;
   INSERT INTO fabric.mcp_tokens (tenant_id, token_hash, run_id, agent_id, expires_at)

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from conftest import Fabric
 
@@ -187,3 +188,34 @@ def test_the_stored_hash_must_be_a_sha256(fabric: Fabric) -> None:
         )
     assert info.value.sqlstate == "23514"
     assert fabric.count("mcp_tokens") == 0
+
+
+@pytest.mark.parametrize(
+    ("function", "prefix"),
+    [("_mcp_token_hash", "mft_"), ("_agent_token_hash", "mfa_"), ("_broker_ticket_hash", "mfb_")],
+)
+def test_a_secret_is_stored_only_in_its_kinds_issued_form(
+    fabric: Fabric, function: str, prefix: str
+) -> None:
+    """MCP tokens, agent tokens and broker tickets share one form, each with its prefix:
+    the prefix and 64 lowercase hex; only that is hashed (SHA-256), anything else is NULL
+    and so matches no stored secret."""
+    others = {"mft_", "mfa_", "mfb_"} - {prefix}
+    hexes = "0123456789abcdef" * 4
+    secrets = [
+        prefix + hexes,
+        *(other + hexes for other in sorted(others)),
+        prefix + hexes[:-1],
+        prefix + hexes + "0",
+        prefix + hexes.upper(),
+        prefix + hexes + "\n",
+        " " + prefix + hexes,
+        prefix,
+        None,
+    ]
+    query = sql.SQL("SELECT fabric.{}(%s), sha256(convert_to(%s, 'UTF8'))").format(
+        sql.Identifier(function)
+    )
+    got = [fabric.session().execute(query, (s, s)).fetchone() for s in secrets]
+    assert got[0] is not None and got[0][0] == got[0][1]
+    assert [row[0] if row else "?" for row in got[1:]] == [None] * (len(secrets) - 1)
