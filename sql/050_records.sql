@@ -410,6 +410,30 @@ CREATE TRIGGER _800_history
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__history();
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._formation_event: the event a formed record emits, and its payload: the one
+-- derivation of tg_memory_records__emit_formed, whose two paths (the outbox, or on Citus
+-- the tenant's shard) differ only in where they write. It takes the columns it reads, not
+-- the row (a whole row passed on is copied with its content and embedding).
+CREATE OR REPLACE FUNCTION fabric._formation_event(p_tier text, p_visibility text,
+  p_state text, p_formation_method text, p_content_hash text, p_retention_class text,
+  OUT event_type text, OUT payload jsonb)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  event_type := CASE
+                  WHEN p_tier = 'procedural' AND p_formation_method = 'consolidation'
+                    THEN 'memory.skill.distilled'
+                  WHEN p_state = 'raw' THEN 'memory.record.formed'
+                  WHEN p_state = 'consolidated' THEN 'memory.record.consolidated'
+                  WHEN p_state = 'reflected' THEN 'memory.reflection.completed'
+                END;
+  payload := pg_catalog.jsonb_build_object('tier', p_tier, 'visibility', p_visibility,
+    'state', p_state, 'formation_method', p_formation_method,
+    'content_hash', p_content_hash, 'retention_class', p_retention_class);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__emit_formed: every formation emits its memory.* event in the
 -- same transaction, with the record's own correlation and causation ids -- one INSERT per
 -- statement for all the records it formed (so one wake-up of the projectors, too).
@@ -432,36 +456,22 @@ BEGIN
                                      causation_id, actor_agent_id, run_id, memory_id,
                                      proposal_id, payload)
     SELECT pg_catalog.gen_random_uuid(), n.tenant_id,
-           CASE
-             WHEN n.tier = 'procedural' AND n.formation_method = 'consolidation'
-               THEN 'memory.skill.distilled'
-             WHEN n.consolidation_state = 'raw' THEN 'memory.record.formed'
-             WHEN n.consolidation_state = 'consolidated' THEN 'memory.record.consolidated'
-             WHEN n.consolidation_state = 'reflected' THEN 'memory.reflection.completed'
-           END,
-           n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id, n.proposal_id,
-           pg_catalog.jsonb_build_object('tier', n.tier, 'visibility', n.visibility,
-             'state', n.consolidation_state, 'formation_method', n.formation_method,
-             'content_hash', n.content_hash, 'retention_class', n.retention_class)
-      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_formed) n;
+           e.event_type, n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id,
+           n.proposal_id, e.payload
+      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_formed) n
+      CROSS JOIN LATERAL fabric._formation_event(n.tier, n.visibility, n.consolidation_state,
+        n.formation_method, n.content_hash, n.retention_class) e;
     RETURN NULL;
   END IF;
   -- the columns and payload fabric._emit writes, for every formed row at once
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
   SELECT pg_catalog.gen_random_uuid(), n.tenant_id,
-         CASE
-           WHEN n.tier = 'procedural' AND n.formation_method = 'consolidation'
-             THEN 'memory.skill.distilled'
-           WHEN n.consolidation_state = 'raw' THEN 'memory.record.formed'
-           WHEN n.consolidation_state = 'consolidated' THEN 'memory.record.consolidated'
-           WHEN n.consolidation_state = 'reflected' THEN 'memory.reflection.completed'
-         END,
-         n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id, n.proposal_id,
-         pg_catalog.jsonb_build_object('tier', n.tier, 'visibility', n.visibility,
-           'state', n.consolidation_state, 'formation_method', n.formation_method,
-           'content_hash', n.content_hash, 'retention_class', n.retention_class)
-    FROM formed_rows n;
+         e.event_type, n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id,
+         n.proposal_id, e.payload
+    FROM formed_rows n
+    CROSS JOIN LATERAL fabric._formation_event(n.tier, n.visibility, n.consolidation_state,
+      n.formation_method, n.content_hash, n.retention_class) e;
   RETURN NULL;
 END $$;
 
@@ -470,6 +480,55 @@ CREATE TRIGGER _900_emit_formed
   AFTER INSERT ON fabric.memory_records
   REFERENCING NEW TABLE AS formed_rows
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__emit_formed();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._transition_events: the events one changed record emits, in the order they are
+-- written (ord): its state change, the closing of an expired record's retention window
+-- (p_content_removed: its content became NULL), its promotion or demotion (p_tier_event:
+-- which of the two the action is). The one derivation of tg_memory_records__emit, whose
+-- two paths (the outbox, or on Citus the tenant's shard) differ only in where they write.
+-- It takes the columns it reads, not the rows (a whole row passed on is copied with its
+-- content and embedding); plpgsql, as a SQL function with a SET clause is never inlined
+-- and one call per changed row would cost ten times as much.
+CREATE OR REPLACE FUNCTION fabric._transition_events(p_old_state text, p_new_state text,
+  p_old_tier text, p_new_tier text, p_valid_until timestamptz, p_content_removed boolean,
+  p_approval_id uuid, p_tier_event text)
+RETURNS TABLE (ord integer, event_type text, payload jsonb)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_new_state <> p_old_state THEN
+    ord := 1;
+    event_type := CASE p_new_state
+                    WHEN 'consolidated' THEN 'memory.record.consolidated'
+                    WHEN 'reflected' THEN 'memory.reflection.completed'
+                    WHEN 'superseded' THEN 'memory.record.superseded'
+                    WHEN 'expired' THEN 'memory.record.expired'
+                    WHEN 'tombstoned' THEN 'memory.record.forgotten'
+                  END;
+    payload := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', p_new_tier,
+      'from_state', p_old_state, 'to_state', p_new_state, 'valid_until', p_valid_until,
+      'content_removed', p_content_removed, 'approval_id', p_approval_id));
+    IF event_type IS NOT NULL THEN
+      RETURN NEXT;
+    END IF;
+  ELSIF p_content_removed THEN
+    -- an expired record's retention window closed
+    ord := 2;
+    event_type := 'memory.record.expired';
+    payload := pg_catalog.jsonb_build_object('tier', p_new_tier, 'from_state', p_old_state,
+      'to_state', p_new_state, 'content_removed', true);
+    RETURN NEXT;
+  END IF;
+  IF p_new_tier <> p_old_tier AND p_tier_event IS NOT NULL THEN
+    ord := 3;
+    event_type := p_tier_event;
+    payload := pg_catalog.jsonb_build_object('from_tier', p_old_tier, 'to_tier', p_new_tier,
+      'state', p_new_state);
+    RETURN NEXT;
+  END IF;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__emit: every transition emits its memory.* event in the same
@@ -504,64 +563,22 @@ BEGIN
       FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_old) o
       JOIN pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n
         ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
-      CROSS JOIN LATERAL (VALUES
-        (1, CASE WHEN n.consolidation_state <> o.consolidation_state THEN
-              CASE n.consolidation_state
-                WHEN 'consolidated' THEN 'memory.record.consolidated'
-                WHEN 'reflected' THEN 'memory.reflection.completed'
-                WHEN 'superseded' THEN 'memory.record.superseded'
-                WHEN 'expired' THEN 'memory.record.expired'
-                WHEN 'tombstoned' THEN 'memory.record.forgotten'
-              END END,
-         pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', n.tier,
-           'from_state', o.consolidation_state, 'to_state', n.consolidation_state,
-           'valid_until', n.valid_until,
-           'content_removed', n.content IS NULL AND o.content IS NOT NULL,
-           'approval_id', n.erasure_approval_id))),
-        -- an expired record's retention window closed
-        (2, CASE WHEN n.consolidation_state = o.consolidation_state AND n.content IS NULL
-                      AND o.content IS NOT NULL THEN 'memory.record.expired' END,
-         pg_catalog.jsonb_build_object('tier', n.tier, 'from_state', o.consolidation_state,
-           'to_state', n.consolidation_state, 'content_removed', true)),
-        (3, CASE WHEN n.tier <> o.tier THEN v_tier_event END,
-         pg_catalog.jsonb_build_object('from_tier', o.tier, 'to_tier', n.tier,
-           'state', n.consolidation_state))
-      ) AS e(ord, event_type, payload)
-     WHERE e.event_type IS NOT NULL
+      CROSS JOIN LATERAL fabric._transition_events(o.consolidation_state,
+        n.consolidation_state, o.tier, n.tier, n.valid_until,
+        n.content IS NULL AND o.content IS NOT NULL, n.erasure_approval_id, v_tier_event) e
      ORDER BY n.memory_id, e.ord;
     RETURN NULL;
   END IF;
-  -- the columns and payloads fabric._emit writes, per changed row in the order above
+  -- the columns and payloads fabric._emit writes, per changed row in the helper's order
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
   SELECT pg_catalog.gen_random_uuid(), n.tenant_id, e.event_type, n.correlation_id,
          n.causation_id, v_actor, v_run_id, n.memory_id, NULL, e.payload
     FROM old_rows o
     JOIN new_rows n ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
-    CROSS JOIN LATERAL (VALUES
-      (1, CASE WHEN n.consolidation_state <> o.consolidation_state THEN
-            CASE n.consolidation_state
-              WHEN 'consolidated' THEN 'memory.record.consolidated'
-              WHEN 'reflected' THEN 'memory.reflection.completed'
-              WHEN 'superseded' THEN 'memory.record.superseded'
-              WHEN 'expired' THEN 'memory.record.expired'
-              WHEN 'tombstoned' THEN 'memory.record.forgotten'
-            END END,
-       pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', n.tier,
-         'from_state', o.consolidation_state, 'to_state', n.consolidation_state,
-         'valid_until', n.valid_until,
-         'content_removed', n.content IS NULL AND o.content IS NOT NULL,
-         'approval_id', n.erasure_approval_id))),
-      -- an expired record's retention window closed
-      (2, CASE WHEN n.consolidation_state = o.consolidation_state AND n.content IS NULL
-                    AND o.content IS NOT NULL THEN 'memory.record.expired' END,
-       pg_catalog.jsonb_build_object('tier', n.tier, 'from_state', o.consolidation_state,
-         'to_state', n.consolidation_state, 'content_removed', true)),
-      (3, CASE WHEN n.tier <> o.tier THEN v_tier_event END,
-       pg_catalog.jsonb_build_object('from_tier', o.tier, 'to_tier', n.tier,
-         'state', n.consolidation_state))
-    ) AS e(ord, event_type, payload)
-   WHERE e.event_type IS NOT NULL
+    CROSS JOIN LATERAL fabric._transition_events(o.consolidation_state,
+      n.consolidation_state, o.tier, n.tier, n.valid_until,
+      n.content IS NULL AND o.content IS NOT NULL, n.erasure_approval_id, v_tier_event) e
    ORDER BY n.memory_id, e.ord;
   RETURN NULL;
 END $$;

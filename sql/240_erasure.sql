@@ -427,31 +427,13 @@ DECLARE
   v_flag fabric.review_flags;
   v_approval uuid;
 BEGIN
-  PERFORM fabric._reset_context();
-  PERFORM fabric._require_role('fabric_consolidator', 'resolve review flags');
-  IF p_decision IS NULL OR p_decision NOT IN ('keep', 'request_erasure') THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'decision must be keep or request_erasure',
-      'keep the derived record, or request_erasure to file an erasure approval for it');
-  END IF;
-  IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'a resolution needs a reason of 1-1000 characters',
-      'say why the derived record is kept or should be erased');
-  END IF;
-  v_tenant := fabric._tenant_of_review_flag(p_flag_id);
-  IF v_tenant IS NULL THEN
-    PERFORM fabric._raise_rule('no_data_found', 'unknown review flag',
-      'flag ids come from fabric_api.review_queue');
-  END IF;
-  v_agent := fabric._enter_consolidator(v_tenant);
+  SELECT e.tenant, e.agent INTO v_tenant, v_agent
+  FROM fabric._enter_flag_resolution('review', p_flag_id, p_decision,
+    ARRAY['keep', 'request_erasure'],
+    'keep the derived record, or request_erasure to file an erasure approval for it',
+    p_reason, 'say why the derived record is kept or should be erased') e;
   SELECT * INTO v_flag FROM fabric.review_flags f
-  WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id FOR UPDATE;
-  IF v_flag.resolved_at IS NOT NULL THEN
-    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
-      'the review flag is already resolved',
-      'a resolution is final; fabric_api.review_queue lists the open flags');
-  END IF;
+  WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id;
   IF p_decision = 'request_erasure' THEN
     v_approval := fabric._file_approval(v_tenant, 'erase', v_flag.memory_id, NULL, '{}', p_reason);
   END IF;

@@ -121,6 +121,42 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._set_cursor: the one body of the cursor setters (fabric_api.set_projection_cursor,
+-- fabric_api.set_trace_cursor), which differ only in who may call them and which cursors
+-- they move: moves the feed's cursor (fabric._move_cursor; p_move false only reads it) and
+-- answers where it stands, {"xid", "event_id"}. The trace cursor moves only forward, to an
+-- event the trace feed serves: a traced event below the snapshot's xmin. A position past
+-- every event (xid 18446744073709551615) would stop tracing for good, so anything else is
+-- refused (22023) and the cursor stays where it was.
+CREATE OR REPLACE FUNCTION fabric._set_cursor(p_projection text, p_xid xid8, p_event_id uuid,
+  p_rewind boolean, p_move boolean)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v record;
+BEGIN
+  IF NOT p_move THEN
+    SELECT c.last_xid, c.last_event_id INTO v FROM fabric.projection_cursors c
+    WHERE c.projection = p_projection;
+  ELSE
+    IF p_projection = 'trace'
+       AND (p_xid IS NULL OR p_event_id IS NULL
+            OR p_xid >= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+            OR NOT EXISTS (SELECT 1 FROM fabric.events e
+                           WHERE e.xid = p_xid AND e.event_id = p_event_id
+                             AND e.event_type = ANY (fabric._traced_event_types()))) THEN
+      PERFORM fabric._raise_rule('invalid_parameter_value',
+        'the trace cursor moves only to an event the trace feed served',
+        'pass the xid and event_id of the last event of fabric_api.trace_events you exported');
+    END IF;
+    SELECT * INTO v FROM fabric._move_cursor(p_projection, p_xid, p_event_id, p_rewind);
+  END IF;
+  RETURN pg_catalog.jsonb_build_object('xid', v.last_xid::text, 'event_id', v.last_event_id);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_events_v2: the next outbox events a projection has not applied,
 -- one row each, in (xid, event_id) order. A pipelined projector reads ahead of its cursor
 -- (p_after_xid, p_after_event_id: the last event it has read but not yet applied); the
@@ -163,18 +199,12 @@ RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v record;
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'move projection cursors');
-  IF p_projection = 'trace' THEN  -- the tracer's own cursor: read, never moved from here
-    SELECT c.last_xid, c.last_event_id INTO v FROM fabric.projection_cursors c
-    WHERE c.projection = p_projection;
-  ELSE
-    SELECT * INTO v FROM fabric._move_cursor(p_projection, p_xid, p_event_id, p_rewind);
-  END IF;
-  RETURN pg_catalog.jsonb_build_object('projection', p_projection, 'xid', v.last_xid::text,
-                                       'event_id', v.last_event_id);
+  -- the tracer's own cursor is read, never moved from here
+  RETURN pg_catalog.jsonb_build_object('projection', p_projection)
+    || fabric._set_cursor(p_projection, p_xid, p_event_id, p_rewind,
+                          p_projection IS DISTINCT FROM 'trace');
 END $$;
 
 -- ---------------------------------------------------------------------------------------

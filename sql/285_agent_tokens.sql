@@ -27,8 +27,7 @@ RETURNS bytea
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT CASE WHEN p_token ~ '^mfa_[0-9a-f]{64}$'
-              THEN pg_catalog.sha256(pg_catalog.convert_to(p_token, 'UTF8')) END
+  SELECT fabric._secret_hash('mfa_', p_token)
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -83,9 +82,7 @@ BEGIN
       'a token''s tool set lies within the agent''s enablement in the tenant',
       'name only tools fabric_api.enable_agent enabled for this agent here');
   END IF;
-  -- 244 random bits from two version-4 UUIDs (the server's strong random source).
-  v_token := 'mfa_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '')
-                    || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '');
+  v_token := fabric._new_secret('mfa_');
   v_expires := pg_catalog.now() + p_ttl;
   INSERT INTO fabric.agent_tokens (tenant_id, token_id, token_hash, agent_id, subject_id,
                                    session_id, active_tool_set, run_ttl, expires_at)

@@ -11,8 +11,7 @@ RETURNS bytea
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT CASE WHEN p_ticket ~ '^mfb_[0-9a-f]{64}$'
-              THEN pg_catalog.sha256(pg_catalog.convert_to(p_ticket, 'UTF8')) END
+  SELECT fabric._secret_hash('mfb_', p_ticket)
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -32,9 +31,7 @@ BEGIN
       'a broker ticket''s ttl must be positive and at most an hour',
       'the default (a minute) is enough: a ticket is redeemed once, when the socket connects');
   END IF;
-  -- 244 random bits from two version-4 UUIDs (the server's strong random source).
-  v_ticket := 'mfb_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '')
-                     || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '');
+  v_ticket := fabric._new_secret('mfb_');
   INSERT INTO fabric.broker_tickets (ticket_hash, login, expires_at)
   VALUES (fabric._broker_ticket_hash(v_ticket), session_user, pg_catalog.now() + p_ttl);
   RETURN v_ticket;

@@ -37,6 +37,19 @@ SOURCE = [
     OpsRow("globex", "bi-eu", ("v1",), [1, 0, 0, 0], {"label": "globex calm"}),
 ]
 ROW = OpsRow("acme", "bi-eu", ("v9",), [0, 1, 0, 0], {"label": "new"})
+# the pack's one store, as MEMFABRIC_OPS_PACKS declares it (and the served fixture builds it)
+PACK = [
+    OpsCollection(
+        pack="trd",
+        store="regime_fingerprints",
+        domain_key=("regime_version",),
+        source="trd.regime_fingerprints",
+        read_source=lambda: list(SOURCE),
+        model="test-static",
+        model_version="1",
+        dims=4,
+    )
+]
 # the domain workflow writes; the agent com-agt-004 (mf_agent_b) only reads; mf_agent_a has
 # no grant at all
 GRANTS = {"mf_workflow": {COLLECTION: "rw"}, "mf_agent_b": {COLLECTION: "r"}}
@@ -53,17 +66,7 @@ class Served:
 def served(fabric: Fabric, tmp_path: Path) -> Iterator[Served]:
     """What `memfabric serve` runs: the vector broker (with its mem_* collections) and the
     operational store behind one socket, tickets redeemed as the projector login."""
-    collection = OpsCollection(
-        pack="trd",
-        store="regime_fingerprints",
-        domain_key=("regime_version",),
-        source="trd.regime_fingerprints",
-        read_source=lambda: list(SOURCE),
-        model="test-static",
-        model_version="1",
-        dims=4,
-    )
-    store = EdgeOperationalStore(tmp_path / "ops", collection)
+    store = EdgeOperationalStore(tmp_path / "ops", PACK[0])
     store.rebuild()
     vectors = EdgeVectorStore(tmp_path / "vectors")
     vectors.ensure_collections("test-static", "1", 4)
@@ -219,20 +222,6 @@ def test_only_serve_redeems_a_ticket_and_a_refusal_consumes_nothing(fabric: Fabr
     assert fabric.count("broker_tickets") == 0
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         projector.execute("SELECT fabric_api.redeem_broker_ticket(%s)", (token,))
-
-
-PACK = [
-    OpsCollection(
-        pack="trd",
-        store="regime_fingerprints",
-        domain_key=("regime_version",),
-        source="trd.regime_fingerprints",
-        read_source=lambda: list(SOURCE),
-        model="test-static",
-        model_version="1",
-        dims=4,
-    )
-]
 
 
 def test_serve_holds_the_declared_stores_with_the_configured_allowlist(
