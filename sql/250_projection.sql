@@ -198,9 +198,11 @@ DECLARE
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'begin a projection rebuild');
   PERFORM fabric._projection_cursor(p_projection);  -- qdrant or graph, else 22023
-  UPDATE fabric.projection_cursors c SET rebuild_started_at = pg_catalog.clock_timestamp()
-  WHERE c.projection = p_projection
-  RETURNING c.rebuild_started_at INTO v_started;
+  -- a value, not clock_timestamp() in the UPDATE: Citus refuses volatile functions in an
+  -- UPDATE of a distributed (here: reference) table
+  v_started := pg_catalog.clock_timestamp();
+  UPDATE fabric.projection_cursors c SET rebuild_started_at = v_started
+  WHERE c.projection = p_projection;
   RETURN pg_catalog.jsonb_build_object('projection', p_projection,
                                        'rebuild_started_at', v_started);
 END $$;
