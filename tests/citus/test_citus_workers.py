@@ -7,7 +7,6 @@ Skipped unless MEMFABRIC_CITUS_URL names a coordinator (tests/citus/citus_cluste
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +15,7 @@ import pytest
 from psycopg.types.json import Jsonb
 from test_citus_fabric import episode, form, open_run
 
-from citus_cluster import Cluster, cluster
-from conftest import LOGINS
+from citus_cluster import Cluster, cluster, new_tenant
 from memfabric import check as checklist
 from memfabric import ops, worker
 from memfabric.graph import GraphStore
@@ -53,15 +51,7 @@ def sealed_and_verified(c: Cluster, *tenants: str) -> None:
 @pytest.fixture
 def lone_tenant(cluster: Cluster) -> str:
     """A tenant of its own (a test that damages its chain keeps the damage to itself)."""
-    tenant = f"lone{uuid.uuid4().hex[:8]}"
-    with cluster.connect("mf_admin") as admin:
-        admin.execute("SELECT fabric_api.create_tenant(%s)", (tenant,))
-        for _login, (agent_id, _g, _p, tools, _t) in LOGINS.items():
-            if agent_id is not None:
-                admin.execute(
-                    "SELECT fabric_api.enable_agent(%s, %s, %s)", (tenant, agent_id, tools)
-                )
-    return tenant
+    return new_tenant(cluster)
 
 
 def test_the_sealer_chains_tenants_of_both_workers_and_the_chain_verifies(
