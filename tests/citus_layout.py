@@ -9,7 +9,7 @@ from types import ModuleType, SimpleNamespace
 
 from conftest import ROOT
 
-REVISIONS = ("0049_citus.py", "0050_citus_shard_events.py")
+REVISIONS = ("0049_citus.py", "0050_citus_shard_events.py", "MIGNUM_citus_tenant_directory.py")
 LISTS = ("TENANT_TABLES", "REFERENCE_TABLES", "COORDINATOR_TABLES", "LOCAL_TABLES")
 
 
