@@ -17,12 +17,17 @@ the same tenants, logins and agents. Then, on each:
 - nodes touched (cluster only): each call type once with `citus.log_remote_commands` on;
   Citus reports every command it sends to a worker ("issuing ...", "on server
   user@host:port connectionId: n"), so the distinct worker nodes and connections of a call
-  are counted from Citus itself.
+  are counted from Citus itself;
+- server CPU per pair in the concurrent run, per instance (the postmaster and all its
+  processes, from /proc: the nodes run on this machine), coordinator and workers apart: the
+  capacity model of docs/scale-out.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import statistics
 import sys
@@ -210,11 +215,53 @@ def nodes_touched(c: cc.Cluster, tenant: str) -> dict[str, tuple[int, int, int]]
     return out
 
 
+def _stat(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def node_cpu(url: str) -> float | None:
+    """CPU seconds the PostgreSQL instance at `url` has used so far: its postmaster and every
+    child, live (utime + stime) or reaped (the postmaster's cutime + cstime). None when the
+    instance is not on this machine."""
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'"
+        ).fetchone()
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        assert row is not None
+        postmaster = int(_stat(int(row[0]))[1])  # the checkpointer's parent
+        total = sum(int(x) for x in _stat(postmaster)[11:15])
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    fields = _stat(int(entry))
+                    if int(fields[1]) == postmaster:
+                        total += int(fields[11]) + int(fields[12])
+    except (OSError, AssertionError):
+        return None
+    return total / tick
+
+
+def nodes_of(c: cc.Cluster) -> list[str]:
+    """The URL of each instance the database lives on: the coordinator, then the workers."""
+    return [c.url, *(_url(c.url, host=h, port=p) for h, p in c.workers)]
+
+
 def measure(c: cc.Cluster, args: argparse.Namespace) -> dict[str, float]:
     tenant = c.apart[0]
     write_pairs(c, tenant, 10)  # warm-up: plans, connections, caches
     serial = args.writes / write_pairs(c, tenant, args.writes)
+    before = [node_cpu(u) for u in nodes_of(c)]
     concurrent = concurrent_pairs(c, args.clients, args.writes)
+    after = [node_cpu(u) for u in nodes_of(c)]
+    pairs = max(1, args.writes // args.clients) * args.clients
+    # CPU ms per pair on each instance during the concurrent run (coordinator first)
+    cpu = [
+        (b1 - b0) * 1000 / pairs if b0 is not None and b1 is not None else float("nan")
+        for b0, b1 in zip(before, after, strict=True)
+    ]
     recall_latencies(c, tenant, 10)
     lat = sorted(recall_latencies(c, tenant, args.recalls))
     return {
@@ -222,6 +269,8 @@ def measure(c: cc.Cluster, args: argparse.Namespace) -> dict[str, float]:
         "pairs_per_s_concurrent": concurrent,
         "recall_p50_ms": statistics.median(lat),
         "recall_p95_ms": lat[int(0.95 * (len(lat) - 1))],
+        "coordinator_cpu_ms": cpu[0],
+        "workers_cpu_ms": sum(cpu[1:]),
     }
 
 
@@ -251,6 +300,15 @@ def main() -> None:
         f"{k['recall_p50_ms'] / s['recall_p50_ms']:>14.2f} "
         f"{k['recall_p95_ms'] / s['recall_p95_ms']:>14.2f}"
     )
+    print(
+        "\nserver CPU per propose+commit pair in the concurrent run (all processes of each "
+        "instance, from /proc):"
+    )
+    for name, r in results.items():
+        print(
+            f"  {name:16} coordinator {r['coordinator_cpu_ms']:.1f} ms, "
+            f"workers {r['workers_cpu_ms']:.1f} ms"
+        )
     print("\nworker nodes a tenant-scoped call touches (counted by citus.log_remote_commands):")
     for name, (nodes, conns, commands) in nodes_touched(cluster, cluster.apart[0]).items():
         print(f"  {name:26} {nodes} node(s), {conns} connection(s), {commands} command(s)")
