@@ -208,7 +208,8 @@ DECLARE
   -- On a Citus cluster the seals are on the tenant's worker and the events on the
   -- coordinator: Citus cannot send a join of the two (nor a row of the coordinator's table)
   -- to a worker, so there the seals are read alone and each sealed event is looked up here.
-  v_citus boolean := pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local';
+  v_citus boolean := coalesce(
+    pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local', false);
   v_seals refcursor;
   v_event fabric.events;
   v_tenant_seals bigint;

@@ -11,9 +11,9 @@ the same tenants, logins and agents. Then, on each:
 - governed propose+commit: `fabric_api.propose` as an agent login, then `fabric_api.commit`
   as the committer, each its own autocommit transaction; --writes pairs by one client, and
   the same spread over --clients threads (half on a tenant of each worker);
-- recall: `fabric_api.recall` of the episodic tier in one run (filter-only, ten records: a
-  recall with a `query` does not plan on a cluster yet), --recalls calls by one client
-  (p50, p95);
+- recall: `fabric_api.recall` of the episodic tier in one run, ten records, --recalls calls
+  by one client (p50, p95): filter-only (the top ten in recall's order), then text (a
+  three-word question, BM25 over the records the writes formed);
 - nodes touched (cluster only): each call type once with `citus.log_remote_commands` on;
   Citus reports every command it sends to a worker ("issuing ...", "on server
   user@host:port connectionId: n"), so the distinct worker nodes and connections of a call
@@ -140,10 +140,10 @@ def concurrent_pairs(c: cc.Cluster, clients: int, n: int) -> float:
     return per * clients / (time.perf_counter() - start)
 
 
-def recall_latencies(c: cc.Cluster, tenant: str, n: int) -> list[float]:
+def recall_latencies(c: cc.Cluster, tenant: str, n: int, query: str | None = None) -> list[float]:
     run = open_run(c, tenant)
-    # filter-only (no query): lexical recall does not plan on a cluster yet (docs/citus.md)
-    request = Jsonb({"run_id": run, "tiers": ["episodic"], "limit": 10})
+    asked = {} if query is None else {"query": query}
+    request = Jsonb({"run_id": run, "tiers": ["episodic"], "limit": 10, **asked})
     out = []
     with c.connect("mf_agent_a") as agent:
         for _ in range(n):
@@ -264,11 +264,15 @@ def measure(c: cc.Cluster, args: argparse.Namespace) -> dict[str, float]:
     ]
     recall_latencies(c, tenant, 10)
     lat = sorted(recall_latencies(c, tenant, args.recalls))
+    recall_latencies(c, tenant, 10, "bench note invoice")
+    text = sorted(recall_latencies(c, tenant, args.recalls, "bench note invoice"))
     return {
         "pairs_per_s": serial,
         "pairs_per_s_concurrent": concurrent,
         "recall_p50_ms": statistics.median(lat),
         "recall_p95_ms": lat[int(0.95 * (len(lat) - 1))],
+        "text_p50_ms": statistics.median(text),
+        "text_p95_ms": text[int(0.95 * (len(text) - 1))],
         "coordinator_cpu_ms": cpu[0],
         "workers_cpu_ms": sum(cpu[1:]),
     }
@@ -299,6 +303,13 @@ def main() -> None:
         f"{k['pairs_per_s_concurrent'] / s['pairs_per_s_concurrent']:>20.2f} "
         f"{k['recall_p50_ms'] / s['recall_p50_ms']:>14.2f} "
         f"{k['recall_p95_ms'] / s['recall_p95_ms']:>14.2f}"
+    )
+    print(f"\n{'':16} {'text recall p50 ms':>19} {'text recall p95 ms':>20}")
+    for name, r in results.items():
+        print(f"{name:16} {r['text_p50_ms']:>19.1f} {r['text_p95_ms']:>20.1f}")
+    print(
+        f"{'cluster/single':16} {k['text_p50_ms'] / s['text_p50_ms']:>19.2f} "
+        f"{k['text_p95_ms'] / s['text_p95_ms']:>20.2f}"
     )
     print(
         "\nserver CPU per propose+commit pair in the concurrent run (all processes of each "
