@@ -57,6 +57,7 @@ BEGIN
                            active_tool_set, expires_at)
   VALUES (p_tenant_id, v_run_id, p_agent_id, p_subject_id, p_session_id,
           p_active_tool_set, pg_catalog.now() + p_ttl);
+  PERFORM fabric._note_tenant('run', v_run_id, p_tenant_id);  -- a cluster's lookup
   -- The subject's key, made here in a short transaction of its own: the records of the run
   -- find it made (tg_memory_records__subject_key makes one only for a subject without a
   -- run), so two commits of a new subject never wait for each other on it.

@@ -826,7 +826,10 @@ BEGIN
       v_p.compliance_labels, v_p.version, v_p.request_hash)
     ON CONFLICT (tenant_id, proposed_by, source_event_id, content_hash) WHERE request_hash IS NOT NULL
     DO NOTHING;
-    EXIT file WHEN FOUND;
+    IF FOUND THEN
+      PERFORM fabric._note_tenant('proposal', v_p.proposal_id, v_p.tenant_id);  -- a cluster's lookup
+      EXIT file;
+    END IF;
     -- The key is held: by the same request (its answer is replayed, nothing written), by
     -- another request (23505), or by a rejected proposal of another request, which gives the
     -- key up to this corrected envelope, once (the UPDATE runs only then, not on every

@@ -235,6 +235,15 @@ DECLARE
   v_unsealed bigint := 0;
   v_break jsonb;
   v_inserted fabric.events;
+  -- On a Citus cluster the seals are on the tenant's worker and the events on the
+  -- coordinator: Citus cannot send a join of the two (nor a row of the coordinator's table)
+  -- to a worker, so there the seals are read alone and each sealed event is looked up here.
+  v_citus boolean := coalesce(
+    pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local', false);
+  v_seals refcursor;
+  v_event fabric.events;
+  v_tenant_seals bigint;
+  v_sealed_ids uuid[];
 BEGIN
   IF p_head IS NOT NULL THEN
     IF p_tenant_id IS NULL OR pg_catalog.jsonb_typeof(p_head) <> 'object'
@@ -259,14 +268,32 @@ BEGIN
     v_prev := NULL;
     v_expect := 1;
     v_held_link := NULL;
-    FOR v_seal IN
-      SELECT s.seq, s.event_id, s.link, e AS event
-      FROM fabric.event_seals s
-      LEFT JOIN fabric.events e ON e.event_id = s.event_id AND e.occurred_at = s.occurred_at
-      WHERE s.tenant_id = v_tenant
-      ORDER BY s.seq
+    v_tenant_seals := 0;
+    IF v_citus THEN
+      OPEN v_seals FOR
+        SELECT s.seq, s.event_id, s.link, s.occurred_at
+        FROM fabric.event_seals s
+        WHERE s.tenant_id = v_tenant
+        ORDER BY s.seq;
+    ELSE
+      OPEN v_seals FOR
+        SELECT s.seq, s.event_id, s.link, s.occurred_at, e AS event
+        FROM fabric.event_seals s
+        LEFT JOIN fabric.events e ON e.event_id = s.event_id AND e.occurred_at = s.occurred_at
+        WHERE s.tenant_id = v_tenant
+        ORDER BY s.seq;
+    END IF;
     LOOP
+      FETCH v_seals INTO v_seal;
+      EXIT WHEN NOT FOUND;
+      IF v_citus THEN
+        SELECT * INTO v_event FROM fabric.events e  -- all NULL when it is gone
+        WHERE e.event_id = v_seal.event_id AND e.occurred_at = v_seal.occurred_at;
+      ELSE
+        v_event := v_seal.event;
+      END IF;
       v_checked := v_checked + 1;
+      v_tenant_seals := v_tenant_seals + 1;
       IF v_seal.seq = v_held_seq THEN
         v_held_link := v_seal.link;
       END IF;
@@ -274,16 +301,17 @@ BEGIN
       v_break := CASE
         WHEN v_seal.seq <> v_expect THEN pg_catalog.jsonb_build_object('seq', v_expect,
           'problem', 'a link of the chain is missing')
-        WHEN (v_seal.event).event_id IS NULL THEN pg_catalog.jsonb_build_object('seq', v_seal.seq,
+        WHEN v_event.event_id IS NULL THEN pg_catalog.jsonb_build_object('seq', v_seal.seq,
           'event_id', v_seal.event_id,
           'problem', 'a sealed event is missing (deleted, or its partition dropped or detached)')
-        WHEN fabric._event_link(v_prev, v_seal.event) <> v_seal.link THEN
+        WHEN fabric._event_link(v_prev, v_event) <> v_seal.link THEN
           pg_catalog.jsonb_build_object('seq', v_seal.seq, 'event_id', v_seal.event_id,
             'problem', 'a sealed event was altered')
       END;
       v_prev := v_seal.link;
       v_expect := v_seal.seq + 1;
     END LOOP;
+    CLOSE v_seals;
     -- What is gone from the end of a chain leaves nothing behind to recompute: only the
     -- head held outside shows it.
     IF v_break IS NULL AND v_held_seq > 0 THEN
@@ -298,13 +326,28 @@ BEGIN
           'problem', 'the chain does not pass through the head you hold (rewritten)');
       END IF;
     END IF;
-    IF v_break IS NULL THEN
+    IF v_break IS NULL AND NOT v_citus THEN
       SELECT * INTO v_inserted FROM fabric.events e
       WHERE e.tenant_id = v_tenant
         AND (e.xid, e.event_id) <= (v_from.p_xid, v_from.p_event_id)
         AND NOT EXISTS (SELECT 1 FROM fabric.event_seals s WHERE s.event_id = e.event_id)
       ORDER BY e.xid, e.event_id LIMIT 1;
-      IF FOUND THEN
+    ELSIF v_break IS NULL
+          AND (SELECT pg_catalog.count(*) FROM fabric.events e WHERE e.tenant_id = v_tenant
+                 AND (e.xid, e.event_id) <= (v_from.p_xid, v_from.p_event_id)) > v_tenant_seals THEN
+      -- more events below where sealing stands than seals: name the first one unsealed
+      SELECT pg_catalog.array_agg(s.event_id) INTO v_sealed_ids
+      FROM fabric.event_seals s WHERE s.tenant_id = v_tenant;
+      SELECT * INTO v_inserted FROM fabric.events e
+      WHERE e.tenant_id = v_tenant
+        AND (e.xid, e.event_id) <= (v_from.p_xid, v_from.p_event_id)
+        AND e.event_id <> ALL (coalesce(v_sealed_ids, '{}'))
+      ORDER BY e.xid, e.event_id LIMIT 1;
+    ELSE
+      v_inserted := NULL;
+    END IF;
+    IF v_break IS NULL THEN
+      IF v_inserted.event_id IS NOT NULL THEN
         v_break := pg_catalog.jsonb_build_object('event_id', v_inserted.event_id,
           'problem', 'an event was inserted among sealed events');
       END IF;

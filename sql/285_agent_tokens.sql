@@ -138,6 +138,7 @@ BEGIN
                            active_tool_set, expires_at, token_id)
   VALUES (v_tenant, v_run_id, v_token.agent_id, v_token.subject_id, v_session,
           v_token.active_tool_set, v_expires, v_token.token_id);
+  PERFORM fabric._note_tenant('run', v_run_id, v_tenant);  -- a cluster's lookup
   PERFORM fabric._subject_key(v_tenant, v_token.subject_id);
   PERFORM fabric._set_context('run_id', v_run_id::text);
   PERFORM fabric._emit('fabric.run.opened', v_tenant, p_payload =>

@@ -463,7 +463,7 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
                   WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY
       SELECT l.tenant_id::text, l.link_id, l.agent_id::text, l.outcome_id, l.link_kind,
              l.source_event_id, l.correlation_id::text, l.outcome_envelope_id, l.recorded_at
@@ -471,7 +471,7 @@ BEGIN
       WHERE l.tenant_id = v_tenant AND l.outcome_id = ANY (p_memory_ids)
       ORDER BY l.outcome_id, l.link_id;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -492,7 +492,7 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
                   WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY
       SELECT x.tenant_id::text, x.memory_id, e.entity_id, e.entity_type,
              CASE WHEN e.entity_type = 'person' THEN NULL ELSE e.name END,
@@ -505,7 +505,7 @@ BEGIN
         AND m.content IS NOT NULL
       ORDER BY x.memory_id, e.entity_id;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -693,21 +693,23 @@ CREATE OR REPLACE FUNCTION fabric._projection_step_rows(p_tenant text, p_event_i
   p_after_step uuid, p_limit integer)
 RETURNS TABLE (tenant_id text, step_id uuid, run_id uuid, agent_id text, correlation_id text,
   outcome_envelope_id uuid, recorded_at timestamptz, entity_ids uuid[])
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE  -- not SQL: Citus plans no statement of an SQL function with parameters
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT s.tenant_id::text, s.step_id, s.run_id, s.agent_id::text, s.correlation_id::text,
-         s.outcome_envelope_id, s.recorded_at,
+BEGIN
+  RETURN QUERY
+  SELECT s.tenant_id::text, s.step_id::uuid, s.run_id::uuid, s.agent_id::text,
+         s.correlation_id::text, s.outcome_envelope_id::uuid, s.recorded_at::timestamptz,
          coalesce((SELECT pg_catalog.array_agg(t.entity_id ORDER BY t.entity_id)
                    FROM fabric.step_touches t
-                   WHERE t.tenant_id = s.tenant_id AND t.step_id = s.step_id), '{}')
+                   WHERE t.tenant_id = s.tenant_id AND t.step_id = s.step_id), '{}')::uuid[]
   FROM fabric.reasoning_steps s
   WHERE s.tenant_id = p_tenant
     AND (p_event_ids IS NULL OR s.event_id = ANY (p_event_ids))
     AND (p_after_step IS NULL OR s.step_id > p_after_step)
   ORDER BY s.step_id
-  LIMIT p_limit
-$$;
+  LIMIT p_limit;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_steps: the steps these events recorded, for the graph projection.
@@ -724,10 +726,10 @@ BEGIN
   FOR v_tenant IN SELECT DISTINCT e.tenant_id FROM fabric.events e
                   WHERE e.event_id = ANY (p_event_ids)
                     AND e.event_type = 'memory.reasoning_step.recorded' ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY SELECT * FROM fabric._projection_step_rows(v_tenant, p_event_ids, NULL, NULL);
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -748,14 +750,14 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t
                   WHERE p_after_tenant IS NULL OR t.tenant_id >= p_after_tenant ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY SELECT * FROM fabric._projection_step_rows(v_tenant, NULL,
       CASE WHEN v_tenant = p_after_tenant THEN p_after_step END, v_left);
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     v_left := v_left - v_rows;
     EXIT WHEN v_left <= 0;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------

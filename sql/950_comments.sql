@@ -189,6 +189,11 @@ COMMENT ON COLUMN fabric.memory_embeddings.embedding IS 'The vector.';
 COMMENT ON COLUMN fabric.memory_embeddings.content_hash IS 'Hash of the content the vector was computed from.';
 COMMENT ON COLUMN fabric.memory_embeddings.created_at IS 'When the vector was stored.';
 
+COMMENT ON TABLE fabric.tenant_directory IS
+  'On a Citus cluster, the tenant of each run and proposal, noted by open_run and propose on the coordinator so that looking a tenant up by id reaches no worker; always empty on a single node (docs/scale-out.md).';
+COMMENT ON COLUMN fabric.tenant_directory.id IS 'A run_id or a proposal_id.';
+COMMENT ON COLUMN fabric.tenant_directory.kind IS 'run or proposal.';
+COMMENT ON COLUMN fabric.tenant_directory.tenant_id IS 'The tenant the run or proposal belongs to.';
 COMMENT ON TABLE fabric.shard_events IS
   'On a Citus cluster, events formed by a trigger on a tenant''s shard, waiting (in the same transaction) for the API function to move them into the coordinator''s outbox; always empty on a single node (docs/citus.md).';
 COMMENT ON COLUMN fabric.shard_events.tenant_id IS 'Tenant of the event (the distribution column).';

@@ -9,7 +9,12 @@ from types import ModuleType, SimpleNamespace
 
 from conftest import ROOT
 
-REVISIONS = ("0049_citus.py", "0050_citus_shard_events.py", "0052_broker_tickets.py")
+REVISIONS = (
+    "0049_citus.py",
+    "0050_citus_shard_events.py",
+    "0052_broker_tickets.py",
+    "0054_citus_tenant_directory.py",
+)
 LISTS = ("TENANT_TABLES", "REFERENCE_TABLES", "COORDINATOR_TABLES", "LOCAL_TABLES")
 
 
