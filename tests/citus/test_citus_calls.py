@@ -589,7 +589,8 @@ def test_reflections_distillations_and_promotions_are_committed_in_their_tenant(
     cluster: Cluster, pair: str
 ) -> None:
     first, second = getattr(cluster, pair)
-    episodes = [form(cluster, first, f"{pair} the refund took {n} steps") for n in range(2)]
+    # three episodes: the distillation's threshold (min_successful_trajectories)
+    episodes = [form(cluster, first, f"{pair} the refund took {n} steps") for n in range(3)]
     before = counts(cluster, second)
     made = {}
     for kind in ("reflection", "distillation"):
@@ -603,7 +604,7 @@ def test_reflections_distillations_and_promotions_are_committed_in_their_tenant(
     )
     assert made["distillation"]["tier"] == "procedural"
     for record in made.values():
-        assert _outbox(cluster, record["memory_id"]) == [("memory.record.formed", first)]
+        assert {t for _, t in _outbox(cluster, record["memory_id"])} == {first}
     assertion = formed(cluster, first, fact(first, episodes))
     promoted = commit_recommendation(
         cluster, recommend(cluster, first, "promotion", [assertion], {"target_tier": "profile"})
@@ -647,14 +648,14 @@ def test_a_contradicted_declaration_is_flagged_and_resolved_in_its_tenant(
     declared = formed(
         cluster, first, fact(first, [], tier="profile", key=key, method="declaration")
     )
-    episode_id = form(cluster, first, f"{pair} I moved to Lisbon last month")
+    said = [form(cluster, first, f"{pair} I moved to Lisbon last month")]
     answer = commit_recommendation(
         cluster,
         recommend(
             cluster,
             first,
-            "consolidation",
-            [episode_id],
+            "reflection",  # an inference: it never retires a declaration
+            said,
             {
                 "tier": "profile",
                 "content": {"key": key, "value": "Lisbon"},
@@ -824,6 +825,7 @@ def test_entities_mentions_links_steps_and_merges_stay_in_their_tenant(
         ),
         "P0002",
     )
+    only_ag = formed(cluster, first, with_entities(first, f"{pair} the AG", declared[1:]))
     proposed = call(cluster, "mf_consolidator", merge, first, ag, gmbh)
     call(
         cluster,
@@ -834,7 +836,10 @@ def test_entities_mentions_links_steps_and_merges_stay_in_their_tenant(
     merged = call(
         cluster, "mf_consolidator", "SELECT fabric_api.merge_entities(%s)", proposed["approval_id"]
     )
-    assert merged["mentions"] == 1
+    assert merged["mentions"] == 1  # the outcome mentioned both already
+    assert f"name:acme {tag} gmbh" in [k for _, k, _ in mentions(cluster, only_ag)]
+    merged_events = events(cluster, first, "memory.entity.merged")
+    assert {e["memory_id"] for e in merged_events} >= {outcome, only_ag}
     assert _staged(cluster) == 0
 
 
