@@ -346,6 +346,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  -- a value: Citus allows only immutable functions in DO UPDATE SET on a distributed table
+  v_now timestamptz := pg_catalog.now();
   v_tenant text;
   v fabric.memory_records;
 BEGIN
@@ -371,7 +373,7 @@ BEGIN
           p_embedding, p_content_hash)
   ON CONFLICT (tenant_id, memory_id, model, model_version)
   DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims,
-                content_hash = EXCLUDED.content_hash, created_at = pg_catalog.now();
+                content_hash = EXCLUDED.content_hash, created_at = v_now;
   RETURN true;
 END $$;
 COMMENT ON FUNCTION fabric_api.store_embedding(uuid, text, text, ext.vector, text) IS

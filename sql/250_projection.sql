@@ -305,6 +305,11 @@ AS $$
 #variable_conflict use_column
 DECLARE
   v_tenant text;
+  v_citus boolean := coalesce(pg_catalog.current_setting('citus.propagate_set_commands', true), '') = 'local';
+  v_now timestamptz := pg_catalog.now();
+  v_id uuid;
+  v_embedding ext.vector;
+  v_hash text;
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_projector', 'store embeddings');
@@ -326,6 +331,36 @@ BEGIN
   FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
                   ORDER BY 1 LOOP
     PERFORM fabric._set_context('tenant_id', v_tenant);
+    IF v_citus THEN
+      -- Citus: no modifying CTE fed by an array's rows, and no now() in DO UPDATE: each
+      -- embedding is checked against its locked record and written by itself.
+      FOR v_id, v_embedding, v_hash IN
+        SELECT u.id, u.embedding, u.content_hash
+        FROM ROWS FROM (pg_catalog.unnest(p_memory_ids), pg_catalog.unnest(p_embeddings),
+                        pg_catalog.unnest(p_content_hashes))
+             WITH ORDINALITY AS u(id, embedding, content_hash, ord)
+        WHERE fabric._tenant_of_record(u.id) = v_tenant
+        ORDER BY u.ord
+      LOOP
+        PERFORM 1 FROM fabric.memory_records m
+        WHERE m.tenant_id = v_tenant AND m.memory_id = v_id AND m.content_hash = v_hash
+          AND m.consolidation_state <> 'tombstoned' AND m.content IS NOT NULL
+        FOR SHARE;
+        memory_id := v_id;
+        stored := FOUND;
+        IF stored THEN
+          INSERT INTO fabric.memory_embeddings AS e (tenant_id, memory_id, model, model_version,
+                                                     dims, embedding, content_hash)
+          VALUES (v_tenant, v_id, p_model, p_model_version, ext.vector_dims(v_embedding),
+                  v_embedding, v_hash)
+          ON CONFLICT ON CONSTRAINT memory_embeddings_pkey
+          DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims,
+                        content_hash = EXCLUDED.content_hash, created_at = v_now;
+        END IF;
+        RETURN NEXT;
+      END LOOP;
+      CONTINUE;
+    END IF;
     RETURN QUERY
       WITH input AS (
         SELECT u.id, u.embedding, u.content_hash, u.ord

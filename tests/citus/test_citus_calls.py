@@ -389,6 +389,78 @@ def test_an_mcp_token_resolves_to_its_run_until_revoked(cluster: Cluster, pair: 
     assert call(cluster, "mf_gateway", "SELECT fabric_api.resolve_mcp_token(%s)", other)
 
 
+def test_an_orchestrator_closes_the_run_it_opened(cluster: Cluster) -> None:
+    """The run keeps its opener's login (not the owner's, as a worker would fill it in)."""
+    first, _ = cluster.apart
+    run = open_run(cluster, first)
+    with cluster.connect() as su:
+        opener = su.execute(
+            "SELECT opened_by FROM fabric.runs WHERE run_id = %s", (run,)
+        ).fetchone()
+    assert opener == ("mf_orchestrator",)
+    closed = call(cluster, "mf_orchestrator", "SELECT fabric_api.close_run(%s)", run)
+    assert closed["closed_at"]
+    with cluster.connect() as su:
+        (payload,) = su.execute(
+            "SELECT payload FROM fabric.events WHERE run_id = %s AND event_type = 'fabric.run.closed'",
+            (run,),
+        ).fetchone()  # type: ignore[misc]
+    assert payload["closed_as"] == "opener"
+
+
+# -- embeddings, search statistics, the consolidator's reads ----------------------------------
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_the_projector_stores_embeddings_of_its_tenants_records(
+    cluster: Cluster, pair: str
+) -> None:
+    first, second = getattr(cluster, pair)
+    mine = form(cluster, first, f"{pair} an embedded note")
+    with cluster.connect() as su:
+        (content_hash,) = su.execute(
+            "SELECT content_hash FROM fabric.memory_records WHERE memory_id = %s", (mine,)
+        ).fetchone()  # type: ignore[misc]
+    store = "SELECT fabric_api.store_embedding(%s, 'm', 'v1', '[1,0,0]', %s)"
+    call(cluster, "mf_projector", store, mine, content_hash)
+    many = "SELECT fabric_api.store_embeddings(%s::uuid[], 'm', 'v2', ARRAY['[0,1,0]']::ext.vector[], %s)"
+    call(cluster, "mf_projector", many, [mine], [content_hash])
+    with cluster.connect() as su:
+        rows = su.execute(
+            "SELECT tenant_id, model_version FROM fabric.memory_embeddings WHERE memory_id = %s"
+            " ORDER BY 2",
+            (mine,),
+        ).fetchall()
+    assert {r[0] for r in rows} == {first} and rows
+    refused(  # a stale content hash stores nothing
+        cluster,
+        first,
+        lambda: call(cluster, "mf_projector", store, mine, "sha256:" + "0" * 64),
+        "55000",
+    )
+
+
+def test_search_statistics_are_compacted_across_the_tenants(cluster: Cluster) -> None:
+    answer = call(cluster, "mf_committer", "SELECT fabric_api.compact_search_stats(100)")
+    assert isinstance(answer, dict)
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_the_consolidators_reads_answer_for_their_tenant(cluster: Cluster, pair: str) -> None:
+    first, _ = getattr(cluster, pair)
+    settings = call(
+        cluster, "mf_consolidator", "SELECT fabric_api.consolidation_settings(%s)", first
+    )
+    assert settings
+    call(cluster, "mf_consolidator", "SELECT fabric_api.consolidation_cursor(%s)", first)
+    waiting = call(cluster, "mf_committer", "SELECT fabric_api.awaiting_recommendations(%s)", first)
+    assert isinstance(waiting, list)
+    with cluster.connect("mf_admin") as admin:
+        admin.execute(
+            "SELECT fabric_api.check_working_uri(%s, 'redis://127.0.0.1:6379/0')", (first,)
+        )
+
+
 # -- the temporal tier ------------------------------------------------------------------------
 
 
@@ -469,9 +541,25 @@ def test_measurements_are_read_in_the_runs_tenant_only(
     )
 
 
-def test_temporal_retention_runs_across_the_tenants(cluster: Cluster) -> None:
+def test_temporal_retention_removes_lapsed_operational_points_in_each_tenant(
+    cluster: Cluster,
+) -> None:
+    first, second = cluster.apart
+    series = f"retention.t{uuid.uuid4().hex[:8]}.points"
+    for tenant in (first, second):
+        call(cluster, "mf_workflow", "SELECT fabric_api.record_measurements(%s, %s)", tenant,
+             Jsonb([{"series": series, "at": "2020-01-01T00:00:00Z", "value": 1},
+                    {"series": series, "at": "2020-01-01T00:00:00Z", "value": 2,
+                     "retention_class": "durable"}]))  # fmt: skip
     deleted = call(cluster, "mf_committer", "SELECT fabric_api.run_temporal_retention()")
-    assert deleted >= 0
+    assert deleted >= 2
+    with cluster.connect() as su:
+        kept = su.execute(
+            "SELECT tenant_id, retention_class FROM fabric.measurements WHERE series = %s"
+            " ORDER BY 1",
+            (series,),
+        ).fetchall()
+    assert kept == [(first, "durable"), (second, "durable")]
 
 
 # -- procedures as of a time -------------------------------------------------------------------
