@@ -402,7 +402,8 @@ def test_an_orchestrator_closes_the_run_it_opened(cluster: Cluster) -> None:
     assert closed["closed_at"]
     with cluster.connect() as su:
         (payload,) = su.execute(
-            "SELECT payload FROM fabric.events WHERE run_id = %s AND event_type = 'fabric.run.closed'",
+            "SELECT payload FROM fabric.events WHERE run_id = %s"
+            " AND event_type = 'fabric.run.closed'",
             (run,),
         ).fetchone()  # type: ignore[misc]
     assert payload["closed_as"] == "opener"
@@ -423,8 +424,13 @@ def test_the_projector_stores_embeddings_of_its_tenants_records(
         ).fetchone()  # type: ignore[misc]
     store = "SELECT fabric_api.store_embedding(%s, 'm', 'v1', '[1,0,0]', %s)"
     call(cluster, "mf_projector", store, mine, content_hash)
-    many = "SELECT fabric_api.store_embeddings(%s::uuid[], 'm', 'v2', ARRAY['[0,1,0]']::ext.vector[], %s)"
+    many = (
+        "SELECT fabric_api.store_embeddings(%s::uuid[], 'm', 'v2',"
+        " ARRAY['[0,1,0]']::ext.vector[], %s)"
+    )
+    before = counts(cluster, second)
     call(cluster, "mf_projector", many, [mine], [content_hash])
+    assert counts(cluster, second)["memory_embeddings"] == before["memory_embeddings"]
     with cluster.connect() as su:
         rows = su.execute(
             "SELECT tenant_id, model_version FROM fabric.memory_embeddings WHERE memory_id = %s"
