@@ -15,6 +15,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_login name := session_user;  -- a value: a Citus worker would read its own session
   v_run_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
   PERFORM fabric._reset_context();
@@ -53,10 +54,12 @@ BEGIN
       'the agent is not enabled in this tenant',
       'an admin enables it with fabric_api.enable_agent');
   END IF;
+  -- opened_by is named, not left to its default: on a Citus cluster the default would be
+  -- evaluated on the tenant's worker, where the session is the function owner's.
   INSERT INTO fabric.runs (tenant_id, run_id, agent_id, subject_id, session_id,
-                           active_tool_set, expires_at)
+                           active_tool_set, expires_at, opened_by)
   VALUES (p_tenant_id, v_run_id, p_agent_id, p_subject_id, p_session_id,
-          p_active_tool_set, pg_catalog.now() + p_ttl);
+          p_active_tool_set, pg_catalog.now() + p_ttl, v_login);
   PERFORM fabric._note_tenant('run', v_run_id, p_tenant_id);  -- a cluster's lookup
   -- The subject's key, made here in a short transaction of its own: the records of the run
   -- find it made (tg_memory_records__subject_key makes one only for a subject without a

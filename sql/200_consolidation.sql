@@ -260,6 +260,7 @@ DECLARE
   v_expires timestamptz;
   v_result jsonb;
   v_target jsonb;
+  v_promoted uuid;
 BEGIN
   BEGIN
     v_result := fabric_api.promote(p_rec.sources[1], p_rec.proposal ->> 'target_tier', v_approval,
@@ -287,8 +288,11 @@ BEGIN
       'the promotion''s approval was %s', CASE WHEN v_status = 'pending' THEN 'not decided before it expired'
                                                ELSE coalesce(v_status, 'not found') END));
   END;
+  -- the promoted record as a value: Citus 14 crashes deparsing an UPDATE that sets a column
+  -- from an element of a row parameter's array (p_rec.sources[1])
+  v_promoted := p_rec.sources[1];
   UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
-         memory_id = p_rec.sources[1], approval_id = v_approval
+         memory_id = v_promoted, approval_id = v_approval
   WHERE r.tenant_id = p_rec.tenant_id AND r.recommendation_id = p_rec.recommendation_id;
   RETURN v_result;
 END $$;

@@ -259,9 +259,13 @@ CREATE OR REPLACE TRIGGER _200_append_only_truncate
 SET LOCAL ROLE fabric_lookup;
 CREATE OR REPLACE FUNCTION fabric._tenant_of_contradiction_flag(p_flag_id uuid)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT f.tenant_id FROM fabric.contradiction_flags f WHERE f.flag_id = p_flag_id $$;
+AS $$
+BEGIN
+  -- plpgsql: Citus plans no statement of an SQL function with parameters
+  RETURN (SELECT f.tenant_id FROM fabric.contradiction_flags f WHERE f.flag_id = p_flag_id);
+END $$;
 REVOKE ALL ON FUNCTION fabric._tenant_of_contradiction_flag(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._tenant_of_contradiction_flag(uuid) TO fabric_owner;
 SET LOCAL ROLE fabric_owner;

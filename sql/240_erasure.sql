@@ -192,6 +192,8 @@ DECLARE
   v_recalled_threads text[];
   v_receipt jsonb;
   v_receipts jsonb;
+  -- a value, not now() in a CASE or COALESCE of an UPDATE: Citus pushes no such UPDATE down
+  v_now timestamptz := pg_catalog.now();
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._refuse_approval('no such approval');
@@ -217,7 +219,7 @@ BEGIN
       UPDATE fabric.proposals p
       SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL,
           status = CASE WHEN p.status = 'validated' THEN 'withdrawn' ELSE p.status END,
-          decided_at = CASE WHEN p.status = 'validated' THEN pg_catalog.now() ELSE p.decided_at END
+          decided_at = CASE WHEN p.status = 'validated' THEN v_now ELSE p.decided_at END
       WHERE p.tenant_id = v_tenant AND p.subject_id = v_subject
       RETURNING p.proposal_id, p.status, p.correlation_id, p.causation_id
     LOOP
@@ -257,7 +259,7 @@ BEGIN
     -- erased person and keeps the id: it is revoked and forgets the subject and session.
     UPDATE fabric.agent_tokens t
     SET subject_id = NULL, session_id = NULL,
-        revoked_at = COALESCE(t.revoked_at, GREATEST(pg_catalog.now(), t.issued_at))
+        revoked_at = COALESCE(t.revoked_at, GREATEST(v_now, t.issued_at))
     WHERE t.tenant_id = v_tenant AND t.subject_id = v_subject;
     -- The subject's time series (measurements about the person) go whole.
     DELETE FROM fabric.measurements m WHERE m.tenant_id = v_tenant AND m.subject_id = v_subject;
@@ -344,6 +346,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  -- a value: Citus allows only immutable functions in DO UPDATE SET on a distributed table
+  v_now timestamptz := pg_catalog.now();
   v_tenant text;
   v fabric.memory_records;
 BEGIN
@@ -369,7 +373,7 @@ BEGIN
           p_embedding, p_content_hash)
   ON CONFLICT (tenant_id, memory_id, model, model_version)
   DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims,
-                content_hash = EXCLUDED.content_hash, created_at = pg_catalog.now();
+                content_hash = EXCLUDED.content_hash, created_at = v_now;
   RETURN true;
 END $$;
 COMMENT ON FUNCTION fabric_api.store_embedding(uuid, text, text, ext.vector, text) IS

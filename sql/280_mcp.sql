@@ -12,9 +12,13 @@ SET LOCAL ROLE fabric_lookup;
 -- fabric._tenant_of_mcp_token: which tenant a token hash belongs to.
 CREATE OR REPLACE FUNCTION fabric._tenant_of_mcp_token(p_hash bytea)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT t.tenant_id FROM fabric.mcp_tokens t WHERE t.token_hash = p_hash $$;
+AS $$
+BEGIN
+  -- plpgsql: Citus plans no statement of an SQL function with parameters
+  RETURN (SELECT t.tenant_id FROM fabric.mcp_tokens t WHERE t.token_hash = p_hash);
+END $$;
 REVOKE ALL ON FUNCTION fabric._tenant_of_mcp_token(bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._tenant_of_mcp_token(bytea) TO fabric_owner;
 
@@ -39,6 +43,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_login name := session_user;  -- a value: a Citus worker would read its own session
   v_run fabric.runs;
   v_token text;
   v_expires timestamptz;
@@ -57,8 +62,10 @@ BEGIN
   v_token := fabric._new_secret('mft_');
   v_expires := CASE WHEN p_ttl IS NULL THEN v_run.expires_at
                     ELSE LEAST(v_run.expires_at, pg_catalog.now() + p_ttl) END;
-  INSERT INTO fabric.mcp_tokens (tenant_id, token_hash, run_id, agent_id, expires_at)
-  VALUES (v_run.tenant_id, fabric._mcp_token_hash(v_token), p_run_id, v_run.agent_id, v_expires);
+  -- issued_by is named: a Citus worker would evaluate its default as the function owner
+  INSERT INTO fabric.mcp_tokens (tenant_id, token_hash, run_id, agent_id, expires_at, issued_by)
+  VALUES (v_run.tenant_id, fabric._mcp_token_hash(v_token), p_run_id, v_run.agent_id, v_expires,
+          v_login);
   PERFORM fabric._emit('fabric.mcp_token.issued', v_run.tenant_id, p_payload =>
     pg_catalog.jsonb_build_object('agent_id', v_run.agent_id, 'expires_at', v_expires));
   RETURN v_token;

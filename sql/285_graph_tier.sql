@@ -602,6 +602,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_entity uuid;
   v_workflow text := fabric._enter_as('fabric_workflow', 'record reasoning steps',
                                       'wf-billing-001');
   v_run fabric.runs;
@@ -646,8 +647,17 @@ BEGIN
     outcome_envelope_id, event_id, recorded_by)
   VALUES (v_run.tenant_id, v_step, p_run_id, v_run.agent_id, p_correlation_id,
           p_outcome_envelope_id, v_event, v_workflow);
-  INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
-  SELECT v_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus runs an INSERT ... SELECT of an array's elements as a COPY into the shard,
+    -- which row-level security refuses: one INSERT ... VALUES per entity there.
+    FOREACH v_entity IN ARRAY v_entities LOOP
+      INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+      VALUES (v_run.tenant_id, v_step, v_entity);
+    END LOOP;
+  ELSE
+    INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+    SELECT v_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  END IF;
   RETURN pg_catalog.jsonb_build_object('step_id', v_step, 'event_id', v_event);
 END $$;
 
@@ -664,6 +674,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_entity uuid;
   v_step uuid := pg_catalog.gen_random_uuid();
   v_correlation text := CASE WHEN p_correlation_id ~ '^[^[:space:][:cntrl:]]{1,200}$'
                              THEN p_correlation_id ELSE 'recall:' || v_step::text END;
@@ -682,8 +693,17 @@ BEGIN
     event_id, recorded_by)
   VALUES (p_run.tenant_id, v_step, p_run.run_id, p_run.agent_id, v_correlation, v_event,
           p_run.agent_id);
-  INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
-  SELECT p_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus runs an INSERT ... SELECT of an array's elements as a COPY into the shard,
+    -- which row-level security refuses: one INSERT ... VALUES per entity there.
+    FOREACH v_entity IN ARRAY v_entities LOOP
+      INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+      VALUES (p_run.tenant_id, v_step, v_entity);
+    END LOOP;
+  ELSE
+    INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+    SELECT p_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  END IF;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -860,6 +880,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_merged uuid[];
+  v_memory uuid;
   v_tenant text;
   v fabric.approvals;
   v_from uuid;
@@ -905,16 +927,32 @@ BEGIN
   -- one event per record that mentions it now (the projector writes its MENTIONS again),
   -- or one without a record when none does; the merge's correlation id is its approval's
   -- ('merge:<approval_id>', fabric._merge_correlation), which its SAME_AS edge carries
-  PERFORM fabric._emit('memory.entity.merged', v_tenant,
-    fabric._merge_correlation(p_approval_id), NULL, r.memory_id, NULL,
-    pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
-                                  'into_entity_id', v_into))
-  FROM (SELECT x.memory_id FROM fabric.memory_mentions x
-        WHERE x.tenant_id = v_tenant AND x.entity_id = v_from
-        UNION ALL SELECT NULL::uuid
-        WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
-                          WHERE x.tenant_id = v_tenant AND x.entity_id = v_from)
-        ORDER BY 1) r;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus would push the query down to the tenant's worker with the call in it, and the
+    -- outbox is the coordinator's: the records are read first, then each event written.
+    v_merged := ARRAY(SELECT x.memory_id FROM fabric.memory_mentions x
+                      WHERE x.tenant_id = v_tenant AND x.entity_id = v_from ORDER BY 1);
+    IF pg_catalog.cardinality(v_merged) = 0 THEN
+      v_merged := ARRAY[NULL::uuid];
+    END IF;
+    FOREACH v_memory IN ARRAY v_merged LOOP
+      PERFORM fabric._emit('memory.entity.merged', v_tenant,
+      fabric._merge_correlation(p_approval_id), NULL, v_memory, NULL,
+        pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
+                                      'into_entity_id', v_into));
+    END LOOP;
+  ELSE
+    PERFORM fabric._emit('memory.entity.merged', v_tenant,
+      fabric._merge_correlation(p_approval_id), NULL, r.memory_id, NULL,
+      pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
+                                    'into_entity_id', v_into))
+    FROM (SELECT x.memory_id FROM fabric.memory_mentions x
+          WHERE x.tenant_id = v_tenant AND x.entity_id = v_from
+          UNION ALL SELECT NULL::uuid
+          WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                            WHERE x.tenant_id = v_tenant AND x.entity_id = v_from)
+          ORDER BY 1) r;
+  END IF;
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
                                        'into_entity_id', v_into, 'mentions', v_mentions);
 END $$;

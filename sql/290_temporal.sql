@@ -13,9 +13,13 @@
 CREATE OR REPLACE FUNCTION fabric._temporal_points(p_tenant_id text, p_series text,
   p_from timestamptz, p_until timestamptz, p_subject_id text, p_instance text)
 RETURNS TABLE (at timestamptz, value double precision)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
+  -- plpgsql: Citus plans no statement of an SQL function with parameters
+  RETURN QUERY
   SELECT m.at, m.value FROM fabric.measurements m
    WHERE m.tenant_id = p_tenant_id AND m.series = p_series
      AND m.at >= p_from AND m.at < p_until
@@ -30,8 +34,8 @@ AS $$
      AND s.day >= (p_from AT TIME ZONE 'UTC')::date - 1
      AND (s.day::timestamp AT TIME ZONE 'UTC') >= p_from
      AND (s.day::timestamp AT TIME ZONE 'UTC') < p_until
-     AND (s.subject_id IS NULL OR s.subject_id = p_subject_id)
-$$;
+     AND (s.subject_id IS NULL OR s.subject_id = p_subject_id);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.record_measurements: a producer (a domain workflow login: fabric_workflow,
@@ -47,6 +51,7 @@ DECLARE
                                       'wf-billing-001');
   v_bad text;
   v_n integer;
+  v_point jsonb;
 BEGIN
   IF p_tenant_id IS NULL OR pg_catalog.jsonb_typeof(p_points) IS DISTINCT FROM 'array'
      OR pg_catalog.jsonb_array_length(p_points) NOT BETWEEN 1 AND 10000 THEN
@@ -102,6 +107,21 @@ BEGIN
     PERFORM fabric._raise_rule('insufficient_privilege',
       'the producer is not enabled in this tenant',
       'an admin enables its agent with fabric_api.enable_agent');
+  END IF;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus runs an INSERT ... SELECT from a function's rows as a COPY into the shard, which
+    -- row-level security refuses: one INSERT ... VALUES per point there.
+    v_n := 0;
+    FOR v_point IN SELECT p.v FROM pg_catalog.jsonb_array_elements(p_points) p(v) LOOP
+      INSERT INTO fabric.measurements (tenant_id, series, at, value, business_instance_id,
+                                       subject_id, retention_class, producer)
+      VALUES (p_tenant_id, v_point ->> 'series', (v_point ->> 'at')::timestamptz,
+              (v_point ->> 'value')::double precision, v_point ->> 'business_instance_id',
+              v_point ->> 'subject_id', coalesce(v_point ->> 'retention_class', 'operational'),
+              v_producer);
+      v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
   END IF;
   INSERT INTO fabric.measurements (tenant_id, series, at, value, business_instance_id,
                                    subject_id, retention_class, producer)
@@ -385,6 +405,10 @@ DECLARE
   v_tenant text;
   v_n integer;
   v_total integer := 0;
+  v_instance text;
+  v_due timestamptz;
+  v_last timestamptz;
+  v_left integer;
 BEGIN
   IF p_batch IS NULL OR p_batch NOT BETWEEN 1 AND 1000000 THEN
     PERFORM fabric._raise_rule('invalid_parameter_value', 'batch must be between 1 and 1000000',
@@ -400,6 +424,32 @@ BEGIN
     PERFORM fabric._reset_context();
     CONTINUE WHEN NOT fabric._committer_enabled_in(v_tenant, v_committer, false);
     PERFORM fabric._set_context('actor', v_committer);
+    IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+      -- Citus: a helper that reads a table (the instance's window) may not run inside a
+      -- query on a shard, nor is a row addressed by ctid there. Each instance's window is
+      -- read first, then its due points are deleted up to the batch's last instant (points
+      -- sharing that instant go together), at most a batch per tenant as below.
+      v_left := p_batch;
+      FOR v_instance IN
+        SELECT DISTINCT m.business_instance_id FROM fabric.measurements m
+         WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+      LOOP
+        EXIT WHEN v_left <= 0;
+        v_due := p_now - (fabric._instance_config(v_tenant, v_instance)).operational_window;
+        SELECT m.at INTO v_last FROM fabric.measurements m
+         WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+           AND m.business_instance_id IS NOT DISTINCT FROM v_instance AND m.at <= v_due
+         ORDER BY m.at OFFSET v_left - 1 LIMIT 1;
+        DELETE FROM fabric.measurements m
+         WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+           AND m.business_instance_id IS NOT DISTINCT FROM v_instance
+           AND m.at <= LEAST(v_due, coalesce(v_last, v_due));
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_total := v_total + v_n;
+        v_left := v_left - v_n;
+      END LOOP;
+      CONTINUE;
+    END IF;
     DELETE FROM fabric.measurements d
      USING (SELECT m.tableoid AS part, m.ctid AS row_id FROM fabric.measurements m
              WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
