@@ -13,7 +13,7 @@ export CITUS_PORT ?= 54339
 
 .DEFAULT_GOAL := help
 
-.PHONY: citus-up citus-down test-citus help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality bench-graph serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-consolidation bench-audit bench-recall bench-import worker clean
+.PHONY: citus-up citus-down test-citus bench-citus help venv pg graph graph-up graph-down redis-up redis-down bench-projection bench-feeds bench-quality bench-graph serve db-up db-down db-status migrate psql demo test test-fast test-budget check lint format typecheck bench-write bench-consolidation bench-audit bench-recall bench-import worker clean
 
 help: ## list the targets and the ports in use
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -129,8 +129,8 @@ typecheck: venv ## mypy --strict on py/
 
 check: lint typecheck test ## what CI runs: lint, types, tests
 
-bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted)
-	$(BIN)/python tests/bench/bench_write.py
+bench-write: migrate ## governed propose+commit throughput vs plain INSERTs (printed, not asserted; ARGS=--sealer: the unsealed tail under batches of 50)
+	$(BIN)/python tests/bench/bench_write.py $(ARGS)
 
 bench-consolidation: migrate ## formation on 220 generated episodes: oracle endpoint, SmolLM2, any MEMFABRIC_LLM_*; hot path p95 with the worker (ARGS=--no-hot)
 	$(BIN)/python tests/bench/bench_consolidation.py $(ARGS)
@@ -170,6 +170,9 @@ citus-down: ## stop the local Citus cluster
 
 test-citus: citus-up ## the rules that matter most across nodes, against the local Citus cluster (tests/citus)
 	MEMFABRIC_CITUS_URL="$$(scripts/citus.sh url)" $(PYTEST) -q tests/citus tests/sql/test_citus_layout.py
+
+bench-citus: citus-up ## propose+commit rate and recall p95, one node vs the 3-node cluster, and the worker nodes a call touches (CITUS_SRC as for citus-up; printed, not asserted)
+	$(BIN)/python tests/bench/bench_citus.py --url "$$(scripts/citus.sh url)" $(ARGS)
 
 clean: db-down ## remove the venv, the local server and its data
 	rm -rf $(VENV) .local

@@ -188,8 +188,9 @@ END $$;
 -- ---------------------------------------------------------------------------------------
 -- fabric._run_in_its_tenant: the run with this id, read under its own tenant, which becomes
 -- the transaction's tenant; a row of NULLs (and no tenant) when no run has the id. The one
--- run lookup of the entry points that take a run id: each then checks whose run it is (its
--- agent's, or the orchestrator's that opened it) and fabric._run_is_live.
+-- run lookup of the entry points that take a run id: fabric._live_run (agents entering a
+-- run, MCP tokens) then checks whose run it is and that it is live; close_run, which also
+-- closes a closed run, checks whose it is itself.
 CREATE OR REPLACE FUNCTION fabric._run_in_its_tenant(p_run_id uuid)
 RETURNS fabric.runs
 LANGUAGE plpgsql
@@ -252,3 +253,32 @@ BEGIN
       'zero-width characters and a BOM are refused');
   END;
 END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._new_secret: a bearer secret of the fabric's one form: its kind's prefix (mft_ an
+-- MCP token, mfa_ an agent token, mfb_ a broker ticket), then 64 hex: 244 random bits from
+-- two version-4 UUIDs (the server's strong random source). Returned to its caller once;
+-- only fabric._secret_hash of it is stored.
+CREATE OR REPLACE FUNCTION fabric._new_secret(p_prefix text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN p_prefix || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '')
+                  || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '');
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._secret_hash: what is stored of a bearer secret (its SHA-256); NULL unless it has
+-- the form fabric._new_secret gives it, with this kind's prefix.
+CREATE OR REPLACE FUNCTION fabric._secret_hash(p_prefix text, p_secret text)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN pg_catalog.starts_with(p_secret, p_prefix)
+                   AND pg_catalog.substr(p_secret, pg_catalog.length(p_prefix) + 1)
+                       ~ '^[0-9a-f]{64}$'
+              THEN pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8')) END
+$$;

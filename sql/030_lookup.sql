@@ -10,7 +10,18 @@ RETURNS text
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_tenant text;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- on a Citus cluster the coordinator's directory first: the runs' shards by id alone
+    -- would be every shard of every worker (fabric._note_tenant)
+    SELECT d.tenant_id INTO v_tenant FROM fabric.tenant_directory d
+    WHERE d.id = p_run_id AND d.kind = 'run';
+    IF FOUND THEN
+      RETURN v_tenant;
+    END IF;
+  END IF;
   RETURN (SELECT r.tenant_id FROM fabric.runs r WHERE r.run_id = p_run_id);
 END $$;
 
@@ -21,7 +32,16 @@ RETURNS text
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_tenant text;
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    SELECT d.tenant_id INTO v_tenant FROM fabric.tenant_directory d  -- as _tenant_of_run
+    WHERE d.id = p_proposal_id AND d.kind = 'proposal';
+    IF FOUND THEN
+      RETURN v_tenant;
+    END IF;
+  END IF;
   RETURN (SELECT p.tenant_id FROM fabric.proposals p WHERE p.proposal_id = p_proposal_id);
 END $$;
 
@@ -60,6 +80,24 @@ GRANT EXECUTE ON FUNCTION fabric._tenant_of_run(uuid), fabric._tenant_of_proposa
   fabric._tool_is_enabled_anywhere(text) TO fabric_owner;
 
 SET LOCAL ROLE fabric_owner;
+-- ---------------------------------------------------------------------------------------
+-- fabric._note_tenant: on a Citus cluster, note which tenant a new run or proposal belongs
+-- to in the coordinator's fabric.tenant_directory, in the transaction that makes it, so the
+-- lookups above reach no worker; on plain PostgreSQL nothing (they read the tables).
+CREATE OR REPLACE FUNCTION fabric._note_tenant(p_kind text, p_id uuid, p_tenant_id text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    INSERT INTO fabric.tenant_directory (id, kind, tenant_id) VALUES (p_id, p_kind, p_tenant_id)
+    ON CONFLICT (id) DO NOTHING;
+  END IF;
+END $$;
+REVOKE ALL ON FUNCTION fabric._note_tenant(text, uuid, text) FROM PUBLIC;
+
+GRANT SELECT (id, kind, tenant_id) ON fabric.tenant_directory TO fabric_lookup;
 GRANT SELECT (tenant_id, run_id) ON fabric.runs TO fabric_lookup;
 GRANT SELECT (tenant_id, proposal_id, status) ON fabric.proposals TO fabric_lookup;
 GRANT SELECT (tenant_id, memory_id) ON fabric.memory_records TO fabric_lookup;

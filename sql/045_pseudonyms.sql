@@ -51,12 +51,14 @@ END $$;
 -- fabric._subject_of_ref: the living subject behind a pseudonym (NULL once erased).
 CREATE OR REPLACE FUNCTION fabric._subject_of_ref(p_tenant_id text, p_subject_ref text)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT k.subject_id::text FROM fabric.subject_keys k
-  WHERE k.tenant_id = p_tenant_id AND k.subject_ref = p_subject_ref
-$$;
+BEGIN
+  -- plpgsql: Citus plans no statement of an SQL function with parameters
+  RETURN (SELECT k.subject_id::text FROM fabric.subject_keys k
+          WHERE k.tenant_id = p_tenant_id AND k.subject_ref = p_subject_ref);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._shred_subject_key: subject erasure destroys the key; true if there was one.

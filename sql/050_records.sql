@@ -41,6 +41,117 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._formed_content_hash: the content hash a formed record holds, computed by the
+-- database; a hash the writer gave must be that one.
+CREATE OR REPLACE FUNCTION fabric._formed_content_hash(p_content jsonb, p_given text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_hash text := fabric.content_hash(p_content);
+BEGIN
+  IF p_given IS NOT NULL AND p_given <> v_hash THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'content_hash does not match the content',
+      'omit content_hash and let the database compute it (RFC 8785, SHA-256)');
+  END IF;
+  RETURN v_hash;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Rules as sets on the bulk paths. The set-based statements of fabric_api.import_records
+-- and fabric._commit_set (commit_many, commit_pending) derive a formed record's hash and
+-- search text in the INSERT itself, and their rows meet the per-row rules of the records
+-- and the lineage as one query per statement (the _200_bulk_* statement triggers, and the
+-- episodic-ancestor rule in fabric._commit_set) instead of one trigger call per row. Such a
+-- statement sets fabric.bulk_rows to 'on' just before it and clears it after. Any session can
+-- set that setting, so it never skips a rule alone: the gate below, once per statement,
+-- keeps it only when the statement runs directly in one of those functions as the call
+-- stack shows (its innermost caller, and at most the API function that called it: what a
+-- statement's own text says cannot reach past its frame). Anything else -- a direct write
+-- by the owner with the setting made by hand, an API function called with it set, a call
+-- from another function, messages in another language -- clears it, and every row meets
+-- the row triggers as before. On a Citus cluster the setting stays on the coordinator
+-- (set_config, not fabric._set_local): the shards' row triggers always run.
+CREATE OR REPLACE FUNCTION fabric.tg_bulk_rows__gate()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_stack text;
+  v text;
+BEGIN
+  IF pg_catalog.current_setting('fabric.bulk_rows', true) IS DISTINCT FROM 'on' THEN
+    RETURN NULL;
+  END IF;
+  GET DIAGNOSTICS v_stack = PG_CONTEXT;
+  IF v_stack !~ ('\nPL/pgSQL function (fabric_api\.import_records\(text,text,jsonb\)'
+                 '|fabric\._commit_set\(text,uuid\[\],text\)) line [0-9]+ at SQL statement'
+                 '(\nSQL statement "SELECT fabric\._commit_set\(v_tenant, v_ids, v_committer\)"'
+                 '\nPL/pgSQL function fabric_api\.(commit_many\(uuid\[\]\)'
+                 '|commit_pending\(integer\)) line [0-9]+ at PERFORM)?$') THEN
+    v := pg_catalog.set_config('fabric.bulk_rows', '', true);
+  END IF;
+  RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER _010_bulk_gate
+  BEFORE INSERT ON fabric.memory_records
+  FOR EACH STATEMENT WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_bulk_rows__gate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_records__bulk_formed: what _100_normalise checks of each row, for the
+-- rows of a bulk statement at once (the statement derived the hash, the search text and its
+-- length; the defaults stamp the times, the revision and the state): the acting agent, the
+-- state at formation, the content, the database's stamps. The same refusals.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_records__bulk_formed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_actor text := fabric._require_actor();
+  v_broken text;
+BEGIN
+  SELECT CASE
+           WHEN n.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN 'state'
+           WHEN n.content IS NULL THEN 'content'
+           ELSE 'stamps' END
+    INTO v_broken
+    FROM formed_rows n
+   WHERE n.consolidation_state NOT IN ('raw', 'consolidated', 'reflected')
+      OR n.content IS NULL OR n.search_length IS NULL
+      OR n.recorded_at <> pg_catalog.now() OR n.known_since <> pg_catalog.now()
+      OR n.revision <> 1 OR n.erased_at IS NOT NULL OR n.erasure_approval_id IS NOT NULL
+   ORDER BY 1 DESC LIMIT 1;
+  IF v_broken = 'state' THEN
+    PERFORM fabric._raise_rule('MF002',
+      'a memory record is formed raw, consolidated or reflected',
+      'later states are reached by governed transitions, never at formation');
+  ELSIF v_broken = 'content' THEN
+    PERFORM fabric._raise_rule('not_null_violation',
+      'a memory record is formed with content',
+      'content is removed only by erasure or retention-window closure');
+  ELSIF v_broken IS NOT NULL THEN
+    PERFORM fabric._raise_rule('MF002',
+      'a bulk statement formed a record without the database''s derived values',
+      'form records through fabric_api functions');
+  END IF;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _200_bulk_formed ON fabric.memory_records;
+CREATE TRIGGER _200_bulk_formed
+  AFTER INSERT ON fabric.memory_records
+  REFERENCING NEW TABLE AS formed_rows
+  FOR EACH STATEMENT
+  WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_memory_records__bulk_formed();
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__normalise: a record is born raw (or consolidated/reflected by
 -- a workflow), stamped with the transaction time, its hash and its search text (and the
 -- search text's length, for BM25) computed by the database. One trigger does all of a formation's per-row work (the search text's
@@ -51,7 +162,6 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_hash text;
   v_actor text;
 BEGIN
   v_actor := fabric._require_actor();   -- an expression, not a statement: runs for every row
@@ -65,13 +175,7 @@ BEGIN
       'a memory record is formed with content',
       'content is removed only by erasure or retention-window closure');
   END IF;
-  v_hash := fabric.content_hash(NEW.content);
-  IF NEW.content_hash IS NOT NULL AND NEW.content_hash <> v_hash THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'content_hash does not match the content',
-      'omit content_hash and let the database compute it (RFC 8785, SHA-256)');
-  END IF;
-  NEW.content_hash := v_hash;
+  NEW.content_hash := fabric._formed_content_hash(NEW.content, NEW.content_hash);
   NEW.search_tsv := fabric._search_text(NEW.content);
   NEW.search_length := fabric._search_length(NEW.search_tsv);
   NEW.recorded_at := pg_catalog.now();
@@ -82,9 +186,12 @@ BEGIN
   RETURN NEW;
 END $$;
 
-CREATE OR REPLACE TRIGGER _100_normalise
+-- (the rows of a bulk statement meet it as a set: _200_bulk_formed, above)
+DROP TRIGGER IF EXISTS _100_normalise ON fabric.memory_records;
+CREATE TRIGGER _100_normalise
   BEFORE INSERT ON fabric.memory_records
-  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_records__normalise();
+  FOR EACH ROW WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) IS DISTINCT FROM 'on')
+  EXECUTE FUNCTION fabric.tg_memory_records__normalise();
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__immutable_envelope: content, scope and provenance never change
@@ -303,6 +410,30 @@ CREATE TRIGGER _800_history
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__history();
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._formation_event: the event a formed record emits, and its payload: the one
+-- derivation of tg_memory_records__emit_formed, whose two paths (the outbox, or on Citus
+-- the tenant's shard) differ only in where they write. It takes the columns it reads, not
+-- the row (a whole row passed on is copied with its content and embedding).
+CREATE OR REPLACE FUNCTION fabric._formation_event(p_tier text, p_visibility text,
+  p_state text, p_formation_method text, p_content_hash text, p_retention_class text,
+  OUT event_type text, OUT payload jsonb)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  event_type := CASE
+                  WHEN p_tier = 'procedural' AND p_formation_method = 'consolidation'
+                    THEN 'memory.skill.distilled'
+                  WHEN p_state = 'raw' THEN 'memory.record.formed'
+                  WHEN p_state = 'consolidated' THEN 'memory.record.consolidated'
+                  WHEN p_state = 'reflected' THEN 'memory.reflection.completed'
+                END;
+  payload := pg_catalog.jsonb_build_object('tier', p_tier, 'visibility', p_visibility,
+    'state', p_state, 'formation_method', p_formation_method,
+    'content_hash', p_content_hash, 'retention_class', p_retention_class);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__emit_formed: every formation emits its memory.* event in the
 -- same transaction, with the record's own correlation and causation ids -- one INSERT per
 -- statement for all the records it formed (so one wake-up of the projectors, too).
@@ -325,36 +456,22 @@ BEGIN
                                      causation_id, actor_agent_id, run_id, memory_id,
                                      proposal_id, payload)
     SELECT pg_catalog.gen_random_uuid(), n.tenant_id,
-           CASE
-             WHEN n.tier = 'procedural' AND n.formation_method = 'consolidation'
-               THEN 'memory.skill.distilled'
-             WHEN n.consolidation_state = 'raw' THEN 'memory.record.formed'
-             WHEN n.consolidation_state = 'consolidated' THEN 'memory.record.consolidated'
-             WHEN n.consolidation_state = 'reflected' THEN 'memory.reflection.completed'
-           END,
-           n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id, n.proposal_id,
-           pg_catalog.jsonb_build_object('tier', n.tier, 'visibility', n.visibility,
-             'state', n.consolidation_state, 'formation_method', n.formation_method,
-             'content_hash', n.content_hash, 'retention_class', n.retention_class)
-      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_formed) n;
+           e.event_type, n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id,
+           n.proposal_id, e.payload
+      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_formed) n
+      CROSS JOIN LATERAL fabric._formation_event(n.tier, n.visibility, n.consolidation_state,
+        n.formation_method, n.content_hash, n.retention_class) e;
     RETURN NULL;
   END IF;
   -- the columns and payload fabric._emit writes, for every formed row at once
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
   SELECT pg_catalog.gen_random_uuid(), n.tenant_id,
-         CASE
-           WHEN n.tier = 'procedural' AND n.formation_method = 'consolidation'
-             THEN 'memory.skill.distilled'
-           WHEN n.consolidation_state = 'raw' THEN 'memory.record.formed'
-           WHEN n.consolidation_state = 'consolidated' THEN 'memory.record.consolidated'
-           WHEN n.consolidation_state = 'reflected' THEN 'memory.reflection.completed'
-         END,
-         n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id, n.proposal_id,
-         pg_catalog.jsonb_build_object('tier', n.tier, 'visibility', n.visibility,
-           'state', n.consolidation_state, 'formation_method', n.formation_method,
-           'content_hash', n.content_hash, 'retention_class', n.retention_class)
-    FROM formed_rows n;
+         e.event_type, n.correlation_id, n.causation_id, v_actor, v_run_id, n.memory_id,
+         n.proposal_id, e.payload
+    FROM formed_rows n
+    CROSS JOIN LATERAL fabric._formation_event(n.tier, n.visibility, n.consolidation_state,
+      n.formation_method, n.content_hash, n.retention_class) e;
   RETURN NULL;
 END $$;
 
@@ -363,6 +480,55 @@ CREATE TRIGGER _900_emit_formed
   AFTER INSERT ON fabric.memory_records
   REFERENCING NEW TABLE AS formed_rows
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_records__emit_formed();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._transition_events: the events one changed record emits, in the order they are
+-- written (ord): its state change, the closing of an expired record's retention window
+-- (p_content_removed: its content became NULL), its promotion or demotion (p_tier_event:
+-- which of the two the action is). The one derivation of tg_memory_records__emit, whose
+-- two paths (the outbox, or on Citus the tenant's shard) differ only in where they write.
+-- It takes the columns it reads, not the rows (a whole row passed on is copied with its
+-- content and embedding); plpgsql, as a SQL function with a SET clause is never inlined
+-- and one call per changed row would cost ten times as much.
+CREATE OR REPLACE FUNCTION fabric._transition_events(p_old_state text, p_new_state text,
+  p_old_tier text, p_new_tier text, p_valid_until timestamptz, p_content_removed boolean,
+  p_approval_id uuid, p_tier_event text)
+RETURNS TABLE (ord integer, event_type text, payload jsonb)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_new_state <> p_old_state THEN
+    ord := 1;
+    event_type := CASE p_new_state
+                    WHEN 'consolidated' THEN 'memory.record.consolidated'
+                    WHEN 'reflected' THEN 'memory.reflection.completed'
+                    WHEN 'superseded' THEN 'memory.record.superseded'
+                    WHEN 'expired' THEN 'memory.record.expired'
+                    WHEN 'tombstoned' THEN 'memory.record.forgotten'
+                  END;
+    payload := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', p_new_tier,
+      'from_state', p_old_state, 'to_state', p_new_state, 'valid_until', p_valid_until,
+      'content_removed', p_content_removed, 'approval_id', p_approval_id));
+    IF event_type IS NOT NULL THEN
+      RETURN NEXT;
+    END IF;
+  ELSIF p_content_removed THEN
+    -- an expired record's retention window closed
+    ord := 2;
+    event_type := 'memory.record.expired';
+    payload := pg_catalog.jsonb_build_object('tier', p_new_tier, 'from_state', p_old_state,
+      'to_state', p_new_state, 'content_removed', true);
+    RETURN NEXT;
+  END IF;
+  IF p_new_tier <> p_old_tier AND p_tier_event IS NOT NULL THEN
+    ord := 3;
+    event_type := p_tier_event;
+    payload := pg_catalog.jsonb_build_object('from_tier', p_old_tier, 'to_tier', p_new_tier,
+      'state', p_new_state);
+    RETURN NEXT;
+  END IF;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__emit: every transition emits its memory.* event in the same
@@ -397,64 +563,22 @@ BEGIN
       FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_old) o
       JOIN pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n
         ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
-      CROSS JOIN LATERAL (VALUES
-        (1, CASE WHEN n.consolidation_state <> o.consolidation_state THEN
-              CASE n.consolidation_state
-                WHEN 'consolidated' THEN 'memory.record.consolidated'
-                WHEN 'reflected' THEN 'memory.reflection.completed'
-                WHEN 'superseded' THEN 'memory.record.superseded'
-                WHEN 'expired' THEN 'memory.record.expired'
-                WHEN 'tombstoned' THEN 'memory.record.forgotten'
-              END END,
-         pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', n.tier,
-           'from_state', o.consolidation_state, 'to_state', n.consolidation_state,
-           'valid_until', n.valid_until,
-           'content_removed', n.content IS NULL AND o.content IS NOT NULL,
-           'approval_id', n.erasure_approval_id))),
-        -- an expired record's retention window closed
-        (2, CASE WHEN n.consolidation_state = o.consolidation_state AND n.content IS NULL
-                      AND o.content IS NOT NULL THEN 'memory.record.expired' END,
-         pg_catalog.jsonb_build_object('tier', n.tier, 'from_state', o.consolidation_state,
-           'to_state', n.consolidation_state, 'content_removed', true)),
-        (3, CASE WHEN n.tier <> o.tier THEN v_tier_event END,
-         pg_catalog.jsonb_build_object('from_tier', o.tier, 'to_tier', n.tier,
-           'state', n.consolidation_state))
-      ) AS e(ord, event_type, payload)
-     WHERE e.event_type IS NOT NULL
+      CROSS JOIN LATERAL fabric._transition_events(o.consolidation_state,
+        n.consolidation_state, o.tier, n.tier, n.valid_until,
+        n.content IS NULL AND o.content IS NOT NULL, n.erasure_approval_id, v_tier_event) e
      ORDER BY n.memory_id, e.ord;
     RETURN NULL;
   END IF;
-  -- the columns and payloads fabric._emit writes, per changed row in the order above
+  -- the columns and payloads fabric._emit writes, per changed row in the helper's order
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
   SELECT pg_catalog.gen_random_uuid(), n.tenant_id, e.event_type, n.correlation_id,
          n.causation_id, v_actor, v_run_id, n.memory_id, NULL, e.payload
     FROM old_rows o
     JOIN new_rows n ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
-    CROSS JOIN LATERAL (VALUES
-      (1, CASE WHEN n.consolidation_state <> o.consolidation_state THEN
-            CASE n.consolidation_state
-              WHEN 'consolidated' THEN 'memory.record.consolidated'
-              WHEN 'reflected' THEN 'memory.reflection.completed'
-              WHEN 'superseded' THEN 'memory.record.superseded'
-              WHEN 'expired' THEN 'memory.record.expired'
-              WHEN 'tombstoned' THEN 'memory.record.forgotten'
-            END END,
-       pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', n.tier,
-         'from_state', o.consolidation_state, 'to_state', n.consolidation_state,
-         'valid_until', n.valid_until,
-         'content_removed', n.content IS NULL AND o.content IS NOT NULL,
-         'approval_id', n.erasure_approval_id))),
-      -- an expired record's retention window closed
-      (2, CASE WHEN n.consolidation_state = o.consolidation_state AND n.content IS NULL
-                    AND o.content IS NOT NULL THEN 'memory.record.expired' END,
-       pg_catalog.jsonb_build_object('tier', n.tier, 'from_state', o.consolidation_state,
-         'to_state', n.consolidation_state, 'content_removed', true)),
-      (3, CASE WHEN n.tier <> o.tier THEN v_tier_event END,
-       pg_catalog.jsonb_build_object('from_tier', o.tier, 'to_tier', n.tier,
-         'state', n.consolidation_state))
-    ) AS e(ord, event_type, payload)
-   WHERE e.event_type IS NOT NULL
+    CROSS JOIN LATERAL fabric._transition_events(o.consolidation_state,
+      n.consolidation_state, o.tier, n.tier, n.valid_until,
+      n.content IS NULL AND o.content IS NOT NULL, n.erasure_approval_id, v_tier_event) e
    ORDER BY n.memory_id, e.ord;
   RETURN NULL;
 END $$;
@@ -470,6 +594,9 @@ CREATE TRIGGER _900_emit
 -- episodic ancestor through derived_from; checked at commit, after the lineage rows exist.
 -- A deferred trigger fires outside the API function that caused it, as the login, so it is
 -- a definer (the owner) and reads under the record's own tenant.
+-- On Citus it fires on the tenant's worker when the coordinator commits there, where no
+-- query may reach another node: the walk runs one single-shard statement at a time
+-- (fabric._require_episodic_source), each on the tenant's colocated shards of that worker.
 CREATE OR REPLACE FUNCTION fabric.tg_memory_records__semantic_needs_episode()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -477,6 +604,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM fabric._set_local('fabric.tenant_id', NEW.tenant_id);
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._require_episodic_source(NEW.tenant_id, NEW.memory_id);
+    RETURN NULL;
+  END IF;
   -- The common case first: a parent that is itself an episode (one index probe per
   -- parent); the walk through derived_from only when none is.
   IF EXISTS (SELECT 1 FROM fabric.memory_lineage l
@@ -526,13 +657,11 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
-DECLARE
-  v text;
 BEGIN
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
-    -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard (the
-    -- function's SET clause restores the setting when it returns)
-    v := pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+    -- Citus: the walk one single-shard statement at a time (the recursive read below,
+    -- called from a query on a shard, would be a distributed query nested in it)
+    RETURN fabric._ids_reach_an_episode(p_tenant_id, p_ids);
   END IF;
   RETURN (SELECT EXISTS (SELECT 1 FROM fabric.memory_records m
                  WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (p_ids)
@@ -540,12 +669,98 @@ BEGIN
                         OR fabric._has_episodic_ancestor(p_tenant_id, m.memory_id))));
 END $$;
 
+-- ---------------------------------------------------------------------------------------
+-- fabric._ids_reach_an_episode: fabric._ids_have_episodic_ancestor on a Citus cluster. The
+-- same rule (an id is an episode, or one of its ancestors within 64 generations is),
+-- walked one generation per statement, each statement on one table of the tenant: Citus
+-- plans none of them as a query that leaves the tenant's shard, so the walk runs on the
+-- coordinator (an API call) and inside a trigger on the tenant's worker alike.
+CREATE OR REPLACE FUNCTION fabric._ids_reach_an_episode(p_tenant_id text, p_ids uuid[])
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+  v_generation uuid[] := p_ids;
+  v_seen uuid[] := pg_catalog.array_remove(p_ids, NULL);
+BEGIN
+  FOR v_depth IN 0 .. 64 LOOP
+    EXIT WHEN coalesce(pg_catalog.cardinality(v_generation), 0) = 0;
+    PERFORM 1 FROM fabric.memory_records m
+    WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (v_generation) AND m.tier = 'episodic'
+    LIMIT 1;
+    IF FOUND THEN
+      RETURN true;
+    END IF;
+    SELECT pg_catalog.array_agg(DISTINCT l.derived_from_id) INTO v_generation
+    FROM fabric.memory_lineage l
+    WHERE l.tenant_id = p_tenant_id AND l.memory_id = ANY (v_generation)
+      AND l.derived_from_id <> ALL (v_seen);
+    v_seen := v_seen || v_generation;
+  END LOOP;
+  RETURN false;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._require_episodic_source: the semantic-needs-episode rule for one formed record,
+-- raised as the deferred trigger raises it. On a Citus cluster the API functions that form
+-- a semantic record call it before they return (SET CONSTRAINTS does not reach the
+-- workers, and a refusal at the workers' commit reaches the client only as "could not
+-- commit transaction", without the rule's SQLSTATE); the shard's deferred trigger calls
+-- it again at commit.
+CREATE OR REPLACE FUNCTION fabric._require_episodic_source(p_tenant_id text, p_memory_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+  v_parents uuid[];
+BEGIN
+  SELECT pg_catalog.array_agg(l.derived_from_id) INTO v_parents
+  FROM fabric.memory_lineage l
+  WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id;
+  IF NOT fabric._ids_reach_an_episode(p_tenant_id, v_parents) THEN
+    PERFORM fabric._raise_rule('check_violation',
+      'semantic record needs at least one episodic source',
+      'pass derived_from with the episodes it was extracted from',
+      p_constraint => 'memory_records_semantic_needs_episode');
+  END IF;
+END $$;
+
 DROP TRIGGER IF EXISTS _950_semantic_needs_episode ON fabric.memory_records;
+-- (the records of a bulk statement meet it as a set in fabric._commit_set:
+-- fabric._semantic_without_episode)
 CREATE CONSTRAINT TRIGGER _950_semantic_needs_episode
   AFTER INSERT ON fabric.memory_records
   DEFERRABLE INITIALLY DEFERRED
-  FOR EACH ROW WHEN (NEW.tier = 'semantic')
+  FOR EACH ROW WHEN (NEW.tier = 'semantic'
+                     AND pg_catalog.current_setting('fabric.bulk_rows', true) IS DISTINCT FROM 'on')
   EXECUTE FUNCTION fabric.tg_memory_records__semantic_needs_episode();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._semantic_without_episode: of these records of a tenant, whether a semantic one
+-- has no episodic ancestor (the rule of _950_semantic_needs_episode for a set: a parent that
+-- is an episode first, the walk through derived_from only for a record without one).
+CREATE OR REPLACE FUNCTION fabric._semantic_without_episode(p_tenant_id text,
+                                                            p_memory_ids uuid[])
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN EXISTS (
+    SELECT 1 FROM fabric.memory_records m
+    WHERE m.tenant_id = p_tenant_id AND m.memory_id = ANY (p_memory_ids)
+      AND m.tier = 'semantic'
+      AND NOT EXISTS (SELECT 1 FROM fabric.memory_lineage l
+                      JOIN fabric.memory_records p ON p.tenant_id = l.tenant_id
+                                                  AND p.memory_id = l.derived_from_id
+                      WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id
+                        AND p.tier = 'episodic')
+      AND NOT fabric._has_episodic_ancestor(m.tenant_id, m.memory_id));
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_lineage__append_only: derived_from is part of the immutable envelope;
@@ -575,9 +790,43 @@ END $$;
 CREATE OR REPLACE TRIGGER _200_append_only
   BEFORE UPDATE OR DELETE ON fabric.memory_lineage
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
-CREATE OR REPLACE TRIGGER _200_fixed_at_formation
+DROP TRIGGER IF EXISTS _200_fixed_at_formation ON fabric.memory_lineage;
+CREATE TRIGGER _200_fixed_at_formation
   BEFORE INSERT ON fabric.memory_lineage
-  FOR EACH ROW EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
+  FOR EACH ROW WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) IS DISTINCT FROM 'on')
+  EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();
+CREATE OR REPLACE TRIGGER _010_bulk_gate
+  BEFORE INSERT ON fabric.memory_lineage
+  FOR EACH STATEMENT WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_bulk_rows__gate();
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_memory_lineage__bulk_fixed_at_formation: _200_fixed_at_formation for the rows
+-- of a bulk statement, one query: each names a record formed in this transaction.
+CREATE OR REPLACE FUNCTION fabric.tg_memory_lineage__bulk_fixed_at_formation()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM new_lineage l
+             WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
+                               WHERE m.tenant_id = l.tenant_id AND m.memory_id = l.memory_id
+                                 AND m.recorded_at = pg_catalog.now())) THEN
+    PERFORM fabric._raise_rule('MF001',
+      'derived_from is fixed when a record is formed',
+      'lineage rows are written only in the transaction that forms the record');
+  END IF;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS _200_bulk_fixed_at_formation ON fabric.memory_lineage;
+CREATE TRIGGER _200_bulk_fixed_at_formation
+  AFTER INSERT ON fabric.memory_lineage
+  REFERENCING NEW TABLE AS new_lineage
+  FOR EACH STATEMENT
+  WHEN (pg_catalog.current_setting('fabric.bulk_rows', true) = 'on')
+  EXECUTE FUNCTION fabric.tg_memory_lineage__bulk_fixed_at_formation();
 CREATE OR REPLACE TRIGGER _200_append_only_truncate
   BEFORE TRUNCATE ON fabric.memory_lineage
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_memory_lineage__append_only();

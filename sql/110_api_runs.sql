@@ -15,6 +15,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_login name := session_user;  -- a value: a Citus worker would read its own session
   v_run_id uuid := pg_catalog.gen_random_uuid();
 BEGIN
   PERFORM fabric._reset_context();
@@ -53,10 +54,13 @@ BEGIN
       'the agent is not enabled in this tenant',
       'an admin enables it with fabric_api.enable_agent');
   END IF;
+  -- opened_by is named, not left to its default: on a Citus cluster the default would be
+  -- evaluated on the tenant's worker, where the session is the function owner's.
   INSERT INTO fabric.runs (tenant_id, run_id, agent_id, subject_id, session_id,
-                           active_tool_set, expires_at)
+                           active_tool_set, expires_at, opened_by)
   VALUES (p_tenant_id, v_run_id, p_agent_id, p_subject_id, p_session_id,
-          p_active_tool_set, pg_catalog.now() + p_ttl);
+          p_active_tool_set, pg_catalog.now() + p_ttl, v_login);
+  PERFORM fabric._note_tenant('run', v_run_id, p_tenant_id);  -- a cluster's lookup
   -- The subject's key, made here in a short transaction of its own: the records of the run
   -- find it made (tg_memory_records__subject_key makes one only for a subject without a
   -- run), so two commits of a new subject never wait for each other on it.
@@ -127,6 +131,39 @@ COMMENT ON FUNCTION fabric_api.close_run(uuid) IS
   'closed it. Example: SELECT fabric_api.close_run(''<run_id>'');';
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._live_run: the run of an entry point that acts in an open run: looked up in its
+-- tenant (fabric._run_in_its_tenant, which sets the tenant), then whose it must be -- the
+-- calling agent's (p_agent_id) or the orchestrator's that opened it (p_opened_by; one of
+-- the two is named, else every run is refused) -- and
+-- live (fabric._run_is_live). Each refusal is 42501: p_refusal with p_refusal_hint for a run
+-- that is unknown or not the caller's, 'the run is closed or expired' with p_dead_hint for
+-- one that no longer authorizes; the tenant is cleared before either, and nothing is written.
+-- The one prologue of fabric._enter_run (agents) and fabric_api.issue_mcp_token.
+CREATE OR REPLACE FUNCTION fabric._live_run(p_run_id uuid, p_agent_id text, p_opened_by name,
+  p_refusal text, p_refusal_hint text, p_dead_hint text)
+RETURNS fabric.runs
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_run fabric.runs := fabric._run_in_its_tenant(p_run_id);
+BEGIN
+  IF v_run.run_id IS NULL
+     OR (p_agent_id IS NOT NULL AND v_run.agent_id <> p_agent_id)
+     OR (p_opened_by IS NOT NULL AND v_run.opened_by <> p_opened_by)
+     OR (p_agent_id IS NULL AND p_opened_by IS NULL) THEN
+    PERFORM fabric._set_context('tenant_id', NULL);
+    PERFORM fabric._raise_rule('insufficient_privilege', p_refusal, p_refusal_hint);
+  END IF;
+  IF NOT fabric._run_is_live(v_run) THEN
+    PERFORM fabric._set_context('tenant_id', NULL);
+    PERFORM fabric._raise_rule('insufficient_privilege', 'the run is closed or expired',
+      p_dead_hint);
+  END IF;
+  RETURN v_run;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._enter_run: the caller's open, unexpired run; sets tenant, actor and run context.
 -- An unknown, expired, closed or foreign run is an error (42501) that writes nothing.
 CREATE OR REPLACE FUNCTION fabric._enter_run(p_run_id uuid)
@@ -144,19 +181,10 @@ BEGIN
       'the caller is not a registered agent',
       'each agent logs in with the login registered by fabric_api.register_agent');
   END IF;
-  v_run := fabric._run_in_its_tenant(p_run_id);
-  IF v_run.run_id IS NULL OR v_run.agent_id <> v_agent_id THEN
-    PERFORM fabric._set_context('tenant_id', NULL);
-    PERFORM fabric._raise_rule('insufficient_privilege',
-      'no run of the calling agent has this run_id',
-      'the orchestrator opens a run for this agent with fabric_api.open_run');
-  END IF;
-  IF NOT fabric._run_is_live(v_run) THEN
-    PERFORM fabric._set_context('tenant_id', NULL);
-    PERFORM fabric._raise_rule('insufficient_privilege',
-      'the run is closed or expired',
-      'ask the orchestrator to open a new run');
-  END IF;
+  v_run := fabric._live_run(p_run_id, v_agent_id, NULL,
+    'no run of the calling agent has this run_id',
+    'the orchestrator opens a run for this agent with fabric_api.open_run',
+    'ask the orchestrator to open a new run');
   -- fabric._set_context of both, as simple expressions (this runs once per propose)
   v := fabric._set_local('fabric.actor', v_agent_id);
   v := fabric._set_local('fabric.run_id', p_run_id::text);

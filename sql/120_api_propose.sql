@@ -826,7 +826,10 @@ BEGIN
       v_p.compliance_labels, v_p.version, v_p.request_hash)
     ON CONFLICT (tenant_id, proposed_by, source_event_id, content_hash) WHERE request_hash IS NOT NULL
     DO NOTHING;
-    EXIT file WHEN FOUND;
+    IF FOUND THEN
+      PERFORM fabric._note_tenant('proposal', v_p.proposal_id, v_p.tenant_id);  -- a cluster's lookup
+      EXIT file;
+    END IF;
     -- The key is held: by the same request (its answer is replayed, nothing written), by
     -- another request (23505), or by a rejected proposal of another request, which gives the
     -- key up to this corrected envelope, once (the UPDATE runs only then, not on every
@@ -1122,6 +1125,7 @@ DECLARE
   v_state text;
   v_message text;
   v_hint text;
+  v_citus boolean := coalesce(pg_catalog.current_setting('citus.propagate_set_commands', true), '') = 'local';
 BEGIN
   -- The denial events are written for a batch that is answered (an array of 1-1000).
   v_count := CASE WHEN pg_catalog.jsonb_typeof(p_envelopes) = 'array'
@@ -1147,10 +1151,17 @@ BEGIN
 
   -- Parse and judge each envelope: those of the common, valid shape by one query
   -- (fabric._judge_envelopes), the others one by one; an error is its position's answer.
-  SELECT pg_catalog.array_agg(j.o_row ORDER BY g.i), pg_catalog.array_agg(j.o_position IS NOT NULL ORDER BY g.i)
-  INTO v_rows, v_judged
-  FROM pg_catalog.generate_series(1, v_count) AS g(i)
-  LEFT JOIN fabric._judge_envelopes(p_envelopes, v_run, v_agent) j ON j.o_position = g.i;
+  IF v_citus THEN
+    -- Citus plans no query of the batch that reads the tenant's records and instances in
+    -- correlated subqueries (fabric._judge_envelopes): each envelope is judged alone.
+    v_rows := pg_catalog.array_fill(NULL::fabric.proposals, ARRAY[v_count]);
+    v_judged := pg_catalog.array_fill(false, ARRAY[v_count]);
+  ELSE
+    SELECT pg_catalog.array_agg(j.o_row ORDER BY g.i), pg_catalog.array_agg(j.o_position IS NOT NULL ORDER BY g.i)
+    INTO v_rows, v_judged
+    FROM pg_catalog.generate_series(1, v_count) AS g(i)
+    LEFT JOIN fabric._judge_envelopes(p_envelopes, v_run, v_agent) j ON j.o_position = g.i;
+  END IF;
   v_answers := pg_catalog.array_fill(NULL::jsonb, ARRAY[v_count]);
   v_new := pg_catalog.array_fill(false, ARRAY[v_count]);
   FOR i IN 1 .. v_count LOOP

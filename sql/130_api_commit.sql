@@ -171,7 +171,12 @@ BEGIN
   WHERE p.tenant_id = p_proposal.tenant_id AND p.proposal_id = p_proposal.proposal_id;
   -- The deferred rule fires now, so a batch can reject this proposal alone. It is queued
   -- only for a semantic record (the trigger's WHEN), so only a semantic record fires it.
-  IF v_record.tier = 'semantic' THEN
+  -- On Citus the trigger is the shard's, which SET CONSTRAINTS does not reach: the rule is
+  -- checked here as the trigger checks it (and again by the trigger at commit).
+  IF v_record.tier = 'semantic'
+     AND pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM fabric._require_episodic_source(v_record.tenant_id, v_record.memory_id);
+  ELSIF v_record.tier = 'semantic' THEN
     SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
     SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
   END IF;
@@ -202,6 +207,11 @@ DECLARE
   v_status text;
   v_status_of jsonb := '{}';
 BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- on Citus custom plans: a generic one of a read by id (no tenant yet) or of the
+    -- locking read cannot be planned or pruned (the SET clause restores the setting)
+    PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+  END IF;
   SELECT pg_catalog.array_agg(fabric._tenant_of_proposal(u.proposal_id) ORDER BY u.ord)
   INTO v_tenants FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord);
   FOR v_tenant IN SELECT DISTINCT t FROM pg_catalog.unnest(v_tenants) t WHERE t IS NOT NULL LOOP
@@ -318,6 +328,16 @@ DECLARE
   v_run uuid;
   v_proposals uuid[];
   v_records uuid[];
+  v_citus boolean := coalesce(pg_catalog.current_setting('citus.propagate_set_commands', true), '') = 'local';
+  v_memory uuid;
+  v_sources uuid[];
+  v_source uuid;
+  v_tier text;
+  v_semantic uuid[] := '{}';
+  v_formed uuid[] := '{}';
+  v_bulk boolean := pg_catalog.current_setting('citus.propagate_set_commands', true)
+                    IS DISTINCT FROM 'local';
+  v text;
 BEGIN
   PERFORM fabric._set_context('actor', p_committer);
   FOR v_run IN
@@ -327,40 +347,89 @@ BEGIN
     GROUP BY p.run_id ORDER BY pg_catalog.min(u.ord)
   LOOP
     PERFORM fabric._set_context('run_id', v_run::text);
+    -- A bulk statement (fabric.tg_bulk_rows__gate, sql/050_records.sql): the hash and the
+    -- search text derived here, the row rules met as a set.
+    IF v_bulk THEN   -- (not on Citus: the shards' row triggers run there, docs/citus.md)
+      v := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+    END IF;
     WITH formed AS (
       INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
         session_id, business_instance_id, content, content_hash, source_event_id,
         correlation_id, causation_id, formed_by, formation_method, confidence, valid_from,
-        valid_until, retention_class, compliance_labels, version, proposal_id, run_id)
+        valid_until, retention_class, compliance_labels, version, proposal_id, run_id,
+        search_tsv, search_length)
       SELECT p.tenant_id, p.tier, p.visibility, p.subject_id, p.agent_id, p.session_id,
-        p.business_instance_id, p.content, p.content_hash, p.source_event_id,
+        p.business_instance_id, p.content,
+        fabric._formed_content_hash(p.content, p.content_hash), p.source_event_id,
         p.correlation_id, p.causation_id, p_committer, p.formation_method, p.confidence,
         p.valid_from, p.valid_until, p.retention_class, p.compliance_labels, p.version,
-        p.proposal_id, p.run_id
+        p.proposal_id, p.run_id, x.tsv, fabric._search_length(x.tsv)
       FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord)
       JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = u.proposal_id
+      CROSS JOIN LATERAL (SELECT fabric._search_text(p.content) AS tsv OFFSET 0) x
       WHERE p.run_id = v_run
       ORDER BY u.ord
       RETURNING memory_records.proposal_id, memory_records.memory_id
     )
     SELECT pg_catalog.array_agg(f.proposal_id), pg_catalog.array_agg(f.memory_id)
     INTO v_proposals, v_records FROM formed f;
-    INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
-    SELECT p_tenant_id, f.memory_id, d
-    FROM ROWS FROM (pg_catalog.unnest(v_proposals), pg_catalog.unnest(v_records)) WITH ORDINALITY AS f(proposal_id, memory_id, ord)
-    JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = f.proposal_id
-    CROSS JOIN LATERAL pg_catalog.unnest(p.derived_from) d
-    ORDER BY f.ord;
+    IF v_citus THEN
+      -- Citus: an INSERT ... SELECT that is not a query of the tenant's shards becomes a
+      -- COPY into the shard, which row-level security refuses; the pairs are read first,
+      -- then one INSERT ... VALUES each (a semantic record's rule checked with its lineage)
+      FOR v_memory, v_sources, v_tier IN
+        SELECT f.memory_id, p.derived_from, p.tier
+        FROM ROWS FROM (pg_catalog.unnest(v_proposals), pg_catalog.unnest(v_records)) WITH ORDINALITY AS f(proposal_id, memory_id, ord)
+        JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = f.proposal_id
+        ORDER BY f.ord
+      LOOP
+        FOREACH v_source IN ARRAY coalesce(v_sources, '{}') LOOP
+          INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+          VALUES (p_tenant_id, v_memory, v_source);
+        END LOOP;
+        IF v_tier = 'semantic' THEN
+          v_semantic := v_semantic || v_memory;
+        END IF;
+      END LOOP;
+    ELSE
+      -- the gate kept the setting only for the statement of this function
+      v_bulk := v_bulk AND pg_catalog.current_setting('fabric.bulk_rows', true) = 'on';
+      IF v_bulk THEN
+        v := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+      END IF;
+      INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+      SELECT p_tenant_id, f.memory_id, d
+      FROM ROWS FROM (pg_catalog.unnest(v_proposals), pg_catalog.unnest(v_records)) WITH ORDINALITY AS f(proposal_id, memory_id, ord)
+      JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = f.proposal_id
+      CROSS JOIN LATERAL pg_catalog.unnest(p.derived_from) d
+      ORDER BY f.ord;
+      v := pg_catalog.set_config('fabric.bulk_rows', '', true);
+    END IF;
+    v_formed := v_formed || v_records;
     UPDATE fabric.proposals p
     SET status = 'committed', decided_at = pg_catalog.now(), committed_by = p_committer,
         memory_id = f.memory_id
     FROM ROWS FROM (pg_catalog.unnest(v_proposals), pg_catalog.unnest(v_records)) AS f(proposal_id, memory_id)
     WHERE p.tenant_id = p_tenant_id AND p.proposal_id = f.proposal_id;
   END LOOP;
-  SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
-  SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
-  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
-    PERFORM fabric._flush_shard_events(p_tenant_id);  -- Citus: the shard triggers' events
+  IF v_citus THEN
+    -- Citus: the semantic rule as the shard's deferred trigger checks it (SET CONSTRAINTS
+    -- does not reach the workers), then the shard triggers' events
+    FOREACH v_memory IN ARRAY v_semantic LOOP
+      PERFORM fabric._require_episodic_source(p_tenant_id, v_memory);
+    END LOOP;
+    PERFORM fabric._flush_shard_events(p_tenant_id);
+  ELSE
+    -- the rule every semantic record meets, for the records of the bulk statements at once;
+    -- a record the gate sent to the row triggers queued the deferred check, fired here
+    IF v_bulk AND fabric._semantic_without_episode(p_tenant_id, v_formed) THEN
+      PERFORM fabric._raise_rule('check_violation',
+        'semantic record needs at least one episodic source',
+        'pass derived_from with the episodes it was extracted from',
+        p_constraint => 'memory_records_semantic_needs_episode');
+    END IF;
+    SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
+    SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
   END IF;
 END $$;
 
@@ -379,6 +448,9 @@ DECLARE
   v_tenant text;
   v_ids uuid[];
   v_records jsonb[];
+  v_citus boolean := coalesce(pg_catalog.current_setting('citus.propagate_set_commands', true), '') = 'local';
+  v_ord bigint;
+  v_memory uuid;
 BEGIN
   IF p_proposal_ids IS NULL OR pg_catalog.array_ndims(p_proposal_ids) > 1 THEN
     PERFORM fabric._bad_envelope('proposal ids must be a one-dimensional array',
@@ -406,6 +478,19 @@ BEGIN
     EXCEPTION WHEN exclusion_violation THEN
       PERFORM fabric._contradiction();
     END;
+    IF v_citus THEN
+      -- Citus: a record read from its shard is of the shard's row type, so each is read
+      -- into a fabric.memory_records first (fabric._record_json_now)
+      FOR v_ord, v_memory IN
+        SELECT u.ord, p.memory_id
+        FROM ROWS FROM (pg_catalog.unnest(p_proposal_ids), pg_catalog.unnest(v_tenants)) WITH ORDINALITY AS u(proposal_id, tenant_id, ord)
+        JOIN fabric.proposals p ON p.tenant_id = v_tenant AND p.proposal_id = u.proposal_id
+        WHERE u.tenant_id = v_tenant
+      LOOP
+        v_records[v_ord] := fabric._record_json_now(v_tenant, v_memory);
+      END LOOP;
+      CONTINUE;
+    END IF;
     SELECT pg_catalog.array_agg(x.record ORDER BY x.ord) INTO v_records
     FROM (SELECT u.ord, CASE WHEN u.tenant_id = v_tenant THEN fabric._record_json(m)
                              ELSE v_records[u.ord] END AS record

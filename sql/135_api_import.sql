@@ -315,6 +315,7 @@ DECLARE
   v_refused bigint;
   v_refusals jsonb;
   v_result jsonb;
+  v_bulk text;
 BEGIN
   IF p_tenant_id IS NULL OR p_import_id IS NULL THEN
     PERFORM fabric._bad_envelope('tenant_id and import_id are required',
@@ -358,6 +359,12 @@ BEGIN
   END IF;
 
   PERFORM fabric._set_context('actor', v_committer);
+  -- A bulk statement (fabric.tg_bulk_rows__gate, sql/050_records.sql): the hash and the
+  -- search text derived here, the row rules met as a set.
+  -- (not on Citus: the shards' row triggers run there, docs/citus.md)
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
+    v_bulk := pg_catalog.set_config('fabric.bulk_rows', 'on', true);
+  END IF;
   WITH elements AS (
     SELECT e.o_position AS position, e.o_sqlstate, e.o_reason, e.o_visibility, e.o_subject_id,
       e.o_agent_id, e.o_session_id, e.o_instance, e.o_content, e.o_content_hash,
@@ -409,12 +416,16 @@ BEGIN
     INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, agent_id,
       session_id, business_instance_id, content, content_hash, source_event_id, correlation_id,
       causation_id, formed_by, formation_method, confidence, valid_from, valid_until,
-      retention_class, compliance_labels, version)
+      retention_class, compliance_labels, version, search_tsv, search_length)
     SELECT p_tenant_id, 'episodic', c.o_visibility, c.o_subject_id, c.o_agent_id,
-      c.o_session_id, c.o_instance, c.o_content, c.o_content_hash, v_event_id::text,
+      c.o_session_id, c.o_instance, c.o_content,
+      fabric._formed_content_hash(c.o_content, c.o_content_hash), v_event_id::text,
       c.o_correlation_id, c.o_causation_id, v_committer, 'import', c.o_confidence,
-      c.o_valid_from, c.o_valid_until, c.o_retention, c.o_labels, c.o_version
-    FROM checked c WHERE c.refusal IS NULL
+      c.o_valid_from, c.o_valid_until, c.o_retention, c.o_labels, c.o_version,
+      x.tsv, fabric._search_length(x.tsv)
+    FROM checked c
+    CROSS JOIN LATERAL (SELECT fabric._search_text(c.o_content) AS tsv OFFSET 0) x
+    WHERE c.refusal IS NULL
     ORDER BY c.position
     RETURNING 1
   )
@@ -426,6 +437,7 @@ BEGIN
           FROM (SELECT c.position, c.sqlstate, c.refusal FROM checked c
                 WHERE c.refusal IS NOT NULL ORDER BY c.position LIMIT 100) r)
   INTO v_formed, v_refused, v_refusals;
+  v_bulk := pg_catalog.set_config('fabric.bulk_rows', '', true);
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
     PERFORM fabric._flush_shard_events(p_tenant_id);  -- Citus: the shard triggers' events
   END IF;

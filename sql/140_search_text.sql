@@ -120,6 +120,7 @@ AS $$
 DECLARE
   v_moved bigint;
   v_rows jsonb;
+  v_fold record;
 BEGIN
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
     -- Citus (from a shard's trigger too): the deltas deleted by one statement on the
@@ -130,11 +131,18 @@ BEGIN
        WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
       RETURNING s.*)
     SELECT pg_catalog.jsonb_agg(m), pg_catalog.count(*) INTO v_rows, v_moved FROM moved m;
-    INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
-    SELECT m.tenant_id, m.scope_key, m.lexeme, pg_catalog.sum(m.docs), pg_catalog.sum(m.length)
-      FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.search_stats, v_rows) m
-     GROUP BY m.tenant_id, m.scope_key, m.lexeme
-    HAVING pg_catalog.sum(m.docs) > 0;
+    -- one INSERT ... VALUES per folded row: from the coordinator (compact_search_stats) an
+    -- INSERT ... SELECT of values is a COPY into the shard, which row-level security refuses
+    FOR v_fold IN
+      SELECT m.tenant_id, m.scope_key, m.lexeme, pg_catalog.sum(m.docs) AS docs,
+             pg_catalog.sum(m.length) AS length
+        FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.search_stats, v_rows) m
+       GROUP BY m.tenant_id, m.scope_key, m.lexeme
+      HAVING pg_catalog.sum(m.docs) > 0
+    LOOP
+      INSERT INTO fabric.search_stats (tenant_id, scope_key, lexeme, docs, length)
+      VALUES (v_fold.tenant_id, v_fold.scope_key, v_fold.lexeme, v_fold.docs, v_fold.length);
+    END LOOP;
     RETURN v_moved;
   END IF;
   WITH moved AS (

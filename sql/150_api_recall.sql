@@ -253,7 +253,17 @@ DECLARE
   v_walk_reads integer[];
   v_post_keys text[];
   v_post_lexemes text[];
+  v_scores jsonb;
   v_set text;  -- (set_config as an assignment: a simple expression, without a statement)
+  -- On a Citus cluster the lexical statements are simpler ones (below): Citus sends a
+  -- statement on the tenant's rows to its shard whole, so it may call no function that reads
+  -- a table, join a shard to values of this node only as a subquery of its own, nor join a
+  -- shard's rows back by ctid.
+  v_citus boolean := coalesce(
+    pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local', false);
+  v_config regconfig;
+  v_found_lexemes text[];
+  v_found_df double precision[];
 BEGIN
   IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL
      OR pg_catalog.cardinality(p_tiers) = 0 OR pg_catalog.cardinality(p_scope_keys) = 0 THEN
@@ -270,6 +280,30 @@ BEGIN
       -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard
       CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
            THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
+    IF v_citus THEN
+      -- the query's lexemes here, their document frequencies in one statement on the shard
+      v_config := fabric._text_search_config();
+      v_lexemes := ARRAY(SELECT l.lexeme FROM pg_catalog.unnest(pg_catalog.tsvector_to_array(
+                           pg_catalog.to_tsvector(v_config, p_query))) AS l(lexeme)
+                         ORDER BY l.lexeme);
+      SELECT pg_catalog.array_agg(d.lexeme), pg_catalog.array_agg(d.df)
+        INTO v_found_lexemes, v_found_df
+        FROM (SELECT s.lexeme,
+                     GREATEST(coalesce(pg_catalog.sum(s.docs), 0), 0)::double precision AS df
+                FROM fabric.search_stats s
+               WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
+                 AND s.lexeme = ANY (v_lexemes)
+               GROUP BY s.lexeme) d;
+      v_df := ARRAY(SELECT coalesce(f.df, 0)
+                      FROM pg_catalog.unnest(v_lexemes) WITH ORDINALITY AS l(lexeme, i)
+                      LEFT JOIN ROWS FROM (pg_catalog.unnest(v_found_lexemes),
+                                           pg_catalog.unnest(v_found_df)) AS f(lexeme, df)
+                        ON f.lexeme = l.lexeme
+                     ORDER BY l.i);
+      IF pg_catalog.cardinality(v_lexemes) = 0 THEN
+        v_lexemes := NULL;
+      END IF;
+    ELSE
     SELECT pg_catalog.array_agg(t.lexeme ORDER BY t.lexeme),
            pg_catalog.array_agg(t.df ORDER BY t.lexeme)
       INTO v_lexemes, v_df
@@ -282,6 +316,7 @@ BEGIN
                   FROM fabric.search_stats s
                  WHERE s.tenant_id = p_tenant_id AND s.scope_key = ANY (p_scope_keys)
                    AND s.lexeme = l.lexeme) d) t;
+    END IF;
     IF v_lexemes IS NULL THEN
       RETURN;                                 -- nothing searchable (empty, stop words only)
     END IF;
@@ -317,7 +352,8 @@ BEGIN
     -- above), when the most frequent lexeme fails it: then the per-key statistics are not
     -- even read.
     v_top := CASE WHEN v_top > 0 THEN GREATEST(v_top, p_limit) ELSE 0 END;
-    IF v_top > 0 AND v_max_df > 2.0 * v_top * pg_catalog.cardinality(p_tiers)
+    IF NOT v_citus  -- (no walk on a cluster: its per-key statistics are a correlated read)
+       AND v_top > 0 AND v_max_df > 2.0 * v_top * pg_catalog.cardinality(p_tiers)
        AND (pg_catalog.cardinality(p_scope_keys) > 1
             OR v_max_df * v_max_df > 2.0 * v_top * GREATEST(coalesce(v_docs, 0), v_max_df)
                                      * pg_catalog.cardinality(p_tiers)) THEN
@@ -343,6 +379,59 @@ BEGIN
                   SELECT LEAST(pg_catalog.ceil(2.0 * v_top * GREATEST(d.docs, d.df)
                                                / GREATEST(d.df, 1)), 2147483647)::integer AS reads) r
              ) p;
+    END IF;
+    IF v_citus THEN
+      -- One statement on the tenant's shard: the matching records (postings through
+      -- memory_records_search_keys, then every rule), scored by the same BM25, the p_limit
+      -- winners built as the table's row type (on a worker a row of a shard) with their
+      -- lineage (colocated).
+      RETURN QUERY
+        SELECT w.memory_id, w.score, fabric._recall_envelope(w.rec, d.derived_from,  -- as below
+                 pg_catalog.round(((1.0 / (60 + pg_catalog.row_number() OVER o))
+                                   / (1.0 / 61)::double precision)::numeric, 6),
+                 pg_catalog.jsonb_build_object('lexical', pg_catalog.row_number() OVER o))
+        FROM (SELECT c.memory_id, bm.score, ROW(c.*)::fabric.memory_records AS rec,
+                     c.confidence, c.valid_from, c.recorded_at
+                FROM fabric.memory_records c
+                CROSS JOIN LATERAL (
+                  SELECT GREATEST(c.search_length, 1)::double precision AS n) dl
+                CROSS JOIN LATERAL (
+                  SELECT coalesce(pg_catalog.sum(q.idf * tf.n * (c_k1 + 1)
+                           / (tf.n + c_k1 * (1 - c_b + c_b * dl.n / coalesce(v_avgdl, dl.n)))),
+                           0) AS score
+                    FROM pg_catalog.unnest(pg_catalog.ts_filter(
+                           pg_catalog.setweight(c.search_tsv, 'A', v_lexemes), '{a}')) u
+                    JOIN ROWS FROM (pg_catalog.unnest(v_lexemes), pg_catalog.unnest(v_idf))
+                           AS q(lexeme, idf) ON q.lexeme = u.lexeme
+                    CROSS JOIN LATERAL (SELECT coalesce(pg_catalog.array_length(u.positions, 1), 1)
+                                                 ::double precision AS n) tf
+                ) bm
+               WHERE c.tenant_id = p_tenant_id
+                 AND fabric._search_keys(c.tenant_id, ARRAY[c.scope_key],
+                                         pg_catalog.tsvector_to_array(c.search_tsv))
+                     OPERATOR(pg_catalog.&&) fabric._search_keys(p_tenant_id, p_scope_keys, v_match)
+                 AND c.search_tsv @@ v_tsq
+                 AND c.scope_key = ANY (p_scope_keys)
+                 AND c.tier = ANY (p_tiers)
+                 AND c.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                 AND c.content IS NOT NULL
+                 AND c.valid_from <= p_valid_at
+                 AND (c.valid_until IS NULL OR c.valid_until > p_valid_at)
+                 AND c.confidence >= p_min_confidence
+                 AND NOT (c.compliance_labels && p_excluded_labels)
+               ORDER BY bm.score DESC, c.confidence DESC, c.valid_from DESC, c.recorded_at DESC,
+                        c.memory_id
+               LIMIT p_limit) w
+        CROSS JOIN LATERAL (
+          SELECT coalesce(pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id),
+                          '[]') AS derived_from
+            FROM fabric.memory_lineage l
+           WHERE l.tenant_id = p_tenant_id AND l.memory_id = w.memory_id) d
+        WINDOW o AS (ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC,
+                     w.recorded_at DESC, w.memory_id)
+        ORDER BY w.score DESC, w.confidence DESC, w.valid_from DESC, w.recorded_at DESC,
+                 w.memory_id;
+      RETURN;
     END IF;
     IF v_walk_keys IS NULL THEN
       -- Candidates are scored and sorted as narrow rows (id, score, order keys); only the
@@ -595,14 +684,22 @@ BEGIN
       -- on Citus a custom plan: a generic one cannot be pruned to the tenant's shard
       CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
            THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
+  -- Each candidate's score (the best one given for its id) is looked up in a jsonb object
+  -- keyed by id, made once here: a join with the candidate list ran, on the generic plan
+  -- (which cannot know how many candidates come), as a nested loop that read the whole list
+  -- again for every record found (1,000 graph candidates: 0.25 s instead of 20 ms).
+  v_scores := (SELECT pg_catalog.jsonb_object_agg(u.id, u.score)
+                 FROM (SELECT u.id, pg_catalog.max(u.score) AS score
+                         FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
+                        GROUP BY u.id) u);
   -- The winners' lineage is read in the same statement, for the p_limit winners only.
   RETURN QUERY
     SELECT w.memory_id, w.score, fabric._record_envelope(w.m, d.derived_from)
-    FROM (SELECT m.memory_id, c.score, m, m.confidence, m.valid_from, m.recorded_at
+    -- (ROW(m.*) as the table's row type: on a Citus worker m is a row of a shard)
+    FROM (SELECT m.memory_id,
+                 (v_scores ->> m.memory_id::text)::double precision AS score,
+                 ROW(m.*)::fabric.memory_records AS m, m.confidence, m.valid_from, m.recorded_at
             FROM fabric.memory_records m
-            LEFT JOIN (SELECT u.id, pg_catalog.max(u.score) AS score
-                       FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
-                       GROUP BY u.id) c ON c.id = m.memory_id
            WHERE m.tenant_id = p_tenant_id
              AND m.memory_id = ANY (p_candidate_ids)
              AND m.scope_key = ANY (p_scope_keys)

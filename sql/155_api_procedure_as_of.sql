@@ -27,6 +27,11 @@ DECLARE
   v_scope_request jsonb;
   v_records jsonb;
   v_served constant jsonb := '{"mode_served": "as_of", "tiers_served_lexically": []}';
+  v_chain uuid[];
+  v_id uuid;
+  v_next uuid;
+  v_record fabric.memory_records;
+  v_derived jsonb;
 BEGIN
   v_checked := fabric._reset_context();
   IF pg_catalog.jsonb_typeof(p_request) IS DISTINCT FROM 'object'
@@ -96,6 +101,49 @@ BEGIN
   -- served, and a chain the agent cannot see answers nothing.
   -- (the chain is a line: a record is superseded at most once; its ancestors are found by
   -- primary key, its descendants by memory_records_by_supersedes)
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus plans no recursive CTE over a distributed table here, and a helper called in a
+    -- query on a shard gets the shard's row: the chain is walked one version per statement,
+    -- and each version read by itself into a row of the table.
+    SELECT m.memory_id, m.supersedes INTO v_id, v_next FROM fabric.memory_records m
+     WHERE m.tenant_id = v_run.tenant_id AND m.memory_id = v_memory_id
+       AND m.tier = 'procedural' AND m.scope_key = ANY (v_keys);
+    v_chain := CASE WHEN v_id IS NULL THEN '{}' ELSE ARRAY[v_id] END;
+    WHILE v_next IS NOT NULL AND v_id IS NOT NULL LOOP   -- older versions
+      SELECT m.memory_id, m.supersedes INTO v_id, v_next FROM fabric.memory_records m
+       WHERE m.tenant_id = v_run.tenant_id AND m.memory_id = v_next AND m.tier = 'procedural';
+      EXIT WHEN v_id IS NULL OR v_id = ANY (v_chain);
+      v_chain := v_chain || v_id;
+    END LOOP;
+    v_id := CASE WHEN pg_catalog.cardinality(v_chain) > 0 THEN v_memory_id END;
+    WHILE v_id IS NOT NULL LOOP   -- newer versions
+      v_next := v_id;
+      v_id := NULL;
+      SELECT m.memory_id INTO v_id FROM fabric.memory_records m
+       WHERE m.tenant_id = v_run.tenant_id AND m.supersedes = v_next AND m.tier = 'procedural'
+       LIMIT 1;
+      EXIT WHEN v_id IS NULL OR v_id = ANY (v_chain);
+      v_chain := v_chain || v_id;
+    END LOOP;
+    v_records := '[]';
+    FOR v_record IN
+      SELECT m.* FROM fabric.memory_records m
+       WHERE m.tenant_id = v_run.tenant_id AND m.memory_id = ANY (v_chain)
+         AND m.scope_key = ANY (v_keys)
+         AND m.consolidation_state <> 'tombstoned'
+         AND m.content IS NOT NULL
+         AND m.valid_from <= v_valid_at
+         AND (m.valid_until IS NULL OR m.valid_until > v_valid_at)
+    LOOP
+      SELECT coalesce(pg_catalog.jsonb_agg(l.derived_from_id ORDER BY l.derived_from_id), '[]')
+        INTO v_derived
+        FROM fabric.memory_lineage l
+       WHERE l.tenant_id = v_run.tenant_id AND l.memory_id = v_record.memory_id;
+      v_records := v_records || pg_catalog.jsonb_build_array(fabric._record_envelope(v_record, v_derived));
+    END LOOP;
+    RETURN fabric._recall_answer(v_run, p_request, 'served', NULL, v_resolved, v_records, false,
+                                 v_served);
+  END IF;
   WITH RECURSIVE start AS (
     SELECT m.memory_id, m.supersedes FROM fabric.memory_records m
      WHERE m.tenant_id = v_run.tenant_id AND m.memory_id = v_memory_id

@@ -163,11 +163,11 @@ COMMENT ON FUNCTION fabric_audit.lineage(text, uuid) IS
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_audit.recalls: who recalled what, when, in which run and scope -- each recall event
--- as its documents (scope, tiers and memory ids as jsonb, as the event holds them). The
--- relational form is fabric_audit.recall_history with fabric_audit.recalled_records
--- (sql/280_audit_relations.sql), canonical for joins and aggregates; this one stays for the
--- callers that read whole documents (the SDK's recalls(), the demo). Both read the same
--- events with the same filter and order; a test holds them equal.
+-- as its documents (scope, tiers and memory ids as jsonb, as the event holds them). A view
+-- of the canonical relation, fabric_audit.recall_history (sql/280_audit_relations.sql): its
+-- recalls, in its order and with its columns, and each recall's documents read from its
+-- event by id; it stays for the callers that read whole documents (the SDK's recalls(),
+-- the demo).
 CREATE OR REPLACE FUNCTION fabric_audit.recalls(p_tenant_id text, p_from timestamptz,
                                                 p_to timestamptz)
 RETURNS TABLE (occurred_at timestamptz, status text, agent_id text, actor_login name,
@@ -177,17 +177,17 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM fabric._enter_audit(p_tenant_id);
+  PERFORM fabric._enter_audit(p_tenant_id);  -- the tenant is set before the events are read
   RETURN QUERY
-    SELECT e.occurred_at, e.payload ->> 'status', e.actor_agent_id, e.actor_login, e.run_id,
-           e.correlation_id, e.payload -> 'tiers_served', e.payload -> 'tiers_denied',
+    SELECT h.occurred_at, h.status, e.actor_agent_id, h.actor_login, h.run_id,
+           h.correlation_id, e.payload -> 'tiers_served', e.payload -> 'tiers_denied',
            e.payload -> 'scope', coalesce(e.payload -> 'memory_ids', '[]'),
-           e.payload ->> 'request_hash', e.payload ->> 'reason'
-    FROM fabric.events e
-    WHERE e.tenant_id = p_tenant_id
-      AND e.event_type IN ('memory.recall.served', 'memory.recall.denied')
-      AND e.occurred_at >= p_from AND e.occurred_at < p_to
-    ORDER BY e.occurred_at, e.event_id;
+           h.request_hash, h.reason
+    FROM fabric_audit.recall_history(p_tenant_id, p_from, p_to) WITH ORDINALITY AS h
+    JOIN fabric.events e
+      ON e.tenant_id = p_tenant_id AND e.event_id = h.recall_id
+     AND e.occurred_at = h.occurred_at
+    ORDER BY h.ordinality;
 END $$;
 COMMENT ON FUNCTION fabric_audit.recalls(text, timestamptz, timestamptz) IS
   'Recall history (served, partial, denied) of a tenant in [p_from, p_to). Auditors only. '

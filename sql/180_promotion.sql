@@ -6,28 +6,51 @@
 -- fabric's default (R-PROMO-2: 2 episodes, confidence 0.8, 3 trajectories).
 CREATE OR REPLACE FUNCTION fabric._threshold(p_tenant_id text, p_instance text, p_name text)
 RETURNS double precision
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
-  SELECT coalesce(
-    (SELECT (pg_catalog.to_jsonb(c) ->> p_name)::double precision FROM fabric.instance_config c
-     WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = coalesce(p_instance, '')),
-    (SELECT (pg_catalog.to_jsonb(d) ->> p_name)::double precision
-     FROM fabric.instance_config c JOIN fabric.domain_pack_defaults d USING (domain_pack_id)
-     WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = coalesce(p_instance, '')),
-    CASE p_name WHEN 'min_corroborating_episodes' THEN 2
-                WHEN 'min_confidence' THEN 0.8
-                WHEN 'min_successful_trajectories' THEN 3 END)
-$$;
+DECLARE
+  v double precision;
+BEGIN
+  -- plpgsql, one read per statement: Citus plans no statement of an SQL-language function
+  -- that has parameters, nor a read of a distributed table inside a larger expression
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- on Citus a custom plan, pruned to the tenant's shard (the function's SET clause
+    -- restores the setting when it returns)
+    PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+  END IF;
+  SELECT (pg_catalog.to_jsonb(c) ->> p_name)::double precision INTO v
+  FROM fabric.instance_config c
+  WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = coalesce(p_instance, '');
+  IF v IS NULL THEN
+    SELECT (pg_catalog.to_jsonb(d) ->> p_name)::double precision INTO v
+    FROM fabric.instance_config c JOIN fabric.domain_pack_defaults d USING (domain_pack_id)
+    WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = coalesce(p_instance, '');
+  END IF;
+  RETURN coalesce(v, CASE p_name WHEN 'min_corroborating_episodes' THEN 2
+                                 WHEN 'min_confidence' THEN 0.8
+                                 WHEN 'min_successful_trajectories' THEN 3 END);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._episodic_ancestors: distinct episodic records in a record's lineage, counting
 -- the episodes that corroborated it (or an ancestor) after it was formed.
 CREATE OR REPLACE FUNCTION fabric._episodic_ancestors(p_tenant_id text, p_memory_id uuid)
 RETURNS integer
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+  v_count integer;
+BEGIN
+  -- plpgsql and one statement: Citus plans no statement of an SQL-language function that
+  -- has parameters, nor a read of a distributed table inside an expression; on Citus a
+  -- custom plan, pruned to the tenant's shards (the SET clause restores the setting)
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+  END IF;
   WITH RECURSIVE up(id, depth) AS (
     SELECT l.derived_from_id, 1 FROM fabric.memory_lineage l
     WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id
@@ -40,10 +63,11 @@ AS $$
     SELECT c.episode_id FROM fabric.memory_corroborations c
     WHERE c.tenant_id = p_tenant_id
       AND (c.memory_id = p_memory_id OR c.memory_id IN (SELECT up.id FROM up)))
-  SELECT pg_catalog.count(DISTINCT m.memory_id)::integer
+  SELECT pg_catalog.count(DISTINCT m.memory_id)::integer INTO v_count
   FROM supported s JOIN fabric.memory_records m ON m.tenant_id = p_tenant_id AND m.memory_id = s.id
-  WHERE m.tier = 'episodic'
-$$;
+  WHERE m.tier = 'episodic';
+  RETURN v_count;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_memory_records__tier_change: R-TIER-1, structurally. A tier changes only

@@ -74,6 +74,8 @@ AS $$
 DECLARE
   v_rows jsonb;
   v_live jsonb;
+  v_budget integer;
+  v_thresholds jsonb;
 BEGIN
   PERFORM fabric._enter_consolidator(p_tenant_id);
   PERFORM fabric._require_workflow_event(p_tenant_id, p_workflow_event_id);
@@ -122,15 +124,19 @@ BEGIN
                      FROM pg_catalog.jsonb_array_elements(v_rows) r),
       'assertion_ids', (SELECT coalesce(pg_catalog.jsonb_agg(r -> 'memory_id'), '[]')
                         FROM pg_catalog.jsonb_array_elements(v_live) r)));
+  -- each read a statement of its own (on Citus a read of a distributed table inside the
+  -- answer's expression would be pushed to the shard with the helpers it calls)
+  SELECT c.consolidation_budget INTO v_budget FROM fabric.instance_config c
+  WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = '';
+  v_thresholds := pg_catalog.jsonb_build_object(
+    'min_corroborating_episodes', fabric._threshold(p_tenant_id, NULL, 'min_corroborating_episodes'),
+    'min_confidence', fabric._threshold(p_tenant_id, NULL, 'min_confidence'),
+    'min_successful_trajectories', fabric._threshold(p_tenant_id, NULL, 'min_successful_trajectories'));
   RETURN pg_catalog.jsonb_build_object(
     'candidates', v_rows,
     'live_assertions', v_live,
-    'budget', (SELECT c.consolidation_budget FROM fabric.instance_config c
-               WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = ''),
-    'thresholds', pg_catalog.jsonb_build_object(
-      'min_corroborating_episodes', fabric._threshold(p_tenant_id, NULL, 'min_corroborating_episodes'),
-      'min_confidence', fabric._threshold(p_tenant_id, NULL, 'min_confidence'),
-      'min_successful_trajectories', fabric._threshold(p_tenant_id, NULL, 'min_successful_trajectories')));
+    'budget', v_budget,
+    'thresholds', v_thresholds);
 END $$;
 COMMENT ON FUNCTION fabric_api.consolidation_candidates(text, uuid, text, integer, timestamptz, uuid) IS
   'Live episodic records to consolidate, after an optional cursor, with the live assertions '
@@ -254,6 +260,7 @@ DECLARE
   v_expires timestamptz;
   v_result jsonb;
   v_target jsonb;
+  v_promoted uuid;
 BEGIN
   BEGIN
     v_result := fabric_api.promote(p_rec.sources[1], p_rec.proposal ->> 'target_tier', v_approval,
@@ -281,8 +288,11 @@ BEGIN
       'the promotion''s approval was %s', CASE WHEN v_status = 'pending' THEN 'not decided before it expired'
                                                ELSE coalesce(v_status, 'not found') END));
   END;
+  -- the promoted record as a value: Citus 14 crashes deparsing an UPDATE that sets a column
+  -- from an element of a row parameter's array (p_rec.sources[1])
+  v_promoted := p_rec.sources[1];
   UPDATE fabric.recommendations r SET status = 'committed', decided_at = pg_catalog.now(),
-         memory_id = p_rec.sources[1], approval_id = v_approval
+         memory_id = v_promoted, approval_id = v_approval
   WHERE r.tenant_id = p_rec.tenant_id AND r.recommendation_id = p_rec.recommendation_id;
   RETURN v_result;
 END $$;
@@ -321,6 +331,7 @@ DECLARE
   v_target uuid;
   v_needs_approval boolean;
   v_linked uuid[];
+  v_source uuid;
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._raise_rule('no_data_found', 'unknown recommendation',
@@ -507,10 +518,23 @@ BEGIN
            v_confidence, v_valid_from, v_state, v_retention, v_labels,
            coalesce(v_rec.proposal ->> 'version', '1.0.0'), v_old.memory_id
     RETURNING * INTO v_record;
-    INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
-    SELECT v_tenant, v_record.memory_id, s FROM pg_catalog.unnest(v_rec.sources) s;
-    SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
-    SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+    IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+      -- Citus: an INSERT ... SELECT of values becomes a COPY into the shard, which
+      -- row-level security refuses (one INSERT ... VALUES per source); and SET CONSTRAINTS
+      -- does not reach the shard's deferred rule, which is checked here as it checks it
+      FOREACH v_source IN ARRAY v_rec.sources LOOP
+        INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+        VALUES (v_tenant, v_record.memory_id, v_source);
+      END LOOP;
+      IF v_record.tier = 'semantic' THEN
+        PERFORM fabric._require_episodic_source(v_tenant, v_record.memory_id);
+      END IF;
+    ELSE
+      INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id)
+      SELECT v_tenant, v_record.memory_id, s FROM pg_catalog.unnest(v_rec.sources) s;
+      SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
+      SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;
+    END IF;
   EXCEPTION WHEN exclusion_violation THEN
     RETURN fabric._reject_recommendation(v_rec,
       'contradiction: the key is already live in this tier and scope; supersede it instead');

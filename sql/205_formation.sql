@@ -259,13 +259,68 @@ CREATE OR REPLACE TRIGGER _200_append_only_truncate
 SET LOCAL ROLE fabric_lookup;
 CREATE OR REPLACE FUNCTION fabric._tenant_of_contradiction_flag(p_flag_id uuid)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT f.tenant_id FROM fabric.contradiction_flags f WHERE f.flag_id = p_flag_id $$;
+AS $$
+BEGIN
+  -- plpgsql: Citus plans no statement of an SQL function with parameters
+  RETURN (SELECT f.tenant_id FROM fabric.contradiction_flags f WHERE f.flag_id = p_flag_id);
+END $$;
 REVOKE ALL ON FUNCTION fabric._tenant_of_contradiction_flag(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._tenant_of_contradiction_flag(uuid) TO fabric_owner;
 SET LOCAL ROLE fabric_owner;
 GRANT SELECT (tenant_id, flag_id) ON fabric.contradiction_flags TO fabric_lookup;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._enter_flag_resolution: the one prologue of the flag resolvers (p_kind
+-- 'contradiction': fabric_api.resolve_contradiction_flag; 'review':
+-- fabric_api.resolve_review_flag). Consolidators only (42501); the decision one of
+-- p_decisions and a reason of 1-1000 characters (22023, with the resolver's hints); the
+-- flag known (P0002) and still open (55000, locked until the transaction ends); the
+-- consolidator enabled in the flag's tenant (fabric._enter_consolidator), which becomes the
+-- transaction's tenant. Returns the tenant and the consolidator's agent; refusals write
+-- nothing.
+CREATE OR REPLACE FUNCTION fabric._enter_flag_resolution(p_kind text, p_flag_id uuid,
+  p_decision text, p_decisions text[], p_decision_hint text, p_reason text,
+  p_reason_hint text, OUT tenant text, OUT agent text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_resolved_at timestamptz;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_consolidator', 'resolve ' || p_kind || ' flags');
+  IF p_decision IS NULL OR NOT p_decision = ANY (p_decisions) THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'decision must be ' || pg_catalog.array_to_string(p_decisions, ' or '), p_decision_hint);
+  END IF;
+  IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'a resolution needs a reason of 1-1000 characters', p_reason_hint);
+  END IF;
+  tenant := CASE p_kind
+                 WHEN 'contradiction' THEN fabric._tenant_of_contradiction_flag(p_flag_id)
+                 WHEN 'review' THEN fabric._tenant_of_review_flag(p_flag_id)
+               END;
+  IF tenant IS NULL THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown ' || p_kind || ' flag',
+      'flag ids come from fabric_api.' || p_kind || '_queue');
+  END IF;
+  agent := fabric._enter_consolidator(tenant);
+  IF p_kind = 'contradiction' THEN
+    SELECT f.resolved_at INTO v_resolved_at FROM fabric.contradiction_flags f
+    WHERE f.tenant_id = tenant AND f.flag_id = p_flag_id FOR UPDATE;
+  ELSE
+    SELECT f.resolved_at INTO v_resolved_at FROM fabric.review_flags f
+    WHERE f.tenant_id = tenant AND f.flag_id = p_flag_id FOR UPDATE;
+  END IF;
+  IF v_resolved_at IS NOT NULL THEN
+    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+      'the ' || p_kind || ' flag is already resolved',
+      'a resolution is final; fabric_api.' || p_kind || '_queue lists the open flags');
+  END IF;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.resolve_contradiction_flag: os-agt-011 judges a contradiction it flagged, once.
@@ -288,31 +343,13 @@ DECLARE
   v_state text;
   v_successor uuid;
 BEGIN
-  PERFORM fabric._reset_context();
-  PERFORM fabric._require_role('fabric_consolidator', 'resolve contradiction flags');
-  IF p_decision IS NULL OR p_decision NOT IN ('keep', 'supersede') THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'decision must be keep or supersede',
-      'keep the standing record, or supersede once it has been superseded by who may retire it');
-  END IF;
-  IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'a resolution needs a reason of 1-1000 characters',
-      'say why the standing record is kept or was superseded');
-  END IF;
-  v_tenant := fabric._tenant_of_contradiction_flag(p_flag_id);
-  IF v_tenant IS NULL THEN
-    PERFORM fabric._raise_rule('no_data_found', 'unknown contradiction flag',
-      'flag ids come from fabric_api.contradiction_queue');
-  END IF;
-  v_agent := fabric._enter_consolidator(v_tenant);
+  SELECT e.tenant, e.agent INTO v_tenant, v_agent
+  FROM fabric._enter_flag_resolution('contradiction', p_flag_id, p_decision,
+    ARRAY['keep', 'supersede'],
+    'keep the standing record, or supersede once it has been superseded by who may retire it',
+    p_reason, 'say why the standing record is kept or was superseded') e;
   SELECT * INTO v_flag FROM fabric.contradiction_flags f
-  WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id FOR UPDATE;
-  IF v_flag.resolved_at IS NOT NULL THEN
-    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
-      'the contradiction flag is already resolved',
-      'a resolution is final; fabric_api.contradiction_queue lists the open flags');
-  END IF;
+  WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id;
   SELECT m.consolidation_state INTO v_state FROM fabric.memory_records m
   WHERE m.tenant_id = v_tenant AND m.memory_id = v_flag.memory_id;
   SELECT m.memory_id INTO v_successor FROM fabric.memory_records m

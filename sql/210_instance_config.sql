@@ -49,8 +49,17 @@ BEGIN
   v_row.updated_at := pg_catalog.now();
   v_row.updated_by := session_user;
   -- Replace the row whole: the settable columns grow with the schema, so no column list.
-  INSERT INTO fabric.instance_config SELECT v_row.*
-  ON CONFLICT (tenant_id, business_instance_id) DO NOTHING;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus: an INSERT ... SELECT ... ON CONFLICT DO NOTHING counts the row it did not
+    -- insert (FOUND), so the row would stay as it was; the row is there (locked or just
+    -- made above): it is replaced, by an INSERT ... VALUES
+    DELETE FROM fabric.instance_config c
+    WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = v_instance;
+    INSERT INTO fabric.instance_config VALUES (v_row.*);
+  ELSE
+    INSERT INTO fabric.instance_config SELECT v_row.*
+    ON CONFLICT (tenant_id, business_instance_id) DO NOTHING;
+  END IF;
   IF NOT FOUND THEN
     DELETE FROM fabric.instance_config c
     WHERE c.tenant_id = p_tenant_id AND c.business_instance_id = v_instance;

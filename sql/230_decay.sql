@@ -52,6 +52,8 @@ DECLARE
   v_ceiling interval;
   v_due uuid[];
   v_close record;
+  v_instance text;
+  v_window interval;
 BEGIN
   -- -infinity would pass "not in the future" and decay nothing, silently: refused too
   IF p_now IS NULL OR NOT pg_catalog.isfinite(p_now)
@@ -73,15 +75,29 @@ BEGIN
     IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
       -- Citus: the same steps as the statement below, one statement each (Citus pushes no
       -- UPDATE down whose CASE calls a function that is not immutable), the new valid_until
-      -- computed first and written row by row
-      v_due := ARRAY(
-        SELECT m.memory_id FROM fabric.memory_records m
+      -- computed first and written row by row. Each instance's window is read first, by a
+      -- statement of its own: the read of the due records runs on the tenant's shard,
+      -- where a helper may not read another table (fabric._instance_config); the batch is
+      -- filled instance by instance, oldest first within each.
+      v_due := '{}';
+      FOR v_instance IN
+        SELECT DISTINCT m.business_instance_id FROM fabric.memory_records m
         WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
           AND m.content IS NOT NULL
           AND m.consolidation_state IN ('raw', 'consolidated', 'reflected', 'expired')
-          AND m.recorded_at + (fabric._instance_config(v_tenant, m.business_instance_id)).operational_window <= p_now
-        ORDER BY m.recorded_at, m.memory_id LIMIT p_batch
-        FOR UPDATE SKIP LOCKED);
+      LOOP
+        EXIT WHEN pg_catalog.cardinality(v_due) >= p_batch;
+        v_window := (fabric._instance_config(v_tenant, v_instance)).operational_window;
+        v_due := v_due || ARRAY(
+          SELECT m.memory_id FROM fabric.memory_records m
+          WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+            AND m.content IS NOT NULL
+            AND m.consolidation_state IN ('raw', 'consolidated', 'reflected', 'expired')
+            AND m.business_instance_id IS NOT DISTINCT FROM v_instance
+            AND m.recorded_at + v_window <= p_now
+          ORDER BY m.recorded_at, m.memory_id LIMIT p_batch - pg_catalog.cardinality(v_due)
+          FOR UPDATE SKIP LOCKED);
+      END LOOP;
       INSERT INTO fabric.temporal_summaries (tenant_id, day, tier, subject_id, retention_class, records)
       SELECT m.tenant_id, (m.valid_from AT TIME ZONE 'UTC')::date, m.tier, m.subject_id,
              m.retention_class, pg_catalog.count(*)

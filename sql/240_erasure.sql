@@ -192,6 +192,8 @@ DECLARE
   v_recalled_threads text[];
   v_receipt jsonb;
   v_receipts jsonb;
+  -- a value, not now() in a CASE or COALESCE of an UPDATE: Citus pushes no such UPDATE down
+  v_now timestamptz := pg_catalog.now();
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._refuse_approval('no such approval');
@@ -217,7 +219,7 @@ BEGIN
       UPDATE fabric.proposals p
       SET content = NULL, subject_id = NULL, session_id = NULL, agent_id = NULL,
           status = CASE WHEN p.status = 'validated' THEN 'withdrawn' ELSE p.status END,
-          decided_at = CASE WHEN p.status = 'validated' THEN pg_catalog.now() ELSE p.decided_at END
+          decided_at = CASE WHEN p.status = 'validated' THEN v_now ELSE p.decided_at END
       WHERE p.tenant_id = v_tenant AND p.subject_id = v_subject
       RETURNING p.proposal_id, p.status, p.correlation_id, p.causation_id
     LOOP
@@ -257,7 +259,7 @@ BEGIN
     -- erased person and keeps the id: it is revoked and forgets the subject and session.
     UPDATE fabric.agent_tokens t
     SET subject_id = NULL, session_id = NULL,
-        revoked_at = COALESCE(t.revoked_at, GREATEST(pg_catalog.now(), t.issued_at))
+        revoked_at = COALESCE(t.revoked_at, GREATEST(v_now, t.issued_at))
     WHERE t.tenant_id = v_tenant AND t.subject_id = v_subject;
     -- The subject's time series (measurements about the person) go whole.
     DELETE FROM fabric.measurements m WHERE m.tenant_id = v_tenant AND m.subject_id = v_subject;
@@ -344,6 +346,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  -- a value: Citus allows only immutable functions in DO UPDATE SET on a distributed table
+  v_now timestamptz := pg_catalog.now();
   v_tenant text;
   v fabric.memory_records;
 BEGIN
@@ -369,7 +373,7 @@ BEGIN
           p_embedding, p_content_hash)
   ON CONFLICT (tenant_id, memory_id, model, model_version)
   DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims,
-                content_hash = EXCLUDED.content_hash, created_at = pg_catalog.now();
+                content_hash = EXCLUDED.content_hash, created_at = v_now;
   RETURN true;
 END $$;
 COMMENT ON FUNCTION fabric_api.store_embedding(uuid, text, text, ext.vector, text) IS
@@ -427,31 +431,13 @@ DECLARE
   v_flag fabric.review_flags;
   v_approval uuid;
 BEGIN
-  PERFORM fabric._reset_context();
-  PERFORM fabric._require_role('fabric_consolidator', 'resolve review flags');
-  IF p_decision IS NULL OR p_decision NOT IN ('keep', 'request_erasure') THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'decision must be keep or request_erasure',
-      'keep the derived record, or request_erasure to file an erasure approval for it');
-  END IF;
-  IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'a resolution needs a reason of 1-1000 characters',
-      'say why the derived record is kept or should be erased');
-  END IF;
-  v_tenant := fabric._tenant_of_review_flag(p_flag_id);
-  IF v_tenant IS NULL THEN
-    PERFORM fabric._raise_rule('no_data_found', 'unknown review flag',
-      'flag ids come from fabric_api.review_queue');
-  END IF;
-  v_agent := fabric._enter_consolidator(v_tenant);
+  SELECT e.tenant, e.agent INTO v_tenant, v_agent
+  FROM fabric._enter_flag_resolution('review', p_flag_id, p_decision,
+    ARRAY['keep', 'request_erasure'],
+    'keep the derived record, or request_erasure to file an erasure approval for it',
+    p_reason, 'say why the derived record is kept or should be erased') e;
   SELECT * INTO v_flag FROM fabric.review_flags f
-  WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id FOR UPDATE;
-  IF v_flag.resolved_at IS NOT NULL THEN
-    PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
-      'the review flag is already resolved',
-      'a resolution is final; fabric_api.review_queue lists the open flags');
-  END IF;
+  WHERE f.tenant_id = v_tenant AND f.flag_id = p_flag_id;
   IF p_decision = 'request_erasure' THEN
     v_approval := fabric._file_approval(v_tenant, 'erase', v_flag.memory_id, NULL, '{}', p_reason);
   END IF;

@@ -37,6 +37,8 @@ END $$;
 -- those after p_after_memory, at most p_limit. The caller has set the tenant context.
 -- The subject and session are pseudonyms (subject_ref, session_ref: sql/045_pseudonyms.sql),
 -- and so is the scope key built from them: no subject or session id leaves in clear.
+-- plpgsql, not SQL: Citus plans no statement of an SQL-language function with parameters
+-- (it has SET search_path, so a single node never inlined it either).
 CREATE OR REPLACE FUNCTION fabric._projection_rows(p_tenant text, p_memory_ids uuid[],
   p_after_memory uuid, p_limit integer, p_model text, p_model_version text)
 RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope_type text,
@@ -46,27 +48,30 @@ RETURNS TABLE (memory_id uuid, tenant_id text, tier text, visibility text, scope
   compliance_labels text[], version text, formation_method text, formed_by text,
   supersedes uuid, recorded_at timestamptz, derived_from uuid[], content jsonb,
   embedding ext.vector, correlation_id text)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT m.memory_id, m.tenant_id, m.tier, m.visibility, m.visibility,
-         CASE m.visibility WHEN 'session' THEN p.session_ref WHEN 'agent' THEN m.agent_id
-                           WHEN 'subject' THEN k.subject_ref ELSE m.tenant_id END,
-         CASE WHEN m.scope_key IS NOT NULL  -- NULL once erased, as in the record
-              THEN fabric._projection_scope_key(m.visibility, m.agent_id, k.subject_ref,
-                                                p.session_ref) END,
-         k.subject_ref, m.agent_id, p.session_ref, m.content_hash, m.confidence,
-         m.valid_from, m.valid_until, m.consolidation_state, m.retention_class,
-         m.compliance_labels, m.version, m.formation_method, m.formed_by, m.supersedes,
+BEGIN
+  RETURN QUERY  -- each column cast to the result's type: plpgsql does not coerce domains
+  SELECT m.memory_id, m.tenant_id::text, m.tier::text, m.visibility::text, m.visibility::text,
+         (CASE m.visibility WHEN 'session' THEN p.session_ref WHEN 'agent' THEN m.agent_id
+                            WHEN 'subject' THEN k.subject_ref ELSE m.tenant_id END)::text,
+         (CASE WHEN m.scope_key IS NOT NULL  -- NULL once erased, as in the record
+               THEN fabric._projection_scope_key(m.visibility, m.agent_id, k.subject_ref,
+                                                 p.session_ref) END)::text,
+         k.subject_ref::text, m.agent_id::text, p.session_ref::text, m.content_hash::text,
+         m.confidence::double precision, m.valid_from, m.valid_until,
+         m.consolidation_state::text, m.retention_class::text, m.compliance_labels::text[],
+         m.version::text, m.formation_method::text, m.formed_by::text, m.supersedes,
          m.recorded_at,
          coalesce((SELECT pg_catalog.array_agg(l.derived_from_id ORDER BY l.derived_from_id)
                    FROM fabric.memory_lineage l
-                   WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id), '{}'),
+                   WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id), '{}')::uuid[],
          m.content,
          (SELECT e.embedding FROM fabric.memory_embeddings e
           WHERE e.tenant_id = m.tenant_id AND e.memory_id = m.memory_id
             AND e.model = p_model AND e.model_version = p_model_version
-            AND e.content_hash = m.content_hash),
+            AND e.content_hash = m.content_hash)::ext.vector,
          m.correlation_id::text
   FROM fabric.memory_records m
   LEFT JOIN fabric.subject_keys k ON k.tenant_id = m.tenant_id AND k.subject_id = m.subject_id
@@ -76,8 +81,8 @@ AS $$
     AND (p_memory_ids IS NULL OR m.memory_id = ANY (p_memory_ids))
     AND (p_after_memory IS NULL OR m.memory_id > p_after_memory)
   ORDER BY m.memory_id
-  LIMIT p_limit
-$$;
+  LIMIT p_limit;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._projection_cursor: a projection's cursor (not the tracer's). OUT parameters, not
@@ -118,6 +123,42 @@ BEGIN
     SELECT c.last_xid, c.last_event_id INTO last_xid, last_event_id
     FROM fabric.projection_cursors c WHERE c.projection = p_projection;
   END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._set_cursor: the one body of the cursor setters (fabric_api.set_projection_cursor,
+-- fabric_api.set_trace_cursor), which differ only in who may call them and which cursors
+-- they move: moves the feed's cursor (fabric._move_cursor; p_move false only reads it) and
+-- answers where it stands, {"xid", "event_id"}. The trace cursor moves only forward, to an
+-- event the trace feed serves: a traced event below the snapshot's xmin. A position past
+-- every event (xid 18446744073709551615) would stop tracing for good, so anything else is
+-- refused (22023) and the cursor stays where it was.
+CREATE OR REPLACE FUNCTION fabric._set_cursor(p_projection text, p_xid xid8, p_event_id uuid,
+  p_rewind boolean, p_move boolean)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v record;
+BEGIN
+  IF NOT p_move THEN
+    SELECT c.last_xid, c.last_event_id INTO v FROM fabric.projection_cursors c
+    WHERE c.projection = p_projection;
+  ELSE
+    IF p_projection = 'trace'
+       AND (p_xid IS NULL OR p_event_id IS NULL
+            OR p_xid >= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+            OR NOT EXISTS (SELECT 1 FROM fabric.events e
+                           WHERE e.xid = p_xid AND e.event_id = p_event_id
+                             AND e.event_type = ANY (fabric._traced_event_types()))) THEN
+      PERFORM fabric._raise_rule('invalid_parameter_value',
+        'the trace cursor moves only to an event the trace feed served',
+        'pass the xid and event_id of the last event of fabric_api.trace_events you exported');
+    END IF;
+    SELECT * INTO v FROM fabric._move_cursor(p_projection, p_xid, p_event_id, p_rewind);
+  END IF;
+  RETURN pg_catalog.jsonb_build_object('xid', v.last_xid::text, 'event_id', v.last_event_id);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -163,18 +204,12 @@ RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v record;
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'move projection cursors');
-  IF p_projection = 'trace' THEN  -- the tracer's own cursor: read, never moved from here
-    SELECT c.last_xid, c.last_event_id INTO v FROM fabric.projection_cursors c
-    WHERE c.projection = p_projection;
-  ELSE
-    SELECT * INTO v FROM fabric._move_cursor(p_projection, p_xid, p_event_id, p_rewind);
-  END IF;
-  RETURN pg_catalog.jsonb_build_object('projection', p_projection, 'xid', v.last_xid::text,
-                                       'event_id', v.last_event_id);
+  -- the tracer's own cursor is read, never moved from here
+  RETURN pg_catalog.jsonb_build_object('projection', p_projection)
+    || fabric._set_cursor(p_projection, p_xid, p_event_id, p_rewind,
+                          p_projection IS DISTINCT FROM 'trace');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -193,9 +228,11 @@ DECLARE
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'begin a projection rebuild');
   PERFORM fabric._projection_cursor(p_projection);  -- qdrant or graph, else 22023
-  UPDATE fabric.projection_cursors c SET rebuild_started_at = pg_catalog.clock_timestamp()
-  WHERE c.projection = p_projection
-  RETURNING c.rebuild_started_at INTO v_started;
+  -- a value, not clock_timestamp() in the UPDATE: Citus refuses volatile functions in an
+  -- UPDATE of a distributed (here: reference) table
+  v_started := pg_catalog.clock_timestamp();
+  UPDATE fabric.projection_cursors c SET rebuild_started_at = v_started
+  WHERE c.projection = p_projection;
   RETURN pg_catalog.jsonb_build_object('projection', p_projection,
                                        'rebuild_started_at', v_started);
 END $$;
@@ -291,6 +328,56 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._store_embeddings_rows: store_embeddings for one tenant on a Citus cluster, one
+-- record at a time (lock the live record, then INSERT ... VALUES ... ON CONFLICT), in input
+-- order. The caller has set the tenant context.
+CREATE OR REPLACE FUNCTION fabric._store_embeddings_rows(p_tenant text, p_memory_ids uuid[],
+  p_model text, p_model_version text, p_embeddings ext.vector[], p_content_hashes text[],
+  p_now timestamptz)
+RETURNS TABLE (memory_id uuid, stored boolean)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+  v_in record;
+  v_hash text;
+  v_live boolean;
+BEGIN
+  FOR v_in IN
+    SELECT u.id, u.embedding, u.content_hash
+    FROM ROWS FROM (pg_catalog.unnest(p_memory_ids), pg_catalog.unnest(p_embeddings),
+                    pg_catalog.unnest(p_content_hashes)) WITH ORDINALITY AS u(id, embedding, content_hash, ord)
+    ORDER BY u.ord
+  LOOP
+    -- locked, so an erasure racing this call waits or has already won; a record of
+    -- another tenant is answered in that tenant's turn (no lookup function here: Citus
+    -- refuses a read as another role of shards this transaction has written)
+    SELECT m.content_hash, m.consolidation_state <> 'tombstoned' AND m.content IS NOT NULL
+      INTO v_hash, v_live
+    FROM fabric.memory_records m
+    WHERE m.tenant_id = p_tenant AND m.memory_id = v_in.id
+    FOR SHARE;
+    CONTINUE WHEN NOT FOUND;
+    IF v_live AND v_hash = v_in.content_hash THEN
+      INSERT INTO fabric.memory_embeddings AS e (tenant_id, memory_id, model, model_version,
+                                                 dims, embedding, content_hash)
+      VALUES (p_tenant, v_in.id, p_model, p_model_version, ext.vector_dims(v_in.embedding),
+              v_in.embedding, v_in.content_hash)
+      ON CONFLICT ON CONSTRAINT memory_embeddings_pkey
+      DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims,
+                    content_hash = EXCLUDED.content_hash, created_at = p_now;
+      memory_id := v_in.id; stored := true;
+    ELSE
+      memory_id := v_in.id; stored := false;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION fabric._store_embeddings_rows(text, uuid[], text, text, ext.vector[],
+  text[], timestamptz) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.store_embeddings: store_embedding for a batch, embeddings as ext.vector[] (binary
 -- with pgvector's client adapter). The same rules: projector only, an unknown record fails
 -- the call (P0002) and stores nothing; a tombstoned or content-less record, or one whose
@@ -305,6 +392,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
   v_tenant text;
+  -- a value, not now() in DO UPDATE SET: Citus takes only immutable functions there
+  v_now timestamptz := pg_catalog.now();
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_projector', 'store embeddings');
@@ -326,6 +415,14 @@ BEGIN
   FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
                   ORDER BY 1 LOOP
     PERFORM fabric._set_context('tenant_id', v_tenant);
+    IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+      -- On a Citus cluster one row at a time: the INSERT ... SELECT below joins the input
+      -- (values of this node) to a shard, so Citus would stream it into the shard as a COPY,
+      -- which the vector type does not survive. Same rules, same answer.
+      RETURN QUERY SELECT * FROM fabric._store_embeddings_rows(v_tenant, p_memory_ids,
+        p_model, p_model_version, p_embeddings, p_content_hashes, v_now);
+      CONTINUE;
+    END IF;
     RETURN QUERY
       WITH input AS (
         SELECT u.id, u.embedding, u.content_hash, u.ord
@@ -346,7 +443,7 @@ BEGIN
         FROM input i JOIN live l ON l.id = i.id AND l.content_hash = i.content_hash
         ON CONFLICT ON CONSTRAINT memory_embeddings_pkey
         DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims,
-                      content_hash = EXCLUDED.content_hash, created_at = pg_catalog.now()
+                      content_hash = EXCLUDED.content_hash, created_at = v_now
         RETURNING e.memory_id AS id)
       SELECT i.id, EXISTS (SELECT 1 FROM written w WHERE w.id = i.id)
       FROM input i ORDER BY i.ord;

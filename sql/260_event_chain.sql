@@ -22,14 +22,25 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._event_link: sha256 over the previous link and the event's envelope.
+-- fabric._chain_link: sha256 over the previous link and an event's envelope (its text).
+CREATE OR REPLACE FUNCTION fabric._chain_link(p_prev text, p_envelope text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+    coalesce(p_prev, '') || pg_catalog.chr(10) || p_envelope, 'UTF8')), 'hex');
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._event_link: the link of an event after the previous link.
 CREATE OR REPLACE FUNCTION fabric._event_link(p_prev text, p_event fabric.events)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
-    coalesce(p_prev, '') || pg_catalog.chr(10) || fabric._event_envelope(p_event), 'UTF8')), 'hex')
+  SELECT fabric._chain_link(p_prev, fabric._event_envelope(p_event))
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -72,7 +83,9 @@ $$;
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.seal_events: extend every tenant's chain by the events below the horizon,
 -- from where sealing stands (fabric._sealed_position). One sealer at a time (a transaction
--- advisory lock); others return at once.
+-- advisory lock); others return at once. A pass reads its events with their envelopes in
+-- one query, links them tenant by tenant (each head read once) and writes their seals in
+-- one INSERT: the same links, the same chain.
 CREATE OR REPLACE FUNCTION fabric_api.seal_events(p_limit integer DEFAULT 10000)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -81,12 +94,19 @@ AS $$
 DECLARE
   v_from record;
   v_horizon xid8;
-  v_event fabric.events;
-  v_heads jsonb := '{}';
+  v_tenants text[];
+  v_ids uuid[];
+  v_times timestamptz[];
+  v_xids xid8[];
+  v_envelopes text[];
+  v_seqs bigint[] := '{}';
+  v_links text[] := '{}';
   v_head fabric.event_seals;
+  v_tenant text;
   v_seq bigint;
   v_link text;
-  v_sealed integer := 0;
+  v_count integer;
+  v_heads integer := 0;
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_committer', 'seal events');
@@ -97,32 +117,42 @@ BEGIN
   v_from := fabric._sealed_position();
   -- Every transaction below the horizon has ended: no event can appear there later.
   v_horizon := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
-  FOR v_event IN
-    SELECT * FROM fabric.events e
-    WHERE (e.xid, e.event_id) > (v_from.p_xid, v_from.p_event_id)
-      AND e.xid < v_horizon
-    ORDER BY e.xid, e.event_id
-    LIMIT greatest(1, least(coalesce(p_limit, 10000), 100000))
-  LOOP
-    IF v_heads ? v_event.tenant_id THEN
-      v_seq := (v_heads -> v_event.tenant_id ->> 0)::bigint;
-      v_link := v_heads -> v_event.tenant_id ->> 1;
-    ELSE
-      v_head := fabric._chain_head(v_event.tenant_id);
+  -- the pass: the next events in (xid, event_id) order, each tenant's in that order
+  SELECT pg_catalog.array_agg(p.tenant_id ORDER BY p.tenant_id, p.xid, p.event_id),
+         pg_catalog.array_agg(p.event_id ORDER BY p.tenant_id, p.xid, p.event_id),
+         pg_catalog.array_agg(p.occurred_at ORDER BY p.tenant_id, p.xid, p.event_id),
+         pg_catalog.array_agg(p.xid ORDER BY p.tenant_id, p.xid, p.event_id),
+         pg_catalog.array_agg(fabric._event_envelope(p.e) ORDER BY p.tenant_id, p.xid, p.event_id)
+    INTO v_tenants, v_ids, v_times, v_xids, v_envelopes
+    FROM (SELECT e.tenant_id::text AS tenant_id, e.xid, e.event_id, e.occurred_at, e
+          FROM fabric.events e
+          WHERE (e.xid, e.event_id) > (v_from.p_xid, v_from.p_event_id)
+            AND e.xid < v_horizon
+          ORDER BY e.xid, e.event_id
+          LIMIT greatest(1, least(coalesce(p_limit, 10000), 100000))) p;
+  v_count := coalesce(pg_catalog.cardinality(v_ids), 0);
+  FOR i IN 1 .. v_count LOOP
+    IF v_tenant IS DISTINCT FROM v_tenants[i] THEN
+      v_tenant := v_tenants[i];
+      v_head := fabric._chain_head(v_tenant);
       v_seq := coalesce(v_head.seq, 0);
       v_link := v_head.link;
+      v_heads := v_heads + 1;
     END IF;
     v_seq := v_seq + 1;
-    v_link := fabric._event_link(v_link, v_event);
-    INSERT INTO fabric.event_seals (tenant_id, seq, event_id, occurred_at, xid, link)
-    VALUES (v_event.tenant_id, v_seq, v_event.event_id, v_event.occurred_at, v_event.xid, v_link);
-    v_heads := v_heads || pg_catalog.jsonb_build_object(v_event.tenant_id,
-                                                        pg_catalog.jsonb_build_array(v_seq, v_link));
-    v_sealed := v_sealed + 1;
+    v_link := fabric._chain_link(v_link, v_envelopes[i]);
+    v_seqs[i] := v_seq;
+    v_links[i] := v_link;
   END LOOP;
-  RETURN pg_catalog.jsonb_build_object('sealed', v_sealed,
-    'tenants', (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(v_heads)),
-    'busy', false);
+  IF v_count > 0 THEN
+    INSERT INTO fabric.event_seals (tenant_id, seq, event_id, occurred_at, xid, link)
+    SELECT s.tenant_id, s.seq, s.event_id, s.occurred_at, s.xid, s.link
+    FROM ROWS FROM (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_seqs),
+                    pg_catalog.unnest(v_ids), pg_catalog.unnest(v_times),
+                    pg_catalog.unnest(v_xids), pg_catalog.unnest(v_links))
+         AS s(tenant_id, seq, event_id, occurred_at, xid, link);
+  END IF;
+  RETURN pg_catalog.jsonb_build_object('sealed', v_count, 'tenants', v_heads, 'busy', false);
 END $$;
 COMMENT ON FUNCTION fabric_api.seal_events(integer) IS
   'Seal the events below the snapshot horizon into each tenant''s hash chain (asynchronous; '
@@ -205,6 +235,15 @@ DECLARE
   v_unsealed bigint := 0;
   v_break jsonb;
   v_inserted fabric.events;
+  -- On a Citus cluster the seals are on the tenant's worker and the events on the
+  -- coordinator: Citus cannot send a join of the two (nor a row of the coordinator's table)
+  -- to a worker, so there the seals are read alone and each sealed event is looked up here.
+  v_citus boolean := coalesce(
+    pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local', false);
+  v_seals refcursor;
+  v_event fabric.events;
+  v_tenant_seals bigint;
+  v_sealed_ids uuid[];
 BEGIN
   IF p_head IS NOT NULL THEN
     IF p_tenant_id IS NULL OR pg_catalog.jsonb_typeof(p_head) <> 'object'
@@ -229,14 +268,32 @@ BEGIN
     v_prev := NULL;
     v_expect := 1;
     v_held_link := NULL;
-    FOR v_seal IN
-      SELECT s.seq, s.event_id, s.link, e AS event
-      FROM fabric.event_seals s
-      LEFT JOIN fabric.events e ON e.event_id = s.event_id AND e.occurred_at = s.occurred_at
-      WHERE s.tenant_id = v_tenant
-      ORDER BY s.seq
+    v_tenant_seals := 0;
+    IF v_citus THEN
+      OPEN v_seals FOR
+        SELECT s.seq, s.event_id, s.link, s.occurred_at
+        FROM fabric.event_seals s
+        WHERE s.tenant_id = v_tenant
+        ORDER BY s.seq;
+    ELSE
+      OPEN v_seals FOR
+        SELECT s.seq, s.event_id, s.link, s.occurred_at, e AS event
+        FROM fabric.event_seals s
+        LEFT JOIN fabric.events e ON e.event_id = s.event_id AND e.occurred_at = s.occurred_at
+        WHERE s.tenant_id = v_tenant
+        ORDER BY s.seq;
+    END IF;
     LOOP
+      FETCH v_seals INTO v_seal;
+      EXIT WHEN NOT FOUND;
+      IF v_citus THEN
+        SELECT * INTO v_event FROM fabric.events e  -- all NULL when it is gone
+        WHERE e.event_id = v_seal.event_id AND e.occurred_at = v_seal.occurred_at;
+      ELSE
+        v_event := v_seal.event;
+      END IF;
       v_checked := v_checked + 1;
+      v_tenant_seals := v_tenant_seals + 1;
       IF v_seal.seq = v_held_seq THEN
         v_held_link := v_seal.link;
       END IF;
@@ -244,16 +301,17 @@ BEGIN
       v_break := CASE
         WHEN v_seal.seq <> v_expect THEN pg_catalog.jsonb_build_object('seq', v_expect,
           'problem', 'a link of the chain is missing')
-        WHEN (v_seal.event).event_id IS NULL THEN pg_catalog.jsonb_build_object('seq', v_seal.seq,
+        WHEN v_event.event_id IS NULL THEN pg_catalog.jsonb_build_object('seq', v_seal.seq,
           'event_id', v_seal.event_id,
           'problem', 'a sealed event is missing (deleted, or its partition dropped or detached)')
-        WHEN fabric._event_link(v_prev, v_seal.event) <> v_seal.link THEN
+        WHEN fabric._event_link(v_prev, v_event) <> v_seal.link THEN
           pg_catalog.jsonb_build_object('seq', v_seal.seq, 'event_id', v_seal.event_id,
             'problem', 'a sealed event was altered')
       END;
       v_prev := v_seal.link;
       v_expect := v_seal.seq + 1;
     END LOOP;
+    CLOSE v_seals;
     -- What is gone from the end of a chain leaves nothing behind to recompute: only the
     -- head held outside shows it.
     IF v_break IS NULL AND v_held_seq > 0 THEN
@@ -268,13 +326,28 @@ BEGIN
           'problem', 'the chain does not pass through the head you hold (rewritten)');
       END IF;
     END IF;
-    IF v_break IS NULL THEN
+    IF v_break IS NULL AND NOT v_citus THEN
       SELECT * INTO v_inserted FROM fabric.events e
       WHERE e.tenant_id = v_tenant
         AND (e.xid, e.event_id) <= (v_from.p_xid, v_from.p_event_id)
         AND NOT EXISTS (SELECT 1 FROM fabric.event_seals s WHERE s.event_id = e.event_id)
       ORDER BY e.xid, e.event_id LIMIT 1;
-      IF FOUND THEN
+    ELSIF v_break IS NULL
+          AND (SELECT pg_catalog.count(*) FROM fabric.events e WHERE e.tenant_id = v_tenant
+                 AND (e.xid, e.event_id) <= (v_from.p_xid, v_from.p_event_id)) > v_tenant_seals THEN
+      -- more events below where sealing stands than seals: name the first one unsealed
+      SELECT pg_catalog.array_agg(s.event_id) INTO v_sealed_ids
+      FROM fabric.event_seals s WHERE s.tenant_id = v_tenant;
+      SELECT * INTO v_inserted FROM fabric.events e
+      WHERE e.tenant_id = v_tenant
+        AND (e.xid, e.event_id) <= (v_from.p_xid, v_from.p_event_id)
+        AND e.event_id <> ALL (coalesce(v_sealed_ids, '{}'))
+      ORDER BY e.xid, e.event_id LIMIT 1;
+    ELSE
+      v_inserted := NULL;
+    END IF;
+    IF v_break IS NULL THEN
+      IF v_inserted.event_id IS NOT NULL THEN
         v_break := pg_catalog.jsonb_build_object('event_id', v_inserted.event_id,
           'problem', 'an event was inserted among sealed events');
       END IF;

@@ -65,21 +65,9 @@ RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v record;
 BEGIN
   PERFORM fabric._require_role('fabric_tracer', 'move the trace cursor');
-  IF p_xid IS NULL OR p_event_id IS NULL
-     OR p_xid >= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
-     OR NOT EXISTS (SELECT 1 FROM fabric.events e
-                    WHERE e.xid = p_xid AND e.event_id = p_event_id
-                      AND e.event_type = ANY (fabric._traced_event_types())) THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value',
-      'the trace cursor moves only to an event the trace feed served',
-      'pass the xid and event_id of the last event of fabric_api.trace_events you exported');
-  END IF;
-  SELECT * INTO v FROM fabric._move_cursor('trace', p_xid, p_event_id);
-  RETURN pg_catalog.jsonb_build_object('xid', v.last_xid::text, 'event_id', v.last_event_id);
+  RETURN fabric._set_cursor('trace', p_xid, p_event_id, false, true);
 END $$;
 COMMENT ON FUNCTION fabric_api.set_trace_cursor(xid8, uuid) IS
   'Advance the trace cursor (never backwards). Tracer only. '

@@ -233,14 +233,18 @@ DECLARE
   v_committer text := fabric._enter_committer();
   v_tenant text := fabric._tenant_of_approval(p_approval_id);
   v_subject text;
+  v_ref text;
 BEGIN
   IF v_tenant IS NULL THEN
     PERFORM fabric._raise_rule('no_data_found', 'unknown approval',
       'approval ids come from fabric_api.request_subject_erasure');
   END IF;
   PERFORM fabric._committer_enabled_in(v_tenant, v_committer);
-  SELECT fabric._subject_of_ref(v_tenant, a.subject_ref) INTO v_subject FROM fabric.approvals a
+  -- the approval's pseudonym first, then its subject: a helper that reads a table is never
+  -- called inside a query of another (on Citus, a distributed query inside one on a shard)
+  SELECT a.subject_ref INTO v_ref FROM fabric.approvals a
   WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id AND a.action = 'erase_subject';
+  v_subject := fabric._subject_of_ref(v_tenant, v_ref);
   IF v_subject IS NULL THEN
     RETURN NULL;
   END IF;

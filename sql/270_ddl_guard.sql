@@ -54,6 +54,30 @@ BEGIN
         SELECT 1 FROM pg_catalog.pg_default_acl d
         JOIN pg_catalog.pg_namespace n ON n.oid = d.defaclnamespace
         WHERE n.nspname = ANY (v_schemas));
+  ELSIF TG_EVENT = 'ddl_command_end' AND TG_TAG = 'CREATE TABLE'
+        AND current_user = 'fabric_owner'
+        AND pg_catalog.current_setting('fabric.partition_maintenance', true) = 'measurements' THEN
+    -- The temporal tier's monthly partitions, made by fabric.ensure_measurement_partitions
+    -- inside an API function (the owner's privileges, a transaction it marked): every object
+    -- the command made is a partition measurements_YYYY_MM of fabric.measurements over
+    -- exactly that UTC month, or the partition of its index. Nothing else passes, marked or
+    -- not (a month's name over other bounds would keep the month's own partition out).
+    v_refused := EXISTS (
+      SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() c
+      WHERE c.classid IS DISTINCT FROM 'pg_catalog.pg_class'::pg_catalog.regclass
+         OR NOT EXISTS (
+              SELECT 1 FROM pg_catalog.pg_inherits i
+              JOIN pg_catalog.pg_class x ON x.oid = i.inhrelid
+              WHERE i.inhrelid = c.objid
+                AND ((i.inhparent = pg_catalog.to_regclass('fabric.measurements')
+                      AND x.relname ~ '^measurements_[0-9]{4}_(0[1-9]|1[0-2])$'
+                      AND pg_catalog.pg_get_expr(x.relpartbound, x.oid) = pg_catalog.format(
+                            'FOR VALUES FROM (%L) TO (%L)',
+                            pg_catalog.to_date(pg_catalog.substr(x.relname, 14), 'YYYY_MM')::timestamp
+                              AT TIME ZONE 'UTC',
+                            (pg_catalog.to_date(pg_catalog.substr(x.relname, 14), 'YYYY_MM')
+                              + interval '1 month')::timestamp AT TIME ZONE 'UTC'))
+                  OR i.inhparent = pg_catalog.to_regclass('fabric.measurements_by_series'))));
   ELSIF TG_EVENT = 'ddl_command_end' THEN
     v_refused := EXISTS (
       SELECT 1

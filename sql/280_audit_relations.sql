@@ -218,10 +218,8 @@ COMMENT ON FUNCTION fabric_audit.tool_denials(text, timestamptz, timestamptz) IS
 -- fabric_audit.recall_history: one row per recall (served, partial or denied) in the
 -- window; recall_id is the recall event's id. The run's subject and session appear only
 -- as pseudonyms (subject_ref, session_ref). With recalled_records it is the canonical,
--- relational form of the recall events; fabric_audit.recalls (sql/160_audit.sql) gives the
--- same events as jsonb documents. Neither is a view of the other: their columns are cut
--- differently from the payload (counts and text[] here, whole documents there), and a test
--- holds the two equal recall for recall.
+-- relational form of the recall events; fabric_audit.recalls (sql/160_audit.sql) is its
+-- view as jsonb documents (this relation's recalls, with each event's documents).
 CREATE OR REPLACE FUNCTION fabric_audit.recall_history(p_tenant_id text, p_from timestamptz,
                                                        p_to timestamptz)
 RETURNS TABLE (recall_id uuid, occurred_at timestamptz, status text, agent_id text,

@@ -12,9 +12,13 @@ SET LOCAL ROLE fabric_lookup;
 -- fabric._tenant_of_mcp_token: which tenant a token hash belongs to.
 CREATE OR REPLACE FUNCTION fabric._tenant_of_mcp_token(p_hash bytea)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT t.tenant_id FROM fabric.mcp_tokens t WHERE t.token_hash = p_hash $$;
+AS $$
+BEGIN
+  -- plpgsql: Citus plans no statement of an SQL function with parameters
+  RETURN (SELECT t.tenant_id FROM fabric.mcp_tokens t WHERE t.token_hash = p_hash);
+END $$;
 REVOKE ALL ON FUNCTION fabric._tenant_of_mcp_token(bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._tenant_of_mcp_token(bytea) TO fabric_owner;
 
@@ -28,8 +32,7 @@ RETURNS bytea
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT CASE WHEN p_token ~ '^mft_[0-9a-f]{64}$'
-              THEN pg_catalog.sha256(pg_catalog.convert_to(p_token, 'UTF8')) END
+  SELECT fabric._secret_hash('mft_', p_token)
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -40,6 +43,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_login name := session_user;  -- a value: a Citus worker would read its own session
   v_run fabric.runs;
   v_token text;
   v_expires timestamptz;
@@ -50,26 +54,18 @@ BEGIN
     PERFORM fabric._raise_rule('invalid_parameter_value', 'an MCP token''s ttl must be positive',
       'omit the ttl to let the token expire with its run');
   END IF;
-  v_run := fabric._run_in_its_tenant(p_run_id);
-  IF v_run.run_id IS NULL OR v_run.opened_by <> session_user THEN
-    PERFORM fabric._set_context('tenant_id', NULL);
-    PERFORM fabric._raise_rule('insufficient_privilege',
-      'an MCP token is issued only for a run the calling orchestrator opened',
-      'open the run with fabric_api.open_run under this login, then issue its token');
-  END IF;
-  IF NOT fabric._run_is_live(v_run) THEN
-    PERFORM fabric._set_context('tenant_id', NULL);
-    PERFORM fabric._raise_rule('insufficient_privilege', 'the run is closed or expired',
-      'open a new run and issue a token for it');
-  END IF;
+  v_run := fabric._live_run(p_run_id, NULL, session_user,
+    'an MCP token is issued only for a run the calling orchestrator opened',
+    'open the run with fabric_api.open_run under this login, then issue its token',
+    'open a new run and issue a token for it');
   PERFORM fabric._set_context('run_id', p_run_id::text);
-  -- 244 random bits from two version-4 UUIDs (the server's strong random source).
-  v_token := 'mft_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '')
-                    || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '');
+  v_token := fabric._new_secret('mft_');
   v_expires := CASE WHEN p_ttl IS NULL THEN v_run.expires_at
                     ELSE LEAST(v_run.expires_at, pg_catalog.now() + p_ttl) END;
-  INSERT INTO fabric.mcp_tokens (tenant_id, token_hash, run_id, agent_id, expires_at)
-  VALUES (v_run.tenant_id, fabric._mcp_token_hash(v_token), p_run_id, v_run.agent_id, v_expires);
+  -- issued_by is named: a Citus worker would evaluate its default as the function owner
+  INSERT INTO fabric.mcp_tokens (tenant_id, token_hash, run_id, agent_id, expires_at, issued_by)
+  VALUES (v_run.tenant_id, fabric._mcp_token_hash(v_token), p_run_id, v_run.agent_id, v_expires,
+          v_login);
   PERFORM fabric._emit('fabric.mcp_token.issued', v_run.tenant_id, p_payload =>
     pg_catalog.jsonb_build_object('agent_id', v_run.agent_id, 'expires_at', v_expires));
   RETURN v_token;
@@ -146,7 +142,7 @@ BEGIN
       JOIN fabric.agents a ON a.agent_id = t.agent_id
      WHERE t.tenant_id = v_tenant AND t.token_hash = v_hash
        AND t.revoked_at IS NULL AND t.expires_at > pg_catalog.now()
-       AND r.closed_at IS NULL AND r.expires_at > pg_catalog.now();
+       AND fabric._run_is_live(r);
   END IF;
   PERFORM fabric._set_context('tenant_id', NULL);
   IF v_answer IS NULL THEN

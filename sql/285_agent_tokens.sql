@@ -11,9 +11,13 @@ SET LOCAL ROLE fabric_lookup;
 -- fabric._tenant_of_agent_token: which tenant a token hash belongs to.
 CREATE OR REPLACE FUNCTION fabric._tenant_of_agent_token(p_hash bytea)
 RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT t.tenant_id FROM fabric.agent_tokens t WHERE t.token_hash = p_hash $$;
+AS $$
+BEGIN
+  -- plpgsql: Citus plans no statement of an SQL function with parameters
+  RETURN (SELECT t.tenant_id FROM fabric.agent_tokens t WHERE t.token_hash = p_hash);
+END $$;
 REVOKE ALL ON FUNCTION fabric._tenant_of_agent_token(bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._tenant_of_agent_token(bytea) TO fabric_owner;
 
@@ -27,8 +31,7 @@ RETURNS bytea
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT CASE WHEN p_token ~ '^mfa_[0-9a-f]{64}$'
-              THEN pg_catalog.sha256(pg_catalog.convert_to(p_token, 'UTF8')) END
+  SELECT fabric._secret_hash('mfa_', p_token)
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -43,6 +46,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_login name := session_user;  -- a value: a Citus worker would read its own session
   v_token text;
   v_id uuid := pg_catalog.gen_random_uuid();
   v_expires timestamptz;
@@ -83,14 +87,13 @@ BEGIN
       'a token''s tool set lies within the agent''s enablement in the tenant',
       'name only tools fabric_api.enable_agent enabled for this agent here');
   END IF;
-  -- 244 random bits from two version-4 UUIDs (the server's strong random source).
-  v_token := 'mfa_' || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '')
-                    || pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '');
+  v_token := fabric._new_secret('mfa_');
   v_expires := pg_catalog.now() + p_ttl;
+  -- issued_by is named: a Citus worker would evaluate its default as the function owner
   INSERT INTO fabric.agent_tokens (tenant_id, token_id, token_hash, agent_id, subject_id,
-                                   session_id, active_tool_set, run_ttl, expires_at)
+                                   session_id, active_tool_set, run_ttl, expires_at, issued_by)
   VALUES (p_tenant_id, v_id, fabric._agent_token_hash(v_token), p_agent_id, p_subject_id,
-          p_session_id, p_active_tool_set, p_run_ttl, v_expires);
+          p_session_id, p_active_tool_set, p_run_ttl, v_expires, v_login);
   PERFORM fabric._emit('fabric.agent_token.issued', p_tenant_id, p_payload =>
     pg_catalog.jsonb_build_object('token_id', v_id, 'agent_id', p_agent_id,
                                   'active_tool_set', p_active_tool_set,
@@ -110,6 +113,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_opener name := session_user;  -- a value: a Citus worker would read its own session
   v_hash bytea := fabric._agent_token_hash(p_token);
   v_tenant text;
   v_token fabric.agent_tokens;
@@ -138,9 +142,10 @@ BEGIN
   v_session := coalesce(v_token.session_id, 'run-' || v_run_id::text);
   v_expires := LEAST(pg_catalog.now() + v_token.run_ttl, v_token.expires_at);
   INSERT INTO fabric.runs (tenant_id, run_id, agent_id, subject_id, session_id,
-                           active_tool_set, expires_at, token_id)
+                           active_tool_set, expires_at, token_id, opened_by)
   VALUES (v_tenant, v_run_id, v_token.agent_id, v_token.subject_id, v_session,
-          v_token.active_tool_set, v_expires, v_token.token_id);
+          v_token.active_tool_set, v_expires, v_token.token_id, v_opener);
+  PERFORM fabric._note_tenant('run', v_run_id, v_tenant);  -- a cluster's lookup
   PERFORM fabric._subject_key(v_tenant, v_token.subject_id);
   PERFORM fabric._set_context('run_id', v_run_id::text);
   PERFORM fabric._emit('fabric.run.opened', v_tenant, p_payload =>

@@ -76,32 +76,59 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._record_entities: the deterministic extractor. The entities a record's content
--- and subject name, each with the key that deduplicates it and how it was found: declared
--- in content.entities (keyed by external id, else by name), an @mention in a string of the
--- content (a person, keyed by the handle), and the record's subject (a person, keyed by
--- the subject). rank orders the sources when one entity is found several ways.
+-- fabric._records_entities: the deterministic extractor, for many records at once (one
+-- query for all the records a statement formed, not one per record). The entities each
+-- record's content and subject
+-- name, by the record's position (ord, from 1) in the arrays, each with the key that
+-- deduplicates it and how it was found: declared in content.entities (keyed by external id,
+-- else by name), an @mention in a string of the content (a person, keyed by the handle),
+-- and the record's subject (a person, keyed by the subject). rank orders the sources when
+-- one entity is found several ways.
+CREATE OR REPLACE FUNCTION fabric._records_entities(p_contents jsonb[], p_subject_ids text[])
+RETURNS TABLE (ord integer, entity_type text, entity_key text, name text, external_id text,
+               subject_id text, source text, rank integer)
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- PL/pgSQL keeps the query's plan for the session (a SQL function with a SET clause is
+  -- planned again by every statement that calls it)
+  RETURN QUERY
+  WITH r AS MATERIALIZED (
+    SELECT u.ord::integer AS ord, u.content, u.subject_id
+    FROM ROWS FROM (pg_catalog.unnest(p_contents), pg_catalog.unnest(p_subject_ids))
+         WITH ORDINALITY AS u(content, subject_id, ord)
+  )
+  SELECT r.ord, d.value ->> 'type',
+         CASE WHEN d.value ? 'id' THEN 'id:' || (d.value ->> 'id')
+              ELSE fabric._entity_name_key(d.value ->> 'name') END,
+         pg_catalog.btrim(d.value ->> 'name'), d.value ->> 'id', NULL::text, 'declared', 1
+  FROM r CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(
+         CASE WHEN pg_catalog.jsonb_typeof(r.content -> 'entities') = 'array'
+              THEN r.content -> 'entities' ELSE '[]' END) d
+  UNION ALL
+  SELECT r.ord, 'person', 'name:@' || pg_catalog.lower(m[2]), '@' || m[2], NULL, NULL, 'mention', 2
+  FROM r CROSS JOIN LATERAL pg_catalog.jsonb_path_query(coalesce(r.content, '{}') - 'entities',
+                                   'strict $.** ? (@.type() == "string")') s(v)
+  CROSS JOIN LATERAL pg_catalog.regexp_matches(s.v #>> '{}',
+    '(^|[^[:alnum:]_@.])@([[:alpha:]][[:alnum:]_]{0,62})', 'g') m
+  -- (the expression runs only on strings with an @: its counted repetition is slow to try)
+  WHERE pg_catalog.strpos(s.v #>> '{}', '@') > 0
+  UNION ALL
+  SELECT r.ord, 'person', 'subject:' || r.subject_id, r.subject_id, NULL, r.subject_id, 'subject', 3
+  FROM r WHERE r.subject_id IS NOT NULL AND r.content IS NOT NULL;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._record_entities: the extractor for one record (fabric._records_entities).
 CREATE OR REPLACE FUNCTION fabric._record_entities(p_content jsonb, p_subject_id text)
 RETURNS TABLE (entity_type text, entity_key text, name text, external_id text,
                subject_id text, source text, rank integer)
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT d.value ->> 'type',
-         CASE WHEN d.value ? 'id' THEN 'id:' || (d.value ->> 'id')
-              ELSE fabric._entity_name_key(d.value ->> 'name') END,
-         pg_catalog.btrim(d.value ->> 'name'), d.value ->> 'id', NULL::text, 'declared', 1
-  FROM pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(p_content -> 'entities') = 'array'
-                                            THEN p_content -> 'entities' ELSE '[]' END) d
-  UNION ALL
-  SELECT 'person', 'name:@' || pg_catalog.lower(m[2]), '@' || m[2], NULL, NULL, 'mention', 2
-  FROM pg_catalog.jsonb_path_query(coalesce(p_content, '{}') - 'entities',
-                                   'strict $.** ? (@.type() == "string")') s(v)
-  CROSS JOIN LATERAL pg_catalog.regexp_matches(s.v #>> '{}',
-    '(^|[^[:alnum:]_@.])@([[:alpha:]][[:alnum:]_]{0,62})', 'g') m
-  UNION ALL
-  SELECT 'person', 'subject:' || p_subject_id, p_subject_id, NULL, p_subject_id, 'subject', 3
-  WHERE p_subject_id IS NOT NULL AND p_content IS NOT NULL
+  SELECT x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id, x.source, x.rank
+  FROM fabric._records_entities(ARRAY[p_content], ARRAY[p_subject_id]) x
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -137,6 +164,18 @@ AS $$
 DECLARE
   v_formed jsonb;
   v_m record;
+  v_tenants text[];
+  v_ids uuid[];
+  v_contents jsonb[];
+  v_subjects text[];
+  v_x_ord integer[];
+  v_x_type text[];
+  v_x_key text[];
+  v_x_name text[];
+  v_x_external text[];
+  v_x_subject text[];
+  v_x_source text[];
+  v_x_rank integer[];
 BEGIN
   IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
     -- Citus: this runs on the tenant's shard, where a statement on another distributed
@@ -169,20 +208,49 @@ BEGIN
     END LOOP;
     RETURN NULL;
   END IF;
+  -- the formed records with content, by position; the extractor runs once over all of them
+  -- and its rows serve both statements
+  SELECT pg_catalog.array_agg(n.tenant_id::text ORDER BY n.memory_id),
+         pg_catalog.array_agg(n.memory_id ORDER BY n.memory_id),
+         pg_catalog.array_agg(n.content ORDER BY n.memory_id),
+         pg_catalog.array_agg(n.subject_id::text ORDER BY n.memory_id)
+  INTO v_tenants, v_ids, v_contents, v_subjects
+  FROM formed_rows n WHERE n.content IS NOT NULL;
+  IF v_ids IS NULL THEN
+    RETURN NULL;
+  END IF;
+  SELECT pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.entity_type),
+         pg_catalog.array_agg(x.entity_key), pg_catalog.array_agg(x.name),
+         pg_catalog.array_agg(x.external_id), pg_catalog.array_agg(x.subject_id),
+         pg_catalog.array_agg(x.source), pg_catalog.array_agg(x.rank)
+  INTO v_x_ord, v_x_type, v_x_key, v_x_name, v_x_external, v_x_subject, v_x_source, v_x_rank
+  FROM fabric._records_entities(v_contents, v_subjects) x;
+  IF v_x_ord IS NULL THEN
+    RETURN NULL;
+  END IF;
   INSERT INTO fabric.entities (tenant_id, entity_type, entity_key, name, external_id, subject_id)
   SELECT DISTINCT ON (n.tenant_id, x.entity_type, x.entity_key)
          n.tenant_id, x.entity_type, x.entity_key, x.name, x.external_id, x.subject_id
-  FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
-  WHERE n.content IS NOT NULL
+  FROM ROWS FROM (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids))
+       WITH ORDINALITY AS n(tenant_id, memory_id, ord)
+  JOIN ROWS FROM (pg_catalog.unnest(v_x_ord), pg_catalog.unnest(v_x_type),
+                  pg_catalog.unnest(v_x_key), pg_catalog.unnest(v_x_name),
+                  pg_catalog.unnest(v_x_external), pg_catalog.unnest(v_x_subject),
+                  pg_catalog.unnest(v_x_rank))
+       AS x(ord, entity_type, entity_key, name, external_id, subject_id, rank) ON x.ord = n.ord
   ORDER BY n.tenant_id, x.entity_type, x.entity_key, x.rank, n.memory_id
   ON CONFLICT ON CONSTRAINT entities_once_per_key DO NOTHING;
   INSERT INTO fabric.memory_mentions (tenant_id, memory_id, entity_id, source)
   SELECT DISTINCT ON (n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id))
          n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.source
-  FROM formed_rows n CROSS JOIN LATERAL fabric._record_entities(n.content, n.subject_id) x
+  FROM ROWS FROM (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids))
+       WITH ORDINALITY AS n(tenant_id, memory_id, ord)
+  JOIN ROWS FROM (pg_catalog.unnest(v_x_ord), pg_catalog.unnest(v_x_type),
+                  pg_catalog.unnest(v_x_key), pg_catalog.unnest(v_x_source),
+                  pg_catalog.unnest(v_x_rank))
+       AS x(ord, entity_type, entity_key, source, rank) ON x.ord = n.ord
   JOIN fabric.entities e ON e.tenant_id = n.tenant_id AND e.entity_type = x.entity_type
                         AND e.entity_key = x.entity_key
-  WHERE n.content IS NOT NULL
   -- (an entity merged by a reviewed same-as merge resolves to the one it was merged into)
   ORDER BY n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.rank
   ON CONFLICT DO NOTHING;
@@ -395,7 +463,7 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
                   WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY
       SELECT l.tenant_id::text, l.link_id, l.agent_id::text, l.outcome_id, l.link_kind,
              l.source_event_id, l.correlation_id::text, l.outcome_envelope_id, l.recorded_at
@@ -403,7 +471,7 @@ BEGIN
       WHERE l.tenant_id = v_tenant AND l.outcome_id = ANY (p_memory_ids)
       ORDER BY l.outcome_id, l.link_id;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -424,7 +492,7 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT DISTINCT fabric._tenant_of_record(i) t FROM pg_catalog.unnest(p_memory_ids) i
                   WHERE fabric._tenant_of_record(i) IS NOT NULL ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY
       SELECT x.tenant_id::text, x.memory_id, e.entity_id, e.entity_type,
              CASE WHEN e.entity_type = 'person' THEN NULL ELSE e.name END,
@@ -437,7 +505,7 @@ BEGIN
         AND m.content IS NOT NULL
       ORDER BY x.memory_id, e.entity_id;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -534,6 +602,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_entity uuid;
   v_workflow text := fabric._enter_as('fabric_workflow', 'record reasoning steps',
                                       'wf-billing-001');
   v_run fabric.runs;
@@ -578,8 +647,17 @@ BEGIN
     outcome_envelope_id, event_id, recorded_by)
   VALUES (v_run.tenant_id, v_step, p_run_id, v_run.agent_id, p_correlation_id,
           p_outcome_envelope_id, v_event, v_workflow);
-  INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
-  SELECT v_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus runs an INSERT ... SELECT of an array's elements as a COPY into the shard,
+    -- which row-level security refuses: one INSERT ... VALUES per entity there.
+    FOREACH v_entity IN ARRAY v_entities LOOP
+      INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+      VALUES (v_run.tenant_id, v_step, v_entity);
+    END LOOP;
+  ELSE
+    INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+    SELECT v_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  END IF;
   RETURN pg_catalog.jsonb_build_object('step_id', v_step, 'event_id', v_event);
 END $$;
 
@@ -596,6 +674,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_entity uuid;
   v_step uuid := pg_catalog.gen_random_uuid();
   v_correlation text := CASE WHEN p_correlation_id ~ '^[^[:space:][:cntrl:]]{1,200}$'
                              THEN p_correlation_id ELSE 'recall:' || v_step::text END;
@@ -614,8 +693,17 @@ BEGIN
     event_id, recorded_by)
   VALUES (p_run.tenant_id, v_step, p_run.run_id, p_run.agent_id, v_correlation, v_event,
           p_run.agent_id);
-  INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
-  SELECT p_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus runs an INSERT ... SELECT of an array's elements as a COPY into the shard,
+    -- which row-level security refuses: one INSERT ... VALUES per entity there.
+    FOREACH v_entity IN ARRAY v_entities LOOP
+      INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+      VALUES (p_run.tenant_id, v_step, v_entity);
+    END LOOP;
+  ELSE
+    INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+    SELECT p_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
+  END IF;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -625,21 +713,23 @@ CREATE OR REPLACE FUNCTION fabric._projection_step_rows(p_tenant text, p_event_i
   p_after_step uuid, p_limit integer)
 RETURNS TABLE (tenant_id text, step_id uuid, run_id uuid, agent_id text, correlation_id text,
   outcome_envelope_id uuid, recorded_at timestamptz, entity_ids uuid[])
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE  -- not SQL: Citus plans no statement of an SQL function with parameters
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT s.tenant_id::text, s.step_id, s.run_id, s.agent_id::text, s.correlation_id::text,
-         s.outcome_envelope_id, s.recorded_at,
+BEGIN
+  RETURN QUERY
+  SELECT s.tenant_id::text, s.step_id::uuid, s.run_id::uuid, s.agent_id::text,
+         s.correlation_id::text, s.outcome_envelope_id::uuid, s.recorded_at::timestamptz,
          coalesce((SELECT pg_catalog.array_agg(t.entity_id ORDER BY t.entity_id)
                    FROM fabric.step_touches t
-                   WHERE t.tenant_id = s.tenant_id AND t.step_id = s.step_id), '{}')
+                   WHERE t.tenant_id = s.tenant_id AND t.step_id = s.step_id), '{}')::uuid[]
   FROM fabric.reasoning_steps s
   WHERE s.tenant_id = p_tenant
     AND (p_event_ids IS NULL OR s.event_id = ANY (p_event_ids))
     AND (p_after_step IS NULL OR s.step_id > p_after_step)
   ORDER BY s.step_id
-  LIMIT p_limit
-$$;
+  LIMIT p_limit;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_steps: the steps these events recorded, for the graph projection.
@@ -656,10 +746,10 @@ BEGIN
   FOR v_tenant IN SELECT DISTINCT e.tenant_id FROM fabric.events e
                   WHERE e.event_id = ANY (p_event_ids)
                     AND e.event_type = 'memory.reasoning_step.recorded' ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY SELECT * FROM fabric._projection_step_rows(v_tenant, p_event_ids, NULL, NULL);
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -680,14 +770,14 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t
                   WHERE p_after_tenant IS NULL OR t.tenant_id >= p_after_tenant ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY SELECT * FROM fabric._projection_step_rows(v_tenant, NULL,
       CASE WHEN v_tenant = p_after_tenant THEN p_after_step END, v_left);
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     v_left := v_left - v_rows;
     EXIT WHEN v_left <= 0;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -790,6 +880,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_merged uuid[];
+  v_memory uuid;
   v_tenant text;
   v fabric.approvals;
   v_from uuid;
@@ -833,16 +925,206 @@ BEGIN
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_mentions = ROW_COUNT;
   -- one event per record that mentions it now (the projector writes its MENTIONS again),
-  -- or one without a record when none does
-  PERFORM fabric._emit('memory.entity.merged', v_tenant, NULL, NULL, r.memory_id, NULL,
-    pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
-                                  'into_entity_id', v_into))
-  FROM (SELECT x.memory_id FROM fabric.memory_mentions x
-        WHERE x.tenant_id = v_tenant AND x.entity_id = v_from
-        UNION ALL SELECT NULL::uuid
-        WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
-                          WHERE x.tenant_id = v_tenant AND x.entity_id = v_from)
-        ORDER BY 1) r;
+  -- or one without a record when none does; the merge's correlation id is its approval's
+  -- ('merge:<approval_id>', fabric._merge_correlation), which its SAME_AS edge carries
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus would push the query down to the tenant's worker with the call in it, and the
+    -- outbox is the coordinator's: the records are read first, then each event written.
+    v_merged := ARRAY(SELECT x.memory_id FROM fabric.memory_mentions x
+                      WHERE x.tenant_id = v_tenant AND x.entity_id = v_from ORDER BY 1);
+    IF pg_catalog.cardinality(v_merged) = 0 THEN
+      v_merged := ARRAY[NULL::uuid];
+    END IF;
+    FOREACH v_memory IN ARRAY v_merged LOOP
+      PERFORM fabric._emit('memory.entity.merged', v_tenant,
+      fabric._merge_correlation(p_approval_id), NULL, v_memory, NULL,
+        pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
+                                      'into_entity_id', v_into));
+    END LOOP;
+  ELSE
+    PERFORM fabric._emit('memory.entity.merged', v_tenant,
+      fabric._merge_correlation(p_approval_id), NULL, r.memory_id, NULL,
+      pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
+                                    'into_entity_id', v_into))
+    FROM (SELECT x.memory_id FROM fabric.memory_mentions x
+          WHERE x.tenant_id = v_tenant AND x.entity_id = v_from
+          UNION ALL SELECT NULL::uuid
+          WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_mentions x
+                            WHERE x.tenant_id = v_tenant AND x.entity_id = v_from)
+          ORDER BY 1) r;
+  END IF;
   RETURN pg_catalog.jsonb_build_object('approval_id', p_approval_id, 'entity_id', v_from,
                                        'into_entity_id', v_into, 'mentions', v_mentions);
+END $$;
+
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._merge_correlation: the correlation id of a same-as merge, made of the approval
+-- that decided it, so the merge's events and its SAME_AS edge in the graph (written live
+-- or by a rebuild) carry the same one.
+CREATE OR REPLACE FUNCTION fabric._merge_correlation(p_approval_id uuid)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT 'merge:' || p_approval_id::text
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._projection_same_as_rows: the applied same-as merges of one tenant as the graph
+-- sees them: each merged entity and the one it was merged into, as entity nodes are (a
+-- person without a name, a subject's person with its pseudonym), and the merge's
+-- correlation id (of the approval consumed by it). Current state: a merge an erasure undid
+-- (either entity gone) is no row. The merged entities p_entity_ids, or every one after
+-- p_after_entity (at most p_limit).
+CREATE OR REPLACE FUNCTION fabric._projection_same_as_rows(p_tenant text, p_entity_ids uuid[],
+  p_after_entity uuid, p_limit integer)
+RETURNS TABLE (tenant_id text, entity_id uuid, entity_type text, name text, subject_ref text,
+  into_entity_id uuid, into_name text, into_subject_ref text, correlation_id text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT e.tenant_id::text, e.entity_id, e.entity_type,
+         CASE WHEN e.entity_type = 'person' THEN NULL ELSE e.name END, ke.subject_ref,
+         i.entity_id, CASE WHEN i.entity_type = 'person' THEN NULL ELSE i.name END,
+         ki.subject_ref,
+         (SELECT fabric._merge_correlation(a.approval_id) FROM fabric.approvals a
+          WHERE a.tenant_id = e.tenant_id AND a.action = 'merge_entities'
+            AND a.status = 'consumed'
+            AND a.target = pg_catalog.jsonb_build_object('entity_id', e.entity_id,
+                                                         'into_entity_id', e.merged_into)
+          ORDER BY a.consumed_at DESC, a.approval_id LIMIT 1)
+  FROM fabric.entities e
+  JOIN fabric.entities i ON i.tenant_id = e.tenant_id AND i.entity_id = e.merged_into
+  LEFT JOIN fabric.subject_keys ke ON ke.tenant_id = e.tenant_id AND ke.subject_id = e.subject_id
+  LEFT JOIN fabric.subject_keys ki ON ki.tenant_id = i.tenant_id AND ki.subject_id = i.subject_id
+  WHERE e.tenant_id = p_tenant AND e.merged_into IS NOT NULL
+    AND (p_entity_ids IS NULL OR e.entity_id = ANY (p_entity_ids))
+    AND (p_after_entity IS NULL OR e.entity_id > p_after_entity)
+  ORDER BY e.entity_id
+  LIMIT p_limit
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_same_as: the same-as merges these `memory.entity.merged` events
+-- applied, for the graph projection, as they stand now (fabric._projection_same_as_rows).
+CREATE OR REPLACE FUNCTION fabric_api.projection_same_as(p_event_ids uuid[])
+RETURNS TABLE (tenant_id text, entity_id uuid, entity_type text, name text, subject_ref text,
+  into_entity_id uuid, into_name text, into_subject_ref text, correlation_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v record;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v IN SELECT e.tenant_id,
+                  pg_catalog.array_agg(DISTINCT (e.payload ->> 'entity_id')::uuid) AS entity_ids
+           FROM fabric.events e
+           WHERE e.event_id = ANY (p_event_ids) AND e.event_type = 'memory.entity.merged'
+           GROUP BY e.tenant_id ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v.tenant_id, true);
+    RETURN QUERY SELECT * FROM fabric._projection_same_as_rows(v.tenant_id, v.entity_ids,
+                                                               NULL, NULL);
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.projection_same_as_snapshot: every applied same-as merge, paged by (tenant_id,
+-- entity_id), for rebuilds: the page after (p_after_tenant, p_after_entity), at most p_limit.
+CREATE OR REPLACE FUNCTION fabric_api.projection_same_as_snapshot(p_after_tenant text,
+  p_after_entity uuid, p_limit integer DEFAULT 1000)
+RETURNS TABLE (tenant_id text, entity_id uuid, entity_type text, name text, subject_ref text,
+  into_entity_id uuid, into_name text, into_subject_ref text, correlation_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_left integer := greatest(1, least(coalesce(p_limit, 1000), 10000));
+  v_rows integer;
+BEGIN
+  PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
+  FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t
+                  WHERE p_after_tenant IS NULL OR t.tenant_id >= p_after_tenant ORDER BY 1 LOOP
+    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    RETURN QUERY SELECT * FROM fabric._projection_same_as_rows(v_tenant, NULL,
+      CASE WHEN v_tenant = p_after_tenant THEN p_after_entity END, v_left);
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    v_left := v_left - v_rows;
+    EXIT WHEN v_left <= 0;
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.entity_merge_proposals: what policy reads to decide a same-as merge: the
+-- tenant's merge_entities approvals of status p_status (all of them with NULL), newest
+-- first, each with both entities as PostgreSQL holds them (type and name: the decider must
+-- see what would become one; names never leave for the graph) and the proposal's reason.
+-- An entity erased since it was proposed has no type or name any more. Policy only (42501);
+-- an unknown tenant P0002; a status that is none of an approval's 22023.
+CREATE OR REPLACE FUNCTION fabric_api.entity_merge_proposals(p_tenant_id text,
+  p_status text DEFAULT 'pending')
+RETURNS TABLE (approval_id uuid, status text, entity_id uuid, entity_type text,
+  entity_name text, into_entity_id uuid, into_entity_name text, reason text,
+  requested_by text, requested_at timestamptz, expires_at timestamptz, decided_by text,
+  decided_at timestamptz, decision_reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_policy', 'read entity merge proposals');
+  IF p_status IS NOT NULL AND p_status NOT IN ('pending', 'approved', 'denied', 'consumed') THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'an approval''s status is pending, approved, denied or consumed',
+      'e.g. fabric_api.entity_merge_proposals(''acme'', ''pending''), or NULL for all');
+  END IF;
+  PERFORM fabric._require_tenant(p_tenant_id);
+  PERFORM fabric._set_context('tenant_id', p_tenant_id);
+  RETURN QUERY
+    SELECT a.approval_id, a.status, (a.target ->> 'entity_id')::uuid, e.entity_type, e.name,
+           (a.target ->> 'into_entity_id')::uuid, i.name, a.reason, a.requested_by::text,
+           a.requested_at, a.expires_at, a.decided_by::text, a.decided_at, a.decision_reason
+    FROM fabric.approvals a
+    LEFT JOIN fabric.entities e ON e.tenant_id = a.tenant_id
+                               AND e.entity_id = (a.target ->> 'entity_id')::uuid
+    LEFT JOIN fabric.entities i ON i.tenant_id = a.tenant_id
+                               AND i.entity_id = (a.target ->> 'into_entity_id')::uuid
+    WHERE a.tenant_id = p_tenant_id AND a.action = 'merge_entities'
+      AND (p_status IS NULL OR a.status = p_status)
+    ORDER BY a.requested_at DESC, a.approval_id;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric_api.decide_entity_merge: policy decides a same-as merge proposal
+-- (fabric_api.decide_approval, for an approval of action merge_entities only: an id of
+-- another kind of approval is refused with 55000 before anything is written, so a merge
+-- decision never approves an erasure or a promotion by mistake).
+CREATE OR REPLACE FUNCTION fabric_api.decide_entity_merge(p_approval_id uuid, p_decision text,
+  p_reason text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text;
+  v_action text;
+BEGIN
+  PERFORM fabric._reset_context();
+  PERFORM fabric._require_role('fabric_policy', 'decide entity merges');
+  v_tenant := fabric._tenant_of_approval(p_approval_id);
+  IF v_tenant IS NOT NULL THEN
+    PERFORM fabric._set_context('tenant_id', v_tenant);
+    SELECT a.action INTO v_action FROM fabric.approvals a
+    WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id;
+    IF v_action <> 'merge_entities' THEN
+      PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
+        pg_catalog.format('the approval is a %s, not an entity merge', v_action),
+        'decide other approvals with fabric_api.decide_approval');
+    END IF;
+  END IF;
+  RETURN fabric_api.decide_approval(p_approval_id, p_decision, p_reason);  -- P0002 if unknown
 END $$;

@@ -13,9 +13,13 @@
 CREATE OR REPLACE FUNCTION fabric._temporal_points(p_tenant_id text, p_series text,
   p_from timestamptz, p_until timestamptz, p_subject_id text, p_instance text)
 RETURNS TABLE (at timestamptz, value double precision)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
+  -- plpgsql: Citus plans no statement of an SQL function with parameters
+  RETURN QUERY
   SELECT m.at, m.value FROM fabric.measurements m
    WHERE m.tenant_id = p_tenant_id AND m.series = p_series
      AND m.at >= p_from AND m.at < p_until
@@ -30,8 +34,8 @@ AS $$
      AND s.day >= (p_from AT TIME ZONE 'UTC')::date - 1
      AND (s.day::timestamp AT TIME ZONE 'UTC') >= p_from
      AND (s.day::timestamp AT TIME ZONE 'UTC') < p_until
-     AND (s.subject_id IS NULL OR s.subject_id = p_subject_id)
-$$;
+     AND (s.subject_id IS NULL OR s.subject_id = p_subject_id);
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.record_measurements: a producer (a domain workflow login: fabric_workflow,
@@ -47,6 +51,7 @@ DECLARE
                                       'wf-billing-001');
   v_bad text;
   v_n integer;
+  v_point jsonb;
 BEGIN
   IF p_tenant_id IS NULL OR pg_catalog.jsonb_typeof(p_points) IS DISTINCT FROM 'array'
      OR pg_catalog.jsonb_array_length(p_points) NOT BETWEEN 1 AND 10000 THEN
@@ -102,6 +107,21 @@ BEGIN
     PERFORM fabric._raise_rule('insufficient_privilege',
       'the producer is not enabled in this tenant',
       'an admin enables its agent with fabric_api.enable_agent');
+  END IF;
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus runs an INSERT ... SELECT from a function's rows as a COPY into the shard, which
+    -- row-level security refuses: one INSERT ... VALUES per point there.
+    v_n := 0;
+    FOR v_point IN SELECT p.v FROM pg_catalog.jsonb_array_elements(p_points) p(v) LOOP
+      INSERT INTO fabric.measurements (tenant_id, series, at, value, business_instance_id,
+                                       subject_id, retention_class, producer)
+      VALUES (p_tenant_id, v_point ->> 'series', (v_point ->> 'at')::timestamptz,
+              (v_point ->> 'value')::double precision, v_point ->> 'business_instance_id',
+              v_point ->> 'subject_id', coalesce(v_point ->> 'retention_class', 'operational'),
+              v_producer);
+      v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
   END IF;
   INSERT INTO fabric.measurements (tenant_id, series, at, value, business_instance_id,
                                    subject_id, retention_class, producer)
@@ -219,9 +239,161 @@ COMMENT ON FUNCTION fabric_api.read_measurements(jsonb) IS
   '"window": "1 hour", "aggregate": "avg"}'');';
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._measurement_partition: the month's partition of fabric.measurements
+-- (measurements_YYYY_MM, the month in UTC), made if missing. Points of that month that fell
+-- into the default partition move into it (a partition cannot be made over rows the default
+-- holds), so the default stays empty once maintenance has run. The caller holds the
+-- partitioning lock and has marked the transaction (fabric.ensure_measurement_partitions).
+CREATE OR REPLACE FUNCTION fabric._measurement_partition(p_month date)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_name text := 'measurements_' || pg_catalog.to_char(p_month, 'YYYY_MM');
+  v_from timestamptz := p_month::timestamp AT TIME ZONE 'UTC';
+  v_until timestamptz := (p_month + interval '1 month')::timestamp AT TIME ZONE 'UTC';
+  v_rows jsonb;
+BEGIN
+  IF pg_catalog.to_regclass('fabric.' || v_name) IS NOT NULL THEN
+    RETURN 0;
+  END IF;
+  -- The partition itself has no row level security: the move sees every tenant's points.
+  SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(d)) INTO v_rows
+    FROM fabric.measurements_default d WHERE d.at >= v_from AND d.at < v_until;
+  IF v_rows IS NOT NULL THEN
+    DELETE FROM fabric.measurements_default d WHERE d.at >= v_from AND d.at < v_until;
+  END IF;
+  EXECUTE pg_catalog.format(
+    'CREATE TABLE fabric.%I PARTITION OF fabric.measurements FOR VALUES FROM (%L) TO (%L)',
+    v_name, v_from, v_until);
+  -- what the maintenance login holds on the table it holds on each partition (VACUUM)
+  EXECUTE pg_catalog.format('GRANT MAINTAIN ON fabric.%I TO fabric_maintainer', v_name);
+  IF v_rows IS NOT NULL THEN
+    EXECUTE pg_catalog.format(
+      'INSERT INTO fabric.%I SELECT * FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.%I, $1)',
+      v_name, v_name) USING v_rows;
+  END IF;
+  RETURN 1;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.ensure_measurement_partitions: monthly partitions of fabric.measurements for the
+-- month of p_now and p_months_ahead after it, and for every month whose points sit in the
+-- default partition (a backfill, a point far ahead), which move into it. Called by migrate
+-- and by fabric_api.run_temporal_retention (the decay worker's pass): inside that API
+-- function the DDL guard lets this one command through, a CREATE TABLE of a measurements
+-- partition by the owner in a transaction this function marked. Answers how many it made.
+CREATE OR REPLACE FUNCTION fabric.ensure_measurement_partitions(p_now timestamptz DEFAULT now(),
+                                                              p_months_ahead integer DEFAULT 3)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_this date := pg_catalog.date_trunc('month', p_now AT TIME ZONE 'UTC')::date;
+  v_month date;
+  v_created integer := 0;
+BEGIN
+  IF p_now IS NULL OR NOT pg_catalog.isfinite(p_now) OR p_months_ahead IS NULL
+     OR p_months_ahead NOT BETWEEN 0 AND 24 THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value',
+      'partitions are made from a finite time for 0 to 24 months ahead',
+      'e.g. fabric.ensure_measurement_partitions(now(), 3)');
+  END IF;
+  -- One maker at a time (the lock conflicts with itself); writers of the default partition
+  -- wait for the move (they are rare: a point outside every partition).
+  LOCK TABLE fabric.measurements_default IN SHARE ROW EXCLUSIVE MODE;
+  PERFORM pg_catalog.set_config('fabric.partition_maintenance', 'measurements', true);
+  FOR v_month IN
+    SELECT (v_this + pg_catalog.make_interval(months => i))::date
+      FROM pg_catalog.generate_series(0, p_months_ahead) i
+    UNION
+    SELECT pg_catalog.date_trunc('month', d.at AT TIME ZONE 'UTC')::date
+      FROM fabric.measurements_default d WHERE pg_catalog.isfinite(d.at)
+    ORDER BY 1
+  LOOP
+    v_created := v_created + fabric._measurement_partition(v_month);
+  END LOOP;
+  PERFORM pg_catalog.set_config('fabric.partition_maintenance', '', true);
+  RETURN v_created;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._empty_due_measurement_partitions: retention by whole months. A monthly partition
+-- that ended by p_now, in which every point is operational and past its instance's window
+-- (and whose tenants all enable the committer), is emptied with TRUNCATE instead of deleted
+-- row by row; answers the points it removed. The check holds a SHARE lock (reads go on, no
+-- point slips in between the check and the TRUNCATE); a partition another session holds is
+-- left to the row deletes (NOWAIT). Empty partitions and those holding a durable point are
+-- passed over before the full check.
+CREATE OR REPLACE FUNCTION fabric._empty_due_measurement_partitions(p_now timestamptz,
+                                                                   p_committer text)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_part regclass;
+  v_group record;
+  v_skip boolean;
+  v_due boolean;
+  v_n bigint;
+  v_total integer := 0;
+BEGIN
+  FOR v_part IN
+    SELECT c.oid::regclass FROM pg_catalog.pg_inherits i
+      JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = 'fabric.measurements'::regclass
+       AND c.relname ~ '^measurements_[0-9]{4}_[0-9]{2}$'
+       AND ((pg_catalog.to_date(pg_catalog.substr(c.relname, 14), 'YYYY_MM') + interval '1 month')
+            AT TIME ZONE 'UTC') <= p_now
+     ORDER BY c.relname
+  LOOP
+    BEGIN
+      EXECUTE pg_catalog.format('LOCK TABLE %s IN SHARE MODE NOWAIT', v_part);
+    EXCEPTION WHEN lock_not_available THEN
+      CONTINUE;
+    END;
+    EXECUTE pg_catalog.format(
+      'SELECT NOT EXISTS (SELECT 1 FROM %1$s) '
+      'OR EXISTS (SELECT 1 FROM %1$s p WHERE p.retention_class <> ''operational'')', v_part)
+      INTO v_skip;
+    CONTINUE WHEN v_skip;
+    v_due := true;
+    v_n := 0;
+    FOR v_group IN EXECUTE pg_catalog.format(
+        'SELECT p.tenant_id, p.business_instance_id, max(p.at) AS last_at, count(*) AS points '
+        'FROM %s p GROUP BY 1, 2', v_part)
+    LOOP
+      IF NOT fabric._committer_enabled_in(v_group.tenant_id, p_committer, false)
+         OR v_group.last_at + (fabric._instance_config(v_group.tenant_id,
+                                 v_group.business_instance_id)).operational_window > p_now THEN
+        v_due := false;
+        EXIT;
+      END IF;
+      v_n := v_n + v_group.points;
+    END LOOP;
+    CONTINUE WHEN NOT v_due;
+    BEGIN
+      EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', v_part);
+      EXECUTE pg_catalog.format('TRUNCATE %s', v_part);
+      v_total := v_total + v_n;
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;  -- a reader holds the month: the row deletes take its points
+    END;
+  END LOOP;
+  PERFORM fabric._reset_context();
+  RETURN v_total;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.run_temporal_retention: removes the points whose class no longer keeps them:
 -- operational points once the instance's operational_window has passed since their time;
--- durable points are kept. Committer only, per tenant, bounded by p_batch per tenant.
+-- durable points are kept. Committer only (the decay worker's pass). First the table's
+-- partitions: made ahead, strays of the default partition moved into their month's, and
+-- whole past months whose every point is due emptied at once; then the remaining due points
+-- row by row, per tenant, bounded by p_batch per tenant.
 CREATE OR REPLACE FUNCTION fabric_api.run_temporal_retention(p_now timestamptz DEFAULT now(),
                                                              p_batch integer DEFAULT 10000)
 RETURNS integer
@@ -233,19 +405,51 @@ DECLARE
   v_tenant text;
   v_n integer;
   v_total integer := 0;
+  v_instance text;
+  v_due timestamptz;
+  v_last timestamptz;
+  v_left integer;
 BEGIN
   IF p_batch IS NULL OR p_batch NOT BETWEEN 1 AND 1000000 THEN
     PERFORM fabric._raise_rule('invalid_parameter_value', 'batch must be between 1 and 1000000',
       'the default is 10000');
   END IF;
-  IF p_now IS NULL THEN
-    PERFORM fabric._raise_rule('invalid_parameter_value', 'now must be a timestamp',
+  IF p_now IS NULL OR NOT pg_catalog.isfinite(p_now) THEN
+    PERFORM fabric._raise_rule('invalid_parameter_value', 'now must be a finite timestamp',
       'the default is now()');
   END IF;
+  PERFORM fabric.ensure_measurement_partitions(GREATEST(p_now, pg_catalog.now()));
+  v_total := fabric._empty_due_measurement_partitions(p_now, v_committer);
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t ORDER BY 1 LOOP
     PERFORM fabric._reset_context();
     CONTINUE WHEN NOT fabric._committer_enabled_in(v_tenant, v_committer, false);
     PERFORM fabric._set_context('actor', v_committer);
+    IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+      -- Citus: a helper that reads a table (the instance's window) may not run inside a
+      -- query on a shard, nor is a row addressed by ctid there. Each instance's window is
+      -- read first, then its due points are deleted up to the batch's last instant (points
+      -- sharing that instant go together), at most a batch per tenant as below.
+      v_left := p_batch;
+      FOR v_instance IN
+        SELECT DISTINCT m.business_instance_id FROM fabric.measurements m
+         WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+      LOOP
+        EXIT WHEN v_left <= 0;
+        v_due := p_now - (fabric._instance_config(v_tenant, v_instance)).operational_window;
+        SELECT m.at INTO v_last FROM fabric.measurements m
+         WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+           AND m.business_instance_id IS NOT DISTINCT FROM v_instance AND m.at <= v_due
+         ORDER BY m.at OFFSET v_left - 1 LIMIT 1;
+        DELETE FROM fabric.measurements m
+         WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'
+           AND m.business_instance_id IS NOT DISTINCT FROM v_instance
+           AND m.at <= LEAST(v_due, coalesce(v_last, v_due));
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_total := v_total + v_n;
+        v_left := v_left - v_n;
+      END LOOP;
+      CONTINUE;
+    END IF;
     DELETE FROM fabric.measurements d
      USING (SELECT m.tableoid AS part, m.ctid AS row_id FROM fabric.measurements m
              WHERE m.tenant_id = v_tenant AND m.retention_class = 'operational'

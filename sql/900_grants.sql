@@ -86,7 +86,9 @@ GRANT EXECUTE ON FUNCTION
   fabric_api.projection_agent_links(uuid[]),
   fabric_api.projection_mentions(uuid[]),
   fabric_api.projection_steps(uuid[]),
-  fabric_api.projection_steps_snapshot(text, uuid, integer)
+  fabric_api.projection_steps_snapshot(text, uuid, integer),
+  fabric_api.projection_same_as(uuid[]),
+  fabric_api.projection_same_as_snapshot(text, uuid, integer)
   TO fabric_projector;
 -- Domain workflows record agent lineage links (sql/285_graph_tier.sql), and nothing else.
 GRANT USAGE ON SCHEMA fabric_api TO fabric_workflow;
@@ -101,6 +103,11 @@ GRANT EXECUTE ON FUNCTION fabric_api.read_measurements(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.run_temporal_retention(timestamptz, integer)
   TO fabric_committer;
 GRANT EXECUTE ON FUNCTION fabric_api.deployment_embedder() TO fabric_agent;
+-- Broker tickets (sql/295_broker_tickets.sql): agents and domain workflows take one for
+-- their own login; the serve process (a projector login) redeems it.
+GRANT EXECUTE ON FUNCTION fabric_api.issue_broker_ticket(interval)
+  TO fabric_agent, fabric_workflow;
+GRANT EXECUTE ON FUNCTION fabric_api.redeem_broker_ticket(text) TO fabric_projector;
 -- The schema revision: every service login checks it before it starts, agents may too.
 GRANT EXECUTE ON FUNCTION fabric_api.schema_revision()
   TO fabric_agent, fabric_committer, fabric_consolidator, fabric_projector, fabric_tracer;
@@ -108,7 +115,9 @@ GRANT USAGE ON SCHEMA fabric_api TO fabric_tracer;
 GRANT EXECUTE ON FUNCTION fabric_api.trace_events(integer), fabric_api.set_trace_cursor(xid8, uuid),
   fabric_api.trace_lag(), fabric_api.check_trace_endpoint(text) TO fabric_tracer;
 GRANT USAGE ON SCHEMA fabric_api TO fabric_policy, fabric_consolidator;
-GRANT EXECUTE ON FUNCTION fabric_api.decide_approval(uuid, text, text) TO fabric_policy;
+GRANT EXECUTE ON FUNCTION fabric_api.decide_approval(uuid, text, text),
+  fabric_api.entity_merge_proposals(text, text),
+  fabric_api.decide_entity_merge(uuid, text, text) TO fabric_policy;
 GRANT EXECUTE ON FUNCTION
   fabric_api.start_workflow_run(text, text),
   fabric_api.consolidation_candidates(text, uuid, text, integer, timestamptz, uuid),

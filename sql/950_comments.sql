@@ -189,6 +189,11 @@ COMMENT ON COLUMN fabric.memory_embeddings.embedding IS 'The vector.';
 COMMENT ON COLUMN fabric.memory_embeddings.content_hash IS 'Hash of the content the vector was computed from.';
 COMMENT ON COLUMN fabric.memory_embeddings.created_at IS 'When the vector was stored.';
 
+COMMENT ON TABLE fabric.tenant_directory IS
+  'On a Citus cluster, the tenant of each run and proposal, noted by open_run and propose on the coordinator so that looking a tenant up by id reaches no worker; always empty on a single node (docs/scale-out.md).';
+COMMENT ON COLUMN fabric.tenant_directory.id IS 'A run_id or a proposal_id.';
+COMMENT ON COLUMN fabric.tenant_directory.kind IS 'run or proposal.';
+COMMENT ON COLUMN fabric.tenant_directory.tenant_id IS 'The tenant the run or proposal belongs to.';
 COMMENT ON TABLE fabric.shard_events IS
   'On a Citus cluster, events formed by a trigger on a tenant''s shard, waiting (in the same transaction) for the API function to move them into the coordinator''s outbox; always empty on a single node (docs/citus.md).';
 COMMENT ON COLUMN fabric.shard_events.tenant_id IS 'Tenant of the event (the distribution column).';
@@ -510,6 +515,14 @@ COMMENT ON COLUMN fabric.entities.entity_id IS 'The entity''s id: how the graph 
 COMMENT ON COLUMN fabric.entities.merged_into IS 'The entity an approved same-as merge resolved this one into (fabric_api.merge_entities); NULL if none.';
 COMMENT ON FUNCTION fabric_api.propose_entity_merge(text, uuid, uuid, text) IS
   'Propose that two entities of a tenant are the same (a pending merge_entities approval that policy decides). Consolidator only. Example: SELECT fabric_api.propose_entity_merge(''acme'', ''<entity_id>'', ''<into_entity_id>'', ''same company, renamed'');';
+COMMENT ON FUNCTION fabric_api.projection_same_as(uuid[]) IS
+  'The same-as merges these memory.entity.merged events applied, as they stand now (both entities as their graph nodes are, persons without names), with the merge''s correlation id. Projector only. Example: SELECT * FROM fabric_api.projection_same_as(ARRAY[''<event_id>''::uuid]);';
+COMMENT ON FUNCTION fabric_api.projection_same_as_snapshot(text, uuid, integer) IS
+  'Every applied same-as merge after (tenant, entity_id), one page, for rebuilds. Projector only. Example: SELECT * FROM fabric_api.projection_same_as_snapshot(NULL, NULL, 1000);';
+COMMENT ON FUNCTION fabric_api.entity_merge_proposals(text, text) IS
+  'The tenant''s same-as merge proposals of a status (default pending; NULL: all), newest first, with both entities'' type and name and the reason, for policy to decide. Policy only. Example: SELECT * FROM fabric_api.entity_merge_proposals(''acme'', ''pending'');';
+COMMENT ON FUNCTION fabric_api.decide_entity_merge(uuid, text, text) IS
+  'Approve or deny a same-as merge proposal (decide_approval for merge_entities approvals only; any other approval 55000). Policy only. Example: SELECT fabric_api.decide_entity_merge(''<approval_id>'', ''approved'', ''same company, renamed'');';
 COMMENT ON FUNCTION fabric_api.merge_entities(uuid) IS
   'Apply an approved entity merge once: the entity is marked merged_into, its records mention the other too. Consolidator only. Example: SELECT fabric_api.merge_entities(''<approval_id>'');';
 COMMENT ON COLUMN fabric.entities.entity_type IS 'POLE+O: person, organization, location, event or object.';
@@ -559,6 +572,19 @@ COMMENT ON FUNCTION fabric_api.issue_agent_token(text, text, text, text, text[],
   'with its token_id; only a SHA-256 is stored. Orchestrator only. Example: SELECT '
   'fabric_api.issue_agent_token(''acme'', ''com-agt-003'', ''user-8842'', NULL, '
   'ARRAY[''tool:memory-propose'', ''tool:memory-recall''], ''1 hour'', ''90 days'');';
+COMMENT ON TABLE fabric.broker_tickets IS
+  'One-use tickets that tell memfabric serve which login is behind a socket connection; only the hash is kept.';
+COMMENT ON COLUMN fabric.broker_tickets.ticket_hash IS 'SHA-256 of the ticket (32 bytes); the ticket itself is never stored.';
+COMMENT ON COLUMN fabric.broker_tickets.login IS 'The login (session_user) that took the ticket.';
+COMMENT ON COLUMN fabric.broker_tickets.issued_at IS 'When the ticket was issued.';
+COMMENT ON COLUMN fabric.broker_tickets.expires_at IS 'When the ticket expires unredeemed.';
+COMMENT ON FUNCTION fabric_api.issue_broker_ticket(interval) IS
+  'A one-use ticket naming your login (session_user) for memfabric serve''s socket, valid for the '
+  'ttl (at most an hour). Agents and domain workflows. Example: SELECT fabric_api.issue_broker_ticket();';
+COMMENT ON FUNCTION fabric_api.redeem_broker_ticket(text) IS
+  'The login a live broker ticket names, consuming the ticket; 42501 for an unknown, used or '
+  'expired one. The serve process only (fabric_projector). Example: SELECT '
+  'fabric_api.redeem_broker_ticket(''mfb_...'');';
 COMMENT ON FUNCTION fabric_api.open_token_run(text) IS
   'Open a run from a live agent token''s template (the run names the token). MCP gateway only '
   '(fabric_mcp_gateway); answers run_id, the agent''s login, tenant, expiry and token_id. '

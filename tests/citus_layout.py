@@ -1,6 +1,6 @@
 """Where each fabric table lives on a Citus cluster: the lists of migration 0049 and of the
-later revisions that place a table (0050: fabric.shard_events), merged in revision order,
-for tests/sql/test_citus_layout.py and tests/citus."""
+later revisions that place a table (0050: fabric.shard_events; 0052: fabric.broker_tickets),
+merged in revision order, for tests/sql/test_citus_layout.py and tests/citus."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from types import ModuleType, SimpleNamespace
 
 from conftest import ROOT
 
-REVISIONS = ("0049_citus.py", "0050_citus_shard_events.py")
+REVISIONS = (
+    "0049_citus.py",
+    "0050_citus_shard_events.py",
+    "0052_broker_tickets.py",
+    "0054_citus_tenant_directory.py",
+)
 LISTS = ("TENANT_TABLES", "REFERENCE_TABLES", "COORDINATOR_TABLES", "LOCAL_TABLES")
 
 

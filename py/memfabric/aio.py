@@ -446,7 +446,8 @@ class AsyncCommitter(_AsyncRole):
         return await self._call("fabric_api.run_decay", p_batch=batch, **at)  # type: ignore[no-any-return]
 
     async def run_temporal_retention(self, now: datetime | None = None, batch: int = 10000) -> int:
-        """Remove the temporal tier's operational points past their instance's window."""
+        """Remove the temporal tier's operational points past their instance's window (whole
+        past months at once where every point is due), after making its monthly partitions."""
         at = {} if now is None else {"p_now": now}
         return await self._call("fabric_api.run_temporal_retention", p_batch=batch, **at)  # type: ignore[no-any-return]
 
@@ -509,6 +510,21 @@ class AsyncPolicy(_AsyncRole):
     ) -> Approval:
         return Approval.from_json(
             await self._call("fabric_api.decide_approval", approval_id, decision, reason)
+        )
+
+    async def entity_merge_proposals(
+        self, tenant_id: str, status: str | None = "pending"
+    ) -> list[Json]:
+        """The tenant's same-as merge proposals of `status` (None: all), newest first, with
+        both entities' type and name: what `decide_entity_merge` decides."""
+        return await self._rows("fabric_api.entity_merge_proposals", tenant_id, status)
+
+    async def decide_entity_merge(
+        self, approval_id: Id, decision: str, reason: str | None = None
+    ) -> Approval:
+        """Approve or deny a same-as merge proposal (any other approval is refused)."""
+        return Approval.from_json(
+            await self._call("fabric_api.decide_entity_merge", approval_id, decision, reason)
         )
 
 
@@ -701,6 +717,19 @@ class AsyncProjector(_AsyncRole):
     ) -> list[Json]:
         after = Cast(None if after_step is None else str(after_step), "uuid")
         return await self._rows("fabric_api.projection_steps_snapshot", after_tenant, after, limit)
+
+    async def projection_same_as(self, event_ids: Sequence[Id]) -> list[Json]:
+        """The same-as merges these memory.entity.merged events applied, as they stand now."""
+        ids = Cast([str(i) for i in event_ids], "uuid[]")
+        return await self._rows("fabric_api.projection_same_as", ids)
+
+    async def projection_same_as_snapshot(
+        self, after_tenant: str | None = None, after_entity: Id | None = None, limit: int = 1000
+    ) -> list[Json]:
+        after = Cast(None if after_entity is None else str(after_entity), "uuid")
+        return await self._rows(
+            "fabric_api.projection_same_as_snapshot", after_tenant, after, limit
+        )
 
     async def store_embedding(
         self,

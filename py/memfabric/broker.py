@@ -24,6 +24,7 @@ import psycopg
 
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, embed_query
+from memfabric.operational import BrokerRefusal, OpsGate
 from memfabric.settings import Settings
 from memfabric.vectors import RecallFilter, VectorStore, store_from_env
 
@@ -107,12 +108,25 @@ class LocalBroker:
 class _Handler(socketserver.StreamRequestHandler):
     broker: LocalBroker
     lock: threading.Lock
+    ops: OpsGate | None
 
     def handle(self) -> None:
+        login: str | None = None  # established by ops_hello (a broker ticket), per connection
         for line in self.rfile:
             try:
                 request = json.loads(line)
-                if request["op"] == "search":
+                if request["op"] in OpsGate.OPS:
+                    if self.ops is None:
+                        raise BrokerRefusal(
+                            "55000", "this memfabric serve holds no operational stores"
+                        )
+                    if request["op"] == "ops_hello":
+                        login = None  # a refused hello leaves the connection unauthenticated
+                        login = self.ops.hello(request.get("ticket"))
+                        answer: Json = {"ok": True, "login": login}
+                    else:
+                        answer = {"ok": True, **self.ops.answer(login, request)}
+                elif request["op"] == "search":
                     # Not under the serve lock: the query is embedded while the projector
                     # works, and the store serializes its own shard access (an Edge store
                     # holds its mutex per read or write, never while embedding). A client
@@ -131,7 +145,7 @@ class _Handler(socketserver.StreamRequestHandler):
                             int(request["limit"]),
                             bool(request.get("exact")),
                         )
-                    answer: Json = {"ok": True, "hits": hits}
+                    answer = {"ok": True, "hits": hits}
                 elif request["op"] == "embed":
                     # The query alone, no filter and no search: recall asks for it while
                     # the database resolves the scope (not under the serve lock either).
@@ -145,6 +159,9 @@ class _Handler(socketserver.StreamRequestHandler):
                     answer = {"ok": True, "result": result}
             except Exception as exc:
                 answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                code = getattr(exc, "sqlstate", None)
+                if isinstance(code, str):  # a refusal with its SQLSTATE (the operational stores)
+                    answer["code"] = code
             self.wfile.write(json.dumps(answer, default=str).encode() + b"\n")
             self.wfile.flush()
 
@@ -153,8 +170,12 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
-def serve_socket(broker: LocalBroker, path: Path, lock: threading.Lock) -> _Server:
-    """Listen on `path` (replacing a stale socket file); returns the started server."""
+def serve_socket(
+    broker: LocalBroker, path: Path, lock: threading.Lock, ops: OpsGate | None = None
+) -> _Server:
+    """Listen on `path` (replacing a stale socket file); returns the started server. With
+    `ops`, the operational stores are served too, each connection as the login its broker
+    ticket names (memfabric.operational.OpsGate)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         try:
@@ -163,7 +184,7 @@ def serve_socket(broker: LocalBroker, path: Path, lock: threading.Lock) -> _Serv
             raise RuntimeError(f"another memfabric serve is listening on {path}")
         except ConnectionRefusedError:
             path.unlink()
-    handler = type("Handler", (_Handler,), {"broker": broker, "lock": lock})
+    handler = type("Handler", (_Handler,), {"broker": broker, "lock": lock, "ops": ops})
     server = _Server(str(path), handler)
     os.chmod(path, 0o600)
     threading.Thread(target=server.serve_forever, daemon=True).start()

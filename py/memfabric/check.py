@@ -301,20 +301,27 @@ def transition_events(ctx: Context) -> tuple[str, str]:
     )
     if off:
         return FAIL, f"memory_records triggers disabled: {', '.join(off)}"
+    # The tier transitions first (records and their history, colocated on a Citus cluster),
+    # materialized, then their events (the outbox: a table of the coordinator there, which
+    # Citus joins to a distributed table only through such an intermediate result).
     silent = ctx.value(
-        "SELECT count(*) FROM fabric.memory_record_versions v "
-        "JOIN LATERAL (SELECT n.tier, lower(n.known_during) AS at "
-        "  FROM fabric.memory_record_versions n WHERE n.tenant_id = v.tenant_id "
-        "  AND n.memory_id = v.memory_id AND n.revision = v.revision + 1 "
-        "  UNION ALL SELECT m.tier, m.known_since FROM fabric.memory_records m "
-        "  WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id "
-        "  AND m.revision = v.revision + 1"
-        ") nx ON nx.tier <> v.tier "
-        "JOIN fabric.memory_records r ON r.tenant_id = v.tenant_id AND r.memory_id = v.memory_id "
+        "WITH moved AS MATERIALIZED ("
+        "  SELECT v.tenant_id, v.memory_id, nx.at, r.correlation_id "
+        "  FROM fabric.memory_record_versions v "
+        "  JOIN LATERAL (SELECT n.tier, lower(n.known_during) AS at "
+        "    FROM fabric.memory_record_versions n WHERE n.tenant_id = v.tenant_id "
+        "    AND n.memory_id = v.memory_id AND n.revision = v.revision + 1 "
+        "    UNION ALL SELECT m.tier, m.known_since FROM fabric.memory_records m "
+        "    WHERE m.tenant_id = v.tenant_id AND m.memory_id = v.memory_id "
+        "    AND m.revision = v.revision + 1"
+        "  ) nx ON nx.tier <> v.tier "
+        "  JOIN fabric.memory_records r "
+        "    ON r.tenant_id = v.tenant_id AND r.memory_id = v.memory_id) "
+        "SELECT count(*) FROM moved v "
         "WHERE NOT EXISTS (SELECT 1 FROM fabric.events e WHERE e.memory_id = v.memory_id "
-        "  AND e.tenant_id = v.tenant_id AND e.occurred_at = nx.at "
+        "  AND e.tenant_id = v.tenant_id AND e.occurred_at = v.at "
         "  AND e.event_type IN ('memory.record.promoted', 'memory.record.demoted') "
-        "  AND e.correlation_id IS NOT DISTINCT FROM r.correlation_id)"
+        "  AND e.correlation_id IS NOT DISTINCT FROM v.correlation_id)"
     )
     if silent:
         return FAIL, f"{silent} tier transitions without their event and correlation id"

@@ -13,14 +13,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
 
 from memfabric import db, errors
+from memfabric.priority import Priority
 from memfabric.settings import (
     COMMITTER_ENV,
+    CONSOLIDATOR_ENV,
     DATABASE_ENV,
     DEFAULT_COMMITTER_LOGIN,
     DEFAULT_CONSOLIDATOR_LOGIN,
@@ -37,6 +39,9 @@ from memfabric.settings import (
     TRACE_ENV,
     Settings,
 )
+
+if TYPE_CHECKING:
+    from memfabric.operational import OpsGate
 
 
 class FabricGroup(TyperGroup):
@@ -83,6 +88,12 @@ vectors_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(vectors_app, name="vectors")
+entities_app = typer.Typer(
+    help="Entities of the graph tier: same-as merges, proposed by the consolidator, decided "
+    "by policy, then applied.",
+    no_args_is_help=True,
+)
+app.add_typer(entities_app, name="entities")
 
 
 @app.callback()
@@ -289,6 +300,7 @@ def worker_commit(
         "MEMFABRIC_CONSOLIDATOR_URL",
         "MEMFABRIC_LLM_URL",
         "MEMFABRIC_LLM_MODEL",
+        "MEMFABRIC_WORKER_PRIORITY",
     ),
 )
 def worker_consolidate(
@@ -315,11 +327,26 @@ def worker_consolidate(
         help="with a model: checkpoint the reflect-and-revise graph as this login (member of "
         "fabric_checkpointer), so an interrupted item resumes where it stopped",
     ),
+    priority: Priority = typer.Option(
+        Priority.normal,
+        envvar="MEMFABRIC_WORKER_PRIORITY",
+        case_sensitive=False,
+        help="idle: run only on cores that would otherwise idle (Linux SCHED_IDLE), so an "
+        "in-process model never delays the hot path; on a saturated host it then forms nothing "
+        "until load drops",
+    ),
 ) -> None:
     """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator (deterministic, or
     reflect-and-revise with the model MEMFABRIC_LLM_URL or MEMFABRIC_LLM_MODEL names),
     validation, policy gate, commit, Outcome Envelope."""
     import psycopg
+
+    from memfabric.priority import PriorityUnavailable, apply
+
+    try:
+        apply(priority)  # before the model loads: its threads inherit the policy
+    except PriorityUnavailable as exc:
+        raise typer.BadParameter(str(exc), param_hint="--priority") from exc
 
     from memfabric.consolidate import (
         ModelConsolidator,
@@ -836,13 +863,27 @@ def serve(
         return
     vectors = projector.store
     assert vectors is not None  # serve opens the vector store (start)
+    # The declared operational stores (Qdrant Edge): this process owns their shards and
+    # serves each login its allowlist (MEMFABRIC_OPS_GRANTS) over the socket.
+    try:
+        gate = _ops_gate(projector_conninfo())
+    except BaseException:
+        close_projector(projector)
+        raise
+
+    def drill() -> dict[str, Any]:
+        if gate is None:
+            return ops.drill_declared(projector, _until(stop))
+        with gate.lock:
+            return ops.drill(projector, _until(stop), operational=gate.stores)
+
     broker = LocalBroker(
         vectors,
         query_embedder,
         {
             # asked through the socket, they too end after their current page on a stop
             "rebuild": lambda target="all": ops.rebuild(projector, target, _until(stop)),
-            "drill": lambda: ops.drill_declared(projector, _until(stop)),
+            "drill": drill,
             "verify": lambda: ops.verify(projector),
             "build_index": lambda tiers=None: _edge_store(projector.store).build_index(tiers),
             "index_status": lambda: _edge_store(projector.store).index_status(),
@@ -851,7 +892,7 @@ def serve(
     )
     server, rebuilding, maker = None, None, None
     try:
-        server = serve_socket(broker, socket, lock)
+        server = serve_socket(broker, socket, lock, gate)
         targets = ["qdrant"] if projector.contract_change is not None else []
         for projection, began in sorted(unfinished.items()):
             typer.echo(
@@ -891,6 +932,11 @@ def serve(
             f"[serve] listening on {socket}; projecting to qdrant{' and graph' if graph else ''}"
             f" ({settings.projector_pipeline}, embedding {where}{shards})"
         )
+        if gate is not None:
+            typer.echo(
+                f"[serve] operational stores {', '.join(s.collection.name for s in gate.stores)}"
+                f" served to {len(gate.broker.logins())} allowlisted login(s)"
+            )
         if settings.otlp_endpoint or settings.otlp_traces_endpoint:
             from memfabric.tracing import SpanMaker, tracer_conninfo
 
@@ -927,6 +973,26 @@ def serve(
             server.shutdown()
         socket.unlink(missing_ok=True)
         close_projector(projector)
+        for store in gate.stores if gate is not None else ():
+            store.close()
+
+
+def _ops_gate(conninfo: str) -> OpsGate | None:
+    """The operational stores serve holds and the allowlist it serves them by, or None
+    when the deployment declares none (MEMFABRIC_OPS_PACKS)."""
+    from memfabric import operational
+
+    stores = operational.open_declared()
+    if not stores:
+        return None
+    try:
+        return operational.OpsGate(
+            stores, operational.allowlist(), operational.redeem_with(conninfo)
+        )
+    except BaseException:
+        for store in stores:
+            store.close()
+        raise
 
 
 def _stop_without_users(run_dir: Path, stop: Any) -> None:
@@ -1283,6 +1349,113 @@ def recall_command(
         request["tiers"] = tier
     with psycopg.connect(db.url_for(Settings.from_env().database_url, login), autocommit=True) as c:
         typer.echo(json.dumps(recall(c, request), indent=2, default=str))
+
+
+def _consolidator_login_option() -> Any:
+    return typer.Option(
+        DEFAULT_CONSOLIDATOR_LOGIN,
+        envvar="MEMFABRIC_CONSOLIDATOR_LOGIN",
+        help="the consolidator's login (a member of fabric_consolidator)",
+    )
+
+
+def _policy_login_option() -> Any:
+    return typer.Option(..., help="the policy login (a member of fabric_policy, os-agt-002)")
+
+
+def _echo_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str))
+
+
+@entities_app.command("merge-propose", epilog=env_help(*CONSOLIDATOR_ENV))
+def entities_merge_propose(
+    entity_id: str = typer.Argument(..., help="the entity that is the same as another"),
+    into_entity_id: str = typer.Argument(..., help="the entity it is the same as (it stays)"),
+    tenant: str = typer.Option(..., help="the tenant of both entities"),
+    reason: str = typer.Option(..., help="why they are one (policy reads it)"),
+    login: str = _consolidator_login_option(),
+) -> None:
+    """Propose that ENTITY_ID is the same as INTO_ENTITY_ID, as the consolidator
+    (fabric_api.propose_entity_merge): a pending merge_entities approval, nothing merged
+    until policy approves it (`entities merge-decide`) and it is applied (`entities
+    merge-apply`)."""
+    import psycopg
+
+    from memfabric.call import Cast, fabric_call
+
+    conninfo = Settings.from_env().conninfo("consolidator", login)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        _echo_json(
+            fabric_call(
+                conn,
+                "fabric_api.propose_entity_merge",
+                tenant,
+                Cast(entity_id, "uuid"),
+                Cast(into_entity_id, "uuid"),
+                reason,
+            )
+        )
+
+
+@entities_app.command("merges", epilog=env_help(*DATABASE_ENV))
+def entities_merges(
+    tenant: str = typer.Option(..., help="the tenant whose merge proposals are listed"),
+    status: str = typer.Option(
+        "pending", help="pending, approved, denied, consumed (applied) or all"
+    ),
+    login: str = _policy_login_option(),
+) -> None:
+    """List a tenant's same-as merge proposals, newest first, with both entities' type and
+    name and the reason, as policy (fabric_api.entity_merge_proposals): what
+    `entities merge-decide` decides. JSON lines, one proposal each."""
+    import psycopg
+
+    from memfabric.call import fabric_rows
+
+    with psycopg.connect(db.url_for(Settings.from_env().database_url, login), autocommit=True) as c:
+        rows = fabric_rows(
+            c, "fabric_api.entity_merge_proposals", tenant, None if status == "all" else status
+        )
+    for row in rows:
+        typer.echo(json.dumps(row, default=str))
+
+
+@entities_app.command("merge-decide", epilog=env_help(*DATABASE_ENV))
+def entities_merge_decide(
+    approval_id: str = typer.Argument(..., help="the merge proposal's approval id"),
+    decision: str = typer.Argument(..., help="approved or denied"),
+    reason: str = typer.Option(..., help="why (kept with the decision)"),
+    login: str = _policy_login_option(),
+) -> None:
+    """Approve or deny a merge proposal, as policy (fabric_api.decide_entity_merge: a
+    decision is final; an approval that is no merge proposal is refused, 55000)."""
+    import psycopg
+
+    from memfabric.call import Cast, fabric_call
+
+    with psycopg.connect(db.url_for(Settings.from_env().database_url, login), autocommit=True) as c:
+        _echo_json(
+            fabric_call(
+                c, "fabric_api.decide_entity_merge", Cast(approval_id, "uuid"), decision, reason
+            )
+        )
+
+
+@entities_app.command("merge-apply", epilog=env_help(*CONSOLIDATOR_ENV))
+def entities_merge_apply(
+    approval_id: str = typer.Argument(..., help="an approved merge proposal"),
+    login: str = _consolidator_login_option(),
+) -> None:
+    """Apply an approved merge once, as the consolidator (fabric_api.merge_entities): the
+    merged entity stays with its mentions, its records mention the other too, and the graph
+    gets a SAME_AS edge."""
+    import psycopg
+
+    from memfabric.call import Cast, fabric_call
+
+    conninfo = Settings.from_env().conninfo("consolidator", login)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        _echo_json(fabric_call(conn, "fabric_api.merge_entities", Cast(approval_id, "uuid")))
 
 
 _PASSFILE_HELP = (

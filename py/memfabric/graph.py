@@ -32,6 +32,9 @@ Shape:
   entities a record mentions. A person's node never carries a name (its entity id; a
   subject's person also its subject's pseudonym); a record whose content is gone mentions
   nothing, and an entity no record mentions is removed, as in PostgreSQL.
+- `(:Entity)-[:SAME_AS {correlation_id}]->(:Entity)`: an applied same-as merge, from the
+  merged entity to the one it was merged into (fabric.entities.merged_into); it goes with
+  either node. Graph recall counts the two as one.
 - Every node and edge written carries the correlation id of what it projects (the record's,
   or the link's).
 - Erasure (`forget`) keeps tenant_id, memory_id, content_hash, correlation_id and the edges, sets
@@ -117,6 +120,8 @@ SCHEMA: Final = (
     "FOR (e:Entity) REQUIRE (e.tenant_id, e.entity_id) IS UNIQUE",
     "CREATE CONSTRAINT step_key IF NOT EXISTS "
     "FOR (s:Step) REQUIRE (s.tenant_id, s.step_id) IS UNIQUE",
+    # graph recall's walk from the caller's scope (`_WALK_SCOPE_MENTIONING`)
+    "CREATE INDEX memory_scope IF NOT EXISTS FOR (m:Memory) ON (m.tenant_id, m.scope_key)",
 )
 
 # --- statements (all parameterized; relationship types are literals, never inputs) -------
@@ -203,6 +208,20 @@ MERGE (s)-[r:TOUCHED]->(e)
 SET r.correlation_id = x.props.correlation_id
 """
 
+# An applied same-as merge (fabric.entities.merged_into): the merged entity and the one it
+# was merged into, as the mentions write entity nodes (no name for a person), and a SAME_AS
+# edge with the merge's correlation id. Either node may have no MENTIONS yet (an entity no
+# record mentions, e.g. a subject's person before its first record).
+_UPSERT_SAME_AS: Final = """
+UNWIND $merges AS x
+MERGE (e:Entity {tenant_id: x.tenant_id, entity_id: x.entity_id})
+SET e += x.entity
+MERGE (c:Entity {tenant_id: x.tenant_id, entity_id: x.into_entity_id})
+SET c += x.into
+MERGE (e)-[s:SAME_AS]->(c)
+SET s.correlation_id = x.correlation_id
+"""
+
 # A record whose content is gone (erased, window closed) mentions nothing any more; the
 # entities it mentioned are returned, to remove those no record mentions.
 _DROP_MENTIONS: Final = """
@@ -234,13 +253,45 @@ WHERE m.tenant_id = $tenant_id AND m.scope_key IN $scope_keys AND m.tier IN $tie
 RETURN e.entity_id AS entity_id, m.memory_id AS memory_id
 LIMIT $limit
 """
+# The same pairs, found from the other end: the records of the caller's scope keys (the
+# memory_scope index) and the entities they mention. An entity many records of the whole
+# tenant mention (a city) costs the walk above one edge read per record; this one reads the
+# scope's records and their MENTIONS, whatever the entities' degree. After the first hop
+# (the seeds), `walk` takes the cheaper of the two (`_DEGREE`, `_SCOPE_SIZE`); both give
+# the same pairs.
+_WALK_SCOPE_MENTIONING: Final = """
+UNWIND $scope_keys AS k
+MATCH (m:Memory {tenant_id: $tenant_id, scope_key: k})-[:MENTIONS]->(e:Entity)
+WHERE m.tier IN $tiers AND m.consolidation_state IN $live AND e.entity_id IN $entity_ids
+RETURN e.entity_id AS entity_id, m.memory_id AS memory_id
+LIMIT $limit
+"""
+# How many MENTIONS edges the entities have (tenant-wide: what the walk above reads), and
+# how many records the caller's scope keys hold (what the walk from the scope reads).
+_DEGREE: Final = """
+UNWIND $entity_ids AS id
+MATCH (e:Entity {tenant_id: $tenant_id, entity_id: id})
+RETURN COUNT { (e)<-[:MENTIONS]-() } AS n
+"""
+_SCOPE_SIZE: Final = """
+UNWIND $scope_keys AS k
+MATCH (m:Memory {tenant_id: $tenant_id, scope_key: k})
+RETURN count(m) AS n
+"""
+
 # A subject's person is in every record of the subject: the walk starts there when the
 # query names no entity, and never passes through it (it links by scope, not by meaning).
+# An entity merged into another (SAME_AS) is that other: the two are one entity, whose
+# records the other's MENTIONS reach (a merge gives them the other's mention too); a
+# subject's person merged with another leaves both out.
 _WALK_MENTIONED: Final = """
 UNWIND $memory_ids AS id
 MATCH (m:Memory {tenant_id: $tenant_id, memory_id: id})-[:MENTIONS]->(e:Entity)
-WHERE e.subject_ref IS NULL
-RETURN DISTINCT e.entity_id AS entity_id
+OPTIONAL MATCH (e)-[:SAME_AS]->(c:Entity)
+WITH coalesce(c.entity_id, e.entity_id) AS entity_id,
+     coalesce(c.subject_ref, e.subject_ref) AS subject_ref
+WHERE subject_ref IS NULL
+RETURN DISTINCT entity_id
 """
 
 # The hops after the first follow the edge kinds recall's expand.via names, from the records
@@ -344,6 +395,11 @@ _EXPORT_EDGES: Final = (
         "RETURN m.memory_id AS src, e.entity_id AS dst",
     ),
     (
+        "SAME_AS",
+        "MATCH (e:Entity {tenant_id: $tenant_id})-[:SAME_AS]->(c:Entity {tenant_id: $tenant_id}) "
+        "RETURN e.entity_id AS src, c.entity_id AS dst",
+    ),
+    (
         "TOOK",
         "MATCH (a:Agent {tenant_id: $tenant_id})-[:TOOK]->(s:Step {tenant_id: $tenant_id}) "
         "RETURN a.agent_id AS src, s.step_id AS dst",
@@ -375,7 +431,7 @@ class GraphExport:
     Entity; properties with sorted keys.
     edges: (type, from key, to key), sorted, one entry per relationship. FORMED and
     INFLUENCED go from an Agent key to a Memory key, DERIVED_FROM and SUPERSEDES from
-    Memory to Memory, MENTIONS from Memory to Entity.
+    Memory to Memory, MENTIONS from Memory to Entity, SAME_AS from Entity to Entity.
     """
 
     nodes: list[tuple[str, str, dict[str, Any]]]
@@ -542,25 +598,46 @@ def _link_row(row: Mapping[str, Any]) -> dict[str, Any]:
 def _mention_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row of fabric_api.projection_mentions as an Entity node and a MENTIONS edge. A
     person's node carries no name whatever the row says (the feed sends none)."""
-    entity_type = row["entity_type"]
-    if entity_type not in ENTITY_TYPES:
-        raise ValueError("graph mention: entity_type must be a POLE+O type")
-    person = entity_type == "person"
     return {
         "tenant_id": _key_text(row, "tenant_id"),
         "memory_id": _string(row["memory_id"]),
         "entity_id": _string(row["entity_id"]),
-        "entity": {
-            "entity_type": entity_type,
-            "name": None if person else _text(row, "name"),
-            "subject_ref": _text(row, "subject_ref") if person else None,
-        },
+        "entity": _entity_props(row["entity_type"], row["name"], row["subject_ref"]),
         "props": {
             "source": row["source"],
             "correlation_id": _text(row, "correlation_id"),
             "valid_from": _timestamp(row, "valid_from"),
             "valid_until": _timestamp(row, "valid_until"),
         },
+    }
+
+
+def _entity_props(entity_type: Any, name: Any, subject_ref: Any) -> dict[str, Any]:
+    """An Entity node's properties: a person never carries a name (whatever the row says),
+    and only a person a subject_ref."""
+    if entity_type not in ENTITY_TYPES:
+        raise ValueError("graph entity: entity_type must be a POLE+O type")
+    person = entity_type == "person"
+    for value in (name, subject_ref):
+        if value is not None and not isinstance(value, str):
+            raise ValueError("graph entity: name and subject_ref must be strings or None")
+    return {
+        "entity_type": entity_type,
+        "name": None if person else name,
+        "subject_ref": subject_ref if person else None,
+    }
+
+
+def _same_as_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of fabric_api.projection_same_as as two Entity nodes and a SAME_AS edge (a
+    merge joins entities of one type)."""
+    return {
+        "tenant_id": _key_text(row, "tenant_id"),
+        "entity_id": _string(row["entity_id"]),
+        "into_entity_id": _string(row["into_entity_id"]),
+        "entity": _entity_props(row["entity_type"], row["name"], row["subject_ref"]),
+        "into": _entity_props(row["entity_type"], row["into_name"], row["into_subject_ref"]),
+        "correlation_id": _text(row, "correlation_id"),
     }
 
 
@@ -653,9 +730,11 @@ class GraphStore:
     # -- schema ----------------------------------------------------------------------------
 
     def ensure_schema(self) -> None:
-        """Composite uniqueness on (:Memory) (tenant_id, memory_id) and (:Agent) (tenant_id,
-        agent_id). Idempotent (IF NOT EXISTS). Each constraint is backed by an index, which
-        is what makes MERGE on the key fast."""
+        """Composite uniqueness on each label's key ((:Memory) (tenant_id, memory_id),
+        (:Agent), (:Entity), (:Step)), and the range index `memory_scope` on (:Memory)
+        (tenant_id, scope_key) that graph recall's walk from a scope reads. Idempotent (IF
+        NOT EXISTS). Each constraint is backed by an index, which is what makes MERGE on the
+        key fast."""
         with self._driver.session(database=self.database) as session:
             for statement in SCHEMA:
                 session.run(statement).consume()
@@ -706,6 +785,17 @@ class GraphStore:
             for chunk in _chunks(steps, self.batch_size):
                 session.execute_write(_run_write, _UPSERT_STEPS, steps=list(chunk))
         return len(steps)
+
+    def upsert_same_as(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Project applied same-as merges (rows of fabric_api.projection_same_as):
+        `(:Entity)-[:SAME_AS {correlation_id}]->(:Entity)`, from the merged entity to the one
+        it was merged into, both nodes as `upsert_mentions` writes them. Returns the number
+        of merges written."""
+        merges = [_same_as_row(r) for r in rows]
+        with self._driver.session(database=self.database) as session:
+            for chunk in _chunks(merges, self.batch_size):
+                session.execute_write(_run_write, _UPSERT_SAME_AS, merges=list(chunk))
+        return len(merges)
 
     def drop_mentions(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
         """Records whose content is gone mention nothing: their MENTIONS edges go, and so
@@ -826,13 +916,37 @@ class GraphStore:
             "live": list(LIVE_STATES),
         }
 
-        def mentioning(tx: ManagedTransaction, entity_ids: list[str]) -> list[tuple[str, str]]:
+        scope_size: list[int] = []  # counted once, when a hop first asks
+
+        def from_scope(tx: ManagedTransaction, entity_ids: list[str]) -> bool:
+            """Is reading the scope's records cheaper than the entities' edges? Asked only
+            when the edges are many (SCOPE_WALK_EDGES): the scope is counted then, once."""
+            edges = sum(
+                int(r["n"]) for r in tx.run(_DEGREE, tenant_id=tenant_id, entity_ids=entity_ids)
+            )
+            if edges < SCOPE_WALK_EDGES:
+                return False
+            if not scope_size:
+                scope_size.append(
+                    _single_int(
+                        tx, _SCOPE_SIZE, tenant_id=tenant_id, scope_keys=scope["scope_keys"]
+                    )
+                )
+            return scope_size[0] * SCOPE_READ_COST < edges
+
+        def mentioning(
+            tx: ManagedTransaction, entity_ids: list[str], choose: bool = True
+        ) -> list[tuple[str, str]]:
+            """The pairs of a hop; from the scope's end when `choose` finds it cheaper (not
+            for the seeds: the query's own few entities, read from their edges at once)."""
             if not entity_ids:
                 return []
+            scoped = choose and from_scope(tx, entity_ids)
+            query = _WALK_SCOPE_MENTIONING if scoped else _WALK_MENTIONING
             return [
                 (str(r["entity_id"]), str(r["memory_id"]))
                 for r in tx.run(
-                    _WALK_MENTIONING,
+                    query,
                     tenant_id=tenant_id,
                     entity_ids=entity_ids,
                     limit=WALK_PAIRS,
@@ -844,7 +958,7 @@ class GraphStore:
             seen = set(seeds)
             reached: set[str] = set()
             levels: list[list[tuple[str, str]]] = []
-            pairs = sorted(mentioning(tx, sorted(seen)))
+            pairs = sorted(mentioning(tx, sorted(seen), choose=False))
             for level in range(1, hops + 1):
                 levels.append(pairs)
                 new = sorted({m for _, m in pairs} - reached)
@@ -906,6 +1020,15 @@ class GraphStore:
 LIVE_STATES: Final = ("raw", "consolidated", "reflected")
 #: Pairs (entity, record) read per hop at most.
 WALK_PAIRS: Final = 5_000
+#: A walk's hop reads the caller's scope instead of the entities' MENTIONS edges when the
+#: scope holds fewer records than the edges over this: a record read from the scope (with
+#: its MENTIONS and their entities' ids) costs about as much as this many edges followed
+#: from an entity (measured on ArcadeDB 26.10, `make bench-graph`). Either way gives the
+#: same pairs; only the cost differs.
+SCOPE_READ_COST: Final = 15
+#: ... and only when the entities have at least this many MENTIONS edges (fewer are read
+#: faster than the scope is counted).
+SCOPE_WALK_EDGES: Final = 5_000
 
 
 def rank_walk(levels: Sequence[Sequence[tuple[str, str]]]) -> list[tuple[str, float]]:

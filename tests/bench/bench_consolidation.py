@@ -20,8 +20,8 @@ retirements (a declaration or any record no update planted, ended: must be 0); i
 caused any action (a committed, flagged or superseding recommendation citing an injection
 episode: must be 0); episodes per second and p95 per item. The hot path p95 — an agent's
 propose (with its commit) and its recall, apart — is measured idle and while `memfabric
-worker consolidate` runs with SmolLM2 embedded on one thread at nice 10 (--hot 200 pairs
-each; --no-hot skips it).
+worker consolidate` runs with SmolLM2 embedded on one thread, once at nice 10 and once at
+`--priority idle` (--worker-priorities; --hot 200 pairs each; --no-hot skips it).
 """
 
 from __future__ import annotations
@@ -323,37 +323,52 @@ def hot_path(url: str, tenant: str, pairs: int) -> dict[str, list[float]]:
     return out
 
 
-def print_hot_path(pairs: int, idle: dict[str, list[float]], busy: dict[str, list[float]],
-                   after: dict[str, list[float]]) -> None:  # fmt: skip
-    """Propose and recall p95, idle (before and after) and with the worker; the ratio is
-    with the worker over the mean of the two idle figures (the goal: <= 1.10)."""
+def print_hot_path(pairs: int, sides: list[tuple[str, dict[str, list[float]]]]) -> None:
+    """Propose and recall p95 per side, in the order measured (no worker, a worker setup, no
+    worker, …); a worker side's ratio is over the mean of the sides with no worker either
+    side of it (the goal: <= 1.10)."""
     print(f"\n== hot path, {pairs} each, load average {os.getloadavg()[0]:.1f}")
     for op in ("propose", "recall"):
-        calm = statistics.mean([p95(idle[op]), p95(after[op])])
-        print(f"  {op:<8} p95 idle {p95(idle[op]):.1f} ms, idle after {p95(after[op]):.1f} ms;"
-              f" with worker consolidate (SmolLM2, 1 thread, nice 10) {p95(busy[op]):.1f} ms;"
-              f" ratio {p95(busy[op]) / calm:.2f}")  # fmt: skip
+        cells = [f"{name} {p95(fig[op]):.1f} ms" for name, fig in sides]
+        print(f"  {op:<8} p95: " + ", ".join(cells))
+        for i, (name, fig) in enumerate(sides):
+            if name == "no worker":
+                continue
+            calm = statistics.mean([p95(sides[i - 1][1][op]), p95(sides[i + 1][1][op])])
+            print(f"  {op:<8} with the worker at {name}: ratio {p95(fig[op]) / calm:.2f}")
 
 
-def background_worker(url: str, tenant: str) -> AbstractContextManager[Any]:
-    """`memfabric worker consolidate` with SmolLM2 embedded on one thread at nice 10."""
+def background_worker(url: str, tenant: str, setup: str) -> AbstractContextManager[Any]:
+    """`memfabric worker consolidate` with SmolLM2 embedded on one thread, at `nice 10` or
+    at `--priority idle` (SCHED_IDLE); its CPU seconds while the hot path ran are printed,
+    so an idle-priority worker that got no core shows as such."""
     env = {**os.environ, "DATABASE_URL": url, "MEMFABRIC_LLM_MODEL": "smollm2",
            "MEMFABRIC_LLM_THREADS": "1"}  # fmt: skip
     env.pop("MEMFABRIC_LLM_URL", None)
     memfabric = str(Path(sys.executable).parent / "memfabric")
-    cmd = ["nice", "-n", "10", memfabric, "worker", "consolidate", "--tenant", tenant,
+    cmd = [memfabric, "worker", "consolidate", "--tenant", tenant,
            "--consolidator-login", "bench_cons_consolidator",
            "--committer-login", "bench_cons_committer",
            "--interval", "1", "--budget", "5"]  # fmt: skip
+    cmd = ["nice", "-n", "10", *cmd] if setup == "nice10" else [*cmd, "--priority", "idle"]
+
+    def cpu_seconds(pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     class Running:
         def __enter__(self) -> subprocess.Popen[bytes]:
             self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL)  # fmt: skip
             time.sleep(5)  # the model loads; the first run starts
+            self.cpu, self.wall = cpu_seconds(self.proc.pid), time.monotonic()
             return self.proc
 
         def __exit__(self, *exc: object) -> None:
+            used = cpu_seconds(self.proc.pid) - self.cpu
+            wall = time.monotonic() - self.wall
+            print(f"  the worker at {setup} used {used:.1f} CPU s in {wall:.1f} s"
+                  f" ({used / wall:.0%} of a core) while the hot path ran")  # fmt: skip
             self.proc.terminate()
             self.proc.wait(timeout=30)
 
@@ -396,6 +411,9 @@ def main() -> int:
     parser.add_argument("--model-episodes", type=int, default=24)
     parser.add_argument("--hot", type=int, default=200, help="hot-path pairs per side")
     parser.add_argument("--no-hot", action="store_true")
+    parser.add_argument("--worker-priorities", default="nice10,sched-idle",
+                        help="the worker setups the hot path is measured beside, in order:"
+                             " nice10 (nice -n 10), sched-idle (--priority idle)")  # fmt: skip
     args = parser.parse_args()
     url = db.database_url()
     truth = generate(args.subjects, args.seed)
@@ -418,11 +436,14 @@ def main() -> int:
         tenant = f"bconshot{int(time.time()) % 10**6}"
         setup(url, tenant)
         load(url, tenant, generate(args.subjects, args.seed + 1))
-        idle = hot_path(url, tenant, args.hot)
-        with background_worker(url, tenant):
-            busy = hot_path(url, tenant, args.hot)
-        after = hot_path(url, tenant, args.hot)  # idle again: the machine's drift in between
-        print_hot_path(args.hot, idle, busy, after)
+        # idle, a worker setup, idle, the other setup, idle: each worker side is compared
+        # with the idle sides around it (the machine's drift in between)
+        sides = [("no worker", hot_path(url, tenant, args.hot))]
+        for worker_setup in args.worker_priorities.split(","):
+            with background_worker(url, tenant, worker_setup):
+                sides.append((worker_setup, hot_path(url, tenant, args.hot)))
+            sides.append(("no worker", hot_path(url, tenant, args.hot)))
+        print_hot_path(args.hot, sides)
     return 0
 
 

@@ -12,6 +12,8 @@ records are projected into the graph of the environment (NEO4J_URI, or the local
 of `make graph-up`; only this tenant's nodes are wiped and written). Then --questions
 questions, each as the agent of a random subject naming one of its entities, are asked with
 expand {"hops": 1} and {"hops": 2}, interleaved; the walk alone is timed too.
+--keep keeps the database and the tenant's graph; --reuse measures them again without
+forming or projecting anything (new runs, the same entity pools).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from quality.metrics import percentile
 
 from memfabric import db
 from memfabric.embedding import MiniLMEmbedder
+from memfabric.graph import GraphStore
 from memfabric.projector import Projector
 from memfabric.recall import find_graph, recall
 
@@ -97,6 +100,51 @@ def load(url: str, subjects: int, per: int, seed: int) -> tuple[dict[str, uuid.U
     return runs, entity_pools
 
 
+def reopen(url: str, subjects: int, seed: int) -> tuple[dict[str, uuid.UUID], dict]:
+    """`load`'s runs (opened again) and entity pools, for a database kept by --keep."""
+    rng = random.Random(seed)
+    runs, entity_pools = {}, {}
+    with connect(url, "benchg_orchestrator") as orch:
+        for s in range(subjects):
+            subject = f"subject-{s:03d}"
+            runs[subject] = call(orch, OPEN_RUN, TENANT, AGENT, subject, f"sess-{s}", TOOLS)
+            entity_pools[subject] = pools(rng, s)
+    return runs, entity_pools
+
+
+def build(url: str, args: argparse.Namespace, graph: GraphStore) -> tuple[dict, dict]:
+    """A new database: the logins, agents and tenant, the records formed, and the tenant
+    projected into the graph; returns `load`'s runs and entity pools."""
+    db.migrate(url)
+    with connect(url) as su:
+        create_logins(su, LOGINS)
+    with connect(url, "benchg_admin") as admin:
+        register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
+        call(admin, register, AGENT, "benchg_agent", Jsonb({"propose_scope": SCOPE,
+             "recall_scope": SCOPE}), TOOLS)  # fmt: skip
+        call(admin, register, COMMITTER, "benchg_committer", Jsonb({}), [])
+        call(admin, "SELECT fabric_api.create_tenant(%s)", TENANT)
+        call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", TENANT, AGENT, TOOLS)
+        call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", TENANT, COMMITTER, [])
+    t = time.perf_counter()
+    runs, entity_pools = load(url, args.subjects, args.per_subject, args.seed)
+    total = args.subjects * args.per_subject
+    print(f"formed {total} records in {time.perf_counter() - t:.0f} s", flush=True)
+    with connect(url) as su:
+        mentions = call(su, "SELECT count(*) FROM fabric.memory_mentions")
+        entities = call(su, "SELECT count(*) FROM fabric.entities")
+    print(f"{entities} entities, {mentions} mentions", flush=True)
+    graph.ensure_schema()
+    graph.wipe(TENANT)
+    projector = Projector(db.url_for(url, "benchg_projector"), MiniLMEmbedder(), None, graph)
+    t = time.perf_counter()
+    with connect(db.url_for(url, "benchg_projector")) as conn:
+        for rows in projector.snapshot(conn):
+            projector.apply_graph(conn, [r for r in rows if r["tenant_id"] == TENANT])
+    print(f"projected into the graph in {time.perf_counter() - t:.0f} s", flush=True)
+    return runs, entity_pools
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--subjects", type=int, default=100)
@@ -104,44 +152,29 @@ def main() -> int:
     ap.add_argument("--questions", type=int, default=200)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--reuse", action="store_true", help="measure a database kept by --keep")
     args = ap.parse_args()
     graph = find_graph()
     if graph is None:
         raise SystemExit("no graph server answers: `make graph-up`, or set NEO4J_URI")
     server = db.database_url()
-    with connect(server) as su:
-        name = sql.Identifier(DBNAME)
-        su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-        su.execute(sql.SQL("CREATE DATABASE {}").format(name))
     url = make_conninfo(server, dbname=DBNAME)
+    if not args.reuse:
+        with connect(server) as su:
+            name = sql.Identifier(DBNAME)
+            su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+            su.execute(sql.SQL("CREATE DATABASE {}").format(name))
     try:
-        db.migrate(url)
-        with connect(url) as su:
-            create_logins(su, LOGINS)
-        with connect(url, "benchg_admin") as admin:
-            register = "SELECT fabric_api.register_agent(%s, %s, %s, %s)"
-            call(admin, register, AGENT, "benchg_agent", Jsonb({"propose_scope": SCOPE,
-                 "recall_scope": SCOPE}), TOOLS)  # fmt: skip
-            call(admin, register, COMMITTER, "benchg_committer", Jsonb({}), [])
-            call(admin, "SELECT fabric_api.create_tenant(%s)", TENANT)
-            call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", TENANT, AGENT, TOOLS)
-            call(admin, "SELECT fabric_api.enable_agent(%s, %s, %s)", TENANT, COMMITTER, [])
-        t = time.perf_counter()
-        runs, entity_pools = load(url, args.subjects, args.per_subject, args.seed)
+        if args.reuse:
+            db.migrate(url)  # this checkout's SQL
+            graph.ensure_schema()  # and its graph schema
+            runs, entity_pools = reopen(url, args.subjects, args.seed)
+        else:
+            runs, entity_pools = build(url, args, graph)
         total = args.subjects * args.per_subject
-        print(f"formed {total} records in {time.perf_counter() - t:.0f} s", flush=True)
         with connect(url) as su:
             mentions = call(su, "SELECT count(*) FROM fabric.memory_mentions")
             entities = call(su, "SELECT count(*) FROM fabric.entities")
-        print(f"{entities} entities, {mentions} mentions", flush=True)
-        graph.ensure_schema()
-        graph.wipe(TENANT)
-        projector = Projector(db.url_for(url, "benchg_projector"), MiniLMEmbedder(), None, graph)
-        t = time.perf_counter()
-        with connect(db.url_for(url, "benchg_projector")) as conn:
-            for rows in projector.snapshot(conn):
-                projector.apply_graph(conn, [r for r in rows if r["tenant_id"] == TENANT])
-        print(f"projected into the graph in {time.perf_counter() - t:.0f} s", flush=True)
         rng = random.Random(args.seed + 1)
         took: dict[int, list[float]] = {1: [], 2: []}
         walked: dict[int, list[float]] = {1: [], 2: []}
@@ -188,8 +221,8 @@ def main() -> int:
                   f" {percentile(ws, 95):.1f} ms |"
                   f" {sum(found[hops]) / len(found[hops]):.1f} |")  # fmt: skip
     finally:
-        graph.wipe(TENANT)
         if not args.keep:
+            graph.wipe(TENANT)
             with connect(server) as su:
                 su.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                     sql.Identifier(DBNAME)))  # fmt: skip

@@ -6,6 +6,13 @@ transaction), and M other fresh records of the same shape formed one by one (age
 `propose` in its run, committer `commit`, each call its own transaction). Both sides write
 what their path writes; the import additionally skips the proposal rows and their events
 (docs/import.md). Rates are records per second of wall time; the ratio is the last line.
+Beside them, the same records with no rules: the superuser inserts each batch into a copy of
+`fabric.memory_records` (schema bench_import_norules, recreated each run: same columns,
+defaults, generated columns, indexes and the row-rules CHECK; no trigger, foreign key or
+RLS policy), the content hash, search text and length computed inline, one statement a
+batch -- what the records themselves cost, with none of the governance (element checks,
+formation events, statistics, mentions, subject keys, foreign keys) around them. `import /
+the same rows with no rules` compares the import on one connection with it.
 When the server runs on this machine, the server CPU time of the import connections is
 printed too (microseconds a record, from /proc): on a shared machine it moves much less
 than wall time, so it is the figure to compare between changes.
@@ -38,6 +45,28 @@ LOGINS = {
 TOOLS = ["tool:memory-propose"]
 PROFILE = {"propose_scope": {"tiers": ["episodic"], "visibility": ["subject", "agent"]}}
 IMPORT = "SELECT fabric_api.import_records(%s, %s, %s)"
+NORULES_DDL = """
+DROP SCHEMA IF EXISTS bench_import_norules CASCADE;
+CREATE SCHEMA bench_import_norules;
+CREATE TABLE bench_import_norules.memory_records (LIKE fabric.memory_records INCLUDING ALL);
+"""
+# The import's INSERT with the values its trigger derives computed inline (one statement).
+NORULES = """
+INSERT INTO bench_import_norules.memory_records (tenant_id, tier, visibility, subject_id,
+  agent_id, session_id, content, content_hash, source_event_id, correlation_id, formed_by,
+  formation_method, confidence, valid_from, valid_until, retention_class, compliance_labels,
+  search_tsv, search_length)
+SELECT %(t)s, 'episodic', e -> 'scope' ->> 'visibility', e -> 'scope' ->> 'subject_id',
+  e -> 'scope' ->> 'agent_id', e -> 'scope' ->> 'session_id', e -> 'content',
+  fabric.content_hash(e -> 'content'), %(src)s, e -> 'provenance' ->> 'correlation_id',
+  %(by)s, 'import', (e ->> 'confidence')::float8,
+  (e -> 'validity_interval' ->> 'valid_from')::timestamptz,
+  (e -> 'validity_interval' ->> 'valid_until')::timestamptz, e ->> 'retention_class',
+  ARRAY(SELECT jsonb_array_elements_text(e -> 'compliance_labels')), x.tsv,
+  fabric._search_length(x.tsv)
+FROM jsonb_array_elements(%(records)s) e
+CROSS JOIN LATERAL (SELECT fabric._search_text(e -> 'content') AS tsv) x
+"""
 FILLER = "Customer prefers invoices in EUR via Acme Logistics BV; confirmed on the call."
 
 
@@ -109,6 +138,16 @@ def run_import(conns: list[Conn], tag: str, n: int, batch: int) -> float:
     return time.perf_counter() - start
 
 
+def run_norules(su: Conn, tag: str, n: int, batch: int) -> float:
+    """The same records, no rules: one INSERT a batch into the copy, each its own transaction."""
+    start = time.perf_counter()
+    for b0 in range(0, n, batch):
+        records = [element(tag, i) for i in range(b0, min(b0 + batch, n))]
+        args = {"t": TENANT, "src": f"bench-{tag}-{b0}", "by": COMMITTER, "records": Jsonb(records)}
+        su.execute(NORULES, args, prepare=True)
+    return time.perf_counter() - start
+
+
 def run_single(agent: Conn, committer: Conn, run_id: uuid.UUID, tag: str, m: int) -> float:
     start = time.perf_counter()
     for i in range(m):
@@ -148,14 +187,25 @@ def main() -> int:
         for _ in range(max(args.jobs, 1))
     ]
     one, many = committers[:1], committers
+    su = psycopg.connect(url, autocommit=True)
+    su.execute(NORULES_DDL)
     try:
         run_import(many, f"{tag}w", args.warmup, min(args.batch, args.warmup))
+        run_norules(su, f"{tag}w", args.warmup, min(args.batch, args.warmup))
         run_single(agent, one[0], run_id, f"{tag}w", args.warmup)
         # Interleaved halves, so drift on the shared machine hits every side.
-        t_imp = t_par = t_one = 0.0
+        t_imp = t_par = t_one = t_raw = 0.0
         cpu_imp: float | None = 0.0
         cpu_one: float | None = 0.0
+        cpu_raw: float | None = 0.0
         for half in ("a", "b"):
+            cpu_start = backend_cpu([su])
+            t_raw += run_norules(su, f"{tag}{half}", args.records // 2, args.batch)
+            cpu_end = backend_cpu([su])
+            if cpu_raw is None or cpu_start is None or cpu_end is None:
+                cpu_raw = None
+            else:
+                cpu_raw += cpu_end - cpu_start
             cpu_start = backend_cpu(one)
             t_imp += run_import(one, f"{tag}{half}", args.records // 2, args.batch)
             cpu_end = backend_cpu(one)
@@ -172,18 +222,22 @@ def main() -> int:
                 cpu_one += cpu_end - cpu_start
             t_par += run_import(many, f"{tag}{half}p", args.records // 2, args.batch)
     finally:
-        for conn in [agent, *committers]:
+        su.execute("DROP SCHEMA IF EXISTS bench_import_norules CASCADE")
+        for conn in [agent, *committers, su]:
             conn.close()
     n, m = args.records // 2 * 2, args.single // 2 * 2
-    imp_rate, par_rate, one_rate = n / t_imp, n / t_par, m / t_one
+    imp_rate, par_rate, one_rate, raw_rate = n / t_imp, n / t_par, m / t_one, n / t_raw
     print(f"machine: {machine(url)}")
     print(f"settings: records {n}, batch {args.batch}, single {m}, warm-up {args.warmup}")
     b, k = args.batch, len(many)
     print(f"import_records (batch {b}, 1 connection): {n} in {t_imp:.2f} s = {imp_rate:,.0f}/s")
     print(f"import_records (batch {b}, {k} connections): {n} in {t_par:.2f} s = {par_rate:,.0f}/s")
     print(f"propose+commit single: {m} records in {t_one:.2f} s = {one_rate:,.0f}/s")
+    print(f"the same rows, no rules (batch {b}, 1 connection): {n} in {t_raw:.2f} s"
+          f" = {raw_rate:,.0f}/s")  # fmt: skip
     for label, cpu, count in (
         ("import_records (1 connection)", cpu_imp, n),
+        ("the same rows, no rules", cpu_raw, n),
         ("propose+commit single", cpu_one, m),
     ):
         if cpu:
@@ -193,6 +247,9 @@ def main() -> int:
             )
     print(f"import rate: {max(imp_rate, par_rate):,.0f} records/s (goal >= 10,000/s)")
     print(f"import (1 connection) / single propose+commit: {imp_rate / one_rate:.1f}x")
+    if cpu_imp and cpu_raw:
+        print(f"import / the same rows with no rules, server CPU: {cpu_raw / cpu_imp:.2f}")
+    print(f"import / the same rows with no rules: {imp_rate / raw_rate:.2f} (goal >= 0.6)")
     print(f"import ({len(many)} connections) / single propose+commit: {par_rate / one_rate:.1f}x")
     return 0
 

@@ -13,6 +13,14 @@ pairs (25; whole batches) within each round, order flipped each turn, so noise h
   the same rows, one transaction per side (`executemany`, pipelined).
 The server CPU of both connections per pair is printed too (from /proc, when the server runs on
 this machine): on a shared machine it moves much less than wall time.
+With --sealer, the sealer `memfabric serve` runs (memfabric.worker.run_sealer, as the bench's
+committer, its default poll) seals beside the writers for the whole run, and a sampler reads
+`fabric_api.sealing_lag` every --lag-every seconds while governed batches are written: the
+unsealed tail's p50/p95/max (events written and not sealed yet) and the oldest unsealed
+event's age are printed, with the events written and sealed per second, so whether sealing
+keeps up with the commit rate shows (a tail that does not grow from the first third of the
+samples to the last). Those samples are taken in a phase of its own after the rounds:
+governed batches without a pause for --seal-seconds, the commit rate printed beside them.
 Half the envelopes are episodic, half semantic derived_from the previous episode (lineage
 rows). The baseline writes the events per pair and side the governed warm-up wrote
 (counted in fabric.events), the same payloads, and a content hash precomputed client-side.
@@ -36,6 +44,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -50,6 +59,7 @@ from psycopg.types.json import Jsonb
 
 from memfabric import db
 from memfabric.hashing import content_hash
+from memfabric.worker import run_sealer, seal_once
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Rows = list[tuple[Any, ...]]
@@ -351,6 +361,83 @@ def machine(url: str) -> tuple[str, str]:
     return f"nproc {os.cpu_count()}, {cpu}", f"{pg}, sync_commit={s['synchronous_commit']}"
 
 
+@dataclass
+class Sealing:
+    """The sealer beside the writers and the samples of its lag (--sealer)."""
+
+    url: str
+    every: float
+    poll: float
+    sampling: threading.Event
+    stop: threading.Event
+    samples: list[tuple[float, int, float]]
+    threads: list[threading.Thread]
+
+    @classmethod
+    def start(cls, url: str, every: float, poll: float) -> Sealing:
+        sealing = cls(url, every, poll, threading.Event(), threading.Event(), [], [])
+        login = db.url_for(url, "bench_committer")
+        with psycopg.connect(login, autocommit=True) as conn:
+            caught_up = seal_once(conn)  # what earlier runs left unsealed, before the clock
+        print(f"sealer: {caught_up:,} events left unsealed by earlier work sealed first")
+        sealer = threading.Thread(
+            target=run_sealer,
+            args=(login,),
+            kwargs={"poll_seconds": poll, "should_stop": sealing.stop.is_set, "progress": print},
+            daemon=True,
+        )
+        sampler = threading.Thread(target=sealing._sample, args=(login,), daemon=True)
+        sealing.threads = [sealer, sampler]
+        for t in sealing.threads:
+            t.start()
+        return sealing
+
+    def _sample(self, login: str) -> None:
+        with psycopg.connect(login, autocommit=True) as conn:
+            while not self.stop.is_set():
+                if self.sampling.is_set():
+                    lag = call(conn, "SELECT fabric_api.sealing_lag()")
+                    age = float(lag["oldest_unsealed_seconds"])
+                    self.samples.append((time.monotonic(), int(lag["unsealed"]), age))
+                time.sleep(self.every)
+
+    def totals(self) -> tuple[int, int]:
+        """(events, sealed events) of the whole database, read by the superuser."""
+        with psycopg.connect(self.url, autocommit=True) as su:
+            row = su.execute(
+                "SELECT (SELECT count(*) FROM fabric.events),"
+                " (SELECT count(*) FROM fabric.event_seals)"
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def report(self, seconds: float, events: int, sealed: int) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+        if len(self.samples) < 3:
+            print("sealer: too few lag samples")
+            return
+        tail = [n for _, n, _ in self.samples]
+        age = [a for _, _, a in self.samples]
+        third = max(len(tail) // 3, 1)
+        q = statistics.quantiles(tail, n=20)
+        print(
+            f"sealer beside the writers (run_sealer, poll {self.poll:g} s; lag read every"
+            f" {self.every:g} s, {len(tail)} samples):"
+        )
+        print(
+            f"  unsealed tail p50 {statistics.median(tail):,.0f}, p95 {q[18]:,.0f},"
+            f" max {max(tail):,} events; oldest unsealed p95"
+            f" {statistics.quantiles(age, n=20)[18]:.2f} s"
+        )
+        print(
+            f"  tail mean, first third {statistics.fmean(tail[:third]):,.0f} / last third"
+            f" {statistics.fmean(tail[-third:]):,.0f} events; written {events / seconds:,.0f}"
+            f" events/s, sealed {sealed / seconds:,.0f} events/s over the run"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=1000, help="pairs per mode, all rounds")
@@ -358,6 +445,14 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=50, help="unmeasured pairs per mode")
     parser.add_argument("--slice", type=int, default=25, help="pairs per turn within a round")
+    parser.add_argument(
+        "--sealer", action="store_true", help="seal beside the writers; print the unsealed tail"
+    )
+    parser.add_argument("--seal-poll", type=float, default=1.0, help="the sealer's poll (s)")
+    parser.add_argument(
+        "--seal-seconds", type=float, default=30.0, help="governed batches with the sealer (s)"
+    )
+    parser.add_argument("--lag-every", type=float, default=0.1, help="lag sample interval (s)")
     args = parser.parse_args()
     url = db.database_url()
     st = setup(url)
@@ -378,6 +473,9 @@ def main() -> int:
     lat: dict[str, list[float]] = {m[0]: [] for pair in modes for m in pair}
     wall = dict.fromkeys(lat, 0.0)
     cpu_used: dict[str, float | None] = dict.fromkeys(lat, 0.0)
+    sealing = Sealing.start(url, args.lag_every, args.seal_poll) if args.sealer else None
+    totals0 = totals1 = (0, 0)
+    seconds, pairs = 1.0, 0
     with agent, committer:
         # Warm-up (plans, caches); the governed single part counts the events per pair.
         since = call(agent, "SELECT clock_timestamp()")
@@ -408,6 +506,16 @@ def main() -> int:
                     wall[name] += took[name]
                 line.append(f"{gov[0]} {took[base[0]] / took[gov[0]]:.2f}")
             print(f"round {r + 1}/{args.rounds} governed/baseline: " + ", ".join(line))
+        if sealing is not None:
+            # Governed batches without a pause for --seal-seconds, the sealer beside them.
+            totals0, started, pairs = sealing.totals(), time.monotonic(), 0
+            sealing.sampling.set()
+            while time.monotonic() - started < args.seal_seconds:
+                governed_batch(agent, committer, st, fresh(b), b)
+                pairs += b
+            sealing.sampling.clear()
+            seconds = time.monotonic() - started
+            totals1 = sealing.totals()
 
     n = per_round * args.rounds
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -439,6 +547,10 @@ def main() -> int:
     for (gov, base), goal in zip(modes, ("0.6", "0.5"), strict=True):
         ratio = wall[base[0]] / wall[gov[0]]
         print(f"ratio {gov[0]} / {base[0]}: {ratio:.2f} (goal >= {goal})")
+    if sealing is not None:
+        rate = pairs / seconds
+        print(f"\ngoverned batch {b} for {seconds:.1f} s with the sealer: {rate:,.0f} pairs/s")
+        sealing.report(seconds, totals1[0] - totals0[0], totals1[1] - totals0[1])
     return 0
 
 

@@ -164,3 +164,19 @@ def cluster() -> Iterator[Cluster]:
     _pick_tenants(made)
     _seed(made)
     yield made
+
+
+def new_tenant(c: Cluster, prefix: str = "lone") -> str:
+    """A tenant of its own, its agents enabled as in `_seed` (a test that damages its chain
+    or moves its shard keeps that to itself)."""
+    import uuid
+
+    tenant = f"{prefix}{uuid.uuid4().hex[:8]}"
+    with c.connect("mf_admin") as admin:
+        admin.execute("SELECT fabric_api.create_tenant(%s)", (tenant,))
+        for agent_id, _g, _p, tools, _t in LOGINS.values():
+            if agent_id is not None:
+                admin.execute(
+                    "SELECT fabric_api.enable_agent(%s, %s, %s)", (tenant, agent_id, tools)
+                )
+    return tenant

@@ -7,6 +7,7 @@ Skipped unless MEMFABRIC_CITUS_URL names a coordinator (tests/citus/cluster.py).
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from typing import Any
 
@@ -19,6 +20,7 @@ from citus_cluster import Cluster, cluster
 from citus_layout import layout
 from conftest import LOGINS, MEMORY_TOOLS
 from memfabric import db as mfdb
+from memfabric.consolidate import DeterministicConsolidator, run_consolidation
 
 __all__ = ["cluster"]  # the session fixture, used by name
 
@@ -172,11 +174,6 @@ def test_a_governed_write_is_recalled_in_its_tenant_only(cluster: Cluster, pair:
     assert theirs in got_second and mine not in got_second
 
 
-# Found while checking text recall's ranks on Citus, on main as well: the lexical statement
-# that reads the query's document frequencies calls fabric._text_search_config() (a read of
-# the reference table deployment_settings) inside a query Citus pushes to the tenant's shard,
-# and Citus refuses the nested distributed read (XX000). Left open.
-@pytest.mark.xfail(strict=True, reason="text recall's df statement nests a distributed read")
 @pytest.mark.parametrize("pair", ["same", "apart"])
 def test_a_text_recall_is_ranked_in_its_tenant_only(cluster: Cluster, pair: str) -> None:
     """The lexical statements on the tenant's shard, each record with its rank and score."""
@@ -307,28 +304,23 @@ def test_an_approved_erasure_tombstones_the_record_in_its_tenant_only(
     assert kept in recall(cluster, second)
 
 
-# What does not hold yet on a cluster (docs/citus.md, "What part one leaves open"): a
-# semantic record's commit fails at the workers' commit ("could not commit transaction for
-# shard"), where its deferred rule (_950_semantic_needs_episode) runs; so promotion and
-# demotion, which start from a semantic record, are not exercised yet.
-SEMANTIC_GAP = pytest.mark.xfail(
-    strict=True,
-    reason="a semantic record's deferred rule fails at the workers' commit (left open)",
-)
+# -- semantic records and lineage ---------------------------------------------------------
+# A semantic record's rule (_950_semantic_needs_episode) is a deferred trigger on the shard:
+# the API checks it before it returns (fabric._require_episodic_source, the rule's SQLSTATE),
+# and the trigger checks it again when the coordinator commits on the tenant's worker.
 
 
-@SEMANTIC_GAP
 @pytest.mark.parametrize("pair", ["same", "apart"])
 def test_a_semantic_record_is_promoted_and_demoted_with_its_events(
     cluster: Cluster, pair: str
 ) -> None:
     first, _ = getattr(cluster, pair)
-    source = form(cluster, first, f"{pair} prefers answers in french")
+    sources = [form(cluster, first, f"{pair} prefers answers in french {n}") for n in range(2)]
     record = episode(first, "x")
-    record.update(
+    record.update(  # two episodes: the promotion's threshold
         tier="semantic",
         content={"key": f"pref.lang.{uuid.uuid4()}", "value": "fr"},
-        derived_from=[source],
+        derived_from=sources,
     )
     with cluster.connect("mf_committer") as committer:
         row = committer.execute(
@@ -350,6 +342,257 @@ def test_a_semantic_record_is_promoted_and_demoted_with_its_events(
         "memory.record.formed",
         "memory.record.promoted",
     ]
+    assert _staged(cluster) == 0
+
+
+def semantic(tenant: str, sources: list[str], key: str | None = None) -> dict[str, Any]:
+    record = episode(tenant, "a fact")
+    record.update(
+        tier="semantic",
+        content={"key": key or f"fact.{uuid.uuid4()}", "value": "v"},
+        derived_from=sources,
+    )
+    return record
+
+
+def _written(c: Cluster) -> tuple[int, ...]:
+    """Rows of the tables a commit writes, all tenants (the superuser)."""
+    with c.connect() as su:
+        row = su.execute(
+            "SELECT (SELECT count(*) FROM fabric.memory_records), "
+            "(SELECT count(*) FROM fabric.memory_lineage), "
+            "(SELECT count(*) FROM fabric.memory_record_versions), "
+            "(SELECT count(*) FROM fabric.events), (SELECT count(*) FROM fabric.shard_events), "
+            "(SELECT count(*) FROM fabric.proposals WHERE status = 'committed')"
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _no_longer_an_episode(c: Cluster, memory_id: str) -> None:
+    """Promote an episode into relational (under an approval): a semantic proposal that
+    named it as its only source has no episodic source any more."""
+    with c.connect("mf_committer") as committer:
+        row = committer.execute(
+            "SELECT fabric_api.request_approval(%s, 'promote', %s, 'test')",
+            (memory_id, Jsonb({"tier": "relational"})),
+        ).fetchone()
+        assert row is not None
+        approval = row[0]["approval_id"]
+        with c.connect("mf_policy") as policy:
+            policy.execute("SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", (approval,))
+        committer.execute(
+            "SELECT fabric_api.promote(%s, 'relational', %s, NULL)", (memory_id, approval)
+        )
+
+
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_a_semantic_commit_without_an_episodic_source_is_refused_with_its_rule(
+    cluster: Cluster, pair: str
+) -> None:
+    """The rule through the API: the proposal was validated with an episode as its source,
+    which left the episodic tier before the commit. The commit raises the rule's SQLSTATE
+    and names it (not "could not commit transaction" from the workers), writing nothing."""
+    first, _ = getattr(cluster, pair)
+    source = form(cluster, first, f"{pair} the episode that will be promoted away")
+    proposal = _propose(cluster, first, semantic(first, [source]))
+    _no_longer_an_episode(cluster, source)
+    before = _written(cluster)
+    for call in (
+        "SELECT fabric_api.commit(%s)",
+        "SELECT fabric_api.commit_many(ARRAY[%s]::uuid[])",
+    ):
+        with (
+            cluster.connect("mf_committer") as committer,
+            pytest.raises(psycopg.errors.CheckViolation) as info,
+        ):
+            committer.execute(call, (proposal,))
+        assert info.value.diag.constraint_name == "memory_records_semantic_needs_episode"
+        assert _written(cluster) == before
+
+
+def _raw_semantic(c: Cluster, tenant: str, parent: str | None) -> None:
+    """A semantic record formed by the owner's own INSERT on the coordinator, with one
+    lineage row to parent (none when None), in one transaction block."""
+    with c.connect(autocommit=False) as su:
+        su.execute("SET LOCAL ROLE fabric_owner")
+        su.execute(sql.SQL("SET LOCAL fabric.tenant_id = {}").format(sql.Literal(tenant)))
+        su.execute("SET LOCAL fabric.actor = 'os-agt-010'")
+        row = su.execute(
+            "INSERT INTO fabric.memory_records (tenant_id, tier, visibility, subject_id, "
+            "content, source_event_id, formed_by, formation_method, confidence, valid_from, "
+            "retention_class) VALUES (%s, 'semantic', 'subject', 'user-8842', %s, %s, "
+            "'os-agt-010', 'extraction', 0.9, '2026-07-02T09:14:00Z', 'durable') "
+            "RETURNING memory_id",
+            (tenant, Jsonb({"text": "raw"}), f"evt-raw-{uuid.uuid4()}"),
+        ).fetchone()
+        assert row is not None
+        if parent is not None:
+            su.execute(
+                "INSERT INTO fabric.memory_lineage (tenant_id, memory_id, derived_from_id) "
+                "VALUES (%s, %s, %s)",
+                (tenant, row[0], parent),
+            )
+        su.commit()
+
+
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_the_shards_deferred_rule_refuses_a_raw_semantic_insert_at_commit(
+    cluster: Cluster, pair: str
+) -> None:
+    """Outside the API the shard's deferred trigger still holds the rule when the
+    coordinator commits on the worker (reading the tenant's shards of that worker only).
+    Citus reports a worker's refusal at commit as its own error, without the rule's
+    SQLSTATE; nothing is written. The control: with an episode as parent it commits."""
+    first, _ = getattr(cluster, pair)
+    episode_id = form(cluster, first, f"{pair} a parent for a raw insert")
+    before = _written(cluster)
+    with pytest.raises(psycopg.errors.InternalError_, match="could not commit transaction"):
+        _raw_semantic(cluster, first, None)
+    assert _written(cluster) == before
+    _raw_semantic(cluster, first, episode_id)
+    with cluster.connect() as su:
+        row = su.execute(
+            "SELECT count(*) FROM fabric.memory_lineage WHERE tenant_id = %s "
+            "AND derived_from_id = %s",
+            (first, episode_id),
+        ).fetchone()
+    assert row == (1,)
+
+
+def test_a_semantic_record_derived_from_a_semantic_one_commits(cluster: Cluster) -> None:
+    """The walk through derived_from (an episode two generations up), at propose, at the
+    API's check and in the shard's deferred trigger."""
+    first, _ = cluster.apart
+    source = form(cluster, first, "the grandparent episode")
+    with cluster.connect("mf_committer") as committer:
+        parent = committer.execute(
+            "SELECT fabric_api.commit(%s)", (_propose(cluster, first, semantic(first, [source])),)
+        ).fetchone()
+        assert parent is not None
+        child = committer.execute(
+            "SELECT fabric_api.commit(%s)",
+            (_propose(cluster, first, semantic(first, [str(parent[0]["memory_id"])])),),
+        ).fetchone()
+    assert child is not None and child[0]["derived_from"] == [parent[0]["memory_id"]]
+
+
+def _lineage(c: Cluster, memory_ids: list[str]) -> dict[str, list[str]]:
+    with c.connect() as su:
+        rows = su.execute(
+            "SELECT memory_id::text, array_agg(derived_from_id::text ORDER BY derived_from_id) "
+            "FROM fabric.memory_lineage WHERE memory_id = ANY (%s::uuid[]) GROUP BY 1",
+            (memory_ids,),
+        ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_commit_many_writes_the_lineage_of_each_record(cluster: Cluster, pair: str) -> None:
+    first, second = getattr(cluster, pair)
+    sources = {
+        t: sorted(form(cluster, t, f"{pair} source {n}") for n in range(2)) for t in (first, second)
+    }
+    proposals = [
+        _propose(cluster, first, semantic(first, sources[first])),
+        _propose(cluster, second, semantic(second, sources[second][:1])),
+        _propose(
+            cluster,
+            first,
+            {**episode(first, f"{pair} a derived episode"), "derived_from": sources[first][1:]},
+        ),
+    ]
+    with cluster.connect("mf_committer") as committer:
+        row = committer.execute(
+            "SELECT fabric_api.commit_many(%s::uuid[])", (proposals,)
+        ).fetchone()
+    assert row is not None
+    formed = [str(r["memory_id"]) for r in row[0]]
+    assert _lineage(cluster, formed) == {
+        formed[0]: sources[first],
+        formed[1]: sources[second][:1],
+        formed[2]: sources[first][1:],
+    }
+    assert [r["derived_from"] for r in row[0]] == [
+        sources[first],
+        sources[second][:1],
+        sources[first][1:],
+    ]
+    assert _outbox(cluster, formed[1]) == [("memory.record.formed", second)]
+    assert _staged(cluster) == 0
+
+
+def test_the_drain_commits_with_lineage_and_rejects_only_what_breaks_the_rule(
+    cluster: Cluster,
+) -> None:
+    first, second = cluster.apart
+    good = {}
+    for tenant in (first, second):
+        source = form(cluster, tenant, f"drain source of {tenant}")
+        good[tenant] = (_propose(cluster, tenant, semantic(tenant, [source])), source)
+    doomed_source = form(cluster, first, "drain source promoted away")
+    doomed = _propose(cluster, first, semantic(first, [doomed_source]))
+    _no_longer_an_episode(cluster, doomed_source)
+    with cluster.connect("mf_committer") as committer:
+        row = committer.execute("SELECT fabric_api.commit_pending(10000)").fetchone()
+    assert row is not None and row[0]["rejected"] >= 1 and row[0]["committed"] >= 2, row
+    with cluster.connect() as su:
+        states = dict(
+            su.execute(
+                "SELECT proposal_id::text, status FROM fabric.proposals "
+                "WHERE proposal_id = ANY (%s::uuid[])",
+                ([doomed, *(p for p, _ in good.values())],),
+            ).fetchall()
+        )
+        formed = dict(
+            su.execute(
+                "SELECT proposal_id::text, memory_id::text FROM fabric.memory_records "
+                "WHERE proposal_id = ANY (%s::uuid[])",
+                ([p for p, _ in good.values()],),
+            ).fetchall()
+        )
+    assert states == {doomed: "rejected", **{p: "committed" for p, _ in good.values()}}
+    assert _lineage(cluster, list(formed.values())) == {
+        formed[p]: [source] for p, source in good.values()
+    }
+    assert _staged(cluster) == 0
+
+
+def test_a_consolidation_run_forms_a_semantic_record_on_a_cluster_tenant(
+    cluster: Cluster,
+) -> None:
+    first, _ = cluster.apart
+    key = f"invoice.currency.{uuid.uuid4()}"
+    run = open_run(cluster, first)
+    episodes = []
+    with cluster.connect("mf_agent_a") as agent, cluster.connect("mf_committer") as committer:
+        for n in range(3):
+            record = episode(first, "x")
+            record["content"] = {"key": key, "value": "EUR", "n": n}
+            proposed = agent.execute(
+                "SELECT fabric_api.propose(%s, %s)", (Jsonb(record), run)
+            ).fetchone()
+            assert proposed is not None
+            committed = committer.execute(
+                "SELECT fabric_api.commit(%s)", (proposed[0]["proposal_id"],)
+            ).fetchone()
+            assert committed is not None
+            episodes.append(str(committed[0]["memory_id"]))
+    with cluster.connect("mf_consolidator") as reader, cluster.connect("mf_committer") as committer:
+        summary = run_consolidation(reader, committer, first, DeterministicConsolidator())
+        again = run_consolidation(reader, committer, first, DeterministicConsolidator())
+    assert (summary.recommended, summary.committed, summary.rejected) == (1, 1, 0), summary
+    assert (again.recommended, again.committed) == (0, 0)
+    with cluster.connect() as su:
+        rows = su.execute(
+            "SELECT memory_id::text, tier, consolidation_state, tenant_id "
+            "FROM fabric.memory_records WHERE formation_method = 'consolidation' "
+            "AND content ->> 'key' = %s",
+            (key,),
+        ).fetchall()
+    assert [r[1:] for r in rows] == [("semantic", "consolidated", first)]
+    assert _lineage(cluster, [rows[0][0]]) == {rows[0][0]: sorted(episodes)}
+    assert ("memory.record.consolidated", first) in _outbox(cluster, rows[0][0])
     assert _staged(cluster) == 0
 
 
@@ -381,6 +624,146 @@ def test_decay_expires_a_lapsed_record_with_its_event_in_each_tenant(cluster: Cl
     assert set(states.values()) == {"expired"}
     for tenant, memory_id in lapsed.items():
         assert ("memory.record.expired", tenant) in _outbox(cluster, memory_id)
+    assert _staged(cluster) == 0
+
+
+def test_a_corroboration_counts_toward_the_promotion_of_an_assertion(cluster: Cluster) -> None:
+    """An assertion formed from one episode falls short of the promotion threshold; a
+    corroborating episode, recommended and committed through the workflow, links it
+    (memory_corroborations) and the promotion passes."""
+    _, second = cluster.apart
+    first_episode, again = (form(cluster, second, f"corroboration {n}") for n in range(2))
+    with cluster.connect("mf_committer") as committer:
+        row = committer.execute(
+            "SELECT fabric_api.commit(%s)",
+            (_propose(cluster, second, semantic(second, [first_episode])),),
+        ).fetchone()
+        assert row is not None
+        assertion = str(row[0]["memory_id"])
+        with pytest.raises(psycopg.errors.CheckViolation):
+            committer.execute("SELECT fabric_api.promote(%s, 'profile')", (assertion,))
+    with cluster.connect("mf_consolidator") as reader:
+        workflow = reader.execute("SELECT fabric_api.start_workflow_run(%s)", (second,)).fetchone()
+        assert workflow is not None
+        recommended = reader.execute(
+            "SELECT fabric_api.recommend(%s)",
+            (
+                Jsonb(
+                    {
+                        "tenant_id": second,
+                        "kind": "corroboration",
+                        "workflow_event_id": str(workflow[0]),
+                        "sources": [again],
+                        "proposal": {"corroborates": assertion},
+                    }
+                ),
+            ),
+        ).fetchone()
+    assert recommended is not None
+    with cluster.connect("mf_committer") as committer:
+        committed = committer.execute(
+            "SELECT fabric_api.commit_recommendation(%s)",
+            (recommended[0]["recommendation_id"],),
+        ).fetchone()
+        promoted = committer.execute(
+            "SELECT fabric_api.promote(%s, 'profile')", (assertion,)
+        ).fetchone()
+    assert committed is not None and committed[0]["status"] == "corroborated"
+    assert (committed[0]["linked"], committed[0]["episodes"]) == ([again], 2)
+    assert promoted is not None and promoted[0]["tier"] == "profile"
+    assert ("memory.record.corroborated", second) in _outbox(cluster, assertion)
+    assert _staged(cluster) == 0
+
+
+def _configure(c: Cluster, tenant: str, window: str) -> None:
+    """The tenant's operational window, as its administrator sets it; read back from the
+    shard (the configuration is kept, not only answered)."""
+    with c.connect("mf_admin") as admin:
+        admin.execute(
+            "SELECT fabric_api.configure_instance(%s, NULL, %s)",
+            (tenant, Jsonb({"operational_window": window})),
+        )
+    with c.connect() as su:
+        row = su.execute(
+            "SELECT operational_window = %s::interval FROM fabric.instance_config "
+            "WHERE tenant_id = %s AND business_instance_id = ''",
+            (window, tenant),
+        ).fetchone()
+    assert row == (True,)
+
+
+def test_decay_closes_the_window_of_due_operational_records_in_each_tenant(
+    cluster: Cluster,
+) -> None:
+    """Window closure with due records, a tenant on each worker: the records are summarised
+    into the temporal tier, their content removed and their window closed, each with its
+    event in the outbox; a durable record of the same tenant is kept."""
+    tenants = cluster.apart
+    due: dict[str, list[str]] = {}
+    kept = {}
+    try:
+        for tenant in tenants:
+            _configure(cluster, tenant, "1 millisecond")
+            run = open_run(cluster, tenant)
+            records = [episode(tenant, f"an operational note {n} of {tenant}") for n in range(2)]
+            for record in records:
+                record["retention_class"] = "operational"
+            records.append(episode(tenant, f"a durable note of {tenant}"))
+            with cluster.connect("mf_agent_a") as agent:
+                proposals = [
+                    agent.execute(
+                        "SELECT fabric_api.propose(%s, %s)", (Jsonb(record), run)
+                    ).fetchone()[0]["proposal_id"]  # type: ignore[index]
+                    for record in records
+                ]
+            with cluster.connect("mf_committer") as committer:
+                row = committer.execute(
+                    "SELECT fabric_api.commit_many(%s::uuid[])", (proposals,)
+                ).fetchone()
+            assert row is not None
+            *due[tenant], kept[tenant] = [str(r["memory_id"]) for r in row[0]]
+        time.sleep(0.05)
+        with cluster.connect() as su:
+            summarised_before = dict(
+                su.execute(
+                    "SELECT tenant_id, sum(records) FROM fabric.temporal_summaries "
+                    "WHERE retention_class = 'operational' GROUP BY 1"
+                ).fetchall()
+            )
+        with cluster.connect("mf_committer") as committer:
+            report = committer.execute("SELECT fabric_api.run_decay()").fetchone()
+    finally:
+        for tenant in tenants:
+            _configure(cluster, tenant, "90 days")
+    assert report is not None and report[0]["windows_closed"] == 4, report
+    closed = [m for ids in due.values() for m in ids]
+    with cluster.connect() as su:
+        rows = {
+            r[0]: tuple(r[1:])
+            for r in su.execute(
+                "SELECT memory_id::text, consolidation_state, content IS NULL, "
+                "valid_until IS NOT NULL FROM fabric.memory_records "
+                "WHERE memory_id = ANY (%s::uuid[])",
+                ([*closed, *kept.values()],),
+            )
+        }
+        summarised = dict(
+            su.execute(
+                "SELECT tenant_id, sum(records) FROM fabric.temporal_summaries "
+                "WHERE retention_class = 'operational' GROUP BY 1"
+            ).fetchall()
+        )
+    assert rows == {
+        **{m: ("expired", True, True) for m in closed},
+        **{m: ("raw", False, False) for m in kept.values()},
+    }
+    for tenant in tenants:
+        assert summarised[tenant] - summarised_before.get(tenant, 0) == 2
+        for memory_id in due[tenant]:
+            assert _outbox(cluster, memory_id) == [
+                ("memory.record.formed", tenant),
+                ("memory.record.expired", tenant),
+            ]
     assert _staged(cluster) == 0
 
 

@@ -394,6 +394,64 @@ def test_lineage(store: GraphStore) -> None:
     assert store.lineage("globex", "p1", 5) == []
 
 
+def mention(memory_id: str, entity_id: str, entity_type: str = "location") -> dict[str, Any]:
+    return {
+        "tenant_id": "acme",
+        "memory_id": memory_id,
+        "entity_id": entity_id,
+        "entity_type": entity_type,
+        "name": entity_id.title(),
+        "subject_ref": None,
+        "source": "declared",
+        "correlation_id": "corr-1",
+        "valid_from": "2026-01-01T00:00:00+00:00",
+        "valid_until": None,
+    }
+
+
+def test_a_walk_through_a_hub_reads_the_callers_scope_and_finds_the_same(
+    store: GraphStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entity most of whose records are outside the caller's scope (a city the whole
+    tenant mentions) is walked from the scope's records instead of its own edges, with the
+    same pairs: the walk's answer is the one reading the edges gives."""
+    from memfabric import graph
+
+    scope = "subject:user-8842"
+    rows = [row("acme", f"in{i}", scope_key=scope) for i in range(4)]
+    rows += [row("acme", f"out{i:02d}", scope_key="subject:user-9999") for i in range(30)]
+    store.upsert_memories(rows)
+    store.upsert_mentions(
+        [mention("in0", "dana", "person"), mention("in3", "dana", "person")]
+        + [mention(m, "lisbon") for m in ("in0", "in1", "in2")]
+        + [mention(f"out{i:02d}", "lisbon") for i in range(30)]
+    )
+    ran: list[str] = []
+    run = neo4j.ManagedTransaction.run
+
+    def spy(self: neo4j.ManagedTransaction, query: Any, *args: Any, **kwargs: Any) -> Any:
+        ran.append(str(query))
+        return run(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(neo4j.ManagedTransaction, "run", spy)
+
+    def walk() -> list[tuple[str, float]]:
+        return store.walk("acme", ["dana"], 2, [scope], ["episodic"])
+
+    # Lisbon's 33 edges against a scope of 4 records, each worth 2 edges: the scope is read
+    monkeypatch.setattr(graph, "SCOPE_WALK_EDGES", 10)
+    monkeypatch.setattr(graph, "SCOPE_READ_COST", 2)
+    from_scope = walk()
+    assert ran.count(graph._WALK_SCOPE_MENTIONING) == 1  # hop 2 (Dana's two edges: hop 1)
+    assert ran.count(graph._WALK_MENTIONING) == 1
+    ran.clear()
+    monkeypatch.setattr(graph, "SCOPE_WALK_EDGES", 10**9)  # the edges are always read
+    from_edges = walk()
+    assert graph._WALK_SCOPE_MENTIONING not in ran
+    assert [m for m, _ in from_scope] == [m for m, _ in from_edges] == ["in0", "in3", "in1", "in2"]
+    assert from_scope == from_edges
+
+
 # -- volume --------------------------------------------------------------------------------
 
 

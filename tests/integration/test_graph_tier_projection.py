@@ -353,3 +353,155 @@ def test_an_applied_entity_merge_reaches_the_graph(
     assert mentioning_records(ag) == 1  # the history stays
     (event,) = fabric.events("event_type = 'memory.entity.merged'")
     assert str(event["memory_id"]) == old
+
+
+def merge(fabric: Fabric, entity: str, into: str) -> str:
+    """Propose, approve and apply a same-as merge of two entities of tenant acme; returns
+    the approval id."""
+    proposed = fabric.call(
+        "mf_consolidator",
+        "SELECT fabric_api.propose_entity_merge('acme', %s, %s, 'renamed')",
+        entity,
+        into,
+    )
+    fabric.call(
+        "mf_policy",
+        "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
+        proposed["approval_id"],
+    )
+    fabric.call("mf_consolidator", "SELECT fabric_api.merge_entities(%s)", proposed["approval_id"])
+    return str(proposed["approval_id"])
+
+
+def entity_ids(fabric: Fabric) -> dict[str, str]:
+    return dict(
+        fabric.session(None)
+        .execute("SELECT entity_key, entity_id::text FROM fabric.entities WHERE tenant_id = 'acme'")
+        .fetchall()
+    )
+
+
+def same_as(graph: GraphStore) -> list[tuple[str, str, str | None]]:
+    """(from entity, into entity, correlation_id) of every SAME_AS edge."""
+    with graph._driver.session(database=graph.database) as session:
+        return sorted(
+            (r["src"], r["dst"], r["correlation_id"])
+            for r in session.run(
+                "MATCH (e:Entity)-[s:SAME_AS]->(c:Entity) "
+                "RETURN e.entity_id AS src, c.entity_id AS dst, s.correlation_id AS correlation_id"
+            )
+        )
+
+
+ACME_AG = {"type": "organization", "name": "Acme AG"}
+
+
+def test_a_merge_is_a_same_as_edge_rebuilt_alike_and_erased_with_its_entity(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    run = fabric.open_run()
+    old = fabric.form(run, envelope=mentioning("Acme AG called", ACME_AG))
+    fabric.form(run, envelope=mentioning("Acme GmbH called", ACME))
+    dana = fabric.form(run, envelope=mentioning("Dana Scully called", DANA))
+    drain(fabric, projector)
+    ids = entity_ids(fabric)
+    ag, gmbh = ids["name:acme ag"], ids["name:acme gmbh"]
+    approval = merge(fabric, ag, gmbh)
+    # a person's merge: two persons, no names, a subject's by its pseudonym
+    person = merge(fabric, ids["name:dana scully"], ids["subject:user-8842"])
+    drain(fabric, projector)
+    assert same_as(graph) == sorted(
+        [
+            (ag, gmbh, f"merge:{approval}"),
+            (ids["name:dana scully"], ids["subject:user-8842"], f"merge:{person}"),
+        ]
+    )
+    export = graph.export("acme")
+    assert ("SAME_AS", f"acme:{ag}", f"acme:{gmbh}") in export.edges
+    nodes = {key: props for label, key, props in export.nodes if label == "Entity"}
+    assert nodes[f"acme:{ag}"]["name"] == "Acme AG"
+    assert "name" not in nodes[f"acme:{ids['name:dana scully']}"]
+    assert nodes[f"acme:{ids['subject:user-8842']}"]["subject_ref"].startswith("hmac:")
+    assert "Dana" not in export.as_json()
+    # the merges' events carry the correlation id their edges do
+    assert {e["correlation_id"] for e in fabric.events("event_type = 'memory.entity.merged'")} == {
+        f"merge:{approval}",
+        f"merge:{person}",
+    }
+    # wipe + rebuild: the same graph, the same correlation ids (the drill compares)
+    before = export.as_json()
+    projector.rebuild("graph")
+    assert graph.export("acme").as_json() == before
+    assert same_as(graph) == sorted(
+        [
+            (ag, gmbh, f"merge:{approval}"),
+            (ids["name:dana scully"], ids["subject:user-8842"], f"merge:{person}"),
+        ]
+    )
+    # erasing the only record that names Acme AG removes the entity, and its SAME_AS edge
+    for erased in (old, dana):
+        request = fabric.call(
+            "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", erased
+        )
+        fabric.call(
+            "mf_policy",
+            "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')",
+            request["approval_id"],
+        )
+        fabric.call("mf_committer", "SELECT fabric_api.erase(%s)", request["approval_id"])
+    drain(fabric, projector)
+    assert same_as(graph) == []
+    after = graph.export("acme").as_json()
+    projector.rebuild("graph")
+    assert graph.export("acme").as_json() == after
+
+
+BERLIN_ = {"type": "location", "name": "Berlin"}
+
+
+def test_graph_recall_counts_merged_entities_as_one(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    from memfabric.recall import recall
+
+    run = fabric.open_run()
+    first = fabric.form(
+        run, envelope=mentioning("Dana Scully, Acme AG, Berlin", DANA_, ACME_AG, BERLIN_)
+    )
+    ag_only = fabric.form(run, envelope=mentioning("Acme AG called", ACME_AG))
+    gmbh_only = fabric.form(run, envelope=mentioning("Acme GmbH called", ACME))
+    berlin = fabric.form(run, envelope=mentioning("Berlin is cold", BERLIN_))
+    ids = entity_ids(fabric)
+    merge(fabric, ids["name:acme ag"], ids["name:acme gmbh"])
+    drain(fabric, projector)
+    request = {"run_id": str(run), "query": "Dana Scully", "mode": "graph", "limit": 10}
+    with fabric.connect("mf_agent_a") as conn:
+        answer = recall(conn, request | {"expand": {"hops": 2}}, graph=graph)
+    found = [r["memory_id"] for r in answer["records"]]
+    # Acme AG and Acme GmbH are one entity linking three records (1 / (1 + ln 3) each), so
+    # the record reached through Berlin (two records: 1 / (1 + ln 2)) ranks before both;
+    # counted twice, the Acme AG record would rank first
+    assert found[:2] == [first, berlin]
+    assert sorted(found[2:]) == sorted([ag_only, gmbh_only])
+
+
+def test_a_merge_no_record_mentions_is_projected_from_its_event_alone(
+    fabric: Fabric, projector: Projector, graph: GraphStore
+) -> None:
+    """Two subjects' persons made by their runs, before any record: the merge's one event has
+    no memory id, and the projector still writes the SAME_AS edge (and the rebuild too)."""
+    fabric.open_run()
+    fabric.open_run(subject="user-9999")
+    ids = entity_ids(fabric)
+    approval = merge(fabric, ids["subject:user-9999"], ids["subject:user-8842"])
+    (event,) = fabric.events("event_type = 'memory.entity.merged'")
+    assert event["memory_id"] is None
+    drain(fabric, projector)
+    assert same_as(graph) == [
+        (ids["subject:user-9999"], ids["subject:user-8842"], f"merge:{approval}")
+    ]
+    refs = [p.get("subject_ref") for label, _, p in graph.export("acme").nodes if label == "Entity"]
+    assert len(refs) == 2 and all(r and r.startswith("hmac:") for r in refs)
+    before = graph.export("acme").as_json()
+    projector.rebuild("graph")
+    assert graph.export("acme").as_json() == before

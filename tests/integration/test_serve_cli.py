@@ -78,12 +78,13 @@ def running_serve(
     vector_dir: Path,
     shards: str = "inline",
     serve_args: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """`memfabric serve` on the test's fabric, until it says how it runs: its env, process,
     socket, that line (`listening`) and every line before it (`startup`)."""
     with GraphStore(graph_server.uri, "root", PASSWORD, "graph") as graph:
         graph.wipe()  # each test's fabric starts empty
-    env = serve_env(fabric, graph_server, vector_dir, shards)
+    env = {**serve_env(fabric, graph_server, vector_dir, shards), **(extra_env or {})}
     sock = Path(env["MEMFABRIC_SOCKET"])
     proc = start_serve(env, *serve_args)
     try:
@@ -629,3 +630,37 @@ def test_a_rebuild_asked_through_the_socket_ends_when_serve_stops(
     assert len(told) == 1 and "memfabric serve is stopping" in told[0], told
     unfinished = "SELECT fabric_api.unfinished_projection_rebuild('qdrant')"
     assert fabric.call("mf_projector", unfinished) is not None
+
+
+def test_serve_serves_the_operational_stores_to_each_login_as_far_as_its_allowlist(
+    fabric: Fabric, graph_server: GraphServer, tmp_path: Path
+) -> None:
+    """Another process reaches the declared collection through serve only, as the login its
+    own PostgreSQL connection proves: the writer writes, a login without a grant is refused
+    (42501) and writes nothing."""
+    from dataclasses import replace
+
+    from memfabric.errors import NotAuthorized
+    from memfabric.operational import OpsRow, RemoteOpsBroker
+
+    grants = {"mf_workflow": {"ops_trd_regime_fingerprints": "rw"}}
+    extra = {
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "tests" / "integration")]),
+        "MEMFABRIC_OPS_PACKS": "test_operational_broker:PACK",
+        "MEMFABRIC_OPS_DIR": str(tmp_path / "ops"),
+        "MEMFABRIC_OPS_GRANTS": json.dumps(grants),
+    }
+    with running_serve(fabric, graph_server, tmp_path / "qdrant", extra_env=extra) as served:
+        said = "operational stores ops_trd_regime_fingerprints served to 1 allowlisted login"
+        line_with(lines_of(served["proc"]), said, 30)
+        row = OpsRow("acme", "bi-eu", ("v9",), [0, 1, 0, 0], {"label": "new"})
+        with RemoteOpsBroker(served["socket"], fabric.connect("mf_workflow")) as writer:
+            (written,) = writer.upsert("ops_trd_regime_fingerprints", [row])
+        with RemoteOpsBroker(served["socket"], fabric.connect("mf_agent_a")) as stranger:
+            with pytest.raises(NotAuthorized):
+                stranger.upsert("ops_trd_regime_fingerprints", [replace(row, key=("v10",))])
+            with pytest.raises(NotAuthorized):
+                stranger.search("ops_trd_regime_fingerprints", "acme", "bi-eu", [0, 1, 0, 0])
+        with RemoteOpsBroker(served["socket"], fabric.connect("mf_workflow")) as writer:
+            hits = writer.search("ops_trd_regime_fingerprints", "acme", "bi-eu", [0, 1, 0, 0], 5)
+    assert [h[0] for h in hits] == [written]  # the stranger's write never happened

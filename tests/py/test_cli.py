@@ -413,7 +413,7 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("demo",): DATABASE,
     ("worker", "commit"): COMMITTER,
     ("worker", "consolidate"): COMMITTER
-    | {"MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"},
+    | {"MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL", "MEMFABRIC_WORKER_PRIORITY"},
     ("worker", "decay"): MAINTAINER,
     ("decay",): MAINTAINER,
     ("erase",): MAINTAINER | REDIS,
@@ -424,6 +424,12 @@ READS: dict[tuple[str, ...], set[str]] = {
     ("working", "grant-tenant"): DATABASE | REDIS,
     ("working", "cap-ttl"): REDIS,
     ("import",): COMMITTER,
+    ("entities", "merge-propose"): DATABASE
+    | {"MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"},
+    ("entities", "merges"): DATABASE,
+    ("entities", "merge-decide"): DATABASE,
+    ("entities", "merge-apply"): DATABASE
+    | {"MEMFABRIC_CONSOLIDATOR_LOGIN", "MEMFABRIC_CONSOLIDATOR_URL"},
     ("rebuild",): PROJECTION,
     ("vectors", "build-index"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
     ("vectors", "status"): {"MEMFABRIC_SOCKET", "MEMFABRIC_VECTOR_DIR", "QDRANT_URL"},
@@ -563,6 +569,53 @@ def test_consolidate_honours_the_url_overrides(fabric: Fabric) -> None:
     result = invoke(env, "worker", "consolidate", "--tenant", "acme", "--once")
     assert result.exit_code == 0, result.output
     assert "[consolidate] acme: 0 candidates" in result.stdout
+
+
+def _policies(pid: int) -> set[int]:
+    """The scheduling policy of every thread of a process."""
+    return {os.sched_getscheduler(int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()}
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_consolidate_at_idle_priority_runs_every_thread_under_sched_idle(
+    fabric: Fabric, how: str
+) -> None:
+    """The worker process itself, as started from the CLI, with its connections open: each of
+    its threads is SCHED_IDLE (a default worker's are not)."""
+    with fabric.connect("mf_admin") as admin:
+        admin.execute("SELECT fabric_api.enable_agent('acme', 'os-agt-011', '{}'::text[])")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
+    env |= {
+        "MEMFABRIC_CONSOLIDATOR_URL": mfdb.url_for(fabric.url, "mf_consolidator"),
+        "MEMFABRIC_COMMITTER_URL": mfdb.url_for(fabric.url, "mf_committer"),
+        "DATABASE_URL": fabric.url,
+    }
+    args = [str(MEMFABRIC), "worker", "consolidate", "--tenant", "acme", "--interval", "60"]
+    for priority in ("normal", "idle"):
+        run_env = dict(env)
+        if how == "option":
+            argv = [*args, "--priority", priority]
+        else:
+            argv, run_env["MEMFABRIC_WORKER_PRIORITY"] = args, priority
+        proc = subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # the first run has finished: connections were open
+            assert "[consolidate] acme" in line, line
+            policies = _policies(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        expected = {os.SCHED_IDLE} if priority == "idle" else {os.SCHED_OTHER}
+        assert policies == expected, (priority, policies)
+
+
+def test_consolidate_refuses_an_unknown_priority() -> None:
+    result = invoke(clean_env(), "worker", "consolidate", "--tenant", "acme", "--priority", "low")
+    assert result.exit_code == 2
+    assert "--priority" in result.output
 
 
 # -- make help -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,6 +236,55 @@ def test_a_server_credential_is_scoped_to_its_collections() -> None:
         collection_jwt("k", {"ops_trd_regime_fingerprints": "r", "mem_semantic": "r"})
     with pytest.raises(OperationalError):
         collection_jwt("k", {"ops_trd_regime_fingerprints": "m"})
+
+
+# Qdrant's JWT RBAC (qdrant.tech/documentation/guides/security, "Granular access control
+# with JWT"): HS256 over the server's API key; `exp` in seconds since the epoch; `access` a
+# list of {"collection": name, "access": "r" | "rw"} (a bare "r" or "m" would be global).
+QDRANT_CLAIMS = {"exp", "access"}
+QDRANT_COLLECTION_ACCESS = {"r", "rw"}
+API_KEY = "a-qdrant-server-api-key-of-32-bytes-or-more"
+
+
+def qdrant_claims(token: str, api_key: str) -> dict[str, object]:
+    """The token's claims, verified the way a Qdrant server does, by an independent decoder:
+    PyJWT when installed, else HMAC-SHA256 by hand."""
+    try:
+        import jwt
+    except ImportError:  # pragma: no cover - PyJWT comes with the mcp package
+        header, body, signature = token.split(".")
+        if json.loads(b64decode(header)).get("alg") != "HS256":
+            raise ValueError("not HS256") from None
+        mac = hmac.new(api_key.encode(), f"{header}.{body}".encode(), hashlib.sha256).digest()
+        if not hmac.compare_digest(mac, b64decode(signature)):
+            raise ValueError("bad signature") from None
+        claims: dict[str, object] = json.loads(b64decode(body))
+        if float(claims["exp"]) <= time.time():  # type: ignore[arg-type]
+            raise ValueError("expired") from None
+        return claims
+    decoded: dict[str, object] = jwt.decode(
+        token, api_key, algorithms=["HS256"], options={"require": ["exp"]}
+    )
+    return decoded
+
+
+def test_a_minted_credential_is_a_jwt_a_qdrant_server_accepts() -> None:
+    grants = {"ops_trd_regime_fingerprints": "rw", "ops_trd_scenarios": "r"}
+    token = collection_jwt(API_KEY, grants, ttl_s=600)
+    claims = qdrant_claims(token, API_KEY)
+    assert set(claims) == QDRANT_CLAIMS
+    assert isinstance(claims["exp"], int) and claims["exp"] > time.time()
+    access = claims["access"]
+    assert isinstance(access, list)
+    for entry in access:
+        assert set(entry) == {"collection", "access"}
+        assert entry["access"] in QDRANT_COLLECTION_ACCESS
+    assert {e["collection"]: e["access"] for e in access} == grants
+    with pytest.raises(Exception, match=r"(?i)signature"):
+        qdrant_claims(token, "another-" + API_KEY)  # signed with the server's key, nothing else
+    expired = collection_jwt(API_KEY, grants, ttl_s=60, now=time.time() - 120)
+    with pytest.raises(Exception, match=r"(?i)expired"):
+        qdrant_claims(expired, API_KEY)
 
 
 def test_graph_queries_must_scope_and_only_read() -> None:

@@ -18,7 +18,7 @@ from memfabric import AsyncFabric, Envelope, Record, aio, episode, errors, sdk
 from memfabric import Fabric as SdkFabric
 
 # Functions of fabric_api / fabric_audit that the SDK deliberately has no method for, each
-# with the reason. Empty today: every function is a call some role makes.
+# with the reason.
 _CHECKPOINTER = (
     "LangGraph's deletes: memfabric.langgraph's checkpointer sends them as the service login"
     " (the SDK has no checkpointer role)"
@@ -29,6 +29,11 @@ INTERNAL: dict[str, str] = {
     "fabric_api.delete_checkpoint_writes": _CHECKPOINTER,
     "fabric_api.delete_unkept_checkpoints": _CHECKPOINTER,
     "fabric_api.delete_checkpoint_blobs": _CHECKPOINTER,
+    # the operational-store broker's handshake, not a call of a role's own
+    "fabric_api.issue_broker_ticket": "memfabric.operational.RemoteOpsBroker takes one on the "
+    "caller's own connection to open its socket session",
+    "fabric_api.redeem_broker_ticket": "memfabric serve's operational broker (OpsGate) redeems "
+    "it to learn the login PostgreSQL authenticated",
 }
 
 # The group role each SDK role stands for (its methods must be executable by it).

@@ -379,3 +379,50 @@ def test_recalls_and_recall_history_read_the_same_recalls(fabric: Fabric) -> Non
         assert (d["tiers_served"] or []) == h["tiers_served"]
         assert (d["tiers_denied"] or []) == h["tiers_denied"]
     assert sum(len(d["memory_ids"]) for d in documents) == len(ranked) >= 2
+
+
+RECALL_DOCUMENTS = (
+    "SELECT jsonb_build_object('occurred_at', e.occurred_at, 'status', e.payload ->> 'status',"
+    " 'agent_id', e.actor_agent_id, 'actor_login', e.actor_login, 'run_id', e.run_id,"
+    " 'correlation_id', e.correlation_id, 'tiers_served', e.payload -> 'tiers_served',"
+    " 'tiers_denied', e.payload -> 'tiers_denied', 'scope', e.payload -> 'scope',"
+    " 'memory_ids', coalesce(e.payload -> 'memory_ids', '[]'),"
+    " 'request_hash', e.payload ->> 'request_hash', 'reason', e.payload ->> 'reason')"
+    " FROM fabric.events e WHERE e.tenant_id = 'acme'"
+    " AND e.event_type IN ('memory.recall.served', 'memory.recall.denied')"
+    " AND e.occurred_at >= now() - interval '1 day' AND e.occurred_at < now() + interval '1 day'"
+    " ORDER BY e.occurred_at, e.event_id"
+)
+
+
+def test_recalls_gives_each_recall_event_of_the_tenant_as_its_documents(fabric: Fabric) -> None:
+    """fabric_audit.recalls, the jsonb view of recall_history: each recall of the tenant in
+    the window, in order, with the event's own documents (scope with its pseudonyms, tiers
+    as the event holds them, absent ones NULL, memory ids in rank order) -- served,
+    partial, denied, and a run without a subject; another tenant's recalls are not there."""
+    run = fabric.open_run()
+    fabric.form(run, "recalled one")
+    fabric.form(run, "recalled two")
+    fabric.recall(
+        "mf_agent_a", {"run_id": str(run), "tiers": ["episodic"], "correlation_id": "c-1"}
+    )
+    partial = {"run_id": str(run), "tiers": ["episodic", "relational"], "allow_partial": True}
+    narrow = fabric.open_run(tools=["tool:memory-propose"])
+    statuses = [
+        fabric.recall("mf_agent_a", partial)["status"],
+        fabric.recall("mf_agent_a", {"run_id": str(narrow), "tiers": ["episodic"]})["status"],
+        fabric.recall("mf_agent_a", {"run_id": str(fabric.open_run(subject=None, session=None))})[
+            "status"
+        ],
+    ]
+    fabric.recall("mf_agent_b", {"run_id": str(fabric.open_run("com-agt-004", "globex"))})
+    auditor = fabric.connect("mf_auditor")
+    documents = [r[0] for r in auditor.execute(*relation("recalls")).fetchall()]
+    with fabric.su() as su:
+        expected = [r[0] for r in su.execute(RECALL_DOCUMENTS).fetchall()]
+    assert documents == expected
+    assert statuses == ["partial", "denied", "served"]
+    assert [d["status"] for d in documents] == ["served", *statuses]
+    assert len(documents) == 4 and {d["agent_id"] for d in documents} == {"com-agt-003"}
+    assert any(d["tiers_served"] is None for d in documents)  # the denied recall
+    assert len(documents[0]["memory_ids"]) == 2

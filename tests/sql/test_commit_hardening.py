@@ -552,3 +552,77 @@ def test_resolving_a_review_flag_is_refused_without_writing(
 
 def test_an_unknown_review_flag_is_not_found(fabric: Fabric) -> None:
     assert sqlstate(lambda: resolve(fabric, str(uuid.uuid4()), "keep")) == "P0002"
+
+
+FLAG_REFUSALS = [
+    (
+        "contradiction", "maybe", "x", "22023", "decision must be keep or supersede",
+        "keep the standing record, or supersede once it has been superseded by who may"
+        " retire it",
+    ),
+    (
+        "contradiction", "keep", " ", "22023", "a resolution needs a reason of 1-1000 characters",
+        "say why the standing record is kept or was superseded",
+    ),
+    (
+        "contradiction", "keep", "x", "P0002", "unknown contradiction flag",
+        "flag ids come from fabric_api.contradiction_queue",
+    ),
+    (
+        "review", None, "x", "22023", "decision must be keep or request_erasure",
+        "keep the derived record, or request_erasure to file an erasure approval for it",
+    ),
+    (
+        "review", "keep", "x" * 1001, "22023", "a resolution needs a reason of 1-1000 characters",
+        "say why the derived record is kept or should be erased",
+    ),
+    (
+        "review", "keep", "x", "P0002", "unknown review flag",
+        "flag ids come from fabric_api.review_queue",
+    ),
+]  # fmt: skip
+
+
+RESOLVERS = {
+    "contradiction": "SELECT fabric_api.resolve_contradiction_flag(%s, %s, %s)",
+    "review": "SELECT fabric_api.resolve_review_flag(%s, %s, %s)",
+}
+
+
+def flag_refusal(
+    fabric: Fabric, kind: str, flag_id: str, decision: str | None, reason: str
+) -> tuple[str, str, str]:
+    """The SQLSTATE, message and hint of a refused resolution, which wrote nothing."""
+    before = world(fabric)
+    with pytest.raises(psycopg.Error) as caught:
+        fabric.connect("mf_consolidator").execute(RESOLVERS[kind], (flag_id, decision, reason))
+    assert world(fabric) == before
+    diag = caught.value.diag
+    return (str(caught.value.sqlstate), str(diag.message_primary), str(diag.message_hint))
+
+
+@pytest.mark.parametrize(("kind", "decision", "reason", "state", "message", "hint"), FLAG_REFUSALS)
+def test_each_flag_resolver_names_the_rule_its_refusal_breaks(
+    fabric: Fabric,
+    kind: str,
+    decision: str | None,
+    reason: str,
+    state: str,
+    message: str,
+    hint: str,
+) -> None:
+    """Both resolvers share one prologue (decision, reason, a known flag), each with its
+    own words: the refusal's message and hint say which flag and what to do."""
+    refusal = flag_refusal(fabric, kind, str(uuid.uuid4()), decision, reason)
+    assert refusal == (state, message, hint)
+
+
+def test_a_resolved_review_flag_says_a_resolution_is_final(
+    fabric: Fabric, flag: dict[str, Any]
+) -> None:
+    resolve(fabric, flag["flag_id"], "keep")
+    assert flag_refusal(fabric, "review", flag["flag_id"], "keep", "again") == (
+        "55000",
+        "the review flag is already resolved",
+        "a resolution is final; fabric_api.review_queue lists the open flags",
+    )

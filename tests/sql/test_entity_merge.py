@@ -186,3 +186,35 @@ def test_an_entity_merged_into_one_that_erasure_removes_forgets_it(fabric: Fabri
         (person, merging),
     )
     assert dict(rows.fetchall()) == {merging: None}
+
+
+def test_policy_decides_merges_with_decide_entity_merge_and_nothing_else(
+    fabric: Fabric, world: dict[str, Any]
+) -> None:
+    proposed = propose(fabric, world["ag"], world["gmbh"])
+    (row,) = fabric.call(
+        "mf_policy", "SELECT jsonb_agg(p) FROM fabric_api.entity_merge_proposals('acme') p"
+    )
+    assert row["approval_id"] == proposed["approval_id"]
+    assert (row["entity_name"], row["into_entity_name"]) == ("Acme AG", "Acme GmbH")
+    erasure = fabric.call(
+        "mf_committer", "SELECT fabric_api.request_erasure(%s, 'gdpr')", world["old"]
+    )["approval_id"]
+
+    def refused(login: str, query: str, *args: Any) -> str | None:
+        before = (fabric.count("approvals", "status = 'pending'"), fabric.count("events"))
+        with pytest.raises(psycopg.Error) as info:
+            fabric.call(login, query, *args)
+        assert (fabric.count("approvals", "status = 'pending'"), fabric.count("events")) == before
+        return info.value.sqlstate
+
+    decide = "SELECT fabric_api.decide_entity_merge(%s, 'approved', 'ok')"
+    assert refused("mf_policy", decide, erasure) == "55000"  # an erasure is no merge
+    assert refused("mf_consolidator", decide, proposed["approval_id"]) == "42501"
+    assert refused("mf_policy", decide, world["ag"]) == "P0002"
+    listing = "SELECT count(*) FROM fabric_api.entity_merge_proposals(%s, %s)"
+    assert refused("mf_consolidator", listing, "acme", "pending") == "42501"
+    assert refused("mf_policy", listing, "acme", "maybe") == "22023"
+    assert refused("mf_policy", listing, "nowhere", "pending") == "P0002"
+    decided = fabric.call("mf_policy", decide, proposed["approval_id"])
+    assert decided["status"] == "approved"

@@ -482,3 +482,41 @@ def test_the_sealing_lag_is_a_metric_until_sealing_catches_up(fabric: Fabric) ->
     assert "memfabric_oldest_unsealed_event_age_seconds 0\n" in render(sealing_gauges(conninfo))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         fabric.connect("mf_agent_a").execute("SELECT fabric_api.sealing_lag()")
+
+
+@pytest.mark.clone
+def test_a_pass_links_each_tenants_events_in_order_with_one_statement(fabric: Fabric) -> None:
+    """A pass over interleaved tenants writes the links the auditor recomputes one event at a
+    time (fabric._event_link), in (xid, event_id) order per tenant, with one INSERT: the
+    chain link once per event, each tenant's head read once."""
+    seal(fabric)
+    for _ in range(3):
+        activity(fabric)
+    su = fabric.connect(None, autocommit=False)
+    su.execute("SET track_functions = 'all'")
+    su.execute("SET SESSION AUTHORIZATION mf_committer")
+    answer = su.execute("SELECT fabric_api.seal_events()").fetchone()
+    assert answer is not None
+    su.execute("RESET SESSION AUTHORIZATION")
+    sealed = answer[0]["sealed"]
+    assert sealed > 6 and answer[0]["tenants"] == 2
+    n = dict(
+        su.execute(
+            "SELECT f, pg_stat_get_xact_function_calls(f::regproc) FROM unnest(ARRAY"
+            "['fabric._chain_link', 'fabric._chain_head', 'fabric._event_link']) f"
+        ).fetchall()
+    )
+    assert n == {"fabric._chain_link": sealed, "fabric._chain_head": 2, "fabric._event_link": None}
+    wrong = su.execute(
+        """SELECT count(*) FROM (
+             SELECT s.tenant_id, s.seq, s.link, s.xid, s.event_id,
+                    fabric._event_link(lag(s.link) OVER w, e) AS recomputed,
+                    lag(s.seq) OVER w AS prev_seq,
+                    lag(ROW(s.xid, s.event_id)) OVER w < ROW(s.xid, s.event_id) AS in_order
+             FROM fabric.event_seals s JOIN fabric.events e ON e.event_id = s.event_id
+             WINDOW w AS (PARTITION BY s.tenant_id ORDER BY s.seq)) c
+           WHERE c.recomputed <> c.link OR c.prev_seq <> c.seq - 1 OR NOT c.in_order"""
+    ).fetchone()
+    assert wrong == (0,)
+    su.commit()
+    assert verify(fabric)["ok"]

@@ -526,6 +526,38 @@ def test_owner_raw_semantic_of_a_semantic_with_an_episode_commits(fabric: Fabric
     assert fabric.count("memory_records", "tier = 'semantic'") == 2
 
 
+def test_a_commit_whose_source_left_the_episodic_tier_is_refused_by_the_rule(
+    fabric: Fabric,
+) -> None:
+    """The rule through the API: a semantic proposal validated with one episode as its
+    source, which is promoted into relational (under an approval) before the commit. Both
+    commit paths raise the rule's SQLSTATE and name it, writing nothing (on Citus the API
+    checks the rule itself before it returns: tests/citus)."""
+    run = fabric.open_run()
+    source = fabric.form(run, "the episode")
+    proposal = fabric.proposed(run, envelope=semantic([source]))
+    approval = fabric.call(
+        "mf_committer",
+        "SELECT fabric_api.request_approval(%s, 'promote', %s, 'x')",
+        source,
+        Jsonb({"tier": "relational"}),
+    )["approval_id"]
+    fabric.call("mf_policy", "SELECT fabric_api.decide_approval(%s, 'approved', 'ok')", approval)
+    fabric.call(
+        "mf_committer", "SELECT fabric_api.promote(%s, 'relational', %s, NULL)", source, approval
+    )
+    before = fabric.counts()
+    for call in (
+        "SELECT fabric_api.commit(%s)",
+        "SELECT fabric_api.commit_many(ARRAY[%s]::uuid[])",
+    ):
+        with pytest.raises(errors.CheckViolation) as info:
+            fabric.call("mf_committer", call, proposal)
+        assert info.value.diag.constraint_name == "memory_records_semantic_needs_episode"
+        assert fabric.counts() == before
+    assert fabric.count("proposals", f"proposal_id = '{proposal}' AND status = 'validated'") == 1
+
+
 @pytest.mark.clone
 def test_owner_raw_subject_visibility_without_subject_is_refused(fabric: Fabric) -> None:
     with pytest.raises(errors.CheckViolation) as info:

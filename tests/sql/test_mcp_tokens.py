@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from conftest import Fabric
 
@@ -87,6 +88,42 @@ def test_no_token_for_an_unknown_closed_or_expired_run(fabric: Fabric) -> None:
     assert fabric.count("mcp_tokens") == 0
 
 
+def refusal(fabric: Fabric, run: uuid.UUID, login: str) -> tuple[str, str, str]:
+    """The SQLSTATE, message and hint of a refused issue, which wrote nothing."""
+    before = (fabric.counts(), fabric.count("mcp_tokens"))
+    with pytest.raises(psycopg.Error) as info:
+        issue(fabric, run, login=login)
+    assert (fabric.counts(), fabric.count("mcp_tokens")) == before
+    diag = info.value.diag
+    return (str(info.value.sqlstate), str(diag.message_primary), str(diag.message_hint))
+
+
+def test_a_token_only_for_a_live_run_this_orchestrator_opened_each_refusal_named(
+    fabric: Fabric,
+) -> None:
+    """Another orchestrator's run, an unknown run and a closed run: the refusal names the
+    rule and says what to do (the run lookup agents enter by, with the token's words)."""
+    other = f"mf_orch_{uuid.uuid4().hex[:8]}"
+    fabric.session().execute(f"CREATE ROLE {other} LOGIN")
+    fabric.session().execute(f"GRANT fabric_orchestrator TO {other}")
+    foreign = (
+        "42501",
+        "an MCP token is issued only for a run the calling orchestrator opened",
+        "open the run with fabric_api.open_run under this login, then issue its token",
+    )
+    run = fabric.open_run()
+    assert refusal(fabric, run, other) == foreign
+    assert refusal(fabric, uuid.uuid4(), "mf_orchestrator") == foreign
+    fabric.session("mf_orchestrator").execute("SELECT fabric_api.close_run(%s)", (run,))
+    assert refusal(fabric, run, "mf_orchestrator") == (
+        "42501",
+        "the run is closed or expired",
+        "open a new run and issue a token for it",
+    )
+    # the closed run of another orchestrator is refused as not its own, before it is judged
+    assert refusal(fabric, run, other) == foreign
+
+
 def test_a_ttl_must_be_positive(fabric: Fabric) -> None:
     run = fabric.open_run()
     for ttl in ("0 seconds", "-1 hour"):
@@ -151,3 +188,34 @@ def test_the_stored_hash_must_be_a_sha256(fabric: Fabric) -> None:
         )
     assert info.value.sqlstate == "23514"
     assert fabric.count("mcp_tokens") == 0
+
+
+@pytest.mark.parametrize(
+    ("function", "prefix"),
+    [("_mcp_token_hash", "mft_"), ("_agent_token_hash", "mfa_"), ("_broker_ticket_hash", "mfb_")],
+)
+def test_a_secret_is_stored_only_in_its_kinds_issued_form(
+    fabric: Fabric, function: str, prefix: str
+) -> None:
+    """MCP tokens, agent tokens and broker tickets share one form, each with its prefix:
+    the prefix and 64 lowercase hex; only that is hashed (SHA-256), anything else is NULL
+    and so matches no stored secret."""
+    others = {"mft_", "mfa_", "mfb_"} - {prefix}
+    hexes = "0123456789abcdef" * 4
+    secrets = [
+        prefix + hexes,
+        *(other + hexes for other in sorted(others)),
+        prefix + hexes[:-1],
+        prefix + hexes + "0",
+        prefix + hexes.upper(),
+        prefix + hexes + "\n",
+        " " + prefix + hexes,
+        prefix,
+        None,
+    ]
+    query = sql.SQL("SELECT fabric.{}(%s), sha256(convert_to(%s, 'UTF8'))").format(
+        sql.Identifier(function)
+    )
+    got = [fabric.session().execute(query, (s, s)).fetchone() for s in secrets]
+    assert got[0] is not None and got[0][0] == got[0][1]
+    assert [row[0] if row else "?" for row in got[1:]] == [None] * (len(secrets) - 1)

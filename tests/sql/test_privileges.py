@@ -101,8 +101,8 @@ MATRIX_SQL = {
 
 
 def normalise(name: str) -> str:
-    """Monthly event partitions are one object for the matrix."""
-    return re.sub(r"\bfabric\.events_\d{4}_\d{2}\b", "fabric.events_YYYY_MM", name)
+    """Monthly event and measurement partitions are one object each for the matrix."""
+    return re.sub(r"\bfabric\.(events|measurements)_\d{4}_\d{2}\b", r"fabric.\1_YYYY_MM", name)
 
 
 def live_matrix(fabric: Fabric) -> dict[str, set[tuple[str, str, str]]]:

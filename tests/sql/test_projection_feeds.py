@@ -496,3 +496,25 @@ def test_a_rebuild_note_names_a_projection(fabric: Fabric, projection: str | Non
         conn.execute("SELECT fabric_api.begin_projection_rebuild(%s)", (projection,))
     assert refused.value.sqlstate == "22023"
     assert set(rebuild_notes(fabric).values()) == {None}
+
+
+@pytest.mark.parametrize(
+    ("xid", "rewind"), [("18446744073709551615", False), ("1", True)], ids=["ahead", "rewind"]
+)
+def test_a_projector_reads_the_trace_cursor_and_never_moves_it(
+    fabric: Fabric, xid: str, rewind: bool
+) -> None:
+    """The tracer's cursor is moved only by the tracer (set_trace_cursor, to a served
+    event): set_projection_cursor answers where it stands and leaves it there."""
+    before = fabric.cursor("trace")
+    answer = (
+        fabric.connect("mf_projector")
+        .execute(
+            "SELECT fabric_api.set_projection_cursor('trace', %s::xid8, %s, %s)",
+            (xid, uuid.uuid4(), rewind),
+        )
+        .fetchone()
+    )
+    assert answer is not None
+    assert answer[0] == {"projection": "trace", "xid": before[0], "event_id": before[1]}
+    assert fabric.cursor("trace") == before

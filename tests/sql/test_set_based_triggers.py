@@ -146,3 +146,77 @@ def test_one_insert_of_many_records_emits_each_formation(fabric: Fabric) -> None
             "retention_class": "durable",
         }
         assert event["xid"] == rows[0][1]["xid"]
+
+
+def test_one_statement_of_different_transitions_emits_each_records_own_events(
+    fabric: Fabric,
+) -> None:
+    """The events one UPDATE derives, per record and in order: a state change (with its
+    payload: states, the shortened validity, content removed or not), the closing of an
+    already expired record's window (same state, content removed), nothing for an unchanged
+    row -- each record's own, in one statement."""
+    run = fabric.open_run()
+    kept = fabric.form(run, "asked for invoices #1")
+    reflected = fabric.form(run, "asked for invoices #2")
+    closed = fabric.form(run, "asked for invoices #3", retention_class="operational")
+    window = fabric.form(run, "asked for invoices #4", retention_class="operational")
+    conn = fabric.owner()
+    conn.execute(
+        "UPDATE fabric.memory_records SET consolidation_state = 'expired',"
+        " valid_until = timestamptz '2026-08-01T00:00:00Z' WHERE memory_id = %s",
+        (window,),
+    )
+    counts = fabric.counts()
+    conn.execute(
+        "UPDATE fabric.memory_records SET"
+        " consolidation_state = CASE WHEN memory_id = %(r)s THEN 'reflected'"
+        "   WHEN memory_id = %(c)s THEN 'expired' ELSE consolidation_state END,"
+        " valid_until = CASE WHEN memory_id = %(c)s THEN timestamptz '2026-08-01T00:00:00Z'"
+        "   ELSE valid_until END,"
+        " content = CASE WHEN memory_id IN (%(c)s, %(w)s) THEN NULL ELSE content END"
+        " WHERE memory_id IN (%(k)s, %(r)s, %(c)s, %(w)s)",
+        {"k": kept, "r": reflected, "c": closed, "w": window},
+    )
+    after = fabric.counts()
+    assert after["events"] == counts["events"] + 3
+    events = {
+        e["memory_id"]: (e["event_type"], e["payload"], e["correlation_id"], e["actor_agent_id"])
+        for e in fabric.events(f"memory_id IN ('{reflected}', '{closed}', '{window}')")
+        if e["event_type"] != "memory.record.formed"
+        and not (e["memory_id"] == window and e["payload"].get("content_removed") is False)
+    }
+    own = (CORRELATION, ACTOR)
+    assert events == {
+        reflected: (
+            "memory.reflection.completed",
+            {
+                "tier": "episodic",
+                "from_state": "raw",
+                "to_state": "reflected",
+                "content_removed": False,
+            },
+            *own,
+        ),
+        closed: (
+            "memory.record.expired",
+            {
+                "tier": "episodic",
+                "from_state": "raw",
+                "to_state": "expired",
+                "valid_until": "2026-08-01T00:00:00+00:00",
+                "content_removed": True,
+            },
+            *own,
+        ),
+        window: (
+            "memory.record.expired",
+            {
+                "tier": "episodic",
+                "from_state": "expired",
+                "to_state": "expired",
+                "content_removed": True,
+            },
+            *own,
+        ),
+    }
+    assert fabric.count("events", f"memory_id = '{kept}'") == 1  # its formation only

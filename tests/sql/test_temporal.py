@@ -5,7 +5,9 @@ more producer's series."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -13,7 +15,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from conftest import PROFILE_WIDE, Fabric
-from memfabric.worker import erase
+from memfabric.worker import erase, run_decay_once
 
 pytestmark = pytest.mark.rollback
 
@@ -292,3 +294,226 @@ def test_a_subject_erasure_removes_the_subjects_series(fabric: Fabric, series: N
     assert fabric.count("measurements", "subject_id = 'user-9999'") == 0
     assert fabric.count("measurements", "subject_id = 'user-8842'") == 1  # another subject's
     assert "fabric.measurements" in result["vacuum"]
+
+
+# The months below are in the past of the database's migrate (which made the partitions of
+# its own month and the three after): their points first land in the default partition.
+def placed(fabric: Fabric) -> list[tuple[str, float]]:
+    """(partition, value) of every point, by value."""
+    rows = fabric.session(None).execute(
+        "SELECT tableoid::regclass::text, value FROM fabric.measurements ORDER BY value"
+    )
+    return [(str(t), float(v)) for t, v in rows.fetchall()]
+
+
+def partitions(fabric: Fabric) -> dict[str, int]:
+    """Each monthly partition of fabric.measurements and its relfilenode (a TRUNCATE gives a
+    partition a new one; row deletes do not)."""
+    rows = fabric.session(None).execute(
+        "SELECT c.relname, c.relfilenode FROM pg_inherits i JOIN pg_class c"
+        " ON c.oid = i.inhrelid WHERE i.inhparent = 'fabric.measurements'::regclass"
+        " AND c.relname <> 'measurements_default'"
+    )
+    return {str(name): int(node) for name, node in rows.fetchall()}
+
+
+def test_points_are_placed_in_their_months_partition_and_the_default_stays_empty(
+    fabric: Fabric,
+) -> None:
+    this = datetime.now(UTC)
+    ahead = datetime(this.year + (this.month + 2) // 12, (this.month + 2) % 12 + 1, 1)
+    assert f"measurements_{this:%Y_%m}" in partitions(fabric)  # made ahead by migrate
+    record(fabric, [point(f"{this:%Y-%m}-02T00:00:00Z", 1)])
+    assert placed(fabric) == [(f"fabric.measurements_{this:%Y_%m}", 1.0)]
+    enable_in_globex(fabric)
+    durable = {"retention_class": "durable"}
+    record(fabric, [point("2026-06-15T00:00:00Z", 2, **durable),
+                    point("2026-07-31T23:59:59.5Z", 3, **durable)])  # fmt: skip
+    record(fabric, [point("2026-07-01T00:00:00Z", 4, **durable)], tenant="globex")
+    assert fabric.count("measurements_default") == 3  # a backfill: no partition yet
+    # the decay worker's retention pass makes the partitions and moves the strays in
+    assert fabric.call("mf_committer", "SELECT fabric_api.run_temporal_retention()") == 0
+    assert fabric.count("measurements_default") == 0
+    assert placed(fabric) == [
+        (f"fabric.measurements_{this:%Y_%m}", 1.0),
+        ("fabric.measurements_2026_06", 2.0),
+        ("fabric.measurements_2026_07", 3.0),
+        ("fabric.measurements_2026_07", 4.0),
+    ]
+    moved = fabric.session(None).execute(
+        "SELECT tenant_id, at, producer, retention_class FROM fabric.measurements WHERE value = 3"
+    )
+    assert moved.fetchone() == (  # every column kept by the move
+        "acme",
+        datetime(2026, 7, 31, 23, 59, 59, 500000, tzinfo=UTC),
+        "wf-billing-001",
+        "durable",
+    )
+    owned = fabric.session(None).execute(
+        "SELECT bool_and(has_table_privilege('fabric_maintainer', relid, 'MAINTAIN')),"
+        " bool_and(pg_get_userbyid(c.relowner) = 'fabric_owner')"
+        " FROM pg_partition_tree('fabric.measurements') t JOIN pg_class c ON c.oid = t.relid"
+    )
+    assert owned.fetchone() == (True, True)  # the maintenance login may VACUUM them all
+    assert f"measurements_{ahead:%Y_%m}" in partitions(fabric)  # three months ahead
+
+
+@pytest.mark.clone  # a TRUNCATE in the transaction that made the table keeps its relfilenode
+def test_retention_empties_whole_months_past_retention_and_deletes_rows_otherwise(
+    fabric: Fabric,
+) -> None:
+    fabric.call(
+        "mf_admin",
+        "SELECT fabric_api.configure_instance('acme', NULL, %s)",
+        Jsonb({"operational_window": "30 days"}),
+    )
+    enable_in_globex(fabric)  # globex keeps the 90-day default
+    record(
+        fabric,
+        [
+            point("2026-06-15T00:00:00Z", 1),  # June: every point due on 10-05 ...
+            point("2026-07-10T00:00:00Z", 2),  # July: due, beside a durable point
+            point("2026-07-20T00:00:00Z", 3, retention_class="durable"),
+            point("2026-08-20T00:00:00Z", 4),  # August: due
+            point("2026-09-01T00:00:00Z", 5),  # September: due, beside one that is not
+            point("2026-09-20T00:00:00Z", 6),
+        ],
+    )
+    record(fabric, [point("2026-06-20T00:00:00Z", 7)], tenant="globex")  # ... globex's too
+    fabric.call("mf_committer", "SELECT fabric_api.run_temporal_retention('2026-06-01')")
+    before = partitions(fabric)
+    assert fabric.count("measurements_default") == 0
+    removed = fabric.call(
+        "mf_committer", "SELECT fabric_api.run_temporal_retention('2026-10-05T00:00:00Z')"
+    )
+    assert removed == 5  # 1 and 7 (June), 4 (August) by month; 2 and 5 row by row
+    assert placed(fabric) == [
+        ("fabric.measurements_2026_07", 3.0),
+        ("fabric.measurements_2026_09", 6.0),
+    ]
+    after = partitions(fabric)
+    emptied = {m for m in before if after[m] != before[m]}
+    assert emptied == {"measurements_2026_06", "measurements_2026_08"}
+
+
+@pytest.mark.clone  # two sessions
+def test_retention_does_not_wait_for_a_reader_of_a_due_month(fabric: Fabric) -> None:
+    record(fabric, [point("2026-05-01T00:00:00Z", 1), point("2026-05-02T00:00:00Z", 2)])
+    fabric.call("mf_committer", "SELECT fabric_api.run_temporal_retention('2026-05-01')")
+    before = partitions(fabric)["measurements_2026_05"]
+    reader = fabric.connect(None, autocommit=False)
+    reader.execute("SELECT count(*) FROM fabric.measurements_2026_05").fetchone()  # holds it
+    try:
+        committer = fabric.connect("mf_committer")
+        # waiting for the reader would be cancelled (57014), failing the test, not hanging it
+        committer.execute("SET statement_timeout = '5s'")
+        removed = committer.execute(
+            "SELECT fabric_api.run_temporal_retention('2026-10-05T00:00:00Z')"
+        ).fetchone()
+    finally:
+        reader.rollback()
+    assert removed == (2,)  # row by row: the month was not emptied under its reader
+    assert partitions(fabric)["measurements_2026_05"] == before
+    assert placed(fabric) == []
+
+
+@pytest.mark.clone  # two sessions
+def test_two_retention_passes_make_a_months_partition_once(fabric: Fabric) -> None:
+    record(fabric, [point("2026-04-01T00:00:00Z", 1, retention_class="durable")])
+    first = fabric.connect("mf_committer", autocommit=False)
+    first.execute("SELECT fabric_api.run_temporal_retention()").fetchone()  # not committed yet
+    second = fabric.connect("mf_committer")
+    answers: list[Any] = []
+    racer = threading.Thread(
+        target=lambda: answers.append(
+            second.execute("SELECT fabric_api.run_temporal_retention()").fetchone()
+        )
+    )
+    racer.start()
+    racer.join(1.0)
+    assert racer.is_alive()  # it waits for the first pass's partitions
+    first.commit()
+    racer.join(30)
+    assert answers == [(0,)]  # and finds the month made, its point moved
+    assert placed(fabric) == [("fabric.measurements_2026_04", 1.0)]
+
+
+def test_retention_leaves_a_month_of_a_tenant_the_committer_may_not_prune(
+    fabric: Fabric,
+) -> None:
+    fabric.call("mf_admin", "SELECT fabric_api.create_tenant('initech')")
+    fabric.call("mf_admin", "SELECT fabric_api.enable_agent('initech', 'wf-billing-001', '{}')")
+    record(fabric, [point("2026-03-01T00:00:00Z", 1)])
+    record(fabric, [point("2026-03-02T00:00:00Z", 2)], tenant="initech")
+    removed = fabric.call(
+        "mf_committer", "SELECT fabric_api.run_temporal_retention('2026-10-05T00:00:00Z')"
+    )
+    assert removed == 1  # acme's point, row by row: initech is not the committer's to prune
+    assert placed(fabric) == [("fabric.measurements_2026_03", 2.0)]
+
+
+def test_the_decay_worker_runs_retention_and_keeps_the_partitions(fabric: Fabric) -> None:
+    record(fabric, [point("2026-05-01T00:00:00Z", 1), point("2026-05-02T00:00:00Z", 2,
+                    retention_class="durable")])  # fmt: skip
+    result = run_decay_once(fabric.connect("mf_committer"))  # type: ignore[arg-type]
+    assert result["measurements_removed"] == 1  # past the 90-day default window
+    assert placed(fabric) == [("fabric.measurements_2026_05", 2.0)]
+    assert fabric.count("measurements_default") == 0
+
+
+REFUSED_THROUGH_THE_MARK = [
+    "CREATE TABLE fabric.measurements_2031_01 (LIKE fabric.measurements)",
+    "CREATE TABLE fabric.spare PARTITION OF fabric.measurements"
+    " FOR VALUES FROM ('2031-01-01Z') TO ('2031-02-01Z')",
+    "CREATE TABLE fabric.events_2031_01 PARTITION OF fabric.events"
+    " FOR VALUES FROM ('2031-01-01Z') TO ('2031-02-01Z')",
+    # a month's name over other bounds: the month's own partition could not be made after it
+    "CREATE TABLE fabric.measurements_2031_01 PARTITION OF fabric.measurements"
+    " FOR VALUES FROM ('2031-01-01Z') TO ('2031-06-01Z')",
+    "CREATE TABLE fabric.measurements_2031_01 PARTITION OF fabric.measurements"
+    " FOR VALUES FROM ('2030-12-31Z') TO ('2031-02-01Z')",
+]
+
+
+@pytest.mark.clone  # the test makes a function of its own
+def test_the_ddl_guard_lets_only_measurement_partitions_through_the_mark(fabric: Fabric) -> None:
+    """A committer inside an owner's definer function, the transaction marked as
+    fabric.ensure_measurement_partitions marks it: only a measurement partition passes."""
+    with fabric.su() as su:
+        su.execute(
+            "CREATE FUNCTION public.mf_test_owner_ddl(p_ddl text) RETURNS void"
+            " LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$"
+            " BEGIN PERFORM set_config('fabric.partition_maintenance', 'measurements', true);"
+            " EXECUTE p_ddl; END $$"
+        )
+        su.execute("ALTER FUNCTION public.mf_test_owner_ddl(text) OWNER TO fabric_owner")
+        su.execute("GRANT EXECUTE ON FUNCTION public.mf_test_owner_ddl(text) TO mf_committer")
+    call = "SELECT public.mf_test_owner_ddl(%s)"
+    for ddl in REFUSED_THROUGH_THE_MARK:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="migration role"):
+            fabric.call("mf_committer", call, ddl)
+    made = "SELECT count(*) FROM pg_class WHERE relname IN ('spare', 'events_2031_01')"
+    assert fabric.call(None, made) == 0
+    fabric.call(
+        "mf_committer",
+        call,
+        "CREATE TABLE fabric.measurements_2031_01 PARTITION OF fabric.measurements"
+        " FOR VALUES FROM ('2031-01-01Z') TO ('2031-02-01Z')",
+    )
+    assert fabric.call(None, "SELECT to_regclass('fabric.measurements_2031_01')::text")
+
+
+@pytest.mark.clone  # the session's time zone
+def test_partitions_are_made_whatever_the_callers_time_zone(fabric: Fabric) -> None:
+    """The guard compares the partition's bounds with its month's as text, in the session's
+    time zone on both sides: a committer far from UTC still gets its months made."""
+    with fabric.connect("mf_committer") as committer:
+        committer.execute("SET TimeZone = 'Pacific/Kiritimati'")  # UTC+14
+        committer.execute("SELECT fabric_api.run_temporal_retention('2032-11-30T23:00:00Z')")
+    made = fabric.call(
+        None,
+        "SELECT array_agg(relname::text ORDER BY relname) FROM pg_class"
+        " WHERE relname ~ '^measurements_203[23]_[0-9]{2}$'",
+    )
+    assert made[:4] == ["measurements_2032_11", "measurements_2032_12", "measurements_2033_01",
+                        "measurements_2033_02"]  # fmt: skip

@@ -1,0 +1,337 @@
+"""`make bench-citus`: what the three-node Citus cluster costs against one PostgreSQL, on the
+same machine (same cores: this measures the distributed overhead, never a speed-up), and how
+many worker nodes a tenant-scoped call touches (the goal: one).
+
+Prints, never asserts (docs/benchmarks.md, docs/scale-out.md). Two fresh databases on the
+cluster's coordinator instance, migrated the same way: `mf_bench_single`, a plain PostgreSQL
+database (no `citus` extension: the same server binary, configuration and cores), and
+`mf_bench_cluster`, joined to the workers like the cluster suite's (tests/citus). Each gets
+the same tenants, logins and agents. Then, on each:
+
+- governed propose+commit: `fabric_api.propose` as an agent login, then `fabric_api.commit`
+  as the committer, each its own autocommit transaction; --writes pairs by one client, and
+  the same spread over --clients threads (half on a tenant of each worker);
+- recall: `fabric_api.recall` of the episodic tier in one run, ten records, --recalls calls
+  by one client (p50, p95): filter-only (the top ten in recall's order), then text (a
+  three-word question, BM25 over the records the writes formed);
+- nodes touched (cluster only): each call type once with `citus.log_remote_commands` on;
+  Citus reports every command it sends to a worker ("issuing ...", "on server
+  user@host:port connectionId: n"), so the distinct worker nodes and connections of a call
+  are counted from Citus itself;
+- server CPU per pair in the concurrent run, per instance (the postmaster and all its
+  processes, from /proc: the nodes run on this machine), coordinator and workers apart: the
+  capacity model of docs/scale-out.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.json import Jsonb
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(TESTS), str(TESTS / "citus")]
+
+import citus_cluster as cc  # noqa: E402  (the cluster suite's setup)
+from conftest import MEMORY_TOOLS  # noqa: E402
+from memfabric import db  # noqa: E402
+
+SERVER = re.compile(r"on server (\S+)@([^:]+):(\d+) connectionId: (\d+)")
+
+
+def episode(tenant: str, text: str) -> dict[str, Any]:
+    return {
+        "tier": "episodic",
+        "scope": {"tenant_id": tenant, "visibility": "subject"},
+        "content": {"text": text},
+        "provenance": {
+            "source_event_id": f"evt-bench-{uuid.uuid4()}",
+            "correlation_id": "corr-bench",
+            "causation_id": "evt-bench",
+            "formation_method": "extraction",
+        },
+        "confidence": 0.9,
+        "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
+        "retention_class": "durable",
+    }
+
+
+def _url(base: str, **params: Any) -> str:
+    return make_conninfo("", **{**conninfo_to_dict(base), **params})
+
+
+def prepare_single(base: str) -> cc.Cluster:
+    """A plain database on the coordinator's instance: migrated, seeded like the cluster's."""
+    admin = _url(base, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute("DROP DATABASE IF EXISTS mf_bench_single WITH (FORCE)")
+        c.execute("CREATE DATABASE mf_bench_single")
+    url = _url(base, dbname="mf_bench_single")
+    db.migrate(url)
+    coordinator, _ = cc._nodes(base)
+    cc._logins(url, coordinator, [])
+    made = cc.Cluster(url=url, workers=[], same=("t00", "t02"), apart=("t00", "t01"))
+    cc._seed(made)
+    return made
+
+
+def prepare_cluster(base: str) -> cc.Cluster:
+    cc.DATABASE = "mf_bench_cluster"
+    coordinator, workers = cc._nodes(base)
+    url = cc._fresh_database(base, coordinator, workers)
+    db.migrate(url)
+    cc._logins(url, coordinator, workers)
+    made = cc.Cluster(url=url, workers=workers)
+    cc._pick_tenants(made)
+    cc._seed(made)
+    return made
+
+
+def open_run(c: cc.Cluster, tenant: str) -> str:
+    with c.connect("mf_orchestrator") as conn:
+        row = conn.execute(
+            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 'sess-1', %s, '1 hour')",
+            (tenant, MEMORY_TOOLS),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def write_pairs(c: cc.Cluster, tenant: str, n: int) -> float:
+    """Seconds for n governed propose+commit pairs by one client."""
+    run = open_run(c, tenant)
+    with c.connect("mf_agent_a") as agent, c.connect("mf_committer") as committer:
+        start = time.perf_counter()
+        for i in range(n):
+            row = agent.execute(
+                "SELECT fabric_api.propose(%s, %s)",
+                (Jsonb(episode(tenant, f"bench note {i} {uuid.uuid4()}")), run),
+            ).fetchone()
+            assert row is not None and row[0]["status"] == "validated", row
+            committer.execute("SELECT fabric_api.commit(%s)", (row[0]["proposal_id"],))
+        return time.perf_counter() - start
+
+
+def concurrent_pairs(c: cc.Cluster, clients: int, n: int) -> float:
+    """Pairs per second with `clients` threads, alternating the two tenants `apart`."""
+    per = max(1, n // clients)
+    tenants = [c.apart[i % 2] for i in range(clients)]
+    threads = [threading.Thread(target=write_pairs, args=(c, t, per)) for t in tenants]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return per * clients / (time.perf_counter() - start)
+
+
+def recall_latencies(c: cc.Cluster, tenant: str, n: int, query: str | None = None) -> list[float]:
+    run = open_run(c, tenant)
+    asked = {} if query is None else {"query": query}
+    request = Jsonb({"run_id": run, "tiers": ["episodic"], "limit": 10, **asked})
+    out = []
+    with c.connect("mf_agent_a") as agent:
+        for _ in range(n):
+            start = time.perf_counter()
+            agent.execute("SELECT fabric_api.recall(%s)", (request,)).fetchone()
+            out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+@contextmanager
+def remote_commands(conn: psycopg.Connection[Any]) -> Iterator[list[tuple[str, int, int]]]:
+    """The (host, port, connection id) of every command Citus sends to a worker while the
+    block runs on `conn`."""
+    seen: list[tuple[str, int, int]] = []
+
+    def note(diag: psycopg.errors.Diagnostic) -> None:
+        m = SERVER.search(diag.message_detail or "")
+        if m and (diag.message_primary or "").startswith("issuing"):
+            seen.append((m[2], int(m[3]), int(m[4])))
+
+    conn.add_notice_handler(note)
+    conn.execute("SET client_min_messages = notice")
+    conn.execute("SET citus.log_remote_commands = on")
+    try:
+        yield seen
+    finally:
+        conn.execute("RESET citus.log_remote_commands")
+        conn.remove_notice_handler(note)
+
+
+def nodes_touched(c: cc.Cluster, tenant: str) -> dict[str, tuple[int, int, int]]:
+    """Per call type: (worker nodes, connections, commands) Citus sent it to."""
+    out: dict[str, tuple[int, int, int]] = {}
+
+    def probe(name: str, login: str, call: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        with c.connect(login) as conn, remote_commands(conn) as seen:
+            result = call(conn)
+        out[name] = (len({(h, p) for h, p, _ in seen}), len(set(seen)), len(seen))
+        return result
+
+    run = probe(
+        "open_run (orchestrator)",
+        "mf_orchestrator",
+        lambda conn: conn.execute(
+            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 'sess-1', %s, '1 hour')",
+            (tenant, MEMORY_TOOLS),
+        ).fetchone()[0],
+    )
+    proposal = probe(
+        "propose (agent)",
+        "mf_agent_a",
+        lambda conn: conn.execute(
+            "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(tenant, "touch count")), run)
+        ).fetchone()[0]["proposal_id"],
+    )
+    probe(
+        "commit (committer)",
+        "mf_committer",
+        lambda conn: conn.execute("SELECT fabric_api.commit(%s)", (proposal,)).fetchone(),
+    )
+    probe(
+        "recall (agent)",
+        "mf_agent_a",
+        lambda conn: conn.execute(
+            "SELECT fabric_api.recall(%s)",
+            (Jsonb({"run_id": str(run), "tiers": ["episodic"], "limit": 10}),),
+        ).fetchone(),
+    )
+    return out
+
+
+def _stat(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def node_cpu(url: str) -> float | None:
+    """CPU seconds the PostgreSQL instance at `url` has used so far: its postmaster and every
+    child, live (utime + stime) or reaped (the postmaster's cutime + cstime). None when the
+    instance is not on this machine."""
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'"
+        ).fetchone()
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        assert row is not None
+        postmaster = int(_stat(int(row[0]))[1])  # the checkpointer's parent
+        total = sum(int(x) for x in _stat(postmaster)[11:15])
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    fields = _stat(int(entry))
+                    if int(fields[1]) == postmaster:
+                        total += int(fields[11]) + int(fields[12])
+    except (OSError, AssertionError):
+        return None
+    return total / tick
+
+
+def nodes_of(c: cc.Cluster) -> list[str]:
+    """The URL of each instance the database lives on: the coordinator, then the workers."""
+    return [c.url, *(_url(c.url, host=h, port=p) for h, p in c.workers)]
+
+
+def measure(c: cc.Cluster, args: argparse.Namespace) -> dict[str, float]:
+    tenant = c.apart[0]
+    write_pairs(c, tenant, 10)  # warm-up: plans, connections, caches
+    serial = args.writes / write_pairs(c, tenant, args.writes)
+    before = [node_cpu(u) for u in nodes_of(c)]
+    concurrent = concurrent_pairs(c, args.clients, args.writes)
+    after = [node_cpu(u) for u in nodes_of(c)]
+    pairs = max(1, args.writes // args.clients) * args.clients
+    # CPU ms per pair on each instance during the concurrent run (coordinator first)
+    cpu = [
+        (b1 - b0) * 1000 / pairs if b0 is not None and b1 is not None else float("nan")
+        for b0, b1 in zip(before, after, strict=True)
+    ]
+    recall_latencies(c, tenant, 10)
+    lat = sorted(recall_latencies(c, tenant, args.recalls))
+    recall_latencies(c, tenant, 10, "bench note invoice")
+    text = sorted(recall_latencies(c, tenant, args.recalls, "bench note invoice"))
+    return {
+        "pairs_per_s": serial,
+        "pairs_per_s_concurrent": concurrent,
+        "recall_p50_ms": statistics.median(lat),
+        "recall_p95_ms": lat[int(0.95 * (len(lat) - 1))],
+        "text_p50_ms": statistics.median(text),
+        "text_p95_ms": text[int(0.95 * (len(text) - 1))],
+        "coordinator_cpu_ms": cpu[0],
+        "workers_cpu_ms": sum(cpu[1:]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", required=True, help="the Citus coordinator (scripts/citus.sh url)")
+    parser.add_argument("--writes", type=int, default=200, help="propose+commit pairs per run")
+    parser.add_argument("--clients", type=int, default=4, help="threads of the concurrent run")
+    parser.add_argument("--recalls", type=int, default=200, help="recalls per run")
+    args = parser.parse_args()
+    print("preparing mf_bench_single (plain PostgreSQL) and mf_bench_cluster (Citus) ...")
+    single, cluster = prepare_single(args.url), prepare_cluster(args.url)
+    results = {"single node": measure(single, args), "3-node cluster": measure(cluster, args)}
+    print(
+        f"\n{'':16} {'pairs/s (1 client)':>19} {f'pairs/s ({args.clients} clients)':>20} "
+        f"{'recall p50 ms':>14} {'recall p95 ms':>14}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:16} {r['pairs_per_s']:>19.1f} {r['pairs_per_s_concurrent']:>20.1f} "
+            f"{r['recall_p50_ms']:>14.1f} {r['recall_p95_ms']:>14.1f}"
+        )
+    s, k = results["single node"], results["3-node cluster"]
+    print(
+        f"{'cluster/single':16} {k['pairs_per_s'] / s['pairs_per_s']:>19.2f} "
+        f"{k['pairs_per_s_concurrent'] / s['pairs_per_s_concurrent']:>20.2f} "
+        f"{k['recall_p50_ms'] / s['recall_p50_ms']:>14.2f} "
+        f"{k['recall_p95_ms'] / s['recall_p95_ms']:>14.2f}"
+    )
+    print(f"\n{'':16} {'text recall p50 ms':>19} {'text recall p95 ms':>20}")
+    for name, r in results.items():
+        print(f"{name:16} {r['text_p50_ms']:>19.1f} {r['text_p95_ms']:>20.1f}")
+    print(
+        f"{'cluster/single':16} {k['text_p50_ms'] / s['text_p50_ms']:>19.2f} "
+        f"{k['text_p95_ms'] / s['text_p95_ms']:>20.2f}"
+    )
+    print(
+        "\nserver CPU per propose+commit pair in the concurrent run (all processes of each "
+        "instance, from /proc):"
+    )
+    for name, r in results.items():
+        print(
+            f"  {name:16} coordinator {r['coordinator_cpu_ms']:.1f} ms, "
+            f"workers {r['workers_cpu_ms']:.1f} ms"
+        )
+    print("\nworker nodes a tenant-scoped call touches (counted by citus.log_remote_commands):")
+    for name, (nodes, conns, commands) in nodes_touched(cluster, cluster.apart[0]).items():
+        print(f"  {name:26} {nodes} node(s), {conns} connection(s), {commands} command(s)")
+    coordinator, workers = cc._nodes(args.url)
+    drops = [(single.url, [coordinator]), (cluster.url, [coordinator, *workers])]
+    for url, nodes in drops:
+        name = sql.Identifier(conninfo_to_dict(url)["dbname"])
+        for host, port in nodes:
+            admin = _url(url, host=host, port=port, dbname="postgres")
+            with psycopg.connect(admin, autocommit=True) as c:
+                c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+
+
+if __name__ == "__main__":
+    main()
