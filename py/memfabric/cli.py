@@ -301,6 +301,7 @@ def worker_commit(
         "MEMFABRIC_LLM_URL",
         "MEMFABRIC_LLM_MODEL",
         "MEMFABRIC_WORKER_PRIORITY",
+        "MEMFABRIC_WORKER_CPUS",
     ),
 )
 def worker_consolidate(
@@ -333,7 +334,14 @@ def worker_consolidate(
         case_sensitive=False,
         help="idle: run only on cores that would otherwise idle (Linux SCHED_IDLE), so an "
         "in-process model never delays the hot path; on a saturated host it then forms nothing "
-        "until load drops",
+        "until load drops (measured: it does not keep the hot path's latency on a 6.x "
+        "kernel; --cpus does)",
+    ),
+    cpus: str | None = typer.Option(
+        None,
+        envvar="MEMFABRIC_WORKER_CPUS",
+        help="pin the worker, its model's threads included, to these CPUs (Linux cpulist: "
+        "1, 2-3, 0,2-3) and leave the others to the database and the agents",
     ),
 ) -> None:
     """Run WF-OS-MEMORY-CONSOLIDATE on a schedule: candidates, consolidator (deterministic, or
@@ -341,12 +349,17 @@ def worker_consolidate(
     validation, policy gate, commit, Outcome Envelope."""
     import psycopg
 
-    from memfabric.priority import PriorityUnavailable, apply
+    from memfabric.priority import PlacementUnavailable, PriorityUnavailable, apply, pin
 
     try:
         apply(priority)  # before the model loads: its threads inherit the policy
     except PriorityUnavailable as exc:
         raise typer.BadParameter(str(exc), param_hint="--priority") from exc
+    if cpus is not None:
+        try:
+            pin(cpus)  # before the model loads, likewise
+        except PlacementUnavailable as exc:
+            raise typer.BadParameter(str(exc), param_hint="--cpus") from exc
 
     from memfabric.consolidate import (
         ModelConsolidator,

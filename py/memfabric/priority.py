@@ -1,12 +1,22 @@
-"""A background worker's CPU priority: what `memfabric worker consolidate --priority` sets.
+"""A background worker's CPU placement: what `memfabric worker consolidate --priority` and
+`--cpus` set.
 
 A model decoding in process takes a core for seconds at a time. Beside a busy database that
-core is one the hot path (an agent's propose and recall) would have used, and `nice` only
-lowers the worker's share when both want the same core: the kernel still lets it run for its
-slice before a waking backend gets the core back. Linux's `SCHED_IDLE` policy runs a thread
-only when a core would otherwise idle, and a waking normal thread preempts it at once. The
-cost is plain: on a saturated host an idle-priority worker forms nothing until load drops
-(the consolidation runs' lag says so), which is what a background formation worker should do.
+core is one the hot path (an agent's propose and recall) would have used. Two levers, each
+measured by `make bench-consolidation` (docs/benchmarks.md):
+
+- `--cpus` pins the worker (every thread, the model's included) to the CPUs named. The
+  scheduler then places the database's and the agents' wakeups on the other cores, when
+  they are free. On two cores, the worker pinned to one, the hot path's p95 stayed within
+  10% of its idle p95 in 4 runs of 7 (in the others another process had the free core):
+  the better lever of the two, not a guarantee on a host this small.
+- `--priority idle` runs the worker under Linux's `SCHED_IDLE`. It was meant to let a waking
+  backend preempt the worker at once; measured on a 6.x kernel (EEVDF scheduler) it does not:
+  the kernel counts a core running only idle-policy work as free, wakes the hot path's
+  backends there, and they wait for the worker's slice (the hot path's p95 doubled, as with
+  `nice 10`; a bare busy loop under `SCHED_IDLE` did the same). It still yields cores to
+  normal work under sustained load; on a saturated host an idle-priority worker forms
+  nothing until load drops.
 """
 
 from __future__ import annotations
@@ -48,3 +58,44 @@ def apply(priority: Priority) -> str:
         except ProcessLookupError:  # the thread ended meanwhile
             continue
     return "idle (SCHED_IDLE)"
+
+
+class PlacementUnavailable(ValueError):
+    """A CPU list that is malformed or names CPUs this process may not run on."""
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """A Linux CPU list (`1`, `2-3`, `0,2-3`) as the set of CPUs it names."""
+    cpus: set[int] = set()
+    for part in spec.replace(" ", "").split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise PlacementUnavailable(
+                f"{spec!r} is not a CPU list: write CPUs as 1, 2-3 or 0,2-3 (Linux's cpulist form)"
+            )
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise PlacementUnavailable(f"{part!r} is an empty range: write the lower CPU first")
+        cpus.update(range(first, last + 1))
+    return cpus
+
+
+def pin(spec: str) -> set[int]:
+    """Pin every thread of this process to the CPUs `spec` names; threads started later
+    inherit them. Returns the CPUs. Call it before loading a model, as `apply`."""
+    if not hasattr(os, "sched_setaffinity"):
+        raise PlacementUnavailable("pinning to CPUs needs Linux's sched_setaffinity")
+    cpus = parse_cpus(spec)
+    allowed = os.sched_getaffinity(0)
+    if not cpus <= allowed:
+        outside = ",".join(str(c) for c in sorted(cpus - allowed))
+        mine = ",".join(str(c) for c in sorted(allowed))
+        raise PlacementUnavailable(
+            f"CPU {outside} is not one this process may run on (it may run on {mine})"
+        )
+    for tid in _threads():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+    return cpus

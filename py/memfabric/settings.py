@@ -128,6 +128,8 @@ ENVIRONMENT: Final[dict[str, str]] = {
     "MEMFABRIC_LLM_THREADS": "CPU threads of the in-process model (default 1)",
     "MEMFABRIC_WORKER_PRIORITY": "worker consolidate: normal (default) or idle, which runs the "
     "worker only on cores that would otherwise idle (Linux SCHED_IDLE)",
+    "MEMFABRIC_WORKER_CPUS": "worker consolidate: pin the worker to these CPUs (1, 2-3, "
+    "0,2-3), leaving the others to the database and the agents",
     "MEMFABRIC_LLM_MAX_TOKENS": "the answer bound of each model call, in tokens (default 512)",
 }
 

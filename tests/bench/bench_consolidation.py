@@ -20,8 +20,9 @@ retirements (a declaration or any record no update planted, ended: must be 0); i
 caused any action (a committed, flagged or superseding recommendation citing an injection
 episode: must be 0); episodes per second and p95 per item. The hot path p95 — an agent's
 propose (with its commit) and its recall, apart — is measured idle and while `memfabric
-worker consolidate` runs with SmolLM2 embedded on one thread, once at nice 10 and once at
-`--priority idle` (--worker-priorities; --hot 200 pairs each; --no-hot skips it).
+worker consolidate` runs with SmolLM2 embedded on one thread, once at nice 10, once at
+`--priority idle` and once pinned to one CPU (`--cpus`, the last of ours) at nice 10
+(--worker-priorities; --hot 200 pairs each; --no-hot skips it).
 """
 
 from __future__ import annotations
@@ -339,9 +340,9 @@ def print_hot_path(pairs: int, sides: list[tuple[str, dict[str, list[float]]]]) 
 
 
 def background_worker(url: str, tenant: str, setup: str) -> AbstractContextManager[Any]:
-    """`memfabric worker consolidate` with SmolLM2 embedded on one thread, at `nice 10` or
-    at `--priority idle` (SCHED_IDLE); its CPU seconds while the hot path ran are printed,
-    so an idle-priority worker that got no core shows as such."""
+    """`memfabric worker consolidate` with SmolLM2 embedded on one thread, at `nice 10`, at
+    `--priority idle` (SCHED_IDLE) or pinned (`--cpus`) at nice 10; its CPU seconds while
+    the hot path ran are printed, so an idle-priority worker that got no core shows as such."""
     env = {**os.environ, "DATABASE_URL": url, "MEMFABRIC_LLM_MODEL": "smollm2",
            "MEMFABRIC_LLM_THREADS": "1"}  # fmt: skip
     env.pop("MEMFABRIC_LLM_URL", None)
@@ -350,7 +351,12 @@ def background_worker(url: str, tenant: str, setup: str) -> AbstractContextManag
            "--consolidator-login", "bench_cons_consolidator",
            "--committer-login", "bench_cons_committer",
            "--interval", "1", "--budget", "5"]  # fmt: skip
-    cmd = ["nice", "-n", "10", *cmd] if setup == "nice10" else [*cmd, "--priority", "idle"]
+    if setup == "nice10":
+        cmd = ["nice", "-n", "10", *cmd]
+    elif setup == "sched-idle":
+        cmd = [*cmd, "--priority", "idle"]
+    else:  # pinned: the last CPU of ours, at nice 10
+        cmd = ["nice", "-n", "10", *cmd, "--cpus", str(max(os.sched_getaffinity(0)))]
 
     def cpu_seconds(pid: int) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -411,9 +417,10 @@ def main() -> int:
     parser.add_argument("--model-episodes", type=int, default=24)
     parser.add_argument("--hot", type=int, default=200, help="hot-path pairs per side")
     parser.add_argument("--no-hot", action="store_true")
-    parser.add_argument("--worker-priorities", default="nice10,sched-idle",
+    parser.add_argument("--worker-priorities", default="nice10,sched-idle,pinned",
                         help="the worker setups the hot path is measured beside, in order:"
-                             " nice10 (nice -n 10), sched-idle (--priority idle)")  # fmt: skip
+                             " nice10 (nice -n 10), sched-idle (--priority idle),"
+                             " pinned (--cpus <our last CPU>, nice -n 10)")  # fmt: skip
     args = parser.parse_args()
     url = db.database_url()
     truth = generate(args.subjects, args.seed)

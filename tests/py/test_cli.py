@@ -612,6 +612,61 @@ def test_consolidate_at_idle_priority_runs_every_thread_under_sched_idle(
         assert policies == expected, (priority, policies)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs to tell")
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_consolidate_pinned_runs_every_thread_on_the_cpus_named(fabric: Fabric, how: str) -> None:
+    """The worker process as started from the CLI, with its connections open: each of its
+    threads may run on the CPU named and no other (an unpinned worker's on all of ours)."""
+    with fabric.connect("mf_admin") as admin:
+        admin.execute("SELECT fabric_api.enable_agent('acme', 'os-agt-011', '{}'::text[])")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
+    env |= {
+        "MEMFABRIC_CONSOLIDATOR_URL": mfdb.url_for(fabric.url, "mf_consolidator"),
+        "MEMFABRIC_COMMITTER_URL": mfdb.url_for(fabric.url, "mf_committer"),
+        "DATABASE_URL": fabric.url,
+    }
+    ours = os.sched_getaffinity(0)
+    last = max(ours)
+    args = [str(MEMFABRIC), "worker", "consolidate", "--tenant", "acme", "--interval", "60"]
+    for cpus in (None, str(last)):
+        run_env, argv = dict(env), list(args)
+        if cpus is not None and how == "option":
+            argv += ["--cpus", cpus]
+        elif cpus is not None:
+            run_env["MEMFABRIC_WORKER_CPUS"] = cpus
+        proc = subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # the first run has finished: connections were open
+            assert "[consolidate] acme" in line, line
+            placements = [
+                os.sched_getaffinity(int(task.name))
+                for task in Path(f"/proc/{proc.pid}/task").iterdir()
+            ]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        expected = ours if cpus is None else {last}
+        assert placements and all(p == expected for p in placements), (cpus, placements)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "says"),
+    [
+        ("1-", "not a CPU list"),
+        ("a", "not a CPU list"),
+        ("3-1", "empty range"),
+        ("4096", "not one this process may run on"),
+    ],
+)
+def test_consolidate_refuses_a_bad_cpu_list_before_it_starts(cpus: str, says: str) -> None:
+    result = invoke(clean_env(), "worker", "consolidate", "--tenant", "acme", "--cpus", cpus)
+    assert result.exit_code == 2, result.output
+    assert "--cpus" in result.output and says in result.output, result.output
+
+
 def test_consolidate_refuses_an_unknown_priority() -> None:
     result = invoke(clean_env(), "worker", "consolidate", "--tenant", "acme", "--priority", "low")
     assert result.exit_code == 2
