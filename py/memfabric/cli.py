@@ -335,7 +335,7 @@ def worker_consolidate(
         help="idle: run only on cores that would otherwise idle (Linux SCHED_IDLE), so an "
         "in-process model never delays the hot path; on a saturated host it then forms nothing "
         "until load drops (measured: it does not keep the hot path's latency on a 6.x "
-        "kernel; --cpus does)",
+        "kernel; --cpus did better)",
     ),
     cpus: str | None = typer.Option(
         None,
