@@ -338,6 +338,9 @@ DECLARE
   v_bulk boolean := pg_catalog.current_setting('citus.propagate_set_commands', true)
                     IS DISTINCT FROM 'local';
   v text;
+  -- read here, not per row: on Citus the INSERT below runs on the tenant's shard, where a
+  -- function it calls may not read the settings (a reference table)
+  v_config regconfig := fabric._text_search_config();
 BEGIN
   PERFORM fabric._set_context('actor', p_committer);
   FOR v_run IN
@@ -366,7 +369,7 @@ BEGIN
         p.proposal_id, p.run_id, x.tsv, fabric._search_length(x.tsv)
       FROM pg_catalog.unnest(p_proposal_ids) WITH ORDINALITY AS u(proposal_id, ord)
       JOIN fabric.proposals p ON p.tenant_id = p_tenant_id AND p.proposal_id = u.proposal_id
-      CROSS JOIN LATERAL (SELECT fabric._search_text(p.content) AS tsv OFFSET 0) x
+      CROSS JOIN LATERAL (SELECT fabric._search_text_in(v_config, p.content) AS tsv OFFSET 0) x
       WHERE p.run_id = v_run
       ORDER BY u.ord
       RETURNING memory_records.proposal_id, memory_records.memory_id

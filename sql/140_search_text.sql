@@ -23,8 +23,20 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RETURN (SELECT pg_catalog.jsonb_to_tsvector(s.text_search_config, p_content, '["string"]')
-            FROM fabric.deployment_settings s);
+  RETURN fabric._search_text_in((SELECT s.text_search_config FROM fabric.deployment_settings s),
+                                p_content);
+END $$;
+
+-- fabric._search_text_in: the same derivation under a configuration the caller read once
+-- (fabric._text_search_config()): what a set-based statement calls per row, since on Citus a
+-- statement pushed to a tenant's shard may not read another table in a function it calls.
+CREATE OR REPLACE FUNCTION fabric._search_text_in(p_config regconfig, p_content jsonb)
+RETURNS tsvector
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN pg_catalog.jsonb_to_tsvector(p_config, p_content, '["string"]');
 END $$;
 
 -- ---------------------------------------------------------------------------------------

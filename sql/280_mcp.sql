@@ -142,7 +142,8 @@ BEGIN
       JOIN fabric.agents a ON a.agent_id = t.agent_id
      WHERE t.tenant_id = v_tenant AND t.token_hash = v_hash
        AND t.revoked_at IS NULL AND t.expires_at > pg_catalog.now()
-       AND fabric._run_is_live(r);
+       -- (ROW(r.*) as the table's row type: on a Citus worker r is a row of a shard)
+       AND fabric._run_is_live(ROW(r.*)::fabric.runs);
   END IF;
   PERFORM fabric._set_context('tenant_id', NULL);
   IF v_answer IS NULL THEN

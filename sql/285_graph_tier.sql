@@ -976,14 +976,17 @@ $$;
 -- person without a name, a subject's person with its pseudonym), and the merge's
 -- correlation id (of the approval consumed by it). Current state: a merge an erasure undid
 -- (either entity gone) is no row. The merged entities p_entity_ids, or every one after
--- p_after_entity (at most p_limit).
+-- p_after_entity (at most p_limit). (plpgsql: Citus cannot plan a SQL function's
+-- parameters.)
 CREATE OR REPLACE FUNCTION fabric._projection_same_as_rows(p_tenant text, p_entity_ids uuid[],
   p_after_entity uuid, p_limit integer)
 RETURNS TABLE (tenant_id text, entity_id uuid, entity_type text, name text, subject_ref text,
   into_entity_id uuid, into_name text, into_subject_ref text, correlation_id text)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+  RETURN QUERY
   SELECT e.tenant_id::text, e.entity_id, e.entity_type,
          CASE WHEN e.entity_type = 'person' THEN NULL ELSE e.name END, ke.subject_ref,
          i.entity_id, CASE WHEN i.entity_type = 'person' THEN NULL ELSE i.name END,
@@ -1002,8 +1005,8 @@ AS $$
     AND (p_entity_ids IS NULL OR e.entity_id = ANY (p_entity_ids))
     AND (p_after_entity IS NULL OR e.entity_id > p_after_entity)
   ORDER BY e.entity_id
-  LIMIT p_limit
-$$;
+  LIMIT p_limit;
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_same_as: the same-as merges these `memory.entity.merged` events
