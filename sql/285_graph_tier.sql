@@ -1026,11 +1026,11 @@ BEGIN
            FROM fabric.events e
            WHERE e.event_id = ANY (p_event_ids) AND e.event_type = 'memory.entity.merged'
            GROUP BY e.tenant_id ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v.tenant_id, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v.tenant_id);  -- reaches the shards on Citus
     RETURN QUERY SELECT * FROM fabric._projection_same_as_rows(v.tenant_id, v.entity_ids,
                                                                NULL, NULL);
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -1051,14 +1051,14 @@ BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read committed state for projection');
   FOR v_tenant IN SELECT t.tenant_id FROM fabric.tenants t
                   WHERE p_after_tenant IS NULL OR t.tenant_id >= p_after_tenant ORDER BY 1 LOOP
-    PERFORM pg_catalog.set_config('fabric.tenant_id', v_tenant, true);
+    PERFORM fabric._set_local('fabric.tenant_id', v_tenant);  -- reaches the shards on Citus
     RETURN QUERY SELECT * FROM fabric._projection_same_as_rows(v_tenant, NULL,
       CASE WHEN v_tenant = p_after_tenant THEN p_after_entity END, v_left);
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     v_left := v_left - v_rows;
     EXIT WHEN v_left <= 0;
   END LOOP;
-  PERFORM pg_catalog.set_config('fabric.tenant_id', '', true);
+  PERFORM fabric._set_local('fabric.tenant_id', '');
 END $$;
 
 -- ---------------------------------------------------------------------------------------
