@@ -894,15 +894,9 @@ DECLARE
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_consolidator', 'apply entity merges');
-  v_tenant := fabric._tenant_of_approval(p_approval_id);
-  IF v_tenant IS NULL THEN
-    PERFORM fabric._raise_rule('no_data_found', 'unknown approval',
-      'approval ids come from fabric_api.propose_entity_merge');
-  END IF;
-  PERFORM fabric._set_context('tenant_id', v_tenant);
-  PERFORM fabric._set_context('actor', fabric._actor_id());
-  SELECT * INTO v FROM fabric.approvals a
-  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id FOR UPDATE;
+  v := fabric._approval_for_update(p_approval_id,
+    'approval ids come from fabric_api.propose_entity_merge');
+  v_tenant := v.tenant_id;
   IF v.action <> 'merge_entities' OR v.status <> 'approved' OR v.consumed_at IS NOT NULL THEN
     PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
       pg_catalog.format('the approval is a %s, %s: only an approved entity merge is applied',
