@@ -41,6 +41,45 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._refuse_formation: the refusal of a rule a record meets when it is formed, one
+-- text for every path that checks it -- the row triggers, the bulk statement triggers
+-- (`Rules as sets on the bulk paths`, below), fabric._commit_set and, on Citus,
+-- fabric._require_episodic_source -- so the same input is refused alike on each: the
+-- state at formation ('state'), its content ('content'), the database's stamps on a bulk
+-- statement's rows ('stamps'), lineage written after the formation ('lineage'), a semantic
+-- record without an episodic source ('episode'). Called on the refusal path only.
+CREATE OR REPLACE FUNCTION fabric._refuse_formation(p_rule text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  CASE p_rule
+    WHEN 'state' THEN
+      PERFORM fabric._raise_rule('MF002',
+        'a memory record is formed raw, consolidated or reflected',
+        'later states are reached by governed transitions, never at formation');
+    WHEN 'content' THEN
+      PERFORM fabric._raise_rule('not_null_violation',
+        'a memory record is formed with content',
+        'content is removed only by erasure or retention-window closure');
+    WHEN 'stamps' THEN
+      PERFORM fabric._raise_rule('MF002',
+        'a bulk statement formed a record without the database''s derived values',
+        'form records through fabric_api functions');
+    WHEN 'lineage' THEN
+      PERFORM fabric._raise_rule('MF001',
+        'derived_from is fixed when a record is formed',
+        'lineage rows are written only in the transaction that forms the record');
+    WHEN 'episode' THEN
+      PERFORM fabric._raise_rule('check_violation',
+        'semantic record needs at least one episodic source',
+        'pass derived_from with the episodes it was extracted from',
+        p_constraint => 'memory_records_semantic_needs_episode');
+  END CASE;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._formed_content_hash: the content hash a formed record holds, computed by the
 -- database; a hash the writer gave must be that one.
 CREATE OR REPLACE FUNCTION fabric._formed_content_hash(p_content jsonb, p_given text)
@@ -127,18 +166,8 @@ BEGIN
       OR n.recorded_at <> pg_catalog.now() OR n.known_since <> pg_catalog.now()
       OR n.revision <> 1 OR n.erased_at IS NOT NULL OR n.erasure_approval_id IS NOT NULL
    ORDER BY 1 DESC LIMIT 1;
-  IF v_broken = 'state' THEN
-    PERFORM fabric._raise_rule('MF002',
-      'a memory record is formed raw, consolidated or reflected',
-      'later states are reached by governed transitions, never at formation');
-  ELSIF v_broken = 'content' THEN
-    PERFORM fabric._raise_rule('not_null_violation',
-      'a memory record is formed with content',
-      'content is removed only by erasure or retention-window closure');
-  ELSIF v_broken IS NOT NULL THEN
-    PERFORM fabric._raise_rule('MF002',
-      'a bulk statement formed a record without the database''s derived values',
-      'form records through fabric_api functions');
+  IF v_broken IS NOT NULL THEN
+    PERFORM fabric._refuse_formation(v_broken);
   END IF;
   RETURN NULL;
 END $$;
@@ -166,14 +195,10 @@ DECLARE
 BEGIN
   v_actor := fabric._require_actor();   -- an expression, not a statement: runs for every row
   IF NEW.consolidation_state NOT IN ('raw', 'consolidated', 'reflected') THEN
-    PERFORM fabric._raise_rule('MF002',
-      'a memory record is formed raw, consolidated or reflected',
-      'later states are reached by governed transitions, never at formation');
+    PERFORM fabric._refuse_formation('state');
   END IF;
   IF NEW.content IS NULL THEN
-    PERFORM fabric._raise_rule('not_null_violation',
-      'a memory record is formed with content',
-      'content is removed only by erasure or retention-window closure');
+    PERFORM fabric._refuse_formation('content');
   END IF;
   NEW.content_hash := fabric._formed_content_hash(NEW.content, NEW.content_hash);
   NEW.search_tsv := fabric._search_text(NEW.content);
@@ -618,10 +643,7 @@ BEGIN
     RETURN NULL;
   END IF;
   IF NOT fabric._has_episodic_ancestor(NEW.tenant_id, NEW.memory_id) THEN
-    PERFORM fabric._raise_rule('check_violation',
-      'semantic record needs at least one episodic source',
-      'pass derived_from with the episodes it was extracted from',
-      p_constraint => 'memory_records_semantic_needs_episode');
+    PERFORM fabric._refuse_formation('episode');
   END IF;
   RETURN NULL;
 END $$;
@@ -722,10 +744,7 @@ BEGIN
   FROM fabric.memory_lineage l
   WHERE l.tenant_id = p_tenant_id AND l.memory_id = p_memory_id;
   IF NOT fabric._ids_reach_an_episode(p_tenant_id, v_parents) THEN
-    PERFORM fabric._raise_rule('check_violation',
-      'semantic record needs at least one episodic source',
-      'pass derived_from with the episodes it was extracted from',
-      p_constraint => 'memory_records_semantic_needs_episode');
+    PERFORM fabric._refuse_formation('episode');
   END IF;
 END $$;
 
@@ -776,9 +795,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM fabric.memory_records m
                    WHERE m.tenant_id = NEW.tenant_id AND m.memory_id = NEW.memory_id
                      AND m.recorded_at = pg_catalog.now()) THEN
-      PERFORM fabric._raise_rule('MF001',
-        'derived_from is fixed when a record is formed',
-        'lineage rows are written only in the transaction that forms the record');
+      PERFORM fabric._refuse_formation('lineage');
     END IF;
     RETURN NEW;
   END IF;
@@ -813,9 +830,7 @@ BEGIN
              WHERE NOT EXISTS (SELECT 1 FROM fabric.memory_records m
                                WHERE m.tenant_id = l.tenant_id AND m.memory_id = l.memory_id
                                  AND m.recorded_at = pg_catalog.now())) THEN
-    PERFORM fabric._raise_rule('MF001',
-      'derived_from is fixed when a record is formed',
-      'lineage rows are written only in the transaction that forms the record');
+    PERFORM fabric._refuse_formation('lineage');
   END IF;
   RETURN NULL;
 END $$;

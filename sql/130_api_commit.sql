@@ -426,10 +426,7 @@ BEGIN
     -- the rule every semantic record meets, for the records of the bulk statements at once;
     -- a record the gate sent to the row triggers queued the deferred check, fired here
     IF v_bulk AND fabric._semantic_without_episode(p_tenant_id, v_formed) THEN
-      PERFORM fabric._raise_rule('check_violation',
-        'semantic record needs at least one episodic source',
-        'pass derived_from with the episodes it was extracted from',
-        p_constraint => 'memory_records_semantic_needs_episode');
+      PERFORM fabric._refuse_formation('episode');
     END IF;
     SET CONSTRAINTS fabric._950_semantic_needs_episode IMMEDIATE;
     SET CONSTRAINTS fabric._950_semantic_needs_episode DEFERRED;

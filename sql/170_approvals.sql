@@ -225,6 +225,30 @@ COMMENT ON FUNCTION fabric_api.request_approval(uuid, text, jsonb, text) IS
   'fabric_api.request_approval(''<memory_id>'', ''promote'', ''{"tier": "relational"}'', ''billing master data'');';
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._approval_for_update: the approval a decision or its application works on, locked
+-- until the transaction ends, with its tenant and the caller as the actor set first; an
+-- unknown id is P0002, with p_hint saying where such ids come from. The one lookup of
+-- fabric_api.decide_approval and fabric_api.merge_entities.
+CREATE OR REPLACE FUNCTION fabric._approval_for_update(p_approval_id uuid, p_hint text)
+RETURNS fabric.approvals
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tenant text := fabric._tenant_of_approval(p_approval_id);
+  v fabric.approvals;
+BEGIN
+  IF v_tenant IS NULL THEN
+    PERFORM fabric._raise_rule('no_data_found', 'unknown approval', p_hint);
+  END IF;
+  PERFORM fabric._set_context('tenant_id', v_tenant);
+  PERFORM fabric._set_context('actor', fabric._actor_id());
+  SELECT * INTO v FROM fabric.approvals a
+  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id FOR UPDATE;
+  RETURN v;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.decide_approval: os-agt-002 approves or denies a pending, unexpired request.
 CREATE OR REPLACE FUNCTION fabric_api.decide_approval(p_approval_id uuid, p_decision text,
                                                       p_reason text DEFAULT NULL)
@@ -242,15 +266,9 @@ BEGIN
     PERFORM fabric._raise_rule('invalid_parameter_value', 'decision must be approved or denied',
       'e.g. fabric_api.decide_approval(id, ''approved'', ''ok'')');
   END IF;
-  v_tenant := fabric._tenant_of_approval(p_approval_id);
-  IF v_tenant IS NULL THEN
-    PERFORM fabric._raise_rule('no_data_found', 'unknown approval',
-      'approval ids come from fabric_api.request_approval');
-  END IF;
-  PERFORM fabric._set_context('tenant_id', v_tenant);
-  PERFORM fabric._set_context('actor', fabric._actor_id());
-  SELECT * INTO v FROM fabric.approvals a
-  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id FOR UPDATE;
+  v := fabric._approval_for_update(p_approval_id,
+    'approval ids come from fabric_api.request_approval');
+  v_tenant := v.tenant_id;
   IF v.status <> 'pending' THEN
     PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
       pg_catalog.format('the approval is already %s', v.status),

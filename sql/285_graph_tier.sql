@@ -589,6 +589,32 @@ CREATE OR REPLACE TRIGGER _200_append_only_truncate
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__append_only();
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._touch_entities: a reasoning step touched these entities (distinct ids of its
+-- tenant): its step_touches rows, written by fabric_api.record_step and
+-- fabric._record_recall_step alike.
+CREATE OR REPLACE FUNCTION fabric._touch_entities(p_tenant_id text, p_step_id uuid,
+  p_entity_ids uuid[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_entity uuid;
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- Citus runs an INSERT ... SELECT of an array's elements as a COPY into the shard,
+    -- which row-level security refuses: one INSERT ... VALUES per entity there.
+    FOREACH v_entity IN ARRAY p_entity_ids LOOP
+      INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+      VALUES (p_tenant_id, p_step_id, v_entity);
+    END LOOP;
+  ELSE
+    INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
+    SELECT p_tenant_id, p_step_id, i FROM pg_catalog.unnest(p_entity_ids) i;
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.record_step: a domain workflow (fabric_workflow, enabled in the run's tenant)
 -- records a step of a run -- the run's agent, a correlation id and, once formation persists
 -- them, its Outcome Envelope -- and the entities it touched (1-100 entity ids of the run's
@@ -602,7 +628,6 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_entity uuid;
   v_workflow text := fabric._enter_as('fabric_workflow', 'record reasoning steps',
                                       'wf-billing-001');
   v_run fabric.runs;
@@ -647,17 +672,7 @@ BEGIN
     outcome_envelope_id, event_id, recorded_by)
   VALUES (v_run.tenant_id, v_step, p_run_id, v_run.agent_id, p_correlation_id,
           p_outcome_envelope_id, v_event, v_workflow);
-  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
-    -- Citus runs an INSERT ... SELECT of an array's elements as a COPY into the shard,
-    -- which row-level security refuses: one INSERT ... VALUES per entity there.
-    FOREACH v_entity IN ARRAY v_entities LOOP
-      INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
-      VALUES (v_run.tenant_id, v_step, v_entity);
-    END LOOP;
-  ELSE
-    INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
-    SELECT v_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
-  END IF;
+  PERFORM fabric._touch_entities(v_run.tenant_id, v_step, v_entities);
   RETURN pg_catalog.jsonb_build_object('step_id', v_step, 'event_id', v_event);
 END $$;
 
@@ -674,7 +689,6 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_entity uuid;
   v_step uuid := pg_catalog.gen_random_uuid();
   v_correlation text := CASE WHEN p_correlation_id ~ '^[^[:space:][:cntrl:]]{1,200}$'
                              THEN p_correlation_id ELSE 'recall:' || v_step::text END;
@@ -693,17 +707,7 @@ BEGIN
     event_id, recorded_by)
   VALUES (p_run.tenant_id, v_step, p_run.run_id, p_run.agent_id, v_correlation, v_event,
           p_run.agent_id);
-  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
-    -- Citus runs an INSERT ... SELECT of an array's elements as a COPY into the shard,
-    -- which row-level security refuses: one INSERT ... VALUES per entity there.
-    FOREACH v_entity IN ARRAY v_entities LOOP
-      INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
-      VALUES (p_run.tenant_id, v_step, v_entity);
-    END LOOP;
-  ELSE
-    INSERT INTO fabric.step_touches (tenant_id, step_id, entity_id)
-    SELECT p_run.tenant_id, v_step, i FROM pg_catalog.unnest(v_entities) i;
-  END IF;
+  PERFORM fabric._touch_entities(p_run.tenant_id, v_step, v_entities);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -890,15 +894,9 @@ DECLARE
 BEGIN
   PERFORM fabric._reset_context();
   PERFORM fabric._require_role('fabric_consolidator', 'apply entity merges');
-  v_tenant := fabric._tenant_of_approval(p_approval_id);
-  IF v_tenant IS NULL THEN
-    PERFORM fabric._raise_rule('no_data_found', 'unknown approval',
-      'approval ids come from fabric_api.propose_entity_merge');
-  END IF;
-  PERFORM fabric._set_context('tenant_id', v_tenant);
-  PERFORM fabric._set_context('actor', fabric._actor_id());
-  SELECT * INTO v FROM fabric.approvals a
-  WHERE a.tenant_id = v_tenant AND a.approval_id = p_approval_id FOR UPDATE;
+  v := fabric._approval_for_update(p_approval_id,
+    'approval ids come from fabric_api.propose_entity_merge');
+  v_tenant := v.tenant_id;
   IF v.action <> 'merge_entities' OR v.status <> 'approved' OR v.consumed_at IS NOT NULL THEN
     PERFORM fabric._raise_rule('object_not_in_prerequisite_state',
       pg_catalog.format('the approval is a %s, %s: only an approved entity merge is applied',

@@ -77,14 +77,22 @@ def envelope(rng: random.Random, pool: list[tuple[str, str]], n: int) -> dict[st
     }
 
 
-def load(url: str, subjects: int, per: int, seed: int) -> tuple[dict[str, uuid.UUID], dict]:
-    rng = random.Random(seed)
+def open_runs(url: str, subjects: int, rng: random.Random) -> tuple[dict[str, uuid.UUID], dict]:
+    """A run per subject and the subject's entity pool, drawn from `rng`: `load` draws its
+    records from the same `rng` after them, and a database kept by --keep gets the same runs
+    (opened again) and pools from a fresh `random.Random(seed)`."""
     runs, entity_pools = {}, {}
     with connect(url, "benchg_orchestrator") as orch:
         for s in range(subjects):
             subject = f"subject-{s:03d}"
             runs[subject] = call(orch, OPEN_RUN, TENANT, AGENT, subject, f"sess-{s}", TOOLS)
             entity_pools[subject] = pools(rng, s)
+    return runs, entity_pools
+
+
+def load(url: str, subjects: int, per: int, seed: int) -> tuple[dict[str, uuid.UUID], dict]:
+    rng = random.Random(seed)
+    runs, entity_pools = open_runs(url, subjects, rng)
     n = 0
     with connect(url, "benchg_agent") as agent, connect(url, "benchg_committer") as committer:
         for subject, run in runs.items():
@@ -97,18 +105,6 @@ def load(url: str, subjects: int, per: int, seed: int) -> tuple[dict[str, uuid.U
                 assert all(a["status"] == "validated" for a in answers), answers[:1]
                 done = call(committer, "SELECT fabric_api.commit_pending(%s)", len(batch))
                 assert done["committed"] == len(batch), done
-    return runs, entity_pools
-
-
-def reopen(url: str, subjects: int, seed: int) -> tuple[dict[str, uuid.UUID], dict]:
-    """`load`'s runs (opened again) and entity pools, for a database kept by --keep."""
-    rng = random.Random(seed)
-    runs, entity_pools = {}, {}
-    with connect(url, "benchg_orchestrator") as orch:
-        for s in range(subjects):
-            subject = f"subject-{s:03d}"
-            runs[subject] = call(orch, OPEN_RUN, TENANT, AGENT, subject, f"sess-{s}", TOOLS)
-            entity_pools[subject] = pools(rng, s)
     return runs, entity_pools
 
 
@@ -168,7 +164,7 @@ def main() -> int:
         if args.reuse:
             db.migrate(url)  # this checkout's SQL
             graph.ensure_schema()  # and its graph schema
-            runs, entity_pools = reopen(url, args.subjects, args.seed)
+            runs, entity_pools = open_runs(url, args.subjects, random.Random(args.seed))
         else:
             runs, entity_pools = build(url, args, graph)
         total = args.subjects * args.per_subject

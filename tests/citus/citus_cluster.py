@@ -58,6 +58,19 @@ class Cluster:
     def worker(self, host: str, port: int) -> psycopg.Connection[Any]:
         return psycopg.connect(_url(self.url, host=host, port=port), autocommit=True)
 
+    def rows(self, query: Any, *args: Any) -> list[tuple[Any, ...]]:
+        """What a query reads as the superuser on the coordinator (past every policy): how
+        the tests look at the state a call left."""
+        with self.connect() as su:
+            return su.execute(query, args).fetchall()
+
+    def row(self, query: Any, *args: Any) -> tuple[Any, ...]:
+        """The one row a query reads as the superuser; none fails the test."""
+        with self.connect() as su:
+            got = su.execute(query, args).fetchone()
+        assert got is not None, query
+        return got
+
 
 def _nodes(base: str) -> tuple[tuple[str, int], list[tuple[str, int]]]:
     with psycopg.connect(base, autocommit=True) as c:

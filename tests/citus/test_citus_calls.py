@@ -84,21 +84,20 @@ def refused(c: Cluster, tenant: str, send: Callable[[], Any], sqlstate: str) -> 
 
 
 def events(c: Cluster, tenant: str, event_type: str) -> list[dict[str, Any]]:
-    with c.connect() as su:
-        rows = su.execute(
-            "SELECT memory_id::text, payload FROM fabric.events WHERE tenant_id = %s "
-            "AND event_type = %s ORDER BY xid, occurred_at",
-            (tenant, event_type),
-        ).fetchall()
+    rows = c.rows(
+        "SELECT memory_id::text, payload FROM fabric.events WHERE tenant_id = %s "
+        "AND event_type = %s ORDER BY xid, occurred_at",
+        tenant,
+        event_type,
+    )
     return [{"memory_id": r[0], "payload": r[1]} for r in rows]
 
 
 def records_of(c: Cluster, tenant: str, where: str = "true") -> list[str]:
-    with c.connect() as su:
-        rows = su.execute(
-            f"SELECT memory_id::text FROM fabric.memory_records WHERE tenant_id = %s AND {where}",  # noqa: S608
-            (tenant,),
-        ).fetchall()
+    rows = c.rows(
+        f"SELECT memory_id::text FROM fabric.memory_records WHERE tenant_id = %s AND {where}",  # noqa: S608
+        tenant,
+    )
     return [r[0] for r in rows]
 
 
@@ -206,11 +205,10 @@ def test_propose_many_files_a_batch_in_the_runs_tenant(cluster: Cluster, pair: s
     answers = call(cluster, "mf_agent_a", PROPOSE_MANY, Jsonb(batch), run)
     assert [a["status"] for a in answers] == ["validated", "validated", "error", "error", "error"]
     assert [a.get("sqlstate") for a in answers[2:]] == ["23503", "42501", "22023"]
-    with cluster.connect() as su:
-        filed = su.execute(
-            "SELECT tenant_id, status FROM fabric.proposals WHERE proposal_id = ANY (%s::uuid[])",
-            ([a["proposal_id"] for a in answers[:2]],),
-        ).fetchall()
+    filed = cluster.rows(
+        "SELECT tenant_id, status FROM fabric.proposals WHERE proposal_id = ANY (%s::uuid[])",
+        [a["proposal_id"] for a in answers[:2]],
+    )
     assert filed == [(first, "validated")] * 2
     assert counts(cluster, second) == before
     # the batch again: each position is a replay, nothing new is filed
@@ -393,19 +391,14 @@ def test_an_orchestrator_closes_the_run_it_opened(cluster: Cluster) -> None:
     """The run keeps its opener's login (not the owner's, as a worker would fill it in)."""
     first, _ = cluster.apart
     run = open_run(cluster, first)
-    with cluster.connect() as su:
-        opener = su.execute(
-            "SELECT opened_by FROM fabric.runs WHERE run_id = %s", (run,)
-        ).fetchone()
+    opener = cluster.row("SELECT opened_by FROM fabric.runs WHERE run_id = %s", run)
     assert opener == ("mf_orchestrator",)
     closed = call(cluster, "mf_orchestrator", "SELECT fabric_api.close_run(%s)", run)
     assert closed["closed_at"]
-    with cluster.connect() as su:
-        (payload,) = su.execute(
-            "SELECT payload FROM fabric.events WHERE run_id = %s"
-            " AND event_type = 'fabric.run.closed'",
-            (run,),
-        ).fetchone()  # type: ignore[misc]
+    (payload,) = cluster.row(
+        "SELECT payload FROM fabric.events WHERE run_id = %s AND event_type = 'fabric.run.closed'",
+        run,
+    )
     assert payload["closed_as"] == "opener"
 
 
@@ -418,10 +411,9 @@ def test_the_projector_stores_embeddings_of_its_tenants_records(
 ) -> None:
     first, second = getattr(cluster, pair)
     mine = form(cluster, first, f"{pair} an embedded note")
-    with cluster.connect() as su:
-        (content_hash,) = su.execute(
-            "SELECT content_hash FROM fabric.memory_records WHERE memory_id = %s", (mine,)
-        ).fetchone()  # type: ignore[misc]
+    (content_hash,) = cluster.row(
+        "SELECT content_hash FROM fabric.memory_records WHERE memory_id = %s", mine
+    )
     store = "SELECT fabric_api.store_embedding(%s, 'm', 'v1', '[1,0,0]', %s)"
     call(cluster, "mf_projector", store, mine, content_hash)
     many = (
@@ -431,12 +423,11 @@ def test_the_projector_stores_embeddings_of_its_tenants_records(
     before = counts(cluster, second)
     call(cluster, "mf_projector", many, [mine], [content_hash])
     assert counts(cluster, second)["memory_embeddings"] == before["memory_embeddings"]
-    with cluster.connect() as su:
-        rows = su.execute(
-            "SELECT tenant_id, model_version FROM fabric.memory_embeddings WHERE memory_id = %s"
-            " ORDER BY 2",
-            (mine,),
-        ).fetchall()
+    rows = cluster.rows(
+        "SELECT tenant_id, model_version FROM fabric.memory_embeddings WHERE memory_id = %s"
+        " ORDER BY 2",
+        mine,
+    )
     assert {r[0] for r in rows} == {first} and rows
     refused(  # a stale content hash stores nothing
         cluster,
@@ -559,12 +550,10 @@ def test_temporal_retention_removes_lapsed_operational_points_in_each_tenant(
                      "retention_class": "durable"}]))  # fmt: skip
     deleted = call(cluster, "mf_committer", "SELECT fabric_api.run_temporal_retention()")
     assert deleted >= 2
-    with cluster.connect() as su:
-        kept = su.execute(
-            "SELECT tenant_id, retention_class FROM fabric.measurements WHERE series = %s"
-            " ORDER BY 1",
-            (series,),
-        ).fetchall()
+    kept = cluster.rows(
+        "SELECT tenant_id, retention_class FROM fabric.measurements WHERE series = %s ORDER BY 1",
+        series,
+    )
     assert kept == [(first, "durable"), (second, "durable")]
 
 
@@ -762,16 +751,9 @@ def test_a_contradicted_declaration_is_flagged_and_resolved_in_its_tenant(
     queue = call(cluster, "mf_consolidator", "SELECT fabric_api.contradiction_queue(%s)", first)
     (flag,) = [f for f in queue if f["flag_id"] == answer["flag_id"]]
     assert flag["memory_id"] == declared
-    theirs = call(cluster, "mf_consolidator", "SELECT fabric_api.contradiction_queue(%s)", second)
-    assert answer["flag_id"] not in [f["flag_id"] for f in theirs]
-    resolve = "SELECT fabric_api.resolve_contradiction_flag(%s, %s, %s)"
-    refused(
-        cluster,
-        first,
-        lambda: call(cluster, "mf_consolidator", resolve, answer["flag_id"], "maybe", "x"),
-        "22023",
+    resolved = resolve_flag(
+        cluster, first, second, "contradiction", flag["flag_id"], "maybe", "confirmed"
     )
-    resolved = call(cluster, "mf_consolidator", resolve, answer["flag_id"], "keep", "confirmed")
     assert (resolved["decision"], resolved["memory_id"]) == ("keep", declared)
     assert ("memory.contradiction.resolved", first) in _outbox(cluster, declared)
 
@@ -791,17 +773,23 @@ def test_erasing_a_corroborating_episode_flags_the_assertion_for_review_in_its_t
     queue = call(cluster, "mf_consolidator", "SELECT fabric_api.review_queue(%s)", first)
     (flag,) = [q for q in queue if q["tombstoned_source"] == again]
     assert flag["memory_id"] == assertion
-    theirs = call(cluster, "mf_consolidator", "SELECT fabric_api.review_queue(%s)", second)
-    assert flag["flag_id"] not in [q["flag_id"] for q in theirs]
-    resolve = "SELECT fabric_api.resolve_review_flag(%s, %s, %s)"
-    refused(
-        cluster,
-        first,
-        lambda: call(cluster, "mf_consolidator", resolve, flag["flag_id"], "ignore", "x"),
-        "22023",
+    resolved = resolve_flag(
+        cluster, first, second, "review", flag["flag_id"], "ignore", "still true"
     )
-    resolved = call(cluster, "mf_consolidator", resolve, flag["flag_id"], "keep", "still true")
     assert (resolved["decision"], resolved["memory_id"]) == ("keep", assertion)
+
+
+def resolve_flag(
+    c: Cluster, first: str, second: str, kind: str, flag_id: str, unknown: str, reason: str
+) -> dict[str, Any]:
+    """A flag of `kind` ('contradiction' or 'review') in `first`: not in `second`'s queue; a
+    decision that is none of the kind's refused (22023, nothing written); then kept, with
+    `reason` (the answer of fabric_api.resolve_<kind>_flag)."""
+    theirs = call(c, "mf_consolidator", f"SELECT fabric_api.{kind}_queue(%s)", second)
+    assert flag_id not in [f["flag_id"] for f in theirs]
+    resolve = f"SELECT fabric_api.resolve_{kind}_flag(%s, %s, %s)"
+    refused(c, first, lambda: call(c, "mf_consolidator", resolve, flag_id, unknown, "x"), "22023")
+    return call(c, "mf_consolidator", resolve, flag_id, "keep", reason)  # type: ignore[no-any-return]
 
 
 def erase_record(c: Cluster, memory_id: str) -> None:
@@ -823,35 +811,31 @@ def with_entities(tenant: str, text: str, declared: list[dict[str, Any]]) -> dic
 
 
 def mentions(c: Cluster, memory_id: str) -> list[tuple[str, str, str]]:
-    with c.connect() as su:
-        rows = su.execute(
-            "SELECT x.tenant_id, e.entity_key, x.source FROM fabric.memory_mentions x"
-            " JOIN fabric.entities e USING (tenant_id, entity_id) WHERE x.memory_id = %s"
-            " ORDER BY 2",
-            (memory_id,),
-        ).fetchall()
+    rows = c.rows(
+        "SELECT x.tenant_id, e.entity_key, x.source FROM fabric.memory_mentions x"
+        " JOIN fabric.entities e USING (tenant_id, entity_id) WHERE x.memory_id = %s"
+        " ORDER BY 2",
+        memory_id,
+    )
     return [tuple(r) for r in rows]  # type: ignore[misc]
 
 
 def entity(c: Cluster, tenant: str, key: str) -> str:
-    with c.connect() as su:
-        row = su.execute(
-            "SELECT entity_id::text FROM fabric.entities WHERE tenant_id = %s AND entity_key = %s",
-            (tenant, key),
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    (entity_id,) = c.row(
+        "SELECT entity_id::text FROM fabric.entities WHERE tenant_id = %s AND entity_key = %s",
+        tenant,
+        key,
+    )
+    return str(entity_id)
 
 
 def formed_event(c: Cluster, memory_id: str) -> str:
-    with c.connect() as su:
-        row = su.execute(
-            "SELECT event_id::text FROM fabric.events WHERE memory_id = %s "
-            "AND event_type = 'memory.record.formed'",
-            (memory_id,),
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    (event_id,) = c.row(
+        "SELECT event_id::text FROM fabric.events WHERE memory_id = %s "
+        "AND event_type = 'memory.record.formed'",
+        memory_id,
+    )
+    return str(event_id)
 
 
 @pytest.mark.parametrize("pair", PAIRS)
@@ -993,21 +977,19 @@ def test_a_subjects_erasure_tombstones_its_records_in_its_tenant_only(
         approval,
         [f"mf:{first}:{scope['subject_key']}:*"],
     )
-    with cluster.connect() as su:
-        states = dict(
-            su.execute(
-                "SELECT memory_id::text, consolidation_state FROM fabric.memory_records"
-                " WHERE memory_id = ANY (%s::uuid[])",
-                ([*mine, *kept],),
-            ).fetchall()
+    states = dict(
+        cluster.rows(
+            "SELECT memory_id::text, consolidation_state FROM fabric.memory_records"
+            " WHERE memory_id = ANY (%s::uuid[])",
+            [*mine, *kept],
         )
-        points = dict(
-            su.execute(
-                "SELECT tenant_id, count(*) FROM fabric.measurements WHERE subject_id = %s"
-                " GROUP BY 1",
-                (subject,),
-            ).fetchall()
+    )
+    points = dict(
+        cluster.rows(
+            "SELECT tenant_id, count(*) FROM fabric.measurements WHERE subject_id = %s GROUP BY 1",
+            subject,
         )
+    )
     assert states == {mine[0]: "tombstoned", kept[0]: "raw"}
     assert mentions(cluster, mine[0]) == []
     assert [t for t, _, _ in mentions(cluster, kept[0])] == [second, second]

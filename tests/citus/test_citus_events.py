@@ -18,10 +18,9 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from test_citus_fabric import episode
+from test_citus_fabric import form_on, open_run
 
 from citus_cluster import Cluster, cluster
-from conftest import MEMORY_TOOLS
 from memfabric.projector import Projector
 from memfabric.tracing import SpanMaker
 
@@ -53,29 +52,11 @@ def _writer(c: Cluster, tenant: str, formed: list[str], errors: list[BaseExcepti
     """Propose, commit and recall RECORDS_PER_WRITER times in `tenant`, on connections of
     its own (one per identity); the acknowledged memory ids go to `formed`."""
     try:
-        with (
-            c.connect("mf_orchestrator") as orchestrator,
-            c.connect("mf_agent_a") as agent,
-            c.connect("mf_committer") as committer,
-        ):
-            row = orchestrator.execute(
-                "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 'sess-1', %s, "
-                "'1 hour')",
-                (tenant, MEMORY_TOOLS),
-            ).fetchone()
-            assert row is not None
-            run = row[0]
+        run = open_run(c, tenant)
+        with c.connect("mf_agent_a") as agent, c.connect("mf_committer") as committer:
             for n in range(RECORDS_PER_WRITER):
                 text = f"delivery {tenant} {n} {uuid.uuid4()}"
-                proposed = agent.execute(
-                    "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(tenant, text)), run)
-                ).fetchone()
-                assert proposed is not None and proposed[0]["status"] == "validated"
-                committed = committer.execute(
-                    "SELECT fabric_api.commit(%s)", (proposed[0]["proposal_id"],)
-                ).fetchone()
-                assert committed is not None
-                formed.append(str(committed[0]["memory_id"]))
+                formed.append(form_on(agent, committer, tenant, text, run))
                 agent.execute(
                     "SELECT fabric_api.recall(%s)",
                     (Jsonb({"run_id": str(run), "tiers": ["episodic"]}),),
@@ -114,24 +95,21 @@ class _Running:
 
 
 def _cursor(c: Cluster, projection: str) -> tuple[str, str]:
-    with c.connect() as su:
-        row = su.execute(
-            "SELECT last_xid::text, last_event_id::text FROM fabric.projection_cursors "
-            "WHERE projection = %s",
-            (projection,),
-        ).fetchone()
-    assert row is not None
+    row = c.row(
+        "SELECT last_xid::text, last_event_id::text FROM fabric.projection_cursors "
+        "WHERE projection = %s",
+        projection,
+    )
     return row[0], row[1]
 
 
 def _kill(c: Cluster, login: str) -> int:
     """Terminate every backend of `login` on the coordinator; how many."""
-    with c.connect() as su:
-        rows = su.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s "
-            "AND pid <> pg_backend_pid()",
-            (login,),
-        ).fetchall()
+    rows = c.rows(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s "
+        "AND pid <> pg_backend_pid()",
+        login,
+    )
     return len(rows)
 
 

@@ -57,15 +57,26 @@ def open_run(c: Cluster, tenant: str, agent: str = "com-agt-003") -> uuid.UUID:
 
 def form(c: Cluster, tenant: str, text: str) -> str:
     run = open_run(c, tenant)
-    with c.connect("mf_agent_a") as agent:
-        proposed = agent.execute(
-            "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(tenant, text)), run)
-        ).fetchone()
+    with c.connect("mf_agent_a") as agent, c.connect("mf_committer") as committer:
+        return form_on(agent, committer, tenant, text, run)
+
+
+def form_on(
+    agent: psycopg.Connection[Any],
+    committer: psycopg.Connection[Any],
+    tenant: str,
+    text: str,
+    run: Any,
+) -> str:
+    """An episode proposed in `run` on the agent's connection and committed on the
+    committer's: its memory_id (`form`, and the loads that keep their connections open)."""
+    proposed = agent.execute(
+        "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(tenant, text)), run)
+    ).fetchone()
     assert proposed is not None and proposed[0]["status"] == "validated", proposed
-    with c.connect("mf_committer") as committer:
-        committed = committer.execute(
-            "SELECT fabric_api.commit(%s)", (proposed[0]["proposal_id"],)
-        ).fetchone()
+    committed = committer.execute(
+        "SELECT fabric_api.commit(%s)", (proposed[0]["proposal_id"],)
+    ).fetchone()
     assert committed is not None
     return str(committed[0]["memory_id"])
 
@@ -189,20 +200,16 @@ def test_a_text_recall_is_ranked_in_its_tenant_only(cluster: Cluster, pair: str)
 
 
 def _outbox(c: Cluster, memory_id: str) -> list[tuple[str, str]]:
-    with c.connect() as su:
-        rows = su.execute(
-            "SELECT event_type, tenant_id FROM fabric.events WHERE memory_id = %s "
-            "ORDER BY xid, occurred_at, event_type",
-            (memory_id,),
-        ).fetchall()
+    rows = c.rows(
+        "SELECT event_type, tenant_id FROM fabric.events WHERE memory_id = %s "
+        "ORDER BY xid, occurred_at, event_type",
+        memory_id,
+    )
     return [(r[0], r[1]) for r in rows]
 
 
 def _staged(c: Cluster) -> int:
-    with c.connect() as su:
-        row = su.execute("SELECT count(*) FROM fabric.shard_events").fetchone()
-    assert row is not None
-    return int(row[0])
+    return int(c.row("SELECT count(*) FROM fabric.shard_events")[0])
 
 
 @pytest.mark.parametrize("pair", ["same", "apart"])
@@ -213,16 +220,15 @@ def test_a_commit_writes_its_record_history_statistics_and_event_in_the_outbox(
     memory_id = form(cluster, first, f"{pair} the invoice of acme is overdue")
     assert _outbox(cluster, memory_id) == [("memory.record.formed", first)]
     assert _staged(cluster) == 0
-    with cluster.connect() as su:
-        stats = su.execute(
-            "SELECT count(*) FROM fabric.search_stats WHERE tenant_id = %s AND lexeme = 'invoic'",
-            (first,),
-        ).fetchone()
-        key = su.execute(
-            "SELECT count(*) FROM fabric.subject_keys WHERE tenant_id = %s "
-            "AND subject_id = 'user-8842'",
-            (first,),
-        ).fetchone()
+    stats = cluster.row(
+        "SELECT count(*) FROM fabric.search_stats WHERE tenant_id = %s AND lexeme = 'invoic'",
+        first,
+    )
+    key = cluster.row(
+        "SELECT count(*) FROM fabric.subject_keys WHERE tenant_id = %s "
+        "AND subject_id = 'user-8842'",
+        first,
+    )
     assert stats is not None and stats[0] >= 1
     assert key == (1,)
 
@@ -357,16 +363,13 @@ def semantic(tenant: str, sources: list[str], key: str | None = None) -> dict[st
 
 def _written(c: Cluster) -> tuple[int, ...]:
     """Rows of the tables a commit writes, all tenants (the superuser)."""
-    with c.connect() as su:
-        row = su.execute(
-            "SELECT (SELECT count(*) FROM fabric.memory_records), "
-            "(SELECT count(*) FROM fabric.memory_lineage), "
-            "(SELECT count(*) FROM fabric.memory_record_versions), "
-            "(SELECT count(*) FROM fabric.events), (SELECT count(*) FROM fabric.shard_events), "
-            "(SELECT count(*) FROM fabric.proposals WHERE status = 'committed')"
-        ).fetchone()
-    assert row is not None
-    return tuple(row)
+    return c.row(
+        "SELECT (SELECT count(*) FROM fabric.memory_records), "
+        "(SELECT count(*) FROM fabric.memory_lineage), "
+        "(SELECT count(*) FROM fabric.memory_record_versions), "
+        "(SELECT count(*) FROM fabric.events), (SELECT count(*) FROM fabric.shard_events), "
+        "(SELECT count(*) FROM fabric.proposals WHERE status = 'committed')"
+    )
 
 
 def _no_longer_an_episode(c: Cluster, memory_id: str) -> None:
@@ -451,12 +454,11 @@ def test_the_shards_deferred_rule_refuses_a_raw_semantic_insert_at_commit(
         _raw_semantic(cluster, first, None)
     assert _written(cluster) == before
     _raw_semantic(cluster, first, episode_id)
-    with cluster.connect() as su:
-        row = su.execute(
-            "SELECT count(*) FROM fabric.memory_lineage WHERE tenant_id = %s "
-            "AND derived_from_id = %s",
-            (first, episode_id),
-        ).fetchone()
+    row = cluster.row(
+        "SELECT count(*) FROM fabric.memory_lineage WHERE tenant_id = %s AND derived_from_id = %s",
+        first,
+        episode_id,
+    )
     assert row == (1,)
 
 
@@ -478,12 +480,11 @@ def test_a_semantic_record_derived_from_a_semantic_one_commits(cluster: Cluster)
 
 
 def _lineage(c: Cluster, memory_ids: list[str]) -> dict[str, list[str]]:
-    with c.connect() as su:
-        rows = su.execute(
-            "SELECT memory_id::text, array_agg(derived_from_id::text ORDER BY derived_from_id) "
-            "FROM fabric.memory_lineage WHERE memory_id = ANY (%s::uuid[]) GROUP BY 1",
-            (memory_ids,),
-        ).fetchall()
+    rows = c.rows(
+        "SELECT memory_id::text, array_agg(derived_from_id::text ORDER BY derived_from_id) "
+        "FROM fabric.memory_lineage WHERE memory_id = ANY (%s::uuid[]) GROUP BY 1",
+        memory_ids,
+    )
     return {r[0]: r[1] for r in rows}
 
 
@@ -583,13 +584,12 @@ def test_a_consolidation_run_forms_a_semantic_record_on_a_cluster_tenant(
         again = run_consolidation(reader, committer, first, DeterministicConsolidator())
     assert (summary.recommended, summary.committed, summary.rejected) == (1, 1, 0), summary
     assert (again.recommended, again.committed) == (0, 0)
-    with cluster.connect() as su:
-        rows = su.execute(
-            "SELECT memory_id::text, tier, consolidation_state, tenant_id "
-            "FROM fabric.memory_records WHERE formation_method = 'consolidation' "
-            "AND content ->> 'key' = %s",
-            (key,),
-        ).fetchall()
+    rows = cluster.rows(
+        "SELECT memory_id::text, tier, consolidation_state, tenant_id "
+        "FROM fabric.memory_records WHERE formation_method = 'consolidation' "
+        "AND content ->> 'key' = %s",
+        key,
+    )
     assert [r[1:] for r in rows] == [("semantic", "consolidated", first)]
     assert _lineage(cluster, [rows[0][0]]) == {rows[0][0]: sorted(episodes)}
     assert ("memory.record.consolidated", first) in _outbox(cluster, rows[0][0])
@@ -613,14 +613,13 @@ def test_decay_expires_a_lapsed_record_with_its_event_in_each_tenant(cluster: Cl
     with cluster.connect("mf_committer") as committer:
         report = committer.execute("SELECT fabric_api.run_decay()").fetchone()
     assert report is not None and report[0]["expired"] >= 2, report
-    with cluster.connect() as su:
-        states = dict(
-            su.execute(
-                "SELECT memory_id::text, consolidation_state FROM fabric.memory_records "
-                "WHERE memory_id = ANY (%s::uuid[])",
-                (list(lapsed.values()),),
-            ).fetchall()
+    states = dict(
+        cluster.rows(
+            "SELECT memory_id::text, consolidation_state FROM fabric.memory_records "
+            "WHERE memory_id = ANY (%s::uuid[])",
+            list(lapsed.values()),
         )
+    )
     assert set(states.values()) == {"expired"}
     for tenant, memory_id in lapsed.items():
         assert ("memory.record.expired", tenant) in _outbox(cluster, memory_id)
@@ -683,12 +682,12 @@ def _configure(c: Cluster, tenant: str, window: str) -> None:
             "SELECT fabric_api.configure_instance(%s, NULL, %s)",
             (tenant, Jsonb({"operational_window": window})),
         )
-    with c.connect() as su:
-        row = su.execute(
-            "SELECT operational_window = %s::interval FROM fabric.instance_config "
-            "WHERE tenant_id = %s AND business_instance_id = ''",
-            (window, tenant),
-        ).fetchone()
+    row = c.row(
+        "SELECT operational_window = %s::interval FROM fabric.instance_config "
+        "WHERE tenant_id = %s AND business_instance_id = ''",
+        window,
+        tenant,
+    )
     assert row == (True,)
 
 
@@ -795,13 +794,11 @@ def test_a_commit_refused_on_the_cluster_writes_nothing(cluster: Cluster) -> Non
 
 def test_an_orchestrator_opens_a_run_in_each_tenant(cluster: Cluster) -> None:
     runs = {tenant: open_run(cluster, tenant) for tenant in cluster.tenants}
-    with cluster.connect() as su:
-        rows = dict(
-            su.execute(
-                "SELECT run_id, tenant_id FROM fabric.runs WHERE run_id = ANY (%s)",
-                (list(runs.values()),),
-            ).fetchall()
+    rows = dict(
+        cluster.rows(
+            "SELECT run_id, tenant_id FROM fabric.runs WHERE run_id = ANY (%s)", list(runs.values())
         )
+    )
     assert rows == {run: tenant for tenant, run in runs.items()}
 
 
@@ -815,10 +812,7 @@ def test_a_run_in_an_unknown_tenant_is_refused_and_writes_nothing(cluster: Clust
 
 
 def _proposals(c: Cluster) -> int:
-    with c.connect() as su:
-        row = su.execute("SELECT count(*) FROM fabric.proposals").fetchone()
-    assert row is not None
-    return int(row[0])
+    return int(c.row("SELECT count(*) FROM fabric.proposals")[0])
 
 
 @pytest.mark.parametrize("pair", ["same", "apart"])
@@ -830,11 +824,9 @@ def test_an_agent_proposes_in_the_tenant_of_its_run(cluster: Cluster, pair: str)
                 "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(tenant, "a note")), run)
             ).fetchone()
         assert row is not None and row[0]["status"] == "validated", row
-        with cluster.connect() as su:
-            filed = su.execute(
-                "SELECT tenant_id FROM fabric.proposals WHERE proposal_id = %s",
-                (row[0]["proposal_id"],),
-            ).fetchone()
+        filed = cluster.row(
+            "SELECT tenant_id FROM fabric.proposals WHERE proposal_id = %s", row[0]["proposal_id"]
+        )
         assert filed == (tenant,)
 
 

@@ -18,11 +18,10 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from test_citus_fabric import _rows_seen, episode
+from test_citus_fabric import _rows_seen, form_on, open_run
 
 from citus_cluster import Cluster, cluster, new_tenant
 from citus_layout import layout
-from conftest import MEMORY_TOOLS
 from memfabric import worker
 
 __all__ = ["cluster"]  # the session fixture, used by name
@@ -47,30 +46,11 @@ class Load:
 
     def _write(self) -> None:
         try:
-            with (
-                self.c.connect("mf_orchestrator") as orchestrator,
-                self.c.connect("mf_agent_a") as agent,
-                self.c.connect("mf_committer") as committer,
-            ):
-                row = orchestrator.execute(
-                    "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 'sess-1', %s, "
-                    "'1 hour')",
-                    (self.tenant, MEMORY_TOOLS),
-                ).fetchone()
-                assert row is not None
-                run = str(row[0])
+            run = str(open_run(self.c, self.tenant))
+            with self.c.connect("mf_agent_a") as agent, self.c.connect("mf_committer") as committer:
                 while not self.stop.is_set():
                     text = f"moving tenant note {uuid.uuid4()}"
-                    proposed = agent.execute(
-                        "SELECT fabric_api.propose(%s, %s)",
-                        (Jsonb(episode(self.tenant, text)), run),
-                    ).fetchone()
-                    assert proposed is not None and proposed[0]["status"] == "validated"
-                    committed = committer.execute(
-                        "SELECT fabric_api.commit(%s)", (proposed[0]["proposal_id"],)
-                    ).fetchone()
-                    assert committed is not None
-                    self.acked.append(str(committed[0]["memory_id"]))
+                    self.acked.append(form_on(agent, committer, self.tenant, text, run))
                     answer = agent.execute(
                         "SELECT fabric_api.recall(%s)",
                         (Jsonb({"run_id": run, "tiers": ["episodic"], "limit": 5}),),
@@ -89,29 +69,22 @@ class Load:
 
 
 def _placement(c: Cluster, tenant: str) -> tuple[int, str, int]:
-    with c.connect() as su:
-        row = su.execute(
-            "SELECT s.shardid, n.nodename, n.nodeport FROM pg_dist_shard s "
-            "JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n USING (groupid) "
-            "WHERE s.shardid = get_shard_id_for_distribution_column("
-            "'fabric.memory_records', %s::text)",
-            (tenant,),
-        ).fetchone()
-    assert row is not None
+    row = c.row(
+        "SELECT s.shardid, n.nodename, n.nodeport FROM pg_dist_shard s "
+        "JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n USING (groupid) "
+        "WHERE s.shardid = get_shard_id_for_distribution_column("
+        "'fabric.memory_records', %s::text)",
+        tenant,
+    )
     return int(row[0]), str(row[1]), int(row[2])
 
 
 def _recall_all(c: Cluster, tenant: str, login: str = "mf_agent_a") -> set[str]:
-    with c.connect("mf_orchestrator") as orchestrator:
-        row = orchestrator.execute(
-            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 'sess-1', %s, '1 hour')",
-            (tenant, MEMORY_TOOLS),
-        ).fetchone()
-    assert row is not None
+    run = open_run(c, tenant)
     with c.connect(login) as agent:
         answer = agent.execute(
             "SELECT fabric_api.recall(%s)",
-            (Jsonb({"run_id": str(row[0]), "tiers": ["episodic"], "limit": 100}),),
+            (Jsonb({"run_id": str(run), "tiers": ["episodic"], "limit": 100}),),
         ).fetchone()
     assert answer is not None
     return {r["memory_id"] for r in answer[0]["records"]}

@@ -111,16 +111,14 @@ def test_the_decay_worker_expires_a_lapsed_record_and_the_chain_verifies(
     ):
         report = worker.run_decay_once(conn, maintainer=maintainer)
     assert int(report["expired"]) >= 1, report  # type: ignore[call-overload]
-    with cluster.connect() as su:
-        state = su.execute(
-            "SELECT consolidation_state FROM fabric.memory_records WHERE memory_id = %s",
-            (memory_id,),
-        ).fetchone()
-        event = su.execute(
-            "SELECT count(*) FROM fabric.events WHERE memory_id = %s "
-            "AND event_type = 'memory.record.expired'",
-            (memory_id,),
-        ).fetchone()
+    state = cluster.row(
+        "SELECT consolidation_state FROM fabric.memory_records WHERE memory_id = %s", memory_id
+    )
+    event = cluster.row(
+        "SELECT count(*) FROM fabric.events WHERE memory_id = %s "
+        "AND event_type = 'memory.record.expired'",
+        memory_id,
+    )
     assert state == ("expired",) and event == (1,)
     sealed_and_verified(cluster, first)
 

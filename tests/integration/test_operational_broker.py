@@ -23,13 +23,13 @@ from memfabric.errors import InvalidEnvelope, NotAuthorized
 from memfabric.operational import (
     EdgeOperationalStore,
     OperationalError,
-    OpsCollection,
     OpsGate,
     OpsRow,
     RemoteOpsBroker,
     redeem_with,
 )
 from memfabric.vectors import EdgeVectorStore
+from ops_pack import regime_fingerprints
 
 COLLECTION = "ops_trd_regime_fingerprints"
 SOURCE = [
@@ -38,18 +38,7 @@ SOURCE = [
 ]
 ROW = OpsRow("acme", "bi-eu", ("v9",), [0, 1, 0, 0], {"label": "new"})
 # the pack's one store, as MEMFABRIC_OPS_PACKS declares it (and the served fixture builds it)
-PACK = [
-    OpsCollection(
-        pack="trd",
-        store="regime_fingerprints",
-        domain_key=("regime_version",),
-        source="trd.regime_fingerprints",
-        read_source=lambda: list(SOURCE),
-        model="test-static",
-        model_version="1",
-        dims=4,
-    )
-]
+PACK = [regime_fingerprints(SOURCE)]
 # the domain workflow writes; the agent com-agt-004 (mf_agent_b) only reads; mf_agent_a has
 # no grant at all
 GRANTS = {"mf_workflow": {COLLECTION: "rw"}, "mf_agent_b": {COLLECTION: "r"}}

@@ -21,10 +21,11 @@ from memfabric import ops
 from memfabric.broker import LocalBroker
 from memfabric.embedding import MiniLMEmbedder
 from memfabric.graph import GraphStore
-from memfabric.operational import EdgeOperationalStore, OpsCollection, OpsRow
+from memfabric.operational import EdgeOperationalStore, OpsRow
 from memfabric.projector import Projector
 from memfabric.recall import arecall, recall
 from memfabric.vectors import EdgeVectorStore, QdrantServerStore, VectorStore
+from ops_pack import regime_fingerprints
 from servers import DATABASE, PASSWORD, GraphServer, graph_sh
 
 # starts the projection stores and takes a graph server away (up to a minute)
@@ -567,18 +568,7 @@ OPS_ROWS = [
     OpsRow("acme", "bi-eu", ("v1",), [1.0, 0.0, 0.0, 0.0], {"label": "calm"}),
     OpsRow("acme", "bi-eu", ("v2",), [0.8, 0.2, 0.0, 0.0], {"label": "trending"}),
 ]
-OPS_PACK = [
-    OpsCollection(
-        pack="trd",
-        store="regime_fingerprints",
-        domain_key=("regime_version",),
-        source="trd.regime_fingerprints",
-        read_source=lambda: list(OPS_ROWS),
-        model="trd-fingerprint",
-        model_version="1",
-        dims=4,
-    )
-]
+OPS_PACK = [regime_fingerprints(OPS_ROWS, model="trd-fingerprint")]
 
 
 def test_the_full_store_drill_rebuilds_the_declared_operational_stores_too(

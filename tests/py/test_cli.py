@@ -10,6 +10,7 @@ import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -571,6 +572,38 @@ def test_consolidate_honours_the_url_overrides(fabric: Fabric) -> None:
     assert "[consolidate] acme: 0 candidates" in result.stdout
 
 
+def _consolidator_env(fabric: Fabric) -> dict[str, str]:
+    """The environment of a consolidation worker of acme started from the CLI (its agent
+    enabled there): this process's, without foreign settings, and the worker's URLs."""
+    with fabric.connect("mf_admin") as admin:
+        admin.execute("SELECT fabric_api.enable_agent('acme', 'os-agt-011', '{}'::text[])")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
+    env |= {
+        "MEMFABRIC_CONSOLIDATOR_URL": mfdb.url_for(fabric.url, "mf_consolidator"),
+        "MEMFABRIC_COMMITTER_URL": mfdb.url_for(fabric.url, "mf_committer"),
+        "DATABASE_URL": fabric.url,
+    }
+    return env
+
+
+@contextmanager
+def _consolidating(options: list[str], env: dict[str, str]) -> Iterator[int]:
+    """`memfabric worker consolidate --tenant acme` with `options`, in its own process: its
+    pid once its first run has finished (its connections are open); stopped after."""
+    argv = [str(MEMFABRIC), "worker", "consolidate", "--tenant", "acme", "--interval", "60"]
+    proc = subprocess.Popen([*argv, *options], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "[consolidate] acme" in line, line
+        yield proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 def _policies(pid: int) -> set[int]:
     """The scheduling policy of every thread of a process."""
     return {os.sched_getscheduler(int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()}
@@ -582,32 +615,13 @@ def test_consolidate_at_idle_priority_runs_every_thread_under_sched_idle(
 ) -> None:
     """The worker process itself, as started from the CLI, with its connections open: each of
     its threads is SCHED_IDLE (a default worker's are not)."""
-    with fabric.connect("mf_admin") as admin:
-        admin.execute("SELECT fabric_api.enable_agent('acme', 'os-agt-011', '{}'::text[])")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
-    env |= {
-        "MEMFABRIC_CONSOLIDATOR_URL": mfdb.url_for(fabric.url, "mf_consolidator"),
-        "MEMFABRIC_COMMITTER_URL": mfdb.url_for(fabric.url, "mf_committer"),
-        "DATABASE_URL": fabric.url,
-    }
-    args = [str(MEMFABRIC), "worker", "consolidate", "--tenant", "acme", "--interval", "60"]
+    env = _consolidator_env(fabric)
     for priority in ("normal", "idle"):
-        run_env = dict(env)
-        if how == "option":
-            argv = [*args, "--priority", priority]
-        else:
-            argv, run_env["MEMFABRIC_WORKER_PRIORITY"] = args, priority
-        proc = subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()  # the first run has finished: connections were open
-            assert "[consolidate] acme" in line, line
-            policies = _policies(proc.pid)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        run_env, options = dict(env), ["--priority", priority]
+        if how == "environment":
+            options, run_env["MEMFABRIC_WORKER_PRIORITY"] = [], priority
+        with _consolidating(options, run_env) as pid:
+            policies = _policies(pid)
         expected = {os.SCHED_IDLE} if priority == "idle" else {os.SCHED_OTHER}
         assert policies == expected, (priority, policies)
 
@@ -617,37 +631,19 @@ def test_consolidate_at_idle_priority_runs_every_thread_under_sched_idle(
 def test_consolidate_pinned_runs_every_thread_on_the_cpus_named(fabric: Fabric, how: str) -> None:
     """The worker process as started from the CLI, with its connections open: each of its
     threads may run on the CPU named and no other (an unpinned worker's on all of ours)."""
-    with fabric.connect("mf_admin") as admin:
-        admin.execute("SELECT fabric_api.enable_agent('acme', 'os-agt-011', '{}'::text[])")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
-    env |= {
-        "MEMFABRIC_CONSOLIDATOR_URL": mfdb.url_for(fabric.url, "mf_consolidator"),
-        "MEMFABRIC_COMMITTER_URL": mfdb.url_for(fabric.url, "mf_committer"),
-        "DATABASE_URL": fabric.url,
-    }
+    env = _consolidator_env(fabric)
     ours = os.sched_getaffinity(0)
     last = max(ours)
-    args = [str(MEMFABRIC), "worker", "consolidate", "--tenant", "acme", "--interval", "60"]
     for cpus in (None, str(last)):
-        run_env, argv = dict(env), list(args)
+        run_env, options = dict(env), []
         if cpus is not None and how == "option":
-            argv += ["--cpus", cpus]
+            options = ["--cpus", cpus]
         elif cpus is not None:
             run_env["MEMFABRIC_WORKER_CPUS"] = cpus
-        proc = subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()  # the first run has finished: connections were open
-            assert "[consolidate] acme" in line, line
+        with _consolidating(options, run_env) as pid:
             placements = [
-                os.sched_getaffinity(int(task.name))
-                for task in Path(f"/proc/{proc.pid}/task").iterdir()
+                os.sched_getaffinity(int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir()
             ]
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-            if proc.stdout is not None:
-                proc.stdout.close()
         expected = ours if cpus is None else {last}
         assert placements and all(p == expected for p in placements), (cpus, placements)
 

@@ -35,6 +35,7 @@ from memfabric.operational import (
     point_id,
 )
 from memfabric.operational import declared as declared_from
+from ops_pack import regime_fingerprints
 
 # uuid5(NAMESPACE_URL, "https://synedrix.io/ns/operational-point-id/v1") and points under it,
 # computed once with Python's uuid module from the joined names shown
@@ -91,7 +92,6 @@ def test_collection_names_are_ops_pack_store_never_mem() -> None:
             collection_name(pack, store)
 
 
-DIMS = 4
 SOURCE: list[OpsRow] = [
     OpsRow("acme", "bi-eu", ("v1",), [1, 0, 0, 0], {"label": "calm"}),
     OpsRow("acme", "bi-eu", ("v2",), [0.9, 0.1, 0, 0], {"label": "trend"}),
@@ -101,17 +101,7 @@ SOURCE: list[OpsRow] = [
 
 
 def declared(rows: list[OpsRow]) -> OpsCollection:
-    return OpsCollection(
-        pack="trd",
-        store="regime_fingerprints",
-        domain_key=("regime_version",),
-        source="trd.regime_fingerprints",
-        read_source=lambda: list(rows),
-        model="test-static",
-        model_version="1",
-        dims=DIMS,
-        readiness="scenario_vectors_ready:{regime_version}",
-    )
+    return regime_fingerprints(rows, readiness="scenario_vectors_ready:{regime_version}")
 
 
 @pytest.fixture(params=["edge", "server"])

@@ -12,7 +12,6 @@ same SQLSTATE, and leave the same state.
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,10 +22,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
+from test_import import element  # a valid import element of tenant acme
 
 from conftest import Fabric, episode
 
-_ids = itertools.count(1)
 TRIGGERS = (
     "fabric.tg_memory_records__normalise",
     "fabric.tg_memory_records__bulk_formed",
@@ -46,25 +45,6 @@ BEGIN
   EXECUTE p_sql INTO r USING p_arg;
   RETURN r;
 END $$"""
-
-
-def element(text: str = "asked for invoices in EUR", **overrides: Any) -> dict[str, Any]:
-    el: dict[str, Any] = {
-        "scope": {
-            "tenant_id": "acme",
-            "subject_id": "user-8842",
-            "agent_id": "com-agt-003",
-            "session_id": "sess-1f9c",
-            "visibility": "subject",
-        },
-        "content": {"text": f"{text} #{next(_ids)}"},
-        "provenance": {"correlation_id": "corr-crm", "formation_method": "import"},
-        "confidence": 0.9,
-        "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
-        "retention_class": "durable",
-    }
-    el.update(overrides)
-    return el
 
 
 def calls(conn: psycopg.Connection[Any]) -> dict[str, int]:

@@ -17,27 +17,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_import import element
 
 from conftest import Fabric
 from variants import DROP, deep, mutate
 
 
 def base() -> dict[str, Any]:
-    return {
-        "scope": {
-            "tenant_id": "acme",
-            "subject_id": "user-8842",
-            "agent_id": "com-agt-003",
-            "session_id": "sess-1f9c",
-            "visibility": "subject",
-        },
-        "content": {"text": "asked for invoices in EUR", "turn": 3},
-        "provenance": {"correlation_id": "corr-crm", "formation_method": "import"},
-        "confidence": 0.9,
-        "validity_interval": {"valid_from": "2026-07-02T09:14:00Z", "valid_until": None},
-        "retention_class": "durable",
-        "compliance_labels": ["pii"],
-    }
+    """test_import's valid element, with a content of its own (the same in every call)."""
+    return element(content={"text": "asked for invoices in EUR", "turn": 3})
 
 
 # (path, value): the value at the path replaced (DROP removes the key). PLAIN: the

@@ -11,6 +11,7 @@ from typing import Any
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
+from test_recall_plan import auto_explain
 
 from conftest import Fabric
 
@@ -26,14 +27,7 @@ def statements_of_a_recall(fabric: Fabric, request: dict[str, Any]) -> list[str]
         if d.message_primary and d.message_primary.startswith("duration:"):
             texts.append(json.loads(d.message_primary.split("\n", 1)[1])["Query Text"])
 
-    for setting in (
-        "LOAD 'auto_explain'",
-        "SET auto_explain.log_min_duration = 0",
-        "SET auto_explain.log_nested_statements = on",
-        "SET auto_explain.log_format = 'json'",
-        "SET auto_explain.log_level = 'notice'",
-    ):
-        conn.execute(setting)
+    auto_explain(conn)
     conn.execute(sql.SQL("SET SESSION AUTHORIZATION {}").format(sql.Identifier("mf_agent_a")))
     conn.execute("SELECT fabric_api.recall(%s)", (Jsonb(request),))
     conn.add_notice_handler(notice)

@@ -123,6 +123,20 @@ def big(server: Any, template: str) -> Iterator[str]:
         conn.execute("DROP DATABASE IF EXISTS mf_big WITH (FORCE)")
 
 
+def auto_explain(conn: Any, analyze: bool = False) -> None:
+    """From now on the session sends the plan of every statement it runs, nested ones too,
+    as a JSON notice ("duration: ..." then the plan); with `analyze`, the actual rows."""
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_format = 'json'",
+        "SET auto_explain.log_level = 'notice'",
+        f"SET auto_explain.log_analyze = {'on' if analyze else 'off'}",
+    ):
+        conn.execute(setting)
+
+
 def plan_of(
     url: str,
     query: str | None,
@@ -146,15 +160,7 @@ def plan_of(
                 else None
             )
         )
-        for setting in (
-            "LOAD 'auto_explain'",
-            "SET auto_explain.log_min_duration = 0",
-            "SET auto_explain.log_nested_statements = on",
-            "SET auto_explain.log_format = 'json'",
-            "SET auto_explain.log_level = 'notice'",
-            f"SET auto_explain.log_analyze = {'on' if analyze else 'off'}",
-        ):
-            conn.execute(setting)
+        auto_explain(conn, analyze)
         calls = ([(*before, None)] if before else []) + [("big", limit, ids)]
         for tenant, k, cand in calls:
             scores = None if cand is None else [1.0 - n / 100 for n in range(len(cand))]
@@ -173,17 +179,38 @@ def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from nodes(child)
 
 
+def record_scans(explained: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's nodes that read memory_records (its heap, or an index of it)."""
+    return [
+        n
+        for n in nodes(explained["Plan"])
+        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
+    ]
+
+
+def big_ids(
+    url: str, scope_keys: list[str], limit: int, tiers: list[str] | None = None
+) -> list[str]:
+    """The first `limit` ids (by memory_id) of tenant 'big' under these scope keys (and tiers)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [
+            str(i)
+            for (i,) in conn.execute(
+                "SELECT memory_id FROM fabric.memory_records WHERE tenant_id = 'big' "
+                "AND scope_key = ANY (%s) AND (%s::text[] IS NULL OR tier = ANY (%s)) "
+                "ORDER BY memory_id LIMIT %s",
+                (scope_keys, tiers, tiers, limit),
+            )
+        ]
+
+
 QUESTION = "what did word42 say in the note about word7?"
 
 
 @pytest.mark.parametrize("query", [None, "word42", QUESTION])
 def test_tenant_and_scope_are_index_conditions_not_filters(big: str, query: str | None) -> None:
     (explained,) = plan_of(big, query)
-    scans = [
-        n
-        for n in nodes(explained["Plan"])
-        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
-    ]
+    scans = record_scans(explained)
     assert scans, explained
     assert not [n for n in scans if n["Node Type"] == "Seq Scan"], explained
     conds = " ".join(n.get("Index Cond", "") + n.get("Recheck Cond", "") for n in scans)
@@ -278,11 +305,7 @@ def test_filter_only_recall_reads_rows_bounded_by_k_not_by_the_scope(big: str, l
         ).fetchone()
     assert scope > 8_000
     (explained,) = plan_of(big, None, analyze=True, limit=limit)
-    scans = [
-        n
-        for n in nodes(explained["Plan"])
-        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
-    ]
+    scans = record_scans(explained)
     assert scans and not [n for n in scans if n["Node Type"] == "Seq Scan"], explained
     assert explained["Plan"]["Actual Rows"] == limit, explained
     read = sum(rows_read(n) for n in scans)
@@ -299,11 +322,7 @@ def test_filter_only_recall_is_one_generic_plan_bounded_by_k_whatever_the_values
     plans = plan_of(big, None, analyze=True, limit=50, before=("t03", 1))
     assert len(plans) == 2, plans
     explained = plans[-1]
-    scans = [
-        n
-        for n in nodes(explained["Plan"])
-        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
-    ]
+    scans = record_scans(explained)
     conds = " ".join(n.get("Index Cond", "") for n in scans)
     assert "$1" in conds and "'big'" not in conds, explained
     assert not [n for n in scans if n["Node Type"] == "Seq Scan"], explained
@@ -317,21 +336,9 @@ def test_the_recheck_by_ids_reads_the_candidates_through_the_primary_key(big: st
     plan, made once per session: its ids are a parameter of the plan, and still the index
     condition of memory_records_pkey (no NULL alternative keeps them out of it), so the rows
     read are the candidates found, whatever the size of the scope."""
-    with psycopg.connect(big, autocommit=True) as conn:
-        ids = [
-            str(i)
-            for (i,) in conn.execute(
-                "SELECT memory_id FROM fabric.memory_records WHERE tenant_id = 'big' "
-                "AND scope_key IN ('subject:user-42', 'tenant', 'agent:agt-3', 'subject:user-7') "
-                "ORDER BY memory_id LIMIT 40"
-            )
-        ]
+    ids = big_ids(big, ["subject:user-42", "tenant", "agent:agt-3", "subject:user-7"], 40)
     (explained,) = plan_of(big, None, analyze=True, limit=9, ids=ids)
-    scans = [
-        n
-        for n in nodes(explained["Plan"])
-        if n.get("Relation Name") == "memory_records" or "memory_records" in n.get("Index Name", "")
-    ]
+    scans = record_scans(explained)
     assert [n.get("Index Name") for n in scans] == ["memory_records_pkey"], explained
     cond = scans[0]["Index Cond"]
     # a generic plan: the ids are a parameter ($n), not the constants of a custom plan
@@ -345,15 +352,7 @@ def test_the_recheck_by_ids_reads_the_candidate_list_once(big: str) -> None:
     with its square (a join with the list ran on the generic plan, which cannot know how
     many candidates come, as a nested loop over the whole list: 1,000 graph candidates took
     0.25 s)."""
-    with psycopg.connect(big, autocommit=True) as conn:
-        ids = [
-            str(i)
-            for (i,) in conn.execute(
-                "SELECT memory_id FROM fabric.memory_records WHERE tenant_id = 'big' "
-                "AND scope_key IN ('subject:user-42', 'tenant', 'agent:agt-3') "
-                "AND tier IN ('semantic', 'episodic') ORDER BY memory_id LIMIT 400"
-            )
-        ]
+    ids = big_ids(big, ["subject:user-42", "tenant", "agent:agt-3"], 400, ["semantic", "episodic"])
     (explained,) = plan_of(big, None, analyze=True, limit=9, ids=ids)
     assert explained["Plan"]["Actual Rows"] == 9, explained
     work = sum(
