@@ -919,6 +919,26 @@ def test_entities_mentions_links_steps_and_merges_stay_in_their_tenant(
     merged_events = events(cluster, first, "memory.entity.merged")
     assert {e["memory_id"] for e in merged_events} >= {outcome, only_ag}
     assert _staged(cluster) == 0
+    # the projector reads the merge from the tenant's shards, by its events and in a rebuild
+    event_ids = [
+        r[0]
+        for r in cluster.rows(
+            "SELECT event_id FROM fabric.events WHERE tenant_id = %s "
+            "AND event_type = 'memory.entity.merged'",
+            first,
+        )
+    ]
+    same_as = "SELECT tenant_id, entity_id::text, into_entity_id::text, correlation_id FROM "
+    with cluster.connect("mf_projector") as projector:
+        fed = projector.execute(same_as + "fabric_api.projection_same_as(%s)", (event_ids,))
+        by_events = fed.fetchall()
+        snapshot = projector.execute(
+            same_as + "fabric_api.projection_same_as_snapshot(NULL, NULL, 10000)"
+        ).fetchall()
+    merge_row = (first, ag, gmbh, f"merge:{proposed['approval_id']}")
+    assert merge_row in by_events and {r[0] for r in by_events} == {first}
+    assert merge_row in snapshot
+    assert not [r for r in snapshot if r[1] == ag and r[0] != first]
 
 
 # -- a subject's erasure ----------------------------------------------------------------------
