@@ -202,7 +202,11 @@ DECLARE
   v text;
 BEGIN
   IF v_tenant IS NOT NULL THEN
-    v := fabric._set_local('fabric.tenant_id', v_tenant);   -- _set_context's
+    -- _set_context's: on plain PostgreSQL set_config itself, without a call
+    v := CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true)
+                   IS DISTINCT FROM 'local'
+              THEN pg_catalog.set_config('fabric.tenant_id', v_tenant, true)
+              ELSE fabric._set_local('fabric.tenant_id', v_tenant) END;
     SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
   END IF;
   RETURN v_run;
