@@ -22,8 +22,8 @@ from conftest import Fabric
 REFERENCE = Path(__file__).parent.parent / "fixtures" / "recall_reference.sql"
 # the events' columns compared (event_id, occurred_at and xid differ by construction)
 NEW_EVENTS = (
-    "SELECT event_id, to_jsonb(e) FROM (SELECT event_id, tenant_id, event_type, correlation_id,"
-    " causation_id, actor_agent_id, actor_login, run_id, memory_id, proposal_id,"
+    "SELECT event_id, to_jsonb(e) - 'event_id' FROM (SELECT event_id, tenant_id, event_type,"
+    " correlation_id, causation_id, actor_agent_id, actor_login, run_id, memory_id, proposal_id,"
     " payload - 'duration_ms' AS payload FROM fabric.events) e"
 )
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
