@@ -61,18 +61,22 @@ BEGIN
   v_tiers := coalesce(v_tiers, v_profile_tiers);
   v_vis := coalesce(v_vis, v_profile_vis);
 
-  v_reason := CASE
-    WHEN v_scope ->> 'tenant_id' IS DISTINCT FROM p_run.tenant_id AND v_scope ? 'tenant_id' THEN
-      'scope.tenant_id is not the tenant of the run: there is no cross-tenant recall'
-    WHEN v_scope ? 'subject_id' AND v_scope ->> 'subject_id' IS DISTINCT FROM p_run.subject_id THEN
-      'scope.subject_id is not the subject of the run: a request can only narrow the run''s scope'
-    WHEN v_scope ? 'session_id' AND v_scope ->> 'session_id' IS DISTINCT FROM p_run.session_id THEN
-      'scope.session_id is not the session of the run: a request can only narrow the run''s scope'
-    WHEN v_scope ? 'agent_id' AND v_scope ->> 'agent_id' IS DISTINCT FROM p_run.agent_id THEN
-      'scope.agent_id is not the calling agent'
-    WHEN p_request ? 'requesting_agent' AND p_request ->> 'requesting_agent' IS DISTINCT FROM p_run.agent_id THEN
-      'requesting_agent is not the calling agent'
-  END;
+  -- (a request without a scope or requesting_agent, the common one, can break none of these:
+  -- the expression is not built)
+  IF v_scope <> '{}' OR p_request ? 'requesting_agent' THEN
+    v_reason := CASE
+      WHEN v_scope ->> 'tenant_id' IS DISTINCT FROM p_run.tenant_id AND v_scope ? 'tenant_id' THEN
+        'scope.tenant_id is not the tenant of the run: there is no cross-tenant recall'
+      WHEN v_scope ? 'subject_id' AND v_scope ->> 'subject_id' IS DISTINCT FROM p_run.subject_id THEN
+        'scope.subject_id is not the subject of the run: a request can only narrow the run''s scope'
+      WHEN v_scope ? 'session_id' AND v_scope ->> 'session_id' IS DISTINCT FROM p_run.session_id THEN
+        'scope.session_id is not the session of the run: a request can only narrow the run''s scope'
+      WHEN v_scope ? 'agent_id' AND v_scope ->> 'agent_id' IS DISTINCT FROM p_run.agent_id THEN
+        'scope.agent_id is not the calling agent'
+      WHEN p_request ? 'requesting_agent' AND p_request ->> 'requesting_agent' IS DISTINCT FROM p_run.agent_id THEN
+        'requesting_agent is not the calling agent'
+    END;
+  END IF;
   -- (a visibility the profile holds, the common case, needs no statement to tell)
   IF v_reason IS NULL AND NOT coalesce(v_vis <@ v_profile_vis, false) THEN
     v_reason := CASE
