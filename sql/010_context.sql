@@ -75,15 +75,15 @@ BEGIN
     v := fabric._set_local('fabric.action', '');
     RETURN;
   END IF;
-  -- assignments, not PERFORM: simple expressions, evaluated without a statement of the
-  -- executor each (every API call starts here)
-  v := pg_catalog.set_config('fabric.tenant_id', '', true);
-  v := pg_catalog.set_config('fabric.actor', '', true);
-  v := pg_catalog.set_config('fabric.run_id', '', true);
-  v := pg_catalog.set_config('fabric.correlation_id', '', true);
-  v := pg_catalog.set_config('fabric.causation_id', '', true);
-  v := pg_catalog.set_config('fabric.approval_id', '', true);
-  v := pg_catalog.set_config('fabric.action', '', true);
+  -- one assignment, not PERFORM: a simple expression, evaluated without a statement of the
+  -- executor (every API call starts here), all seven in it
+  v := pg_catalog.set_config('fabric.tenant_id', '', true)
+       || pg_catalog.set_config('fabric.actor', '', true)
+       || pg_catalog.set_config('fabric.run_id', '', true)
+       || pg_catalog.set_config('fabric.correlation_id', '', true)
+       || pg_catalog.set_config('fabric.causation_id', '', true)
+       || pg_catalog.set_config('fabric.approval_id', '', true)
+       || pg_catalog.set_config('fabric.action', '', true);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
