@@ -1012,11 +1012,7 @@ BEGIN
      AND (p_request - ARRAY['run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                             'tiers', 'query', 'limit', 'allow_partial', 'mode']) = '{}'::jsonb
      AND pg_catalog.jsonb_typeof(p_request -> 'run_id') = 'string'
-     -- a UUID's 8-4-4-4-12 hex digits (what ~* '^[0-9a-f]{8}-...$' tells, without a regular
-     -- expression: about 8 µs of a recall in a new transaction): every hex digit becomes 0,
-     -- any other character stays itself
-     AND pg_catalog.translate(p_request ->> 'run_id', '123456789abcdefABCDEF',
-                              '000000000000000000000') = '00000000-0000-0000-0000-000000000000'
+     AND (p_request ->> 'run_id') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
      -- an array of known tiers (containment: strings only, each one of these), each once
      -- (as many elements as the tiers it holds)
      AND (CASE WHEN p_request ? 'tiers'
