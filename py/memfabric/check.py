@@ -212,7 +212,9 @@ def scope_before_retrieval(ctx: Context) -> tuple[str, str]:
 
 def tools_from_active_set(ctx: Context) -> tuple[str, str]:
     problems = []
-    if "_tool_denial" not in _source(ctx, "fabric_api.recall"):
+    # recall reads the three layers in the statement that reads the agent's profile, and
+    # judges them by fabric._tool_layers_missing, the one place they become a denial
+    if "_tool_layers_missing" not in _source(ctx, "fabric_api.recall"):
         problems.append("fabric_api.recall does not check tool authorization")
     for fn in PROPOSING_FUNCTIONS:
         if "_propose_entry" not in _source(ctx, fn):
@@ -221,8 +223,10 @@ def tools_from_active_set(ctx: Context) -> tuple[str, str]:
         problems.append("fabric._propose_entry does not check tool authorization")
     if "_tool_denial" not in _source(ctx, "fabric._propose_denial"):
         problems.append("fabric._propose_denial does not check tool authorization")
-    if "active_tool_set" not in _source(ctx, "fabric._tool_denial"):
-        problems.append("fabric._tool_denial does not read the run's active_tool_set")
+    if "_tool_layers_missing" not in _source(ctx, "fabric._tool_denial"):
+        problems.append("fabric._tool_denial does not judge the three layers")
+    if "active_tool_set" not in _source(ctx, "fabric._tool_layers_missing"):
+        problems.append("fabric._tool_layers_missing does not read the run's active_tool_set")
     callers = _grantees(ctx, ("fabric_api.recall(jsonb)", "fabric_api.propose(jsonb, uuid)"))
     if callers - {"fabric_agent"}:
         problems.append(f"recall/propose executable by {', '.join(sorted(callers))}")
