@@ -75,15 +75,15 @@ BEGIN
     v := fabric._set_local('fabric.action', '');
     RETURN;
   END IF;
-  -- assignments, not PERFORM: simple expressions, evaluated without a statement of the
-  -- executor each (every API call starts here)
-  v := pg_catalog.set_config('fabric.tenant_id', '', true);
-  v := pg_catalog.set_config('fabric.actor', '', true);
-  v := pg_catalog.set_config('fabric.run_id', '', true);
-  v := pg_catalog.set_config('fabric.correlation_id', '', true);
-  v := pg_catalog.set_config('fabric.causation_id', '', true);
-  v := pg_catalog.set_config('fabric.approval_id', '', true);
-  v := pg_catalog.set_config('fabric.action', '', true);
+  -- one assignment, not PERFORM: a simple expression, evaluated without a statement of the
+  -- executor (every API call starts here), all seven in it
+  v := pg_catalog.set_config('fabric.tenant_id', '', true)
+       || pg_catalog.set_config('fabric.actor', '', true)
+       || pg_catalog.set_config('fabric.run_id', '', true)
+       || pg_catalog.set_config('fabric.correlation_id', '', true)
+       || pg_catalog.set_config('fabric.causation_id', '', true)
+       || pg_catalog.set_config('fabric.approval_id', '', true)
+       || pg_catalog.set_config('fabric.action', '', true);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -202,7 +202,11 @@ DECLARE
   v text;
 BEGIN
   IF v_tenant IS NOT NULL THEN
-    v := fabric._set_local('fabric.tenant_id', v_tenant);   -- _set_context's
+    -- _set_context's: on plain PostgreSQL set_config itself, without a call
+    v := CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true)
+                   IS DISTINCT FROM 'local'
+              THEN pg_catalog.set_config('fabric.tenant_id', v_tenant, true)
+              ELSE fabric._set_local('fabric.tenant_id', v_tenant) END;
     SELECT * INTO v_run FROM fabric.runs r WHERE r.tenant_id = v_tenant AND r.run_id = p_run_id;
   END IF;
   RETURN v_run;

@@ -185,9 +185,15 @@ BEGIN
     'no run of the calling agent has this run_id',
     'the orchestrator opens a run for this agent with fabric_api.open_run',
     'ask the orchestrator to open a new run');
-  -- fabric._set_context of both, as simple expressions (this runs once per propose)
-  v := fabric._set_local('fabric.actor', v_agent_id);
-  v := fabric._set_local('fabric.run_id', p_run_id::text);
+  -- fabric._set_context of both, as simple expressions (this runs once per propose); on
+  -- plain PostgreSQL set_config itself, without a call of fabric._set_local each
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
+    v := pg_catalog.set_config('fabric.actor', v_agent_id, true);
+    v := pg_catalog.set_config('fabric.run_id', p_run_id::text, true);
+  ELSE
+    v := fabric._set_local('fabric.actor', v_agent_id);
+    v := fabric._set_local('fabric.run_id', p_run_id::text);
+  END IF;
   RETURN v_run;
 END $$;
 

@@ -61,18 +61,22 @@ BEGIN
   v_tiers := coalesce(v_tiers, v_profile_tiers);
   v_vis := coalesce(v_vis, v_profile_vis);
 
-  v_reason := CASE
-    WHEN v_scope ->> 'tenant_id' IS DISTINCT FROM p_run.tenant_id AND v_scope ? 'tenant_id' THEN
-      'scope.tenant_id is not the tenant of the run: there is no cross-tenant recall'
-    WHEN v_scope ? 'subject_id' AND v_scope ->> 'subject_id' IS DISTINCT FROM p_run.subject_id THEN
-      'scope.subject_id is not the subject of the run: a request can only narrow the run''s scope'
-    WHEN v_scope ? 'session_id' AND v_scope ->> 'session_id' IS DISTINCT FROM p_run.session_id THEN
-      'scope.session_id is not the session of the run: a request can only narrow the run''s scope'
-    WHEN v_scope ? 'agent_id' AND v_scope ->> 'agent_id' IS DISTINCT FROM p_run.agent_id THEN
-      'scope.agent_id is not the calling agent'
-    WHEN p_request ? 'requesting_agent' AND p_request ->> 'requesting_agent' IS DISTINCT FROM p_run.agent_id THEN
-      'requesting_agent is not the calling agent'
-  END;
+  -- (a request without a scope or requesting_agent, the common one, can break none of these:
+  -- the expression is not built)
+  IF v_scope <> '{}' OR p_request ? 'requesting_agent' THEN
+    v_reason := CASE
+      WHEN v_scope ->> 'tenant_id' IS DISTINCT FROM p_run.tenant_id AND v_scope ? 'tenant_id' THEN
+        'scope.tenant_id is not the tenant of the run: there is no cross-tenant recall'
+      WHEN v_scope ? 'subject_id' AND v_scope ->> 'subject_id' IS DISTINCT FROM p_run.subject_id THEN
+        'scope.subject_id is not the subject of the run: a request can only narrow the run''s scope'
+      WHEN v_scope ? 'session_id' AND v_scope ->> 'session_id' IS DISTINCT FROM p_run.session_id THEN
+        'scope.session_id is not the session of the run: a request can only narrow the run''s scope'
+      WHEN v_scope ? 'agent_id' AND v_scope ->> 'agent_id' IS DISTINCT FROM p_run.agent_id THEN
+        'scope.agent_id is not the calling agent'
+      WHEN p_request ? 'requesting_agent' AND p_request ->> 'requesting_agent' IS DISTINCT FROM p_run.agent_id THEN
+        'requesting_agent is not the calling agent'
+    END;
+  END IF;
   -- (a visibility the profile holds, the common case, needs no statement to tell)
   IF v_reason IS NULL AND NOT coalesce(v_vis <@ v_profile_vis, false) THEN
     v_reason := CASE
@@ -83,16 +87,28 @@ BEGIN
     END;
   END IF;
 
-  FOREACH v_level IN ARRAY v_vis LOOP
-    CONTINUE WHEN v_level = 'session' AND p_run.session_id IS NULL;
-    CONTINUE WHEN v_level = 'subject' AND p_run.subject_id IS NULL;
-    v_served_vis := v_served_vis || v_level;
-    v_keys := v_keys || CASE v_level
-      WHEN 'session' THEN 'session:' || p_run.session_id
-      WHEN 'agent' THEN 'agent:' || p_run.agent_id
-      WHEN 'subject' THEN 'subject:' || p_run.subject_id
-      WHEN 'tenant' THEN 'tenant' END;
-  END LOOP;
+  -- The levels served (a run without a session or subject serves none of those) and their
+  -- scope keys, in the order asked. Levels that are all known (the common case) are mapped
+  -- by two expressions; any other list (an unknown level gets no key) level by level.
+  IF v_vis <@ ARRAY['session', 'agent', 'subject', 'tenant'] THEN
+    v_served_vis := pg_catalog.array_remove(pg_catalog.array_remove(v_vis,
+                      CASE WHEN p_run.session_id IS NULL THEN 'session' END),
+                      CASE WHEN p_run.subject_id IS NULL THEN 'subject' END);
+    v_keys := pg_catalog.array_replace(pg_catalog.array_replace(pg_catalog.array_replace(
+                v_served_vis, 'session', 'session:' || p_run.session_id),
+                'agent', 'agent:' || p_run.agent_id), 'subject', 'subject:' || p_run.subject_id);
+  ELSE
+    FOREACH v_level IN ARRAY v_vis LOOP
+      CONTINUE WHEN v_level = 'session' AND p_run.session_id IS NULL;
+      CONTINUE WHEN v_level = 'subject' AND p_run.subject_id IS NULL;
+      v_served_vis := v_served_vis || v_level;
+      v_keys := v_keys || CASE v_level
+        WHEN 'session' THEN 'session:' || p_run.session_id
+        WHEN 'agent' THEN 'agent:' || p_run.agent_id
+        WHEN 'subject' THEN 'subject:' || p_run.subject_id
+        WHEN 'tenant' THEN 'tenant' END;
+    END LOOP;
+  END IF;
 
   -- The answer's lists, sorted. When the served visibility and the tiers are already in
   -- order and every tier is readable (the common case: the profile's lists), they are the
@@ -902,14 +918,18 @@ REVOKE ALL ON FUNCTION fabric._lexical_unstash(jsonb) FROM PUBLIC;
 -- and hashes the request without them, under that key: erasing the key unlinks the event.
 -- It takes the run recall entered (no second read) and the subject's key recall read with
 -- the agent's profile (p_key: no statement of its own); p_served (mode_served,
--- tiers_served_lexically) joins the answer in the same object.
+-- tiers_served_lexically) joins the answer in the same object; p_memory_ids, the served
+-- records' ids as the retrieval statement aggregated them beside the records (else read
+-- from the records here).
 DROP FUNCTION IF EXISTS fabric._recall_answer(text, jsonb, text, text, jsonb, jsonb, boolean);
 DROP FUNCTION IF EXISTS fabric._recall_answer(fabric.runs, jsonb, text, text, jsonb, jsonb,
                                               boolean, jsonb);
+DROP FUNCTION IF EXISTS fabric._recall_answer(fabric.runs, jsonb, text, text, jsonb, jsonb,
+                                              boolean, jsonb, fabric.subject_keys);
 CREATE OR REPLACE FUNCTION fabric._recall_answer(
   p_run fabric.runs, p_request jsonb, p_status text, p_reason text, p_resolved jsonb,
   p_records jsonb, p_truncated boolean, p_served jsonb,
-  p_key fabric.subject_keys DEFAULT NULL)
+  p_key fabric.subject_keys DEFAULT NULL, p_memory_ids jsonb DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -930,7 +950,12 @@ BEGIN
                      THEN pg_catalog.jsonb_set(p_request, '{scope}',
                             (p_request -> 'scope') - 'subject_id' - 'session_id')
                      ELSE p_request END)::text;
-  -- an assignment, not PERFORM: a simple expression, without a statement of the executor
+  -- an assignment, not PERFORM: a simple expression, without a statement of the executor.
+  -- The payload leaves out every null field, as jsonb_strip_nulls of the whole object did:
+  -- ABSENT ON NULL drops its own fields that are null (SQL or JSON), and the scope, the one
+  -- object inside it that can hold nulls (a run without a session), is stripped alone; no
+  -- other field is an object (tiers and memory_ids are arrays of strings, traceparent a
+  -- string), so the payload is the same without walking and copying it all a second time.
   v_event := fabric._emit(
     CASE WHEN p_status = 'denied' THEN 'memory.recall.denied' ELSE 'memory.recall.served' END,
     p_run.tenant_id,
@@ -939,21 +964,23 @@ BEGIN
     CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'causation_id') = 'string'
          THEN pg_catalog.left(p_request ->> 'causation_id', 200) END,
     NULL, NULL,
-    pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
-      'status', p_status, 'reason', p_reason,
-      'agent_id', p_run.agent_id,
-      'tiers_requested', p_resolved -> 'tiers_requested',
-      'tiers_served', CASE WHEN p_status <> 'denied' THEN p_resolved -> 'tiers' END,
-      'tiers_denied', p_resolved -> 'tiers_denied',
-      'scope', v_scope,
-      'request_hash', coalesce(fabric._pseudonym(v_key.key, 'request', v_request),
+    JSON_OBJECT(
+      'status': p_status, 'reason': p_reason,
+      'agent_id': p_run.agent_id,
+      'tiers_requested': p_resolved -> 'tiers_requested',
+      'tiers_served': CASE WHEN p_status <> 'denied' THEN p_resolved -> 'tiers' END,
+      'tiers_denied': p_resolved -> 'tiers_denied',
+      'scope': pg_catalog.jsonb_strip_nulls(v_scope),
+      'request_hash': coalesce(fabric._pseudonym(v_key.key, 'request', v_request),
                                'sha256:' || pg_catalog.encode(pg_catalog.sha256(
                                  pg_catalog.convert_to(v_request, 'UTF8')), 'hex')),
-      'memory_ids', pg_catalog.jsonb_path_query_array(p_records, '$[*].memory_id'),
-      'truncated', p_truncated, 'traceparent', p_request -> 'traceparent',
-      'mode_served', p_served -> 'mode_served',
-      'duration_ms', pg_catalog.round(EXTRACT(epoch FROM
-        pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp()) * 1000, 3))));
+      'memory_ids': coalesce(p_memory_ids,
+                             pg_catalog.jsonb_path_query_array(p_records, '$[*].memory_id')),
+      'truncated': p_truncated, 'traceparent': p_request -> 'traceparent',
+      'mode_served': p_served -> 'mode_served',
+      'duration_ms': pg_catalog.round(EXTRACT(epoch FROM
+        pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp()) * 1000, 3)
+      ABSENT ON NULL RETURNING jsonb));
   RETURN pg_catalog.jsonb_build_object(
     'correlation_id', p_request -> 'correlation_id',
     'status', p_status,
@@ -1288,6 +1315,7 @@ DECLARE
   v_key fabric.subject_keys;
   v_key_ref text;
   v_key_key bytea;
+  v_memory_ids jsonb;  -- the served records' ids, when the retrieval statement gave them
 BEGIN
   -- (an assignment of its void result, not PERFORM: a simple expression, without a
   -- statement of the executor)
@@ -1522,8 +1550,10 @@ BEGIN
                       ELSE r.record || '{"score": null, "retrieval": {}}'::jsonb END
                       ORDER BY r.ord)
                       FILTER (WHERE r.ord <= v_limit), '[]'),
+           coalesce(pg_catalog.jsonb_agg(r.memory_id ORDER BY r.ord)
+                      FILTER (WHERE r.ord <= v_limit), '[]'),
            pg_catalog.count(*)
-    INTO v_records, v_count
+    INTO v_records, v_memory_ids, v_count
     FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at, v_min_conf,
            v_excluded, NULL, v_only, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
@@ -1535,8 +1565,10 @@ BEGIN
     -- the one more tells truncation.
     SELECT coalesce(pg_catalog.jsonb_agg(r.record ORDER BY r.ord)
                       FILTER (WHERE r.ord <= v_limit), '[]'),
+           coalesce(pg_catalog.jsonb_agg(r.memory_id ORDER BY r.ord)
+                      FILTER (WHERE r.ord <= v_limit), '[]'),
            pg_catalog.count(*)
-    INTO v_records, v_count
+    INTO v_records, v_memory_ids, v_count
     FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_lexical_tiers, v_valid_at,
            v_min_conf, v_excluded, v_query, NULL, NULL, v_limit + 1)
            WITH ORDINALITY AS r(memory_id, score, record, ord);
@@ -1582,7 +1614,7 @@ BEGIN
                           CASE WHEN v_mode = 'graph' THEN v_run.subject_id END));
   END IF;
   RETURN fabric._recall_answer(v_run, p_request, v_status, NULL, v_resolved, v_records,
-                               v_count > v_limit, v_served, v_key);
+                               v_count > v_limit, v_served, v_key, v_memory_ids);
 END $$;
 COMMENT ON FUNCTION fabric_api.recall(jsonb) IS
   'Recall memory inside your open run (docs/sql.md, Recall): authorized, scope-first, filters pushed '
