@@ -4,7 +4,11 @@ their bodies as of revision 0054, in a schema of their own), as the same agent o
 records, and both leave the same answer and the same events, field by field (the event's id,
 time, transaction and duration aside) -- served, partial, truncated, text, by ids, narrowed,
 and every refusal that is answered (a denied recall and its events) or raised (its SQLSTATE,
-and nothing written)."""
+and nothing written).
+
+The reference is a snapshot, not a second definition: a change that means to alter recall's
+answers or events deletes this test and its fixture (or refreshes the fixture from the
+functions as they stand) in the same commit, and says so."""
 
 from __future__ import annotations
 
