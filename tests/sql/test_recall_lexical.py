@@ -527,7 +527,7 @@ def test_fused_lists_fifty_deep_still_return_only_readable_records_within_the_li
         {"memory_id": m, "score": 1 - i / 100}
         for i, m in enumerate(
             [x for pair in zip(foreign, mine, strict=False) for x in pair] + mine[len(foreign) :]
-        )  # fmt: skip
+        )
     ]
     request = {"run_id": str(fabric.open_run()), "tiers": ["episodic"], "mode": "hybrid",
                "query": "invoice EUR", "limit": 7, "candidates": candidates,
