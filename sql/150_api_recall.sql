@@ -725,6 +725,63 @@ REVOKE ALL ON FUNCTION fabric._recall_candidates(text, text[], text[], timestamp
   double precision, text[], text, uuid[], double precision[], integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._recall_candidates(text, text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer) TO fabric_owner;
+-- ---------------------------------------------------------------------------------------
+-- fabric._recall_ranked_ids: a ranked list of candidate ids (vector, kept lexical or graph
+-- candidates) re-checked against every rule exactly as fabric._recall_candidates re-checks
+-- them by id, in its order (best score first, then confidence, recency and id), the first
+-- p_limit only, as narrow rows: ids and ranks, no record built. The fusion ranks these and
+-- reads only its winners whole, through fabric._recall_candidates, which checks them again
+-- in the same statement.
+CREATE OR REPLACE FUNCTION fabric._recall_ranked_ids(
+  p_tenant_id text, p_scope_keys text[], p_tiers text[], p_valid_at timestamptz,
+  p_min_confidence double precision, p_excluded_labels text[], p_candidate_ids uuid[],
+  p_candidate_scores double precision[], p_limit integer)
+RETURNS TABLE (memory_id uuid, ord bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_scores jsonb;
+  v_set text;
+BEGIN
+  IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL OR p_candidate_ids IS NULL
+     OR pg_catalog.cardinality(p_tiers) = 0 OR pg_catalog.cardinality(p_scope_keys) = 0 THEN
+    RETURN;                                   -- an unresolved scope matches nothing
+  END IF;
+  -- a generic plan, as fabric._recall_candidates' by-ids statement (on Citus a custom one)
+  v_set := pg_catalog.set_config('plan_cache_mode',
+      CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
+           THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
+  v_scores := (SELECT pg_catalog.jsonb_object_agg(u.id, u.score)
+                 FROM (SELECT u.id, pg_catalog.max(u.score) AS score
+                         FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
+                        GROUP BY u.id) u);
+  RETURN QUERY
+    SELECT w.memory_id, pg_catalog.row_number() OVER (
+             ORDER BY w.score DESC NULLS LAST, w.confidence DESC, w.valid_from DESC,
+                      w.recorded_at DESC, w.memory_id)
+      FROM (SELECT m.memory_id, (v_scores ->> m.memory_id::text)::double precision AS score,
+                   m.confidence, m.valid_from, m.recorded_at
+              FROM fabric.memory_records m
+             WHERE m.tenant_id = p_tenant_id
+               AND m.memory_id = ANY (p_candidate_ids)
+               AND m.scope_key = ANY (p_scope_keys)
+               AND m.tier = ANY (p_tiers)
+               AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+               AND m.content IS NOT NULL
+               AND m.valid_from <= p_valid_at
+               AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
+               AND m.confidence >= p_min_confidence
+               AND NOT (m.compliance_labels && p_excluded_labels)
+             ORDER BY 2 DESC NULLS LAST, m.confidence DESC, m.valid_from DESC,
+                      m.recorded_at DESC, m.memory_id
+             LIMIT p_limit) w
+     ORDER BY 2;
+END $$;
+REVOKE ALL ON FUNCTION fabric._recall_ranked_ids(text, text[], text[], timestamptz,
+  double precision, text[], uuid[], double precision[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._recall_ranked_ids(text, text[], text[], timestamptz,
+  double precision, text[], uuid[], double precision[], integer) TO fabric_owner;
 SET LOCAL ROLE fabric_owner;
 GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_settings,
   fabric.search_stats TO fabric_retriever;
@@ -824,53 +881,65 @@ DECLARE
   v_depth integer := GREATEST(p_depth, fabric._fusion_depth(p_limit));
 BEGIN
   -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
+  -- The lists are ranked as narrow rows (ids and ranks, every id re-checked against every
+  -- rule); only the p_limit winners are read whole, by fabric._recall_candidates (which
+  -- checks them once more, in the same statement and snapshot), in the fused order.
   RETURN QUERY
   WITH vec AS (
-    SELECT a.memory_id, a.record, a.ord
-      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_vector_tiers, p_valid_at,
-             p_min_confidence, p_excluded_labels, NULL, p_candidate_ids, p_candidate_scores,
-             v_depth) WITH ORDINALITY AS a(memory_id, score, record, ord)
+    SELECT a.memory_id, a.ord
+      FROM fabric._recall_ranked_ids(p_tenant_id, p_scope_keys, p_vector_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_candidate_ids, p_candidate_scores,
+             v_depth) AS a
      WHERE p_candidate_ids IS NOT NULL),
   lex AS (  -- none in semantic recall of vector tiers only: not even the statistics read
-    SELECT b.memory_id, b.record, b.ord
+    SELECT b.memory_id, b.ord
       FROM fabric._fused_lexical(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
              p_min_confidence, p_excluded_labels, p_query, v_depth) AS b
      WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0
        AND p_lexical_ids IS NULL
     UNION ALL  -- the list the resolution computed (fabric._lexical_unstash): each id
-    SELECT b.memory_id, b.record, b.ord  -- re-checked against every rule, in its order
-      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
-             p_min_confidence, p_excluded_labels, NULL, p_lexical_ids, p_lexical_ranks,
-             v_depth) WITH ORDINALITY AS b(memory_id, score, record, ord)
+    SELECT b.memory_id, b.ord  -- re-checked against every rule, in its order
+      FROM fabric._recall_ranked_ids(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_lexical_ids, p_lexical_ranks,
+             v_depth) AS b
      WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0
        AND p_lexical_ids IS NOT NULL),
   gra AS (  -- the graph walk's candidates (expand), re-checked like the vector ones
-    SELECT g.memory_id, g.record, g.ord
-      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_graph_tiers, p_valid_at,
-             p_min_confidence, p_excluded_labels, NULL, p_graph_ids, p_graph_scores,
-             v_depth) WITH ORDINALITY AS g(memory_id, score, record, ord)
+    SELECT g.memory_id, g.ord
+      FROM fabric._recall_ranked_ids(p_tenant_id, p_scope_keys, p_graph_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_graph_ids, p_graph_scores, v_depth) AS g
      WHERE p_graph_ids IS NOT NULL),
   fused AS (
     SELECT coalesce(v.memory_id, l.memory_id, g.memory_id) AS memory_id,
-           coalesce(v.record, l.record, g.record) AS record,
            v.ord AS vector_rank, l.ord AS lexical_rank, g.ord AS graph_rank,
            coalesce(1.0 / (60 + v.ord), 0) + coalesce(1.0 / (60 + l.ord), 0)
              + coalesce(1.0 / (60 + g.ord), 0) AS rrf
       FROM vec v FULL JOIN lex l ON l.memory_id = v.memory_id
       FULL JOIN gra g ON g.memory_id = coalesce(v.memory_id, l.memory_id)),
-  ranked AS (
-    SELECT f.*, pg_catalog.row_number() OVER (
-             ORDER BY f.rrf DESC, (f.record ->> 'confidence')::double precision DESC,
-                      f.record #>> '{validity_interval,valid_from}' DESC, f.memory_id) AS rank
-      FROM fused f)
-  SELECT coalesce(pg_catalog.jsonb_agg(
-           r.record || pg_catalog.jsonb_build_object(
-             'score', pg_catalog.round((r.rrf / p_best)::numeric, 6),
+  total AS (SELECT pg_catalog.count(*) AS n FROM fused),
+  -- the winners: the p_limit best fused scores (ties broken as every recall breaks them,
+  -- by fabric._recall_candidates below), read whole in that order
+  top AS (
+    SELECT f.* FROM fused f
+     ORDER BY f.rrf DESC
+     FETCH FIRST p_limit ROWS WITH TIES),
+  won AS (
+    SELECT w.memory_id, w.record, w.ord
+      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys,
+             ARRAY(SELECT DISTINCT x FROM pg_catalog.unnest(p_vector_tiers || p_lexical_tiers
+                                            || coalesce(p_graph_tiers, '{}')) x),
+             p_valid_at, p_min_confidence, p_excluded_labels, NULL,
+             ARRAY(SELECT t.memory_id FROM top t),
+             ARRAY(SELECT t.rrf::double precision FROM top t), p_limit)
+             WITH ORDINALITY AS w(memory_id, score, record, ord))
+  SELECT coalesce((SELECT pg_catalog.jsonb_agg(
+           w.record || pg_catalog.jsonb_build_object(
+             'score', pg_catalog.round((t.rrf / p_best)::numeric, 6),
              'retrieval', pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
-               'lexical', r.lexical_rank, 'vector', r.vector_rank, 'graph', r.graph_rank)))
-           ORDER BY r.rank) FILTER (WHERE r.rank <= p_limit), '[]'::jsonb),
-         pg_catalog.count(*)
-    FROM ranked r;
+               'lexical', t.lexical_rank, 'vector', t.vector_rank, 'graph', t.graph_rank)))
+           ORDER BY w.ord)
+           FROM won w JOIN top t ON t.memory_id = w.memory_id), '[]'::jsonb),
+         (SELECT x.n FROM total x);
 END $$;
 REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer, double precision,
