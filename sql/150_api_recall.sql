@@ -839,11 +839,12 @@ BEGIN
       FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_tiers, p_valid_at,
              p_min_confidence, p_excluded_labels, p_query, NULL, NULL,
              fabric._fusion_depth(p_limit)) WITH ORDINALITY AS l(memory_id, score, record, ord)
-     WHERE NOT coalesce(pg_catalog.jsonb_typeof(l.record #> '{content,speaker}') = 'string'
-                        AND (l.record ->> 'tier') = ANY (fabric._vector_tiers())
-                        AND NOT pg_catalog.jsonb_to_tsvector(v_config,
-                              (l.record -> 'content') - 'speaker', '["string"]') @@ v_words,
-                        false)
+     -- (CASE, not AND: the words are read only for a record with a speaker, of a vector tier)
+     WHERE CASE WHEN pg_catalog.jsonb_typeof(l.record #> '{content,speaker}') = 'string'
+                     AND (l.record ->> 'tier') = ANY (fabric._vector_tiers())
+                THEN coalesce(pg_catalog.jsonb_to_tsvector(v_config,
+                       (l.record -> 'content') - 'speaker', '["string"]') @@ v_words, false)
+                ELSE true END
      ORDER BY l.ord;
 END $$;
 REVOKE ALL ON FUNCTION fabric._fused_lexical(text, text[], text[], timestamptz,
