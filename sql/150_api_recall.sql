@@ -732,6 +732,8 @@ GRANT EXECUTE ON FUNCTION fabric._recall_candidates(text, text[], text[], timest
 -- p_limit only, as narrow rows: ids and ranks, no record built. The fusion ranks these and
 -- reads only its winners whole, through fabric._recall_candidates, which checks them again
 -- in the same statement.
+-- Owned by fabric_retriever, as fabric._recall_candidates (BYPASSRLS: every rule is a
+-- predicate of its query).
 CREATE OR REPLACE FUNCTION fabric._recall_ranked_ids(
   p_tenant_id text, p_scope_keys text[], p_tiers text[], p_valid_at timestamptz,
   p_min_confidence double precision, p_excluded_labels text[], p_candidate_ids uuid[],
