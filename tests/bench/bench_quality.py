@@ -13,7 +13,9 @@ Edge (a temp dir) by the product's Projector, then every question is asked throu
 question). The baselines rank the same texts within the question's conversation, as recall
 does within the subject: Okapi BM25 (k1 1.2, b 0.75, English stop words, no stemming) over
 every string value, as the database's search text holds them, and exact cosine over the
-same MiniLM vectors of what the projector embeds (text_of). `text` and `hybrid` are asked a
+same MiniLM vectors of what the projector embeds (text_of); their fusions include the shape of
+governed hybrid's (RRF of each list's top 50, the BM25 list without the turns that match the
+question only by their speaker's name). `text` and `hybrid` are asked a
 second time with the deployment's lexical candidate bounds off (recall_lexical_top and
 recall_lexical_bound 0), in the same rotation, so quality with and without the bounds is
 printed side by side with the number of answers that differ; --lexical-top sets the bound
