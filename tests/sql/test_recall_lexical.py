@@ -508,7 +508,8 @@ def test_fused_lists_fifty_deep_still_return_only_readable_records_within_the_li
 ) -> None:
     """Each list is taken 50 deep before the fusion cuts the answer to its limit: a deeper
     list widens nothing. Vector candidates of another subject and of a visibility the run
-    did not ask for, ranked anywhere in the 50, are never returned; the answer holds at most
+    did not ask for, or below the request's confidence, ranked anywhere in the 50 (and found
+    by the lexical list too), are never returned; the answer holds at most
     `limit` records, says it was truncated, and its one audit event names exactly them."""
     run = fabric.open_run()
     mine = [fabric.form(run, f"invoice {n} paid in EUR") for n in range(30)]
@@ -522,7 +523,8 @@ def test_fused_lists_fifty_deep_still_return_only_readable_records_within_the_li
         fabric.form(run, f"invoice {n} EUR", scope={"tenant_id": "acme", "visibility": "agent"})
         for n in range(10)
     ]
-    foreign = [*theirs, *private]
+    doubtful = [fabric.form(run, f"invoice {n} EUR maybe", confidence=0.3) for n in range(5)]
+    foreign = [*theirs, *private, *doubtful]  # the last below the request's min_confidence
     candidates = [
         {"memory_id": m, "score": 1 - i / 100}
         for i, m in enumerate(
@@ -531,7 +533,8 @@ def test_fused_lists_fifty_deep_still_return_only_readable_records_within_the_li
     ]
     request = {"run_id": str(fabric.open_run()), "tiers": ["episodic"], "mode": "hybrid",
                "query": "invoice EUR", "limit": 7, "candidates": candidates,
-               "scope": {"visibility": ["subject"]}}  # fmt: skip
+               "scope": {"visibility": ["subject"]},
+               "filters": {"min_confidence": 0.5}}  # fmt: skip
     before = fabric.counts()
     events = recall_events(fabric)
     answer = fabric.recall("mf_agent_a", request)
