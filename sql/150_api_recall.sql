@@ -741,6 +741,65 @@ REVOKE ALL ON FUNCTION fabric._recall_candidates(text, text[], text[], timestamp
   double precision, text[], text, uuid[], double precision[], integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._recall_candidates(text, text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer) TO fabric_owner;
+-- ---------------------------------------------------------------------------------------
+-- fabric._recall_ranked_ids: a ranked list of candidate ids (vector, kept lexical or graph
+-- candidates) re-checked against every rule exactly as fabric._recall_candidates re-checks
+-- them by id, in its order (best score first, then confidence, recency and id), the first
+-- p_limit only, as narrow rows: ids and ranks, no record built. The fusion ranks these and
+-- reads only its winners whole, through fabric._recall_candidates, which checks them again
+-- in the same statement.
+-- Owned by fabric_retriever, as fabric._recall_candidates (BYPASSRLS: every rule is a
+-- predicate of its query).
+CREATE OR REPLACE FUNCTION fabric._recall_ranked_ids(
+  p_tenant_id text, p_scope_keys text[], p_tiers text[], p_valid_at timestamptz,
+  p_min_confidence double precision, p_excluded_labels text[], p_candidate_ids uuid[],
+  p_candidate_scores double precision[], p_limit integer)
+RETURNS TABLE (memory_id uuid, ord bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_scores jsonb;
+  v_set text;
+BEGIN
+  IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL OR p_candidate_ids IS NULL
+     OR pg_catalog.cardinality(p_tiers) = 0 OR pg_catalog.cardinality(p_scope_keys) = 0 THEN
+    RETURN;                                   -- an unresolved scope matches nothing
+  END IF;
+  -- a generic plan, as fabric._recall_candidates' by-ids statement (on Citus a custom one)
+  v_set := pg_catalog.set_config('plan_cache_mode',
+      CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
+           THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
+  v_scores := (SELECT pg_catalog.jsonb_object_agg(u.id, u.score)
+                 FROM (SELECT u.id, pg_catalog.max(u.score) AS score
+                         FROM unnest(p_candidate_ids, p_candidate_scores) AS u(id, score)  -- ROWS FROM form
+                        GROUP BY u.id) u);
+  RETURN QUERY
+    SELECT w.memory_id, pg_catalog.row_number() OVER (
+             ORDER BY w.score DESC NULLS LAST, w.confidence DESC, w.valid_from DESC,
+                      w.recorded_at DESC, w.memory_id)
+      FROM (SELECT m.memory_id, (v_scores ->> m.memory_id::text)::double precision AS score,
+                   m.confidence, m.valid_from, m.recorded_at
+              FROM fabric.memory_records m
+             WHERE m.tenant_id = p_tenant_id
+               AND m.memory_id = ANY (p_candidate_ids)
+               AND m.scope_key = ANY (p_scope_keys)
+               AND m.tier = ANY (p_tiers)
+               AND m.consolidation_state IN ('raw', 'consolidated', 'reflected')
+               AND m.content IS NOT NULL
+               AND m.valid_from <= p_valid_at
+               AND (m.valid_until IS NULL OR m.valid_until > p_valid_at)
+               AND m.confidence >= p_min_confidence
+               AND NOT (m.compliance_labels && p_excluded_labels)
+             ORDER BY 2 DESC NULLS LAST, m.confidence DESC, m.valid_from DESC,
+                      m.recorded_at DESC, m.memory_id
+             LIMIT p_limit) w
+     ORDER BY 2;
+END $$;
+REVOKE ALL ON FUNCTION fabric._recall_ranked_ids(text, text[], text[], timestamptz,
+  double precision, text[], uuid[], double precision[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._recall_ranked_ids(text, text[], text[], timestamptz,
+  double precision, text[], uuid[], double precision[], integer) TO fabric_owner;
 SET LOCAL ROLE fabric_owner;
 GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_settings,
   fabric.search_stats TO fabric_retriever;
@@ -753,12 +812,72 @@ GRANT EXECUTE ON FUNCTION fabric._record_json(fabric.memory_records),
 REVOKE EXECUTE ON FUNCTION fabric._search_length(tsvector) FROM fabric_retriever;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._recall_fused: the answer's records from up to two ranked lists, fused by
+-- fabric._fusion_depth: how deep each ranked list is taken before the fusion cuts the
+-- answer to its limit: 50 (what the broker returns at limit 10), or the limit when larger.
+-- Fusing each list's top 50 rather than its top 10 measured better once the lexical list
+-- stopped voting for records that match the question only by their speaker's name
+-- (fabric._fused_lexical; make bench-quality, docs/benchmarks.md).
+CREATE OR REPLACE FUNCTION fabric._fusion_depth(p_limit integer)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN GREATEST(p_limit, 50);
+END $$;
+REVOKE ALL ON FUNCTION fabric._fusion_depth(integer) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._fused_lexical: the lexical list a fusion takes (hybrid recall's, and semantic
+-- recall's for the tiers without a vector collection): lexical retrieval's top
+-- fabric._fusion_depth(p_limit), less the records of a vector tier whose content names a
+-- `speaker` and that hold none of the query's lexemes outside that name. Such a record's
+-- vector is its transcript line, name included (memfabric.embedding.text_of), so the vector
+-- list already counts the name; a lexical vote for the name alone counted it twice, and
+-- put a named person's every short reply ("Right?!") at the top of the fused list, above
+-- what answers the question. The record stays a candidate of the vector list, and text
+-- recall is not changed. Every record comes from fabric._recall_candidates, under every
+-- rule; this only leaves some out. ord is the rank in what is left.
+CREATE OR REPLACE FUNCTION fabric._fused_lexical(
+  p_tenant_id text, p_scope_keys text[], p_tiers text[], p_valid_at timestamptz,
+  p_min_confidence double precision, p_excluded_labels text[], p_query text,
+  p_limit integer)
+RETURNS TABLE (memory_id uuid, record jsonb, ord bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_config regconfig := fabric._text_search_config();
+  -- the query's lexemes, as lexical retrieval reads them (any of them)
+  v_words tsquery := fabric._any_term_query(pg_catalog.tsvector_to_array(
+                       pg_catalog.to_tsvector(v_config, p_query)));
+BEGIN
+  RETURN QUERY
+    SELECT l.memory_id, l.record, pg_catalog.row_number() OVER (ORDER BY l.ord)
+      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_query, NULL, NULL,
+             fabric._fusion_depth(p_limit)) WITH ORDINALITY AS l(memory_id, score, record, ord)
+     -- (CASE, not AND: the words are read only for a record with a speaker, of a vector tier)
+     WHERE CASE WHEN pg_catalog.jsonb_typeof(l.record #> '{content,speaker}') = 'string'
+                     AND (l.record ->> 'tier') = ANY (fabric._vector_tiers())
+                THEN coalesce(pg_catalog.jsonb_to_tsvector(v_config,
+                       (l.record -> 'content') - 'speaker', '["string"]') @@ v_words, false)
+                ELSE true END
+     ORDER BY l.ord;
+END $$;
+REVOKE ALL ON FUNCTION fabric._fused_lexical(text, text[], text[], timestamptz,
+  double precision, text[], text, integer) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._recall_fused: the answer's records from up to three ranked lists, fused by
 -- reciprocal rank fusion (k = 60) over their union: the vector candidates re-checked
--- against every rule (vector tiers) and lexical retrieval (lexical tiers). Each record
--- says where each retriever ranked it; its score is the fused score divided by the best
--- score a record could reach in this mode (1 for the top of a single list), never a raw
--- statistic. `found` is how many records the union held (more than p_limit: truncated).
+-- against every rule (vector tiers), lexical retrieval (lexical tiers:
+-- fabric._fused_lexical, or the list the resolution kept) and the graph walk's candidates
+-- re-checked like the vector ones. Each list is taken to fabric._fusion_depth(p_limit)
+-- (p_depth at least) before the union is cut to p_limit. Each record says where each
+-- retriever ranked it; its score is the fused score divided by the best score a record
+-- could reach in this mode (1 for the top of a single list), never a raw statistic.
+-- `found` is how many records the union held (more than p_limit: truncated).
 DROP FUNCTION IF EXISTS fabric._recall_fused(text, text[], text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer, double precision,
   integer);
@@ -777,56 +896,69 @@ RETURNS TABLE (records jsonb, found bigint)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_depth integer := GREATEST(p_depth, fabric._fusion_depth(p_limit));
 BEGIN
   -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
+  -- The lists are ranked as narrow rows (ids and ranks, every id re-checked against every
+  -- rule); only the p_limit winners are read whole, by fabric._recall_candidates (which
+  -- checks them once more, in the same statement and snapshot), in the fused order.
   RETURN QUERY
   WITH vec AS (
-    SELECT a.memory_id, a.record, a.ord
-      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_vector_tiers, p_valid_at,
-             p_min_confidence, p_excluded_labels, NULL, p_candidate_ids, p_candidate_scores,
-             p_depth) WITH ORDINALITY AS a(memory_id, score, record, ord)
+    SELECT a.memory_id, a.ord
+      FROM fabric._recall_ranked_ids(p_tenant_id, p_scope_keys, p_vector_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_candidate_ids, p_candidate_scores,
+             v_depth) AS a
      WHERE p_candidate_ids IS NOT NULL),
   lex AS (  -- none in semantic recall of vector tiers only: not even the statistics read
-    SELECT b.memory_id, b.record, b.ord
-      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
-             p_min_confidence, p_excluded_labels, p_query, NULL, NULL, p_depth)
-             WITH ORDINALITY AS b(memory_id, score, record, ord)
+    SELECT b.memory_id, b.ord
+      FROM fabric._fused_lexical(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_query, v_depth) AS b
      WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0
        AND p_lexical_ids IS NULL
     UNION ALL  -- the list the resolution computed (fabric._lexical_unstash): each id
-    SELECT b.memory_id, b.record, b.ord  -- re-checked against every rule, in its order
-      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
-             p_min_confidence, p_excluded_labels, NULL, p_lexical_ids, p_lexical_ranks,
-             p_depth) WITH ORDINALITY AS b(memory_id, score, record, ord)
+    SELECT b.memory_id, b.ord  -- re-checked against every rule, in its order
+      FROM fabric._recall_ranked_ids(p_tenant_id, p_scope_keys, p_lexical_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_lexical_ids, p_lexical_ranks,
+             v_depth) AS b
      WHERE p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0
        AND p_lexical_ids IS NOT NULL),
   gra AS (  -- the graph walk's candidates (expand), re-checked like the vector ones
-    SELECT g.memory_id, g.record, g.ord
-      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys, p_graph_tiers, p_valid_at,
-             p_min_confidence, p_excluded_labels, NULL, p_graph_ids, p_graph_scores,
-             p_depth) WITH ORDINALITY AS g(memory_id, score, record, ord)
+    SELECT g.memory_id, g.ord
+      FROM fabric._recall_ranked_ids(p_tenant_id, p_scope_keys, p_graph_tiers, p_valid_at,
+             p_min_confidence, p_excluded_labels, p_graph_ids, p_graph_scores, v_depth) AS g
      WHERE p_graph_ids IS NOT NULL),
   fused AS (
     SELECT coalesce(v.memory_id, l.memory_id, g.memory_id) AS memory_id,
-           coalesce(v.record, l.record, g.record) AS record,
            v.ord AS vector_rank, l.ord AS lexical_rank, g.ord AS graph_rank,
            coalesce(1.0 / (60 + v.ord), 0) + coalesce(1.0 / (60 + l.ord), 0)
              + coalesce(1.0 / (60 + g.ord), 0) AS rrf
       FROM vec v FULL JOIN lex l ON l.memory_id = v.memory_id
       FULL JOIN gra g ON g.memory_id = coalesce(v.memory_id, l.memory_id)),
-  ranked AS (
-    SELECT f.*, pg_catalog.row_number() OVER (
-             ORDER BY f.rrf DESC, (f.record ->> 'confidence')::double precision DESC,
-                      f.record #>> '{validity_interval,valid_from}' DESC, f.memory_id) AS rank
-      FROM fused f)
-  SELECT coalesce(pg_catalog.jsonb_agg(
-           r.record || pg_catalog.jsonb_build_object(
-             'score', pg_catalog.round((r.rrf / p_best)::numeric, 6),
+  total AS (SELECT pg_catalog.count(*) AS n FROM fused),
+  -- the winners: the p_limit best fused scores (ties broken as every recall breaks them,
+  -- by fabric._recall_candidates below), read whole in that order
+  top AS (
+    SELECT f.* FROM fused f
+     ORDER BY f.rrf DESC
+     FETCH FIRST p_limit ROWS WITH TIES),
+  won AS (
+    SELECT w.memory_id, w.record, w.ord
+      FROM fabric._recall_candidates(p_tenant_id, p_scope_keys,
+             ARRAY(SELECT DISTINCT x FROM pg_catalog.unnest(p_vector_tiers || p_lexical_tiers
+                                            || coalesce(p_graph_tiers, '{}')) x),
+             p_valid_at, p_min_confidence, p_excluded_labels, NULL,
+             ARRAY(SELECT t.memory_id FROM top t),
+             ARRAY(SELECT t.rrf::double precision FROM top t), p_limit)
+             WITH ORDINALITY AS w(memory_id, score, record, ord))
+  SELECT coalesce((SELECT pg_catalog.jsonb_agg(
+           w.record || pg_catalog.jsonb_build_object(
+             'score', pg_catalog.round((t.rrf / p_best)::numeric, 6),
              'retrieval', pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
-               'lexical', r.lexical_rank, 'vector', r.vector_rank, 'graph', r.graph_rank)))
-           ORDER BY r.rank) FILTER (WHERE r.rank <= p_limit), '[]'::jsonb),
-         pg_catalog.count(*)
-    FROM ranked r;
+               'lexical', t.lexical_rank, 'vector', t.vector_rank, 'graph', t.graph_rank)))
+           ORDER BY w.ord)
+           FROM won w JOIN top t ON t.memory_id = w.memory_id), '[]'::jsonb),
+         (SELECT x.n FROM total x);
 END $$;
 REVOKE ALL ON FUNCTION fabric._recall_fused(text, text[], text[], text[], timestamptz,
   double precision, text[], text, uuid[], double precision[], integer, double precision,
@@ -1453,15 +1585,15 @@ BEGIN
   IF v_mode <> 'text' AND NOT p_request ? 'candidates' AND NOT p_request ? 'graph_candidates' THEN
     -- Hybrid recall's lexical list needs only the resolved scope and the query: it is
     -- computed now, while the client embeds the query, exactly as the second call would
-    -- (same function, tiers and depth), and kept in the session for that call
-    -- (fabric._lexical_stash); nothing of it is answered.
+    -- (same function, tiers and depth: fabric._fused_lexical), and kept in the session for
+    -- that call (fabric._lexical_stash); nothing of it is answered.
     IF v_mode = 'hybrid' AND v_query IS NOT NULL
        AND pg_catalog.cardinality(v_lexical_tiers) > 0 THEN
       PERFORM fabric._lexical_stash(p_request,
         ARRAY(SELECT r.memory_id
-                FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_lexical_tiers,
-                       v_valid_at, v_min_conf, v_excluded, v_query, NULL, NULL,
-                       GREATEST(v_limit, 10)) WITH ORDINALITY AS r(memory_id, score, record, ord)
+                FROM fabric._fused_lexical(v_run.tenant_id, v_keys, v_lexical_tiers,
+                       v_valid_at, v_min_conf, v_excluded, v_query,
+                       GREATEST(v_limit, 10)) AS r
                ORDER BY r.ord));
     END IF;
     RETURN pg_catalog.jsonb_build_object('correlation_id', p_request -> 'correlation_id',
@@ -1590,10 +1722,9 @@ BEGIN
            WITH ORDINALITY AS r(memory_id, score, record, ord);
   ELSE
     -- Vector candidates (semantic or hybrid): reciprocal rank fusion over the union of the
-    -- vector and lexical lists, in one statement (one snapshot). Fused lists are cut where
-    -- each retriever alone would stop (the limit, at least 10): deeper lists let records
-    -- both retrievers rank mediocre outrank what one of them ranks first (measured by
-    -- make bench-quality).
+    -- vector and lexical lists, in one statement (one snapshot). Each list is taken to
+    -- fabric._fusion_depth (50 at limit 10) before the union is cut to the limit
+    -- (measured by make bench-quality).
     SELECT f.records, f.found INTO v_records, v_count
       FROM fabric._recall_fused(v_run.tenant_id, v_keys, v_vector_tiers, v_lexical_tiers,
              v_valid_at, v_min_conf, v_excluded, v_query, v_ids, v_scores,

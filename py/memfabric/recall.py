@@ -50,8 +50,9 @@ from memfabric.tracing import client_span
 
 Json = dict[str, Any]
 CANDIDATE_FACTOR = 4  # vector candidates fetched per record asked for
-# and never fewer: the database re-checks them all and fuses the first `limit` (at least
-# 10) that pass, so the rest stand in for records that changed since they were projected
+# and never fewer: the database re-checks them all and fuses the first 50 (or `limit`, when
+# larger: fabric._fusion_depth) that pass; the rest stand in for records that changed since
+# they were projected
 MIN_CANDIDATES = 50
 # Query embeddings started before the scope is resolved (one at a time per recall; the
 # model itself runs its own threads and releases the interpreter while it computes).

@@ -13,7 +13,9 @@ Edge (a temp dir) by the product's Projector, then every question is asked throu
 question). The baselines rank the same texts within the question's conversation, as recall
 does within the subject: Okapi BM25 (k1 1.2, b 0.75, English stop words, no stemming) over
 every string value, as the database's search text holds them, and exact cosine over the
-same MiniLM vectors of what the projector embeds (text_of). `text` and `hybrid` are asked a
+same MiniLM vectors of what the projector embeds (text_of); their fusions include the shape of
+governed hybrid's (RRF of each list's top 50, the BM25 list without the turns that match the
+question only by their speaker's name). `text` and `hybrid` are asked a
 second time with the deployment's lexical candidate bounds off (recall_lexical_top and
 recall_lexical_bound 0), in the same rotation, so quality with and without the bounds is
 printed side by side with the number of answers that differ; --lexical-top sets the bound
@@ -36,6 +38,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,7 @@ from quality.metrics import (
     recall_at,
     reciprocal_rank,
     rrf,
+    tokens,
     with_neighbours,
 )
 
@@ -93,6 +97,11 @@ RRF_DEPTHS = (10, 40)
 WEIGHTED = {
     f"RRF(BM25 x{w:g}, dense x{2 - w:g}) of top 10": (w, 2 - w) for w in (0.94, 0.97, 1.03, 1.06)
 }
+# Governed hybrid's fusion since 0.13: RRF (k 60) of each list's top 50, the lexical list
+# without the turns that match the question only by their speaker's name (their vector
+# holds the name already: fabric._fused_lexical)
+FUSED_DEPTH = 50
+FUSED = f"RRF(BM25 less the name alone, dense) of top {FUSED_DEPTH}"
 # the fused top 10 with the same-session neighbours of its first NEIGHBOUR_TOP
 NEIGHBOUR_TOP = 3
 NEIGHBOURS = f"RRF of top 10 + same-session neighbours of the first {NEIGHBOUR_TOP}"
@@ -208,7 +217,7 @@ def baselines(
     more embedders ranked the same way (dense and RRF rows of their own) beside MiniLM."""
     fused = {d: f"RRF(BM25, dense) of top {d}" for d in RRF_DEPTHS}
     out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, **{f: {} for f in fused.values()}}
-    out |= {name: {} for name in (*WEIGHTED, NEIGHBOURS)}
+    out |= {name: {} for name in (FUSED, *WEIGHTED, NEIGHBOURS)}
     for name in also or {}:
         out |= {f"dense ({name})": {}}
         out |= {f"RRF(BM25, dense ({name})) of top {d}": {} for d in RRF_DEPTHS}
@@ -231,13 +240,17 @@ def baselines(
         known.update(zip(texts, emb.embed(texts), strict=True))
         EMBED_RATE["minilm"] = EMBED_RATE.get("minilm", 0.0) + time.perf_counter() - t
         bm25 = BM25([words(t) for t in c.turns])
+        # each turn's words but its speaker's name (a turn without a speaker: all its words)
+        said = {t.turn_id: set(tokens(words(t) if not t.speaker else
+                                      words(replace(t, speaker="")))) for t in c.turns}  # fmt: skip
         vectors = np.asarray([known[t] for t in texts], dtype=np.float32)
         qs = by_conv[c.conversation_id]
         for q, qv in zip(qs, queries(emb, [q.text for q in qs], "minilm"), strict=True):
             t0 = time.perf_counter()
-            lexical = [ids[i] for i in bm25.rank(q.text, max(RRF_DEPTHS))]
+            deep = [ids[i] for i in bm25.rank(q.text, max(*RRF_DEPTHS, FUSED_DEPTH))]
+            lexical = deep[: max(RRF_DEPTHS)]
             t1 = time.perf_counter()
-            dense = [ids[i] for i in dense_rank(vectors, qv, max(RRF_DEPTHS))]
+            dense = [ids[i] for i in dense_rank(vectors, qv, max(*RRF_DEPTHS, FUSED_DEPTH))]
             t2 = time.perf_counter()
             took["BM25"].append(t1 - t0)
             took["dense"].append(t2 - t1)
@@ -246,6 +259,11 @@ def baselines(
                 t3 = time.perf_counter()
                 out[name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
                 took[name].append(t2 - t0 + time.perf_counter() - t3)
+            t3 = time.perf_counter()
+            words_asked = set(tokens(q.text))
+            worded = [d for d in deep if said[d] & words_asked]
+            out[FUSED][q.question_id] = rrf([worded[:FUSED_DEPTH], dense[:FUSED_DEPTH]], K)
+            took[FUSED].append(t2 - t0 + time.perf_counter() - t3)
             for name, weights in WEIGHTED.items():
                 t3 = time.perf_counter()
                 out[name][q.question_id] = rrf([lexical[:K], dense[:K]], K, weights=weights)

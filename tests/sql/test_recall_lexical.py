@@ -480,6 +480,72 @@ def test_hybrid_fuses_the_union_and_says_which_retriever_found_what(fabric: Fabr
     assert all(0 < r["score"] <= 1 for r in answer["records"])
 
 
+def test_the_fused_lexical_list_does_not_vote_for_a_speakers_name_alone(fabric: Fabric) -> None:
+    """A turn's vector is its transcript line, its speaker's name included, so in hybrid
+    recall the lexical list leaves out a turn that matches the question only by that name:
+    the vector list alone may still bring it. A match in the words counts, whoever spoke;
+    text recall is unchanged."""
+    run = fabric.open_run()
+
+    def turn(speaker: str, text: str) -> str:
+        return fabric.form(run, content={"speaker": speaker, "text": text})
+
+    reply = turn("Hannah", "Right?!")  # matches 'hannah' in its speaker alone
+    moved = turn("Hannah", "The movers came, I live in Lisbon now.")  # 'hannah' and 'live'
+    told = turn("Tom", "Hannah said she loves her new place.")  # 'hannah' in the words
+    question = "Where does Hannah live?"
+    hybrid = ask(fabric, question, mode="hybrid", candidates=[])
+    lexical = {r["memory_id"]: r["retrieval"].get("lexical") for r in hybrid["records"]}
+    assert set(lexical) == {moved, told} and lexical[moved] == 1
+    voted = ask(fabric, question, mode="hybrid", candidates=[{"memory_id": reply, "score": 0.9}])
+    found = {r["memory_id"]: r["retrieval"] for r in voted["records"]}
+    assert found[reply] == {"vector": 1}  # found by its vector, not by its name
+    assert set(ids(ask(fabric, question))) == {reply, moved, told}  # text recall: the name counts
+
+
+def test_fused_lists_fifty_deep_still_return_only_readable_records_within_the_limit(
+    fabric: Fabric,
+) -> None:
+    """Each list is taken 50 deep before the fusion cuts the answer to its limit: a deeper
+    list widens nothing. Vector candidates of another subject and of a visibility the run
+    did not ask for, or below the request's confidence, ranked anywhere in the 50 (and found
+    by the lexical list too), are never returned; the answer holds at most
+    `limit` records, says it was truncated, and its one audit event names exactly them."""
+    run = fabric.open_run()
+    mine = [fabric.form(run, f"invoice {n} paid in EUR") for n in range(30)]
+    other = fabric.open_run(subject="user-0001", session="sess-other")
+    theirs = [
+        str(fabric.commit(fabric.propose("mf_agent_a", episode(f"invoice {n} in EUR"), other)[
+            "proposal_id"])["memory_id"])
+        for n in range(10)
+    ]  # fmt: skip
+    private = [
+        fabric.form(run, f"invoice {n} EUR", scope={"tenant_id": "acme", "visibility": "agent"})
+        for n in range(10)
+    ]
+    doubtful = [fabric.form(run, f"invoice {n} EUR maybe", confidence=0.3) for n in range(5)]
+    foreign = [*theirs, *private, *doubtful]  # the last below the request's min_confidence
+    candidates = [
+        {"memory_id": m, "score": 1 - i / 100}
+        for i, m in enumerate(
+            [x for pair in zip(foreign, mine, strict=False) for x in pair] + mine[len(foreign) :]
+        )
+    ]
+    request = {"run_id": str(fabric.open_run()), "tiers": ["episodic"], "mode": "hybrid",
+               "query": "invoice EUR", "limit": 7, "candidates": candidates,
+               "scope": {"visibility": ["subject"]},
+               "filters": {"min_confidence": 0.5}}  # fmt: skip
+    before = fabric.counts()
+    events = recall_events(fabric)
+    answer = fabric.recall("mf_agent_a", request)
+    assert answer["status"] == "served" and answer["truncated"] is True
+    assert len(ids(answer)) == 7 and set(ids(answer)) <= set(mine)
+    assert recall_events(fabric) == events + 1  # its audit event, and nothing else written
+    assert fabric.counts() == {**before, "events": before["events"] + 1}
+    (event,) = fabric.events("event_type = 'memory.recall.served'")[-1:]
+    assert event["payload"]["memory_ids"] == ids(answer)
+
+
 def test_no_retriever_returns_a_hit_outside_the_resolved_scope(fabric: Fabric) -> None:
     run = fabric.open_run()
     mine = fabric.form(run, "invoices in EUR")
@@ -695,7 +761,7 @@ def test_hybrids_lexical_list_is_kept_in_the_session_and_every_id_rechecked(
     assert resolved["status"] == "resolved"
     assert not any(r in json.dumps(resolved) for r in [*recs, other])  # no id answered
     (listed,) = kept()
-    assert len(listed) == 10 and set(listed) <= set(recs)
+    assert sorted(listed) == sorted(recs)  # every match: the list goes 50 deep at limit 5
     conn.execute("SET SESSION AUTHORIZATION mf_agent_a")
     try:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
