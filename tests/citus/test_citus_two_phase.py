@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from test_citus_fabric import episode, open_run
 from test_citus_reach import reached
@@ -193,6 +194,61 @@ def test_a_coordinator_commit_refused_after_the_workers_side_keeps_neither(
     assert "memory.record.formed" in state["events"]
 
 
+def test_a_coordinator_killed_after_the_workers_side_keeps_neither(cluster: Cluster) -> None:
+    """The coordinator's backend is terminated inside its commit, after Citus has finished
+    the worker's side: the commit writes a projected event, so it notifies, and a probe
+    holds the coordinator's notify lock (waiting for a standby at its own commit), which a
+    commit takes after Citus's pre-commit step and before the commit record. One-phase, the
+    worker had committed the record; two-phase, its prepared transaction is rolled back (by
+    the dying backend, or by Citus's recovery, which finds no commit record of it)."""
+    tenant = cluster.apart[1]
+    proposal_id = proposal(cluster, tenant, "killed inside the coordinator's commit")
+    info = conninfo_to_dict(cluster.url)
+    coordinator = (str(info["host"]), int(info["port"]))
+    failed: list[BaseException] = []
+    caller = cluster.connect("mf_committer")
+    caller.execute("SET synchronous_commit = local")  # its own commit would not wait anyway
+    row = caller.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    pid = row[0]
+
+    def commit() -> None:
+        try:
+            caller.execute("SELECT fabric_api.commit(%s)", (proposal_id,))
+        except BaseException as exc:  # the terminated connection: expected
+            failed.append(exc)
+
+    def waits_for_the_lock() -> bool:
+        with cluster.connect() as su:
+            row = su.execute(
+                "SELECT wait_event_type || ':' || wait_event FROM pg_stat_activity WHERE pid = %s",
+                (pid,),
+            ).fetchone()
+        return row is not None and row[0] == "Lock:object"
+
+    with commits_held(cluster, coordinator):
+        thread = threading.Thread(target=commit, daemon=True)
+        thread.start()
+        _until(lambda: waits_for_the_lock() or not thread.is_alive(), "the commit to wait")
+        assert thread.is_alive(), failed
+        with cluster.connect() as su:
+            su.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        thread.join(60)
+    assert failed and isinstance(failed[0], psycopg.OperationalError), failed
+    caller.close()
+
+    def gone() -> bool:
+        with cluster.connect() as su:
+            row = su.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
+            return row.fetchone() == (0,)
+
+    _until(gone, "the terminated backend to end")
+    with cluster.connect() as su:
+        su.execute("SELECT recover_prepared_transactions()")
+    state = _state(cluster, proposal_id)
+    assert state == {"status": "validated", "memory_id": None, "records": 0, "events": []}
+
+
 # -- a pending COMMIT PREPARED holds the projection's horizon --------------------------------
 
 
@@ -202,7 +258,8 @@ def commits_held(c: Cluster, node: tuple[str, int]) -> Iterator[None]:
     ends (the node has none: `synchronous_standby_names` names one that never comes). A
     transaction that sets `synchronous_commit = local` passes; Citus's `COMMIT PREPARED`, sent
     on its own outside the transaction, waits. A probe commit proves the wait is in force
-    (the checkpointer applies the setting a moment after the reload)."""
+    (the checkpointer applies the setting a moment after the reload); it notifies, so while
+    it waits no other transaction that notifies can end its commit on the node either."""
     host, port = node
     probes: list[threading.Thread] = []
 
@@ -211,6 +268,9 @@ def commits_held(c: Cluster, node: tuple[str, int]) -> Iterator[None]:
             c.url, host=host, port=port, autocommit=False, application_name=PROBE
         ) as conn:
             conn.execute("SELECT pg_current_xact_id()")
+            # waiting at its commit, the probe holds the lock that serializes the commits
+            # of transactions that notify (on the coordinator: every write of the outbox)
+            conn.execute("NOTIFY memfabric_two_phase_probe")
             conn.commit()
 
     def probe_waits() -> bool:
