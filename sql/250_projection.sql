@@ -232,7 +232,7 @@ BEGIN
     FOR v_answer IN
       SELECT w.node_name, w.node_port, w.success, w.result
       FROM pg_catalog.master_run_on_worker(v_names, v_ports,
-             pg_catalog.array_fill('SELECT pg_catalog.coalesce(pg_catalog.string_agg(x.gid, '' ''), '''') '
+             pg_catalog.array_fill('SELECT coalesce(pg_catalog.string_agg(x.gid, '' ''), '''') '
                                    'FROM pg_catalog.pg_prepared_xacts x '
                                    'WHERE x.database = pg_catalog.current_database()'::text,
                                    ARRAY[pg_catalog.cardinality(v_names)]),
@@ -248,7 +248,8 @@ BEGIN
     END LOOP;
   END IF;
   SELECT pg_catalog.min(c.xid) INTO v_held
-  FROM pg_catalog.unnest(v_gids, v_groups, v_xids) AS c(gid, groupid, xid)
+  FROM ROWS FROM (pg_catalog.unnest(v_gids), pg_catalog.unnest(v_groups),
+                  pg_catalog.unnest(v_xids)) AS c(gid, groupid, xid)
   WHERE c.gid = ANY (v_pending) OR c.groupid = ANY (v_unanswered);
   RETURN least(v_xmin, v_held);  -- least() passes over a NULL
 END $$;

@@ -232,7 +232,7 @@ def test_a_coordinator_killed_after_the_workers_side_keeps_neither(cluster: Clus
         _until(lambda: waits_for_the_lock() or not thread.is_alive(), "the commit to wait")
         assert thread.is_alive(), failed
         with cluster.connect() as su:
-            su.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            su.execute("SELECT pg_terminate_backend(%s::integer)", (pid,))
         thread.join(60)
     assert failed and isinstance(failed[0], psycopg.OperationalError), failed
     caller.close()
@@ -267,7 +267,8 @@ def commits_held(c: Cluster, node: tuple[str, int]) -> Iterator[None]:
         with psycopg.connect(
             c.url, host=host, port=port, autocommit=False, application_name=PROBE
         ) as conn:
-            conn.execute("SELECT pg_current_xact_id()")
+            # a commit waits only for what it wrote to the WAL: a transactional message
+            conn.execute("SELECT pg_logical_emit_message(true, 'memfabric-probe', '')")
             # waiting at its commit, the probe holds the lock that serializes the commits
             # of transactions that notify (on the coordinator: every write of the outbox)
             conn.execute("NOTIFY memfabric_two_phase_probe")
@@ -323,9 +324,8 @@ def _feed(c: Cluster, after_xid: int) -> tuple[int, list[dict[str, Any]], set[st
             p, "fabric_api.projection_events_v2", "qdrant", 10000, str(after_xid), None
         )
         ids = [str(e["memory_id"]) for e in events if e["memory_id"] is not None]
-        hydrated = {
-            str(r["memory_id"]) for r in fabric_rows(p, "fabric_api.projection_records_v2", ids)
-        }
+        rows = fabric_rows(p, "fabric_api.projection_records_v2", ids, "none", "none")
+        hydrated = {str(r["memory_id"]) for r in rows}
         p.commit()
     return int(row[0]), events, hydrated
 
