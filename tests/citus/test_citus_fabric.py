@@ -115,7 +115,7 @@ def test_the_coordinators_tables_are_citus_local_and_the_outbox_is_plain(cluster
     with cluster.connect() as c:
         managed = dict(
             c.execute(
-                "SELECT logicalrelid::regclass::text, partmethod || repmodel "
+                "SELECT logicalrelid::regclass::text, partmethod::text || repmodel::text "
                 "FROM pg_dist_partition WHERE logicalrelid::regclass::text = ANY (%s)",
                 (list(layout.COORDINATOR_TABLES) + list(layout.LOCAL_TABLES),),
             ).fetchall()
