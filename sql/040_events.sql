@@ -130,6 +130,17 @@ CREATE OR REPLACE TRIGGER _900_notify
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__notify();
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._read_event_types: the events of calls that read: their transaction writes no data
+-- on a worker (its worker side holds row locks at most), so nothing there can be kept
+-- without the event, and a cluster commits it as Citus decides (below).
+CREATE OR REPLACE FUNCTION fabric._read_event_types()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ARRAY['memory.recall.served', 'memory.recall.denied', 'memory.temporal.read',
+                   'memory.consolidation.candidates_read', 'agent.tool.unauthorized'] $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_events__two_phase: on a Citus cluster, make the transaction that writes an
 -- event commit two-phase. A call writes the tenant's worker and this outbox, a plain table
 -- of the coordinator, which Citus does not count as a write of its own: it would commit the
@@ -139,7 +150,10 @@ CREATE OR REPLACE TRIGGER _900_notify
 -- execution of a modification, after which Citus prepares every worker the transaction
 -- wrote before the coordinator commits: the call's rows and its events commit together or
 -- not at all. The write changes nothing (its one row is there) and is made once per
--- transaction (fabric.two_phase_xact remembers which). Made on a cluster only (below).
+-- transaction (fabric.two_phase_xact remembers which). A statement whose events are all
+-- reads' (fabric._read_event_types: a recall, whose worker side only locks the tenant's
+-- enablement row) makes none: a later event of a write in the same transaction does. Made
+-- on a cluster only (below).
 CREATE OR REPLACE FUNCTION fabric.tg_events__two_phase()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -148,7 +162,9 @@ AS $$
 DECLARE
   v_xact text := pg_catalog.pg_current_xact_id()::text;
 BEGIN
-  IF pg_catalog.current_setting('fabric.two_phase_xact', true) IS DISTINCT FROM v_xact THEN
+  IF pg_catalog.current_setting('fabric.two_phase_xact', true) IS DISTINCT FROM v_xact
+     AND EXISTS (SELECT 1 FROM inserted_events e
+                 WHERE NOT e.event_type = ANY (fabric._read_event_types())) THEN
     INSERT INTO fabric.two_phase_anchor (anchor) VALUES (true) ON CONFLICT DO NOTHING;
     PERFORM pg_catalog.set_config('fabric.two_phase_xact', v_xact, true);
   END IF;
@@ -162,6 +178,7 @@ BEGIN
   IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
     CREATE OR REPLACE TRIGGER _050_two_phase
       AFTER INSERT ON fabric.events
+      REFERENCING NEW TABLE AS inserted_events
       FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__two_phase();
   ELSE
     DROP TRIGGER IF EXISTS _050_two_phase ON fabric.events;

@@ -116,7 +116,8 @@ def test_propose_and_commit_prepare_the_tenants_worker_before_the_coordinator_co
 ) -> None:
     """Citus's own account (`citus.log_remote_commands`): the worker's side of propose and of
     commit is prepared, then committed with COMMIT PREPARED, on the tenant's worker alone. On
-    a one-phase commit the worker gets a plain COMMIT instead."""
+    a one-phase commit the worker gets a plain COMMIT instead. A recall, which writes no data
+    there, is not made two-phase."""
     for tenant in getattr(cluster, pair):
         home = cluster.placement[tenant]
         run = open_run(cluster, tenant)
@@ -144,6 +145,19 @@ def test_propose_and_commit_prepare_the_tenants_worker_before_the_coordinator_co
             assert "COMMIT" not in texts, commands  # no one-phase commit of the worker
             assert prepared and len(finished) == len(prepared), commands
             assert max(prepared) < min(finished), commands
+        # a recall writes its event and no data on the worker (it locks the tenant's
+        # enablement row): it is left to Citus, which commits it one-phase
+        sent_recall, answer = issued(
+            cluster,
+            "mf_agent_a",
+            lambda conn, r=run: conn.execute(
+                "SELECT fabric_api.recall(%s)",
+                (Jsonb({"run_id": str(r), "tiers": ["episodic"], "limit": 10}),),
+            ).fetchone()[0],
+        )
+        assert answer["status"] == "served"
+        assert {node for _, node in sent_recall} == {home}
+        assert not [t for t, _ in sent_recall if t.startswith(("PREPARE", "COMMIT PREPARED"))]
 
 
 # -- a coordinator that fails after the worker's side: neither side stays --------------------
