@@ -23,7 +23,8 @@ the same tenants, logins and agents. Then, on each:
   capacity model of docs/scale-out.md;
 - the cost of two-phase commit, side by side in the same run: the cluster measured a second
   time with the outbox's two-phase trigger disabled (`_050_two_phase`, revision
-  0055_citus_two_phase), which is how every call committed before it (one-phase);
+  0055_citus_two_phase), which is how every call committed before it (one-phase), and then
+  --rounds rounds of propose+commit alternating the two;
 - the projection horizon (`fabric._projection_horizon`): its latency on each database, where
   the cluster's asks the workers which prepared transactions are pending whenever
   pg_dist_transaction holds rows after the reader (right after the writes: until Citus's
@@ -282,6 +283,22 @@ def horizon_latencies(c: cc.Cluster, n: int, after: str) -> list[float]:
     return out
 
 
+def phase_rounds(c: cc.Cluster, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Propose+commit pairs per second on the cluster, one-phase and two-phase alternately,
+    --rounds times each (a shared machine's load moves between two runs made one after the
+    other; alternating rounds spread it over both): one client, then --clients threads."""
+    tenant = c.apart[0]
+    n = max(10, args.writes // 2)
+    out: dict[str, list[float]] = {k: [] for k in ("1p", "2p", "1p_conc", "2p_conc")}
+    for _ in range(args.rounds):
+        with one_phase(c):
+            out["1p"].append(n / write_pairs(c, tenant, n))
+            out["1p_conc"].append(concurrent_pairs(c, args.clients, n))
+        out["2p"].append(n / write_pairs(c, tenant, n))
+        out["2p_conc"].append(concurrent_pairs(c, args.clients, n))
+    return out
+
+
 def measure(c: cc.Cluster, args: argparse.Namespace) -> dict[str, float]:
     tenant = c.apart[0]
     write_pairs(c, tenant, 10)  # warm-up: plans, connections, caches
@@ -328,6 +345,9 @@ def main() -> None:
     parser.add_argument("--writes", type=int, default=200, help="propose+commit pairs per run")
     parser.add_argument("--clients", type=int, default=4, help="threads of the concurrent run")
     parser.add_argument("--recalls", type=int, default=200, help="recalls per run")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternated one-/two-phase rounds on the cluster"
+    )
     args = parser.parse_args()
     print("preparing mf_bench_single (plain PostgreSQL) and mf_bench_cluster (Citus) ...")
     single, cluster = prepare_single(args.url), prepare_cluster(args.url)
@@ -382,6 +402,19 @@ def main() -> None:
         print(
             f"  {name:16} {r['horizon_p50_ms']:.2f} / {r['horizon_p95_ms']:.2f}, "
             f"idle {r['horizon_idle_p50_ms']:.2f}"
+        )
+    rounds = phase_rounds(cluster, args)
+    print(
+        f"\ntwo-phase against one-phase on the cluster, {args.rounds} alternated rounds "
+        f"of {max(10, args.writes // 2)} pairs (pairs/s, each round; median):"
+    )
+    for key, label in (("1p", "1 client"), ("1p_conc", f"{args.clients} clients")):
+        one, two = rounds[key], rounds[key.replace("1p", "2p")]
+        print(
+            f"  {label:10} one-phase {' '.join(f'{x:.1f}' for x in one)} "
+            f"(median {statistics.median(one):.1f}); two-phase "
+            f"{' '.join(f'{x:.1f}' for x in two)} (median {statistics.median(two):.1f}); "
+            f"ratio {statistics.median(two) / statistics.median(one):.2f}"
         )
     print("\nworker nodes a tenant-scoped call touches (counted by citus.log_remote_commands):")
     for name, (nodes, conns, commands) in nodes_touched(cluster, cluster.apart[0]).items():
