@@ -289,13 +289,16 @@ def phase_rounds(c: cc.Cluster, args: argparse.Namespace) -> dict[str, list[floa
     other; alternating rounds spread it over both): one client, then --clients threads."""
     tenant = c.apart[0]
     n = max(10, args.writes // 2)
-    out: dict[str, list[float]] = {k: [] for k in ("1p", "2p", "1p_conc", "2p_conc")}
+    keys = ("1p", "2p", "1p_conc", "2p_conc", "1p_recall", "2p_recall")
+    out: dict[str, list[float]] = {k: [] for k in keys}
     for _ in range(args.rounds):
         with one_phase(c):
             out["1p"].append(n / write_pairs(c, tenant, n))
             out["1p_conc"].append(concurrent_pairs(c, args.clients, n))
+            out["1p_recall"].append(statistics.median(recall_latencies(c, tenant, n)))
         out["2p"].append(n / write_pairs(c, tenant, n))
         out["2p_conc"].append(concurrent_pairs(c, args.clients, n))
+        out["2p_recall"].append(statistics.median(recall_latencies(c, tenant, n)))
     return out
 
 
@@ -406,9 +409,14 @@ def main() -> None:
     rounds = phase_rounds(cluster, args)
     print(
         f"\ntwo-phase against one-phase on the cluster, {args.rounds} alternated rounds "
-        f"of {max(10, args.writes // 2)} pairs (pairs/s, each round; median):"
+        f"of {max(10, args.writes // 2)} pairs and recalls (pairs/s or recall p50 ms, each "
+        "round; median):"
     )
-    for key, label in (("1p", "1 client"), ("1p_conc", f"{args.clients} clients")):
+    for key, label in (
+        ("1p", "1 client"),
+        ("1p_conc", f"{args.clients} clients"),
+        ("1p_recall", "recall p50 ms"),
+    ):
         one, two = rounds[key], rounds[key.replace("1p", "2p")]
         print(
             f"  {label:10} one-phase {' '.join(f'{x:.1f}' for x in one)} "
