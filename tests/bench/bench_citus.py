@@ -419,7 +419,7 @@ def main() -> None:
     ):
         one, two = rounds[key], rounds[key.replace("1p", "2p")]
         print(
-            f"  {label:10} one-phase {' '.join(f'{x:.1f}' for x in one)} "
+            f"  {label:13} one-phase {' '.join(f'{x:.1f}' for x in one)} "
             f"(median {statistics.median(one):.1f}); two-phase "
             f"{' '.join(f'{x:.1f}' for x in two)} (median {statistics.median(two):.1f}); "
             f"ratio {statistics.median(two) / statistics.median(one):.2f}"
