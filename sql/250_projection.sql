@@ -179,7 +179,8 @@ END $$;
 -- own transaction (the row's xmin), until recovery finds it finished; the nodes'
 -- pg_prepared_xacts say which are still pending. The workers are asked only when such rows
 -- exist (one query per worker named by one, in parallel, on connections of their own); a
--- worker that does not answer holds the horizon at its oldest row (fail closed).
+-- worker that does not answer, or is disabled, holds the horizon at its oldest row (fail
+-- closed).
 CREATE OR REPLACE FUNCTION fabric._projection_horizon(p_after xid8)
 RETURNS xid8
 LANGUAGE plpgsql
@@ -228,6 +229,12 @@ BEGIN
   FROM pg_catalog.pg_dist_node n
   WHERE n.groupid = ANY (v_groups) AND n.groupid <> v_local
     AND n.noderole = 'primary' AND n.isactive;
+  -- a group with no active node to ask (a disabled worker) cannot say either
+  v_unanswered := ARRAY(
+    SELECT DISTINCT g.groupid FROM pg_catalog.unnest(v_groups) AS g(groupid)
+    WHERE g.groupid <> v_local
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node n
+                      WHERE n.groupid = g.groupid AND n.noderole = 'primary' AND n.isactive));
   IF v_names IS NOT NULL THEN
     FOR v_answer IN
       SELECT w.node_name, w.node_port, w.success, w.result
