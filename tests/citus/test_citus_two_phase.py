@@ -429,3 +429,111 @@ def test_propose_many_notes_its_proposals_so_committing_one_reaches_only_its_wor
             lambda conn, p=pid: conn.execute("SELECT fabric_api.commit(%s)", (p,)).fetchone()[0],
         )
         assert committed["memory_id"] and nodes == home
+
+
+# -- a COMMIT PREPARED that fails: recovery finishes it, the horizon waits for it ----------
+
+
+@contextmanager
+def recovery_paused(c: Cluster) -> Iterator[None]:
+    """Citus's maintenance daemon does not recover prepared transactions while the block
+    runs (`citus.recover_2pc_interval = -1` on the coordinator); the test recovers them
+    itself (`recover_prepared_transactions()`)."""
+    with c.connect() as su:
+        su.execute("ALTER SYSTEM SET citus.recover_2pc_interval = -1")
+        su.execute("SELECT pg_reload_conf()")
+    try:
+        yield
+    finally:
+        with c.connect() as su:
+            su.execute("ALTER SYSTEM RESET citus.recover_2pc_interval")
+            su.execute("SELECT pg_reload_conf()")
+
+
+def test_a_failed_commit_prepared_is_recovered_and_the_projection_waits_for_it(
+    cluster: Cluster,
+) -> None:
+    """The worker's connection is cut between its PREPARE and its COMMIT PREPARED (the
+    coordinator's commit held at its notify lock meanwhile, as above): the coordinator
+    commits, Citus's COMMIT PREPARED fails with a warning and the call returns its answer.
+    The worker's prepared transaction stays pending, its writer long gone: the feed's horizon
+    stays before it and serves none of its events until recovery commits it; then the events
+    are served and the record hydrates."""
+    tenant = cluster.apart[0]
+    node = cluster.placement[tenant]
+    proposal_id = proposal(cluster, tenant, "its COMMIT PREPARED fails")
+    info = conninfo_to_dict(cluster.url)
+    coordinator = (str(info["host"]), int(info["port"]))
+    answers: list[Any] = []
+    warnings: list[str] = []
+    caller = cluster.connect("mf_committer")
+    caller.add_notice_handler(lambda d: warnings.append(d.message_primary or ""))
+    caller.execute("SET synchronous_commit = local")
+    row = caller.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    pid = row[0]
+
+    def commit() -> None:
+        try:
+            got = caller.execute("SELECT fabric_api.commit(%s)", (proposal_id,)).fetchone()
+            answers.append(got[0] if got else None)
+        except BaseException as exc:  # reported below
+            answers.append(exc)
+
+    def waits_for_the_lock() -> bool:
+        with cluster.connect() as su:
+            row = su.execute(
+                "SELECT wait_event_type || ':' || wait_event FROM pg_stat_activity WHERE pid = %s",
+                (pid,),
+            ).fetchone()
+        return row is not None and row[0] == "Lock:object"
+
+    def prepared_connection() -> list[int]:
+        with cluster.worker(*node) as w:
+            return [
+                r[0]
+                for r in w.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND query LIKE 'PREPARE TRANSACTION %%'"
+                ).fetchall()
+            ]
+
+    with recovery_paused(cluster):
+        with commits_held(cluster, coordinator):
+            thread = threading.Thread(target=commit, daemon=True)
+            thread.start()
+            _until(lambda: waits_for_the_lock() or not thread.is_alive(), "the commit to wait")
+            assert thread.is_alive(), answers
+            prepared = prepared_connection()
+            assert len(prepared) == 1, prepared  # the worker's side is prepared
+            with cluster.worker(*node) as w:
+                w.execute("SELECT pg_terminate_backend(%s::integer)", (prepared[0],))
+            _until(lambda: not prepared_connection(), "the worker's connection to end")
+        thread.join(60)
+        assert not thread.is_alive()
+        caller.close()
+        assert answers and isinstance(answers[0], dict) and answers[0]["memory_id"], answers
+        assert any(w.startswith("failed to commit transaction") for w in warnings), warnings
+        memory_id = str(answers[0]["memory_id"])
+        with cluster.worker(*node) as w:
+            pending = w.execute(
+                "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()"
+            ).fetchone()
+        assert pending == (1,)
+        with cluster.connect() as su:
+            row = su.execute(
+                "SELECT max(xid)::text FROM fabric.events WHERE proposal_id = %s", (proposal_id,)
+            ).fetchone()
+        assert row is not None and row[0] is not None
+        xid = int(row[0])
+        horizon, events, hydrated = _feed(cluster, xid - 1)
+        read = {str(e["memory_id"]) for e in events if e["memory_id"] is not None}
+        assert horizon <= xid and memory_id not in read and read <= hydrated
+        with cluster.connect() as su:
+            su.execute("SELECT recover_prepared_transactions()")
+    horizon, events, hydrated = _feed(cluster, xid - 1)
+    read = {str(e["memory_id"]) for e in events if e["memory_id"] is not None}
+    assert horizon > xid and memory_id in read and read <= hydrated
+    state = _state(cluster, proposal_id)
+    assert state["status"] == "committed" and state["records"] == 1
+    assert "memory.record.formed" in state["events"]
