@@ -174,14 +174,15 @@ END $$;
 -- COMMIT PREPARED fails, until Citus's recovery commits the prepared transaction,
 -- citus.recover_2pc_interval) its events are below the xmin while the worker still shows
 -- the previous state of its rows. So there the horizon also stops at the oldest
--- transaction, at or after p_after, that still has a prepared transaction pending:
+-- transaction, at or after p_after (and among p_xids, when given: the transactions whose
+-- events the reader is about to read), that still has a prepared transaction pending:
 -- pg_dist_transaction holds one row per prepared transaction, written by the coordinator's
 -- own transaction (the row's xmin), until recovery finds it finished; the nodes'
 -- pg_prepared_xacts say which are still pending. The workers are asked only when such rows
 -- exist (one query per worker named by one, in parallel, on connections of their own); a
 -- worker that does not answer, or is disabled, holds the horizon at its oldest row (fail
 -- closed).
-CREATE OR REPLACE FUNCTION fabric._projection_horizon(p_after xid8)
+CREATE OR REPLACE FUNCTION fabric._projection_horizon(p_after xid8, p_xids xid8[] DEFAULT NULL)
 RETURNS xid8
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -213,7 +214,8 @@ BEGIN
                (v_next - (((v_next - t.xmin::text::numeric) % 4294967296) + 4294967296)
                          % 4294967296)::text::xid8 AS xid
         FROM pg_catalog.pg_dist_transaction t) c
-  WHERE c.xid >= coalesce(p_after, '0'::xid8) AND c.xid < v_xmin;
+  WHERE c.xid >= coalesce(p_after, '0'::xid8) AND c.xid < v_xmin
+    AND (p_xids IS NULL OR c.xid = ANY (p_xids));
   IF v_gids IS NULL THEN
     RETURN v_xmin;
   END IF;
@@ -260,7 +262,7 @@ BEGIN
   WHERE c.gid = ANY (v_pending) OR c.groupid = ANY (v_unanswered);
   RETURN least(v_xmin, v_held);  -- least() passes over a NULL
 END $$;
-REVOKE ALL ON FUNCTION fabric._projection_horizon(xid8) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fabric._projection_horizon(xid8, xid8[]) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_events_v2: the next outbox events a projection has not applied,
@@ -279,6 +281,7 @@ DECLARE
   v_xid xid8;
   v_event uuid;
   v_horizon xid8;
+  v_xids xid8[];
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read the projection feed');
   SELECT c.last_xid, c.last_event_id INTO v_xid, v_event
@@ -288,9 +291,22 @@ BEGIN
     v_xid := p_after_xid;  -- read ahead of the cursor
     v_event := coalesce(p_after_event_id, '00000000-0000-0000-0000-000000000000'::uuid);
   END IF;
-  -- the snapshot's xmin; on a cluster also before a transaction whose workers have not
-  -- committed yet (fabric._projection_horizon)
-  v_horizon := fabric._projection_horizon(v_xid);
+  v_horizon := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- on a cluster also before a transaction whose workers have not committed yet
+    -- (fabric._projection_horizon), among those of the events this read would serve: no
+    -- event to serve, no worker asked
+    SELECT pg_catalog.array_agg(DISTINCT b.xid) INTO v_xids
+    FROM (SELECT e.xid FROM fabric.events e
+          WHERE (e.xid, e.event_id) > (v_xid, v_event) AND e.xid < v_horizon
+            AND e.event_type = ANY (fabric._projected_event_types())
+          ORDER BY e.xid, e.event_id
+          LIMIT greatest(1, least(coalesce(p_limit, 500), 10000))) b;
+    IF v_xids IS NULL THEN
+      RETURN;
+    END IF;
+    v_horizon := least(v_horizon, fabric._projection_horizon(v_xid, v_xids));
+  END IF;
   RETURN QUERY
     SELECT e.xid, e.event_id, e.event_type, e.tenant_id::text, e.memory_id, e.occurred_at
     FROM fabric.events e
