@@ -97,6 +97,22 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION fabric._note_tenant(text, uuid, text) FROM PUBLIC;
 
+-- fabric._note_tenants: the same for many ids of one tenant, in one statement (propose_many).
+CREATE OR REPLACE FUNCTION fabric._note_tenants(p_kind text, p_ids uuid[], p_tenant_id text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    INSERT INTO fabric.tenant_directory (id, kind, tenant_id)
+    SELECT DISTINCT i.id, p_kind, p_tenant_id FROM pg_catalog.unnest(p_ids) AS i(id)
+    WHERE i.id IS NOT NULL
+    ON CONFLICT (id) DO NOTHING;
+  END IF;
+END $$;
+REVOKE ALL ON FUNCTION fabric._note_tenants(text, uuid[], text) FROM PUBLIC;
+
 GRANT SELECT (id, kind, tenant_id) ON fabric.tenant_directory TO fabric_lookup;
 GRANT SELECT (tenant_id, run_id) ON fabric.runs TO fabric_lookup;
 GRANT SELECT (tenant_id, proposal_id, status) ON fabric.proposals TO fabric_lookup;

@@ -130,6 +130,62 @@ CREATE OR REPLACE TRIGGER _900_notify
   FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__notify();
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._read_event_types: the events of calls that read: their transaction writes no data
+-- on a worker (its worker side holds row locks at most), so nothing there can be kept
+-- without the event, and a cluster commits it as Citus decides (below).
+CREATE OR REPLACE FUNCTION fabric._read_event_types()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ARRAY['memory.recall.served', 'memory.recall.denied', 'memory.temporal.read',
+                   'memory.consolidation.candidates_read', 'agent.tool.unauthorized'] $$;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric.tg_events__two_phase: on a Citus cluster, make the transaction that writes an
+-- event commit two-phase. A call writes the tenant's worker and this outbox, a plain table
+-- of the coordinator, which Citus does not count as a write of its own: it would commit the
+-- worker first and the coordinator after, one-phase, and a coordinator failing in between
+-- would keep the worker's rows without their events. One write to fabric.two_phase_anchor,
+-- a table Citus manages on the coordinator (revision 0055_citus_two_phase), is Citus's local
+-- execution of a modification, after which Citus prepares every worker the transaction
+-- wrote before the coordinator commits: the call's rows and its events commit together or
+-- not at all. The write changes nothing (its one row is there) and is made once per
+-- transaction (fabric.two_phase_xact remembers which). A statement whose events are all
+-- reads' (fabric._read_event_types: a recall, whose worker side only locks the tenant's
+-- enablement row) makes none: a later event of a write in the same transaction does. Made
+-- on a cluster only (below).
+CREATE OR REPLACE FUNCTION fabric.tg_events__two_phase()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_xact text := pg_catalog.pg_current_xact_id()::text;
+BEGIN
+  IF pg_catalog.current_setting('fabric.two_phase_xact', true) IS DISTINCT FROM v_xact
+     AND EXISTS (SELECT 1 FROM inserted_events e
+                 WHERE NOT e.event_type = ANY (fabric._read_event_types())) THEN
+    INSERT INTO fabric.two_phase_anchor (anchor) VALUES (true) ON CONFLICT DO NOTHING;
+    PERFORM pg_catalog.set_config('fabric.two_phase_xact', v_xact, true);
+  END IF;
+  RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION fabric.tg_events__two_phase() FROM PUBLIC;
+
+-- The trigger exists on a Citus cluster only: a single node commits in one phase anyway.
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+    CREATE OR REPLACE TRIGGER _050_two_phase
+      AFTER INSERT ON fabric.events
+      REFERENCING NEW TABLE AS inserted_events
+      FOR EACH STATEMENT EXECUTE FUNCTION fabric.tg_events__two_phase();
+  ELSE
+    DROP TRIGGER IF EXISTS _050_two_phase ON fabric.events;
+  END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.ensure_event_partitions: monthly partitions from this month on; called by migrate.
 CREATE OR REPLACE FUNCTION fabric.ensure_event_partitions(p_months_ahead integer DEFAULT 3)
 RETURNS integer

@@ -1285,6 +1285,10 @@ BEGIN
       'a concurrent proposal took an idempotency key of this batch first',
       'retry the call: the batch then answers that proposal as a replay');
   END IF;
+  IF v_citus THEN  -- a cluster's lookup, as propose notes its proposal
+    PERFORM fabric._note_tenants('proposal',
+      ARRAY(SELECT r.proposal_id FROM pg_catalog.unnest(v_new_rows) r), v_run.tenant_id);
+  END IF;
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, proposal_id, payload)
   SELECT pg_catalog.gen_random_uuid(), r.tenant_id, 'memory.proposal.' || r.status,

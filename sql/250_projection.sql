@@ -162,6 +162,109 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._projection_horizon: the xid below which a projection reads the outbox and may
+-- hydrate what it read, for a reader at p_after (its cursor or read-ahead position).
+--
+-- On one node: the snapshot's xmin. Every transaction below it has ended, so no event can
+-- appear there later and the state it wrote is visible.
+--
+-- On a Citus cluster the second half no longer follows: a transaction that wrote a worker
+-- and the outbox commits two-phase (fabric.tg_events__two_phase), and Citus ends it on the
+-- coordinator before it sends the workers' COMMIT PREPARED, so for that round trip (or, if
+-- COMMIT PREPARED fails, until Citus's recovery commits the prepared transaction,
+-- citus.recover_2pc_interval) its events are below the xmin while the worker still shows
+-- the previous state of its rows. So there the horizon also stops at the oldest
+-- transaction, at or after p_after (and among p_xids, when given: the transactions whose
+-- events the reader is about to read), that still has a prepared transaction pending:
+-- pg_dist_transaction holds one row per prepared transaction, written by the coordinator's
+-- own transaction (the row's xmin), until recovery finds it finished; the nodes'
+-- pg_prepared_xacts say which are still pending. The workers are asked only when such rows
+-- exist (one query per worker named by one, in parallel, on connections of their own); a
+-- worker that does not answer, or is disabled, holds the horizon at its oldest row (fail
+-- closed).
+CREATE OR REPLACE FUNCTION fabric._projection_horizon(p_after xid8, p_xids xid8[] DEFAULT NULL)
+RETURNS xid8
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_snapshot pg_snapshot := pg_catalog.pg_current_snapshot();
+  v_xmin xid8 := pg_catalog.pg_snapshot_xmin(v_snapshot);
+  v_next numeric;
+  v_gids text[];
+  v_groups integer[];
+  v_xids xid8[];
+  v_local integer;
+  v_names text[];
+  v_ports integer[];
+  v_pending text[];
+  v_unanswered integer[] := '{}';
+  v_answer record;
+  v_held xid8;
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
+    RETURN v_xmin;
+  END IF;
+  -- Each row's writer: the 32-bit xmin of the row made a full xid, the latest one below the
+  -- snapshot's xmax with those low bits (a visible row's writer is at most 2^31 behind).
+  v_next := pg_catalog.pg_snapshot_xmax(v_snapshot)::text::numeric;
+  SELECT pg_catalog.array_agg(c.gid), pg_catalog.array_agg(c.groupid), pg_catalog.array_agg(c.xid)
+  INTO v_gids, v_groups, v_xids
+  FROM (SELECT t.gid, t.groupid,
+               (v_next - (((v_next - t.xmin::text::numeric) % 4294967296) + 4294967296)
+                         % 4294967296)::text::xid8 AS xid
+        FROM pg_catalog.pg_dist_transaction t) c
+  WHERE c.xid >= coalesce(p_after, '0'::xid8) AND c.xid < v_xmin
+    AND (p_xids IS NULL OR c.xid = ANY (p_xids));
+  IF v_gids IS NULL THEN
+    RETURN v_xmin;
+  END IF;
+  -- This node's own prepared transactions (a transaction that reached it over a connection
+  -- of its own), then the workers'.
+  SELECT l.groupid INTO v_local FROM pg_catalog.pg_dist_local_group l;
+  SELECT pg_catalog.array_agg(x.gid) INTO v_pending
+  FROM pg_catalog.pg_prepared_xacts x WHERE x.database = pg_catalog.current_database();
+  v_pending := coalesce(v_pending, '{}');
+  SELECT pg_catalog.array_agg(n.nodename ORDER BY n.groupid),
+         pg_catalog.array_agg(n.nodeport ORDER BY n.groupid)
+  INTO v_names, v_ports
+  FROM pg_catalog.pg_dist_node n
+  WHERE n.groupid = ANY (v_groups) AND n.groupid <> v_local
+    AND n.noderole = 'primary' AND n.isactive;
+  -- a group with no active node to ask (a disabled worker) cannot say either
+  v_unanswered := ARRAY(
+    SELECT DISTINCT g.groupid FROM pg_catalog.unnest(v_groups) AS g(groupid)
+    WHERE g.groupid <> v_local
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node n
+                      WHERE n.groupid = g.groupid AND n.noderole = 'primary' AND n.isactive));
+  IF v_names IS NOT NULL THEN
+    FOR v_answer IN
+      SELECT w.node_name, w.node_port, w.success, w.result
+      FROM pg_catalog.master_run_on_worker(v_names, v_ports,
+             pg_catalog.array_fill('SELECT coalesce(pg_catalog.string_agg(x.gid, '' ''), '''') '
+                                   'FROM pg_catalog.pg_prepared_xacts x '
+                                   'WHERE x.database = pg_catalog.current_database()'::text,
+                                   ARRAY[pg_catalog.cardinality(v_names)]),
+             true) w
+    LOOP
+      IF v_answer.success THEN
+        v_pending := v_pending || pg_catalog.string_to_array(v_answer.result, ' ');
+      ELSE
+        v_unanswered := v_unanswered || ARRAY(
+          SELECT n.groupid FROM pg_catalog.pg_dist_node n
+          WHERE n.nodename = v_answer.node_name AND n.nodeport = v_answer.node_port);
+      END IF;
+    END LOOP;
+  END IF;
+  SELECT pg_catalog.min(c.xid) INTO v_held
+  FROM ROWS FROM (pg_catalog.unnest(v_gids), pg_catalog.unnest(v_groups),
+                  pg_catalog.unnest(v_xids)) AS c(gid, groupid, xid)
+  WHERE c.gid = ANY (v_pending) OR c.groupid = ANY (v_unanswered);
+  RETURN least(v_xmin, v_held);  -- least() passes over a NULL
+END $$;
+REVOKE ALL ON FUNCTION fabric._projection_horizon(xid8, xid8[]) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_events_v2: the next outbox events a projection has not applied,
 -- one row each, in (xid, event_id) order. A pipelined projector reads ahead of its cursor
 -- (p_after_xid, p_after_event_id: the last event it has read but not yet applied); the
@@ -177,6 +280,8 @@ AS $$
 DECLARE
   v_xid xid8;
   v_event uuid;
+  v_horizon xid8;
+  v_xids xid8[];
 BEGIN
   PERFORM fabric._require_role('fabric_projector', 'read the projection feed');
   SELECT c.last_xid, c.last_event_id INTO v_xid, v_event
@@ -186,11 +291,27 @@ BEGIN
     v_xid := p_after_xid;  -- read ahead of the cursor
     v_event := coalesce(p_after_event_id, '00000000-0000-0000-0000-000000000000'::uuid);
   END IF;
+  v_horizon := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local' THEN
+    -- on a cluster also before a transaction whose workers have not committed yet
+    -- (fabric._projection_horizon), among those of the events this read would serve: no
+    -- event to serve, no worker asked
+    SELECT pg_catalog.array_agg(DISTINCT b.xid) INTO v_xids
+    FROM (SELECT e.xid FROM fabric.events e
+          WHERE (e.xid, e.event_id) > (v_xid, v_event) AND e.xid < v_horizon
+            AND e.event_type = ANY (fabric._projected_event_types())
+          ORDER BY e.xid, e.event_id
+          LIMIT greatest(1, least(coalesce(p_limit, 500), 10000))) b;
+    IF v_xids IS NULL THEN
+      RETURN;
+    END IF;
+    v_horizon := least(v_horizon, fabric._projection_horizon(v_xid, v_xids));
+  END IF;
   RETURN QUERY
     SELECT e.xid, e.event_id, e.event_type, e.tenant_id::text, e.memory_id, e.occurred_at
     FROM fabric.events e
     WHERE (e.xid, e.event_id) > (v_xid, v_event)
-      AND e.xid < pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+      AND e.xid < v_horizon
       AND e.event_type = ANY (fabric._projected_event_types())
     ORDER BY e.xid, e.event_id
     LIMIT greatest(1, least(coalesce(p_limit, 500), 10000));
@@ -255,13 +376,17 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric_api.projection_horizon: the xid below which every transaction has finished; a
--- rebuild reads state after it and rewinds its cursor to just below it.
+-- fabric_api.projection_horizon: the xid below which every transaction has finished (on a
+-- cluster: on every node, fabric._projection_horizon); a rebuild reads state after it and
+-- rewinds its cursor to just below it.
 CREATE OR REPLACE FUNCTION fabric_api.projection_horizon()
 RETURNS xid8
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) $$;
+AS $$
+BEGIN
+  RETURN fabric._projection_horizon('0');
+END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.projection_records_v2: the current state of some records, one row each,

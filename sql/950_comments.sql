@@ -190,10 +190,13 @@ COMMENT ON COLUMN fabric.memory_embeddings.content_hash IS 'Hash of the content 
 COMMENT ON COLUMN fabric.memory_embeddings.created_at IS 'When the vector was stored.';
 
 COMMENT ON TABLE fabric.tenant_directory IS
-  'On a Citus cluster, the tenant of each run and proposal, noted by open_run and propose on the coordinator so that looking a tenant up by id reaches no worker; always empty on a single node (docs/scale-out.md).';
+  'On a Citus cluster, the tenant of each run and proposal, noted by open_run, propose and propose_many on the coordinator so that looking a tenant up by id reaches no worker; always empty on a single node (docs/scale-out.md).';
 COMMENT ON COLUMN fabric.tenant_directory.id IS 'A run_id or a proposal_id.';
 COMMENT ON COLUMN fabric.tenant_directory.kind IS 'run or proposal.';
 COMMENT ON COLUMN fabric.tenant_directory.tenant_id IS 'The tenant the run or proposal belongs to.';
+COMMENT ON TABLE fabric.two_phase_anchor IS
+  'On a Citus cluster, a one-row table Citus manages on the coordinator: every transaction that writes an event makes one write to it that changes nothing, so Citus commits the transaction two-phase (the tenant''s worker and the outbox together); never written on a single node (docs/scale-out.md).';
+COMMENT ON COLUMN fabric.two_phase_anchor.anchor IS 'Always true: the one row.';
 COMMENT ON TABLE fabric.shard_events IS
   'On a Citus cluster, events formed by a trigger on a tenant''s shard, waiting (in the same transaction) for the API function to move them into the coordinator''s outbox; always empty on a single node (docs/citus.md).';
 COMMENT ON COLUMN fabric.shard_events.tenant_id IS 'Tenant of the event (the distribution column).';

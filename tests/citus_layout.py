@@ -1,5 +1,6 @@
 """Where each fabric table lives on a Citus cluster: the lists of migration 0049 and of the
-later revisions that place a table (0050: fabric.shard_events; 0052: fabric.broker_tickets),
+later revisions that place a table (0050: fabric.shard_events; 0052: fabric.broker_tickets;
+0054: fabric.tenant_directory; 0055: fabric.two_phase_anchor),
 merged in revision order, for tests/sql/test_citus_layout.py and tests/citus."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ REVISIONS = (
     "0050_citus_shard_events.py",
     "0052_broker_tickets.py",
     "0054_citus_tenant_directory.py",
+    "0055_citus_two_phase.py",
 )
 LISTS = ("TENANT_TABLES", "REFERENCE_TABLES", "COORDINATOR_TABLES", "LOCAL_TABLES")
 

@@ -20,7 +20,15 @@ the same tenants, logins and agents. Then, on each:
   are counted from Citus itself;
 - server CPU per pair in the concurrent run, per instance (the postmaster and all its
   processes, from /proc: the nodes run on this machine), coordinator and workers apart: the
-  capacity model of docs/scale-out.md.
+  capacity model of docs/scale-out.md;
+- the cost of two-phase commit, side by side in the same run: the cluster measured a second
+  time with the outbox's two-phase trigger disabled (`_050_two_phase`, revision
+  0055_citus_two_phase), which is how every call committed before it (one-phase), and then
+  --rounds rounds of propose+commit alternating the two;
+- the projection horizon (`fabric._projection_horizon`): its latency on each database, where
+  the cluster's asks the workers which prepared transactions are pending whenever
+  pg_dist_transaction holds rows after the reader (right after the writes: until Citus's
+  recovery clears them), against the snapshot's xmin alone.
 """
 
 from __future__ import annotations
@@ -249,6 +257,51 @@ def nodes_of(c: cc.Cluster) -> list[str]:
     return [c.url, *(_url(c.url, host=h, port=p) for h, p in c.workers)]
 
 
+@contextmanager
+def one_phase(c: cc.Cluster) -> Iterator[None]:
+    """The cluster as it committed before revision 0055_citus_two_phase: the outbox's
+    two-phase trigger disabled (a superuser's DDL), so a call that writes one worker commits
+    one-phase."""
+    with psycopg.connect(c.url, autocommit=True) as su:
+        su.execute("ALTER TABLE fabric.events DISABLE TRIGGER _050_two_phase")
+    try:
+        yield
+    finally:
+        with psycopg.connect(c.url, autocommit=True) as su:
+            su.execute("ALTER TABLE fabric.events ENABLE TRIGGER _050_two_phase")
+
+
+def horizon_latencies(c: cc.Cluster, n: int, after: str) -> list[float]:
+    """Milliseconds of `fabric._projection_horizon(after)` (as the superuser: the function is
+    the feeds' own), n calls."""
+    out = []
+    with psycopg.connect(c.url, autocommit=True) as su:
+        for _ in range(n):
+            start = time.perf_counter()
+            su.execute("SELECT fabric._projection_horizon(%s::xid8)", (after,)).fetchone()
+            out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def phase_rounds(c: cc.Cluster, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Propose+commit pairs per second on the cluster, one-phase and two-phase alternately,
+    --rounds times each (a shared machine's load moves between two runs made one after the
+    other; alternating rounds spread it over both): one client, then --clients threads."""
+    tenant = c.apart[0]
+    n = max(10, args.writes // 2)
+    keys = ("1p", "2p", "1p_conc", "2p_conc", "1p_recall", "2p_recall")
+    out: dict[str, list[float]] = {k: [] for k in keys}
+    for _ in range(args.rounds):
+        with one_phase(c):
+            out["1p"].append(n / write_pairs(c, tenant, n))
+            out["1p_conc"].append(concurrent_pairs(c, args.clients, n))
+            out["1p_recall"].append(statistics.median(recall_latencies(c, tenant, n)))
+        out["2p"].append(n / write_pairs(c, tenant, n))
+        out["2p_conc"].append(concurrent_pairs(c, args.clients, n))
+        out["2p_recall"].append(statistics.median(recall_latencies(c, tenant, n)))
+    return out
+
+
 def measure(c: cc.Cluster, args: argparse.Namespace) -> dict[str, float]:
     tenant = c.apart[0]
     write_pairs(c, tenant, 10)  # warm-up: plans, connections, caches
@@ -266,6 +319,14 @@ def measure(c: cc.Cluster, args: argparse.Namespace) -> dict[str, float]:
     lat = sorted(recall_latencies(c, tenant, args.recalls))
     recall_latencies(c, tenant, 10, "bench note invoice")
     text = sorted(recall_latencies(c, tenant, args.recalls, "bench note invoice"))
+    # right after the writes: every transaction of the last minute is a row of
+    # pg_dist_transaction after a reader at 0 (on the cluster: the workers are asked)
+    horizon = sorted(horizon_latencies(c, args.recalls, "0"))
+    with psycopg.connect(c.url, autocommit=True) as su:
+        row = su.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
+    assert row is not None
+    # a reader past every transaction: no row after it, the snapshot alone
+    idle = sorted(horizon_latencies(c, args.recalls, row[0]))
     return {
         "pairs_per_s": serial,
         "pairs_per_s_concurrent": concurrent,
@@ -275,6 +336,9 @@ def measure(c: cc.Cluster, args: argparse.Namespace) -> dict[str, float]:
         "text_p95_ms": text[int(0.95 * (len(text) - 1))],
         "coordinator_cpu_ms": cpu[0],
         "workers_cpu_ms": sum(cpu[1:]),
+        "horizon_p50_ms": statistics.median(horizon),
+        "horizon_p95_ms": horizon[int(0.95 * (len(horizon) - 1))],
+        "horizon_idle_p50_ms": statistics.median(idle),
     }
 
 
@@ -284,10 +348,16 @@ def main() -> None:
     parser.add_argument("--writes", type=int, default=200, help="propose+commit pairs per run")
     parser.add_argument("--clients", type=int, default=4, help="threads of the concurrent run")
     parser.add_argument("--recalls", type=int, default=200, help="recalls per run")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternated one-/two-phase rounds on the cluster"
+    )
     args = parser.parse_args()
     print("preparing mf_bench_single (plain PostgreSQL) and mf_bench_cluster (Citus) ...")
     single, cluster = prepare_single(args.url), prepare_cluster(args.url)
-    results = {"single node": measure(single, args), "3-node cluster": measure(cluster, args)}
+    results = {"single node": measure(single, args)}
+    with one_phase(cluster):  # before: measured first, on the same (smaller) tables
+        results["cluster 1-phase"] = measure(cluster, args)
+    results["3-node cluster"] = measure(cluster, args)
     print(
         f"\n{'':16} {'pairs/s (1 client)':>19} {f'pairs/s ({args.clients} clients)':>20} "
         f"{'recall p50 ms':>14} {'recall p95 ms':>14}"
@@ -304,6 +374,13 @@ def main() -> None:
         f"{k['recall_p50_ms'] / s['recall_p50_ms']:>14.2f} "
         f"{k['recall_p95_ms'] / s['recall_p95_ms']:>14.2f}"
     )
+    o = results["cluster 1-phase"]
+    print(
+        f"{'2-phase/1-phase':16} {k['pairs_per_s'] / o['pairs_per_s']:>19.2f} "
+        f"{k['pairs_per_s_concurrent'] / o['pairs_per_s_concurrent']:>20.2f} "
+        f"{k['recall_p50_ms'] / o['recall_p50_ms']:>14.2f} "
+        f"{k['recall_p95_ms'] / o['recall_p95_ms']:>14.2f}"
+    )
     print(f"\n{'':16} {'text recall p50 ms':>19} {'text recall p95 ms':>20}")
     for name, r in results.items():
         print(f"{name:16} {r['text_p50_ms']:>19.1f} {r['text_p95_ms']:>20.1f}")
@@ -319,6 +396,35 @@ def main() -> None:
         print(
             f"  {name:16} coordinator {r['coordinator_cpu_ms']:.1f} ms, "
             f"workers {r['workers_cpu_ms']:.1f} ms"
+        )
+    print(
+        "\nthe projection horizon, ms (p50 / p95 right after the writes; p50 of a reader past "
+        "every transaction):"
+    )
+    for name, r in results.items():
+        print(
+            f"  {name:16} {r['horizon_p50_ms']:.2f} / {r['horizon_p95_ms']:.2f}, "
+            f"idle {r['horizon_idle_p50_ms']:.2f}"
+        )
+    rounds = phase_rounds(cluster, args)
+    print(
+        f"\ntwo-phase against one-phase on the cluster, {args.rounds} alternated rounds "
+        f"of {max(10, args.writes // 2)} pairs and recalls (pairs/s or recall p50 ms, each "
+        "round; median):"
+    )
+    for key, label in (
+        ("1p", "1 client"),
+        ("1p_conc", f"{args.clients} clients"),
+        ("1p_recall", "recall p50 ms"),
+    ):
+        one, two = rounds[key], rounds[key.replace("1p", "2p")]
+        print(
+            f"  {label:13} one-phase {' '.join(f'{x:.1f}' for x in one)} "
+            f"(median {statistics.median(one):.1f}); two-phase "
+            f"{' '.join(f'{x:.1f}' for x in two)} (median {statistics.median(two):.1f}); "
+            # each round's two runs are neighbours in time: their ratio cancels the load
+            f"two/one per round, median "
+            f"{statistics.median(b / a for a, b in zip(one, two, strict=True)):.2f}"
         )
     print("\nworker nodes a tenant-scoped call touches (counted by citus.log_remote_commands):")
     for name, (nodes, conns, commands) in nodes_touched(cluster, cluster.apart[0]).items():

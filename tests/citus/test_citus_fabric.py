@@ -122,6 +122,19 @@ def test_the_registries_are_reference_tables(cluster: Cluster) -> None:
     assert {r[0] for r in rows} == set(layout.REFERENCE_TABLES)
 
 
+def test_the_coordinators_tables_are_citus_local_and_the_outbox_is_plain(cluster: Cluster) -> None:
+    with cluster.connect() as c:
+        managed = dict(
+            c.execute(
+                "SELECT logicalrelid::regclass::text, partmethod::text || repmodel::text "
+                "FROM pg_dist_partition WHERE logicalrelid::regclass::text = ANY (%s)",
+                (list(layout.COORDINATOR_TABLES) + list(layout.LOCAL_TABLES),),
+            ).fetchall()
+        )
+    # a Citus local table: no distribution method, one placement (the coordinator's)
+    assert managed == {t: "ns" for t in layout.COORDINATOR_TABLES}
+
+
 def test_the_tenants_are_placed_as_the_tests_need(cluster: Cluster) -> None:
     a, b = cluster.same
     assert cluster.placement[a] == cluster.placement[b]
