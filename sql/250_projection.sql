@@ -68,10 +68,13 @@ BEGIN
                    FROM fabric.memory_lineage l
                    WHERE l.tenant_id = m.tenant_id AND l.memory_id = m.memory_id), '{}')::uuid[],
          m.content,
-         (SELECT e.embedding FROM fabric.memory_embeddings e
-          WHERE e.tenant_id = m.tenant_id AND e.memory_id = m.memory_id
-            AND e.model = p_model AND e.model_version = p_model_version
-            AND e.content_hash = m.content_hash)::ext.vector,
+         -- (no model: no read at all; on Citus a subquery whose condition folds to false
+         -- loses its join on the tenant and is refused as a complex join)
+         (CASE WHEN p_model IS NOT NULL THEN
+           (SELECT e.embedding FROM fabric.memory_embeddings e
+            WHERE e.tenant_id = m.tenant_id AND e.memory_id = m.memory_id
+              AND e.model = p_model AND e.model_version = p_model_version
+              AND e.content_hash = m.content_hash) END)::ext.vector,
          m.correlation_id::text
   FROM fabric.memory_records m
   LEFT JOIN fabric.subject_keys k ON k.tenant_id = m.tenant_id AND k.subject_id = m.subject_id

@@ -198,6 +198,24 @@ def test_a_governed_write_is_recalled_in_its_tenant_only(cluster: Cluster, pair:
     assert theirs in got_second and mine not in got_second
 
 
+@pytest.mark.parametrize("model", [None, "all-MiniLM-L6-v2"])
+def test_the_projection_payload_is_read_with_or_without_a_model(
+    cluster: Cluster, model: str | None
+) -> None:
+    """The graph projector reads payloads with no model (no embedding wanted): on a cluster
+    that read must not plan a join the shards cannot run."""
+    first, second = cluster.apart
+    mine = form(cluster, first, f"payload read {model} of {first}")
+    theirs = form(cluster, second, f"payload read {model} of {second}")
+    with cluster.connect("mf_projector") as projector:
+        rows = projector.execute(
+            "SELECT memory_id::text, tenant_id, embedding IS NULL "
+            "FROM fabric_api.projection_records_v2(%s, %s, %s)",
+            ([mine, theirs], model, "v1" if model else None),
+        ).fetchall()
+    assert sorted(rows) == sorted([(mine, first, True), (theirs, second, True)])
+
+
 @pytest.mark.parametrize("pair", ["same", "apart"])
 def test_a_text_recall_is_ranked_in_its_tenant_only(cluster: Cluster, pair: str) -> None:
     """The lexical statements on the tenant's shard, each record with its rank and score."""
