@@ -537,3 +537,56 @@ def test_a_failed_commit_prepared_is_recovered_and_the_projection_waits_for_it(
     state = _state(cluster, proposal_id)
     assert state["status"] == "committed" and state["records"] == 1
     assert "memory.record.formed" in state["events"]
+
+
+# -- a worker that does not answer holds the feed back ---------------------------------------
+
+
+@contextmanager
+def refusing_connections(c: Cluster, node: tuple[str, int]) -> Iterator[None]:
+    """The worker refuses every new connection to the fabric's database (`datallowconn`
+    off, which binds superusers too) while the block runs; connections already open,
+    Citus's cached ones included, go on."""
+    with c.worker(*node) as w:
+        w.execute(
+            "UPDATE pg_catalog.pg_database SET datallowconn = false "
+            "WHERE datname = current_database()"
+        )
+        try:
+            yield
+        finally:
+            w.execute(
+                "UPDATE pg_catalog.pg_database SET datallowconn = true "
+                "WHERE datname = current_database()"
+            )
+
+
+def test_a_worker_that_does_not_answer_holds_the_projection_back(cluster: Cluster) -> None:
+    """A commit on a tenant's worker, done two-phase (its prepared transaction committed at
+    once, its row in pg_dist_transaction kept until recovery, paused here): while that worker
+    refuses new connections, the horizon cannot learn whether the transaction is still
+    pending there, so it stays before it (fail closed) and the feed serves none of its
+    events; once the worker answers again, they are served and the record hydrates."""
+    tenant = cluster.apart[0]
+    node = cluster.placement[tenant]
+    proposal_id = proposal(cluster, tenant, "its worker goes quiet")
+    with recovery_paused(cluster):
+        with cluster.connect("mf_committer") as committer:
+            row = committer.execute("SELECT fabric_api.commit(%s)", (proposal_id,)).fetchone()
+        assert row is not None
+        memory_id = str(row[0]["memory_id"])
+        with cluster.connect() as su:
+            got = su.execute(
+                "SELECT max(xid)::text FROM fabric.events WHERE proposal_id = %s", (proposal_id,)
+            ).fetchone()
+        assert got is not None and got[0] is not None
+        xid = int(got[0])
+        horizon, events, _ = _feed(cluster, xid - 1)
+        assert horizon > xid and memory_id in {str(e["memory_id"]) for e in events}
+        with refusing_connections(cluster, node):
+            horizon, events, _ = _feed(cluster, xid - 1)
+            assert horizon <= xid, horizon
+            assert memory_id not in {str(e["memory_id"]) for e in events}
+        horizon, events, hydrated = _feed(cluster, xid - 1)
+        read = {str(e["memory_id"]) for e in events if e["memory_id"] is not None}
+        assert horizon > xid and memory_id in read and read <= hydrated
