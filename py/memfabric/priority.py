@@ -7,9 +7,9 @@ measured by `make bench-consolidation` (docs/benchmarks.md):
 
 - `--cpus` pins the worker (every thread, the model's included) to the CPUs named. The
   scheduler then places the database's and the agents' wakeups on the other cores, when
-  they are free. On two cores, the worker pinned to one, the hot path's p95 stayed within
-  10% of its idle p95 in 4 runs of 7 (in the others another process had the free core):
-  the better lever of the two, not a guarantee on a host this small.
+  they are free. On two cores, the worker pinned to one at nice 10, the hot path's p95
+  stayed within 10% of its idle p95 in every run on an otherwise quiet host (5 of 5), and in
+  4 of 7 while other work shared the cores (then another process held the free core).
 - `--priority idle` runs the worker under Linux's `SCHED_IDLE`. It was meant to let a waking
   backend preempt the worker at once; measured on a 6.x kernel (EEVDF scheduler) it does not:
   the kernel counts a core running only idle-policy work as free, wakes the hot path's
