@@ -33,7 +33,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from psycopg import sql
@@ -838,8 +838,10 @@ def _migrate_if_needed(url: str) -> None:
 # -- the drivers -----------------------------------------------------------------------------
 
 
-class Memory:
-    """Mem0's `Memory`, governed: `Memory()` uses DATABASE_URL (else the local server)."""
+class _Facade:
+    """What both drivers hold: the configuration, its database, the plans (`_Core`) and the
+    vector broker's use; `Memory` answers the plans on sync connections, `AsyncMemory` on
+    async ones."""
 
     def __init__(self, config: MemoryConfig | None = None, **options: Any) -> None:
         config = config or MemoryConfig()
@@ -849,13 +851,20 @@ class Memory:
         self._url = _url(config)
         _check_profile(config, self._url)
         self._core = _Core(config)
-        self._fabric = Fabric(self._url, min_size=0, max_size=4)
-        self._setup_lock = threading.Lock()
         self._broker = _BrokerUse()
 
     @classmethod
-    def from_config(cls, config_dict: Mapping[str, Any]) -> Memory:
+    def from_config(cls, config_dict: Mapping[str, Any]) -> Self:
         return cls(config_from_mem0(config_dict))
+
+
+class Memory(_Facade):
+    """Mem0's `Memory`, governed: `Memory()` uses DATABASE_URL (else the local server)."""
+
+    def __init__(self, config: MemoryConfig | None = None, **options: Any) -> None:
+        super().__init__(config, **options)
+        self._fabric = Fabric(self._url, min_size=0, max_size=4)
+        self._setup_lock = threading.Lock()
 
     def setup(self) -> None:
         """Provision (idempotently) the tenant, the logins, the agents and their enablement."""
@@ -974,24 +983,13 @@ class Memory:
             return fabric_call(conn, step.name, *step.args)
 
 
-class AsyncMemory:
+class AsyncMemory(_Facade):
     """`Memory` for asyncio: the same plans, answered on async connections."""
 
     def __init__(self, config: MemoryConfig | None = None, **options: Any) -> None:
-        config = config or MemoryConfig()
-        if options:
-            config = replace(config, **options)
-        self.config = config
-        self._url = _url(config)
-        _check_profile(config, self._url)
-        self._core = _Core(config)
+        super().__init__(config, **options)
         self._fabric = AsyncFabric(self._url, min_size=0, max_size=4)
         self._setup_lock = asyncio.Lock()
-        self._broker = _BrokerUse()
-
-    @classmethod
-    def from_config(cls, config_dict: Mapping[str, Any]) -> AsyncMemory:
-        return cls(config_from_mem0(config_dict))
 
     async def setup(self) -> None:
         async with self._setup_lock:
