@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self
 
@@ -43,6 +43,7 @@ from psycopg.types.json import Jsonb
 from memfabric.aio import AsyncFabric
 from memfabric.broker import Broker, RemoteBroker, serving, starting_broker, use_broker
 from memfabric.call import afabric_call, afabric_rows, fabric_call, fabric_rows
+from memfabric.embedding import has_words
 from memfabric.errors import FabricError, Misconfigured, NotAuthorized, Unreachable
 from memfabric.recall import arecall, recall
 from memfabric.sdk import Fabric
@@ -302,34 +303,39 @@ class _Core:
         run_id: str | None,
         metadata: Mapping[str, Any] | None,
         infer: bool,
+        timestamp: Any = None,
     ) -> Plan:
         subject = _subject(user_id)
         texts = _messages(messages)
+        valid_from = _valid_from(timestamp)
         c = self.config
         event = f"memfabric-add:{uuid.uuid4()}"
         envelopes = []
-        for role, text in texts:
+        for role, name, text in texts:
             content: Json = {"text": text}
             if role is not None:
                 content["role"] = role
+            if name is not None:
+                content["speaker"] = name
             if metadata:
                 content["metadata"] = dict(metadata)
-            envelopes.append(
-                {
-                    "tier": "episodic",
-                    "scope": {
-                        "tenant_id": c.tenant_id,
-                        "visibility": "session" if run_id is not None else "subject",
-                    },
-                    "content": content,
-                    "provenance": {
-                        "source_event_id": event,
-                        "correlation_id": event,
-                        "formation_method": "extraction",
-                    },
-                    "confidence": 1.0,
-                }
-            )
+            envelope: Json = {
+                "tier": "episodic",
+                "scope": {
+                    "tenant_id": c.tenant_id,
+                    "visibility": "session" if run_id is not None else "subject",
+                },
+                "content": content,
+                "provenance": {
+                    "source_event_id": event,
+                    "correlation_id": event,
+                    "formation_method": "extraction",
+                },
+                "confidence": 1.0,
+            }
+            if valid_from is not None:
+                envelope["validity_interval"] = {"valid_from": valid_from}
+            envelopes.append(envelope)
         if not envelopes:
             return {"results": []}
         agent = c.logins.agent
@@ -597,21 +603,61 @@ def _subject(user_id: str | None) -> str:
     return user_id
 
 
-def _messages(messages: Any) -> list[tuple[str | None, str]]:
-    """(role, text) of each message worth remembering: a string is one user message;
-    system messages are instructions, not memory."""
+def _messages(messages: Any) -> list[tuple[str | None, str | None, str]]:
+    """(role, name, text) of each message worth remembering: a string is one user message;
+    system messages are instructions, not memory. A message's ``name`` (the chat formats'
+    participant name) is who said it: kept as the turn's ``speaker``, so the turn is
+    embedded and searched as a transcript line (``"Caroline: ..."``), as conversations are."""
     if isinstance(messages, str):
-        return [("user", messages)] if messages.strip() else []
+        return [("user", None, messages)] if messages.strip() else []
     if isinstance(messages, Mapping):
         messages = [messages]
-    out: list[tuple[str | None, str]] = []
+    out: list[tuple[str | None, str | None, str]] = []
     for message in messages:
         role = message.get("role")
         text = message.get("content")
         if role == "system" or not isinstance(text, str) or not text.strip():
             continue
-        out.append((role, text))
+        name = message.get("name")
+        if name is not None and not has_words(name):
+            raise ValueError(f"a message's name must be a non-empty string, not {name!r}")
+        out.append((role, name.strip() if name is not None else None, text))
     return out
+
+
+def _valid_from(timestamp: Any) -> str | None:
+    """When what the messages say became true, as RFC 3339 in UTC: Mem0's ``timestamp``
+    (Unix seconds), a timezone-aware ``datetime`` or an ISO 8601 string with an offset.
+    None keeps the fabric's default (the time of the proposal). A time without a zone is
+    refused rather than guessed."""
+    if timestamp is None:
+        return None
+    if isinstance(timestamp, bool):
+        raise ValueError(
+            f"timestamp must be Unix seconds, a datetime or ISO 8601, not {timestamp!r}"
+        )
+    if isinstance(timestamp, (int, float)):
+        try:
+            when = datetime.fromtimestamp(timestamp, tz=UTC)
+        except (OverflowError, OSError, ValueError) as exc:
+            raise ValueError(f"timestamp {timestamp!r} is not a time: {exc}") from None
+    elif isinstance(timestamp, datetime):
+        when = timestamp
+    elif isinstance(timestamp, str):
+        try:
+            when = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"timestamp {timestamp!r} is not ISO 8601") from None
+    else:
+        raise ValueError(
+            f"timestamp must be Unix seconds, a datetime or ISO 8601, not {timestamp!r}"
+        )
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(
+            f"timestamp {timestamp!r} has no time zone: "
+            "give an offset (e.g. +00:00) or Unix seconds"
+        )
+    return when.astimezone(UTC).isoformat()
 
 
 def _iso(value: Any) -> Any:
@@ -638,6 +684,8 @@ def _item(record: Json, event: str | None = None) -> Json:
         "state": record.get("consolidation_state"),
         "valid_from": _iso(validity.get("valid_from")),
         "valid_until": _iso(validity.get("valid_until")),
+        "role": content.get("role") if isinstance(content, Mapping) else None,
+        "actor_id": content.get("speaker") if isinstance(content, Mapping) else None,
         "supersedes": None if record.get("supersedes") is None else str(record["supersedes"]),
         "provenance": record.get("provenance") or {},
         "confidence": record.get("confidence"),
@@ -886,9 +934,10 @@ class Memory(_Facade):
         run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         infer: bool = True,
+        timestamp: int | float | datetime | str | None = None,
     ) -> Json:
         _no_agent_id(agent_id)
-        return self._run(self._core.add(messages, user_id, run_id, metadata, infer))  # type: ignore[no-any-return]
+        return self._run(self._core.add(messages, user_id, run_id, metadata, infer, timestamp))  # type: ignore[no-any-return]
 
     def search(
         self,
@@ -1010,9 +1059,13 @@ class AsyncMemory(_Facade):
         run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         infer: bool = True,
+        timestamp: int | float | datetime | str | None = None,
     ) -> Json:
         _no_agent_id(agent_id)
-        return await self._run(self._core.add(messages, user_id, run_id, metadata, infer))  # type: ignore[no-any-return]
+        added: Json = await self._run(
+            self._core.add(messages, user_id, run_id, metadata, infer, timestamp)
+        )
+        return added
 
     async def search(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +170,73 @@ def test_a_refused_memory_writes_nothing(fabric: Fabric) -> None:
             m.add("no subject")
         with pytest.raises(ValueError, match="agent_id"):
             m.add("agent memory", user_id="alice", agent_id="other")
+    assert fabric.counts() == before
+
+
+def test_a_conversation_keeps_its_speakers_and_its_own_time(fabric: Fabric) -> None:
+    """Mem0's message ``name`` is the turn's speaker and ``timestamp`` the time the turn was
+    said: the records hold them (the speaker in content, the time as valid time), so recall
+    embeds and searches the turn as a transcript line and time-aware recall reads the
+    conversation's own dates, not the import's."""
+    said = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    with memory(fabric) as m:
+        added = m.add(
+            [
+                {"role": "user", "name": "Caroline", "content": "I went to a support group."},
+                {"role": "assistant", "name": "Melanie", "content": "That sounds brave!"},
+            ],
+            user_id="caroline",
+            timestamp=int(said.timestamp()),
+        )["results"]
+        assert [(a["actor_id"], a["role"]) for a in added] == [
+            ("Caroline", "user"),
+            ("Melanie", "assistant"),
+        ]
+        assert {a["valid_from"] for a in added} == {said.isoformat()}
+        (hit,) = m.search("support group", user_id="caroline", limit=1)["results"]
+        assert hit["id"] == added[0]["id"] and hit["actor_id"] == "Caroline"
+        # the same instant given as an ISO string with an offset, and as a datetime
+        later = m.add(
+            "Painting calms me.", user_id="caroline", timestamp="2023-05-08T15:56:00+02:00"
+        )
+        aware = m.add("Me too.", user_id="caroline", timestamp=said)
+    assert later["results"][0]["valid_from"] == said.isoformat()
+    assert aware["results"][0]["valid_from"] == said.isoformat()
+    assert later["results"][0]["actor_id"] is None
+    rows = (
+        fabric.session(None)
+        .execute(
+            "SELECT content->>'speaker', valid_from FROM fabric.memory_records "
+            "WHERE memory_id = %s",
+            (added[1]["id"],),
+        )
+        .fetchall()
+    )
+    assert rows == [("Melanie", said)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "refusal"),
+    [
+        ({"timestamp": "2023-05-08T13:56:00"}, "no time zone"),
+        ({"timestamp": datetime(2023, 5, 8)}, "no time zone"),
+        ({"timestamp": "yesterday"}, "not ISO 8601"),
+        ({"timestamp": 10**20}, "is not a time"),
+        ({"timestamp": True}, "Unix seconds"),
+        ({"timestamp": [1]}, "Unix seconds"),
+        ({"messages": [{"role": "user", "name": " ", "content": "hi"}]}, "name"),
+        ({"messages": [{"role": "user", "name": 7, "content": "hi"}]}, "name"),
+    ],
+)
+def test_a_bad_time_or_speaker_is_refused_before_anything_is_written(
+    fabric: Fabric, kwargs: dict[str, Any], refusal: str
+) -> None:
+    with memory(fabric) as m:
+        m.setup()
+        before = fabric.counts()
+        messages = kwargs.pop("messages", [{"role": "user", "content": "hi"}])
+        with pytest.raises(ValueError, match=refusal):
+            m.add(messages, user_id="alice", **kwargs)
     assert fabric.counts() == before
 
 
