@@ -1072,7 +1072,6 @@ DECLARE
     ELSE fabric._subject_key(p_run.tenant_id, p_run.subject_id) END;
   v_scope jsonb;
   v_request text;
-  v_event uuid;
 BEGIN
   v_scope := CASE WHEN v_key.key IS NULL THEN p_resolved -> 'scope_applied'  -- no subject
     ELSE (p_resolved -> 'scope_applied') - 'subject_id' - 'session_id'
@@ -1082,20 +1081,23 @@ BEGIN
                      THEN pg_catalog.jsonb_set(p_request, '{scope}',
                             (p_request -> 'scope') - 'subject_id' - 'session_id')
                      ELSE p_request END)::text;
-  -- an assignment, not PERFORM: a simple expression, without a statement of the executor.
+  -- The event, written here with fabric._emit's envelope (its time-ordered id, the actor and
+  -- run of the context) instead of through a call of it: one call less a recall.
   -- The payload leaves out every null field, as jsonb_strip_nulls of the whole object did:
   -- ABSENT ON NULL drops its own fields that are null (SQL or JSON), and the scope, the one
   -- object inside it that can hold nulls (a run without a session), is stripped alone; no
   -- other field is an object (tiers and memory_ids are arrays of strings, traceparent a
   -- string), so the payload is the same without walking and copying it all a second time.
-  v_event := fabric._emit(
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
+                             actor_agent_id, run_id, payload)
+  VALUES (fabric._event_id(), p_run.tenant_id,
     CASE WHEN p_status = 'denied' THEN 'memory.recall.denied' ELSE 'memory.recall.served' END,
-    p_run.tenant_id,
     CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'correlation_id') = 'string'
          THEN pg_catalog.left(p_request ->> 'correlation_id', 200) END,
     CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'causation_id') = 'string'
          THEN pg_catalog.left(p_request ->> 'causation_id', 200) END,
-    NULL, NULL,
+    nullif(pg_catalog.current_setting('fabric.actor', true), ''),
+    nullif(pg_catalog.current_setting('fabric.run_id', true), '')::uuid,
     JSON_OBJECT(
       'status': p_status, 'reason': p_reason,
       'agent_id': p_run.agent_id,
@@ -1128,23 +1130,25 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- fabric._recall_request_problem: NULL if the request is well formed, else why (22023).
-CREATE OR REPLACE FUNCTION fabric._recall_request_problem(p_request jsonb)
-RETURNS text
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  -- The common well-formed request is answered first by one simple expression (no statement
-  -- of the executor, ~0.2 ms less a recall): each condition below is one the full check
-  -- requires, so whatever passes them passes it. A request they do not cover (scope,
-  -- filters, candidates, traceparent, any other value) goes through the full check, which
-  -- alone names the problem.
-  IF pg_catalog.jsonb_typeof(p_request) = 'object'
+-- fabric._recall_request_is_common: true for the common well-formed request, which every
+-- condition below shows well formed: each is one fabric._recall_request_problem's full check
+-- requires, so whatever passes them passes it. A request they do not cover (scope, filters,
+-- candidates, traceparent, any other value) is false (or NULL) here and goes through the
+-- full check, which alone names the problem. An SQL function with a standard body (names
+-- bound when it is created, no SET search_path), so that recall's expression holds it
+-- inlined: the common request is checked without a function call.
+CREATE OR REPLACE FUNCTION fabric._recall_request_is_common(p_request jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+  SELECT pg_catalog.jsonb_typeof(p_request) = 'object'
      AND (p_request - ARRAY['run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                             'tiers', 'query', 'limit', 'allow_partial', 'mode']) = '{}'::jsonb
      AND pg_catalog.jsonb_typeof(p_request -> 'run_id') = 'string'
-     AND (p_request ->> 'run_id') ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+     -- the run_id pattern of the full check (8-4-4-4-12 hex digits, either case) without a
+     -- regular expression: every hex digit made 0, the result is that shape of zeros
+     AND pg_catalog.translate(p_request ->> 'run_id', '123456789abcdefABCDEF',
+                              '000000000000000000000') = '00000000-0000-0000-0000-000000000000'
      -- an array of known tiers (containment: strings only, each one of these), each once
      -- (as many elements as the tiers it holds)
      AND (CASE WHEN p_request ? 'tiers'
@@ -1172,7 +1176,19 @@ BEGIN
               WHEN pg_catalog.jsonb_typeof(p_request -> 'limit') = 'number'
               THEN (p_request -> 'limit')::numeric = pg_catalog.trunc((p_request -> 'limit')::numeric)
                    AND (p_request -> 'limit')::numeric BETWEEN 1 AND 2147483647
-              ELSE false END) THEN
+              ELSE false END);
+END;
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._recall_request_problem: NULL if the request is well formed, else why (22023).
+CREATE OR REPLACE FUNCTION fabric._recall_request_problem(p_request jsonb)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- The common well-formed request first (fabric._recall_request_is_common, inlined).
+  IF fabric._recall_request_is_common(p_request) THEN
     RETURN NULL;
   END IF;
   -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every recall.
@@ -1413,7 +1429,9 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_problem text := fabric._recall_request_problem(p_request);
+  -- (the common request is told well formed by an expression, inlined: no call)
+  v_problem text := CASE WHEN fabric._recall_request_is_common(p_request) THEN NULL
+                         ELSE fabric._recall_request_problem(p_request) END;
   v_run fabric.runs;
   v_profile jsonb;
   v_missing text[];
@@ -1457,19 +1475,24 @@ BEGIN
   END IF;
   -- Correlation and causation ids reach the append-only audit trail: identifiers only,
   -- checked exactly as propose checks them. (Assignments, not PERFORM: simple expressions,
-  -- evaluated without a statement of the executor; an absent id needs no check.)
-  IF p_request ? 'correlation_id' THEN
-    v_checked := fabric._envelope_text(p_request -> 'correlation_id', 'correlation_id');
-  END IF;
-  IF p_request ? 'causation_id' THEN
-    v_checked := fabric._envelope_text(p_request -> 'causation_id', 'causation_id');
+  -- evaluated without a statement of the executor; absent ids need no check, told by one
+  -- expression.)
+  IF p_request ?| ARRAY['correlation_id', 'causation_id'] THEN
+    IF p_request ? 'correlation_id' THEN
+      v_checked := fabric._envelope_text(p_request -> 'correlation_id', 'correlation_id');
+    END IF;
+    IF p_request ? 'causation_id' THEN
+      v_checked := fabric._envelope_text(p_request -> 'causation_id', 'causation_id');
+    END IF;
   END IF;
   -- Without a mode the database serves text (the Python client picks hybrid when it can
   -- reach a vector broker); candidates come only from a broker, so they mean semantic.
   v_mode := coalesce(p_request ->> 'mode', CASE WHEN p_request ? 'candidates' THEN 'semantic' ELSE 'text' END);
   -- A query of only whitespace or control characters asks for nothing in particular.
-  v_query := nullif(pg_catalog.regexp_replace(p_request ->> 'query', '[[:space:][:cntrl:]]+', '', 'g'), '');
-  v_query := CASE WHEN v_query IS NOT NULL THEN p_request ->> 'query' END;
+  IF p_request ? 'query' THEN
+    v_query := CASE WHEN p_request ->> 'query' !~ '^[[:space:][:cntrl:]]*$'
+                    THEN p_request ->> 'query' END;
+  END IF;
 
   v_run := fabric._enter_run((p_request ->> 'run_id')::uuid);
   -- One statement: the agent's profile, the deployment's limits, the three tool layers (as
@@ -1491,10 +1514,7 @@ BEGIN
     FROM fabric.deployment_settings s
     LEFT JOIN fabric.agents a ON a.agent_id = v_run.agent_id;
   IF v_key_key IS NOT NULL THEN
-    v_key.tenant_id := v_run.tenant_id;
-    v_key.subject_id := v_run.subject_id;
-    v_key.subject_ref := v_key_ref;
-    v_key.key := v_key_key;
+    v_key := ROW(v_run.tenant_id, v_run.subject_id, v_key_ref, v_key_key, NULL)::fabric.subject_keys;
   END IF;
   IF (p_request ->> 'limit')::numeric > v_max_limit THEN
     PERFORM fabric._bad_envelope(pg_catalog.format('limit must be at most %s', v_max_limit),
@@ -1502,10 +1522,9 @@ BEGIN
   END IF;
   v_limit := coalesce((p_request ->> 'limit')::numeric::integer, v_default_limit);
   -- (an absent valid_at is now, without the check's subtransaction)
-  IF p_request #> '{filters,valid_at}' IS NOT NULL THEN
-    v_valid_at := fabric._envelope_timestamp(p_request #> '{filters,valid_at}', 'filters.valid_at');
-  END IF;
-  v_valid_at := coalesce(v_valid_at, pg_catalog.now());
+  v_valid_at := coalesce(CASE WHEN p_request #> '{filters,valid_at}' IS NOT NULL
+    THEN fabric._envelope_timestamp(p_request #> '{filters,valid_at}', 'filters.valid_at') END,
+    pg_catalog.now());
 
   -- 1. Tool authorization, three layers (read above).
   IF pg_catalog.cardinality(v_missing) > 0 THEN
