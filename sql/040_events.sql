@@ -21,19 +21,17 @@ END $$;
 -- Unix milliseconds, then the random bits of a version 4 id): each new entry of the primary
 -- key lands beside the last one instead of on a random leaf of an index as large as the
 -- trail, so a single event's commit (every recall's) dirties a page already in memory and,
--- after a checkpoint, logs no full page image of a random leaf. An SQL function with a
--- standard body (BEGIN ATOMIC: names bound when it is created, so no SET search_path),
--- inlined into the expression that calls it.
+-- after a checkpoint, logs no full page image of a random leaf. An SQL function with an
+-- SQL-standard body (RETURN expression: names bound when it is created, so no SET
+-- search_path), inlined into the expression that calls it.
 CREATE OR REPLACE FUNCTION fabric._event_id()
 RETURNS uuid
 LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-  SELECT pg_catalog.encode(pg_catalog.set_bit(pg_catalog.set_bit(pg_catalog.overlay(
+RETURN pg_catalog.encode(pg_catalog.set_bit(pg_catalog.set_bit(pg_catalog.overlay(
     pg_catalog.uuid_send(pg_catalog.gen_random_uuid()),
     pg_catalog.substr(pg_catalog.int8send(pg_catalog.floor(
       EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint), 3),
     1, 6), 52, 1), 53, 1), 'hex')::uuid;
-END;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._emit: append one event with the common envelope; actor and run from the context.

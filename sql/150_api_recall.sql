@@ -1134,14 +1134,13 @@ END $$;
 -- condition below shows well formed: each is one fabric._recall_request_problem's full check
 -- requires, so whatever passes them passes it. A request they do not cover (scope, filters,
 -- candidates, traceparent, any other value) is false (or NULL) here and goes through the
--- full check, which alone names the problem. An SQL function with a standard body (names
--- bound when it is created, no SET search_path), so that recall's expression holds it
--- inlined: the common request is checked without a function call.
+-- full check, which alone names the problem. An SQL function with an SQL-standard body
+-- (RETURN expression: names bound when it is created, no SET search_path), so that
+-- recall's expression holds it inlined: the common request is checked without a call.
 CREATE OR REPLACE FUNCTION fabric._recall_request_is_common(p_request jsonb)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
-BEGIN ATOMIC
-  SELECT pg_catalog.jsonb_typeof(p_request) = 'object'
+RETURN pg_catalog.jsonb_typeof(p_request) = 'object'
      AND (p_request - ARRAY['run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                             'tiers', 'query', 'limit', 'allow_partial', 'mode']) = '{}'::jsonb
      AND pg_catalog.jsonb_typeof(p_request -> 'run_id') = 'string'
@@ -1177,7 +1176,6 @@ BEGIN ATOMIC
               THEN (p_request -> 'limit')::numeric = pg_catalog.trunc((p_request -> 'limit')::numeric)
                    AND (p_request -> 'limit')::numeric BETWEEN 1 AND 2147483647
               ELSE false END);
-END;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._recall_request_problem: NULL if the request is well formed, else why (22023).

@@ -216,13 +216,13 @@ def test_security_definer_functions_pin_search_path(fabric: Fabric) -> None:
 
 def test_every_fabric_function_pins_search_path(fabric: Fabric) -> None:
     """Every function, not only the definers (triggers run as any writer), but for the SQL
-    functions with a standard body (BEGIN ATOMIC), which resolve no name when they run:
+    functions with an SQL-standard body (RETURN expression), which resolve no name when they run:
     theirs were bound when they were created (below)."""
     functions = search_paths(fabric, "p.prokind = 'f' AND p.prosqlbody IS NULL")
     assert [name for name, config in functions if not pins(config)] == []
 
 
-# The SQL functions with a standard body: without a SET clause the planner inlines them into
+# The SQL functions with an SQL-standard body: without a SET clause the planner inlines them into
 # the expression that calls them (docs/benchmarks.md, "Governed recall: fewer layers").
 INLINED = [
     "fabric._event_id()",
