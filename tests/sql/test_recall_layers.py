@@ -181,3 +181,44 @@ def test_the_tool_layers_and_a_runs_liveness_as_before(fabric: Fabric) -> None:
         ["tools_allowed", "tenant_enablement", "active_tool_set"],
     ]
     assert {(r[1], r[2], r[3]) for r in rows} == {(True, False, False)}
+
+
+def test_the_answer_and_event_from_a_list_of_records_are_those_from_an_array(
+    fabric: Fabric,
+) -> None:
+    """Filter-only, text, semantic and graph recall hand fabric._recall_answer their records
+    as a list (jsonb[]), which goes into the answer's encoding once; the answer and the event
+    are exactly those the same records as a jsonb array give (the memory ids read from the
+    records, when the caller does not give them)."""
+    run = fabric.open_run()
+    for text in ("invoices in EUR please", "the billing entity is ACME GmbH", "ship to Berlin"):
+        fabric.form(run, text)
+    served = fabric.recall("mf_agent_a", {"run_id": str(run), "tiers": ["episodic"]})
+    assert served["status"] == "served" and len(served["records"]) == 3
+    s = fabric.session(None)
+    rows = s.execute(
+        "SELECT fabric._recall_answer(r, q, 'served', NULL, x.resolved, %(records)s, true,"
+        "   x.served, NULL, NULL, NULL),"
+        " fabric._recall_answer(r, q, 'served', NULL, x.resolved, NULL, true, x.served, NULL,"
+        "   NULL, ARRAY(SELECT jsonb_array_elements(%(records)s)))"
+        " FROM fabric.runs r, (SELECT %(request)s::jsonb) AS y(q),"
+        " LATERAL (SELECT fabric.resolve_recall_scope(a.memory_profile, r, y.q),"
+        '   \'{"mode_served": "text", "tiers_served_lexically": ["episodic"]}\'::jsonb'
+        "   FROM fabric.agents a WHERE a.agent_id = r.agent_id) AS x(resolved, served)"
+        " WHERE r.run_id = %(run)s",
+        {
+            "records": Jsonb(served["records"]),
+            "request": Jsonb({"run_id": str(run), "correlation_id": "c-1"}),
+            "run": run,
+        },
+    ).fetchall()
+    assert len(rows) == 1
+    from_array, from_list = rows[0]
+    assert from_list == from_array
+    assert from_list["records"] == served["records"]
+    payloads = [
+        {k: v for k, v in e["payload"].items() if k != "duration_ms"}
+        for e in fabric.events("event_type = 'memory.recall.served' AND correlation_id = 'c-1'")
+    ]
+    assert len(payloads) == 2 and payloads[0] == payloads[1]
+    assert payloads[0]["memory_ids"] == [r["memory_id"] for r in served["records"]]
