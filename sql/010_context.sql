@@ -214,16 +214,14 @@ END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._run_is_live: a run authorizes only while it is open and unexpired.
--- (plpgsql: a SQL function with a SET clause is never inlined and is parsed and planned
--- again on every call.)
+-- An SQL function with an SQL-standard body (RETURN expression): its names are bound when
+-- it is created, so it needs no SET search_path, and without one the planner inlines it
+-- into its caller's expression (no function call, no executor state of its own per
+-- transaction: see docs/benchmarks.md, "Governed recall: fewer layers").
 CREATE OR REPLACE FUNCTION fabric._run_is_live(p_run fabric.runs)
 RETURNS boolean
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  RETURN p_run.closed_at IS NULL AND p_run.expires_at > pg_catalog.now();
-END $$;
+LANGUAGE sql STABLE
+RETURN p_run.closed_at IS NULL AND p_run.expires_at > pg_catalog.now();
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._ident: the one identifier rule for every API input (22023 naming the field, never

@@ -17,7 +17,26 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._event_id: a new event's id, time-ordered (UUID version 7, RFC 9562: 48 bits of
+-- Unix milliseconds, then the random bits of a version 4 id): each new entry of the primary
+-- key lands beside the last one instead of on a random leaf of an index as large as the
+-- trail, so a single event's commit (every recall's) dirties a page already in memory and,
+-- after a checkpoint, logs no full page image of a random leaf. An SQL function with an
+-- SQL-standard body (RETURN expression: names bound when it is created, so no SET
+-- search_path), inlined into the expression that calls it.
+CREATE OR REPLACE FUNCTION fabric._event_id()
+RETURNS uuid
+LANGUAGE sql VOLATILE
+RETURN pg_catalog.encode(pg_catalog.set_bit(pg_catalog.set_bit(pg_catalog.overlay(
+    pg_catalog.uuid_send(pg_catalog.gen_random_uuid()),
+    pg_catalog.substr(pg_catalog.int8send(pg_catalog.floor(
+      EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint), 3),
+    1, 6), 52, 1), 53, 1), 'hex')::uuid;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._emit: append one event with the common envelope; actor and run from the context.
+-- (fabric._recall_answer writes recall's one event with the same envelope itself: a call
+-- less on the path of every recall.)
 CREATE OR REPLACE FUNCTION fabric._emit(
   p_event_type text,
   p_tenant_id text,
@@ -32,16 +51,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  -- A time-ordered id (UUID version 7, RFC 9562: 48 bits of Unix milliseconds, then the
-  -- random bits of a version 4 id): each new entry of the primary key lands beside the last
-  -- one instead of on a random leaf of an index as large as the trail, so a single event's
-  -- commit (every recall's) dirties a page already in memory and, after a checkpoint, logs
-  -- no full page image of a random leaf.
-  v_event_id uuid := pg_catalog.encode(pg_catalog.set_bit(pg_catalog.set_bit(pg_catalog.overlay(
-    pg_catalog.uuid_send(pg_catalog.gen_random_uuid()),
-    pg_catalog.substr(pg_catalog.int8send(pg_catalog.floor(
-      EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint), 3),
-    1, 6), 52, 1), 53, 1), 'hex')::uuid;
+  v_event_id uuid := fabric._event_id();
   -- what fabric._setting answers for both, as simple expressions: this runs for every event
   v_actor text := nullif(pg_catalog.current_setting('fabric.actor', true), '');
   v_run_id uuid := nullif(pg_catalog.current_setting('fabric.run_id', true), '')::uuid;

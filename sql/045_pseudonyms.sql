@@ -4,19 +4,16 @@
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._pseudonym: one identifier of a kind ('subject', 'session', 'request') under a key.
--- PL/pgSQL, not SQL: a SQL function that cannot be inlined (its SET clause) is parsed and
--- planned again on every call in a new transaction; this one is a simple expression, run
--- without the executor (every recall calls it twice for its audit event).
+-- An SQL function with an SQL-standard body (RETURN expression): its names are bound when
+-- it is created, so it needs no SET search_path, and without one the planner inlines it
+-- into the caller's expression (every recall computes two for its audit event). STABLE,
+-- not IMMUTABLE: convert_to is STABLE, and an IMMUTABLE function over it is never inlined.
 CREATE OR REPLACE FUNCTION fabric._pseudonym(p_key bytea, p_kind text, p_value text)
 RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  RETURN CASE WHEN p_key IS NOT NULL AND p_value IS NOT NULL THEN
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN CASE WHEN p_key IS NOT NULL AND p_value IS NOT NULL THEN
     'hmac:' || pg_catalog.encode(ext.hmac(pg_catalog.convert_to(p_kind || ':' || p_value, 'UTF8'),
                                           p_key, 'sha256'), 'hex') END;
-END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._subject_key: the subject's key in the tenant of the context, made on first use.

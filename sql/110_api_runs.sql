@@ -172,7 +172,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_agent_id text := fabric._caller_agent_id();
+  -- fabric._caller_agent_id's read, in this expression (one function call less for every
+  -- call an agent makes in its run)
+  v_agent_id text := (SELECT a.agent_id FROM fabric.agents a WHERE a.login = session_user);
   v_run fabric.runs;
   v text;
 BEGIN
@@ -202,19 +204,17 @@ END $$;
 -- (empty when the tool holds in all three). The one place the layers become a denial:
 -- fabric._tool_denial reads them, and recall reads them in the statement that reads the
 -- agent's profile (one statement less a recall).
+-- (An SQL function with an SQL-standard body, inlined into the statement that calls it: see
+-- fabric._run_is_live.)
 CREATE OR REPLACE FUNCTION fabric._tool_layers_missing(p_allowed boolean, p_enabled boolean,
                                                        p_run fabric.runs, p_tool text)
 RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-  RETURN pg_catalog.array_remove(ARRAY[
+LANGUAGE sql IMMUTABLE
+RETURN pg_catalog.array_remove(ARRAY[
     CASE WHEN NOT coalesce(p_allowed, false) THEN 'tools_allowed' END,
     CASE WHEN NOT coalesce(p_enabled, false) THEN 'tenant_enablement' END,
     CASE WHEN NOT p_tool = ANY (p_run.active_tool_set) THEN 'active_tool_set' END
   ], NULL);
-END $$;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric._tool_denial: NULL if the tool holds in all three layers, else which ones miss.

@@ -101,7 +101,16 @@ def _store_class(module: Any) -> Any:
 
 
 def _source(ctx: Context, function: str) -> str:
-    return str(ctx.value("SELECT prosrc FROM pg_proc WHERE oid = to_regproc(%s)", function) or "")
+    """A function's body: its source text, or, for an SQL-standard body (RETURN expression),
+    which keeps no text, the body as PostgreSQL prints it."""
+    return str(
+        ctx.value(
+            "SELECT coalesce(nullif(prosrc, ''), pg_get_function_sqlbody(oid))"
+            " FROM pg_proc WHERE oid = to_regproc(%s)",
+            function,
+        )
+        or ""
+    )
 
 
 def _grantees(ctx: Context, signatures: tuple[str, ...]) -> set[str]:

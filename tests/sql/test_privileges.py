@@ -215,9 +215,57 @@ def test_security_definer_functions_pin_search_path(fabric: Fabric) -> None:
 
 
 def test_every_fabric_function_pins_search_path(fabric: Fabric) -> None:
-    """Every function, not only the definers (triggers run as any writer)."""
-    functions = search_paths(fabric, "p.prokind = 'f'")
+    """Every function, not only the definers (triggers run as any writer), but for the SQL
+    functions with an SQL-standard body (RETURN expression), which resolve no name when they run:
+    theirs were bound when they were created (below)."""
+    functions = search_paths(fabric, "p.prokind = 'f' AND p.prosqlbody IS NULL")
     assert [name for name, config in functions if not pins(config)] == []
+
+
+# The SQL functions with an SQL-standard body: without a SET clause the planner inlines them into
+# the expression that calls them (docs/benchmarks.md, "Governed recall: fewer layers").
+INLINED = [
+    "fabric._event_id()",
+    "fabric._pseudonym(bytea,text,text)",
+    "fabric._recall_request_is_common(jsonb)",
+    "fabric._run_is_live(fabric.runs)",
+    "fabric._tool_layers_missing(boolean,boolean,fabric.runs,text)",
+]
+
+
+def test_functions_without_search_path_bind_their_names_when_created(fabric: Fabric) -> None:
+    """A function without SET search_path is one whose body was parsed, and its names bound
+    to the objects they named, when it was created: one search_path the caller sets cannot
+    redirect a call or an operator in it. Those are exactly the inlined helpers; none is a
+    definer."""
+    with fabric.su() as c:
+        c.execute("SET search_path = pg_catalog")
+        rows = c.execute(
+            "SELECT p.oid::regprocedure::text, p.prosqlbody IS NOT NULL, p.prosecdef,"
+            " l.lanname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " JOIN pg_language l ON l.oid = p.prolang"
+            " WHERE n.nspname IN ('fabric', 'fabric_api', 'fabric_audit')"
+            "   AND p.prokind = 'f' AND p.proconfig IS NULL ORDER BY 1"
+        ).fetchall()
+    assert [r[0] for r in rows] == INLINED
+    assert all(bound and not definer and lang == "sql" for _, bound, definer, lang in rows)
+
+
+def test_the_inlined_helpers_are_inlined(fabric: Fabric) -> None:
+    """The planner puts their bodies in the calling expression: no call of them is left."""
+    with fabric.su() as c:
+        c.execute("SET search_path = pg_catalog")
+        plan = c.execute(
+            "EXPLAIN (VERBOSE, FORMAT JSON) SELECT fabric._run_is_live(r),"
+            " fabric._tool_layers_missing(true, false, r, 'tool:memory-recall'),"
+            " fabric._pseudonym('\\x00'::bytea, 'session', r.session_id::text),"
+            " fabric._recall_request_is_common(pg_catalog.jsonb_build_object('run_id', r.run_id)),"
+            " fabric._event_id()"
+            " FROM fabric.runs r"
+        ).fetchone()
+    assert plan is not None
+    text = str(plan[0])
+    assert "fabric._" not in text and "_run_is_live" not in text, text
 
 
 def test_every_api_function_documents_an_example(fabric: Fabric) -> None:
