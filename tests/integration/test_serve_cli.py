@@ -27,7 +27,7 @@ import pytest
 from conftest import Fabric, drained, files_holding
 from memfabric.broker import RemoteBroker, serving
 from memfabric.constants import INDEXED_TIERS
-from memfabric.embedding import MiniLMEmbedder
+from memfabric.embedding import E5_MODEL, MiniLMEmbedder
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector
 from memfabric.recall import recall
@@ -149,6 +149,7 @@ def test_serve_projects_answers_recall_and_passes_the_drill(
     # `auto`, serve's default: child shards when serve may run on 2 CPUs or more
     children = env["MEMFABRIC_EDGE_SHARDS"] == "auto" and usable_cpus() >= 2
     assert ("shards in child processes" if children else "shards inline") in line
+    assert f"embedding with {E5_MODEL}" in line  # a new deployment's embedder
     run = fabric.open_run()
     ids = {
         fabric.form(run, t)
