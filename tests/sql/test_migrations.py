@@ -284,6 +284,13 @@ FROM generate_series(1, 12000) i
 """
 
 
+def on_minilm(fabric: Any) -> None:
+    """The clone's deployment on MiniLM, as every deployment was before 0.14: a downgrade
+    below 0046 refuses one on e5 (the template is a new database, so e5 since 0056)."""
+    with fabric.su() as su:
+        su.execute("UPDATE fabric.deployment_settings SET embedder = 'minilm'")
+
+
 def bridge(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as c:
         row = c.execute(
@@ -297,6 +304,7 @@ def test_0021_backfills_every_records_search_length(fabric: Any) -> None:
     run = fabric.open_run()
     formed = [fabric.form(run, t) for t in ("the invoices in EUR", "parcel parcel parcel")]
     mfdb.bootstrap(fabric.url)  # a clone lacks the migration role's grant on the database
+    on_minilm(fabric)
     mfdb.downgrade(fabric.url, "0020_projection_feeds")
     with fabric.su() as su:
         assert not su.execute(
@@ -340,6 +348,7 @@ def test_0029_gives_every_subject_with_records_a_key_and_notes_both_rebuilds(fab
     rebuilding, which `memfabric serve` then runs (the old projections hold ids in clear)."""
     memory_id = fabric.form(fabric.open_run(subject="user-7070"), "invoices in EUR")
     mfdb.bootstrap(fabric.url)  # a clone lacks the migration role's grant on the database
+    on_minilm(fabric)
     mfdb.downgrade(fabric.url, "0026_projection_rebuild")
     with fabric.su() as su:
         su.execute("DELETE FROM fabric.subject_keys")  # as a subject that never recalled
