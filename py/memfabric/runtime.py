@@ -36,9 +36,9 @@ def deployment_embedder(
 def embedder_for(found: dict[str, Any] | None, *, child: bool = False) -> Embedder:
     """The embedder of the settings `fabric_api.deployment_embedder` answered (in a child
     process at lower priority if `child`: a ProcessEmbedder, same vectors)."""
-    settings: dict[str, Any] = found if found is not None else {"embedder": "minilm"}
-    kind, kwargs = "minilm", {}
-    if settings["embedder"] in ("minilm-static", "e5"):
+    settings: dict[str, Any] = found if found is not None else {"embedder": "e5"}
+    kind, kwargs = "e5", {}
+    if settings["embedder"] in ("minilm", "minilm-static"):
         kind = settings["embedder"]
     elif settings["embedder"] == "http":
         kind = "http"

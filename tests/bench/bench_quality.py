@@ -68,7 +68,6 @@ from memfabric import db
 from memfabric.broker import LocalBroker
 from memfabric.embedding import (
     Embedder,
-    MiniLMEmbedder,
     embed_query,
     embedder_from_settings,
     text_of,
@@ -136,17 +135,18 @@ def words(t: Turn) -> str:
     return "\n".join([v for v in c.values() if isinstance(v, str)] + names)
 
 
-class Primed(MiniLMEmbedder):
-    """MiniLM that answers from vectors it has already computed (the baseline's), so the
-    projector does not embed the same texts twice; identical results either way."""
+class Primed:
+    """The deployment's embedder answering from vectors it has already computed (the
+    baseline's), so the projector does not embed the same texts twice; identical results
+    either way (its contract is the embedder's)."""
 
-    def __init__(self, known: dict[str, list[float]]) -> None:
-        super().__init__()
-        self.known = known
+    def __init__(self, inner: Embedder, known: dict[str, list[float]]) -> None:
+        self.inner, self.known = inner, known
+        self.model, self.version, self.dims = inner.model, inner.version, inner.dims
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.known]
-        self.known.update(zip(missing, super().embed(missing), strict=True))
+        self.known.update(zip(missing, self.inner.embed(missing), strict=True))
         return [self.known[t] for t in texts]
 
 
@@ -209,18 +209,21 @@ def load(url: str, data: Dataset) -> tuple[dict[str, uuid.UUID], dict[str, str]]
 def baselines(
     data: Dataset,
     known: dict[str, list[float]],
-    emb: MiniLMEmbedder,
+    emb: Embedder,
     also: dict[str, Embedder] | None = None,
+    kind: str = "minilm",
 ) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]]]:
     """BM25, dense and their reciprocal rank fusion per question, over each conversation's
-    turns; time per question of each (the dense query embedding batched, not timed). `also`:
-    more embedders ranked the same way (dense and RRF rows of their own) beside MiniLM."""
+    turns; time per question of each (the dense query embedding batched, not timed). `emb`
+    is the deployment's embedder (`kind`), `also` more embedders ranked the same way (dense
+    and RRF rows of their own, the governed fusion's shape among them) beside it."""
     fused = {d: f"RRF(BM25, dense) of top {d}" for d in RRF_DEPTHS}
     out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, **{f: {} for f in fused.values()}}
     out |= {name: {} for name in (FUSED, *WEIGHTED, NEIGHBOURS)}
     for name in also or {}:
         out |= {f"dense ({name})": {}}
         out |= {f"RRF(BM25, dense ({name})) of top {d}": {} for d in RRF_DEPTHS}
+        out |= {also_fused(name): {}}
     took: dict[str, list[float]] = {name: [] for name in out}
     by_conv: dict[str, list[Question]] = defaultdict(list)
     for q in data.questions:
@@ -238,14 +241,14 @@ def baselines(
         texts = [text_of(content(t)) for t in c.turns]
         t = time.perf_counter()
         known.update(zip(texts, emb.embed(texts), strict=True))
-        EMBED_RATE["minilm"] = EMBED_RATE.get("minilm", 0.0) + time.perf_counter() - t
+        EMBED_RATE[kind] = EMBED_RATE.get(kind, 0.0) + time.perf_counter() - t
         bm25 = BM25([words(t) for t in c.turns])
         # each turn's words but its speaker's name (a turn without a speaker: all its words)
         said = {t.turn_id: set(tokens(words(t) if not t.speaker else
                                       words(replace(t, speaker="")))) for t in c.turns}  # fmt: skip
         vectors = np.asarray([known[t] for t in texts], dtype=np.float32)
         qs = by_conv[c.conversation_id]
-        for q, qv in zip(qs, queries(emb, [q.text for q in qs], "minilm"), strict=True):
+        for q, qv in zip(qs, queries(emb, [q.text for q in qs], kind), strict=True):
             t0 = time.perf_counter()
             deep = [ids[i] for i in bm25.rank(q.text, max(*RRF_DEPTHS, FUSED_DEPTH))]
             lexical = deep[: max(RRF_DEPTHS)]
@@ -278,15 +281,26 @@ def baselines(
             EMBED_RATE[name] = EMBED_RATE.get(name, 0.0) + time.perf_counter() - t
             for q, qv in zip(qs, queries(other, [q.text for q in qs], name), strict=True):
                 t0 = time.perf_counter()
-                lexical = [ids[i] for i in bm25.rank(q.text, max(RRF_DEPTHS))]
-                dense = [ids[i] for i in dense_rank(vecs, qv, max(RRF_DEPTHS))]
+                deep = [ids[i] for i in bm25.rank(q.text, max(*RRF_DEPTHS, FUSED_DEPTH))]
+                lexical = deep[: max(RRF_DEPTHS)]
+                dense = [ids[i] for i in dense_rank(vecs, qv, max(*RRF_DEPTHS, FUSED_DEPTH))]
                 took[f"dense ({name})"].append(time.perf_counter() - t0)
                 out[f"dense ({name})"][q.question_id] = dense[:K]
                 for depth in RRF_DEPTHS:
                     fused_name = f"RRF(BM25, dense ({name})) of top {depth}"
                     out[fused_name][q.question_id] = rrf([lexical[:depth], dense[:depth]], K)
                     took[fused_name].append(time.perf_counter() - t0)
+                words_asked = set(tokens(q.text))
+                worded = [d for d in deep if said[d] & words_asked]
+                shaped = rrf([worded[:FUSED_DEPTH], dense[:FUSED_DEPTH]], K)
+                out[also_fused(name)][q.question_id] = shaped
+                took[also_fused(name)].append(time.perf_counter() - t0)
     return out, took
+
+
+def also_fused(name: str) -> str:
+    """The row of governed hybrid's fusion shape over another embedder's dense list."""
+    return f"RRF(BM25 less the name alone, dense ({name})) of top {FUSED_DEPTH}"
 
 
 EMBED_RATE: dict[str, float] = {}  # embedder -> seconds spent embedding the turns
@@ -447,6 +461,9 @@ def report(
           f" ({r10['text']:.3f} / {r10['BM25']:.3f})")  # fmt: skip
     print(f"hybrid/max(BM25, dense) recall@10: {r10['hybrid'] / best:.3f}"
           f" ({r10['hybrid']:.3f} / {best:.3f})")  # fmt: skip
+    legs = max(r10["text"], r10["semantic"])
+    print(f"hybrid/max(text, semantic) recall@10: {r10['hybrid'] / legs:.3f}"
+          f" ({r10['hybrid']:.3f} / {legs:.3f}: the fused list against its own legs)")  # fmt: skip
     print(f"unbounded: text/BM25 recall@10: {r10['text unbounded'] / r10['BM25']:.3f};"
           f" hybrid/max(BM25, dense): {r10['hybrid unbounded'] / best:.3f}")  # fmt: skip
     for mode in ("text", "hybrid"):
@@ -510,6 +527,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help=f"keep the database {DBNAME}")
     ap.add_argument("--also", default="", help="more embedder kinds as plain dense baselines,"
                     " e.g. minilm-static (memfabric.embedding.embedder_from_settings)")  # fmt: skip
+    ap.add_argument("--embedder", default="minilm", choices=("minilm", "minilm-static", "e5"),
+                    help="the deployment's embedder: the projector, the questions of the"
+                    " governed modes and the plain dense baseline embed with it")  # fmt: skip
     ap.add_argument("--baselines-only", action="store_true", help="the plain retrievers"
                     " only (no database): compare embedders (--also) quickly")  # fmt: skip
     ap.add_argument("--lexical-top", type=int, default=None, help="the deployment's"
@@ -531,12 +551,12 @@ def main() -> int:
     print(f"{source}: {len(data.conversations)} conversations, {n_turns} turns,"
           f" {len(data.questions)} questions in {time.perf_counter() - t0:.2f} s")  # fmt: skip
     server = db.database_url()
-    emb, known = MiniLMEmbedder(), {}
+    emb, known = embedder_from_settings(args.embedder), {}
     print("baselines: embedding the turns and questions ...", flush=True)
-    also = {k: embedder_from_settings(k) for k in args.also.split(",") if k}
+    also = {k: embedder_from_settings(k) for k in args.also.split(",") if k and k != args.embedder}
     for other in (emb, *also.values()):
         other.embed(["warm up"])  # loads (or derives) its model outside the timing
-    ranked, took = baselines(data, known, emb, also)
+    ranked, took = baselines(data, known, emb, also, args.embedder)
     if args.baselines_only:
         report_baselines(data, ranked, n_turns)
         return 0
@@ -546,13 +566,16 @@ def main() -> int:
     store = EdgeVectorStore(tmp / "edge")
     try:
         setup(url)
+        with connect(url, "benchq_admin") as admin:  # the deployment's embedder, as an
+            call(admin, "SELECT fabric_api.configure_deployment(%s)",  # operator sets it
+                 Jsonb({"embedder": args.embedder}))  # fmt: skip
         t = time.perf_counter()
         runs, turn_of = load(url, data)
         load_s = time.perf_counter() - t
         print(f"loaded {len(turn_of)} records through propose + commit in {load_s:.0f} s",
               flush=True)  # fmt: skip
         store.ensure_collections(emb.model, emb.version, emb.dims)
-        projector = Projector(db.url_for(url, "benchq_projector"), Primed(known), store)
+        projector = Projector(db.url_for(url, "benchq_projector"), Primed(emb, known), store)
         t = time.perf_counter()
         projected = projector.rebuild("qdrant")
         print(f"projected {projected} records into Qdrant Edge in"
@@ -579,14 +602,14 @@ def main() -> int:
     loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cpu}; {pg}; load average {loadavg}")
     print(f"{source}, {len(data.conversations)} conversations, {n_turns} turns,"
-          f" {len(data.questions)} questions; limit {K}; embedder {emb.model}\n")  # fmt: skip
+          f" {len(data.questions)} questions; limit {K}; embedder {args.embedder}"
+          f" ({emb.model})\n")  # fmt: skip
     if WALKED:
         weighted = graph_weights(ranked, WALKED)
         ranked |= weighted
         took |= {name: [0.0] for name in weighted}
     report(data, {**got, **ranked}, {**took_g, **took}, errors)
-    if also:
-        embedding_rates(n_turns)
+    embedding_rates(n_turns)
     return 0
 
 

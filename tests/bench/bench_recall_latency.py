@@ -24,6 +24,11 @@ of the run (in another tenant, so no answer changes).
 --base-flow new: the base side runs this checkout's flow too (`recall`, its shards --dir
 inline), so with --new-dir and --new-shards child the ratios are child against inline
 shards, all else equal (--base-url may then be --url).
+--embedder KIND: the new side embeds its questions with that embedder (e5: its `query:`
+prefix), the base side with MiniLM, on the same shards (their vectors are random, so the
+search costs the same whichever model asked: the difference is the question's embedding);
+with --base-flow new the two sides differ in nothing else (their answers differ: another
+query vector).
 --database-only measures the database's part alone (no broker, no embedding): text recall and
 the re-check call of semantic and hybrid recall with the same 50 candidates on both sides.
 """
@@ -69,6 +74,7 @@ from memfabric import db
 from memfabric.broker import LocalBroker, hits_as_candidates, recall_filter
 from memfabric.call import fabric_call
 from memfabric.constants import INDEXED_TIERS, RECALL_MAX_CANDIDATES
+from memfabric.embedding import embedder_from_settings
 from memfabric.recall import CANDIDATE_FACTOR, MIN_CANDIDATES, recall
 from memfabric.vectors import EdgeVectorStore, MemoryPayload, VectorPoint
 
@@ -239,6 +245,8 @@ def main() -> int:
     ap.add_argument("--writes", type=float, default=0.0, help="records/s written meanwhile")
     ap.add_argument("--base-flow", choices=("old", "new"), default="old",
                     help="base side: 0.4.0's flow, or this checkout's (recall)")  # fmt: skip
+    ap.add_argument("--embedder", default="minilm", choices=("minilm", "minilm-static", "e5"),
+                    help="the new side's question embedder (the base side: MiniLM)")  # fmt: skip
     args = ap.parse_args()
     url, emb = args.url or db.database_url(), Counting()
     emb.embed(["warm up"])
@@ -274,7 +282,9 @@ def main() -> int:
                            processes=args.new_shards == "child")  # fmt: skip
     elif args.new_shards != "inline":
         ap.error("--new-shards child needs --new-dir (a shard directory has one opener)")
-    timed = TimedBroker(new_store, emb)
+    asks = emb if args.embedder == "minilm" else embedder_from_settings(args.embedder)
+    asks.embed(["warm up"])  # its model loaded outside the timing
+    timed = TimedBroker(new_store, asks)
     runs = {"new": open_runs(url, subjects), "base": open_runs(args.base_url, subjects)}
     out: dict[str, list[float]] = {w: [] for w in ORDER}
     steps: dict[str, list[float]] = {
@@ -342,7 +352,8 @@ def main() -> int:
           f"index {args.index}; new side's shards: "
           f"{args.new_shards if args.new_dir else 'the same as base'}; "
           f"writes meanwhile {args.writes:g}/s; base flow {args.base_flow} "
-          f"(its shards inline)")  # fmt: skip
+          f"(its shards inline); questions embedded by {args.embedder} (new side), "
+          f"minilm (base side)")  # fmt: skip
     print(f"answers that differ between the two sides (records or order): {differ} of "
           f"{2 * len(subjects)}\n")  # fmt: skip
     print("| measure | p50 / p95 |\n|---|---|")

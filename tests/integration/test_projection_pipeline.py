@@ -194,7 +194,7 @@ def test_the_embedder_in_a_child_process_survives_the_childs_death(
     url = psycopg.conninfo.make_conninfo(fabric.url, user="mf_projector")
     run = fabric.open_run()
     ids = {fabric.form(run, f"embedded next door {i}") for i in range(6)}
-    child = ProcessEmbedder()
+    child = ProcessEmbedder("minilm")
     try:
         child.start()
         pid = child.pid

@@ -27,7 +27,7 @@ import pytest
 from conftest import Fabric, drained, files_holding
 from memfabric.broker import RemoteBroker, serving
 from memfabric.constants import INDEXED_TIERS
-from memfabric.embedding import MiniLMEmbedder
+from memfabric.embedding import E5_MODEL, MiniLMEmbedder
 from memfabric.graph import GraphStore
 from memfabric.projector import Projector
 from memfabric.recall import recall
@@ -149,6 +149,7 @@ def test_serve_projects_answers_recall_and_passes_the_drill(
     # `auto`, serve's default: child shards when serve may run on 2 CPUs or more
     children = env["MEMFABRIC_EDGE_SHARDS"] == "auto" and usable_cpus() >= 2
     assert ("shards in child processes" if children else "shards inline") in line
+    assert f"embedding with {E5_MODEL}" in line  # a new deployment's embedder
     run = fabric.open_run()
     ids = {
         fabric.form(run, t)
@@ -520,6 +521,8 @@ def test_an_upgrade_of_the_payload_version_leaves_no_raw_subject_id_on_disk(
     changed, fills the new collections from PostgreSQL, then drops the old ones, and the
     subject's and session's ids are in no file under the vector directory any more."""
     subject, session = "user-prune-5521", "sess-prune-0077"
+    with fabric.su() as su:  # a deployment of before 0.14 upgraded: it keeps MiniLM
+        su.execute("UPDATE fabric.deployment_settings SET embedder = 'minilm'")
     run = fabric.open_run(subject=subject, session=session)
     ids = {fabric.form(run, t) for t in ("invoices in euros please", "ship to Rotterdam")}
     vector_dir = tmp_path / "qdrant"

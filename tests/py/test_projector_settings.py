@@ -10,9 +10,13 @@ import pytest
 
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import (
+    E5_DIMS,
+    E5_MODEL,
+    E5_VERSION,
     MINILM_DIMS,
     MINILM_MODEL,
     MINILM_VERSION,
+    E5Embedder,
     MiniLMEmbedder,
     ProcessEmbedder,
 )
@@ -49,6 +53,16 @@ def test_the_deployment_embedder_in_a_child_keeps_the_contract() -> None:
     assert child.pid is None  # started by the first embed, not by being configured
     http = embedder_for({"embedder": "http", "url": "http://127.0.0.1:1", "model": "m"}, child=True)
     assert isinstance(http, ProcessEmbedder) and http.kind == "http" and http.model == "m"
+
+
+def test_without_a_setting_the_deployment_embedder_is_e5_inline_and_in_a_child() -> None:
+    """The default of a new deployment (migration 0056), and the fallback when the database
+    names none: e5, the same contract in process and in the projector's child."""
+    inline, child = embedder_for(None), embedder_for({"embedder": "e5"}, child=True)
+    assert isinstance(inline, E5Embedder) and isinstance(child, ProcessEmbedder)
+    assert child.kind == "e5"
+    assert (child.model, child.version, child.dims) == (E5_MODEL, E5_VERSION, E5_DIMS)
+    assert (inline.model, inline.version, inline.dims) == (E5_MODEL, E5_VERSION, E5_DIMS)
 
 
 def test_the_flush_cadence_is_milliseconds_a_second_by_default() -> None:

@@ -144,6 +144,18 @@ def install_release(url: str, archive: Path) -> None:
                 conn.execute(path.read_text())  # type: ignore[arg-type]
 
 
+def embedder(url: str) -> tuple[str, str]:
+    """The deployment's embedder and the column's default."""
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT s.embedder, pg_get_expr(d.adbin, d.adrelid) FROM fabric.deployment_settings s,"
+            " pg_attrdef d JOIN pg_attribute a ON (a.attrelid, a.attnum) = (d.adrelid, d.adnum)"
+            " WHERE d.adrelid = 'fabric.deployment_settings'::regclass AND a.attname = 'embedder'"
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
 # --- the installs -------------------------------------------------------------------------
 
 
@@ -163,6 +175,7 @@ def installs(server: Any) -> Iterator[dict[str, Any]]:
                 "SELECT relname, last_analyze IS NOT NULL FROM pg_stat_user_tables "
                 "WHERE schemaname = 'fabric' ORDER BY 1"
             ).fetchall()
+        facts["fresh_embedder"] = embedder(url)
         mfdb.migrate(url)
         facts["fresh_twice"] = dump(server, names["fresh"])
         roles_before = fabric_roles(url)
@@ -185,6 +198,7 @@ def installs(server: Any) -> Iterator[dict[str, Any]]:
         mfdb.replay(url)
         mfdb.install_ddl_guard(url)
         facts["stepwise"] = dump(server, names["stepwise"])
+        facts["stepwise_embedder"] = embedder(url)
         yield facts
     finally:
         for name in names.values():
@@ -270,6 +284,13 @@ FROM generate_series(1, 12000) i
 """
 
 
+def on_minilm(fabric: Any) -> None:
+    """The clone's deployment on MiniLM, as every deployment was before 0.14: a downgrade
+    below 0046 refuses one on e5 (the template is a new database, so e5 since 0056)."""
+    with fabric.su() as su:
+        su.execute("UPDATE fabric.deployment_settings SET embedder = 'minilm'")
+
+
 def bridge(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as c:
         row = c.execute(
@@ -283,6 +304,7 @@ def test_0021_backfills_every_records_search_length(fabric: Any) -> None:
     run = fabric.open_run()
     formed = [fabric.form(run, t) for t in ("the invoices in EUR", "parcel parcel parcel")]
     mfdb.bootstrap(fabric.url)  # a clone lacks the migration role's grant on the database
+    on_minilm(fabric)
     mfdb.downgrade(fabric.url, "0020_projection_feeds")
     with fabric.su() as su:
         assert not su.execute(
@@ -326,6 +348,7 @@ def test_0029_gives_every_subject_with_records_a_key_and_notes_both_rebuilds(fab
     rebuilding, which `memfabric serve` then runs (the old projections hold ids in clear)."""
     memory_id = fabric.form(fabric.open_run(subject="user-7070"), "invoices in EUR")
     mfdb.bootstrap(fabric.url)  # a clone lacks the migration role's grant on the database
+    on_minilm(fabric)
     mfdb.downgrade(fabric.url, "0026_projection_rebuild")
     with fabric.su() as su:
         su.execute("DELETE FROM fabric.subject_keys")  # as a subject that never recalled
@@ -351,3 +374,30 @@ def test_0029_gives_every_subject_with_records_a_key_and_notes_both_rebuilds(fab
         "SELECT scope_key FROM fabric_api.projection_records_v2(%s::uuid[])", ([memory_id],)
     ).fetchone()
     assert row == (f"subject:{ref}",)
+
+
+# --- 0056: e5 for a new deployment; one in use keeps its embedder -------------------------
+
+
+def test_0056_a_new_database_starts_with_e5(installs: dict[str, Any]) -> None:
+    """Migrated from nothing, at once or revision by revision: e5, the column's default."""
+    assert installs["fresh_embedder"] == ("e5", "'e5'::text")
+    assert installs["stepwise_embedder"] == ("e5", "'e5'::text")
+
+
+def test_0056_a_deployment_in_use_keeps_minilm_explicitly(fabric: Any) -> None:
+    """A database with tenants and events at 0055, on 0.13's default (minilm), keeps minilm
+    through the upgrade (its vectors and collections are MiniLM's: a change of model is the
+    operator's, with a rebuild); only the column's default moves to e5. Downgraded, the
+    default is minilm again and the setting is left as it is."""
+    fabric.form(fabric.open_run(), "embedded under MiniLM")
+    mfdb.bootstrap(fabric.url)  # a clone lacks the migration role's grant on the database
+    mfdb.downgrade(fabric.url, "0055_citus_two_phase")
+    assert embedder(fabric.url) == ("e5", "'minilm'::text")  # the template was new: e5
+    with fabric.su() as su:
+        su.execute("UPDATE fabric.deployment_settings SET embedder = 'minilm'")
+    mfdb.upgrade(fabric.url)
+    assert embedder(fabric.url) == ("minilm", "'e5'::text")
+    with fabric.su() as su:
+        (found,) = su.execute("SELECT fabric_api.deployment_embedder()").fetchone()  # type: ignore[misc]
+    assert found["embedder"] == "minilm"

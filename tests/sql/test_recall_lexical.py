@@ -503,6 +503,43 @@ def test_the_fused_lexical_list_does_not_vote_for_a_speakers_name_alone(fabric: 
     assert set(ids(ask(fabric, question))) == {reply, moved, told}  # text recall: the name counts
 
 
+@pytest.mark.parametrize(
+    ("embedder", "vector_only", "lexical_only"),
+    [("e5", 0.6, 0.4), ("minilm", 0.5, 0.5)],  # 1.2 / 61 and 0.8 / 61 over 2 / 61; equal
+)
+def test_the_lexical_list_weighs_less_beside_e5s_stronger_dense_list(
+    fabric: Fabric, embedder: str, vector_only: float, lexical_only: float
+) -> None:
+    """With e5 (the default of a new deployment) hybrid fuses the lexical list at 2/3 the
+    weight of the vector list (0.8 against 1.2: the dense leg is the stronger one there), so
+    the vector list's first record outranks the lexical list's first; with MiniLM both weigh
+    1. A record first in both lists still scores 1, and semantic recall is not weighted."""
+    run = fabric.open_run()
+    by_words = fabric.form(run, "zebra crossing on the left")  # the query's word
+    by_vector = fabric.form(run, "a striped animal walks by")
+    first_in_both = fabric.form(run, "zebra at the zoo")
+    fabric.connect("mf_admin").execute(
+        "SELECT fabric_api.configure_deployment(%s)", (Jsonb({"embedder": embedder}),)
+    )
+    one_each = ask(fabric, "zebra", mode="hybrid", limit=10,
+                   candidates=[{"memory_id": by_vector, "score": 0.9}])  # fmt: skip
+    scores = {r["memory_id"]: r["score"] for r in one_each["records"]}
+    assert {r["memory_id"]: r["retrieval"] for r in one_each["records"]}[by_vector] == {"vector": 1}
+    lexical_first = ids(ask(fabric, "zebra", limit=10))[0]
+    assert scores[by_vector] == pytest.approx(vector_only, abs=1e-6)
+    assert scores[lexical_first] == pytest.approx(lexical_only, abs=1e-6)
+    if embedder == "e5":
+        assert ids(one_each)[0] == by_vector
+    both = ask(fabric, "zebra", mode="hybrid", limit=10,
+               candidates=[{"memory_id": lexical_first, "score": 0.9}])  # fmt: skip
+    assert both["records"][0]["memory_id"] == lexical_first
+    assert both["records"][0]["score"] == pytest.approx(1.0, abs=1e-6)
+    assert by_words in ids(both) and first_in_both in ids(both)
+    semantic = ask(fabric, "zebra", mode="semantic", candidates=[{"memory_id": by_vector,
+                                                                  "score": 0.9}])  # fmt: skip
+    assert [(r["memory_id"], r["score"]) for r in semantic["records"]] == [(by_vector, 1.0)]
+
+
 def test_fused_lists_fifty_deep_still_return_only_readable_records_within_the_limit(
     fabric: Fabric,
 ) -> None:

@@ -542,7 +542,8 @@ def test_the_static_embedder_is_a_known_deployment_embedder(fabric: Fabric) -> N
     with pytest.raises(psycopg.errors.CheckViolation) as caught:
         deploy(fabric, {"embedder": "fasttext"})
     assert caught.value.diag.constraint_name == "deployment_settings_embedder_is_known"
-    assert fabric.call(None, "SELECT fabric_api.deployment_embedder()")["embedder"] == "minilm"
+    # a new deployment's embedder (migration 0056), left as it was by the refusal
+    assert fabric.call(None, "SELECT fabric_api.deployment_embedder()")["embedder"] == "e5"
     assert deploy(fabric, {"embedder": "minilm-static"})["embedder"] == "minilm-static"
     with fabric.su() as su:
         embedder = deployment_embedder(su)
