@@ -157,12 +157,16 @@ SELECT m.tenant_id || '.' || m.tier || '.' || CASE m.visibility WHEN 'tenant' TH
        m.recorded_at, m.valid_from
   FROM fabric.memory_records m
 """
-# The baseline's audit table: fabric.events' columns, defaults (a random version-4 id),
-# indexes and partitioning by time. With --baseline trail (the default) it holds a copy of
-# the trail's rows, so the baseline's one INSERT lands in indexes as large as those the
-# governed event lands in; with --baseline empty (the only baseline before 2026-12-05) it
-# starts empty and stays small, which leaves the cost of a large trail to governed recall
-# alone (docs/benchmarks.md, "Recall at the cost of its audit row").
+# The baseline's audit table: fabric.events' columns, defaults, indexes and partitioning by
+# time, its row's id time-ordered like a governed event's (`fabric._event_id`, UUID version
+# 7; with --baseline-id random, the version-4 id of fabric.events' column default, the only
+# baseline before 2026-12-05 04:30 UTC: a random id lands on random index leaves, so each
+# baseline commit wrote about 4x the WAL of a governed recall and its flush's tail weighed
+# more on the baseline's p95 than on governed recall's). With --baseline trail (the
+# default) it holds a copy of the trail's rows, so the baseline's one INSERT lands in
+# indexes as large as those the governed event lands in; with --baseline empty (the only
+# baseline before 2026-12-05) it starts empty and stays small, which leaves the cost of a
+# large trail to governed recall alone (docs/benchmarks.md, "Recall at the cost of its audit row").
 AUDIT_DDL = """
 DROP SCHEMA IF EXISTS bench_baseline CASCADE;
 CREATE SCHEMA bench_baseline;
@@ -170,6 +174,9 @@ CREATE TABLE bench_baseline.events (LIKE fabric.events INCLUDING DEFAULTS INCLUD
   PARTITION BY RANGE (occurred_at);
 CREATE TABLE bench_baseline.events_default PARTITION OF bench_baseline.events DEFAULT;
 """
+AUDIT_ID_V7 = (
+    "ALTER TABLE bench_baseline.events ALTER COLUMN event_id SET DEFAULT fabric._event_id()"
+)
 AUDIT_COPY = "INSERT INTO bench_baseline.events SELECT * FROM fabric.events"
 BASE_SELECT = """SELECT memory_id, record FROM fabric._recall_candidates(%s, %s, ARRAY['episodic'],
   now(), 0, '{}', %s, NULL, NULL, %s)"""
@@ -255,9 +262,11 @@ def load(url: str, tenants: list[str], subjects: int, per_tenant: int, baseline:
     return time.perf_counter() - t0
 
 
-def audit_table(su: Any, baseline: str) -> None:
+def audit_table(su: Any, baseline: str, baseline_id: str = "v7") -> None:
     """(Re)make the baseline's audit table: empty, or a copy of the trail (see AUDIT_DDL)."""
     su.execute(AUDIT_DDL)
+    if baseline_id == "v7":
+        su.execute(AUDIT_ID_V7)
     if baseline == "trail":
         su.execute(AUDIT_COPY)
     su.execute("VACUUM ANALYZE bench_baseline.events")
@@ -437,6 +446,13 @@ def main() -> int:
         help="the baseline's audit table: a copy of the trail (default) or empty;"
         " with --reuse, given explicitly, it is made again",
     )
+    ap.add_argument(
+        "--baseline-id",
+        choices=["v7", "random"],
+        default="v7",
+        help="the baseline audit row's id: time-ordered as a governed event's (default) or a"
+        " random version-4 id (the baseline before 2026-12-05); with --reuse it remakes the table",
+    )
     ap.add_argument("--dbname", default=DBNAME, help=f"the databases' prefix ({DBNAME})")
     args = ap.parse_args()
     server = db.database_url()
@@ -458,9 +474,9 @@ def main() -> int:
             if not args.reuse:
                 took_s = load(url, tenants, subjects, per_tenant, args.baseline or "trail")
                 print(f"  loaded in {took_s:.0f} s", flush=True)
-            elif args.baseline:
+            elif args.baseline or args.baseline_id != "v7":
                 with connect(url) as su:
-                    audit_table(su, args.baseline)
+                    audit_table(su, args.baseline or "trail", args.baseline_id)
             took, used = measure(url, tenants, subjects, args.queries, args.seed)
             if args.profile:
                 profile(url, tenants, subjects, min(args.queries, 200), args.seed)
