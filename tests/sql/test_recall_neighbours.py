@@ -21,9 +21,13 @@ ASKED_AT = "2026-07-03T00:00:00Z"
 
 
 def turn(
-    fabric: Fabric, run: uuid.UUID, text: str, minute: float, login: str = "mf_agent_a",
+    fabric: Fabric,
+    run: uuid.UUID,
+    text: str,
+    minute: float,
+    login: str = "mf_agent_a",
     **overrides: Any,
-) -> str:  # fmt: skip
+) -> str:
     """A turn said `minute` minutes after START, valid from then; its memory_id."""
     at = (START + timedelta(minutes=minute)).isoformat()
     envelope = episode(text, validity_interval={"valid_from": at, "valid_until": None})
@@ -40,8 +44,14 @@ def chat(fabric: Fabric, run: uuid.UUID, n: int, hit: int, start: float = 0) -> 
 
 
 def ask(fabric: Fabric, run: uuid.UUID, login: str = "mf_agent_a", **extra: Any) -> dict[str, Any]:
-    request = {"run_id": str(run), "query": "quokka", "tiers": ["episodic"], "limit": 1,
-               "filters": {"valid_at": ASKED_AT}, **extra}  # fmt: skip
+    request = {
+        "run_id": str(run),
+        "query": "quokka",
+        "tiers": ["episodic"],
+        "limit": 1,
+        "filters": {"valid_at": ASKED_AT},
+        **extra,
+    }
     return fabric.recall(login, request)
 
 
@@ -75,8 +85,20 @@ def test_the_turns_next_to_a_hit_come_after_the_served_records(fabric: Fabric) -
 
 def test_neighbours_never_displace_a_hit_and_are_never_served_twice(fabric: Fabric) -> None:
     run = fabric.open_run()
-    t = [turn(fabric, run, text, i) for i, text in enumerate(
-        ["hello", "a quokka quokka quokka", "a quokka too", "bye", "later", "quokka again", "end"])]  # fmt: skip
+    t = [
+        turn(fabric, run, text, i)
+        for i, text in enumerate(
+            [
+                "hello",
+                "a quokka quokka quokka",
+                "a quokka too",
+                "bye",
+                "later",
+                "quokka again",
+                "end",
+            ]
+        )
+    ]
     plain = ask(fabric, run, limit=3)
     assert set(ids(plain)) == {t[1], t[2], t[5]}
     near = ask(fabric, run, limit=3, neighbours={"turns": 1, "of": 3})
@@ -92,8 +114,10 @@ def test_neighbours_never_displace_a_hit_and_are_never_served_twice(fabric: Fabr
 
 def test_of_counts_only_the_first_records_served(fabric: Fabric) -> None:
     run = fabric.open_run()
-    t = [turn(fabric, run, text, i) for i, text in enumerate(
-        ["x", "quokka quokka quokka", "y", "z", "w", "a quokka", "v"])]  # fmt: skip
+    t = [
+        turn(fabric, run, text, i)
+        for i, text in enumerate(["x", "quokka quokka quokka", "y", "z", "w", "a quokka", "v"])
+    ]
     near = ask(fabric, run, limit=2, neighbours={"turns": 1, "of": 1})
     assert ids(near) == [t[1], t[5], t[0], t[2]]
 
@@ -119,23 +143,45 @@ def test_neighbours_never_widen_the_scope(fabric: Fabric) -> None:
         "another subject": turn(fabric, fabric.open_run(subject="user-9999"), "other subject", 1),
         "another session": turn(fabric, fabric.open_run(session="sess-2a7e"), "other session", -1),
         "another tenant": turn(
-            fabric, fabric.open_run("glx-agt-001", tenant="globex"), "globex turn", 2,
-            login="mf_agent_g", scope={"tenant_id": "globex", "visibility": "subject"}),  # fmt: skip
+            fabric,
+            fabric.open_run("glx-agt-001", tenant="globex"),
+            "globex turn",
+            2,
+            login="mf_agent_g",
+            scope={"tenant_id": "globex", "visibility": "subject"},
+        ),
         "tenant visibility": turn(
-            fabric, run, "tenant wide", -2, scope={"tenant_id": "acme", "visibility": "tenant"}),  # fmt: skip
+            fabric, run, "tenant wide", -2, scope={"tenant_id": "acme", "visibility": "tenant"}
+        ),
         "agent visibility": turn(
-            fabric, run, "my private note", 3, scope={"tenant_id": "acme", "visibility": "agent"}),  # fmt: skip
-        "another tier": fabric.form(run, envelope=episode(
-            "a fact", tier="semantic", content={"assertion": "a fact"}, derived_from=[hit],
-            validity_interval={"valid_from": (START + timedelta(minutes=4)).isoformat(),
-                               "valid_until": None})),  # fmt: skip
+            fabric, run, "my private note", 3, scope={"tenant_id": "acme", "visibility": "agent"}
+        ),
+        "another tier": fabric.form(
+            run,
+            envelope=episode(
+                "a fact",
+                tier="semantic",
+                content={"assertion": "a fact"},
+                derived_from=[hit],
+                validity_interval={
+                    "valid_from": (START + timedelta(minutes=4)).isoformat(),
+                    "valid_until": None,
+                },
+            ),
+        ),
         "superseded": turn(fabric, run, "will be superseded", -3),
         "tombstoned": turn(fabric, run, "will be erased", 5),
         "expired": turn(fabric, run, "window closes", -4, retention_class="operational"),
-        "no longer valid": fabric.form(run, envelope=episode(
-            "valid for a minute", validity_interval={
-                "valid_from": (START + timedelta(minutes=6)).isoformat(),
-                "valid_until": (START + timedelta(minutes=7)).isoformat()})),  # fmt: skip
+        "no longer valid": fabric.form(
+            run,
+            envelope=episode(
+                "valid for a minute",
+                validity_interval={
+                    "valid_from": (START + timedelta(minutes=6)).isoformat(),
+                    "valid_until": (START + timedelta(minutes=7)).isoformat(),
+                },
+            ),
+        ),
         "excluded label": turn(fabric, run, "labelled", -5, compliance_labels=["pii"]),
         "low confidence": turn(fabric, run, "unsure", 7, confidence=0.2),
     }
@@ -160,10 +206,19 @@ def test_neighbours_never_widen_the_scope(fabric: Fabric) -> None:
         )
     # labels and confidence as filters
     valid_at = ASKED_AT
-    request = {"run_id": str(run), "query": "quokka", "tiers": ["episodic"], "limit": 1,
-               "scope": {"visibility": "subject"}, "neighbours": {"turns": 1, "of": 1},
-               "filters": {"valid_at": valid_at, "min_confidence": 0.5,
-                           "compliance_labels_excluded": ["pii"]}}  # fmt: skip
+    request = {
+        "run_id": str(run),
+        "query": "quokka",
+        "tiers": ["episodic"],
+        "limit": 1,
+        "scope": {"visibility": "subject"},
+        "neighbours": {"turns": 1, "of": 1},
+        "filters": {
+            "valid_at": valid_at,
+            "min_confidence": 0.5,
+            "compliance_labels_excluded": ["pii"],
+        },
+    }
     answer = fabric.recall("mf_agent_a", request)
     assert ids(answer) == [hit, first, last]
     assert not set(ids(answer)) & set(forbidden.values())
@@ -187,8 +242,10 @@ def test_refusals_name_the_rule_and_write_nothing(fabric: Fabric) -> None:
         ({"neighbours": 1}, "neighbours must be"),
         ({"neighbours": {}, "query": "  "}, "neighbours need a query"),
         ({"neighbours": {}, "query": None}, "neighbours need a query"),
-        ({"neighbours": {}, "query": None, "filters": {"memory_ids": [str(uuid.uuid4())]}},
-         "neighbours need a query"),  # fmt: skip
+        (
+            {"neighbours": {}, "query": None, "filters": {"memory_ids": [str(uuid.uuid4())]}},
+            "neighbours need a query",
+        ),
     ]:
         with pytest.raises(psycopg.Error) as caught:
             fabric.recall("mf_agent_a", {**base, **bad})
@@ -203,8 +260,13 @@ def test_hybrid_and_semantic_recall_expand_their_hits(fabric: Fabric) -> None:
     run = fabric.open_run()
     t = chat(fabric, run, 5, hit=2)
     for mode in ("semantic", "hybrid"):
-        answer = ask(fabric, run, mode=mode, neighbours={"turns": 1, "of": 1},
-                     candidates=[{"memory_id": t[2], "score": 0.9}])  # fmt: skip
+        answer = ask(
+            fabric,
+            run,
+            mode=mode,
+            neighbours={"turns": 1, "of": 1},
+            candidates=[{"memory_id": t[2], "score": 0.9}],
+        )
         assert answer["mode_served"] == mode
         assert ids(answer) == [t[2], t[1], t[3]]
         assert [r["retrieval"] for r in answer["records"][1:]] == [{"neighbour_of": t[2]}] * 2
