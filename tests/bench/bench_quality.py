@@ -23,8 +23,12 @@ of the bounded modes. With a graph server (NEO4J_URI, or the local Bolt server o
 graph-up`), the records are also projected into the graph (this tenant's nodes only: the
 rest of the graph is left alone) and `hybrid+graph` (hybrid with expand {"hops": 2}) is
 asked too; the synthetic set's multi-hop questions (two records linked by a declared
-entity) are then summed up apart from the rest. BENCH_QUALITY_DB names the database (default
-memfabric_bench_quality), dropped at the end unless --keep.
+entity) are then summed up apart from the rest. `hybrid+neighbours` is hybrid recall with the
+request's `neighbours` option (--neighbours, default 1x3: one turn each side of each of the
+first 3 records served; a list measures several settings side by side): its top 10 are
+scored as every mode's, and the evidence among every record it served (neighbours
+included) is printed beside them with the records returned. BENCH_QUALITY_DB names the
+database (default memfabric_bench_quality), dropped at the end unless --keep.
 """
 
 from __future__ import annotations
