@@ -861,9 +861,8 @@ BEGIN
                             AND b.valid_from >= h.valid_from - c_gap
                             AND b.subject_id IS NOT DISTINCT FROM h.subject_id
                             AND b.session_id IS NOT DISTINCT FROM h.session_id
-                            -- every rule of a served record
-                            AND b.scope_key = ANY (p_scope_keys)
-                            AND b.tier = ANY (p_tiers)
+                            -- every rule of a served record (the scope key and tier:
+                            -- the hit's, resolved ones)
                             AND b.consolidation_state IN ('raw', 'consolidated', 'reflected')
                             AND b.content IS NOT NULL
                             AND b.valid_from <= p_valid_at
@@ -884,8 +883,6 @@ BEGIN
                             AND a.valid_from <= h.valid_from + c_gap
                             AND a.subject_id IS NOT DISTINCT FROM h.subject_id
                             AND a.session_id IS NOT DISTINCT FROM h.session_id
-                            AND a.scope_key = ANY (p_scope_keys)
-                            AND a.tier = ANY (p_tiers)
                             AND a.consolidation_state IN ('raw', 'consolidated', 'reflected')
                             AND a.content IS NOT NULL
                             AND a.valid_from <= p_valid_at
