@@ -27,8 +27,10 @@ entity) are then summed up apart from the rest. `hybrid+neighbours` is hybrid re
 request's `neighbours` option (--neighbours, default 1x3: one turn each side of each of the
 first 3 records served; a list measures several settings side by side): its top 10 are
 scored as every mode's, and the evidence among every record it served (neighbours
-included) is printed beside them with the records returned. BENCH_QUALITY_DB names the
-database (default memfabric_bench_quality), dropped at the end unless --keep.
+included) is printed beside them with the records returned, and beside plain hybrid asked
+for as many records as the default setting can serve at most (`hybrid limit 16`).
+BENCH_QUALITY_DB names the database (default memfabric_bench_quality), dropped at the end
+unless --keep.
 """
 
 from __future__ import annotations
@@ -125,6 +127,9 @@ TIME_MODE = "hybrid+time"
 NEIGHBOUR_MODE = "hybrid+neighbours"
 NEIGHBOURS_DEFAULT = "1x3"  # turns each side x first records expanded (--neighbours)
 NEIGHBOUR_SETTINGS: dict[str, dict[str, int]] = {}  # mode name -> the request's option
+# plain hybrid asked for as many records as the default setting can serve at most
+# (10 + 2 x turns x of): the same budget of records spent on more hits instead
+BUDGET: dict[str, int] = {}  # mode name -> its limit
 
 Ranked = list[str]
 
@@ -344,6 +349,7 @@ def governed(
         *UNBOUNDED,
         TIME_MODE,
         *NEIGHBOUR_SETTINGS,
+        *BUDGET,
         *((GRAPH_MODE,) if graph is not None else ()),
     )
     walks = Walks(graph) if graph is not None else None
@@ -359,7 +365,7 @@ def governed(
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 mode = (
                     "hybrid"
-                    if name in (GRAPH_MODE, TIME_MODE, *NEIGHBOUR_SETTINGS)
+                    if name in (GRAPH_MODE, TIME_MODE, *NEIGHBOUR_SETTINGS, *BUDGET)
                     else name.split()[0]
                 )
                 request = {"run_id": str(runs[q.conversation_id]), "mode": mode,
@@ -368,6 +374,8 @@ def governed(
                     request["expand"] = EXPAND
                 if name in NEIGHBOUR_SETTINGS:
                     request["neighbours"] = NEIGHBOUR_SETTINGS[name]
+                if name in BUDGET:
+                    request["limit"] = BUDGET[name]
                 if name in UNBOUNDED:
                     call(admin, configure, NO_BOUNDS)
                 t = time.perf_counter()
@@ -464,7 +472,8 @@ def report(
         returned = sum(len(r[q.question_id]) for q in qs) / len(qs)
         errs = errors.get(name, [])
         what = f"{len(errs)} ({', '.join(sorted(set(errs)))})" if errs else "0"
-        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE, TIME_MODE, *NEIGHBOUR_SETTINGS) else
+        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE, TIME_MODE, *NEIGHBOUR_SETTINGS,
+                                         *BUDGET) else
                  f"`{name.split()[0]}` {name.split()[1]}" if name in UNBOUNDED
                  else f"plain {name}")  # fmt: skip
         print(f"| {label} | {' | '.join(cells)} | {returned:.1f} | {ms(took[name])} | {what} |")
@@ -497,7 +506,7 @@ def report(
               " only:")  # fmt: skip
         for name, r in ranked.items():
             print(f"  {name}: {score(r, held, METRICS['recall@10']):.3f}")
-    served = {name: r for name, r in ranked.items() if name in NEIGHBOUR_SETTINGS}
+    served = {name: r for name, r in ranked.items() if name in (*NEIGHBOUR_SETTINGS, *BUDGET)}
     if served:
         every: Metric = lambda r, e: recall_at(r, e, len(r))  # noqa: E731
         print("\nneighbours: the evidence among every record served (neighbours included),"
@@ -582,6 +591,8 @@ def main() -> int:
         turns, of = (int(x) for x in setting.split("x"))
         name = NEIGHBOUR_MODE if setting == NEIGHBOURS_DEFAULT else f"{NEIGHBOUR_MODE} {setting}"
         NEIGHBOUR_SETTINGS[name] = {"turns": turns, "of": of}
+        if setting == NEIGHBOURS_DEFAULT:
+            BUDGET[f"hybrid limit {K + 2 * turns * of}"] = K + 2 * turns * of
     if args.quick:
         args.conversations, args.questions = 2, args.questions or 60
     t0 = time.perf_counter()
@@ -628,7 +639,7 @@ def main() -> int:
             with connect(url, "benchq_admin") as admin:
                 call(admin, "SELECT fabric_api.configure_deployment(%s)",
                      Jsonb({"recall_lexical_top": args.lexical_top}))  # fmt: skip
-        n_modes = len(MODES) + len(UNBOUNDED) + 1 + len(NEIGHBOUR_SETTINGS)
+        n_modes = len(MODES) + len(UNBOUNDED) + 1 + len(NEIGHBOUR_SETTINGS) + len(BUDGET)
         print(f"asking {len(data.questions)} questions x {n_modes} modes"
               " ...", flush=True)  # fmt: skip
         graph = project_graph(url, projector)

@@ -81,7 +81,7 @@ def test_neighbours_are_the_runs_tenants_turns_next_to_a_hit(cluster: Cluster, p
     first, second = getattr(cluster, pair)
     word = f"zn{uuid.uuid4().hex[:8]}"
     # a minute of its own, far from every other test's records
-    start = datetime(2031, 1, 1, tzinfo=UTC) + timedelta(minutes=uuid.uuid4().int % 10**6 * 10)
+    start = datetime(2031, 1, 1, tzinfo=UTC) + timedelta(minutes=uuid.uuid4().int % 10**5 * 10)
 
     def said(tenant: str, text: str, minute: float) -> str:
         envelope = episode(tenant, text)
@@ -107,7 +107,7 @@ def test_neighbours_are_the_runs_tenants_turns_next_to_a_hit(cluster: Cluster, p
     for extra in ({}, {"mode": "semantic", "candidates": [{"memory_id": hit, "score": 1}]}):
         request = {"run_id": str(run), "tiers": ["episodic"], "query": word, "limit": 1,
                    "neighbours": {"turns": 1, "of": 1},
-                   "filters": {"valid_at": "2040-01-01T00:00:00Z"}, **extra}  # fmt: skip
+                   "filters": {"valid_at": "2100-01-01T00:00:00Z"}, **extra}  # fmt: skip
         with cluster.connect("mf_agent_a") as agent:
             row = agent.execute("SELECT fabric_api.recall(%s)", (Jsonb(request),)).fetchone()
         assert row is not None and row[0]["status"] == "served", row
