@@ -256,16 +256,17 @@ def test_refusals_name_the_rule_and_write_nothing(fabric: Fabric) -> None:
 
 def test_hybrid_and_semantic_recall_expand_their_hits(fabric: Fabric) -> None:
     """The second call of semantic and hybrid recall (the broker's candidates) expands the
-    fused or vector list as text recall expands its own."""
+    fused or vector list as text recall expands its own; graph recall its walk's list."""
     run = fabric.open_run()
     t = chat(fabric, run, 5, hit=2)
-    for mode in ("semantic", "hybrid"):
+    for mode, found in (("semantic", "candidates"), ("hybrid", "candidates"),
+                        ("graph", "graph_candidates")):  # fmt: skip
         answer = ask(
             fabric,
             run,
             mode=mode,
             neighbours={"turns": 1, "of": 1},
-            candidates=[{"memory_id": t[2], "score": 0.9}],
+            **{found: [{"memory_id": t[2], "score": 0.9}]},
         )
         assert answer["mode_served"] == mode
         assert ids(answer) == [t[2], t[1], t[3]]
