@@ -800,6 +800,109 @@ REVOKE ALL ON FUNCTION fabric._recall_ranked_ids(text, text[], text[], timestamp
   double precision, text[], uuid[], double precision[], integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fabric._recall_ranked_ids(text, text[], text[], timestamptz,
   double precision, text[], uuid[], double precision[], integer) TO fabric_owner;
+-- ---------------------------------------------------------------------------------------
+-- fabric._recall_neighbours: the turns of a conversation next to some served records (a
+-- recall's `neighbours` option, docs/recall.md "Neighbours"). For each hit (p_hit_ids, in
+-- served order), the p_turns records just before it and the p_turns just after it in its
+-- conversation: the records of the same tenant, scope key, tier, subject and session
+-- (session_id equal, or both without one) in valid-time order (valid_from, then
+-- recorded_at, then memory_id), no further than an hour of valid time from the hit (a chat's
+-- turns are seconds to minutes apart; sessions days apart are other conversations). Only
+-- records that pass every rule a served record passes count (the resolved scope keys and
+-- tiers, live states, content, validity at p_valid_at, confidence, excluded labels: the
+-- predicates of fabric._recall_candidates), so a record the caller may not read is never a
+-- neighbour and never takes a neighbour's place. A record already served (p_served_ids) is
+-- not answered, nor one twice (it stays with the first hit that reached it). Ids only, in
+-- the answer's order: by hit, then in the conversation's order. fabric_api.recall re-checks
+-- them by id through fabric._recall_candidates, in the statement that builds them.
+-- Owned by fabric_retriever, as fabric._recall_candidates (BYPASSRLS: every rule is a
+-- predicate of its query). Each side of a hit is one ordered scan of
+-- memory_records_conversation that stops after p_turns entries (or at the hour's edge).
+CREATE OR REPLACE FUNCTION fabric._recall_neighbours(
+  p_tenant_id text, p_scope_keys text[], p_tiers text[], p_valid_at timestamptz,
+  p_min_confidence double precision, p_excluded_labels text[], p_hit_ids uuid[],
+  p_served_ids uuid[], p_turns integer)
+RETURNS TABLE (memory_id uuid, neighbour_of uuid)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  c_gap CONSTANT interval := '1 hour';  -- the furthest a neighbour is from its hit
+  v_set text;
+BEGIN
+  IF p_tenant_id IS NULL OR p_scope_keys IS NULL OR p_tiers IS NULL OR p_hit_ids IS NULL
+     OR pg_catalog.cardinality(p_tiers) = 0 OR pg_catalog.cardinality(p_scope_keys) = 0
+     OR pg_catalog.cardinality(p_hit_ids) = 0 OR p_turns IS NULL OR p_turns < 1 THEN
+    RETURN;                                   -- an unresolved scope matches nothing
+  END IF;
+  -- a generic plan, as fabric._recall_candidates' by-ids statement (on Citus a custom one:
+  -- a generic plan cannot be pruned to the tenant's shard)
+  v_set := pg_catalog.set_config('plan_cache_mode',
+      CASE WHEN pg_catalog.current_setting('citus.propagate_set_commands', true) = 'local'
+           THEN 'force_custom_plan' ELSE 'force_generic_plan' END, true);
+  -- One statement on the tenant's rows (on Citus, on its shard: no function reads a table)
+  RETURN QUERY
+    SELECT n.memory_id, n.hit_id
+      FROM (SELECT DISTINCT ON (x.memory_id) x.memory_id, x.hit_id, x.hit_ord, x.valid_from,
+                   x.recorded_at
+              FROM (SELECT h.memory_id AS hit_id,
+                           pg_catalog.array_position(p_hit_ids, h.memory_id) AS hit_ord,
+                           c.memory_id, c.valid_from, c.recorded_at
+                      FROM fabric.memory_records h
+                      CROSS JOIN LATERAL (
+                        -- the p_turns readable records just before the hit
+                        (SELECT b.memory_id, b.valid_from, b.recorded_at
+                           FROM fabric.memory_records b
+                          WHERE b.tenant_id = p_tenant_id
+                            AND b.scope_key = h.scope_key
+                            AND b.tier = h.tier
+                            AND (b.valid_from, b.recorded_at, b.memory_id)
+                                < (h.valid_from, h.recorded_at, h.memory_id)
+                            AND b.valid_from >= h.valid_from - c_gap
+                            AND b.subject_id IS NOT DISTINCT FROM h.subject_id
+                            AND b.session_id IS NOT DISTINCT FROM h.session_id
+                            -- every rule of a served record (the scope key and tier:
+                            -- the hit's, resolved ones)
+                            AND b.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                            AND b.content IS NOT NULL
+                            AND b.valid_from <= p_valid_at
+                            AND (b.valid_until IS NULL OR b.valid_until > p_valid_at)
+                            AND b.confidence >= p_min_confidence
+                            AND NOT (b.compliance_labels && p_excluded_labels)
+                          ORDER BY b.valid_from DESC, b.recorded_at DESC, b.memory_id DESC
+                          LIMIT p_turns)
+                        UNION ALL
+                        -- and the p_turns just after it
+                        (SELECT a.memory_id, a.valid_from, a.recorded_at
+                           FROM fabric.memory_records a
+                          WHERE a.tenant_id = p_tenant_id
+                            AND a.scope_key = h.scope_key
+                            AND a.tier = h.tier
+                            AND (a.valid_from, a.recorded_at, a.memory_id)
+                                > (h.valid_from, h.recorded_at, h.memory_id)
+                            AND a.valid_from <= h.valid_from + c_gap
+                            AND a.subject_id IS NOT DISTINCT FROM h.subject_id
+                            AND a.session_id IS NOT DISTINCT FROM h.session_id
+                            AND a.consolidation_state IN ('raw', 'consolidated', 'reflected')
+                            AND a.content IS NOT NULL
+                            AND a.valid_from <= p_valid_at
+                            AND (a.valid_until IS NULL OR a.valid_until > p_valid_at)
+                            AND a.confidence >= p_min_confidence
+                            AND NOT (a.compliance_labels && p_excluded_labels)
+                          ORDER BY a.valid_from, a.recorded_at, a.memory_id
+                          LIMIT p_turns)) c
+                     WHERE h.tenant_id = p_tenant_id
+                       AND h.memory_id = ANY (p_hit_ids)
+                       AND h.scope_key = ANY (p_scope_keys)
+                       AND h.tier = ANY (p_tiers)) x
+             WHERE NOT x.memory_id = ANY (coalesce(p_served_ids, '{}'))
+             ORDER BY x.memory_id, x.hit_ord) n
+     ORDER BY n.hit_ord, n.valid_from, n.recorded_at, n.memory_id;
+END $$;
+REVOKE ALL ON FUNCTION fabric._recall_neighbours(text, text[], text[], timestamptz,
+  double precision, text[], uuid[], uuid[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._recall_neighbours(text, text[], text[], timestamptz,
+  double precision, text[], uuid[], uuid[], integer) TO fabric_owner;
 SET LOCAL ROLE fabric_owner;
 GRANT SELECT ON fabric.memory_records, fabric.memory_lineage, fabric.deployment_settings,
   fabric.search_stats TO fabric_retriever;
@@ -1151,6 +1254,8 @@ BEGIN
                                '$[*].memory_id')),
       'truncated': p_truncated, 'traceparent': p_request -> 'traceparent',
       'mode_served': p_served -> 'mode_served',
+      -- the neighbour expansion, when asked: {turns, of, served}
+      'neighbours': p_served -> 'neighbours',
       'duration_ms': pg_catalog.round(EXTRACT(epoch FROM
         pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp()) * 1000, 3)
       ABSENT ON NULL RETURNING jsonb));
@@ -1249,7 +1354,7 @@ BEGIN
                  WHERE k NOT IN ('run_id', 'correlation_id', 'causation_id', 'requesting_agent',
                                  'tiers', 'scope', 'query', 'filters', 'limit', 'allow_partial',
                                  'candidates', 'mode', 'traceparent', 'expand',
-                                 'graph_candidates')) THEN
+                                 'graph_candidates', 'neighbours')) THEN
       'the recall request has unknown keys (see docs/sql.md, Recall)'
     -- (checked only when present: absent is valid, and the check is a function call)
     WHEN CASE WHEN p_request ? 'traceparent'
@@ -1276,6 +1381,19 @@ BEGIN
     WHEN p_request ? 'graph_candidates' AND NOT (p_request ? 'expand'
                                                  OR coalesce(p_request ->> 'mode', '') = 'graph') THEN
       'graph_candidates come with mode graph or with expand'
+    -- the neighbour expansion: turns each side 1-3, of the first 1-10 records served
+    WHEN p_request ? 'neighbours' AND (pg_catalog.jsonb_typeof(p_request -> 'neighbours') <> 'object'
+      OR (p_request -> 'neighbours') - 'turns' - 'of' <> '{}'::jsonb
+      OR coalesce((p_request #> '{neighbours,turns}') NOT IN ('1', '2', '3'), false)
+      OR CASE WHEN NOT p_request -> 'neighbours' ? 'of' THEN false
+              WHEN pg_catalog.jsonb_typeof(p_request #> '{neighbours,of}') <> 'number' THEN true
+              ELSE (p_request #> '{neighbours,of}')::numeric
+                     <> pg_catalog.trunc((p_request #> '{neighbours,of}')::numeric)
+                   OR (p_request #> '{neighbours,of}')::numeric NOT BETWEEN 1 AND 10 END) THEN
+      'neighbours must be {"turns"?: 1, 2 or 3, "of"?: 1 to 10}: the turns added each side of each of the first "of" records served'
+    WHEN p_request ? 'neighbours' AND (pg_catalog.jsonb_typeof(p_request -> 'query') IS DISTINCT FROM 'string'
+                                       OR (p_request ->> 'query') ~ '^[[:space:][:cntrl:]]*$') THEN
+      'neighbours need a query with words: they expand the hits of a search, not a listing'
     WHEN pg_catalog.jsonb_typeof(p_request -> 'run_id') IS DISTINCT FROM 'string'
       OR (p_request ->> 'run_id') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
       'run_id is required and must be the UUID of your open run'
@@ -1453,11 +1571,16 @@ BEGIN
             'score', '{"type": "number", "minimum": -1e300, "maximum": 1e300}'::jsonb)),
         'description', 'graph candidates from a walk of the graph projection (clients fill this, not models)'),
       'expand', '{"type": "object", "additionalProperties": false, "required": ["hops"], "properties": {"hops": {"enum": [1, 2, 3]}, "via": {"type": "array", "minItems": 1, "maxItems": 4, "items": {"enum": ["MENTIONS", "DERIVED_FROM", "SUPERSEDES", "INFLUENCED"]}, "description": "the edge kinds the walk follows from the records it reached (default MENTIONS)"}}, "description": "also walk the graph this many hops from the query''s entities (or the subject) and fuse what it finds"}'::jsonb,
+      'neighbours', '{"type": "object", "additionalProperties": false, "properties": {"turns": {"enum": [1, 2, 3], "description": "records added each side of a hit (default 1)"}, "of": {"type": "integer", "minimum": 1, "maximum": 10, "description": "how many of the first records served are expanded (default 3)"}}, "description": "also serve, after the limit, the records just before and after each of the first hits in the same conversation (same scope, tier and session, within an hour of valid time), each marked retrieval.neighbour_of"}'::jsonb,
       'mode', '{"enum": ["text", "semantic", "hybrid", "graph", null], "description": "text (lexical), semantic (vectors), hybrid, or graph (a walk of the graph projection); omit to let the client choose"}'::jsonb,
       'traceparent', '{"anyOf": [{"type": "string", "pattern": "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$"}, {"type": "null"}], "description": "W3C trace context of the caller''s span"}'::jsonb),
     'allOf', pg_catalog.jsonb_build_array(
       pg_catalog.jsonb_build_object(
         'if', '{"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid", "graph"]}}}'::jsonb,
+        'then', pg_catalog.jsonb_build_object('required', '["query"]'::jsonb, 'properties', pg_catalog.jsonb_build_object(
+          'query', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_words)))),
+      pg_catalog.jsonb_build_object(
+        'if', '{"required": ["neighbours"]}'::jsonb,
         'then', pg_catalog.jsonb_build_object('required', '["query"]'::jsonb, 'properties', pg_catalog.jsonb_build_object(
           'query', pg_catalog.jsonb_build_object('type', 'string', 'pattern', v_words)))),
       '{"if": {"required": ["expand"]}, "then": {"required": ["mode"], "properties": {"mode": {"enum": ["semantic", "hybrid", "graph"]}}}}'::jsonb,
@@ -1518,6 +1641,12 @@ DECLARE
   v_key_ref text;
   v_key_key bytea;
   v_memory_ids jsonb;  -- the served records' ids, when the retrieval statement gave them
+  v_served_ids uuid[];
+  v_near_ids uuid[];
+  v_near_of uuid[];
+  v_near_list jsonb[];
+  v_turns integer;
+  v_of integer;
 BEGIN
   -- (an assignment of its void result, not PERFORM: a simple expression, without a
   -- statement of the executor)
@@ -1811,6 +1940,54 @@ BEGIN
                    THEN 2.0 / 61 ELSE 1.0 / 61 END)
                + CASE WHEN v_graph_ids IS NOT NULL THEN 1.0 / 61 ELSE 0 END,
              v_limit, v_lex_ids, v_lex_ranks, v_graph_tiers, v_graph_ids, v_graph_scores) f;
+  END IF;
+
+  -- Neighbours (the request's `neighbours`): after the served records, the turns just before
+  -- and after each of the first `of` of them in the same conversation (fabric._recall_neighbours:
+  -- the same scope key, tier, subject and session, within an hour of valid time, under every
+  -- rule), none twice and none already served; each re-checked by id against every rule by
+  -- fabric._recall_candidates as a vector candidate is, and marked
+  -- `"retrieval": {"neighbour_of": <memory_id>}` without a score. They never displace a hit:
+  -- the `limit` records are served as without the option, the neighbours come after them.
+  -- The audit event names them with the others and says the option was used.
+  IF p_request ? 'neighbours' THEN
+    v_turns := coalesce((p_request #>> '{neighbours,turns}')::numeric::integer, 1);
+    v_of := coalesce((p_request #>> '{neighbours,of}')::numeric::integer, 3);
+    v_served_ids := ARRAY(SELECT (x #>> '{}')::uuid
+                            FROM pg_catalog.jsonb_array_elements(coalesce(v_memory_ids,
+                                   pg_catalog.jsonb_path_query_array(v_records, '$[*].memory_id'))) x);
+    SELECT pg_catalog.array_agg(n.memory_id ORDER BY n.ord),
+           pg_catalog.array_agg(n.neighbour_of ORDER BY n.ord)
+      INTO v_near_ids, v_near_of
+      FROM fabric._recall_neighbours(v_run.tenant_id, v_keys, v_tiers, v_valid_at, v_min_conf,
+             v_excluded, v_served_ids[1:v_of], v_served_ids, v_turns)
+             WITH ORDINALITY AS n(memory_id, neighbour_of, ord);
+    IF v_near_ids IS NOT NULL THEN
+      -- the by-ids re-check keeps the order of the scores given (minus the position)
+      SELECT coalesce(pg_catalog.array_agg(r.record || pg_catalog.jsonb_build_object(
+                        'score', NULL, 'retrieval',
+                        pg_catalog.jsonb_build_object('neighbour_of', n.neighbour_of))
+                        ORDER BY n.ord), '{}'),
+             coalesce(pg_catalog.jsonb_agg(r.memory_id ORDER BY n.ord), '[]')
+        INTO v_near_list, v_memory_ids
+        FROM fabric._recall_candidates(v_run.tenant_id, v_keys, v_tiers, v_valid_at,
+               v_min_conf, v_excluded, NULL, v_near_ids,
+               ARRAY(SELECT -x.i::double precision
+                       FROM pg_catalog.generate_subscripts(v_near_ids, 1) AS x(i) ORDER BY x.i),
+               pg_catalog.cardinality(v_near_ids)) AS r(memory_id, score, record)
+        JOIN ROWS FROM (pg_catalog.unnest(v_near_ids), pg_catalog.unnest(v_near_of))
+             WITH ORDINALITY AS n(memory_id, neighbour_of, ord) ON n.memory_id = r.memory_id;
+      -- (v_memory_ids now holds the neighbours' ids: the served ones go first)
+      v_memory_ids := pg_catalog.to_jsonb(v_served_ids) || v_memory_ids;
+      IF v_records IS NOT NULL THEN
+        v_records := v_records || pg_catalog.to_jsonb(v_near_list);
+      ELSE
+        v_record_list := v_record_list || v_near_list;
+      END IF;
+    END IF;
+    v_served := v_served || pg_catalog.jsonb_build_object('neighbours',
+      pg_catalog.jsonb_build_object('turns', v_turns, 'of', v_of,
+        'served', coalesce(pg_catalog.cardinality(v_near_list), 0)));
   END IF;
 
   -- A recall that walked the graph is a reasoning step of its run: the entities it started

@@ -23,8 +23,14 @@ of the bounded modes. With a graph server (NEO4J_URI, or the local Bolt server o
 graph-up`), the records are also projected into the graph (this tenant's nodes only: the
 rest of the graph is left alone) and `hybrid+graph` (hybrid with expand {"hops": 2}) is
 asked too; the synthetic set's multi-hop questions (two records linked by a declared
-entity) are then summed up apart from the rest. BENCH_QUALITY_DB names the database (default
-memfabric_bench_quality), dropped at the end unless --keep.
+entity) are then summed up apart from the rest. `hybrid+neighbours` is hybrid recall with the
+request's `neighbours` option (--neighbours, default 1x3: one turn each side of each of the
+first 3 records served; a list measures several settings side by side): its top 10 are
+scored as every mode's, and the evidence among every record it served (neighbours
+included) is printed beside them with the records returned, and beside plain hybrid asked
+for as many records as the default setting can serve at most (`hybrid limit 16`).
+BENCH_QUALITY_DB names the database (default memfabric_bench_quality), dropped at the end
+unless --keep.
 """
 
 from __future__ import annotations
@@ -115,6 +121,15 @@ GRAPH_MODE, EXPAND = "hybrid+graph", {"hops": 2}
 # hybrid recall narrowed to the valid time the question names (recall(..., temporal=True)),
 # relative to the end of the question's conversation
 TIME_MODE = "hybrid+time"
+# hybrid recall with the neighbour expansion (the request's `neighbours`): the turns next to
+# its first hits in the same conversation, served after the limit records; scored as the
+# evidence among every record served (neighbours included) beside recall@10 of its top 10
+NEIGHBOUR_MODE = "hybrid+neighbours"
+NEIGHBOURS_DEFAULT = "1x3"  # turns each side x first records expanded (--neighbours)
+NEIGHBOUR_SETTINGS: dict[str, dict[str, int]] = {}  # mode name -> the request's option
+# plain hybrid asked for as many records as the default setting can serve at most
+# (10 + 2 x turns x of): the same budget of records spent on more hits instead
+BUDGET: dict[str, int] = {}  # mode name -> its limit
 
 Ranked = list[str]
 
@@ -329,7 +344,14 @@ def governed(
     """Every question through recall() in each mode (and the lexical ones unbounded: the
     deployment's bounds switched off around the call; hybrid+graph with a graph), modes
     rotating question by question."""
-    names = (*MODES, *UNBOUNDED, TIME_MODE, *((GRAPH_MODE,) if graph is not None else ()))
+    names = (
+        *MODES,
+        *UNBOUNDED,
+        TIME_MODE,
+        *NEIGHBOUR_SETTINGS,
+        *BUDGET,
+        *((GRAPH_MODE,) if graph is not None else ()),
+    )
     walks = Walks(graph) if graph is not None else None
     ends = {c.conversation_id: c.turns[-1].at for c in data.conversations}
     out: dict[str, dict[str, Ranked]] = {m: {} for m in names}
@@ -341,11 +363,19 @@ def governed(
                         if k in ("recall_lexical_top", "recall_lexical_bound")})  # fmt: skip
         for i, q in enumerate(data.questions[:WARMUP] + data.questions):
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                mode = "hybrid" if name in (GRAPH_MODE, TIME_MODE) else name.split()[0]
+                mode = (
+                    "hybrid"
+                    if name in (GRAPH_MODE, TIME_MODE, *NEIGHBOUR_SETTINGS, *BUDGET)
+                    else name.split()[0]
+                )
                 request = {"run_id": str(runs[q.conversation_id]), "mode": mode,
                            "query": q.text, "tiers": TIERS, "limit": K}  # fmt: skip
                 if name == GRAPH_MODE:
                     request["expand"] = EXPAND
+                if name in NEIGHBOUR_SETTINGS:
+                    request["neighbours"] = NEIGHBOUR_SETTINGS[name]
+                if name in BUDGET:
+                    request["limit"] = BUDGET[name]
                 if name in UNBOUNDED:
                     call(admin, configure, NO_BOUNDS)
                 t = time.perf_counter()
@@ -442,7 +472,8 @@ def report(
         returned = sum(len(r[q.question_id]) for q in qs) / len(qs)
         errs = errors.get(name, [])
         what = f"{len(errs)} ({', '.join(sorted(set(errs)))})" if errs else "0"
-        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE, TIME_MODE) else
+        label = (f"`{name}`" if name in (*MODES, GRAPH_MODE, TIME_MODE, *NEIGHBOUR_SETTINGS,
+                                         *BUDGET) else
                  f"`{name.split()[0]}` {name.split()[1]}" if name in UNBOUNDED
                  else f"plain {name}")  # fmt: skip
         print(f"| {label} | {' | '.join(cells)} | {returned:.1f} | {ms(took[name])} | {what} |")
@@ -475,6 +506,21 @@ def report(
               " only:")  # fmt: skip
         for name, r in ranked.items():
             print(f"  {name}: {score(r, held, METRICS['recall@10']):.3f}")
+    served = {name: r for name, r in ranked.items() if name in (*NEIGHBOUR_SETTINGS, *BUDGET)}
+    if served:
+        every: Metric = lambda r, e: recall_at(r, e, len(r))  # noqa: E731
+        print("\nneighbours: the evidence among every record served (neighbours included),"
+              " against recall@10 of the top 10 alone:")  # fmt: skip
+        for name, r in {"hybrid": ranked["hybrid"], **served}.items():
+            returned = sum(len(r[q.question_id]) for q in qs) / len(qs)
+            print(f"  {name}: served {score(r, qs, every):.3f}; recall@10"
+                  f" {score(r, qs, METRICS['recall@10']):.3f}; {returned:.1f} records returned;"
+                  f" p50 / p95 {ms(took[name])}")  # fmt: skip
+        print("\n| served, by kind | " + " | ".join(f"{k} ({counts[k]})" for k in kinds) + " |")
+        print("|---" * (len(kinds) + 1) + "|")
+        for name, r in {"hybrid": ranked["hybrid"], **served}.items():
+            cells = [f"{score(r, [q for q in qs if q.kind == k], every):.3f}" for k in kinds]
+            print(f"| {name} | " + " | ".join(cells) + " |")
     hops = [q for q in qs if q.kind == "multi_hop"]
     rest = [q for q in qs if q.kind != "multi_hop"]
     if hops:
@@ -537,7 +583,16 @@ def main() -> int:
     ap.add_argument("--friendsqa", type=Path, default=None, metavar="DIR", help="a checkout of"
                     " FriendsQA: its episodes and questions instead of the synthetic set"
                     " (--conversations episodes, --questions a seeded sample)")  # fmt: skip
+    ap.add_argument("--neighbours", default=NEIGHBOURS_DEFAULT, metavar="TxN[,...]",
+                    help="settings of hybrid+neighbours: T turns each side of each of the first"
+                    f" N records served (default {NEIGHBOURS_DEFAULT}; '' for none)")  # fmt: skip
     args = ap.parse_args()
+    for setting in filter(None, args.neighbours.split(",")):
+        turns, of = (int(x) for x in setting.split("x"))
+        name = NEIGHBOUR_MODE if setting == NEIGHBOURS_DEFAULT else f"{NEIGHBOUR_MODE} {setting}"
+        NEIGHBOUR_SETTINGS[name] = {"turns": turns, "of": of}
+        if setting == NEIGHBOURS_DEFAULT:
+            BUDGET[f"hybrid limit {K + 2 * turns * of}"] = K + 2 * turns * of
     if args.quick:
         args.conversations, args.questions = 2, args.questions or 60
     t0 = time.perf_counter()
@@ -584,7 +639,8 @@ def main() -> int:
             with connect(url, "benchq_admin") as admin:
                 call(admin, "SELECT fabric_api.configure_deployment(%s)",
                      Jsonb({"recall_lexical_top": args.lexical_top}))  # fmt: skip
-        print(f"asking {len(data.questions)} questions x {len(MODES) + len(UNBOUNDED) + 1} modes"
+        n_modes = len(MODES) + len(UNBOUNDED) + 1 + len(NEIGHBOUR_SETTINGS) + len(BUDGET)
+        print(f"asking {len(data.questions)} questions x {n_modes} modes"
               " ...", flush=True)  # fmt: skip
         graph = project_graph(url, projector)
         broker = LocalBroker(store, emb, {})

@@ -6,11 +6,12 @@ Skipped unless MEMFABRIC_CITUS_URL names a coordinator (tests/citus/citus_cluste
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from psycopg.types.json import Jsonb
-from test_citus_fabric import form, open_run
+from test_citus_fabric import episode, form, open_run
 
 from citus_cluster import Cluster, cluster
 
@@ -70,3 +71,54 @@ def test_a_recall_by_ids_serves_the_runs_tenants_records_only(cluster: Cluster, 
         ).fetchone()
     assert row is not None and row[0]["status"] == "served", row
     assert [r["memory_id"] for r in row[0]["records"]] == [mine]
+
+
+@pytest.mark.parametrize("pair", ["same", "apart"])
+def test_neighbours_are_the_runs_tenants_turns_next_to_a_hit(cluster: Cluster, pair: str) -> None:
+    """The neighbour expansion (fabric._recall_neighbours, then the by-ids re-check) runs on
+    the tenant's shard: the turns next to a hit, never another tenant's turn said between
+    them with the same subject and session; the audit event names every record served."""
+    first, second = getattr(cluster, pair)
+    word = f"zn{uuid.uuid4().hex[:8]}"
+    # a minute of its own, far from every other test's records
+    start = datetime(2031, 1, 1, tzinfo=UTC) + timedelta(minutes=uuid.uuid4().int % 10**5 * 10)
+
+    def said(tenant: str, text: str, minute: float) -> str:
+        envelope = episode(tenant, text)
+        at = (start + timedelta(minutes=minute)).isoformat()
+        envelope["validity_interval"] = {"valid_from": at, "valid_until": None}
+        with cluster.connect("mf_agent_a") as agent:
+            proposed = agent.execute(
+                "SELECT fabric_api.propose(%s, %s)", (Jsonb(envelope), open_run(cluster, tenant))
+            ).fetchone()
+        assert proposed is not None and proposed[0]["status"] == "validated", proposed
+        with cluster.connect("mf_committer") as committer:
+            committed = committer.execute(
+                "SELECT fabric_api.commit(%s)", (proposed[0]["proposal_id"],)
+            ).fetchone()
+        assert committed is not None
+        return str(committed[0]["memory_id"])
+
+    before = said(first, "the turn before", -2)
+    hit = said(first, f"the {word} turn", 0)
+    after = said(first, "the turn after", 2)
+    theirs = [said(second, "another tenant's turn", m) for m in (-1, 1)]
+    run = open_run(cluster, first)
+    for extra in ({}, {"mode": "semantic", "candidates": [{"memory_id": hit, "score": 1}]}):
+        request = {"run_id": str(run), "tiers": ["episodic"], "query": word, "limit": 1,
+                   "neighbours": {"turns": 1, "of": 1},
+                   "filters": {"valid_at": "2100-01-01T00:00:00Z"}, **extra}  # fmt: skip
+        with cluster.connect("mf_agent_a") as agent:
+            row = agent.execute("SELECT fabric_api.recall(%s)", (Jsonb(request),)).fetchone()
+        assert row is not None and row[0]["status"] == "served", row
+        ids = [r["memory_id"] for r in row[0]["records"]]
+        assert ids == [hit, before, after] and not set(ids) & set(theirs), (ids, extra)
+        assert [r["retrieval"] for r in row[0]["records"][1:]] == [{"neighbour_of": hit}] * 2
+        with cluster.connect() as su:
+            event = su.execute(
+                "SELECT payload FROM fabric.events WHERE run_id = %s"
+                " AND event_type = 'memory.recall.served' ORDER BY event_id DESC LIMIT 1",
+                (run,),
+            ).fetchone()
+        assert event is not None and event[0]["memory_ids"] == ids
+        assert event[0]["neighbours"] == {"turns": 1, "of": 1, "served": 2}

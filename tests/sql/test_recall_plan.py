@@ -394,6 +394,57 @@ def test_a_question_ranks_records_holding_its_rarer_term_first(big: str) -> None
     assert words and all(w & {"word42", "word7"} for w in words), rows
 
 
+def test_neighbours_are_read_by_short_ordered_scans_of_the_conversation_index(big: str) -> None:
+    """fabric._recall_neighbours (a recall's `neighbours`) on its generic plan: each side of a
+    hit is an ordered scan of memory_records_conversation from the hit, stopping after
+    `turns` records that pass every rule or at the hour's edge; the hits are read by id. The
+    rows read follow the hits and what lies within the hour of each in its scope key and
+    tier, not the size of the scope (the 'tenant' key holds thousands of records)."""
+    keys = ["subject:user-42", "tenant", "agent:agt-3"]
+    hits = big_ids(big, ["tenant"], 3, ["semantic"])
+    plans: list[dict[str, Any]] = []
+    with psycopg.connect(big, autocommit=True) as conn:
+        (scope,) = conn.execute(
+            "SELECT count(*) FROM fabric.memory_records WHERE tenant_id = 'big'"
+            " AND scope_key = ANY (%s) AND tier IN ('semantic', 'episodic')",
+            (keys,),
+        ).fetchone()  # type: ignore[misc]
+        # what the scans may read: the records of each hit's key and tier within its hour
+        (near,) = conn.execute(
+            "SELECT count(*) FROM fabric.memory_records h JOIN fabric.memory_records m"
+            " ON m.tenant_id = h.tenant_id AND m.scope_key = h.scope_key AND m.tier = h.tier"
+            " AND m.valid_from BETWEEN h.valid_from - interval '1 hour'"
+            " AND h.valid_from + interval '1 hour'"
+            " WHERE h.tenant_id = 'big' AND h.memory_id = ANY (%s::uuid[])",
+            (hits,),
+        ).fetchone()  # type: ignore[misc]
+        conn.add_notice_handler(
+            lambda d: (
+                plans.append(json.loads(d.message_primary.split("\n", 1)[1]))
+                if d.message_primary
+                and d.message_primary.startswith("duration:")
+                and "memory_records" in d.message_primary
+                else None
+            )
+        )
+        auto_explain(conn, analyze=True)
+        found = conn.execute(
+            "SELECT * FROM fabric._recall_neighbours('big', %s, ARRAY['semantic', 'episodic'],"
+            " now(), 0, ARRAY['pci'], %s::uuid[], %s::uuid[], 2)",
+            (keys, hits, hits),
+        ).fetchall()
+    assert scope > 8_000 and len(plans) == 1, plans
+    scans = record_scans(plans[0])
+    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], plans
+    sides = [n for n in scans if n.get("Index Name") == "memory_records_conversation"]
+    assert len(sides) == 2, plans  # before and after, each an ordered scan from the hit
+    conds = " ".join(n.get("Index Cond", "") for n in sides)
+    assert "$1" in conds and "'big'" not in conds, plans  # a generic plan
+    read = sum(rows_read(n) for n in scans)
+    assert read <= near + len(hits), (read, near, plans)
+    assert len(found) <= 2 * 2 * len(hits)
+
+
 # ----------------------------------------------------------------------------------------
 # Property: the retrieval function returns exactly what a reference filter selects.
 

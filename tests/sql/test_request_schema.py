@@ -130,6 +130,9 @@ RECALL_GOOD: Values = {
         ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None]
     ),
     "expand": st.sampled_from([{"hops": 1}, {"hops": 2.0}, {"hops": 3}]),
+    "neighbours": st.sampled_from(
+        [{}, {"turns": 1}, {"turns": 3.0, "of": 10}, {"of": 1}, {"turns": 2, "of": 5.0}]
+    ),
     "graph_candidates": st.sampled_from([[], [{"memory_id": UUID, "score": 2}]]),
 }
 RECALL_BAD: Values = {
@@ -197,6 +200,21 @@ RECALL_BAD: Values = {
     ),
     "mode": st.sampled_from(["fuzzy", 1]),
     "expand": st.sampled_from([{}, {"hops": 0}, {"hops": 4}, {"hops": "2"}, {"via": []}, [], None]),
+    "neighbours": st.sampled_from(
+        [
+            {"turns": 0},
+            {"turns": 4},
+            {"turns": "1"},
+            {"turns": None},
+            {"of": 0},
+            {"of": 11},
+            {"of": 2.5},
+            {"of": "3"},
+            {"hops": 1},
+            [],
+            None,
+        ]
+    ),
     "graph_candidates": st.sampled_from([[{"memory_id": "x", "score": 1}], {}, None]),
     "traceparent": st.sampled_from(
         [
@@ -240,7 +258,9 @@ def test_the_recall_schema_and_validator_agree(fabric: Fabric) -> None:
     strategy = requests(RECALL_GOOD, RECALL_BAD, {"run_id": st.sampled_from([run, run.upper()])})
     seen = {True: 0, False: 0}
 
-    @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+    # (800: the options that need a query with words, expand and neighbours, leave fewer
+    # well-formed requests than before; both sides stay above 100)
+    @settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
     @given(request=strategy)
     def agree(request: dict[str, Any]) -> None:
         valid = validator.is_valid(request)
