@@ -1006,7 +1006,12 @@ class Fabric:
         return conn
 
     def events(self, where: str = "true") -> list[dict[str, Any]]:
-        q = sql.SQL("SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at")
+        # Events of one transaction tie on xid and occurred_at (now()), and their ids are
+        # time-ordered only to the millisecond: the append-only heap's order (ctid) is the
+        # order they were written in.
+        q = sql.SQL(
+            "SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at, e.ctid"
+        )
         if self._tx is not None:
             # One transaction: every event has its xid and its occurred_at (now()). Each call
             # runs in a savepoint of its own, whose subtransaction id (the row's xmin) grows
