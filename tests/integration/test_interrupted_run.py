@@ -146,13 +146,18 @@ def test_sigterm_stops_every_server_and_worker_and_removes_the_temporary_directo
 
 
 # A command run in process (CliRunner) installs its own SIGTERM handler; the run's handler
-# must be back for the next test, or stopping the run would leave its servers behind.
-def test_a_command_run_in_process_takes_the_sigterm_handler() -> None:
+# must be back for the next test, or stopping the run would leave its servers behind. The
+# suite's hook (conftest.pytest_runtest_protocol) is driven here around a test body that
+# does what memfabric's long-running commands do: under pytest-xdist the next test of this
+# module may run on the other worker, so "the next test" is checked within this one.
+def test_a_command_run_in_process_leaves_the_runs_signal_handlers_in_place() -> None:
     assert signal.getsignal(signal.SIGTERM) is conftest._on_sigterm
+    sigint = signal.getsignal(signal.SIGINT)
+    around = conftest.pytest_runtest_protocol(None, None)  # type: ignore[arg-type]
+    next(around)  # the hook, up to the test
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as memfabric's long-running commands do
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def test_the_next_test_has_the_runs_sigterm_handler_again() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN if sigint is not signal.SIG_IGN else signal.SIG_DFL)
+    with pytest.raises(StopIteration):
+        around.send(None)  # the test is over: the hook puts the run's handlers back
     assert signal.getsignal(signal.SIGTERM) is conftest._on_sigterm
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is sigint
