@@ -37,11 +37,9 @@ def embedder_for(found: dict[str, Any] | None, *, child: bool = False) -> Embedd
     """The embedder of the settings `fabric_api.deployment_embedder` answered (in a child
     process at lower priority if `child`: a ProcessEmbedder, same vectors)."""
     settings: dict[str, Any] = found if found is not None else {"embedder": "e5"}
-    kind, kwargs = "e5", {}
-    if settings["embedder"] in ("minilm", "minilm-static"):
-        kind = settings["embedder"]
-    elif settings["embedder"] == "http":
-        kind = "http"
+    kind: str = settings["embedder"]  # one of the kinds the database's CHECK admits
+    kwargs: dict[str, Any] = {}
+    if kind == "http":
         kwargs = {
             "base_url": settings["url"],
             "model": settings["model"],
