@@ -225,8 +225,8 @@ def baselines(
     data: Dataset,
     known: dict[str, list[float]],
     emb: Embedder,
-    also: dict[str, Embedder] | None = None,
-    kind: str = "minilm",
+    also: dict[str, Embedder],
+    kind: str,
 ) -> tuple[dict[str, dict[str, Ranked]], dict[str, list[float]]]:
     """BM25, dense and their reciprocal rank fusion per question, over each conversation's
     turns; time per question of each (the dense query embedding batched, not timed). `emb`
@@ -235,7 +235,7 @@ def baselines(
     fused = {d: f"RRF(BM25, dense) of top {d}" for d in RRF_DEPTHS}
     out: dict[str, dict[str, Ranked]] = {"BM25": {}, "dense": {}, **{f: {} for f in fused.values()}}
     out |= {name: {} for name in (FUSED, *WEIGHTED, NEIGHBOURS)}
-    for name in also or {}:
+    for name in also:
         out |= {f"dense ({name})": {}}
         out |= {f"RRF(BM25, dense ({name})) of top {d}": {} for d in RRF_DEPTHS}
         out |= {also_fused(name): {}}
@@ -290,7 +290,7 @@ def baselines(
             top10 = rrf([lexical[:K], dense[:K]], K)
             out[NEIGHBOURS][q.question_id] = with_neighbours(top10, near, K, NEIGHBOUR_TOP)
             took[NEIGHBOURS].append(t2 - t0 + time.perf_counter() - t3)
-        for name, other in (also or {}).items():
+        for name, other in also.items():
             t = time.perf_counter()
             vecs = np.asarray(other.embed(texts), dtype=np.float32)
             EMBED_RATE[name] = EMBED_RATE.get(name, 0.0) + time.perf_counter() - t
@@ -573,9 +573,10 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help=f"keep the database {DBNAME}")
     ap.add_argument("--also", default="", help="more embedder kinds as plain dense baselines,"
                     " e.g. minilm-static (memfabric.embedding.embedder_from_settings)")  # fmt: skip
-    ap.add_argument("--embedder", default="minilm", choices=("minilm", "minilm-static", "e5"),
-                    help="the deployment's embedder: the projector, the questions of the"
-                    " governed modes and the plain dense baseline embed with it")  # fmt: skip
+    ap.add_argument("--embedder", default="e5", choices=("e5", "minilm", "minilm-static"),
+                    help="the deployment's embedder (default e5, a new deployment's): the"
+                    " projector, the questions of the governed modes and the plain dense"
+                    " baseline embed with it")  # fmt: skip
     ap.add_argument("--baselines-only", action="store_true", help="the plain retrievers"
                     " only (no database): compare embedders (--also) quickly")  # fmt: skip
     ap.add_argument("--lexical-top", type=int, default=None, help="the deployment's"
