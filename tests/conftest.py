@@ -1006,9 +1006,11 @@ class Fabric:
         return conn
 
     def events(self, where: str = "true") -> list[dict[str, Any]]:
-        # Events of one transaction tie on xid and occurred_at (now()), and their ids are
-        # time-ordered only to the millisecond: the append-only heap's order (ctid) is the
-        # order they were written in.
+        # Events of one transaction tie on xid and occurred_at (now()) and have no order
+        # among themselves (their ids are time-ordered only to the millisecond); the heap's
+        # order (ctid) keeps a listing stable, usually in the order they were written (not
+        # always: an insert may reuse space freed in an earlier page), so a test that needs
+        # one transaction's events compares them as a set.
         q = sql.SQL(
             "SELECT to_jsonb(e) FROM fabric.events e WHERE {} ORDER BY xid, occurred_at, e.ctid"
         )
