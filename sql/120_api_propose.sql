@@ -625,7 +625,7 @@ BEGIN
   END IF;
 
   v.tenant_id := p_run.tenant_id;
-  v.proposal_id := pg_catalog.gen_random_uuid();
+  v.proposal_id := fabric._event_id();
   v.run_id := p_run.run_id;
   v.proposed_by := p_run.agent_id;
   v.tier := e.tier;
@@ -750,7 +750,7 @@ BEGIN
     RETURN NULL;
   END IF;
   INSERT INTO fabric.events (event_id, tenant_id, event_type, actor_agent_id, run_id, payload)
-  SELECT pg_catalog.gen_random_uuid(), p_run.tenant_id, 'agent.tool.unauthorized',
+  SELECT fabric._event_id(), p_run.tenant_id, 'agent.tool.unauthorized',
          fabric._setting('fabric.actor'), fabric._setting('fabric.run_id')::uuid,
          pg_catalog.jsonb_build_object('tool', 'tool:memory-propose', 'agent_id', p_run.agent_id,
                                        'missing_layers', v_missing)
@@ -917,7 +917,7 @@ BEGIN
   -- query costs about what fabric._judge_envelope does.
   RETURN QUERY
   SELECT r.position, ROW(
-      p_run.tenant_id, pg_catalog.gen_random_uuid(), p_run.run_id, p_run.agent_id,
+      p_run.tenant_id, fabric._event_id(), p_run.run_id, p_run.agent_id,
       'validated', NULL, r.tier, r.visibility, p_run.subject_id, r.agent_id, p_run.session_id,
       r.instance, r.content, fabric.content_hash(r.content), r.source_event_id,
       r.correlation_id, r.causation_id, r.method, r.derived_from, NULL,
@@ -1291,7 +1291,7 @@ BEGIN
   END IF;
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, proposal_id, payload)
-  SELECT pg_catalog.gen_random_uuid(), r.tenant_id, 'memory.proposal.' || r.status,
+  SELECT fabric._event_id(), r.tenant_id, 'memory.proposal.' || r.status,
          r.correlation_id, r.causation_id, fabric._setting('fabric.actor'),
          fabric._setting('fabric.run_id')::uuid, r.proposal_id,
          pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', r.tier,

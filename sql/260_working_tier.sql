@@ -199,7 +199,7 @@ BEGIN
     INSERT INTO fabric.shard_events (event_id, tenant_id, event_type, correlation_id,
                                      causation_id, actor_agent_id, run_id, memory_id,
                                      proposal_id, payload)
-    VALUES (pg_catalog.gen_random_uuid(), NEW.tenant_id, 'memory.record.promoted',
+    VALUES (fabric._event_id(), NEW.tenant_id, 'memory.record.promoted',
             NEW.correlation_id, NEW.causation_id, fabric._setting('fabric.actor'),
             fabric._setting('fabric.run_id')::uuid, NEW.memory_id, NEW.proposal_id,
             pg_catalog.jsonb_build_object('from_tier', 'working', 'to_tier', NEW.tier,
