@@ -255,7 +255,8 @@ BEGIN
      GROUP BY n.tenant_id, n.scope_key
     UNION ALL
     SELECT n.tenant_id, n.scope_key, u.lexeme, pg_catalog.count(*), 0
-      FROM new_rows n CROSS JOIN LATERAL pg_catalog.unnest(n.search_tsv) u
+      FROM new_rows n
+      CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.tsvector_to_array(n.search_tsv)) u(lexeme)
      WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
      GROUP BY n.tenant_id, n.scope_key, u.lexeme;
     RETURN NULL;

@@ -251,9 +251,10 @@ BEGIN
        AS x(ord, entity_type, entity_key, source, rank) ON x.ord = n.ord
   JOIN fabric.entities e ON e.tenant_id = n.tenant_id AND e.entity_type = x.entity_type
                         AND e.entity_key = x.entity_key
-  -- (an entity merged by a reviewed same-as merge resolves to the one it was merged into)
-  ORDER BY n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.rank
-  ON CONFLICT DO NOTHING;
+  -- (an entity merged by a reviewed same-as merge resolves to the one it was merged into;
+  -- the records are new, so no mention of theirs exists to conflict with: DISTINCT ON
+  -- keeps one row a record and entity, and the insert needs no speculative check)
+  ORDER BY n.tenant_id, n.memory_id, coalesce(e.merged_into, e.entity_id), x.rank;
   RETURN NULL;
 END $$;
 

@@ -226,6 +226,7 @@ def test_every_fabric_function_pins_search_path(fabric: Fabric) -> None:
 # the expression that calls them (docs/benchmarks.md, "Governed recall: fewer layers").
 INLINED = [
     "fabric._event_id()",
+    "fabric._formed_event(text,text,text,text,text,text)",
     "fabric._pseudonym(bytea,text,text)",
     "fabric._recall_request_is_common(jsonb)",
     "fabric._run_is_live(fabric.runs)",
@@ -266,6 +267,16 @@ def test_the_inlined_helpers_are_inlined(fabric: Fabric) -> None:
     assert plan is not None
     text = str(plan[0])
     assert "fabric._" not in text and "_run_is_live" not in text, text
+    with fabric.su() as c:
+        c.execute("SET search_path = pg_catalog")
+        plan = c.execute(
+            "EXPLAIN (VERBOSE, FORMAT JSON) SELECT e.* FROM fabric.memory_records n"
+            " CROSS JOIN LATERAL fabric._formed_event(n.tier, n.visibility,"
+            " n.consolidation_state, n.formation_method, n.content_hash, n.retention_class) e"
+        ).fetchone()
+    assert plan is not None
+    text = str(plan[0])
+    assert "_formed_event" not in text and "Function Scan" not in text, text
 
 
 def test_every_api_function_documents_an_example(fabric: Fabric) -> None:
