@@ -178,6 +178,7 @@ RETURNS TABLE (o_position integer, o_sqlstate text, o_reason text, o_visibility 
   o_retention text, o_labels text[], o_version text)
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
+SET enable_memoize = off
 AS $$
   SELECT r.position, o.*
   FROM (

@@ -38,7 +38,7 @@ def cpu_ns(conn: psycopg.Connection[Any]) -> int:
 
 def measure(conn: psycopg.Connection[Any], query: str, records: list[Any], runs: int) -> float:
     """Median µs a record of `query` over `records`, each run in a transaction rolled back."""
-    args: tuple[Any, ...] = (Jsonb(records), TENANT) if query.count("%s") == 2 else (Jsonb(records),)
+    args: tuple[Any, ...] = (Jsonb(records),) + ((TENANT,) if query.count("%s") == 2 else ())
     samples = []
     for _ in range(runs + 1):  # the first run plans and warms the caches: not counted
         with conn.transaction(force_rollback=True):
