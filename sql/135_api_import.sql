@@ -264,17 +264,19 @@ AS $$
            OR f.version ~ '^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$')
       AS plain
     FROM pg_catalog.jsonb_array_elements(p_records) WITH ORDINALITY AS x(element, ord)
-    -- f: each field once, as text where the test reads text
+    -- j: the element's objects; f: each field once, as text where the test reads text
     CROSS JOIN LATERAL (
-      SELECT x.element -> 'scope', x.element -> 'scope' ->> 'visibility',
-             x.element -> 'scope' ->> 'tenant_id', x.element -> 'scope' ->> 'subject_id',
-             x.element -> 'scope' ->> 'agent_id', x.element -> 'scope' ->> 'session_id',
-             x.element -> 'provenance', x.element -> 'provenance' ->> 'correlation_id',
-             x.element -> 'provenance' ->> 'causation_id', x.element ->> 'business_instance_id',
-             x.element -> 'content', (x.element -> 'content')::text,
-             (x.element -> 'confidence')::text, x.element -> 'validity_interval',
-             x.element -> 'validity_interval' ->> 'valid_from',
-             x.element -> 'validity_interval' ->> 'valid_until', x.element ->> 'retention_class',
+      SELECT x.element -> 'scope', x.element -> 'provenance', x.element -> 'content',
+             x.element -> 'validity_interval'
+      OFFSET 0
+    ) AS j(scope, prov, content, validity)
+    CROSS JOIN LATERAL (
+      SELECT j.scope, j.scope ->> 'visibility', j.scope ->> 'tenant_id',
+             j.scope ->> 'subject_id', j.scope ->> 'agent_id', j.scope ->> 'session_id',
+             j.prov, j.prov ->> 'correlation_id', j.prov ->> 'causation_id',
+             x.element ->> 'business_instance_id', j.content, j.content::text,
+             (x.element -> 'confidence')::text, j.validity, j.validity ->> 'valid_from',
+             j.validity ->> 'valid_until', x.element ->> 'retention_class',
              (x.element -> 'compliance_labels')::text, x.element ->> 'version'
       OFFSET 0
     ) AS f(scope, visibility, tenant_id, subject_id, agent_id, session_id, prov,
