@@ -163,13 +163,15 @@ DROP FUNCTION IF EXISTS fabric._import_timestamp(jsonb, text);   -- folded into 
 -- every element the fast test accepts (tests/sql/test_import_reader.py).
 --
 -- The fast test is built to be cheap (docs/benchmarks.md, "The element checks, cheaper"):
--- each field is extracted once (lateral f), each typed value is cast once (lateral t) behind
--- a test that guarantees the cast cannot fail, and the result reuses both. A regular
--- expression costs about 50 ns for every state its automaton visits, built again on every
--- call, so the tests use few and small ones: the identifiers are checked together, as one
--- string of printable ASCII (their lengths and JSON types beside it); a timestamp's shape is
--- its text with every digit made 0, one of the shapes of RFC 3339 this reader takes; the
--- content's numbers are short unless their list's text is long.
+-- the element's objects are extracted once (lateral j) and each field once (lateral f);
+-- each typed value is cast once (lateral t), behind a test that guarantees the cast cannot
+-- fail, and the answer reuses it. A regular expression costs about 50 ns for every state of
+-- its automaton a call visits (the automaton is built again on every call), so the test
+-- uses few and small ones: the identifiers are checked together, as one string of
+-- printable ASCII, with their lengths and JSON types beside it; a timestamp's shape is its
+-- text with every digit made 0, which must be one of the RFC 3339 shapes this reader takes;
+-- the content's numbers are short when the text of their list is. Memoize is off: its
+-- cache key would be the content, hashed for every element and never hit.
 CREATE OR REPLACE FUNCTION fabric._import_elements(p_records jsonb, p_tenant_id text)
 RETURNS TABLE (o_position integer, o_sqlstate text, o_reason text, o_visibility text,
   o_subject_id text, o_agent_id text, o_session_id text, o_instance text, o_content jsonb,
