@@ -211,8 +211,8 @@ AS $$
                AND (f.prov - ARRAY['correlation_id', 'causation_id', 'formation_method']) = '{}'::jsonb
                AND coalesce(f.prov ->> 'formation_method', 'import') = 'import'))
       -- identifiers: each absent, null or a string (->> reads a number as text too) of
-      -- 1-200 characters; all of them printable ASCII without spaces (one regular
-      -- expression over their concatenation; a space in one would join two)
+      -- 1-200 characters, all of them printable ASCII without spaces: one regular
+      -- expression over their concatenation (an empty one is caught by the lengths)
       AND (f.tenant_id IS NULL OR pg_catalog.jsonb_typeof(f.scope -> 'tenant_id') = 'string')
       AND (f.subject_id IS NULL OR pg_catalog.jsonb_typeof(f.scope -> 'subject_id') = 'string')
       AND (f.agent_id IS NULL OR pg_catalog.jsonb_typeof(f.scope -> 'agent_id') = 'string')
@@ -305,16 +305,24 @@ AS $$
               AND pg_catalog.substr(f.valid_until, 18, 2) COLLATE "C" <= '59'
               AND pg_catalog.pg_input_is_valid(f.valid_until, 'timestamptz')
              THEN f.valid_until::timestamptz END
-      FROM (SELECT '{0000-00-00T00:00:00Z,0000-00-00T00:00:00+00:00,0000-00-00T00:00:00-00:00,'
-                   '0000-00-00T00:00:00.0Z,0000-00-00T00:00:00.0+00:00,0000-00-00T00:00:00.0-00:00,'
-                   '0000-00-00T00:00:00.00Z,0000-00-00T00:00:00.00+00:00,0000-00-00T00:00:00.00-00:00,'
-                   '0000-00-00T00:00:00.000Z,0000-00-00T00:00:00.000+00:00,0000-00-00T00:00:00.000-00:00,'
-                   '0000-00-00T00:00:00.0000Z,0000-00-00T00:00:00.0000+00:00,0000-00-00T00:00:00.0000-00:00,'
-                   '0000-00-00T00:00:00.00000Z,0000-00-00T00:00:00.00000+00:00,0000-00-00T00:00:00.00000-00:00,'
-                   '0000-00-00T00:00:00.000000Z,0000-00-00T00:00:00.000000+00:00,0000-00-00T00:00:00.000000-00:00,'
-                   '0000-00-00T00:00:00.0000000Z,0000-00-00T00:00:00.0000000+00:00,0000-00-00T00:00:00.0000000-00:00,'
-                   '0000-00-00T00:00:00.00000000Z,0000-00-00T00:00:00.00000000+00:00,0000-00-00T00:00:00.00000000-00:00,'
-                   '0000-00-00T00:00:00.000000000Z,0000-00-00T00:00:00.000000000+00:00,0000-00-00T00:00:00.000000000-00:00}'::text[]) s(shapes)
+      -- the shapes: no fraction or one of 1-9 digits, then Z or an offset
+      FROM (SELECT ('{'
+                    '0000-00-00T00:00:00Z,0000-00-00T00:00:00+00:00,'
+                    '0000-00-00T00:00:00-00:00,0000-00-00T00:00:00.0Z,'
+                    '0000-00-00T00:00:00.0+00:00,0000-00-00T00:00:00.0-00:00,'
+                    '0000-00-00T00:00:00.00Z,0000-00-00T00:00:00.00+00:00,'
+                    '0000-00-00T00:00:00.00-00:00,0000-00-00T00:00:00.000Z,'
+                    '0000-00-00T00:00:00.000+00:00,0000-00-00T00:00:00.000-00:00,'
+                    '0000-00-00T00:00:00.0000Z,0000-00-00T00:00:00.0000+00:00,'
+                    '0000-00-00T00:00:00.0000-00:00,0000-00-00T00:00:00.00000Z,'
+                    '0000-00-00T00:00:00.00000+00:00,0000-00-00T00:00:00.00000-00:00,'
+                    '0000-00-00T00:00:00.000000Z,0000-00-00T00:00:00.000000+00:00,'
+                    '0000-00-00T00:00:00.000000-00:00,0000-00-00T00:00:00.0000000Z,'
+                    '0000-00-00T00:00:00.0000000+00:00,0000-00-00T00:00:00.0000000-00:00,'
+                    '0000-00-00T00:00:00.00000000Z,0000-00-00T00:00:00.00000000+00:00,'
+                    '0000-00-00T00:00:00.00000000-00:00,0000-00-00T00:00:00.000000000Z,'
+                    '0000-00-00T00:00:00.000000000+00:00,0000-00-00T00:00:00.000000000-00:00'
+                    '}')::text[]) s(shapes)
       OFFSET 0
     ) AS t(numbers, confidence, valid_from_at, valid_until_at)
     OFFSET 0   -- computed once, in this order: the test guards the casts that read the values
