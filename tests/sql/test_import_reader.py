@@ -370,3 +370,81 @@ def test_a_tenant_id_that_is_not_a_string_is_refused_by_both_readers(fabric: Fab
         assert got == [one(conn, el, tenant="5") for el in els]
         assert got[0][0] is None and got[0][1] is None  # the string is the tenant's id
         assert got[1][0] == "22023" and got[2][0] == "22023"
+
+
+def _random_value(rng: random.Random) -> tuple[tuple[str, ...], Any]:
+    """A (path, value) drawn near the edges of the fast test: timestamps of every field in
+    and out of range, confidence and content numbers as JSON text, identifiers of a few
+    kinds of characters and of lengths around 200, labels and versions."""
+    kind = rng.choice(["ts", "ts", "ts", "conf", "number", "ident", "labels", "version"])
+    if kind == "ts":
+        # a valid instant, then one or two of its fields at an edge
+        parts: dict[str, Any] = {"year": 2026, "month": 7, "day": 2, "sep": "T", "hour": 9,
+                                 "minute": 14, "second": 0, "frac": "", "tz": "Z"}  # fmt: skip
+        edges: dict[str, list[Any]] = {
+            "year": [0, 1, 1899, 1900, 1901, 2000, 2023, 2024, 2100, 9999, 10000],
+            "month": [0, 1, 2, 4, 12, 13],
+            "day": [0, 1, 28, 29, 30, 31, 32],
+            "sep": ["t", " ", "TT"],
+            "hour": [0, 23, 24],
+            "minute": [0, 59, 60],
+            "second": [0, 59, 60],
+            "frac": ["."] + ["." + "7" * n for n in (1, 3, 6, 9, 10)],
+            "tz": ["z", "+00:00", "-00:00", "+14:00", "-12:30", "+15:59", "+16:00", "+01:60",
+                   "+0100", ""],
+        }  # fmt: skip
+        for field in rng.sample(sorted(edges), rng.choice([1, 1, 2])):
+            parts[field] = rng.choice(edges[field])
+        ts = "{:04d}-{:02d}-{:02d}{}{:02d}:{:02d}:{:02d}{}{}".format(
+            parts["year"], parts["month"], parts["day"], parts["sep"], parts["hour"],
+            parts["minute"], parts["second"], parts["frac"], parts["tz"],
+        )  # fmt: skip
+        return (rng.choice([_TS, _TS, _UNTIL]), ts)
+    if kind == "conf":
+        text = rng.choice(["0", "1", "-0", "2"])
+        if rng.random() < 0.8:
+            text += "." + "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 17)))
+        if rng.random() < 0.2:
+            text += rng.choice(["e0", "e-1", "E+1", "e-400"])
+        return (("confidence",), _Raw(text))
+    if kind == "number":
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 20)))
+        digits = digits.lstrip("0") or "0"
+        point = rng.randint(0, len(digits))
+        text = digits if point in (0, len(digits)) else f"{digits[:point]}.{digits[point:]}"
+        if digits[0] == "0" and point not in (0, len(digits)):
+            text = "0." + digits[1:]
+        text = rng.choice(["", "-"]) + text + rng.choice(["", "", "e2", "e-5", "E20"])
+        return (("content",), {"text": "n", "n": _Raw(text), "m": [1, 2, 3]})
+    if kind == "ident":
+        pool = rng.choice(["ab-1", 'a"\\b', "a b", "ü", "\t", "x"])
+        value = "".join(rng.choice(pool) for _ in range(rng.choice([0, 1, 3, 199, 200, 201])))
+        path = rng.choice(
+            [("scope", "subject_id"), ("scope", "agent_id"), ("scope", "session_id"),
+             ("provenance", "correlation_id"), ("provenance", "causation_id"),
+             ("business_instance_id",)]
+        )  # fmt: skip
+        return (path, value)
+    if kind == "labels":
+        pool = rng.choice(["pii", "a:b/c", 'q"', "a b", "é", "", "[x]"])
+        return (("compliance_labels",), [pool] * rng.choice([1, 2, 40, 64, 65]))
+    major = rng.choice(["0", "1", "01", "999999999", "1000000000", "2147483648"])
+    return (("version",), major + rng.choice([".0.0", ".2.3", ".2", ".2.3-rc.1", ".2.3+b5"]))
+
+
+def test_random_elements_near_the_edges_get_the_same_answer_from_both_readers(
+    fabric: Fabric,
+) -> None:
+    rng = random.Random(40)
+    elements = []
+    for _ in range(400):
+        el = base()
+        for _ in range(rng.choice([1, 1, 2])):
+            el = mutate(el, *_random_value(rng))
+        elements.append(el)
+    with fabric.connect(autocommit=False) as conn:  # one transaction: one now()
+        got = batch(conn, elements)
+        for i, el in enumerate(elements):
+            assert got[i] == one(conn, el), (i, el)
+    read = [r for r in got if r[0] is None and r[1] is None]
+    assert len(read) > 40 and len(got) - len(read) > 40  # both answers occur
