@@ -151,16 +151,27 @@ DROP FUNCTION IF EXISTS fabric._import_timestamp(jsonb, text);   -- folded into 
 -- ---------------------------------------------------------------------------------------
 -- fabric._import_elements: every element of an import with its position, read in one
 -- set-based query. An element of the common shape that breaks no rule of the element (an
--- object of the import envelope's keys; identifiers that are identifier strings; tier
--- absent or episodic; content a non-empty object of at most 65536 bytes, 32 brackets, numbers that
--- are doubles' shortest decimals and no content_hash; provenance without source_event_id,
--- formation method absent or import; confidence a plain decimal in [0, 1]; validity
--- timestamps in RFC 3339 with T and Z or an offset, valid_until after valid_from; retention
--- a kept class; labels plain ASCII identifiers; version absent or plain MAJOR.MINOR.PATCH;
--- no derived_from, supersedes or a visibility without its id) is read by expressions of
--- this query; every other element goes to fabric._import_element, which answers its first
--- error or rejection. The readers agree on every element the fast test accepts
--- (tests/sql/test_import_reader.py).
+-- object of the import envelope's keys; identifiers that are strings of printable ASCII
+-- without spaces; tier absent or episodic; content a non-empty object without entities, of
+-- at most 65536 bytes, 32 brackets, numbers of at most 15 digits and no content_hash;
+-- provenance without source_event_id, formation method absent or import; confidence a
+-- plain decimal in [0, 1]; validity timestamps in RFC 3339 with T and Z or an offset,
+-- valid_until after valid_from; retention a kept class; labels plain ASCII identifiers;
+-- version absent or plain MAJOR.MINOR.PATCH; no derived_from, supersedes or a visibility
+-- without its id) is read by expressions of this query; every other element goes to
+-- fabric._import_element, which answers its first error or rejection. The readers agree on
+-- every element the fast test accepts (tests/sql/test_import_reader.py).
+--
+-- The fast test is built to be cheap (docs/benchmarks.md, "The element checks, cheaper"):
+-- the element's objects are extracted once (lateral j) and each field once (lateral f);
+-- each typed value is cast once (lateral t), behind a test that guarantees the cast cannot
+-- fail, and the answer reuses it. A regular expression costs about 50 ns for every state of
+-- its automaton a call visits (the automaton is built again on every call), so the test
+-- uses few and small ones: the identifiers are checked together, as one string of
+-- printable ASCII, with their lengths and JSON types beside it; a timestamp's shape is its
+-- text with every digit made 0, which must be one of the RFC 3339 shapes this reader takes;
+-- the content's numbers are short when the text of their list is. Memoize is off: its
+-- cache key would be the content, hashed for every element and never hit.
 CREATE OR REPLACE FUNCTION fabric._import_elements(p_records jsonb, p_tenant_id text)
 RETURNS TABLE (o_position integer, o_sqlstate text, o_reason text, o_visibility text,
   o_subject_id text, o_agent_id text, o_session_id text, o_instance text, o_content jsonb,
@@ -169,10 +180,11 @@ RETURNS TABLE (o_position integer, o_sqlstate text, o_reason text, o_visibility 
   o_retention text, o_labels text[], o_version text)
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
+SET enable_memoize = off
 AS $$
-  SELECT r.position, f.*
+  SELECT r.position, o.*
   FROM (
-    SELECT (x.ord - 1)::integer AS position, x.element,
+    SELECT (x.ord - 1)::integer AS position, x.element, f.*, t.*,
       pg_catalog.jsonb_typeof(x.element) = 'object'
       AND (x.element - ARRAY['tier', 'scope', 'content', 'provenance', 'derived_from',
                              'confidence', 'validity_interval', 'retention_class',
@@ -181,108 +193,153 @@ AS $$
       AND (x.element -> 'tier' IS NULL OR x.element -> 'tier' = '"episodic"')
       AND (x.element -> 'derived_from' IS NULL OR x.element -> 'derived_from' = '[]')
       AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'supersedes', 'null')) = 'null'
-      -- scope: an object of its keys, each null or a printable ASCII identifier (as JSON
-      -- text: no quote or backslash to escape), visibility one of four with its id
-      AND pg_catalog.jsonb_typeof(e.scope) = 'object'
-      AND (e.scope - ARRAY['tenant_id', 'subject_id', 'agent_id', 'session_id', 'visibility'])
+      -- scope: an object of its keys, visibility one of four with its id
+      AND pg_catalog.jsonb_typeof(f.scope) = 'object'
+      AND (f.scope - ARRAY['tenant_id', 'subject_id', 'agent_id', 'session_id', 'visibility'])
           = '{}'::jsonb
-      AND e.scope::text ~ '^\{"[a-z_]+": ("[!#-\[\]-~]+"|null)(, "[a-z_]+": ("[!#-\[\]-~]+"|null))*\}$'
-      AND GREATEST(pg_catalog.length(e.scope ->> 'subject_id'),
-            pg_catalog.length(e.scope ->> 'agent_id'), pg_catalog.length(e.scope ->> 'session_id'),
-            pg_catalog.length(e.scope ->> 'visibility'), 0) <= 200
-      AND coalesce(e.scope ->> 'tenant_id', p_tenant_id) = p_tenant_id
-      AND CASE e.scope ->> 'visibility'
+      AND CASE f.visibility
             WHEN 'tenant' THEN true
-            WHEN 'subject' THEN e.scope ->> 'subject_id' IS NOT NULL
-            WHEN 'agent' THEN e.scope ->> 'agent_id' IS NOT NULL
-            WHEN 'session' THEN e.scope ->> 'session_id' IS NOT NULL
+            WHEN 'subject' THEN f.subject_id IS NOT NULL
+            WHEN 'agent' THEN f.agent_id IS NOT NULL
+            WHEN 'session' THEN f.session_id IS NOT NULL
             ELSE false END
-      -- provenance: absent, or an object of identifiers without source_event_id, the
-      -- formation method absent or import
-      AND (e.prov IS NULL
-           OR (pg_catalog.jsonb_typeof(e.prov) = 'object'
-               AND (e.prov - ARRAY['correlation_id', 'causation_id', 'formation_method']) = '{}'::jsonb
-               AND (e.prov = '{}' OR e.prov::text ~ '^\{"[a-z_]+": ("[!#-\[\]-~]+"|null)(, "[a-z_]+": ("[!#-\[\]-~]+"|null))*\}$')
-               AND GREATEST(pg_catalog.length(e.prov ->> 'correlation_id'),
-                     pg_catalog.length(e.prov ->> 'causation_id'), 0) <= 200
-               AND coalesce(e.prov ->> 'formation_method', 'import') = 'import'))
-      AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'business_instance_id', 'null')) = 'null'
-           OR (pg_catalog.jsonb_typeof(x.element -> 'business_instance_id') = 'string'
-               AND x.element ->> 'business_instance_id' ~ '^[!-~]+$'
-               AND pg_catalog.length(x.element ->> 'business_instance_id') <= 200))
-      -- content: a non-empty object, small and shallow, numbers that need no hash to be checked
-      AND pg_catalog.jsonb_typeof(e.content) = 'object'
-      AND e.content <> '{}'::jsonb
-      AND pg_catalog.octet_length(e.content_text) <= 65536
-      AND pg_catalog.length(e.content_text)
-          - pg_catalog.length(pg_catalog.translate(e.content_text, '{[', '')) <= 32
-      AND (SELECT q.n = '[]' OR (q.n ~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$' AND q.n !~ '[0-9]{16}')
-           FROM (SELECT pg_catalog.jsonb_path_query_array(e.content,
-                          'strict $.** ? (@.type() == "number")')::text) AS q(n))
+      AND coalesce(f.tenant_id, p_tenant_id) = p_tenant_id
+      -- provenance: absent, or an object without source_event_id, the formation method
+      -- absent or import
+      AND (f.prov IS NULL
+           OR (pg_catalog.jsonb_typeof(f.prov) = 'object'
+               AND (f.prov - ARRAY['correlation_id', 'causation_id', 'formation_method']) = '{}'::jsonb
+               AND coalesce(f.prov ->> 'formation_method', 'import') = 'import'))
+      -- identifiers: each absent, null or a string (->> reads a number as text too) of
+      -- 1-200 characters, all of them printable ASCII without spaces: one regular
+      -- expression over their concatenation (an empty one is caught by the lengths)
+      AND (f.tenant_id IS NULL OR pg_catalog.jsonb_typeof(f.scope -> 'tenant_id') = 'string')
+      AND (f.subject_id IS NULL OR pg_catalog.jsonb_typeof(f.scope -> 'subject_id') = 'string')
+      AND (f.agent_id IS NULL OR pg_catalog.jsonb_typeof(f.scope -> 'agent_id') = 'string')
+      AND (f.session_id IS NULL OR pg_catalog.jsonb_typeof(f.scope -> 'session_id') = 'string')
+      AND (f.correlation_id IS NULL OR pg_catalog.jsonb_typeof(f.prov -> 'correlation_id') = 'string')
+      AND (f.causation_id IS NULL OR pg_catalog.jsonb_typeof(f.prov -> 'causation_id') = 'string')
+      AND (f.instance IS NULL OR pg_catalog.jsonb_typeof(x.element -> 'business_instance_id') = 'string')
+      AND pg_catalog.concat(f.visibility, f.tenant_id, f.subject_id, f.agent_id, f.session_id,
+            f.correlation_id, f.causation_id, f.instance) ~ '^[!-~]+$'
+      AND LEAST(pg_catalog.octet_length(f.tenant_id), pg_catalog.octet_length(f.subject_id),
+            pg_catalog.octet_length(f.agent_id), pg_catalog.octet_length(f.session_id),
+            pg_catalog.octet_length(f.correlation_id), pg_catalog.octet_length(f.causation_id),
+            pg_catalog.octet_length(f.instance), 1) >= 1
+      AND GREATEST(pg_catalog.octet_length(f.tenant_id), pg_catalog.octet_length(f.subject_id),
+            pg_catalog.octet_length(f.agent_id), pg_catalog.octet_length(f.session_id),
+            pg_catalog.octet_length(f.correlation_id), pg_catalog.octet_length(f.causation_id),
+            pg_catalog.octet_length(f.instance), 0) <= 200
+      -- content: a non-empty object without declared entities (their rules are the slow
+      -- reader's), small and shallow (32 brackets, '{' or '[', allow no deeper nesting), its
+      -- numbers of at most 15 digits (a list of at most 17 characters has no longer one)
+      AND pg_catalog.jsonb_typeof(f.content) = 'object'
+      AND f.content <> '{}'::jsonb
+      AND NOT f.content ? 'entities'
+      AND pg_catalog.octet_length(f.content_text) <= 65536
+      AND pg_catalog.octet_length(f.content_text) - pg_catalog.octet_length(
+            pg_catalog.replace(pg_catalog.replace(f.content_text, '{', ''), '[', '')) <= 32
+      AND (t.numbers = '[]' OR pg_catalog.octet_length(t.numbers) <= 17
+           OR (t.numbers ~ '^\[(-?[0-9.]{1,16}, )*-?[0-9.]{1,16}\]$'
+               AND t.numbers !~ '[0-9]{16}'))
       -- confidence: a plain decimal in [0, 1]
-      AND pg_catalog.jsonb_typeof(x.element -> 'confidence') = 'number'
-      AND x.element ->> 'confidence' ~ '^(0|1)(\.[0-9]{1,14})?$'
-      AND (x.element ->> 'confidence')::float8 <= 1
+      AND t.confidence <= 1
       -- validity: RFC 3339 instants (T, Z or an offset) in 1900-9999, valid_until after
       -- valid_from
-      AND (pg_catalog.jsonb_typeof(coalesce(e.validity, 'null')) = 'null'
-           OR (pg_catalog.jsonb_typeof(e.validity) = 'object'
-               AND (e.validity - ARRAY['valid_from', 'valid_until']) = '{}'::jsonb
-               AND NOT EXISTS (
-                 SELECT 1 FROM pg_catalog.unnest(ARRAY[e.validity -> 'valid_from',
-                                                       e.validity -> 'valid_until']) t(v)
-                 WHERE pg_catalog.jsonb_typeof(coalesce(t.v, 'null')) <> 'null'
-                   AND NOT CASE
-                     WHEN pg_catalog.jsonb_typeof(t.v) = 'string'
-                      AND (t.v #>> '{}') ~ '^(19|[2-9][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$'
-                      AND pg_catalog.pg_input_is_valid(t.v #>> '{}', 'timestamptz')
-                     THEN (t.v #>> '{}')::timestamptz >= '1900-01-01 00:00:00+00'
-                      AND (t.v #>> '{}')::timestamptz < '10000-01-01 00:00:00+00'
-                     ELSE false END)
-               AND (e.validity ->> 'valid_until' IS NULL
-                    OR (e.validity ->> 'valid_until')::timestamptz
-                       > coalesce((e.validity ->> 'valid_from')::timestamptz, pg_catalog.now()))))
-      AND pg_catalog.jsonb_typeof(coalesce(x.element -> 'retention_class', 'null')) IN ('null', 'string')
-      AND coalesce(x.element ->> 'retention_class', 'durable') IN ('operational', 'durable', 'audit', 'regulated')
+      AND (pg_catalog.jsonb_typeof(coalesce(f.validity, 'null')) = 'null'
+           OR (pg_catalog.jsonb_typeof(f.validity) = 'object'
+               AND (f.validity - ARRAY['valid_from', 'valid_until']) = '{}'::jsonb
+               AND (f.valid_from IS NULL
+                    OR (t.valid_from_at >= '1900-01-01 00:00:00+00'
+                        AND t.valid_from_at < '10000-01-01 00:00:00+00'))
+               AND (f.valid_until IS NULL
+                    OR (t.valid_until_at >= '1900-01-01 00:00:00+00'
+                        AND t.valid_until_at < '10000-01-01 00:00:00+00'
+                        AND t.valid_until_at > coalesce(t.valid_from_at, pg_catalog.now())))))
+      AND coalesce(f.retention, 'durable') IN ('operational', 'durable', 'audit', 'regulated')
       -- labels: plain ASCII identifiers (nothing to escape), at most 200 bytes in all (so
       -- fewer than 64, each shorter than 200)
-      AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'compliance_labels', 'null')) = 'null'
-           OR x.element -> 'compliance_labels' = '[]'
-           OR (pg_catalog.jsonb_typeof(x.element -> 'compliance_labels') = 'array'
-               AND pg_catalog.octet_length((x.element -> 'compliance_labels')::text) <= 200
-               AND (x.element -> 'compliance_labels')::text
-                   ~ '^\["[A-Za-z0-9._:/@+=-]+"(, "[A-Za-z0-9._:/@+=-]+")*\]$'))
-      AND (pg_catalog.jsonb_typeof(coalesce(x.element -> 'version', 'null')) = 'null'
-           OR (pg_catalog.jsonb_typeof(x.element -> 'version') = 'string'
-               AND x.element ->> 'version' ~ '^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$'))
+      AND (f.labels IS NULL OR f.labels IN ('null', '[]')
+           OR (pg_catalog.octet_length(f.labels) <= 200
+               AND f.labels ~ '^\["[A-Za-z0-9._:/@+=-]+"(, "[A-Za-z0-9._:/@+=-]+")*\]$'))
+      AND (f.version IS NULL
+           OR f.version ~ '^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$')
       AS plain
     FROM pg_catalog.jsonb_array_elements(p_records) WITH ORDINALITY AS x(element, ord)
+    -- j: the element's objects; f: each field once, as text where the test reads text
     CROSS JOIN LATERAL (
       SELECT x.element -> 'scope', x.element -> 'provenance', x.element -> 'content',
-             (x.element -> 'content')::text, x.element -> 'validity_interval'
+             x.element -> 'validity_interval'
       OFFSET 0
-    ) AS e(scope, prov, content, content_text, validity)
+    ) AS j(scope, prov, content, validity)
+    CROSS JOIN LATERAL (
+      SELECT j.scope, j.scope ->> 'visibility', j.scope ->> 'tenant_id',
+             j.scope ->> 'subject_id', j.scope ->> 'agent_id', j.scope ->> 'session_id',
+             j.prov, j.prov ->> 'correlation_id', j.prov ->> 'causation_id',
+             x.element ->> 'business_instance_id', j.content, j.content::text,
+             (x.element -> 'confidence')::text, j.validity, j.validity ->> 'valid_from',
+             j.validity ->> 'valid_until', x.element ->> 'retention_class',
+             (x.element -> 'compliance_labels')::text, x.element ->> 'version'
+      OFFSET 0
+    ) AS f(scope, visibility, tenant_id, subject_id, agent_id, session_id, prov,
+           correlation_id, causation_id, instance, content, content_text, confidence_text,
+           validity, valid_from, valid_until, retention, labels, version)
+    -- t: the typed values, each cast once behind the test that guarantees the cast: a
+    -- confidence of at most 16 characters, 0 or 1 and a fraction (the jsonb text of a
+    -- number: a string is quoted); a timestamp whose digits made 0 give one of the shapes
+    -- below, hour and second in range, and that PostgreSQL reads (the date exists)
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN pg_catalog.jsonb_typeof(f.content) = 'object'
+                  THEN pg_catalog.jsonb_path_query_array(f.content,
+                         'strict $.** ? (@.type() == "number")')::text END,
+        CASE WHEN pg_catalog.octet_length(f.confidence_text) <= 16
+              AND f.confidence_text ~ '^[01](\.[0-9]+)?$'
+             THEN f.confidence_text::float8 END,
+        CASE WHEN pg_catalog.translate(f.valid_from, '123456789', '000000000') = ANY (s.shapes)
+              AND pg_catalog.substr(f.valid_from, 12, 2) COLLATE "C" <= '23'
+              AND pg_catalog.substr(f.valid_from, 18, 2) COLLATE "C" <= '59'
+              AND pg_catalog.pg_input_is_valid(f.valid_from, 'timestamptz')
+             THEN f.valid_from::timestamptz END,
+        CASE WHEN pg_catalog.translate(f.valid_until, '123456789', '000000000') = ANY (s.shapes)
+              AND pg_catalog.substr(f.valid_until, 12, 2) COLLATE "C" <= '23'
+              AND pg_catalog.substr(f.valid_until, 18, 2) COLLATE "C" <= '59'
+              AND pg_catalog.pg_input_is_valid(f.valid_until, 'timestamptz')
+             THEN f.valid_until::timestamptz END
+      -- the shapes: no fraction or one of 1-9 digits, then Z or an offset
+      FROM (SELECT ('{'
+                    '0000-00-00T00:00:00Z,0000-00-00T00:00:00+00:00,'
+                    '0000-00-00T00:00:00-00:00,0000-00-00T00:00:00.0Z,'
+                    '0000-00-00T00:00:00.0+00:00,0000-00-00T00:00:00.0-00:00,'
+                    '0000-00-00T00:00:00.00Z,0000-00-00T00:00:00.00+00:00,'
+                    '0000-00-00T00:00:00.00-00:00,0000-00-00T00:00:00.000Z,'
+                    '0000-00-00T00:00:00.000+00:00,0000-00-00T00:00:00.000-00:00,'
+                    '0000-00-00T00:00:00.0000Z,0000-00-00T00:00:00.0000+00:00,'
+                    '0000-00-00T00:00:00.0000-00:00,0000-00-00T00:00:00.00000Z,'
+                    '0000-00-00T00:00:00.00000+00:00,0000-00-00T00:00:00.00000-00:00,'
+                    '0000-00-00T00:00:00.000000Z,0000-00-00T00:00:00.000000+00:00,'
+                    '0000-00-00T00:00:00.000000-00:00,0000-00-00T00:00:00.0000000Z,'
+                    '0000-00-00T00:00:00.0000000+00:00,0000-00-00T00:00:00.0000000-00:00,'
+                    '0000-00-00T00:00:00.00000000Z,0000-00-00T00:00:00.00000000+00:00,'
+                    '0000-00-00T00:00:00.00000000-00:00,0000-00-00T00:00:00.000000000Z,'
+                    '0000-00-00T00:00:00.000000000+00:00,0000-00-00T00:00:00.000000000-00:00'
+                    '}')::text[]) s(shapes)
+      OFFSET 0
+    ) AS t(numbers, confidence, valid_from_at, valid_until_at)
     OFFSET 0   -- computed once, in this order: the test guards the casts that read the values
   ) r
   CROSS JOIN LATERAL (
-    SELECT NULL::text, NULL::text, r.element -> 'scope' ->> 'visibility',
-      r.element -> 'scope' ->> 'subject_id', r.element -> 'scope' ->> 'agent_id',
-      r.element -> 'scope' ->> 'session_id', r.element ->> 'business_instance_id',
-      r.element -> 'content', NULL::text,
-      r.element -> 'provenance' ->> 'correlation_id', r.element -> 'provenance' ->> 'causation_id',
-      (r.element ->> 'confidence')::float8,
-      coalesce((r.element -> 'validity_interval' ->> 'valid_from')::timestamptz, pg_catalog.now()),
-      (r.element -> 'validity_interval' ->> 'valid_until')::timestamptz,
-      coalesce(r.element ->> 'retention_class', 'durable'),
-      CASE WHEN pg_catalog.jsonb_typeof(r.element -> 'compliance_labels') = 'array'
-           THEN pg_catalog.translate((r.element -> 'compliance_labels')::text, '[]', '{}')::text[]
+    SELECT NULL::text, NULL::text, r.visibility, r.subject_id, r.agent_id, r.session_id,
+      r.instance, r.content, NULL::text, r.correlation_id, r.causation_id, r.confidence,
+      coalesce(r.valid_from_at, pg_catalog.now()), r.valid_until_at,
+      coalesce(r.retention, 'durable'),
+      CASE WHEN r.labels LIKE '[%' THEN pg_catalog.translate(r.labels, '[]', '{}')::text[]
            ELSE '{}'::text[] END,
-      coalesce(r.element ->> 'version', '1.0.0')
+      coalesce(r.version, '1.0.0')
     WHERE r.plain
     UNION ALL
     SELECT v.* FROM fabric._import_element(r.element, p_tenant_id) v
     WHERE r.plain IS NOT TRUE
-  ) f
+  ) o
 $$;
 
 -- ---------------------------------------------------------------------------------------

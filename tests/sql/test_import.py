@@ -163,6 +163,12 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], None], str | None, str]] = [
     ("subject id with a space", _set("scope.subject_id", "user 8842"), "22023", "subject_id"),
     ("subject id bidi", _set("scope.subject_id", "user\u202e8842"), "22023", "subject_id"),
     ("subject id a number", _set("scope.subject_id", 8842), "22023", "must be a string"),
+    (
+        "content entities malformed",
+        _set("content.entities", "Acme GmbH"),
+        "22023",
+        "content.entities",
+    ),
     ("subject visibility without subject", _set("scope.subject_id", None), None, "needs a subject"),
     (
         "session visibility without session",
