@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from conftest import Fabric
 
@@ -255,30 +256,27 @@ def test_functions_without_search_path_bind_their_names_when_created(fabric: Fab
 
 def test_the_inlined_helpers_are_inlined(fabric: Fabric) -> None:
     """The planner puts their bodies in the calling expression: no call of them is left."""
+    calls = {
+        "fabric.runs r": "fabric._run_is_live(r),"
+        " fabric._tool_layers_missing(true, false, r, 'tool:memory-recall'),"
+        " fabric._pseudonym('\\x00'::bytea, 'session', r.session_id::text),"
+        " fabric._recall_request_is_common(pg_catalog.jsonb_build_object('run_id', r.run_id)),"
+        " fabric._event_id()",
+        "fabric.memory_records n": "fabric._formed_event_type(n.tier, n.consolidation_state,"
+        " n.formation_method), fabric._formed_payload(n.tier, n.visibility,"
+        " n.consolidation_state, n.formation_method, n.content_hash, n.retention_class)",
+    }
     with fabric.su() as c:
         c.execute("SET search_path = pg_catalog")
-        plan = c.execute(
-            "EXPLAIN (VERBOSE, FORMAT JSON) SELECT fabric._run_is_live(r),"
-            " fabric._tool_layers_missing(true, false, r, 'tool:memory-recall'),"
-            " fabric._pseudonym('\\x00'::bytea, 'session', r.session_id::text),"
-            " fabric._recall_request_is_common(pg_catalog.jsonb_build_object('run_id', r.run_id)),"
-            " fabric._event_id()"
-            " FROM fabric.runs r"
-        ).fetchone()
-    assert plan is not None
-    text = str(plan[0])
-    assert "fabric._" not in text and "_run_is_live" not in text, text
-    with fabric.su() as c:
-        c.execute("SET search_path = pg_catalog")
-        plan = c.execute(
-            "EXPLAIN (VERBOSE, FORMAT JSON) SELECT"
-            " fabric._formed_event_type(n.tier, n.consolidation_state, n.formation_method),"
-            " fabric._formed_payload(n.tier, n.visibility, n.consolidation_state,"
-            " n.formation_method, n.content_hash, n.retention_class) FROM fabric.memory_records n"
-        ).fetchone()
-    assert plan is not None
-    text = str(plan[0])
-    assert "fabric._" not in text and "_formed_" not in text, text
+        for source, expressions in calls.items():
+            plan = c.execute(
+                sql.SQL("EXPLAIN (VERBOSE, FORMAT JSON) SELECT {} FROM {}").format(
+                    sql.SQL(expressions),
+                    sql.SQL(source),  # the test's own constants
+                )
+            ).fetchone()
+            assert plan is not None
+            assert "fabric._" not in str(plan[0]), plan[0]
 
 
 def test_every_api_function_documents_an_example(fabric: Fabric) -> None:
