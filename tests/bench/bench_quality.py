@@ -560,7 +560,7 @@ def report_oracle(
     differ = sum(deep[name][q.question_id][:K] != ranked[mode][q.question_id]
                  for name, mode in DEEP.items() for q in qs)  # fmt: skip
     rows: dict[str, tuple[list[dict[str, Ranked]], int]] = {
-        "the top 5 of each (a 5 + 5 interleave)": (legs, 5),
+        "the top 5 of each (5 + 5)": (legs, 5),
         **{f"depth {d}": (legs if d == K else deeper, d) for d in ORACLE_DEPTHS},
     }
     r10 = {n: score(ranked[n], qs, METRICS["recall@10"]) for n in ("text", "semantic", "hybrid",
