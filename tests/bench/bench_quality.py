@@ -29,6 +29,11 @@ first 3 records served; a list measures several settings side by side): its top 
 scored as every mode's, and the evidence among every record it served (neighbours
 included) is printed beside them with the records returned, and beside plain hybrid asked
 for as many records as the default setting can serve at most (`hybrid limit 16`).
+What fusion could reach at best is printed last: `text` and `semantic` are asked once more
+at limit 50 (kept out of every other table), and for each depth d (10, 20, 50) the oracle
+recall@10 of fusing the two lists cut at d (the evidence in their union, capped at the 10
+records a list holds: what no fusion of those lists can beat) and of the union of each
+list's top 5, each against the best single retriever.
 BENCH_QUALITY_DB names the database (default memfabric_bench_quality), dropped at the end
 unless --keep.
 """
@@ -62,6 +67,7 @@ from quality.metrics import (
     BM25,
     dense_rank,
     ndcg_at,
+    oracle_recall,
     percentile,
     recall_at,
     reciprocal_rank,
@@ -130,6 +136,10 @@ NEIGHBOUR_SETTINGS: dict[str, dict[str, int]] = {}  # mode name -> the request's
 # plain hybrid asked for as many records as the default setting can serve at most
 # (10 + 2 x turns x of): the same budget of records spent on more hits instead
 BUDGET: dict[str, int] = {}  # mode name -> its limit
+# What fusion could reach at best: the single legs asked again, ORACLE_DEPTHS[-1] deep, for
+# the oracle of fusing their lists (report_oracle); kept out of every other table
+ORACLE_DEPTHS = (10, 20, 50)
+DEEP = {f"{mode} limit {ORACLE_DEPTHS[-1]}": mode for mode in ("text", "semantic")}
 
 Ranked = list[str]
 
@@ -350,6 +360,7 @@ def governed(
         TIME_MODE,
         *NEIGHBOUR_SETTINGS,
         *BUDGET,
+        *DEEP,
         *((GRAPH_MODE,) if graph is not None else ()),
     )
     walks = Walks(graph) if graph is not None else None
@@ -366,7 +377,7 @@ def governed(
                 mode = (
                     "hybrid"
                     if name in (GRAPH_MODE, TIME_MODE, *NEIGHBOUR_SETTINGS, *BUDGET)
-                    else name.split()[0]
+                    else DEEP.get(name, name.split()[0])
                 )
                 request = {"run_id": str(runs[q.conversation_id]), "mode": mode,
                            "query": q.text, "tiers": TIERS, "limit": K}  # fmt: skip
@@ -376,6 +387,8 @@ def governed(
                     request["neighbours"] = NEIGHBOUR_SETTINGS[name]
                 if name in BUDGET:
                     request["limit"] = BUDGET[name]
+                if name in DEEP:
+                    request["limit"] = ORACLE_DEPTHS[-1]
                 if name in UNBOUNDED:
                     call(admin, configure, NO_BOUNDS)
                 t = time.perf_counter()
@@ -532,6 +545,56 @@ def report(
                       f" rest {score(ranked[name], rest, METRICS['recall@10']):.3f}")  # fmt: skip
 
 
+def report_oracle(
+    data: Dataset, ranked: dict[str, dict[str, Ranked]], deep: dict[str, dict[str, Ranked]]
+) -> None:
+    """What fusion could reach at best: for each depth d, the oracle recall@10 of fusing the
+    governed `text` and `semantic` lists cut at d (the evidence in the union of the two, capped
+    at the 10 records a list holds: no fusion of them, weighted or learned, can place more),
+    and of the union of each list's top 5 (a fixed 5 + 5 interleave, which any rank fusion of
+    the depth-10 lists can reach); each against the best single retriever. Depth 10 (and 5)
+    reads the modes' own answers at limit 10, deeper depths the same modes asked at limit 50."""
+    qs = [q for q in data.questions if q.kind != HELD]
+    legs = [ranked["text"], ranked["semantic"]]
+    deeper = [deep[name] for name in DEEP]
+    differ = sum(deep[name][q.question_id][:K] != ranked[mode][q.question_id]
+                 for name, mode in DEEP.items() for q in qs)  # fmt: skip
+    rows: dict[str, tuple[list[dict[str, Ranked]], int]] = {
+        "the top 5 of each (5 + 5)": (legs, 5),
+        **{f"depth {d}": (legs if d == K else deeper, d) for d in ORACLE_DEPTHS},
+    }
+    r10 = {n: score(ranked[n], qs, METRICS["recall@10"]) for n in ("text", "semantic", "hybrid",
+                                                                    "BM25", "dense")}  # fmt: skip
+    best, plain = max(r10["text"], r10["semantic"]), max(r10["BM25"], r10["dense"])
+    print(f"\nwhat fusion could reach at best: the oracle recall@10 of the governed `text` and"
+          f" `semantic` lists, {len(qs)} questions (the evidence in the union of the lists cut at"
+          f" depth d, capped at {K}); best single retriever max(text, semantic) {best:.3f},"
+          f" max(BM25, dense) {plain:.3f}; 1.25x would need {1.25 * best:.3f}:\n")  # fmt: skip
+    print(f"| fused lists | oracle recall@{K} | / max(text, semantic) | / max(BM25, dense) |"
+          " records in the union (mean) |")  # fmt: skip
+    print("|---" * 5 + "|")
+    oracles: dict[str, dict[str, float]] = {}
+    for row, (lists, depth) in rows.items():
+        oracles[row] = {q.question_id: oracle_recall([r[q.question_id] for r in lists],
+                                                     q.evidence, depth, K) for q in qs}  # fmt: skip
+        mean = sum(oracles[row].values()) / len(qs)
+        pool = sum(len(set().union(*(r[q.question_id][:depth] for r in lists)))
+                   for q in qs) / len(qs)  # fmt: skip
+        print(f"| {row} | {mean:.3f} | {mean / best:.3f} | {mean / plain:.3f} | {pool:.1f} |")
+    print(f"| `hybrid` (the fusion recall makes) | {r10['hybrid']:.3f} |"
+          f" {r10['hybrid'] / best:.3f} | {r10['hybrid'] / plain:.3f} | {K} |")  # fmt: skip
+    kinds = [k for k in KINDS if any(q.kind == k for q in qs)]
+    print("\n| oracle recall@10, by kind | " + " | ".join(
+        f"{k} ({sum(q.kind == k for q in qs)})" for k in kinds) + " |")  # fmt: skip
+    print("|---" * (len(kinds) + 1) + "|")
+    for row, got in oracles.items():
+        cells = [sum(got[q.question_id] for q in qs if q.kind == k) /
+                 sum(q.kind == k for q in qs) for k in kinds]  # fmt: skip
+        print(f"| {row} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+    print(f"\nthe legs asked at limit {ORACLE_DEPTHS[-1]}: {differ} of {2 * len(qs)} first {K}"
+          f" differ from the answers at limit {K}")  # fmt: skip
+
+
 def project_graph(url: str, projector: Projector) -> GraphStore | None:
     """The tenant's records into the graph of the environment, if a graph server answers:
     this tenant's nodes wiped and written from the snapshot feed (the rest of the graph is
@@ -640,7 +703,8 @@ def main() -> int:
             with connect(url, "benchq_admin") as admin:
                 call(admin, "SELECT fabric_api.configure_deployment(%s)",
                      Jsonb({"recall_lexical_top": args.lexical_top}))  # fmt: skip
-        n_modes = len(MODES) + len(UNBOUNDED) + 1 + len(NEIGHBOUR_SETTINGS) + len(BUDGET)
+        n_modes = (len(MODES) + len(UNBOUNDED) + 1 + len(NEIGHBOUR_SETTINGS) + len(BUDGET)
+                   + len(DEEP))  # fmt: skip
         print(f"asking {len(data.questions)} questions x {n_modes} modes"
               " ...", flush=True)  # fmt: skip
         graph = project_graph(url, projector)
@@ -665,7 +729,13 @@ def main() -> int:
         weighted = graph_weights(ranked, WALKED)
         ranked |= weighted
         took |= {name: [0.0] for name in weighted}
+    deep = {name: got.pop(name) for name in DEEP}
+    for name in DEEP:
+        del took_g[name]
+        if errors.pop(name):
+            print(f"{name}: errors: the oracle below counts their questions as found nothing")
     report(data, {**got, **ranked}, {**took_g, **took}, errors)
+    report_oracle(data, {**got, **ranked}, deep)
     embedding_rates(n_turns)
     return 0
 

@@ -14,6 +14,7 @@ from bench.quality.metrics import (
     BM25,
     dense_rank,
     ndcg_at,
+    oracle_recall,
     recall_at,
     reciprocal_rank,
     rrf,
@@ -186,3 +187,20 @@ def test_weighted_rrf_and_neighbours_by_hand() -> None:
     near = {"a": ["a0", "a1"], "b": ["b0"], "c": ["c0"]}
     assert with_neighbours(["a", "b", "c"], near, 5, top=2) == ["a", "a0", "a1", "b", "b0"]
     assert with_neighbours(["a", "a0", "c"], near, 10, top=1) == ["a", "a0", "a1", "c"]
+
+
+def test_oracle_recall_is_the_evidence_in_the_union_capped_at_k() -> None:
+    lexical, dense = ["a", "b", "c", "d"], ["c", "e", "f", "g"]
+    # depth 2: {a, b, c, e} holds a and e of {a, e, g, z}
+    assert oracle_recall([lexical, dense], ["a", "e", "g", "z"], 2, 10) == 0.5
+    # depth 4 finds g too; a record in both lists counts once
+    assert oracle_recall([lexical, dense], ["a", "e", "g", "z"], 4, 10) == 0.75
+    assert oracle_recall([lexical, dense], ["c"], 1, 10) == 1.0
+    # 3 of the evidence in the union, but a list of 2 can hold only 2 of them
+    assert oracle_recall([lexical, dense], ["a", "b", "e"], 4, 2) == pytest.approx(2 / 3)
+    # never below what either list's own first k give, never above 1
+    for depth, k in ((1, 1), (2, 2), (4, 3), (4, 8)):
+        for evidence in (["a"], ["d", "g"], ["b", "f", "x"]):
+            best = max(recall_at(r[:depth], evidence, k) for r in (lexical, dense))
+            assert best <= oracle_recall([lexical, dense], evidence, depth, k) <= 1.0
+    assert oracle_recall([[], []], ["a"], 10, 10) == 0.0

@@ -248,6 +248,16 @@ def recall_at(ranked: Sequence[str], evidence: Sequence[str], k: int) -> float:
     return len(set(ranked[:k]) & set(evidence)) / len(evidence)
 
 
+def oracle_recall(
+    lists: Sequence[Sequence[str]], evidence: Sequence[str], depth: int, k: int
+) -> float:
+    """The best recall@k that any k records chosen from the union of `lists`, each cut at
+    `depth`, could give (recall_at's definition): the share of the evidence in that union,
+    capped at the k records a list holds. What no fusion of those lists can beat."""
+    pool = set().union(*(ranked[:depth] for ranked in lists))
+    return min(len(pool & set(evidence)), k) / len(evidence)
+
+
 def reciprocal_rank(ranked: Sequence[str], evidence: Sequence[str]) -> float:
     """1 / rank of the first evidence returned, 0 if none is."""
     wanted = set(evidence)
