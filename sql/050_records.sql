@@ -460,7 +460,6 @@ LANGUAGE sql STABLE PARALLEL SAFE   -- jsonb_build_object is stable: an immutabl
 RETURN pg_catalog.jsonb_build_object('tier', p_tier, 'visibility', p_visibility,
          'state', p_state, 'formation_method', p_formation_method,
          'content_hash', p_content_hash, 'retention_class', p_retention_class);
-DROP FUNCTION IF EXISTS fabric._formed_event(text, text, text, text, text, text);
 DROP FUNCTION IF EXISTS fabric._formation_event(text, text, text, text, text, text);
                                                -- now _formed_event_type and _formed_payload
 

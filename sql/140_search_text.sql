@@ -205,7 +205,8 @@ BEGIN
        GROUP BY n.tenant_id, n.scope_key
       UNION ALL
       SELECT n.tenant_id, n.scope_key, u.lexeme, pg_catalog.count(*), 0
-        FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n CROSS JOIN LATERAL pg_catalog.unnest(n.search_tsv) u
+        FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.memory_records, v_new) n
+        CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.tsvector_to_array(n.search_tsv)) u(lexeme)
        WHERE n.search_tsv IS NOT NULL AND n.scope_key IS NOT NULL
        GROUP BY n.tenant_id, n.scope_key, u.lexeme;
       RETURN NULL;
@@ -231,7 +232,8 @@ BEGIN
       FROM delta d GROUP BY d.tenant_id, d.scope_key
     UNION ALL
     SELECT d.tenant_id, d.scope_key, u.lexeme, pg_catalog.sum(d.sign), 0
-      FROM delta d CROSS JOIN LATERAL pg_catalog.unnest(d.search_tsv) u
+      FROM delta d
+      CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.tsvector_to_array(d.search_tsv)) u(lexeme)
      GROUP BY d.tenant_id, d.scope_key, u.lexeme;
     FOR v_group IN
       SELECT o.tenant_id, pg_catalog.array_agg(DISTINCT o.scope_key) AS scope_keys
@@ -281,7 +283,8 @@ BEGIN
     FROM delta d GROUP BY d.tenant_id, d.scope_key
   UNION ALL
   SELECT d.tenant_id, d.scope_key, u.lexeme, pg_catalog.sum(d.sign), 0
-    FROM delta d CROSS JOIN LATERAL pg_catalog.unnest(d.search_tsv) u
+    FROM delta d
+    CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.tsvector_to_array(d.search_tsv)) u(lexeme)
    GROUP BY d.tenant_id, d.scope_key, u.lexeme;
   FOR v_group IN
     SELECT o.tenant_id, pg_catalog.array_agg(DISTINCT o.scope_key) AS scope_keys
@@ -372,7 +375,8 @@ BEGIN
      GROUP BY m.tenant_id, m.scope_key
     UNION ALL
     SELECT m.tenant_id, m.scope_key, u.lexeme, pg_catalog.count(*), 0
-      FROM fabric.memory_records m CROSS JOIN LATERAL pg_catalog.unnest(m.search_tsv) u
+      FROM fabric.memory_records m
+      CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.tsvector_to_array(m.search_tsv)) u(lexeme)
      WHERE m.tenant_id = v_tenant AND m.search_tsv IS NOT NULL AND m.scope_key IS NOT NULL
      GROUP BY m.tenant_id, m.scope_key, u.lexeme;
   END LOOP;

@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 from bench_import import TENANT, element
+from benchlib import server_cpu_ms
 from psycopg.types.json import Jsonb
 
 from memfabric import db
@@ -30,21 +31,18 @@ MEASURES = {
 }
 
 
-def cpu_ns(conn: psycopg.Connection[Any]) -> int:
-    """Nanoseconds the connection's server process has run on a CPU."""
-    with open(f"/proc/{conn.info.backend_pid}/schedstat", encoding="ascii") as f:
-        return int(f.read().split()[0])
-
-
 def measure(conn: psycopg.Connection[Any], query: str, records: list[Any], runs: int) -> float:
     """Median µs a record of `query` over `records`, each run in a transaction rolled back."""
     args: tuple[Any, ...] = (Jsonb(records),) + ((TENANT,) if query.count("%s") == 2 else ())
     samples = []
     for _ in range(runs + 1):  # the first run plans and warms the caches: not counted
         with conn.transaction(force_rollback=True):
-            start = cpu_ns(conn)
+            start = server_cpu_ms(conn)
             conn.execute(query, args).fetchone()
-            samples.append((cpu_ns(conn) - start) / 1000 / len(records))
+            end = server_cpu_ms(conn)
+            if start is None or end is None:
+                raise SystemExit("the server runs elsewhere: its CPU cannot be read from /proc")
+            samples.append((end - start) * 1000 / len(records))
     return statistics.median(samples[1:])
 
 

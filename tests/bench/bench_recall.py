@@ -57,7 +57,7 @@ from typing import Any
 
 from bench_projection import call, connect, pct
 from bench_write import machine
-from benchlib import SUBJECT_KEYS, create_logins
+from benchlib import SUBJECT_KEYS, create_logins, server_cpu_ms
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
@@ -270,17 +270,6 @@ def audit_table(su: Any, baseline: str, baseline_id: str = "v7") -> None:
     if baseline == "trail":
         su.execute(AUDIT_COPY)
     su.execute("VACUUM ANALYZE bench_baseline.events")
-
-
-def server_cpu_ms(conn: Any) -> float | None:
-    """CPU time the connection's server process has used, in ms (nanoseconds from
-    /proc/<pid>/schedstat: a call's own CPU, which moves much less than its wall time on a
-    shared machine), or None when the server is not on this machine."""
-    try:
-        with open(f"/proc/{conn.info.backend_pid}/schedstat", encoding="ascii") as f:
-            return int(f.read().split()[0]) / 1e6
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def measure(

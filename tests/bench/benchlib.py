@@ -27,6 +27,17 @@ def create_logins(su: psycopg.Connection[Any], logins: Mapping[str, str | None])
             su.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (group, login))))
 
 
+def server_cpu_ms(conn: Any) -> float | None:
+    """CPU time the connection's server process has used, in ms (nanoseconds from
+    /proc/<pid>/schedstat: a call's own CPU, which moves much less than its wall time on a
+    shared machine), or None when the server is not on this machine."""
+    try:
+        with open(f"/proc/{conn.info.backend_pid}/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def backend_cpu(conns: Sequence[psycopg.Connection[Any]]) -> float | None:
     """Seconds of CPU the connections' server processes have used (None when the server is
     not on this machine). Moves much less than wall time on a shared machine."""
