@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from conftest import Fabric, call, episode
 
@@ -234,6 +235,36 @@ def test_the_extractor_links_declared_entities_mentions_and_the_subject(fabric: 
         "subject:user-8842",
     ]
     assert len(entities(fabric)) == 4
+
+
+def test_an_entity_named_several_ways_in_one_record_is_mentioned_once(fabric: Fabric) -> None:
+    """Declared, @-mentioned twice and in two records of one import (the set-based path) and
+    one commit (the row path): one mention a record and entity, with the first source the
+    extractor ranks; new records' mentions are inserted without a conflict clause, so a second
+    row for the same record and entity would raise unique_violation here."""
+    content = with_entities("@Dana, then @dana again", [{"type": "person", "name": "@Dana"}])
+    single = fabric.form(envelope=episode(content=content))
+    scope = {"tenant_id": "acme", "subject_id": "user-8842", "agent_id": "com-agt-003",
+             "session_id": "sess-1f9c", "visibility": "subject"}  # fmt: skip
+    answer = fabric.call(
+        "mf_committer", "SELECT fabric_api.import_records(%s, %s, %s)", "acme", "imp-twice",
+        Jsonb([
+            {"scope": scope, "content": {**content, "n": n}, "confidence": 0.9}
+            for n in (1, 2)
+        ]),
+    )  # fmt: skip
+    assert answer["formed"] == 2, answer
+    imported = [
+        str(m)
+        for (m,) in fabric.session(None).execute(
+            "SELECT memory_id FROM fabric.memory_records WHERE formation_method = 'import'"
+        )
+    ]
+    for memory_id in (single, *imported):
+        assert mentions(fabric, memory_id) == [
+            ("person", "name:@dana", "declared"),
+            ("person", "subject:user-8842", "subject"),
+        ], memory_id
 
 
 @pytest.mark.parametrize(
