@@ -13,6 +13,27 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._on_worker: whether this backend runs on a Citus worker, which is where a call
+-- delegated by its tenant runs (docs/citus.md, "Delegated calls"). There the coordinator's
+-- outbox and tenant directory do not exist: a call's events wait in fabric.shard_events on
+-- the tenant's shard, in the call's own transaction, until the coordinator relays them
+-- (fabric_api.relay_events). False on plain PostgreSQL, answered from a setting alone; the
+-- Citus function is resolved only on a cluster.
+CREATE OR REPLACE FUNCTION fabric._on_worker()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
+    RETURN false;
+  END IF;
+  RETURN NOT pg_catalog.citus_is_coordinator();
+END $$;
+REVOKE ALL ON FUNCTION fabric._on_worker() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fabric._on_worker() TO fabric_lookup;  -- the tenant lookups'
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._set_local_statement: SET LOCAL of one fabric setting (fabric._set_local on Citus).
 CREATE OR REPLACE FUNCTION fabric._set_local_statement(p_name text, p_value text)
 RETURNS text

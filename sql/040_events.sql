@@ -56,6 +56,14 @@ DECLARE
   v_actor text := nullif(pg_catalog.current_setting('fabric.actor', true), '');
   v_run_id uuid := nullif(pg_catalog.current_setting('fabric.run_id', true), '')::uuid;
 BEGIN
+  IF fabric._on_worker() THEN  -- a delegated call: the tenant's shard holds it for the relay
+    INSERT INTO fabric.shard_events (event_id, tenant_id, event_type, correlation_id,
+                                     causation_id, actor_agent_id, run_id, memory_id,
+                                     proposal_id, payload)
+    VALUES (v_event_id, p_tenant_id, p_event_type, p_correlation_id, p_causation_id,
+            v_actor, v_run_id, p_memory_id, p_proposal_id, coalesce(p_payload, '{}'));
+    RETURN v_event_id;
+  END IF;
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
   VALUES (v_event_id, p_tenant_id, p_event_type, p_correlation_id, p_causation_id,
@@ -64,38 +72,94 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._append_events: append events built by a set-based caller, in array order: into
+-- the outbox, or in a call delegated to a Citus worker into the tenant's fabric.shard_events
+-- for the relay (fabric._emit's two places). The rows are fabric.shard_events rows (the
+-- envelope fabric._emit writes, and when they were made); their staged_at orders the relay.
+CREATE OR REPLACE FUNCTION fabric._append_events(p_events fabric.shard_events[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF fabric._on_worker() THEN
+    INSERT INTO fabric.shard_events (event_id, tenant_id, event_type, correlation_id,
+                                     causation_id, actor_agent_id, run_id, memory_id,
+                                     proposal_id, payload, staged_at)
+    SELECT e.event_id, e.tenant_id, e.event_type, e.correlation_id, e.causation_id,
+           e.actor_agent_id, e.run_id, e.memory_id, e.proposal_id, e.payload,
+           pg_catalog.clock_timestamp()
+      FROM pg_catalog.unnest(p_events) WITH ORDINALITY AS e
+     ORDER BY e.ordinality;
+    RETURN;
+  END IF;
+  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
+                             actor_agent_id, run_id, memory_id, proposal_id, payload)
+  SELECT e.event_id, e.tenant_id, e.event_type, e.correlation_id, e.causation_id,
+         e.actor_agent_id, e.run_id, e.memory_id, e.proposal_id, e.payload
+    FROM pg_catalog.unnest(p_events) WITH ORDINALITY AS e
+   ORDER BY e.ordinality;
+END $$;
+REVOKE ALL ON FUNCTION fabric._append_events(fabric.shard_events[]) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric._flush_shard_events: on a Citus cluster, move the events the tenant's shard
--- triggers staged in fabric.shard_events (they cannot reach this outbox from a worker) into
--- fabric.events, in the order they were staged, in the calling transaction. Each API
--- function that writes memory_records calls it after the write; on plain PostgreSQL the
--- triggers write the outbox themselves and this returns at once. The caller has set the
--- tenant context.
+-- staged in fabric.shard_events (the shard triggers', which cannot reach this outbox from a
+-- worker, and those of calls delegated to the worker) into fabric.events, in the order they
+-- were staged, in the calling transaction. Each API function that writes memory_records
+-- calls it after the write, and the relay (fabric_api.relay_events) for every tenant; on
+-- plain PostgreSQL the triggers write the outbox themselves and this returns at once, and in
+-- a call delegated to a worker it leaves them for the relay. A move commits two-phase (the
+-- staged rows leave the worker and enter the outbox together, or neither), whatever the
+-- moved events are. The runs and proposals a delegated call made are noted in the tenant
+-- directory here. The caller has set the tenant context.
 CREATE OR REPLACE FUNCTION fabric._flush_shard_events(p_tenant_id text)
 RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local'
+     OR fabric._on_worker() THEN
+    RETURN;
+  END IF;
+  PERFORM fabric._move_staged_events(p_tenant_id);
+END $$;
+REVOKE ALL ON FUNCTION fabric._flush_shard_events(text) FROM PUBLIC;
+
+-- fabric._move_staged_events: the move itself, on a cluster's coordinator; how many moved.
+CREATE OR REPLACE FUNCTION fabric._move_staged_events(p_tenant_id text)
+RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_staged jsonb;
 BEGIN
-  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local' THEN
-    RETURN;
-  END IF;
   -- one statement on the tenant's shard, then the outbox of this node
   WITH moved AS (
     DELETE FROM fabric.shard_events s WHERE s.tenant_id = p_tenant_id RETURNING s.*)
   SELECT pg_catalog.jsonb_agg(m) INTO v_staged FROM moved m;
   IF v_staged IS NULL THEN
-    RETURN;
+    RETURN 0;
   END IF;
+  PERFORM fabric._two_phase();
   INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
                              actor_agent_id, run_id, memory_id, proposal_id, payload)
   SELECT s.event_id, s.tenant_id, s.event_type, s.correlation_id, s.causation_id,
          s.actor_agent_id, s.run_id, s.memory_id, s.proposal_id, s.payload
     FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.shard_events, v_staged) s
    ORDER BY s.staged_at, s.event_id;
+  INSERT INTO fabric.tenant_directory (id, kind, tenant_id)
+  SELECT DISTINCT n.id, n.kind, p_tenant_id
+    FROM pg_catalog.jsonb_populate_recordset(NULL::fabric.shard_events, v_staged) s,
+         LATERAL (VALUES (s.run_id, 'run'), (s.proposal_id, 'proposal')) n(id, kind)
+   WHERE (n.kind = 'run' AND s.event_type = 'fabric.run.opened')
+      OR (n.kind = 'proposal' AND s.event_type LIKE 'memory.proposal.%' AND n.id IS NOT NULL)
+  ON CONFLICT (id) DO NOTHING;
+  RETURN pg_catalog.jsonb_array_length(v_staged);
 END $$;
-REVOKE ALL ON FUNCTION fabric._flush_shard_events(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fabric._move_staged_events(text) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric.tg_events__append_only: the audit trail (and the record history) is never
@@ -151,6 +215,24 @@ AS $$ SELECT ARRAY['memory.recall.served', 'memory.recall.denied', 'memory.tempo
                    'memory.consolidation.candidates_read', 'agent.tool.unauthorized'] $$;
 
 -- ---------------------------------------------------------------------------------------
+-- fabric._two_phase: make this transaction commit two-phase on a Citus cluster (below): one
+-- write that changes nothing to fabric.two_phase_anchor, once per transaction.
+CREATE OR REPLACE FUNCTION fabric._two_phase()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_xact text := pg_catalog.pg_current_xact_id()::text;
+BEGIN
+  IF pg_catalog.current_setting('fabric.two_phase_xact', true) IS DISTINCT FROM v_xact THEN
+    INSERT INTO fabric.two_phase_anchor (anchor) VALUES (true) ON CONFLICT DO NOTHING;
+    PERFORM pg_catalog.set_config('fabric.two_phase_xact', v_xact, true);
+  END IF;
+END $$;
+REVOKE ALL ON FUNCTION fabric._two_phase() FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------
 -- fabric.tg_events__two_phase: on a Citus cluster, make the transaction that writes an
 -- event commit two-phase. A call writes the tenant's worker and this outbox, a plain table
 -- of the coordinator, which Citus does not count as a write of its own: it would commit the
@@ -169,14 +251,12 @@ RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_xact text := pg_catalog.pg_current_xact_id()::text;
 BEGIN
-  IF pg_catalog.current_setting('fabric.two_phase_xact', true) IS DISTINCT FROM v_xact
+  IF pg_catalog.current_setting('fabric.two_phase_xact', true)
+       IS DISTINCT FROM pg_catalog.pg_current_xact_id()::text
      AND EXISTS (SELECT 1 FROM inserted_events e
                  WHERE NOT e.event_type = ANY (fabric._read_event_types())) THEN
-    INSERT INTO fabric.two_phase_anchor (anchor) VALUES (true) ON CONFLICT DO NOTHING;
-    PERFORM pg_catalog.set_config('fabric.two_phase_xact', v_xact, true);
+    PERFORM fabric._two_phase();
   END IF;
   RETURN NULL;
 END $$;

@@ -103,6 +103,7 @@ BEGIN
   VALUES (p_agent_id, p_login, coalesce(p_memory_profile, '{}'), p_tools_allowed)
   ON CONFLICT (agent_id) DO UPDATE
     SET memory_profile = EXCLUDED.memory_profile, tools_allowed = EXCLUDED.tools_allowed;
+  PERFORM fabric._grant_on_workers('fabric_agent', p_login);  -- first: it holds no lock yet
   EXECUTE pg_catalog.format('GRANT fabric_agent TO %I', p_login);
   PERFORM fabric._emit('fabric.agent.registered', 'platform', p_payload =>
     pg_catalog.jsonb_build_object('agent_id', p_agent_id, 'login', p_login,
@@ -115,6 +116,44 @@ COMMENT ON FUNCTION fabric_api.register_agent(text, name, jsonb, text[]) IS
   'Example: SELECT fabric_api.register_agent(''com-agt-003'', ''com_agt_003'', '
   '''{"propose_scope": {"tiers": ["episodic"], "visibility": ["subject"]}}'', '
   'ARRAY[''tool:memory-propose'']);';
+
+-- ---------------------------------------------------------------------------------------
+-- fabric._grant_on_workers: on a Citus cluster's coordinator, make the same role grant on
+-- every worker. A call delegated to a worker (sql/296_delegation.sql) runs there as its
+-- caller's login, whose EXECUTE privileges come from the group roles it is a member of on
+-- that node; Citus does not carry a grant of a login it did not create. Idempotent; the
+-- workers' grants are made on connections of their own, before this transaction's own (a
+-- rolled-back registration leaves them, which authorizes nothing without the agent's
+-- registry row).
+CREATE OR REPLACE FUNCTION fabric._grant_on_workers(p_role name, p_login name)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_failed text;
+BEGIN
+  IF pg_catalog.current_setting('citus.propagate_set_commands', true) IS DISTINCT FROM 'local'
+     OR fabric._on_worker() THEN
+    RETURN;
+  END IF;
+  SELECT pg_catalog.string_agg(w.nodename || ':' || w.nodeport || ' ' || w.result, '; ')
+    INTO v_failed
+    FROM pg_catalog.run_command_on_workers(pg_catalog.format(
+           -- made on that worker only: a worker would otherwise pass it on to every node,
+           -- the coordinator too, where this transaction's own grant holds the role's lock
+           -- (one statement: Citus reports only the first statement of a string)
+           'DO $grant$ BEGIN PERFORM pg_catalog.set_config(''citus.enable_ddl_propagation'', '
+           '''off'', true); GRANT %I TO %I; END $grant$', p_role, p_login)) w
+   WHERE NOT w.success;
+  IF v_failed IS NOT NULL THEN
+    PERFORM fabric._raise_rule('insufficient_privilege',
+      'the agent''s login could not be made a member of its role on every worker',
+      'create the login on every node of the cluster (CREATE ROLE ... LOGIN), then register '
+      'the agent again', v_failed);
+  END IF;
+END $$;
+REVOKE ALL ON FUNCTION fabric._grant_on_workers(name, name) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------
 -- fabric_api.enable_agent: the tenant layer of tool authorization; sets exactly p_tools.

@@ -749,12 +749,15 @@ BEGIN
   IF pg_catalog.cardinality(v_missing) = 0 THEN
     RETURN NULL;
   END IF;
-  INSERT INTO fabric.events (event_id, tenant_id, event_type, actor_agent_id, run_id, payload)
-  SELECT fabric._event_id(), p_run.tenant_id, 'agent.tool.unauthorized',
-         fabric._setting('fabric.actor'), fabric._setting('fabric.run_id')::uuid,
-         pg_catalog.jsonb_build_object('tool', 'tool:memory-propose', 'agent_id', p_run.agent_id,
-                                       'missing_layers', v_missing)
-  FROM pg_catalog.generate_series(1, p_count);
+  -- rows of fabric.shard_events, in its column order (fabric._append_events)
+  PERFORM fabric._append_events(ARRAY(
+    SELECT ROW(p_run.tenant_id, fabric._event_id(), NULL, 'agent.tool.unauthorized', NULL,
+               NULL, fabric._setting('fabric.actor'), fabric._setting('fabric.run_id')::uuid,
+               NULL, NULL,
+               pg_catalog.jsonb_build_object('tool', 'tool:memory-propose',
+                                             'agent_id', p_run.agent_id,
+                                             'missing_layers', v_missing))::fabric.shard_events
+    FROM pg_catalog.generate_series(1, p_count)));
   RETURN pg_catalog.jsonb_build_object('proposal_id', NULL, 'status', 'denied',
     'reason', 'tool:memory-propose is not authorized: missing from '
               || pg_catalog.array_to_string(v_missing, ', '));
@@ -1289,15 +1292,15 @@ BEGIN
     PERFORM fabric._note_tenants('proposal',
       ARRAY(SELECT r.proposal_id FROM pg_catalog.unnest(v_new_rows) r), v_run.tenant_id);
   END IF;
-  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
-                             actor_agent_id, run_id, proposal_id, payload)
-  SELECT fabric._event_id(), r.tenant_id, 'memory.proposal.' || r.status,
-         r.correlation_id, r.causation_id, fabric._setting('fabric.actor'),
-         fabric._setting('fabric.run_id')::uuid, r.proposal_id,
-         pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', r.tier,
-           'visibility', r.visibility, 'content_hash', r.content_hash, 'reason', r.reason))
-  FROM pg_catalog.unnest(v_new_rows) WITH ORDINALITY AS r
-  ORDER BY r.ordinality;
+  PERFORM fabric._append_events(ARRAY(  -- rows of fabric.shard_events, in its column order
+    SELECT ROW(r.tenant_id, fabric._event_id(), NULL, 'memory.proposal.' || r.status,
+               r.correlation_id, r.causation_id, fabric._setting('fabric.actor'),
+               fabric._setting('fabric.run_id')::uuid, NULL, r.proposal_id,
+               pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('tier', r.tier,
+                 'visibility', r.visibility, 'content_hash', r.content_hash,
+                 'reason', r.reason)))::fabric.shard_events
+    FROM pg_catalog.unnest(v_new_rows) WITH ORDINALITY AS r
+    ORDER BY r.ordinality));
 
   RETURN pg_catalog.to_jsonb(v_answers);
 END $$;

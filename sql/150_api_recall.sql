@@ -1213,6 +1213,7 @@ DECLARE
     ELSE fabric._subject_key(p_run.tenant_id, p_run.subject_id) END;
   v_scope jsonb;
   v_request text;
+  v_event fabric.shard_events;
 BEGIN
   v_scope := CASE WHEN v_key.key IS NULL THEN p_resolved -> 'scope_applied'  -- no subject
     ELSE (p_resolved -> 'scope_applied') - 'subject_id' - 'session_id'
@@ -1229,16 +1230,17 @@ BEGIN
   -- object inside it that can hold nulls (a run without a session), is stripped alone; no
   -- other field is an object (tiers and memory_ids are arrays of strings, traceparent a
   -- string), so the payload is the same without walking and copying it all a second time.
-  INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
-                             actor_agent_id, run_id, payload)
-  VALUES (fabric._event_id(), p_run.tenant_id,
+  -- A row of fabric.shard_events, in its column order (an expression, evaluated without a
+  -- statement of its own), written to the outbox, or in a call delegated to a Citus worker
+  -- to the tenant's shard for the relay (fabric._append_events).
+  v_event := ROW(p_run.tenant_id, fabric._event_id(), NULL,
     CASE WHEN p_status = 'denied' THEN 'memory.recall.denied' ELSE 'memory.recall.served' END,
     CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'correlation_id') = 'string'
          THEN pg_catalog.left(p_request ->> 'correlation_id', 200) END,
     CASE WHEN pg_catalog.jsonb_typeof(p_request -> 'causation_id') = 'string'
          THEN pg_catalog.left(p_request ->> 'causation_id', 200) END,
     nullif(pg_catalog.current_setting('fabric.actor', true), ''),
-    nullif(pg_catalog.current_setting('fabric.run_id', true), '')::uuid,
+    nullif(pg_catalog.current_setting('fabric.run_id', true), '')::uuid, NULL, NULL,
     JSON_OBJECT(
       'status': p_status, 'reason': p_reason,
       'agent_id': p_run.agent_id,
@@ -1258,7 +1260,15 @@ BEGIN
       'neighbours': p_served -> 'neighbours',
       'duration_ms': pg_catalog.round(EXTRACT(epoch FROM
         pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp()) * 1000, 3)
-      ABSENT ON NULL RETURNING jsonb));
+      ABSENT ON NULL RETURNING jsonb))::fabric.shard_events;
+  IF fabric._on_worker() THEN
+    PERFORM fabric._append_events(ARRAY[v_event]);
+  ELSE
+    INSERT INTO fabric.events (event_id, tenant_id, event_type, correlation_id, causation_id,
+                               actor_agent_id, run_id, payload)
+    VALUES (v_event.event_id, v_event.tenant_id, v_event.event_type, v_event.correlation_id,
+            v_event.causation_id, v_event.actor_agent_id, v_event.run_id, v_event.payload);
+  END IF;
   -- The answer, the records in it as the caller has them: a list (p_record_list) goes into
   -- the answer's encoding once, where a jsonb array is decoded and encoded again. The two
   -- objects are the same but for that one argument's type.

@@ -19,12 +19,16 @@ GRANT EXECUTE ON FUNCTION
   TO fabric_admin;
 GRANT EXECUTE ON FUNCTION
   fabric_api.open_run(text, text, text, text, text[], interval),
-  fabric_api.close_run(uuid)
+  fabric_api.close_run(uuid), fabric_api.close_run(text, uuid)
   TO fabric_orchestrator;
 -- An admin may close any run (an operator stopping one); an orchestrator only its own.
-GRANT EXECUTE ON FUNCTION fabric_api.close_run(uuid) TO fabric_admin;
+GRANT EXECUTE ON FUNCTION fabric_api.close_run(uuid), fabric_api.close_run(text, uuid)
+  TO fabric_admin;
 GRANT EXECUTE ON FUNCTION fabric_api.propose(jsonb, uuid), fabric_api.propose_many(jsonb, uuid),
   fabric_api.recall(jsonb) TO fabric_agent;
+-- the tenant-keyed calls (sql/296_delegation.sql) go with the calls they wrap
+GRANT EXECUTE ON FUNCTION fabric_api.propose(text, jsonb, uuid),
+  fabric_api.propose_many(text, jsonb, uuid), fabric_api.recall(text, jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.recall_procedure_as_of(jsonb) TO fabric_agent;
 GRANT EXECUTE ON FUNCTION fabric_api.handoff(jsonb, uuid), fabric_api.working_key(uuid)
   TO fabric_agent;
@@ -48,6 +52,7 @@ GRANT EXECUTE ON FUNCTION fabric_api.check_working_uri(text, text)
   TO fabric_agent, fabric_admin, fabric_committer;
 GRANT EXECUTE ON FUNCTION
   fabric_api.commit(uuid),
+  fabric_api.commit(text, uuid),
   fabric_api.commit_many(uuid[]),
   fabric_api.commit_pending(integer),
   fabric_api.request_approval(uuid, text, jsonb, text),
@@ -158,3 +163,8 @@ GRANT EXECUTE ON FUNCTION fabric._host_is_local(text, text[]), fabric._uri_host(
   TO fabric_lookup;
 -- The checkpointer's deletes (sql/280_checkpoints.sql).
 GRANT USAGE ON SCHEMA fabric_api TO fabric_checkpointer;
+
+-- The relay of the events delegated calls left on the workers (a cluster only; 0 elsewhere):
+-- the feeds' consumers run it before they read, and an admin may run it at once.
+GRANT EXECUTE ON FUNCTION fabric_api.relay_events()
+  TO fabric_projector, fabric_tracer, fabric_committer, fabric_admin;

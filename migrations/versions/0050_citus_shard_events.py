@@ -77,5 +77,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("SET LOCAL ROLE fabric_owner")
+    # a replayed function takes the table's rows (sql/040_events.sql): it goes with them
+    op.execute("DROP FUNCTION IF EXISTS fabric._append_events(fabric.shard_events[])")
     op.execute("DROP TABLE IF EXISTS fabric.shard_events")
     op.execute("RESET ROLE")

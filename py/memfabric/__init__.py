@@ -72,4 +72,4 @@ __all__ = [
     "fabric_call",
     "fabric_rows",
 ]
-__version__ = "0.15.0"
+__version__ = "0.16.0"

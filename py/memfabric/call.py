@@ -132,6 +132,13 @@ def fabric_count(conn: psycopg.Connection[Any], name: str, /, *args: Any, **name
     return 0 if row is None else int(row[0])
 
 
+def relay_events(conn: psycopg.Connection[Any]) -> int:
+    """Move into the outbox the events that calls delegated to a Citus cluster's workers left
+    on the tenants' shards (`fabric_api.relay_events`); how many. The feeds' consumers call
+    it before they read; 0 at once on plain PostgreSQL."""
+    return int(fabric_call(conn, "fabric_api.relay_events") or 0)
+
+
 def register_vector(conn: psycopg.Connection[Any]) -> None:
     """pgvector's adapter for the fabric's `ext.vector` on `conn` (once per connection):
     embeddings travel as binary vectors (`pgvector.Vector` in and out; a Python list of

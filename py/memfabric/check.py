@@ -34,7 +34,19 @@ MEMORY_TABLES = ("memory_records", "memory_embeddings", "proposals", "memory_lin
                  "memory_record_versions", "events")  # fmt: skip
 # The proposing entry points: each enters through fabric._propose_entry (the committer
 # refusal, the run, the three-layer tool authorization).
-PROPOSING_FUNCTIONS = ("fabric_api.propose", "fabric_api.propose_many", "fabric_api.handoff")
+PROPOSING_FUNCTIONS = (
+    "fabric_api.propose(jsonb, uuid)",
+    "fabric_api.propose_many(jsonb, uuid)",
+    "fabric_api.handoff(jsonb, uuid)",
+)
+# The tenant-keyed doors (delegated on a Citus cluster) and the call each must make: the
+# plain door's, whose checks then apply to every caller of both.
+WRAPPERS = {
+    "fabric_api.propose(text, jsonb, uuid)": "fabric_api.propose(p_envelope, p_run_id)",
+    "fabric_api.propose_many(text, jsonb, uuid)": "fabric_api.propose_many(p_envelopes, p_run_id)",
+    "fabric_api.recall(text, jsonb)": "fabric_api.recall(p_request)",
+    "fabric_api.commit(text, uuid)": "fabric_api.commit(p_proposal_id)",
+}
 COMMIT_FUNCTIONS = ("commit", "commit_pending", "promote", "demote", "supersede",
                     "commit_recommendation", "erase")  # fmt: skip
 # NOLOGIN roles that own or run the fabric's own functions (recall candidates, lookups).
@@ -103,14 +115,28 @@ def _store_class(module: Any) -> Any:
 def _source(ctx: Context, function: str) -> str:
     """A function's body: its source text, or, for an SQL-standard body (RETURN expression),
     which keeps no text, the body as PostgreSQL prints it."""
+    # a signature names one function (to_regprocedure); a bare name, one without overloads
     return str(
         ctx.value(
             "SELECT coalesce(nullif(prosrc, ''), pg_get_function_sqlbody(oid))"
-            " FROM pg_proc WHERE oid = to_regproc(%s)",
+            " FROM pg_proc WHERE oid = CASE WHEN strpos(%s, '(') > 0"
+            " THEN to_regprocedure(%s) ELSE to_regproc(%s) END",
+            function,
+            function,
             function,
         )
         or ""
     )
+
+
+def _unwrapped(ctx: Context, names: tuple[str, ...]) -> list[str]:
+    """The tenant-keyed doors among `names` (function names) that do not make the plain
+    door's call."""
+    return [
+        f"{door} does not call {call}"
+        for door, call in WRAPPERS.items()
+        if door.split("(")[0] in names and call not in _source(ctx, door)
+    ]
 
 
 def _grantees(ctx: Context, signatures: tuple[str, ...]) -> set[str]:
@@ -199,8 +225,9 @@ def namespaces(_ctx: Context) -> tuple[str, str]:
 
 def scope_before_retrieval(ctx: Context) -> tuple[str, str]:
     problems = []
-    if "resolve_recall_scope" not in _source(ctx, "fabric_api.recall"):
+    if "resolve_recall_scope" not in _source(ctx, "fabric_api.recall(jsonb)"):
         problems.append("fabric_api.recall does not call fabric.resolve_recall_scope")
+    problems += _unwrapped(ctx, ("fabric_api.recall",))
     readers = _table_grants(ctx, ("SELECT",))
     if readers:
         problems.append(f"roles read memory tables directly: {', '.join(readers)}")
@@ -223,11 +250,14 @@ def tools_from_active_set(ctx: Context) -> tuple[str, str]:
     problems = []
     # recall judges the three layers in the statement that reads the agent's profile, by the
     # one verdict fabric._tool_denial gives too (fabric._tool_layers_missing)
-    if "_tool_layers_missing(" not in _source(ctx, "fabric_api.recall"):
+    if "_tool_layers_missing(" not in _source(ctx, "fabric_api.recall(jsonb)"):
         problems.append("fabric_api.recall does not check tool authorization")
     for fn in PROPOSING_FUNCTIONS:
         if "_propose_entry" not in _source(ctx, fn):
             problems.append(f"{fn} does not check tool authorization")
+    problems += _unwrapped(
+        ctx, ("fabric_api.recall", "fabric_api.propose", "fabric_api.propose_many")
+    )
     if "_propose_denial" not in _source(ctx, "fabric._propose_entry"):
         problems.append("fabric._propose_entry does not check tool authorization")
     if "_tool_denial" not in _source(ctx, "fabric._propose_denial"):
@@ -236,7 +266,15 @@ def tools_from_active_set(ctx: Context) -> tuple[str, str]:
         problems.append("fabric._tool_denial does not judge by fabric._tool_layers_missing")
     if "active_tool_set" not in _source(ctx, "fabric._tool_layers_missing"):
         problems.append("fabric._tool_layers_missing does not read the run's active_tool_set")
-    callers = _grantees(ctx, ("fabric_api.recall(jsonb)", "fabric_api.propose(jsonb, uuid)"))
+    callers = _grantees(
+        ctx,
+        (
+            "fabric_api.recall(jsonb)",
+            "fabric_api.propose(jsonb, uuid)",
+            "fabric_api.recall(text, jsonb)",
+            "fabric_api.propose(text, jsonb, uuid)",
+        ),
+    )
     if callers - {"fabric_agent"}:
         problems.append(f"recall/propose executable by {', '.join(sorted(callers))}")
     if problems:
@@ -266,6 +304,9 @@ def commit_authority(ctx: Context) -> tuple[str, str]:
     for fn in PROPOSING_FUNCTIONS:
         if "_propose_entry" not in _source(ctx, fn):
             problems.append(f"{fn} does not refuse committers")
+    problems += _unwrapped(
+        ctx, ("fabric_api.commit", "fabric_api.propose", "fabric_api.propose_many")
+    )
     if "_enter_proposer" not in _source(ctx, "fabric._propose_entry"):
         problems.append("fabric._propose_entry does not refuse committers")
     if "fabric_committer" not in _source(ctx, "fabric._enter_proposer"):

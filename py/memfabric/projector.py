@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 from pgvector import Vector
 
-from memfabric.call import Cast, fabric_call, fabric_rows, register_vector
+from memfabric.call import Cast, fabric_call, fabric_rows, register_vector, relay_events
 from memfabric.constants import INDEXED_TIERS
 from memfabric.embedding import Embedder, EmbeddingError, text_of
 from memfabric.errors import FabricError, OperationalFailure, connection_lost
@@ -322,7 +322,9 @@ class Projector:
         self, conn: psycopg.Connection[Any], projection: str, after: Json | None = None
     ) -> list[Json]:
         """The next batch of events after the cursor, and after the event `after` when
-        reading ahead (xid as text: there is no client type for xid8)."""
+        reading ahead (xid as text: there is no client type for xid8). On a Citus cluster
+        the delegated calls' events are relayed into the outbox first."""
+        relay_events(conn)
         ahead = () if after is None else (Cast(str(after["xid"]), "xid8"), after["event_id"])
         return fabric_rows(conn, "fabric_api.projection_events_v2", projection, self.batch, *ahead)
 

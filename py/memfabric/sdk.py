@@ -139,6 +139,11 @@ class Admin(_Role):
     def create_tenant(self, tenant_id: str) -> Json:
         return self._call("fabric_api.create_tenant", tenant_id)  # type: ignore[no-any-return]
 
+    def relay_events(self) -> int:
+        """On a Citus cluster, move the delegated calls' events into the outbox now (the
+        feeds' consumers do it before each read); how many. 0 on plain PostgreSQL."""
+        return int(self._call("fabric_api.relay_events") or 0)
+
     def register_agent(
         self,
         agent_id: str,
@@ -189,8 +194,11 @@ class Orchestrator(_Role):
         return Run(run_id, tenant_id, agent_id, subject_id, session_id)
 
     def close_run(self, run: Run | Id) -> Json:
-        run_id = run.run_id if isinstance(run, Run) else run
-        return self._call("fabric_api.close_run", run_id)  # type: ignore[no-any-return]
+        """`fabric_api.close_run`; a `Run` is closed through the tenant-keyed call (on a
+        Citus cluster, run on the tenant's worker)."""
+        if isinstance(run, Run):
+            return self._call("fabric_api.close_run", run.tenant_id, run.run_id)  # type: ignore[no-any-return]
+        return self._call("fabric_api.close_run", run)  # type: ignore[no-any-return]
 
     def issue_mcp_token(self, run: Run | Id, ttl: timedelta | str | None = None) -> str:
         """A bearer token for the MCP gateway, bound to this run (returned once, stored
@@ -240,21 +248,25 @@ class Agent(_Role):
     # the fabric's functions
     def propose(self, envelope: Envelope | Mapping[str, Any]) -> Proposal:
         body = envelope.to_json() if isinstance(envelope, Envelope) else dict(envelope)
-        return Proposal.from_json(self._call("fabric_api.propose", body, self.run.run_id))
+        return Proposal.from_json(
+            self._call("fabric_api.propose", self.run.tenant_id, body, self.run.run_id)
+        )
 
     def propose_many(self, envelopes: Sequence[Envelope | Mapping[str, Any]]) -> list[Proposal]:
         """`fabric_api.propose_many`: one answer per envelope, in order, as `propose` gives
         it; an envelope `propose` would refuse with an error answers status `error` (its
         `sqlstate` in `raw`)."""
         bodies = [e.to_json() if isinstance(e, Envelope) else dict(e) for e in envelopes]
-        answers = self._call("fabric_api.propose_many", Jsonb(bodies), self.run.run_id)
+        answers = self._call(
+            "fabric_api.propose_many", self.run.tenant_id, Jsonb(bodies), self.run.run_id
+        )
         return [Proposal.from_json(a) for a in answers]
 
     def recall_once(self, request: Mapping[str, Any]) -> RecallAnswer:
         """One `fabric_api.recall` call in this run, no broker: text mode, or a semantic
         request's resolution (status `resolved`), or its hydration (with `candidates`)."""
         body = {**request, "run_id": str(self.run.run_id)}
-        return RecallAnswer.from_json(self._call("fabric_api.recall", body))
+        return RecallAnswer.from_json(self._call("fabric_api.recall", self.run.tenant_id, body))
 
     def recall_procedure_as_of(
         self, memory_id: Id, valid_at: datetime | str, **request: Any
@@ -401,7 +413,11 @@ class Agent(_Role):
 class Committer(_Role):
     """fabric_committer (os-agt-010): the only writer of durable memory."""
 
-    def commit(self, proposal_id: Id) -> Record:
+    def commit(self, proposal_id: Id, tenant_id: str | None = None) -> Record:
+        """`fabric_api.commit`; with the proposal's `tenant_id`, the tenant-keyed call (on a
+        Citus cluster, run on the tenant's worker)."""
+        if tenant_id is not None:
+            return Record.from_json(self._call("fabric_api.commit", tenant_id, proposal_id))
         return Record.from_json(self._call("fabric_api.commit", proposal_id))
 
     def commit_many(self, proposal_ids: Sequence[Id]) -> list[Record]:

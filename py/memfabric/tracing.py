@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from memfabric.call import Cast, fabric_call
+from memfabric.call import Cast, fabric_call, relay_events
 from memfabric.errors import FabricError, paused_line
 from memfabric.metrics import RecallCounters
 from memfabric.settings import Settings
@@ -297,6 +297,7 @@ class SpanMaker:
         """Export the next batch; returns how many events it traced."""
         from opentelemetry.sdk.trace.export import SpanExportResult
 
+        relay_events(conn)  # a Citus cluster's delegated calls' events, into the outbox
         events: list[Json] = fabric_call(conn, "fabric_api.trace_events", limit) or []
         if not events:
             return 0

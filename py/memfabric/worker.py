@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from memfabric.call import Cast, fabric_call
+from memfabric.call import Cast, fabric_call, relay_events
 from memfabric.errors import FabricError, NotAuthorized, connection_lost, mapped, paused_line
 
 Progress = Callable[[str], None]
@@ -49,6 +49,7 @@ def _delay(backoff: float) -> float:
 def seal_once(conn: psycopg.Connection[tuple[object, ...]], batch: int = 10000) -> int:
     """Seal every event below the horizon into the tenants' hash chains; returns how many."""
     total = 0
+    relay_events(conn)  # a Citus cluster's delegated calls' events, into the outbox
     while True:
         result: dict[str, int] = fabric_call(conn, "fabric_api.seal_events", batch)
         sealed = result["sealed"]

@@ -14,6 +14,11 @@ the same tenants, logins and agents. Then, on each:
 - recall: `fabric_api.recall` of the episodic tier in one run, ten records, --recalls calls
   by one client (p50, p95): filter-only (the top ten in recall's order), then text (a
   three-word question, BM25 over the records the writes formed);
+- delegated calls (cluster only): the tenant-keyed propose, commit and recall, which Citus
+  runs whole on the tenant's worker, against the calls the coordinator runs, --rounds
+  alternated rounds (pairs/s, recall p50, server CPU per pair on the coordinator and on the
+  workers, the delegated run's relay of its events into the outbox included);
+  `--delegation-only` runs this and the nodes touched alone;
 - nodes touched (cluster only): each call type once with `citus.log_remote_commands` on;
   Citus reports every command it sends to a worker ("issuing ...", "on server
   user@host:port connectionId: n"), so the distinct worker nodes and connections of a call
@@ -120,26 +125,42 @@ def open_run(c: cc.Cluster, tenant: str) -> str:
     return str(row[0])
 
 
-def write_pairs(c: cc.Cluster, tenant: str, n: int) -> float:
-    """Seconds for n governed propose+commit pairs by one client."""
+def write_pairs(c: cc.Cluster, tenant: str, n: int, keyed: bool = False) -> float:
+    """Seconds for n governed propose+commit pairs by one client; `keyed`: through the
+    tenant-keyed calls, which the cluster delegates to the tenant's worker."""
     run = open_run(c, tenant)
     with c.connect("mf_agent_a") as agent, c.connect("mf_committer") as committer:
         start = time.perf_counter()
         for i in range(n):
-            row = agent.execute(
-                "SELECT fabric_api.propose(%s, %s)",
-                (Jsonb(episode(tenant, f"bench note {i} {uuid.uuid4()}")), run),
-            ).fetchone()
+            envelope = Jsonb(episode(tenant, f"bench note {i} {uuid.uuid4()}"))
+            if keyed:
+                row = agent.execute(
+                    "SELECT fabric_api.propose(%s, %s, %s)", (tenant, envelope, run)
+                ).fetchone()
+            else:
+                row = agent.execute("SELECT fabric_api.propose(%s, %s)", (envelope, run)).fetchone()
             assert row is not None and row[0]["status"] == "validated", row
-            committer.execute("SELECT fabric_api.commit(%s)", (row[0]["proposal_id"],))
+            if keyed:
+                committer.execute(
+                    "SELECT fabric_api.commit(%s, %s)", (tenant, row[0]["proposal_id"])
+                )
+            else:
+                committer.execute("SELECT fabric_api.commit(%s)", (row[0]["proposal_id"],))
         return time.perf_counter() - start
 
 
-def concurrent_pairs(c: cc.Cluster, clients: int, n: int) -> float:
+def relay(c: cc.Cluster) -> int:
+    """The relay of the delegated calls' events into the outbox (fabric_api.relay_events)."""
+    with c.connect("mf_admin") as conn:
+        row = conn.execute("SELECT fabric_api.relay_events()").fetchone()
+    return int(row[0]) if row else 0
+
+
+def concurrent_pairs(c: cc.Cluster, clients: int, n: int, keyed: bool = False) -> float:
     """Pairs per second with `clients` threads, alternating the two tenants `apart`."""
     per = max(1, n // clients)
     tenants = [c.apart[i % 2] for i in range(clients)]
-    threads = [threading.Thread(target=write_pairs, args=(c, t, per)) for t in tenants]
+    threads = [threading.Thread(target=write_pairs, args=(c, t, per, keyed)) for t in tenants]
     start = time.perf_counter()
     for t in threads:
         t.start()
@@ -148,17 +169,72 @@ def concurrent_pairs(c: cc.Cluster, clients: int, n: int) -> float:
     return per * clients / (time.perf_counter() - start)
 
 
-def recall_latencies(c: cc.Cluster, tenant: str, n: int, query: str | None = None) -> list[float]:
+def recall_latencies(
+    c: cc.Cluster, tenant: str, n: int, query: str | None = None, keyed: bool = False
+) -> list[float]:
     run = open_run(c, tenant)
     asked = {} if query is None else {"query": query}
     request = Jsonb({"run_id": run, "tiers": ["episodic"], "limit": 10, **asked})
+    statement = "SELECT fabric_api.recall(%s, %s)" if keyed else "SELECT fabric_api.recall(%s)"
+    args = (tenant, request) if keyed else (request,)
     out = []
     with c.connect("mf_agent_a") as agent:
         for _ in range(n):
             start = time.perf_counter()
-            agent.execute("SELECT fabric_api.recall(%s)", (request,)).fetchone()
+            agent.execute(statement, args).fetchone()
             out.append((time.perf_counter() - start) * 1000)
     return out
+
+
+def delegation_rounds(c: cc.Cluster, args: argparse.Namespace) -> dict[str, list[float]]:
+    """On the cluster, the calls the coordinator runs and the delegated ones alternately,
+    --rounds times: pairs/s by one client and by --clients threads, recall p50, and server
+    CPU per pair of the concurrent run on the coordinator and on the workers (the delegated
+    run's includes relaying its events into the outbox, made inside the measured window)."""
+    tenant = c.apart[0]
+    n = max(10, args.writes // 2)
+    out: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        for mode, keyed in (("coordinator", False), ("delegated", True)):
+            out.setdefault(f"{mode}", []).append(n / write_pairs(c, tenant, n, keyed))
+            relay(c)
+            before = [node_cpu(u) for u in nodes_of(c)]
+            out.setdefault(f"{mode}_conc", []).append(concurrent_pairs(c, args.clients, n, keyed))
+            relay(c)
+            after = [node_cpu(u) for u in nodes_of(c)]
+            pairs = max(1, n // args.clients) * args.clients
+            cpu = [
+                (b1 - b0) * 1000 / pairs if b0 is not None and b1 is not None else float("nan")
+                for b0, b1 in zip(before, after, strict=True)
+            ]
+            out.setdefault(f"{mode}_cpu_coordinator", []).append(cpu[0])
+            out.setdefault(f"{mode}_cpu_workers", []).append(sum(cpu[1:]))
+            lat = recall_latencies(c, tenant, n, keyed=keyed)
+            out.setdefault(f"{mode}_recall", []).append(statistics.median(lat))
+            relay(c)
+    return out
+
+
+def print_delegation(rounds: dict[str, list[float]], args: argparse.Namespace) -> None:
+    print(
+        f"\ndelegated calls against the calls the coordinator runs, on the cluster, "
+        f"{args.rounds} alternated rounds of {max(10, args.writes // 2)} pairs and recalls "
+        "(each round; median; delegated/coordinator per round, median):"
+    )
+    for key, label in (
+        ("", "pairs/s, 1 client"),
+        ("_conc", f"pairs/s, {args.clients} clients"),
+        ("_recall", "recall p50 ms"),
+        ("_cpu_coordinator", "coordinator CPU ms/pair"),
+        ("_cpu_workers", "workers CPU ms/pair"),
+    ):
+        co, de = rounds[f"coordinator{key}"], rounds[f"delegated{key}"]
+        print(
+            f"  {label:24} coordinator {' '.join(f'{x:.1f}' for x in co)} "
+            f"(median {statistics.median(co):.1f}); delegated "
+            f"{' '.join(f'{x:.1f}' for x in de)} (median {statistics.median(de):.1f}); "
+            f"ratio {statistics.median(b / a for a, b in zip(co, de, strict=True)):.2f}"
+        )
 
 
 @contextmanager
@@ -218,6 +294,27 @@ def nodes_touched(c: cc.Cluster, tenant: str) -> dict[str, tuple[int, int, int]]
         lambda conn: conn.execute(
             "SELECT fabric_api.recall(%s)",
             (Jsonb({"run_id": str(run), "tiers": ["episodic"], "limit": 10}),),
+        ).fetchone(),
+    )
+    keyed = probe(
+        "propose, delegated",
+        "mf_agent_a",
+        lambda conn: conn.execute(
+            "SELECT fabric_api.propose(%s, %s, %s)",
+            (tenant, Jsonb(episode(tenant, "touch count, delegated")), run),
+        ).fetchone()[0]["proposal_id"],
+    )
+    probe(
+        "commit, delegated",
+        "mf_committer",
+        lambda conn: conn.execute("SELECT fabric_api.commit(%s, %s)", (tenant, keyed)).fetchone(),
+    )
+    probe(
+        "recall, delegated",
+        "mf_agent_a",
+        lambda conn: conn.execute(
+            "SELECT fabric_api.recall(%s, %s)",
+            (tenant, Jsonb({"run_id": str(run), "tiers": ["episodic"], "limit": 10})),
         ).fetchone(),
     )
     return out
@@ -351,7 +448,20 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternated one-/two-phase rounds on the cluster"
     )
+    parser.add_argument(
+        "--delegation-only",
+        action="store_true",
+        help="only the delegated calls against the coordinator's, and the nodes a call touches",
+    )
     args = parser.parse_args()
+    if args.delegation_only:
+        print("preparing mf_bench_cluster (Citus) ...")
+        cluster = prepare_cluster(args.url)
+        write_pairs(cluster, cluster.apart[0], 10, keyed=True)  # warm-up
+        print_delegation(delegation_rounds(cluster, args), args)
+        print_nodes(cluster)
+        drop(args.url, [(cluster.url, True)])
+        return
     print("preparing mf_bench_single (plain PostgreSQL) and mf_bench_cluster (Citus) ...")
     single, cluster = prepare_single(args.url), prepare_cluster(args.url)
     results = {"single node": measure(single, args)}
@@ -426,14 +536,23 @@ def main() -> None:
             f"two/one per round, median "
             f"{statistics.median(b / a for a, b in zip(one, two, strict=True)):.2f}"
         )
+    print_delegation(delegation_rounds(cluster, args), args)
+    print_nodes(cluster)
+    drop(args.url, [(single.url, False), (cluster.url, True)])
+
+
+def print_nodes(cluster: cc.Cluster) -> None:
     print("\nworker nodes a tenant-scoped call touches (counted by citus.log_remote_commands):")
     for name, (nodes, conns, commands) in nodes_touched(cluster, cluster.apart[0]).items():
         print(f"  {name:26} {nodes} node(s), {conns} connection(s), {commands} command(s)")
-    coordinator, workers = cc._nodes(args.url)
-    drops = [(single.url, [coordinator]), (cluster.url, [coordinator, *workers])]
-    for url, nodes in drops:
+
+
+def drop(base: str, databases: list[tuple[str, bool]]) -> None:
+    """Drop the bench's databases: on the coordinator, and on the workers for a cluster's."""
+    coordinator, workers = cc._nodes(base)
+    for url, on_workers in databases:
         name = sql.Identifier(conninfo_to_dict(url)["dbname"])
-        for host, port in nodes:
+        for host, port in [coordinator, *(workers if on_workers else [])]:
             admin = _url(url, host=host, port=port, dbname="postgres")
             with psycopg.connect(admin, autocommit=True) as c:
                 c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))

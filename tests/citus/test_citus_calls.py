@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-from test_citus_fabric import _outbox, _staged, episode, form, open_run, recall
+from test_citus_fabric import _outbox, _staged, episode, form, open_run, recall, relay
 
 from citus_cluster import Cluster, cluster
 from conftest import MEMORY_TOOLS, PROFILE_WIDE
@@ -512,6 +512,7 @@ def test_measurements_are_read_in_the_runs_tenant_only(
             "'1 hour'::interval)",
             (first, TEMPORAL_TOOLS),
         ).fetchone()[0]  # type: ignore[index]
+    relay(cluster)
     request = {
         "run_id": str(run),
         "series": "trading.fill_latency_ms",
@@ -953,6 +954,7 @@ def open_subject_run(
             (tenant, subject, tools),
         ).fetchone()
     assert row is not None
+    relay(c)  # the delegated open_run's event, into the outbox
     return row[0]  # type: ignore[no-any-return]
 
 

@@ -1,9 +1,11 @@
 """Event delivery on a Citus cluster (docs/scale-out.md): the outbox `fabric.events` is a
-table of the coordinator, every fabric_api call runs there, so every event is written by a
-coordinator transaction and one (xid8, event_id) cursor below the coordinator's snapshot xmin
-is exact. Writers on tenants held by two different workers, the projector restarted
-mid-stream (stopped, then its connection killed), the tracer polling without LISTEN: every
-event delivered, none skipped, none applied twice.
+table of the coordinator, written by the calls the coordinator runs and by the relay of the
+delegated calls' events (fabric_api.relay_events, which the consumers run before they read),
+so every event enters it in a coordinator transaction and one (xid8, event_id) cursor below
+the coordinator's snapshot xmin is exact. Writers on tenants held by two different workers,
+through both kinds of call, the projector restarted mid-stream (stopped, then its connection
+killed), the tracer polling without LISTEN: every event delivered, none skipped, none
+applied twice.
 
 Skipped unless MEMFABRIC_CITUS_URL names a coordinator (tests/citus/citus_cluster.py)."""
 
@@ -18,7 +20,7 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from test_citus_fabric import form_on, open_run
+from test_citus_fabric import form_on, open_run, relay
 
 from citus_cluster import Cluster, cluster
 from memfabric.projector import Projector
@@ -48,19 +50,24 @@ class CountingProjector(Projector):
         self.applied.update(r["memory_id"] for r in records)
 
 
-def _writer(c: Cluster, tenant: str, formed: list[str], errors: list[BaseException]) -> None:
+def _writer(
+    c: Cluster, tenant: str, formed: list[str], errors: list[BaseException], keyed: bool = False
+) -> None:
     """Propose, commit and recall RECORDS_PER_WRITER times in `tenant`, on connections of
-    its own (one per identity); the acknowledged memory ids go to `formed`."""
+    its own (one per identity); the acknowledged memory ids go to `formed`. `keyed`: through
+    the tenant-keyed calls, delegated to the tenant's worker (their events reach the outbox
+    through the relay the consumers run), else through the calls the coordinator runs."""
     try:
         run = open_run(c, tenant)
         with c.connect("mf_agent_a") as agent, c.connect("mf_committer") as committer:
             for n in range(RECORDS_PER_WRITER):
                 text = f"delivery {tenant} {n} {uuid.uuid4()}"
-                formed.append(form_on(agent, committer, tenant, text, run))
-                agent.execute(
-                    "SELECT fabric_api.recall(%s)",
-                    (Jsonb({"run_id": str(run), "tiers": ["episodic"]}),),
-                )
+                formed.append(form_on(agent, committer, tenant, text, run, keyed))
+                request = Jsonb({"run_id": str(run), "tiers": ["episodic"]})
+                if keyed:
+                    agent.execute("SELECT fabric_api.recall(%s, %s)", (tenant, request))
+                else:
+                    agent.execute("SELECT fabric_api.recall(%s)", (request,))
     except BaseException as exc:  # reported by the test
         errors.append(exc)
 
@@ -122,10 +129,10 @@ def test_events_of_two_workers_are_delivered_once_across_projector_restarts(
     start = _cursor(cluster, "qdrant")
     formed: list[str] = []
     errors: list[BaseException] = []
-    writers = [
-        threading.Thread(target=_writer, args=(cluster, tenant, formed, errors))
+    writers = [  # in each tenant one writer through the coordinator, one delegated
+        threading.Thread(target=_writer, args=(cluster, tenant, formed, errors, n % 2 == 1))
         for tenant in (first, second)
-        for _ in range(WRITERS_PER_TENANT)
+        for n in range(WRITERS_PER_TENANT)
     ]
     for w in writers:
         w.start()
@@ -189,8 +196,9 @@ def test_the_tracer_delivers_by_polling_alone(cluster: Cluster) -> None:
     since = row[0]
     formed: list[str] = []
     errors: list[BaseException] = []
-    writers = [
-        threading.Thread(target=_writer, args=(cluster, t, formed, errors)) for t in (first, second)
+    writers = [  # one through the coordinator, one delegated to its tenant's worker
+        threading.Thread(target=_writer, args=(cluster, t, formed, errors, t == second))
+        for t in (first, second)
     ]
     for w in writers:
         w.start()
@@ -211,6 +219,7 @@ def test_the_tracer_delivers_by_polling_alone(cluster: Cluster) -> None:
     for w in writers:
         w.join(120)
     assert errors == []
+    relay(cluster)  # what the delegated writer staged since the tracer stopped
     with cluster.connect() as su:
         expected = {
             str(r[0])

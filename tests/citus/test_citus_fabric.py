@@ -46,13 +46,25 @@ def episode(tenant: str, text: str, visibility: str = "subject") -> dict[str, An
 
 
 def open_run(c: Cluster, tenant: str, agent: str = "com-agt-003") -> uuid.UUID:
+    """A run opened by the orchestrator: a call delegated to the tenant's worker, whose
+    event the relay then moves into the outbox (as the feeds' consumers do before they read),
+    so the tests that follow start from an empty fabric.shard_events."""
     with c.connect("mf_orchestrator") as conn:
         row = conn.execute(
             "SELECT fabric_api.open_run(%s, %s, %s, %s, %s, %s::interval)",
             (tenant, agent, "user-8842", "sess-1", MEMORY_TOOLS, "1 hour"),
         ).fetchone()
     assert row is not None
+    relay(c)
     return row[0]  # type: ignore[no-any-return]
+
+
+def relay(c: Cluster) -> int:
+    """The relay of the delegated calls' events (fabric_api.relay_events), as an admin."""
+    with c.connect("mf_admin") as conn:
+        row = conn.execute("SELECT fabric_api.relay_events()").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def form(c: Cluster, tenant: str, text: str) -> str:
@@ -67,15 +79,24 @@ def form_on(
     tenant: str,
     text: str,
     run: Any,
+    keyed: bool = False,
 ) -> str:
     """An episode proposed in `run` on the agent's connection and committed on the
-    committer's: its memory_id (`form`, and the loads that keep their connections open)."""
-    proposed = agent.execute(
-        "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(tenant, text)), run)
-    ).fetchone()
+    committer's: its memory_id (`form`, and the loads that keep their connections open).
+    `keyed`: through the tenant-keyed calls, which Citus delegates to the tenant's worker
+    (their events wait there for the relay)."""
+    if keyed:
+        proposed = agent.execute(
+            "SELECT fabric_api.propose(%s, %s, %s)", (tenant, Jsonb(episode(tenant, text)), run)
+        ).fetchone()
+    else:
+        proposed = agent.execute(
+            "SELECT fabric_api.propose(%s, %s)", (Jsonb(episode(tenant, text)), run)
+        ).fetchone()
     assert proposed is not None and proposed[0]["status"] == "validated", proposed
     committed = committer.execute(
-        "SELECT fabric_api.commit(%s)", (proposed[0]["proposal_id"],)
+        "SELECT fabric_api.commit(%s, %s)" if keyed else "SELECT fabric_api.commit(%s)",
+        (tenant, proposed[0]["proposal_id"]) if keyed else (proposed[0]["proposal_id"],),
     ).fetchone()
     assert committed is not None
     return str(committed[0]["memory_id"])
