@@ -276,6 +276,7 @@ def nodes_touched(c: cc.Cluster, tenant: str) -> dict[str, tuple[int, int, int]]
             (tenant, MEMORY_TOOLS),
         ).fetchone()[0],
     )
+    relay(c)  # the delegated open_run's event and directory note, as `memfabric serve` would
     proposal = probe(
         "propose (agent)",
         "mf_agent_a",
