@@ -170,7 +170,13 @@ AS $$ SELECT ARRAY[
   'fabric_api.propose(text, jsonb, uuid)',
   'fabric_api.propose_many(text, jsonb, uuid)',
   'fabric_api.commit(text, uuid)',
-  'fabric_api.recall(text, jsonb)'] $$;
+  'fabric_api.recall(text, jsonb)',
+  -- the consolidator's and the committer's reads of a tenant's queues and settings
+  'fabric_api.review_queue(text)',
+  'fabric_api.contradiction_queue(text)',
+  'fabric_api.consolidation_settings(text, text)',
+  'fabric_api.consolidation_cursor(text)',
+  'fabric_api.awaiting_recommendations(text)'] $$;
 REVOKE ALL ON FUNCTION fabric._delegated_calls() FROM PUBLIC;
 
 -- On a cluster's coordinator: distribute them, colocated with the tenants' rows (again on

@@ -381,3 +381,27 @@ def test_registering_an_agent_makes_its_login_an_agent_on_every_worker(
     assert cluster.row("SELECT pg_has_role(%s, 'fabric_agent', 'MEMBER')", coordinator_only) == (
         False,
     )
+
+
+@pytest.mark.parametrize(
+    ("login", "call"),
+    [
+        ("mf_consolidator", "review_queue(%s)"),
+        ("mf_consolidator", "contradiction_queue(%s)"),
+        ("mf_consolidator", "consolidation_settings(%s)"),
+        ("mf_consolidator", "consolidation_cursor(%s)"),
+        ("mf_committer", "awaiting_recommendations(%s)"),
+    ],
+)
+def test_a_tenants_queues_and_settings_are_read_on_its_worker_alone(
+    cluster: Cluster, login: str, call: str
+) -> None:
+    """The consolidator's and the committer's reads by tenant are delegated too: one command
+    to the tenant's worker, the same answer as the same call run on the coordinator (inside
+    a transaction block, where Citus does not delegate)."""
+    for tenant in cluster.apart:
+        commands, delegated = issued(cluster, login, f"SELECT fabric_api.{call}", tenant)
+        assert [node for node, _ in commands] == [cluster.placement[tenant]], commands
+        with cluster.connect(login) as conn, conn.transaction():
+            row = conn.execute(f"SELECT fabric_api.{call}", (tenant,)).fetchone()
+        assert row is not None and row[0] == delegated
