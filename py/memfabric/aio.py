@@ -295,7 +295,7 @@ class AsyncAgent(_AsyncRole):
         body = {**request, "run_id": str(self.run.run_id)}
         pool = await self.fabric.pool(self.login)
         async with pool.connection() as conn:
-            return RecallAnswer.from_json(await arecall(conn, body))
+            return RecallAnswer.from_json(await arecall(conn, body, tenant_id=self.run.tenant_id))
 
     async def handoff_items(self, items: Sequence[Mapping[str, Any]]) -> list[Json]:
         """`fabric_api.handoff`: working items proposed as raw episodes of this run."""

@@ -221,7 +221,7 @@ def _answer(conn: psycopg.Connection[Any], caller: Caller, name: str, args: Json
     if "scope" not in args and "provenance" not in args:  # the model's fields (the schema's)
         tenant = fabric_call(conn, "fabric_api.working_key", caller.run_id)["tenant_id"]
         envelope = model_envelope(args, tenant, source)
-        answer: Json = fabric_call(conn, "fabric_api.propose", envelope, caller.run_id)
+        answer: Json = fabric_call(conn, "fabric_api.propose", tenant, envelope, caller.run_id)
         return answer
     # a full envelope, as clients written before 0.12 send it: still governed the same way
     envelope = copy.deepcopy(args)

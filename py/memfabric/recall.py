@@ -59,8 +59,14 @@ MIN_CANDIDATES = 50
 _EMBEDDING = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memfabric-recall-embed")
 
 
-def _recall(conn: psycopg.Connection[Any], request: Json) -> Json:
-    answer: Json = fabric_call(conn, "fabric_api.recall", request)
+def _recall(conn: psycopg.Connection[Any], request: Json, tenant_id: str | None = None) -> Json:
+    """One `fabric_api.recall` call; with the run's tenant, the tenant-keyed one (which a
+    Citus cluster runs whole on the tenant's worker)."""
+    answer: Json = (
+        fabric_call(conn, "fabric_api.recall", request)
+        if tenant_id is None
+        else fabric_call(conn, "fabric_api.recall", tenant_id, request)
+    )
     return answer
 
 
@@ -102,8 +108,10 @@ def recall(
     graph: GraphStore | None = None,
     temporal: bool = False,
     now: datetime | None = None,
+    tenant_id: str | None = None,
 ) -> Json:
-    """`conn` is the agent's own connection (its login is its identity). With broker=None
+    """`conn` is the agent's own connection (its login is its identity); `tenant_id`, the
+    run's tenant, makes each database call the tenant-keyed one. With broker=None
     the broker is found from the environment when one is needed, and with graph=None the
     graph server (NEO4J_URI, else the local Bolt server) when a graph walk is asked for.
     With `temporal`, a question that names a time in the past is narrowed to it
@@ -115,7 +123,7 @@ def recall(
     if temporal:
         request, read = time_filtered(request, now)
     with client_span(request) as traced:
-        answer = _recall_modes(conn, traced, broker, exact=exact, graph=graph)
+        answer = _recall_modes(conn, traced, broker, exact=exact, graph=graph, tenant_id=tenant_id)
     if read is not None:
         answer["time_filter"] = read
     return answer
@@ -130,13 +138,14 @@ async def arecall(
     graph: GraphStore | None = None,
     temporal: bool = False,
     now: datetime | None = None,
+    tenant_id: str | None = None,
 ) -> Json:
     """`recall` on an async connection (the broker's search and the graph walk run in a
     worker thread)."""
     read = None
     if temporal:
         request, read = time_filtered(request, now)
-    answer = await _arecall(conn, request, broker, exact=exact, graph=graph)
+    answer = await _arecall(conn, request, broker, exact=exact, graph=graph, tenant_id=tenant_id)
     if read is not None:
         answer["time_filter"] = read
     return answer
@@ -149,6 +158,7 @@ async def _arecall(
     *,
     exact: bool,
     graph: GraphStore | None,
+    tenant_id: str | None = None,
 ) -> Json:
     with client_span(request) as traced:
         plan = _plan(traced, exact)
@@ -162,7 +172,8 @@ async def _arecall(
                 return answer
             error = None
             if isinstance(step, _Database):
-                reply = await afabric_call(conn, "fabric_api.recall", step.request)
+                keyed = () if tenant_id is None else (tenant_id,)
+                reply = await afabric_call(conn, "fabric_api.recall", *keyed, step.request)
             elif isinstance(step, _FindBroker):
                 reply = broker or await _afind_broker(conn)
             elif isinstance(step, _FindGraph):
@@ -377,6 +388,7 @@ def _recall_modes(
     *,
     exact: bool = False,
     graph: GraphStore | None = None,
+    tenant_id: str | None = None,
 ) -> Json:
     plan = _plan(request, exact)
     reply: Any = None
@@ -389,7 +401,7 @@ def _recall_modes(
             return answer
         error = None
         if isinstance(step, _Database):
-            reply = _recall(conn, step.request)
+            reply = _recall(conn, step.request, tenant_id)
         elif isinstance(step, _FindBroker):
             reply = broker or find_broker(conn)
         elif isinstance(step, _FindGraph):

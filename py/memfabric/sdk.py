@@ -310,7 +310,7 @@ class Agent(_Role):
         and hybrid modes find the vector broker (`memfabric serve`'s socket or QDRANT_URL)."""
         body = {**request, "run_id": str(self.run.run_id)}
         with self.fabric.pool(self.login).connection() as conn:
-            return RecallAnswer.from_json(_recall(conn, body))
+            return RecallAnswer.from_json(_recall(conn, body, tenant_id=self.run.tenant_id))
 
     def handoff_items(self, items: Sequence[Mapping[str, Any]]) -> list[Json]:
         """`fabric_api.handoff`: working items proposed as raw episodes of this run."""
