@@ -405,3 +405,94 @@ def test_a_tenants_queues_and_settings_are_read_on_its_worker_alone(
         with cluster.connect(login) as conn, conn.transaction():
             row = conn.execute(f"SELECT fabric_api.{call}", (tenant,)).fetchone()
         assert row is not None and row[0] == delegated
+
+
+def test_a_relay_killed_inside_its_commit_moves_nothing_and_the_next_moves_all_once(
+    cluster: Cluster,
+) -> None:
+    """The relay commits two-phase: its backend terminated inside its commit (after Citus
+    prepared the worker's side: held at the coordinator's notify lock by a probe, as in
+    test_citus_two_phase.py), the staged events stay staged and none is in the outbox; the
+    next relay moves each once."""
+    from test_citus_two_phase import _until, commits_held
+
+    tenant = cluster.apart[1]
+    relay(cluster)
+    since = horizon(cluster)
+    with cluster.connect("mf_orchestrator") as conn:
+        run = conn.execute(
+            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 's', %s, '1 hour')",
+            (tenant, MEMORY_TOOLS),
+        ).fetchone()[0]  # type: ignore[index]
+    with cluster.connect("mf_agent_a") as agent, cluster.connect("mf_committer") as cm:
+        form_on(agent, cm, tenant, f"relayed after a kill {uuid.uuid4()}", run, keyed=True)
+    made = staged(cluster, tenant)
+    assert "memory.record.formed" in made  # a projected event: the relay's commit notifies
+    info = psycopg.conninfo.conninfo_to_dict(cluster.url)
+    coordinator = (str(info["host"]), int(info["port"]))
+    relayer = cluster.connect("mf_projector")
+    relayer.execute("SET synchronous_commit = local")
+    row = relayer.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    pid = row[0]
+    failed: list[BaseException] = []
+
+    def run_relay() -> None:
+        try:
+            relayer.execute("SELECT fabric_api.relay_events()")
+        except BaseException as exc:  # the terminated connection: expected
+            failed.append(exc)
+
+    def waits() -> bool:
+        got = cluster.row(
+            "SELECT coalesce(wait_event_type || ':' || wait_event, '') FROM pg_stat_activity "
+            "WHERE pid = %s",
+            pid,
+        )
+        return got[0] == "Lock:object"
+
+    with commits_held(cluster, coordinator):
+        thread = threading.Thread(target=run_relay, daemon=True)
+        thread.start()
+        _until(lambda: waits() or not thread.is_alive(), "the relay to wait in its commit")
+        assert thread.is_alive(), failed
+        cluster.rows("SELECT pg_terminate_backend(%s::integer)", pid)
+        thread.join(60)
+    assert failed and isinstance(failed[0], psycopg.OperationalError), failed
+    relayer.close()
+    _until(
+        lambda: cluster.row("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", pid) == (0,),
+        "the terminated backend to end",
+    )
+    cluster.rows("SELECT recover_prepared_transactions()")
+    assert staged(cluster, tenant) == made
+    assert outbox(cluster, tenant, since) == []
+    assert relay(cluster) == len(made)
+    assert [t for t, _ in outbox(cluster, tenant, since)] == made
+    assert staged(cluster, tenant) == []
+
+
+def test_a_relay_of_reads_alone_is_committed_two_phase_too(cluster: Cluster) -> None:
+    """A recall's audit event is a read's, which a call on the coordinator commits one-phase;
+    moved by the relay it leaves a worker's table, so the relay prepares the worker first
+    (Citus's own account): one-phase, a coordinator failing after the worker's commit would
+    lose the event."""
+    tenant = cluster.apart[0]
+    relay(cluster)
+    with cluster.connect("mf_orchestrator") as conn:
+        run = conn.execute(
+            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 's', %s, '1 hour')",
+            (tenant, MEMORY_TOOLS),
+        ).fetchone()[0]  # type: ignore[index]
+    relay(cluster)
+    with cluster.connect("mf_agent_a") as agent:
+        agent.execute(
+            "SELECT fabric_api.recall(%s, %s)",
+            (tenant, Jsonb({"run_id": str(run), "tiers": ["episodic"]})),
+        )
+    assert staged(cluster, tenant) == ["memory.recall.served"]
+    commands, moved = issued(cluster, "mf_projector", "SELECT fabric_api.relay_events()")
+    assert moved == 1
+    sent = [command for _, command in commands]
+    assert any(c.startswith("PREPARE TRANSACTION") for c in sent), sent
+    assert any(c.startswith("COMMIT PREPARED") for c in sent), sent
