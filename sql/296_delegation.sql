@@ -176,7 +176,16 @@ AS $$ SELECT ARRAY[
   'fabric_api.contradiction_queue(text)',
   'fabric_api.consolidation_settings(text, text)',
   'fabric_api.consolidation_cursor(text)',
-  'fabric_api.awaiting_recommendations(text)'] $$;
+  'fabric_api.awaiting_recommendations(text)',
+  -- the admin's, the orchestrator's, the committer's and the workflow's calls by tenant
+  'fabric_api.enable_agent(text, text, text[])',
+  'fabric_api.configure_instance(text, text, jsonb)',
+  'fabric_api.issue_agent_token(text, text, text, text, text[], interval, interval)',
+  'fabric_api.revoke_agent_token(text, uuid)',
+  'fabric_api.record_measurements(text, jsonb)',
+  'fabric_api.propose_entity_merge(text, uuid, uuid, text)',
+  'fabric_api.check_working_uri(text, text)',
+  'fabric_api.request_subject_erasure(text, text, text, boolean)'] $$;
 REVOKE ALL ON FUNCTION fabric._delegated_calls() FROM PUBLIC;
 
 -- On a cluster's coordinator: distribute them, colocated with the tenants' rows (again on

@@ -64,6 +64,14 @@ class Cluster:
         with self.connect() as su:
             return su.execute(query, args).fetchall()
 
+    def relay(self) -> int:
+        """The relay of the delegated calls' events into the outbox (fabric_api.relay_events,
+        as an admin: what `memfabric serve` runs before each read); how many it moved."""
+        with self.connect("mf_admin") as conn:
+            row = conn.execute("SELECT fabric_api.relay_events()").fetchone()
+        assert row is not None
+        return int(row[0])
+
     def row(self, query: Any, *args: Any) -> tuple[Any, ...]:
         """The one row a query reads as the superuser; none fails the test."""
         with self.connect() as su:
@@ -161,6 +169,7 @@ def _seed(cluster: Cluster) -> None:
                 admin.execute(
                     "SELECT fabric_api.enable_agent(%s, %s, %s)", (tenant, agent_id, tools)
                 )
+    cluster.relay()  # enable_agent is delegated: its events, into the outbox
 
 
 @pytest.fixture(scope="session")
@@ -192,4 +201,5 @@ def new_tenant(c: Cluster, prefix: str = "lone") -> str:
                 admin.execute(
                     "SELECT fabric_api.enable_agent(%s, %s, %s)", (tenant, agent_id, tools)
                 )
+    c.relay()
     return tenant

@@ -29,9 +29,12 @@ TEMPORAL_TOOLS = [*MEMORY_TOOLS, "tool:temporal-read"]
 
 
 def call(c: Cluster, login: str, query: str, *args: Any) -> Any:
+    """The call's one value; then the relay, so that a delegated call's events are in the
+    outbox as a call on the coordinator's are (what `memfabric serve` does within its poll)."""
     with c.connect(login) as conn:
         row = conn.execute(query, args).fetchone()
     assert row is not None
+    relay(c)
     return row[0]
 
 

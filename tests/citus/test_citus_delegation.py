@@ -496,3 +496,47 @@ def test_a_relay_of_reads_alone_is_committed_two_phase_too(cluster: Cluster) -> 
     sent = [command for _, command in commands]
     assert any(c.startswith("PREPARE TRANSACTION") for c in sent), sent
     assert any(c.startswith("COMMIT PREPARED") for c in sent), sent
+
+
+def test_the_other_calls_by_tenant_are_one_command_on_its_worker(cluster: Cluster) -> None:
+    """The admin's, the orchestrator's, the workflow's and the committer's calls that take
+    the tenant first run whole on its worker too (their events through the relay)."""
+    for tenant in cluster.apart:
+        home = [cluster.placement[tenant]]
+        relay(cluster)
+        since = horizon(cluster)
+        calls: list[tuple[str, str, tuple[Any, ...]]] = [
+            ("mf_admin", "enable_agent(%s, 'com-agt-003', %s)", (tenant, MEMORY_TOOLS)),
+            (
+                "mf_orchestrator",
+                "issue_agent_token(%s, 'com-agt-003', 'user-8842', 'sess-d', %s, '1 hour')",
+                (tenant, MEMORY_TOOLS),
+            ),
+            (
+                "mf_workflow",
+                "record_measurements(%s, %s)",
+                (
+                    tenant,
+                    Jsonb([{"series": "deleg.ms", "at": "2026-08-20T10:00:00Z", "value": 1}]),
+                ),
+            ),
+            (
+                "mf_committer",
+                "request_subject_erasure(%s, %s, 'GDPR art. 17', false)",
+                (tenant, f"user-deleg-{uuid.uuid4().hex[:8]}"),
+            ),
+        ]
+        answers = []
+        for login, call, args in calls:
+            commands, answer = issued(cluster, login, f"SELECT fabric_api.{call}", *args)
+            assert [node for node, _ in commands] == home, (call, commands)
+            answers.append(answer)
+        token = answers[1]["token_id"]
+        revoke = "SELECT fabric_api.revoke_agent_token(%s, %s)"
+        commands, _ = issued(cluster, "mf_orchestrator", revoke, tenant, token)
+        assert [node for node, _ in commands] == home
+        made = staged(cluster, tenant)  # written on the worker, none on the coordinator yet
+        assert made and outbox(cluster, tenant, since) == []
+        assert relay(cluster) == len(made)
+        assert [t for t, _ in outbox(cluster, tenant, since)] == made
+        assert staged(cluster, tenant) == []

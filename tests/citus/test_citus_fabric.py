@@ -61,10 +61,7 @@ def open_run(c: Cluster, tenant: str, agent: str = "com-agt-003") -> uuid.UUID:
 
 def relay(c: Cluster) -> int:
     """The relay of the delegated calls' events (fabric_api.relay_events), as an admin."""
-    with c.connect("mf_admin") as conn:
-        row = conn.execute("SELECT fabric_api.relay_events()").fetchone()
-    assert row is not None
-    return int(row[0])
+    return c.relay()
 
 
 def form(c: Cluster, tenant: str, text: str) -> str:
@@ -734,6 +731,7 @@ def _configure(c: Cluster, tenant: str, window: str) -> None:
             "SELECT fabric_api.configure_instance(%s, NULL, %s)",
             (tenant, Jsonb({"operational_window": window})),
         )
+    c.relay()  # a delegated call: its event, into the outbox
     row = c.row(
         "SELECT operational_window = %s::interval FROM fabric.instance_config "
         "WHERE tenant_id = %s AND business_instance_id = ''",
