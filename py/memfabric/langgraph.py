@@ -146,7 +146,13 @@ class SynedrixMemoryStore(BaseStore):
 
     def _recall(self, request: Json) -> Json:
         with self._connection() as conn:
-            answer = recall(conn, {"run_id": self.run_id, **request}, broker=self.broker)
+            # the run's tenant once a recall has shown it: the tenant-keyed call after that
+            answer = recall(
+                conn,
+                {"run_id": self.run_id, **request},
+                broker=self.broker,
+                tenant_id=self._run.get("tenant_id"),
+            )
         applied = answer.get("scope_applied") or {}
         for key in ("tenant_id", "subject_id", "session_id", "agent_id"):
             if applied.get(key) is not None:
