@@ -21,7 +21,8 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from test_citus_fabric import MEMORY_TOOLS, episode, form_on, relay
+from test_citus_calls import counts
+from test_citus_fabric import MEMORY_TOOLS, episode, form_on, open_run, relay
 
 from citus_cluster import Cluster, cluster
 
@@ -161,21 +162,6 @@ def test_each_tenant_keyed_call_is_one_command_run_on_the_tenants_worker(
         ) == (3,)
 
 
-def _counts(c: Cluster, tenant: str) -> dict[str, int]:
-    with c.connect() as su:
-        got = {
-            t: su.execute(
-                sql.SQL("SELECT count(*) FROM fabric.{} WHERE tenant_id = %s").format(
-                    sql.Identifier(t)
-                ),
-                (tenant,),
-            ).fetchone()[0]  # type: ignore[index]
-            for t in ("runs", "proposals", "memory_records", "shard_events")
-        }
-    got["events"] = int(c.row("SELECT count(*) FROM fabric.events WHERE tenant_id = %s", tenant)[0])
-    return got
-
-
 @pytest.mark.parametrize("pair", ["same", "apart"])
 def test_a_delegated_call_naming_another_tenant_finds_nothing_and_writes_nothing(
     cluster: Cluster, pair: str
@@ -184,18 +170,14 @@ def test_a_delegated_call_naming_another_tenant_finds_nothing_and_writes_nothing
     proposal of another tenant is refused as unknown there, whether the two tenants share
     a worker or not."""
     first, second = getattr(cluster, pair)
-    with cluster.connect("mf_orchestrator") as conn:
-        run = conn.execute(
-            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 's', %s, '1 hour')",
-            (first, MEMORY_TOOLS),
-        ).fetchone()[0]  # type: ignore[index]
+    run = open_run(cluster, first)
     with cluster.connect("mf_agent_a") as agent:
         proposal = agent.execute(
             "SELECT fabric_api.propose(%s, %s, %s)",
             (first, Jsonb(episode(first, f"kept {uuid.uuid4()}")), run),
         ).fetchone()[0]["proposal_id"]  # type: ignore[index]
     relay(cluster)
-    before = {t: _counts(cluster, t) for t in (first, second)}
+    before = {t: counts(cluster, t) for t in (first, second)}
     refusals = [
         (
             "mf_agent_a",
@@ -216,7 +198,7 @@ def test_a_delegated_call_naming_another_tenant_finds_nothing_and_writes_nothing
         with cluster.connect(login) as conn, pytest.raises(psycopg.Error) as info:
             conn.execute(query, args)
         assert info.value.sqlstate == sqlstate, (query, info.value)
-    assert {t: _counts(cluster, t) for t in (first, second)} == before
+    assert {t: counts(cluster, t) for t in (first, second)} == before
     # in its own tenant the proposal is still there to commit
     with cluster.connect("mf_committer") as committer:
         row = committer.execute("SELECT fabric_api.commit(%s, %s)", (first, proposal)).fetchone()
@@ -226,7 +208,7 @@ def test_a_delegated_call_naming_another_tenant_finds_nothing_and_writes_nothing
 
 def test_a_refused_delegated_call_leaves_nothing_on_the_worker(cluster: Cluster) -> None:
     first, _ = cluster.apart
-    before = _counts(cluster, first)
+    before = counts(cluster, first)
     with cluster.connect("mf_committer") as conn, pytest.raises(psycopg.Error) as info:
         conn.execute("SELECT fabric_api.commit(%s, %s)", (first, uuid.uuid4()))
     assert info.value.sqlstate == "P0002"
@@ -236,7 +218,7 @@ def test_a_refused_delegated_call_leaves_nothing_on_the_worker(cluster: Cluster)
             (first, MEMORY_TOOLS),
         )
     assert info.value.sqlstate == "22023"
-    assert _counts(cluster, first) == before
+    assert counts(cluster, first) == before
 
 
 def test_in_a_transaction_block_the_call_runs_on_the_coordinator_with_the_same_rules(
@@ -290,11 +272,7 @@ def test_relays_and_delegated_writers_race_and_every_event_arrives_once_in_order
 
     def writer(tenant: str) -> None:
         try:
-            with cluster.connect("mf_orchestrator") as conn:
-                run = conn.execute(
-                    "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 's', %s, '1 hour')",
-                    (tenant, MEMORY_TOOLS),
-                ).fetchone()[0]  # type: ignore[index]
+            run = open_run(cluster, tenant)
             with cluster.connect("mf_agent_a") as agent, cluster.connect("mf_committer") as cm:
                 for n in range(10):
                     text = f"race {tenant} {n} {uuid.uuid4()}"
@@ -417,13 +395,8 @@ def test_a_relay_killed_inside_its_commit_moves_nothing_and_the_next_moves_all_o
     from test_citus_two_phase import _until, commits_held
 
     tenant = cluster.apart[1]
-    relay(cluster)
+    run = open_run(cluster, tenant)  # its event relayed: what follows stages the rest
     since = horizon(cluster)
-    with cluster.connect("mf_orchestrator") as conn:
-        run = conn.execute(
-            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 's', %s, '1 hour')",
-            (tenant, MEMORY_TOOLS),
-        ).fetchone()[0]  # type: ignore[index]
     with cluster.connect("mf_agent_a") as agent, cluster.connect("mf_committer") as cm:
         form_on(agent, cm, tenant, f"relayed after a kill {uuid.uuid4()}", run, keyed=True)
     made = staged(cluster, tenant)
@@ -478,13 +451,7 @@ def test_a_relay_of_reads_alone_is_committed_two_phase_too(cluster: Cluster) -> 
     (Citus's own account): one-phase, a coordinator failing after the worker's commit would
     lose the event."""
     tenant = cluster.apart[0]
-    relay(cluster)
-    with cluster.connect("mf_orchestrator") as conn:
-        run = conn.execute(
-            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 's', %s, '1 hour')",
-            (tenant, MEMORY_TOOLS),
-        ).fetchone()[0]  # type: ignore[index]
-    relay(cluster)
+    run = open_run(cluster, tenant)  # relayed: only the recall's event is staged below
     with cluster.connect("mf_agent_a") as agent:
         agent.execute(
             "SELECT fabric_api.recall(%s, %s)",
@@ -540,3 +507,34 @@ def test_the_other_calls_by_tenant_are_one_command_on_its_worker(cluster: Cluste
         assert relay(cluster) == len(made)
         assert [t for t, _ in outbox(cluster, tenant, since)] == made
         assert staged(cluster, tenant) == []
+
+
+def test_a_delegated_propose_the_run_does_not_authorize_is_denied_and_audited(
+    cluster: Cluster,
+) -> None:
+    """The tool check of a delegated propose is the plain call's: a run whose active tools
+    lack tool:memory-propose is denied, nothing is proposed, and the denial's audit event is
+    staged on the worker (fabric._append_events) and relayed like any other."""
+    tenant = cluster.apart[1]
+    with cluster.connect("mf_orchestrator") as conn:
+        run = conn.execute(
+            "SELECT fabric_api.open_run(%s, 'com-agt-003', 'user-8842', 's', %s, '1 hour')",
+            (tenant, ["tool:memory-recall"]),
+        ).fetchone()[0]  # type: ignore[index]
+    relay(cluster)
+    since = horizon(cluster)
+    proposals = counts(cluster, tenant)["proposals"]
+    commands, answer = issued(
+        cluster,
+        "mf_agent_a",
+        "SELECT fabric_api.propose(%s, %s, %s)",
+        tenant,
+        Jsonb(episode(tenant, "not authorized here")),
+        run,
+    )
+    assert [node for node, _ in commands] == [cluster.placement[tenant]]
+    assert answer["status"] == "denied" and answer["proposal_id"] is None
+    assert counts(cluster, tenant)["proposals"] == proposals
+    assert staged(cluster, tenant) == ["agent.tool.unauthorized"]
+    assert relay(cluster) == 1
+    assert [t for t, _ in outbox(cluster, tenant, since)] == ["agent.tool.unauthorized"]
